@@ -1,0 +1,37 @@
+# rlm — the two commands a newcomer needs are `make run` and `make test` (see README.md).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+STAMP  := $(VENV)/.installed
+DEMO   ?= demo
+
+.PHONY: install run test lint bench clean
+
+# Idempotent: the venv is rebuilt only when a dependency declaration changed.
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt $(PLUGINS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,dev]' \
+		$(foreach p,$(dir $(PLUGINS)),-e $(p))
+	@touch $(STAMP)
+
+run: install
+	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
+	$(BIN)/rlm run --config configs/local.toml
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check rlm tests bench plugins
+	$(BIN)/mypy rlm
+	$(BIN)/lint-imports
+
+bench: install
+	$(BIN)/python bench/scan_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

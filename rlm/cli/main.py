@@ -1,0 +1,11 @@
+"""Entry point and command group of the ``rlm`` CLI."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+@click.version_option(package_name="rlm")
+def main() -> None:
+    """rlm — tiered-storage remote log manager for Kafka-format log directories."""

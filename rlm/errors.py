@@ -1,0 +1,137 @@
+"""The one exception hierarchy of rlm, rooted in :class:`RlmError`.
+
+Every error that can reach a user carries the context needed to act on it: the file, the byte
+position inside it and the Kafka offset involved, whichever are known. Pure format code does not
+know file names; it raises with ``position``/``offset`` and the layer that opened the file adds
+the name with :meth:`RlmError.in_file` (returns a copy, the original is chained).
+
+Tree::
+
+    RlmError
+    ├── FormatError                    bytes that do not follow FORMATS.md
+    │   ├── CorruptRecordError         bad batch size / CRC / record framing inside a .log
+    │   ├── UnsupportedMagicError      a magic byte rlm does not know
+    │   ├── CompressionError           a payload that does not decompress / unknown codec
+    │   ├── CorruptIndexError          .index / .timeindex / remote offset+time index
+    │   ├── CorruptRemoteIndexError    .remotelogindex entry: bad magic, length or CRC
+    │   └── CheckpointError            Kafka checkpoint text files
+    ├── LogDirError                    layout of a log directory (names, missing files)
+    ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
+    ├── InvalidArgumentError           invalid API / CLI parameters
+    └── StorageError                   remote store failures, translated once from SDK/OS errors
+        ├── ObjectNotFoundError
+        ├── ObjectExistsError          a conditional "create only if absent" lost
+        ├── TransientStorageError      throttling, 5xx, timeouts: safe to retry
+        └── BackendNotFoundError       unknown / uninstalled backend name
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+
+class RlmError(Exception):
+    """Base of every error rlm raises on purpose.
+
+    ``reason`` is the human text; ``file``, ``position`` (byte position in ``file``) and
+    ``offset`` (Kafka offset) are optional context rendered into ``str(err)`` as
+    ``<file>: byte <position>: offset <offset>: <reason>``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | os.PathLike[str] | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.file = os.fspath(file) if file is not None else None
+        self.position = position
+        self.offset = offset
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        if self.file is not None:
+            parts.append(self.file)
+        if self.position is not None:
+            parts.append(f"byte {self.position}")
+        if self.offset is not None:
+            parts.append(f"offset {self.offset}")
+        parts.append(self.reason)
+        return ": ".join(parts)
+
+    def in_file(self, file: str | os.PathLike[str], *, base_position: int = 0) -> RlmError:
+        """Return a copy naming ``file``; ``base_position`` is added to a relative position.
+
+        Used by the layer that read the bytes (pure code only knows positions in a buffer).
+        """
+        clone = copy.copy(self)
+        clone.file = os.fspath(file)
+        if clone.position is not None:
+            clone.position += base_position
+        clone.__cause__ = self
+        return clone
+
+
+class FormatError(RlmError):
+    """Bytes that do not follow the binary formats of FORMATS.md."""
+
+
+class CorruptRecordError(FormatError):
+    """A record batch / legacy message is corrupt: bad size, bad CRC, bad record framing."""
+
+
+class UnsupportedMagicError(FormatError):
+    """A magic byte (record batch or remote index entry) that rlm does not know."""
+
+
+class CompressionError(FormatError):
+    """A compressed payload that does not decompress, or an unknown compression codec."""
+
+
+class CorruptIndexError(FormatError):
+    """An offset or time index (Kafka's or rlm's remote one) that fails a sanity check."""
+
+
+class CorruptRemoteIndexError(FormatError):
+    """A ``.remotelogindex`` entry with a bad magic, length or CRC."""
+
+
+class CheckpointError(FormatError):
+    """A Kafka checkpoint text file with an unknown version or a wrong entry count."""
+
+
+class LogDirError(RlmError):
+    """A log directory that does not have Kafka's layout (bad names, missing files)."""
+
+
+class ConfigError(RlmError):
+    """Invalid configuration; the CLI exits with code 2."""
+
+
+class InvalidArgumentError(RlmError):
+    """An invalid parameter given to the CLI or the API; the CLI exits with code 2."""
+
+
+class StorageError(RlmError):
+    """A remote store failed. SDK/OS errors are translated to this family exactly once."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The object (or byte range start) does not exist."""
+
+
+class ObjectExistsError(StorageError):
+    """A conditional create found the object already present."""
+
+
+class TransientStorageError(StorageError):
+    """Throttling (e.g. 503 SlowDown), a 5xx or a timeout: the operation may be retried."""
+
+
+class BackendNotFoundError(StorageError):
+    """No storage backend is installed under the configured name."""

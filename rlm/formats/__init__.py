@@ -1,0 +1,1 @@
+"""Pure binary formats: bytes/memoryview in, frozen dataclasses out. No file or network I/O."""

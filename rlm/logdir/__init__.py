@@ -1,0 +1,1 @@
+"""Reading (and, for tests and demos, writing) a Kafka log directory."""
