@@ -9,3 +9,8 @@ import click
 @click.version_option(package_name="rlm")
 def main() -> None:
     """rlm — tiered-storage remote log manager for Kafka-format log directories."""
+
+
+from rlm.cli.dump import dump  # noqa: E402  (commands register after the group exists)
+
+main.add_command(dump)
