@@ -127,6 +127,14 @@ def dump_log(path: Path, *, kind: str = "log", with_records: bool = False) -> Du
                     )
         except RlmError as err:
             error = err
+        if error is None and doc["valid_bytes"] < len(buf):
+            # Iteration stops cleanly at a torn tail (the store may be mid-append); for a file
+            # someone asked to inspect, bytes that are not a complete batch are worth an error.
+            error = FormatError(
+                f"incomplete batch: {len(buf) - doc['valid_bytes']} trailing bytes do not form "
+                "a complete batch",
+                position=doc["valid_bytes"],
+            )
     return DumpResult(doc, error.in_file(path) if error else None)
 
 

@@ -1,0 +1,5 @@
+"""``python -m rlm`` runs the CLI."""
+
+from rlm.cli import main
+
+main()
