@@ -101,5 +101,5 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_bad_env_override_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="tiering.task_interval_ms"):
+    with pytest.raises(ConfigError, match=r"tiering\.task_interval_ms"):
         load_settings(write(tmp_path, ""), environ={"RLM_TIERING__TASK_INTERVAL_MS": "fast"})
