@@ -1,0 +1,39 @@
+"""Shared pytest fixtures: the real-broker Kafka fixtures of ../shared/fixtures (see its README)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def locate_fixtures() -> Path | None:
+    """``$RLM_FIXTURES`` if set, else ``<repo>/../shared/fixtures``; None when neither exists."""
+    env = os.environ.get("RLM_FIXTURES")
+    candidates = [Path(env)] if env else []
+    candidates.append(_REPO.parent / "shared" / "fixtures")
+    for path in candidates:
+        if (path / "expected.json").is_file():
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """Directory holding ``kafka-logs/`` and ``expected.json``; skips the test when absent."""
+    path = locate_fixtures()
+    if path is None:
+        pytest.skip("no Kafka fixtures: set RLM_FIXTURES or put shared/fixtures beside the repo")
+    return path
+
+
+@pytest.fixture(scope="session")
+def expected(fixtures_dir: Path) -> dict[str, Any]:
+    """``expected.json``: per source dir, per partition dir, the answers for every segment."""
+    data: dict[str, Any] = json.loads((fixtures_dir / "expected.json").read_text())
+    return data
