@@ -1,0 +1,293 @@
+"""Kafka's offset index (``.index``), also the layout of rlm's ``.remoteoffsetindex`` (FORMATS §3.1, §4.2).
+
+Pure: the reader takes a buffer (bytes, bytearray, memoryview or mmap), the builder produces bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import struct
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias, overload
+
+from rlm.errors import CorruptIndexError, InvalidArgumentError
+
+__all__ = [
+    "INT32_MAX",
+    "Buffer",
+    "OffsetIndex",
+    "OffsetIndexBuilder",
+    "OffsetPosition",
+    "encode_entry",
+]
+
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+"""Every buffer type the readers of rlm.formats accept."""
+
+INT32_MAX = 2**31 - 1
+
+_ENTRY = struct.Struct(">ii")
+# array('i') is the fast path for decoding many big-endian int32; it needs 4-byte items.
+assert array("i").itemsize == 4
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    """One offset-index entry: absolute ``offset`` and byte ``position`` in the indexed file."""
+
+    offset: int
+    position: int
+
+
+def _check_relative(base_offset: int, offset: int) -> int:
+    relative = offset - base_offset
+    # Kafka stores offset - base as int32; beyond it the segment (or remote index set) must be
+    # rolled first, which only the caller can do.
+    if not 0 <= relative <= INT32_MAX:
+        raise InvalidArgumentError(
+            f"offset {offset} is not in [base {base_offset}, base + 2^31-1]: relative offset overflows "
+            "int32 (roll the segment / rotate the index set first)",
+            offset=offset,
+        )
+    return relative
+
+
+def encode_entry(base_offset: int, offset: int, position: int) -> bytes:
+    """The 8 bytes of one entry ``(offset - base_offset, position)``, big-endian int32 each.
+
+    Raises :class:`InvalidArgumentError` when the relative offset or the position does not fit a
+    non-negative int32.
+    """
+    relative = _check_relative(base_offset, offset)
+    if not 0 <= position <= INT32_MAX:
+        raise InvalidArgumentError(f"position {position} does not fit a non-negative int32", offset=offset)
+    return _ENTRY.pack(relative, position)
+
+
+def _int32_pairs(raw: bytes) -> tuple[array[int], array[int]]:
+    values = array("i", raw)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values[0::2], values[1::2]
+
+
+class OffsetIndex(Sequence[OffsetPosition]):
+    """A read-only view of an offset index: a sparse map from offset to byte position.
+
+    File format: back-to-back 8-byte entries, no header, no checksum::
+
+        relativeOffset int32   offset - baseOffset (baseOffset comes from the file name)
+        position       int32   byte position in the indexed file (the .log; for a
+                               .remoteoffsetindex, the .remotelogindex) where that entry starts
+
+    All integers big-endian. The index is sparse: Kafka adds an entry only after more than
+    ``index.interval.bytes`` were appended since the previous one, and the entry is (last offset of
+    that append, position where that append starts). Offsets are strictly increasing, positions
+    non-decreasing.
+
+    Kafka preallocates the file of the active segment and fills it lazily, so a file may end with
+    all-zero entries: those are not entries. Entry 0 is always real, because a ``.remoteoffsetindex``
+    legitimately starts with (relative 0, position 0); only all-zero entries *after* the last
+    non-zero one are the preallocated tail.
+
+    Sanity checks (:class:`CorruptIndexError`, ``position`` = byte position of the bad entry):
+    length not a multiple of 8; first offset or last offset below the base; offsets not strictly
+    increasing; positions negative or decreasing.
+
+    ``lookup(t)`` is a floor lookup: the entry with the largest offset ``<= t`` (inclusive), or
+    ``(base_offset, 0)`` when every entry is ``> t`` or the index is empty. O(log n).
+    """
+
+    ENTRY_SIZE = 8
+
+    __slots__ = ("_positions", "_relative", "base_offset")
+
+    def __init__(self, base_offset: int, buf: Buffer) -> None:
+        self.base_offset = base_offset
+        raw = bytes(memoryview(buf))
+        size = self.ENTRY_SIZE
+        if len(raw) % size:
+            raise CorruptIndexError(
+                f"offset index length {len(raw)} is not a multiple of {size}",
+                position=len(raw) - len(raw) % size,
+            )
+        # The last non-zero byte tells where the preallocated zero tail starts; entry 0 stays real.
+        used = len(raw.rstrip(b"\x00"))
+        count = min(len(raw) // size, max(1, -(-used // size)))
+        self._relative, self._positions = _int32_pairs(raw[: count * size])
+        self._sanity_check()
+
+    def _sanity_check(self) -> None:
+        rel, pos = self._relative, self._positions
+        if not rel:
+            return
+        last = len(rel) - 1
+        if rel[last] < 0:  # Kafka's own check: last offset < base offset
+            raise CorruptIndexError(
+                f"last offset {self.base_offset + rel[last]} is below the base offset {self.base_offset}",
+                position=last * self.ENTRY_SIZE,
+                offset=self.base_offset + rel[last],
+            )
+        if rel[0] < 0 or pos[0] < 0:
+            raise CorruptIndexError(
+                f"first entry ({self.base_offset + rel[0]}, {pos[0]}) is below the base offset "
+                f"{self.base_offset} or has a negative position",
+                position=0,
+                offset=self.base_offset + rel[0],
+            )
+        for n in range(1, len(rel)):
+            if rel[n] <= rel[n - 1] or pos[n] < pos[n - 1]:
+                raise CorruptIndexError(
+                    f"entry {n} ({self.base_offset + rel[n]}, {pos[n]}) does not follow entry {n - 1} "
+                    f"({self.base_offset + rel[n - 1]}, {pos[n - 1]}): offsets must increase strictly, "
+                    "positions must not decrease",
+                    position=n * self.ENTRY_SIZE,
+                    offset=self.base_offset + rel[n],
+                )
+
+    def __len__(self) -> int:
+        return len(self._relative)
+
+    @overload
+    def __getitem__(self, n: int) -> OffsetPosition: ...
+
+    @overload
+    def __getitem__(self, n: slice) -> Sequence[OffsetPosition]: ...
+
+    def __getitem__(self, n: int | slice) -> OffsetPosition | Sequence[OffsetPosition]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        return OffsetPosition(self.base_offset + self._relative[n], self._positions[n])
+
+    def __iter__(self) -> Iterator[OffsetPosition]:
+        base = self.base_offset
+        for rel, pos in zip(self._relative, self._positions, strict=True):
+            yield OffsetPosition(base + rel, pos)
+
+    def __repr__(self) -> str:
+        return f"OffsetIndex(base_offset={self.base_offset}, entries={len(self)})"
+
+    @property
+    def entries(self) -> Sequence[OffsetPosition]:
+        """The real entries (zero tail excluded), in file order; decoded lazily."""
+        return self
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The ``n``-th entry, 0-based; :class:`InvalidArgumentError` when ``n`` is not in [0, len)."""
+        if not 0 <= n < len(self):
+            raise InvalidArgumentError(f"entry {n} requested from an offset index of {len(self)} entries")
+        return self[n]
+
+    @property
+    def last_offset(self) -> int:
+        """The last entry's offset, or the base offset when the index is empty (as Kafka)."""
+        return self.base_offset + self._relative[-1] if self._relative else self.base_offset
+
+    @property
+    def valid_bytes(self) -> int:
+        """Length of the real entries: what Kafka's ``trimToValidSize`` would truncate the file to."""
+        return len(self) * self.ENTRY_SIZE
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """Floor: the entry with the largest offset ``<= target_offset``, else ``(base_offset, 0)``."""
+        slot = bisect.bisect_right(self._relative, target_offset - self.base_offset) - 1
+        if slot < 0:
+            return OffsetPosition(self.base_offset, 0)
+        return self[slot]
+
+
+class OffsetIndexBuilder:
+    """An in-memory offset index being written, with Kafka's append / truncate rules.
+
+    ``append(offset, position)`` requires ``offset`` > the last entry's offset (any offset >= base
+    for the first entry, as Kafka), ``position`` >= the last position, both fitting int32 relative
+    to the base; violations raise :class:`InvalidArgumentError` (the caller rolls / rotates before an
+    int32 overflow). ``max_index_size`` (bytes, Kafka's ``segment.index.bytes``) enables Kafka's full
+    check: appending to a full index raises.
+    """
+
+    ENTRY_SIZE = OffsetIndex.ENTRY_SIZE
+
+    __slots__ = ("_buf", "_entries", "base_offset", "max_index_size")
+
+    def __init__(self, base_offset: int, *, max_index_size: int | None = None) -> None:
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._buf = bytearray()
+        self._entries: list[OffsetPosition] = []
+
+    @classmethod
+    def from_index(cls, index: OffsetIndex, *, max_index_size: int | None = None) -> OffsetIndexBuilder:
+        """Resume appending after the real entries of an existing index (zero tail dropped)."""
+        builder = cls(index.base_offset, max_index_size=max_index_size)
+        for entry in index:
+            builder._add(entry.offset, entry.position)
+        return builder
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> Sequence[OffsetPosition]:
+        return tuple(self._entries)
+
+    @property
+    def last_offset(self) -> int:
+        """The last entry's offset, or the base offset when empty (as Kafka)."""
+        return self._entries[-1].offset if self._entries else self.base_offset
+
+    def is_full(self, max_index_size: int | None = None) -> bool:
+        """Kafka's ``isFull``: entries >= max_index_size // 8 (argument, else the constructor's limit)."""
+        limit = max_index_size if max_index_size is not None else self.max_index_size
+        return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE
+
+    def _add(self, offset: int, position: int) -> None:
+        self._buf += encode_entry(self.base_offset, offset, position)
+        self._entries.append(OffsetPosition(offset, position))
+
+    def append(self, offset: int, position: int) -> bytes:
+        """Append ``(offset, position)``; returns the 8 bytes appended (for writing to a file)."""
+        if self.is_full():
+            raise InvalidArgumentError(f"attempt to append to a full offset index ({len(self)} entries)")
+        if self._entries:
+            last = self._entries[-1]
+            if offset <= last.offset:
+                raise InvalidArgumentError(
+                    f"attempt to append offset {offset} to an offset index whose last offset is "
+                    f"{last.offset}",
+                    offset=offset,
+                )
+            if position < last.position:
+                raise InvalidArgumentError(
+                    f"attempt to append position {position} after position {last.position}", offset=offset
+                )
+        start = len(self._buf)
+        self._add(offset, position)
+        return bytes(self._buf[start:])
+
+    def would_fit(self, offset: int, position: int) -> bool:
+        """Whether ``(offset, position)`` fits the int32 fields (so the caller can rotate beforehand)."""
+        return 0 <= offset - self.base_offset <= INT32_MAX and 0 <= position <= INT32_MAX
+
+    def truncate_to(self, offset: int) -> None:
+        """Kafka's ``truncateTo``: remove every entry whose offset is ``>= offset``."""
+        keep = bisect.bisect_left([e.offset for e in self._entries], offset)
+        del self._entries[keep:]
+        del self._buf[keep * self.ENTRY_SIZE :]
+
+    def truncate(self) -> None:
+        """Remove every entry."""
+        self.truncate_to(-(2**63))
+
+    def to_bytes(self, *, preallocate_to: int | None = None) -> bytes:
+        """The file content. ``preallocate_to`` pads with zeros up to that size rounded down to a
+        multiple of 8, as Kafka preallocates the active segment's index; default: trimmed."""
+        data = bytes(self._buf)
+        if preallocate_to is not None:
+            target = preallocate_to - preallocate_to % self.ENTRY_SIZE
+            data += bytes(max(0, target - len(data)))
+        return data

@@ -1,0 +1,542 @@
+"""rlm's remote index set: ``.remotelogindex`` entries and the lookups through the set (FORMATS §4).
+
+A set is three files with the same 20-digit base name (the set's base offset = first offset of its
+first entry): the ``.remotelogindex`` (entries below), a ``.remoteoffsetindex`` (Kafka ``.index``
+layout, see :class:`~rlm.formats.offset_index.OffsetIndex`) and a ``.remotetimeindex`` (Kafka
+``.timeindex`` layout, see :class:`~rlm.formats.time_index.TimeIndex`). The two small indexes are
+derivable from the ``.remotelogindex``: :func:`derive_remote_indexes` gives their exact bytes, for
+torn-tail repair and rebuild.
+
+Pure: buffers in, dataclasses / bytes out.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from rlm.errors import (
+    CorruptIndexError,
+    CorruptRemoteIndexError,
+    FormatError,
+    InvalidArgumentError,
+    UnsupportedMagicError,
+)
+from rlm.formats.offset_index import INT32_MAX, Buffer, OffsetIndex, OffsetIndexBuilder
+from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
+
+__all__ = [
+    "ENTRY_HEADER_SIZE",
+    "REMOTE_LOG_INDEX_MAGIC",
+    "AppendedEntry",
+    "BatchLike",
+    "DecodedEntry",
+    "RemoteDataIdentifier",
+    "RemoteIndexScan",
+    "RemoteIndexSetBuilder",
+    "RemoteLogIndexEntry",
+    "build_entries",
+    "decode_entry",
+    "derive_remote_indexes",
+    "find_entry_for_offset",
+    "find_entry_for_timestamp",
+    "iter_entries",
+    "remote_offset_index_entries",
+    "remote_time_index_entries",
+    "scan_entries",
+]
+
+REMOTE_LOG_INDEX_MAGIC = 0
+
+# magic int16, length int16, crc uint32, firstOffset, lastOffset, firstTimestamp, lastTimestamp
+# (int64 each), dataLength int32, rdiLength int16 — then rdiLength bytes of UTF-8.
+_HEADER = struct.Struct(">hhIqqqqih")
+ENTRY_HEADER_SIZE = _HEADER.size  # 46
+_PREFIX = struct.Struct(">hh")  # magic, length: what is needed to know the entry's extent
+_CRC_START = 8  # the CRC covers [8, end of entry)
+_LENGTH_BASE = ENTRY_HEADER_SIZE - _PREFIX.size  # length = 42 + rdiLength
+_INT16_MAX = 2**15 - 1
+_MAX_RDI_BYTES = _INT16_MAX - _LENGTH_BASE
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDataIdentifier:
+    """Where an entry's bytes live: ``<object url>#<byte position>`` (the url may itself contain ``#``)."""
+
+    url: str
+    position: int
+
+    def __post_init__(self) -> None:
+        if not self.url:
+            raise InvalidArgumentError("remote data identifier needs a non-empty object URL")
+        if not 0 <= self.position <= _INT64_MAX:
+            raise InvalidArgumentError(f"remote data identifier position {self.position} is negative")
+
+    def __str__(self) -> str:
+        return f"{self.url}#{self.position}"
+
+    @classmethod
+    def parse(cls, text: str) -> RemoteDataIdentifier:
+        """Split at the **last** ``#``; :class:`InvalidArgumentError` if there is none or the position
+        is not a non-negative decimal integer."""
+        url, sep, position = text.rpartition("#")
+        if not sep or not position.isascii() or not position.isdigit():
+            raise InvalidArgumentError(f"remote data identifier {text!r} is not <url>#<byte position>")
+        return cls(url, int(position))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogIndexEntry:
+    """One ``.remotelogindex`` entry: a run of whole batches of one segment, stored remotely.
+
+    Binary layout (magic 0, big-endian, entries back to back, no file header or trailer)::
+
+        off size field
+          0   2  magic int16 = 0
+          2   2  length int16 = bytes after this field = 42 + rdiLength
+          4   4  crc: CRC-32 (IEEE, zlib.crc32) over bytes [8, end of entry), as uint32 bits
+          8   8  firstOffset    base offset of the entry's first batch
+         16   8  lastOffset     last offset of the entry's last batch (inclusive)
+         24   8  firstTimestamp first batch's baseTimestamp (-1 for magic 0/1 batches)
+         32   8  lastTimestamp  MAX maxTimestamp over all the entry's batches (not the last one's:
+                                timestamps may go backwards inside a segment)
+         40   4  dataLength     bytes covered: end of last batch - start of first batch
+         44   2  rdiLength
+         46   n  rdi            UTF-8 "<object URL>#<byte position of the first batch in the object>"
+
+    The remote byte range is half-open: ``[rdi.position, rdi.position + data_length)``.
+    Offsets are inclusive: the entry covers ``[first_offset, last_offset]`` (compaction may leave gaps).
+    Construction validates field ranges (:class:`InvalidArgumentError`).
+    """
+
+    first_offset: int
+    last_offset: int
+    first_timestamp: int
+    last_timestamp: int
+    data_length: int
+    rdi: RemoteDataIdentifier
+    magic: int = REMOTE_LOG_INDEX_MAGIC
+
+    def __post_init__(self) -> None:
+        if self.magic != REMOTE_LOG_INDEX_MAGIC:
+            raise InvalidArgumentError(f"remote log index entry magic {self.magic} is not supported")
+        if not 0 <= self.first_offset <= self.last_offset <= _INT64_MAX:
+            raise InvalidArgumentError(
+                f"entry offsets [{self.first_offset}, {self.last_offset}] are not 0 <= first <= last",
+                offset=self.first_offset,
+            )
+        for name, ts in (("first", self.first_timestamp), ("last", self.last_timestamp)):
+            if not _INT64_MIN <= ts <= _INT64_MAX:
+                raise InvalidArgumentError(f"{name} timestamp {ts} does not fit int64")
+        if not 0 < self.data_length <= INT32_MAX:
+            raise InvalidArgumentError(f"data length {self.data_length} is not in [1, 2^31-1]")
+        if len(str(self.rdi).encode()) > _MAX_RDI_BYTES:
+            raise InvalidArgumentError(f"remote data identifier is longer than {_MAX_RDI_BYTES} bytes")
+
+    @property
+    def byte_range(self) -> tuple[int, int]:
+        """Half-open ``[start, end)`` of the entry's bytes in the remote object."""
+        return self.rdi.position, self.rdi.position + self.data_length
+
+    @property
+    def encoded_size(self) -> int:
+        return ENTRY_HEADER_SIZE + len(str(self.rdi).encode())
+
+    def encode(self) -> bytes:
+        rdi = str(self.rdi).encode()
+        body = bytearray(
+            _HEADER.pack(
+                self.magic,
+                _LENGTH_BASE + len(rdi),
+                0,
+                self.first_offset,
+                self.last_offset,
+                self.first_timestamp,
+                self.last_timestamp,
+                self.data_length,
+                len(rdi),
+            )
+        )
+        body += rdi
+        struct.pack_into(">I", body, 4, zlib.crc32(memoryview(body)[_CRC_START:]))
+        return bytes(body)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedEntry:
+    """An entry as read from a ``.remotelogindex``: its byte ``position`` in the file, ``size`` in bytes."""
+
+    position: int
+    entry: RemoteLogIndexEntry
+    crc: int
+    size: int
+
+    @property
+    def end_position(self) -> int:
+        return self.position + self.size
+
+
+def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
+    """Decode and verify the entry starting at ``position``.
+
+    Raises :class:`UnsupportedMagicError` (naming the magic) or :class:`CorruptRemoteIndexError`
+    (truncated entry, bad length, bad CRC, bad RDI or field values), with ``position`` set.
+    """
+    view = memoryview(buf)
+    available = len(view) - position
+    if available < _PREFIX.size:
+        raise CorruptRemoteIndexError(
+            f"truncated entry: {available} bytes left, an entry header needs {ENTRY_HEADER_SIZE}",
+            position=position,
+        )
+    magic, length = _PREFIX.unpack_from(view, position)
+    if magic != REMOTE_LOG_INDEX_MAGIC:
+        raise UnsupportedMagicError(f"unsupported .remotelogindex entry magic {magic}", position=position)
+    if length < _LENGTH_BASE:
+        raise CorruptRemoteIndexError(
+            f"bad entry length {length}: at least {_LENGTH_BASE} expected", position=position
+        )
+    size = _PREFIX.size + length
+    if available < size:
+        raise CorruptRemoteIndexError(
+            f"truncated entry: length says {size} bytes, only {available} left", position=position
+        )
+    (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length) = _HEADER.unpack_from(
+        view, position
+    )
+    if rdi_length != length - _LENGTH_BASE:
+        raise CorruptRemoteIndexError(
+            f"bad entry length {length}: rdiLength {rdi_length} needs {_LENGTH_BASE + rdi_length}",
+            position=position,
+        )
+    actual = zlib.crc32(view[position + _CRC_START : position + size])
+    if actual != crc:
+        raise CorruptRemoteIndexError(
+            f"bad entry CRC: stored 0x{crc:08x}, computed 0x{actual:08x}",
+            position=position,
+            offset=first_offset,
+        )
+    try:
+        rdi = RemoteDataIdentifier.parse(bytes(view[position + ENTRY_HEADER_SIZE : position + size]).decode())
+        entry = RemoteLogIndexEntry(first_offset, last_offset, first_ts, last_ts, data_length, rdi, magic)
+    except (UnicodeDecodeError, InvalidArgumentError) as exc:
+        reason = exc.reason if isinstance(exc, InvalidArgumentError) else f"RDI is not UTF-8: {exc}"
+        raise CorruptRemoteIndexError(
+            f"invalid entry: {reason}", position=position, offset=first_offset
+        ) from exc
+    return DecodedEntry(position, entry, crc, size)
+
+
+def _check_order(previous: DecodedEntry | None, current: DecodedEntry) -> None:
+    # Entries of one set come from consecutive segments: offsets must increase, else the offset
+    # index derived from them would be invalid.
+    if previous is not None and current.entry.first_offset <= previous.entry.last_offset:
+        raise CorruptRemoteIndexError(
+            f"entry first offset {current.entry.first_offset} is not after the previous entry's last "
+            f"offset {previous.entry.last_offset}",
+            position=current.position,
+            offset=current.entry.first_offset,
+        )
+
+
+def iter_entries(buf: Buffer, start: int = 0) -> Iterator[DecodedEntry]:
+    """Every entry from ``start`` to the end of ``buf``, CRC-verified.
+
+    Strict: the first bad or truncated entry raises (with its byte ``position``), as do entries
+    whose offsets do not increase.
+    """
+    position, previous, end = start, None, len(memoryview(buf))
+    while position < end:
+        decoded = decode_entry(buf, position)
+        _check_order(previous, decoded)
+        yield decoded
+        previous, position = decoded, decoded.end_position
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteIndexScan:
+    """The valid prefix of a ``.remotelogindex``: entries, their end ``valid_length`` and the tail's error."""
+
+    entries: list[DecodedEntry]
+    valid_length: int
+    error: FormatError | None
+
+
+def scan_entries(buf: Buffer) -> RemoteIndexScan:
+    """Read entries until the end or the first bad one; never raises for a torn or corrupt tail.
+
+    ``valid_length`` is the length to truncate the file to (end of the last good entry); ``error``
+    says what was wrong at ``valid_length`` (None when the whole buffer is valid).
+    """
+    entries: list[DecodedEntry] = []
+    valid_length = 0
+    try:
+        for decoded in iter_entries(buf):
+            entries.append(decoded)
+            valid_length = decoded.end_position
+    except FormatError as exc:
+        return RemoteIndexScan(entries, valid_length, exc)
+    return RemoteIndexScan(entries, valid_length, None)
+
+
+class BatchLike(Protocol):
+    """What :func:`build_entries` reads of a batch (attributes of ``rlm.formats.records.RecordBatch``)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def magic(self) -> int: ...
+
+
+def build_entries(
+    batches: Iterable[BatchLike],
+    *,
+    object_url: str,
+    index_entry_bytes: int,
+    segment_start_position: int = 0,
+) -> list[RemoteLogIndexEntry]:
+    """Pack one segment's batches into ``.remotelogindex`` entries (FORMATS §4.1).
+
+    Consecutive batches are packed while the entry covers at most ``index_entry_bytes``; a batch
+    larger than that forms an entry alone; batches are never split. The caller passes one segment's
+    batches, so an entry never spans two segments. ``segment_start_position`` is the batches'
+    position that maps to byte 0 of the object at ``object_url`` (the rdi position is relative to it).
+    Batches must be contiguous and offsets increasing, else :class:`InvalidArgumentError`.
+    """
+    if not 0 < index_entry_bytes <= INT32_MAX:
+        raise InvalidArgumentError(f"index_entry_bytes {index_entry_bytes} is not in [1, 2^31-1]")
+    entries: list[RemoteLogIndexEntry] = []
+    group: list[BatchLike] = []
+
+    def flush() -> None:
+        first, last = group[0], group[-1]
+        entries.append(
+            RemoteLogIndexEntry(
+                first_offset=first.base_offset,
+                last_offset=last.last_offset,
+                # FORMATS: -1 for magic 0/1 even when a v1 message has a timestamp.
+                first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+                last_timestamp=max(b.max_timestamp for b in group),
+                data_length=last.position + last.size - first.position,
+                rdi=RemoteDataIdentifier(object_url, first.position - segment_start_position),
+            )
+        )
+        group.clear()
+
+    previous: BatchLike | None = None
+    for batch in batches:
+        if previous is not None:
+            if batch.position != previous.position + previous.size:
+                raise InvalidArgumentError(
+                    f"batch at {batch.position} does not follow the batch ending at "
+                    f"{previous.position + previous.size}",
+                    position=batch.position,
+                    offset=batch.base_offset,
+                )
+            if batch.base_offset <= previous.last_offset:
+                raise InvalidArgumentError(
+                    f"batch base offset {batch.base_offset} is not after the previous last offset "
+                    f"{previous.last_offset}",
+                    position=batch.position,
+                    offset=batch.base_offset,
+                )
+        elif batch.position < segment_start_position:
+            raise InvalidArgumentError(
+                f"batch at {batch.position} is before segment_start_position {segment_start_position}",
+                position=batch.position,
+            )
+        if group and batch.position + batch.size - group[0].position > index_entry_bytes:
+            flush()
+        group.append(batch)
+        previous = batch
+    if group:
+        flush()
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedEntry:
+    """The bytes one entry adds to each file of the set (``time_index`` is empty when the running
+    max timestamp did not grow); ``position`` is the entry's byte position in the ``.remotelogindex``."""
+
+    position: int
+    log_index: bytes
+    offset_index: bytes
+    time_index: bytes
+
+
+class RemoteIndexSetBuilder:
+    """The three files of one remote index set, built entry by entry (pure, in memory).
+
+    ``append(entry)`` returns what to append to each file. It enforces the set's rules: offsets
+    increase across entries; the ``.remoteoffsetindex`` gets (first_offset - base, position of the
+    entry in the ``.remotelogindex``); the ``.remotetimeindex`` gets (running max last_timestamp,
+    last_offset - base) only when the running max strictly grows. Relative offsets and positions
+    must fit int32: :meth:`fits` says whether an entry still does (rotate the set otherwise);
+    ``append`` raises :class:`InvalidArgumentError` when not.
+    """
+
+    __slots__ = ("_last_offset", "_log_size", "_offsets", "_times", "base_offset")
+
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self._log_size = 0
+        self._last_offset: int | None = None
+        self._offsets = OffsetIndexBuilder(base_offset)
+        self._times = TimeIndexBuilder(base_offset)
+
+    @classmethod
+    def from_log_index(cls, buf: Buffer, base_offset: int) -> RemoteIndexSetBuilder:
+        """Replay every entry of a ``.remotelogindex`` (strict: any bad entry raises)."""
+        builder = cls(base_offset)
+        for decoded in iter_entries(buf):
+            builder.append(decoded.entry)
+        return builder
+
+    @property
+    def log_index_size(self) -> int:
+        """Bytes of ``.remotelogindex`` so far (the next entry's position)."""
+        return self._log_size
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def fits(self, entry: RemoteLogIndexEntry) -> bool:
+        """Whether ``entry`` can be appended without overflowing an int32 field of the set."""
+        return (
+            entry.first_offset - self.base_offset >= 0
+            and entry.last_offset - self.base_offset <= INT32_MAX
+            and self._log_size <= INT32_MAX
+        )
+
+    def append(self, entry: RemoteLogIndexEntry) -> AppendedEntry:
+        if not self.fits(entry):
+            raise InvalidArgumentError(
+                f"entry [{entry.first_offset}, {entry.last_offset}] at .remotelogindex position "
+                f"{self._log_size} overflows the int32 fields of the set based at {self.base_offset}: "
+                "rotate the set first",
+                position=self._log_size,
+                offset=entry.first_offset,
+            )
+        if self._last_offset is not None and entry.first_offset <= self._last_offset:
+            raise InvalidArgumentError(
+                f"entry first offset {entry.first_offset} is not after the last indexed offset "
+                f"{self._last_offset}",
+                offset=entry.first_offset,
+            )
+        position = self._log_size
+        log_bytes = entry.encode()
+        offset_bytes = self._offsets.append(entry.first_offset, position)
+        running_max = max(self._times.last_entry.timestamp, entry.last_timestamp)
+        time_bytes = self._times.maybe_append(running_max, entry.last_offset)
+        self._log_size += len(log_bytes)
+        self._last_offset = entry.last_offset
+        return AppendedEntry(position, log_bytes, offset_bytes, time_bytes)
+
+    def offset_index_bytes(self) -> bytes:
+        return self._offsets.to_bytes()
+
+    def time_index_bytes(self) -> bytes:
+        return self._times.to_bytes()
+
+
+def remote_offset_index_entries(entries: Iterable[DecodedEntry], base_offset: int) -> bytes:
+    """The ``.remoteoffsetindex`` bytes for decoded entries: (first_offset - base, entry position)."""
+    builder = OffsetIndexBuilder(base_offset)
+    for decoded in entries:
+        builder.append(decoded.entry.first_offset, decoded.position)
+    return builder.to_bytes()
+
+
+def remote_time_index_entries(entries: Iterable[DecodedEntry], base_offset: int) -> bytes:
+    """The ``.remotetimeindex`` bytes for decoded entries: (running max last_timestamp, last_offset -
+    base), one entry each time the running max strictly grows."""
+    builder = TimeIndexBuilder(base_offset)
+    for decoded in entries:
+        running_max = max(builder.last_entry.timestamp, decoded.entry.last_timestamp)
+        builder.maybe_append(running_max, decoded.entry.last_offset)
+    return builder.to_bytes()
+
+
+def derive_remote_indexes(log_index: Buffer, base_offset: int) -> tuple[bytes, bytes]:
+    """The exact ``(.remoteoffsetindex, .remotetimeindex)`` bytes that belong to ``log_index``.
+
+    Strict (any bad entry raises): for a torn file, pass the valid prefix
+    ``log_index[:scan_entries(log_index).valid_length]``.
+    """
+    decoded = list(iter_entries(log_index))
+    return remote_offset_index_entries(decoded, base_offset), remote_time_index_entries(decoded, base_offset)
+
+
+def _entry_at(log_index: Buffer, position: int, expected_first_offset: int | None) -> DecodedEntry:
+    decoded = decode_entry(log_index, position)
+    if expected_first_offset is not None and decoded.entry.first_offset != expected_first_offset:
+        raise CorruptIndexError(
+            f".remoteoffsetindex points at an entry with first offset {decoded.entry.first_offset}, "
+            f"expected {expected_first_offset}: the set's files disagree",
+            position=position,
+            offset=expected_first_offset,
+        )
+    return decoded
+
+
+def find_entry_for_offset(
+    offset_index: OffsetIndex, log_index: Buffer, target_offset: int
+) -> DecodedEntry | None:
+    """The first entry whose ``last_offset >= target_offset`` (FORMATS §4.2), or None past the set.
+
+    That is the entry containing the offset, or — when it lies in a compaction gap or before the
+    set — the next entry, whose first offset is the next existing one. O(log n): a floor lookup in
+    the ``.remoteoffsetindex``, then at most two entries decoded (CRC-verified).
+    """
+    if not offset_index or len(memoryview(log_index)) == 0:
+        return None
+    floor = offset_index.lookup(target_offset)
+    # Below the first entry, lookup answers (base, 0): position 0 is the first entry anyway.
+    expected = floor.offset if target_offset >= offset_index[0].offset else offset_index[0].offset
+    decoded = _entry_at(log_index, floor.position, expected)
+    if decoded.entry.last_offset >= target_offset:
+        return decoded
+    if decoded.end_position >= len(memoryview(log_index)):
+        return None
+    # The floor entry ends before the target, so the next entry starts after it (a gap): it is the answer.
+    return decode_entry(log_index, decoded.end_position)
+
+
+def find_entry_for_timestamp(
+    time_index: TimeIndex, offset_index: OffsetIndex, log_index: Buffer, target_timestamp: int
+) -> DecodedEntry | None:
+    """The first entry whose ``last_timestamp >= target_timestamp`` (FORMATS §4.3), or None.
+
+    Its records hold the first record with timestamp >= target (the caller scans them, §3.3).
+    ``target_timestamp`` must be >= 0 (ListOffsets' negative special values are the caller's).
+    O(log n): the time index records each point where the running max grows, so the first entry
+    with timestamp >= target marks the first entry whose own last_timestamp reaches it; every
+    earlier entry's is lower. Equivalent to FORMATS' floor-then-scan-forward, without the scan.
+    """
+    if target_timestamp < 0:
+        raise InvalidArgumentError(f"target timestamp {target_timestamp} is negative")
+    mark = time_index.ceiling(target_timestamp)
+    if mark is None:
+        return None
+    found = find_entry_for_offset(offset_index, log_index, mark.offset)
+    if found is None or found.entry.last_offset != mark.offset:
+        raise CorruptIndexError(
+            f".remotetimeindex entry ({mark.timestamp}, {mark.offset}) matches no entry's last offset",
+            offset=mark.offset,
+        )
+    return found

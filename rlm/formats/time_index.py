@@ -1,0 +1,282 @@
+"""Kafka's time index (``.timeindex``), also the layout of rlm's ``.remotetimeindex`` (FORMATS §3.2, §4.3).
+
+Pure: the reader takes a buffer (bytes, bytearray, memoryview or mmap), the builder produces bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from rlm.errors import CorruptIndexError, InvalidArgumentError
+from rlm.formats.offset_index import INT32_MAX, Buffer
+
+__all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
+
+NO_TIMESTAMP = -1
+"""Kafka's ``RecordBatch.NO_TIMESTAMP``: the timestamp of an empty time index's last entry."""
+
+_ENTRY = struct.Struct(">qi")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """One time-index entry: the largest timestamp (ms) at or before absolute ``offset`` is ``timestamp``."""
+
+    timestamp: int
+    offset: int
+
+
+def encode_entry(base_offset: int, timestamp: int, offset: int) -> bytes:
+    """The 12 bytes of one entry: ``timestamp`` int64, ``offset - base_offset`` int32, big-endian.
+
+    Raises :class:`InvalidArgumentError` when the timestamp is not an int64 or the relative offset
+    does not fit a non-negative int32.
+    """
+    relative = offset - base_offset
+    if not 0 <= relative <= INT32_MAX:
+        raise InvalidArgumentError(
+            f"offset {offset} is not in [base {base_offset}, base + 2^31-1]: relative offset overflows "
+            "int32 (roll the segment / rotate the index set first)",
+            offset=offset,
+        )
+    if not _INT64_MIN <= timestamp <= _INT64_MAX:
+        raise InvalidArgumentError(f"timestamp {timestamp} does not fit int64", offset=offset)
+    return _ENTRY.pack(timestamp, relative)
+
+
+class TimeIndex(Sequence[TimestampOffset]):
+    """A read-only view of a time index: a sparse map from timestamp to offset.
+
+    File format: back-to-back 12-byte entries, no header, no checksum::
+
+        timestamp      int64   ms
+        relativeOffset int32   offset - baseOffset (baseOffset comes from the file name)
+
+    All integers big-endian. An entry (T, O) means: the largest timestamp of any record at or
+    before offset O is T, so every record with a timestamp > T comes after O. Kafka appends
+    (maxTimestampSoFar, offsetOfMaxTimestampSoFar) together with an offset-index entry, and only
+    when T is strictly greater than the last entry's; when a segment rolls it appends a final entry
+    with the segment's max timestamp. Timestamps and offsets are therefore non-decreasing.
+
+    Kafka preallocates the active segment's file, so it may end with all-zero entries: those are
+    not entries. Unlike the offset index, even entry 0 is dropped when all-zero: (timestamp 0,
+    relative offset 0) is indistinguishable from preallocation, and a fully preallocated file of a
+    fresh segment must read as empty, not as "timestamp 0 at the base offset".
+
+    Sanity checks (:class:`CorruptIndexError`, ``position`` = byte position of the bad entry):
+    length not a multiple of 12; last (or first) offset below the base; timestamps or offsets
+    decreasing.
+
+    ``lookup(T)`` is a floor lookup: the entry with the largest timestamp ``<= T`` (inclusive; the
+    last of equal ones), or ``(-1, base_offset)`` when every entry is ``> T`` or the index is empty.
+    O(log n).
+    """
+
+    ENTRY_SIZE = 12
+
+    __slots__ = ("_relative", "_timestamps", "base_offset")
+
+    def __init__(self, base_offset: int, buf: Buffer) -> None:
+        self.base_offset = base_offset
+        raw = bytes(memoryview(buf))
+        size = self.ENTRY_SIZE
+        if len(raw) % size:
+            raise CorruptIndexError(
+                f"time index length {len(raw)} is not a multiple of {size}",
+                position=len(raw) - len(raw) % size,
+            )
+        used = len(raw.rstrip(b"\x00"))
+        count = -(-used // size)
+        self._timestamps = array("q")
+        self._relative = array("i")
+        for timestamp, relative in _ENTRY.iter_unpack(raw[: count * size]):
+            self._timestamps.append(timestamp)
+            self._relative.append(relative)
+        self._sanity_check()
+
+    def _sanity_check(self) -> None:
+        ts, rel, base = self._timestamps, self._relative, self.base_offset
+        if not rel:
+            return
+        last = len(rel) - 1
+        if rel[last] < 0:  # Kafka's own check: last offset < base offset
+            raise CorruptIndexError(
+                f"last offset {base + rel[last]} is below the base offset {base}",
+                position=last * self.ENTRY_SIZE,
+                offset=base + rel[last],
+            )
+        if rel[0] < 0:
+            raise CorruptIndexError(
+                f"first offset {base + rel[0]} is below the base offset {base}",
+                position=0,
+                offset=base + rel[0],
+            )
+        for n in range(1, len(rel)):
+            if ts[n] < ts[n - 1] or rel[n] < rel[n - 1]:
+                raise CorruptIndexError(
+                    f"entry {n} ({ts[n]}, {base + rel[n]}) goes back from entry {n - 1} "
+                    f"({ts[n - 1]}, {base + rel[n - 1]}): timestamps and offsets must not decrease",
+                    position=n * self.ENTRY_SIZE,
+                    offset=base + rel[n],
+                )
+
+    def __len__(self) -> int:
+        return len(self._relative)
+
+    @overload
+    def __getitem__(self, n: int) -> TimestampOffset: ...
+
+    @overload
+    def __getitem__(self, n: slice) -> Sequence[TimestampOffset]: ...
+
+    def __getitem__(self, n: int | slice) -> TimestampOffset | Sequence[TimestampOffset]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        return TimestampOffset(self._timestamps[n], self.base_offset + self._relative[n])
+
+    def __iter__(self) -> Iterator[TimestampOffset]:
+        base = self.base_offset
+        for ts, rel in zip(self._timestamps, self._relative, strict=True):
+            yield TimestampOffset(ts, base + rel)
+
+    def __repr__(self) -> str:
+        return f"TimeIndex(base_offset={self.base_offset}, entries={len(self)})"
+
+    @property
+    def entries(self) -> Sequence[TimestampOffset]:
+        """The real entries (zero tail excluded), in file order; decoded lazily."""
+        return self
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The ``n``-th entry, 0-based; :class:`InvalidArgumentError` when ``n`` is not in [0, len)."""
+        if not 0 <= n < len(self):
+            raise InvalidArgumentError(f"entry {n} requested from a time index of {len(self)} entries")
+        return self[n]
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or ``(-1, base_offset)`` when empty (Kafka's ``lastEntry``)."""
+        return self[-1] if self._relative else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+
+    @property
+    def valid_bytes(self) -> int:
+        """Length of the real entries: what Kafka's ``trimToValidSize`` would truncate the file to."""
+        return len(self) * self.ENTRY_SIZE
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """Floor: the entry with the largest timestamp ``<= target_timestamp``, else ``(-1, base_offset)``."""
+        slot = bisect.bisect_right(self._timestamps, target_timestamp) - 1
+        if slot < 0:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        return self[slot]
+
+    def ceiling(self, target_timestamp: int) -> TimestampOffset | None:
+        """The first entry with timestamp ``>= target_timestamp`` (inclusive), or None.
+
+        Because entries record a running maximum, this entry marks where the max timestamp first
+        reaches the target; rlm's remote timestamp lookup uses it to stay O(log n).
+        """
+        slot = bisect.bisect_left(self._timestamps, target_timestamp)
+        return self[slot] if slot < len(self) else None
+
+
+class TimeIndexBuilder:
+    """An in-memory time index being written, with Kafka's ``maybeAppend`` rules.
+
+    ``maybe_append(ts, offset)`` appends only when ``ts`` > the last entry's timestamp (initially
+    -1, so v0 data never adds entries); ``offset`` below the last entry's offset or ``ts`` below
+    its timestamp is a caller bug (:class:`InvalidArgumentError`, Kafka's InvalidOffsetException /
+    IllegalStateException). With ``max_index_size`` set, Kafka's full check applies: the index is
+    full one entry early (``entries >= max_entries - 1``) so that the final entry written on roll
+    with ``skip_full_check=True`` always has room.
+    """
+
+    ENTRY_SIZE = TimeIndex.ENTRY_SIZE
+
+    __slots__ = ("_buf", "_entries", "base_offset", "max_index_size")
+
+    def __init__(self, base_offset: int, *, max_index_size: int | None = None) -> None:
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._buf = bytearray()
+        self._entries: list[TimestampOffset] = []
+
+    @classmethod
+    def from_index(cls, index: TimeIndex, *, max_index_size: int | None = None) -> TimeIndexBuilder:
+        """Resume appending after the real entries of an existing index (zero tail dropped)."""
+        builder = cls(index.base_offset, max_index_size=max_index_size)
+        for entry in index:
+            builder._add(entry.timestamp, entry.offset)
+        return builder
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> Sequence[TimestampOffset]:
+        return tuple(self._entries)
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or ``(-1, base_offset)`` when empty (Kafka's ``lastEntry``)."""
+        return self._entries[-1] if self._entries else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+
+    def is_full(self, max_index_size: int | None = None) -> bool:
+        """Kafka's ``TimeIndex.isFull``: entries >= max_index_size // 12 - 1 (one slot kept for the roll)."""
+        limit = max_index_size if max_index_size is not None else self.max_index_size
+        return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE - 1
+
+    def _add(self, timestamp: int, offset: int) -> bytes:
+        data = encode_entry(self.base_offset, timestamp, offset)
+        self._buf += data
+        self._entries.append(TimestampOffset(timestamp, offset))
+        return data
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> bytes:
+        """Kafka's ``maybeAppend(timestamp, offset, skipFullCheck)``.
+
+        Returns the 12 bytes appended, or ``b""`` when ``timestamp`` is not strictly greater than the
+        last entry's (no entry; e.g. the roll-time entry when the max timestamp is already indexed).
+        """
+        if not skip_full_check and self.is_full():
+            raise InvalidArgumentError(f"attempt to append to a full time index ({len(self)} entries)")
+        last = self.last_entry
+        if self._entries and offset < last.offset:
+            raise InvalidArgumentError(
+                f"attempt to append offset {offset} to a time index whose last offset is {last.offset}",
+                offset=offset,
+            )
+        if self._entries and timestamp < last.timestamp:
+            raise InvalidArgumentError(
+                f"attempt to append timestamp {timestamp} to a time index whose last timestamp is "
+                f"{last.timestamp}",
+                offset=offset,
+            )
+        if timestamp > last.timestamp:
+            return self._add(timestamp, offset)
+        return b""
+
+    def truncate_to(self, offset: int) -> None:
+        """Kafka's ``truncateTo``: remove every entry whose offset is ``>= offset``."""
+        keep = bisect.bisect_left([e.offset for e in self._entries], offset)
+        del self._entries[keep:]
+        del self._buf[keep * self.ENTRY_SIZE :]
+
+    def truncate(self) -> None:
+        """Remove every entry."""
+        self.truncate_to(-(2**63))
+
+    def to_bytes(self, *, preallocate_to: int | None = None) -> bytes:
+        """The file content. ``preallocate_to`` pads with zeros up to that size rounded down to a
+        multiple of 12, as Kafka preallocates the active segment's index; default: trimmed."""
+        data = bytes(self._buf)
+        if preallocate_to is not None:
+            target = preallocate_to - preallocate_to % self.ENTRY_SIZE
+            data += bytes(max(0, target - len(data)))
+        return data
