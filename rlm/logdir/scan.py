@@ -1,0 +1,328 @@
+"""Discover partitions, segments and committed state in Kafka log directories (FORMATS.md §1).
+
+Contracts:
+
+* A partition directory is ``<topic>-<partition>`` directly under a log dir; the partition number is
+  the text after the **last** ``-`` (topic names may contain ``-``, ``.`` and ``_``). Everything else
+  (files, ``*-delete`` / ``*-future`` / ``*-stray`` directories Kafka uses while deleting or moving
+  a replica, names that are not valid topics) is skipped with a reason, never an exception.
+* A segment is a ``<20-digit base>.log`` file; its companions are picked from the same listing.
+  Transient files (``.deleted``, ``.cleaned``, ``.swap``) are ignored. The log store may rename a
+  ``.log`` to ``.log.deleted`` at any moment, so a file that vanishes between ``listdir`` and
+  ``stat`` drops its segment from the result instead of failing the scan.
+* The **active** segment is the one with the highest base offset; it is never eligible. A rolled
+  segment is eligible under policy ``"high-watermark"`` when the next segment's base offset is
+  ≤ the partition's high watermark (from ``replication-offset-checkpoint``), and under ``"rolled"``
+  always. A partition whose high watermark is unknown has nothing eligible under
+  ``"high-watermark"``: not knowing that data is committed must never make it look committed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+from rlm.errors import InvalidArgumentError, LogDirError, RlmError
+from rlm.formats import naming
+from rlm.formats.checkpoint import parse_offset_checkpoint
+
+__all__ = [
+    "LEADER_EPOCH_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+    "EligibilityPolicy",
+    "LogDirCheckpoints",
+    "PartitionDir",
+    "PartitionState",
+    "SegmentFiles",
+    "SkipCallback",
+    "active_segment",
+    "discover_partitions",
+    "eligible_segments",
+    "list_segments",
+    "partition_state",
+    "read_checkpoints",
+]
+
+log = logging.getLogger(__name__)
+
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+#: Kafka renames a replica dir to ``<topic>-<partition>.<uuid>-<suffix>`` while deleting it,
+#: moving it between log dirs (``-future``) or after finding it unassigned (``-stray``).
+NON_PARTITION_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+EligibilityPolicy: TypeAlias = Literal["high-watermark", "rolled"]
+#: Called with (path, reason) for every directory entry or segment that a scan skips.
+SkipCallback: TypeAlias = Callable[[Path, str], None]
+
+TopicPartition: TypeAlias = tuple[str, int]
+
+
+def _log_skip(path: Path, reason: str) -> None:
+    log.debug("skipping %s: %s", path, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDir:
+    """One ``<topic>-<partition>`` directory inside ``log_dir`` (``path`` = log_dir / name)."""
+
+    log_dir: Path
+    topic: str
+    partition: int
+    path: Path
+
+    @property
+    def name(self) -> str:
+        """The directory name, ``<topic>-<partition>``."""
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFiles:
+    """The files of one segment as seen by one listing.
+
+    ``size`` is the ``.log`` size in bytes at ``stat`` time (the active segment may grow later).
+    Companion paths are ``None`` when absent from the listing; they may still vanish afterwards,
+    readers must treat a missing index as "no index".
+    """
+
+    base_offset: int
+    log: Path
+    size: int
+    index: Path | None = None
+    time_index: Path | None = None
+    txn_index: Path | None = None
+    snapshot: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Committed state of a partition from the log dir's checkpoint files; ``None`` = not recorded.
+
+    ``high_watermark``: exclusive end of committed data (offsets < HW are committed).
+    ``log_start_offset``: first offset still readable. ``recovery_point``: flushed-to-disk point.
+    """
+
+    high_watermark: int | None = None
+    log_start_offset: int | None = None
+    recovery_point: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirCheckpoints:
+    """The three per-log-dir offset checkpoints, parsed once per scan (``{(topic, partition): offset}``).
+
+    A checkpoint file that is absent or empty yields an empty mapping (Kafka creates them empty).
+    """
+
+    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
+    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def state_for(self, topic: str, partition: int) -> PartitionState:
+        """The :class:`PartitionState` of one partition (fields ``None`` when not recorded)."""
+        key = (topic, partition)
+        return PartitionState(
+            high_watermark=self.high_watermarks.get(key),
+            log_start_offset=self.log_start_offsets.get(key),
+            recovery_point=self.recovery_points.get(key),
+        )
+
+
+def _classify_dir_name(name: str) -> tuple[str, int] | str:
+    """Return (topic, partition) for a partition dir name, or the reason it is not one."""
+    if name.startswith("."):
+        return "hidden directory"
+    for suffix in NON_PARTITION_DIR_SUFFIXES:
+        if name.endswith(suffix):
+            return f"Kafka {suffix[1:]} directory (not a live partition)"
+    try:
+        return naming.parse_partition_dir(name)
+    except (RlmError, ValueError) as exc:
+        return f"not a <topic>-<partition> directory: {exc}"
+
+
+def discover_partitions(
+    log_dirs: Sequence[Path | str], *, on_skip: SkipCallback | None = None
+) -> list[PartitionDir]:
+    """All partition directories in ``log_dirs``, sorted by (topic, partition, log dir order).
+
+    Entries that are not partition dirs are reported through ``on_skip(path, reason)`` (default:
+    a debug log line) and skipped. A missing log dir raises :class:`LogDirError`: that is a
+    configuration problem, unlike a single odd entry. A partition present in two log dirs (only
+    legal transiently in Kafka) is kept once, from the first log dir, the other is skipped.
+    """
+    skip = on_skip or _log_skip
+    found: dict[TopicPartition, PartitionDir] = {}
+    for raw_dir in log_dirs:
+        log_dir = Path(raw_dir)
+        try:
+            entries = list(os.scandir(log_dir))
+        except FileNotFoundError as exc:
+            raise LogDirError("log dir does not exist", file=log_dir) from exc
+        except NotADirectoryError as exc:
+            raise LogDirError("log dir is not a directory", file=log_dir) from exc
+        for entry in sorted(entries, key=lambda e: e.name):
+            path = log_dir / entry.name
+            try:
+                is_dir = entry.is_dir()
+            except OSError:  # vanished or unreadable between scandir and stat
+                is_dir = False
+            if not is_dir:
+                continue  # checkpoint files, meta.properties, ... are expected here: not worth a report
+            parsed = _classify_dir_name(entry.name)
+            if isinstance(parsed, str):
+                skip(path, parsed)
+                continue
+            topic, partition = parsed
+            key = (topic, partition)
+            if key in found:
+                skip(path, f"duplicate of {found[key].path}")
+                continue
+            found[key] = PartitionDir(log_dir=log_dir, topic=topic, partition=partition, path=path)
+    return [found[key] for key in sorted(found)]
+
+
+def _base_offset_of(name: str) -> int | None:
+    try:
+        return naming.parse_base_offset(name)
+    except (RlmError, ValueError):
+        return None
+
+
+def list_segments(
+    partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None
+) -> list[SegmentFiles]:
+    """The segments of one partition directory in base-offset order (the last one is active).
+
+    Files named ``<base>.log`` define segments; ``.index``/``.timeindex``/``.txnindex``/``.snapshot``
+    with the same base name are attached when listed. Transient files are ignored. A ``.log`` that
+    vanishes before it can be ``stat``-ed (renamed to ``.deleted`` by retention) is skipped and
+    reported through ``on_skip``. A partition dir that vanished entirely yields ``[]``.
+    """
+    skip = on_skip or _log_skip
+    directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        skip(directory, "partition directory vanished")
+        return []
+    by_suffix: dict[str, dict[int, str]] = {
+        naming.LOG: {},
+        naming.INDEX: {},
+        naming.TIME_INDEX: {},
+        naming.TXN_INDEX: {},
+        naming.SNAPSHOT: {},
+    }
+    for name in names:
+        if naming.is_transient(name):
+            continue
+        _, dot, suffix = name.partition(".")
+        if not dot:
+            continue
+        group = by_suffix.get("." + suffix)
+        if group is None:
+            continue  # .checkpoint snapshots, partition.metadata, remote index files, ...
+        base = _base_offset_of(name)
+        if base is None:
+            skip(directory / name, "file name does not start with a base offset")
+            continue
+        group[base] = name
+
+    def companion(suffix: str, base: int) -> Path | None:
+        name = by_suffix[suffix].get(base)
+        return directory / name if name is not None else None
+
+    segments: list[SegmentFiles] = []
+    for base in sorted(by_suffix[naming.LOG]):
+        log_path = directory / by_suffix[naming.LOG][base]
+        try:
+            size = log_path.stat().st_size
+        except FileNotFoundError:
+            skip(log_path, "segment vanished during the scan (renamed to .deleted by the log store?)")
+            continue
+        segments.append(
+            SegmentFiles(
+                base_offset=base,
+                log=log_path,
+                size=size,
+                index=companion(naming.INDEX, base),
+                time_index=companion(naming.TIME_INDEX, base),
+                txn_index=companion(naming.TXN_INDEX, base),
+                snapshot=companion(naming.SNAPSHOT, base),
+            )
+        )
+    return segments
+
+
+def active_segment(segments: Sequence[SegmentFiles]) -> SegmentFiles | None:
+    """The segment with the highest base offset (the one being written), or ``None`` if none."""
+    return max(segments, key=lambda s: s.base_offset, default=None)
+
+
+def _read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    if not text.strip():
+        return {}  # Kafka creates checkpoint files empty and reads an empty file as "no entries"
+    try:
+        return dict(parse_offset_checkpoint(text).entries)
+    except RlmError as exc:
+        raise exc.in_file(path) from exc
+
+
+def read_checkpoints(log_dir: Path | str) -> LogDirCheckpoints:
+    """Parse the high-watermark, recovery-point and log-start-offset checkpoints of one log dir.
+
+    Raises :class:`rlm.errors.CheckpointError` naming the file when one is malformed.
+    """
+    root = Path(log_dir)
+    return LogDirCheckpoints(
+        high_watermarks=_read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT),
+        recovery_points=_read_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT),
+        log_start_offsets=_read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT),
+    )
+
+
+def partition_state(partition: PartitionDir, checkpoints: LogDirCheckpoints | None = None) -> PartitionState:
+    """The committed state of ``partition``; pass ``checkpoints`` to avoid re-reading the files."""
+    cps = checkpoints if checkpoints is not None else read_checkpoints(partition.log_dir)
+    return cps.state_for(partition.topic, partition.partition)
+
+
+def eligible_segments(
+    partition: PartitionDir | Iterable[SegmentFiles],
+    state: PartitionState,
+    policy: EligibilityPolicy = "high-watermark",
+) -> list[SegmentFiles]:
+    """Rolled segments that may be tiered, oldest first (FORMATS.md §1).
+
+    ``partition`` is a partition dir (listed now) or an already listed set of segments. The active
+    segment is never included. ``"high-watermark"``: a rolled segment is included when the next
+    segment's base offset ≤ ``state.high_watermark`` — all of its offsets are then below the HW,
+    i.e. committed; nothing when the HW is unknown. ``"rolled"``: every rolled segment.
+    """
+    if policy not in ("high-watermark", "rolled"):
+        raise InvalidArgumentError(f"unknown eligibility policy {policy!r}; allowed: high-watermark, rolled")
+    segments = list_segments(partition) if isinstance(partition, PartitionDir) else list(partition)
+    segments.sort(key=lambda s: s.base_offset)
+    result: list[SegmentFiles] = []
+    hw = state.high_watermark
+    for segment, following in itertools.pairwise(segments):
+        committed = hw is not None and following.base_offset <= hw
+        if policy == "high-watermark" and not committed:
+            break  # bases increase, so no later segment can qualify either
+        result.append(segment)
+    return result
