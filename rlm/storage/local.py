@@ -1,0 +1,223 @@
+"""``local``: objects are files under a root directory (a mounted NFS/SMB share works too).
+
+Options: ``root`` (required; a relative path is resolved against the current working directory when
+the backend is built), ``create`` (make ``root`` if missing, default true), ``fsync`` (default true).
+
+Durability and atomicity: every upload is written to ``<root>/.rlm-tmp/<random>``, flushed and
+fsync'ed, then published with ``os.replace`` (overwrite) or ``os.link`` (create-only-if-absent: the
+link fails atomically when the key exists), after which the parent directory is fsync'ed. Readers
+therefore see the whole object or none of it, and a crash leaves at most a stray temporary file
+(never a visible truncated object). ``.rlm-tmp`` is hidden from listings.
+
+Limitation of a file system: a key cannot be both an object and a "directory" of other keys
+(``a`` and ``a/b``); such a put raises :class:`~rlm.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, ClassVar
+
+from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from rlm.storage.api import (
+    RESERVED_PREFIX,
+    Capabilities,
+    ListPage,
+    ObjectInfo,
+    StorageBackend,
+    page_from_sorted,
+)
+from rlm.storage.options import Option
+
+TMP_DIR = RESERVED_PREFIX + "tmp"
+_CHUNK = 1 << 20
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalBackend(StorageBackend):
+    """A directory as an object store; see module doc."""
+
+    name: ClassVar[str] = "local"
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("root", "str", required=True, help="the directory holding the objects"),
+        Option("create", "bool", default=True),
+        Option("fsync", "bool", default=True),
+    )
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.root = Path(self.options["root"]).expanduser().absolute()
+        if self.root.exists() and not self.root.is_dir():
+            raise StorageError(f"local: root {str(self.root)!r} is not a directory")
+        try:
+            if self.options["create"]:
+                self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / TMP_DIR).mkdir(exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"local: cannot use root {str(self.root)!r}: {e.strerror or e}") from e
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(conditional_create=True, multipart=False)
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def _oserror(self, op: str, key: str, e: OSError) -> StorageError:
+        return StorageError(f"local: {op} {key!r} failed: {e.strerror or e}")
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _makedirs(self, directory: Path) -> None:
+        """Create ``directory`` and missing parents, fsync'ing each parent that gained an entry."""
+        missing: list[Path] = []
+        d = directory
+        while not d.is_dir():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir()
+            if self.options["fsync"]:
+                _fsync_dir(d.parent)
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        final = self._path(key)
+        tmp = self.root / TMP_DIR / uuid.uuid4().hex
+        try:
+            with open(tmp, "xb") as f:
+                shutil.copyfileobj(stream, f, _CHUNK)
+                f.flush()
+                if self.options["fsync"]:
+                    os.fsync(f.fileno())
+            for _attempt in range(10):  # a concurrent delete may prune the parent dir meanwhile
+                self._makedirs(final.parent)
+                try:
+                    if if_absent:
+                        os.link(tmp, final)
+                    else:
+                        os.replace(tmp, final)
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                raise StorageError(f"local: could not publish {key!r}: parent directory keeps vanishing")
+            if self.options["fsync"]:
+                _fsync_dir(final.parent)
+            st = final.stat()
+        except FileExistsError:
+            raise ObjectExistsError(f"local: object {key!r} already exists") from None
+        except OSError as e:
+            if e.errno in (errno.ENOTDIR, errno.EISDIR):
+                raise StorageError(f"local: key {key!r} conflicts with an existing object or prefix") from e
+            raise self._oserror("put", key, e) from e
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return ObjectInfo(key, st.st_size, None, st.st_mtime)
+
+    def _delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except IsADirectoryError:
+            return  # a "directory" is not an object: nothing to delete
+        except OSError as e:
+            raise self._oserror("delete", key, e) from e
+        # Prune now-empty parent directories (best effort; a concurrent put retries).
+        d = path.parent
+        while d != self.root:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+            d = d.parent
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                if end is None:
+                    f.seek(start)
+                    return f.read()
+                size = os.fstat(f.fileno()).st_size
+                if start >= size or end == start:
+                    return b""
+                f.seek(start)
+                return f.read(min(end, size) - start)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFoundError(f"local: no object {key!r}") from None
+        except OSError as e:
+            raise self._oserror("read", key, e) from e
+
+    def _head(self, key: str) -> ObjectInfo:
+        try:
+            st = self._path(key).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(f"local: no object {key!r}") from None
+        except OSError as e:
+            raise self._oserror("head", key, e) from e
+        if not os.path.isfile(self._path(key)):
+            raise ObjectNotFoundError(f"local: no object {key!r}")
+        return ObjectInfo(key, st.st_size, None, st.st_mtime)
+
+    def _walk(
+        self, directory: Path, dir_key: str, prefix: str, start_after: str | None
+    ) -> Iterator[ObjectInfo]:
+        """Yield objects under ``directory`` in key order, pruning subtrees outside the range."""
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        # A directory's keys all start with "name/": sorting by that string gives global key order.
+        sortable = []
+        for e in entries:
+            if not dir_key and e.name.startswith(RESERVED_PREFIX):
+                continue
+            is_dir = e.is_dir(follow_symlinks=False)
+            sortable.append((dir_key + e.name + ("/" if is_dir else ""), is_dir, e))
+        sortable.sort(key=lambda t: t[0])
+        for key, is_dir, e in sortable:
+            if is_dir:
+                if not (key.startswith(prefix) or prefix.startswith(key)):
+                    continue
+                if start_after is not None and key <= start_after and not start_after.startswith(key):
+                    continue
+                yield from self._walk(Path(e.path), key, prefix, start_after)
+            else:
+                if not key.startswith(prefix) or (start_after is not None and key <= start_after):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                yield ObjectInfo(key, st.st_size, None, st.st_mtime)
+
+    def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
+        # Start at the deepest directory that contains every key with this prefix.
+        base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        try:
+            out: list[ObjectInfo] = []
+            for info in self._walk(self.root.joinpath(*base.split("/")), base, prefix, start_after):
+                out.append(info)
+                if len(out) > limit:
+                    break
+        except OSError as e:
+            raise self._oserror("list", prefix, e) from e
+        return page_from_sorted(out, limit)

@@ -1,0 +1,198 @@
+"""Retries for transient storage failures: exponential backoff with full jitter.
+
+:class:`RetryPolicy` retries :class:`~rlm.errors.TransientStorageError` (throttling, 5xx, timeouts)
+with delays ``uniform(0, min(max_delay, base_delay * 2**attempt))`` ("full jitter"), up to
+``max_attempts`` calls in total; ``sleep`` and the random source are injectable so tests are
+instant and deterministic. :class:`RetryingBackend` applies a policy to every call of a backend.
+
+Retrying a write whose acknowledgement was lost is safe for plain puts (same content again) but not
+for "create only if absent": the retry finds the object that the lost attempt created and raises
+:class:`~rlm.errors.ObjectExistsError`. :func:`put_if_absent_idempotent` resolves that by comparing
+content: the same bytes under the key mean the earlier attempt won, so it is success (the object is
+not written twice and no duplicate is ever visible); different bytes mean someone else won.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, ClassVar, TypeVar
+
+from rlm.errors import ObjectExistsError, TransientStorageError
+from rlm.storage.api import Capabilities, Data, ListPage, ObjectInfo, StorageBackend, validate_key
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class RetryPolicy:
+    """Exponential backoff with full jitter; see module doc. ``max_attempts`` counts the first call."""
+
+    max_attempts: int = 6
+    base_delay: float = 0.05
+    max_delay: float = 5.0
+    retry_on: tuple[type[BaseException], ...] = (TransientStorageError,)
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("delays must be >= 0")
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def delay(self, attempt: int) -> float:
+        """Delay before retry number ``attempt`` (0-based): uniform in ``[0, min(max, base*2**attempt)]``."""
+        cap = min(self.max_delay, self.base_delay * (2 ** min(attempt, 62)))
+        with self._lock:
+            return self.rng.uniform(0, cap)
+
+    def call(self, fn: Callable[..., T], *args: Any, before_retry: Callable[[], None] | None = None,
+             **kwargs: Any) -> T:
+        """Call ``fn(*args, **kwargs)``, retrying ``retry_on`` errors; re-raise the last one.
+
+        ``before_retry`` runs before each retry (e.g. rewind a stream); if it raises, that error
+        propagates with the transient one chained.
+        """
+        attempt = 0
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except self.retry_on as e:
+                if attempt + 1 >= self.max_attempts:
+                    raise
+                pause = self.delay(attempt)
+                log.debug("transient storage error (attempt %d/%d), retrying in %.3fs: %s",
+                          attempt + 1, self.max_attempts, pause, e)
+                self.sleep(pause)
+                attempt += 1
+                if before_retry is not None:
+                    try:
+                        before_retry()
+                    except Exception as rewind_error:
+                        raise rewind_error from e
+
+
+def _rewinder(stream: BinaryIO) -> Callable[[], None]:
+    """Return a callable that seeks ``stream`` back to its current position (ValueError if unseekable)."""
+    try:
+        pos = stream.tell() if stream.seekable() else None
+    except (OSError, ValueError):
+        pos = None
+
+    def rewind() -> None:
+        if pos is None:
+            raise TransientStorageError("cannot retry an upload from a non-seekable stream")
+        stream.seek(pos)
+
+    return rewind
+
+
+def same_content(backend: StorageBackend, key: str, data: bytes) -> bool:
+    """True iff ``key`` holds exactly ``data`` (size first, then the bytes)."""
+    info = backend.head(key)
+    return info.size == len(data) and backend.read(key) == data
+
+
+def put_if_absent_idempotent(
+    backend: StorageBackend, key: str, data: bytes, policy: RetryPolicy | None = None
+) -> ObjectInfo:
+    """Create ``key`` with ``data`` only if absent, retrying transient errors, idempotently.
+
+    Returns the object's info if ``key`` now holds ``data`` — whether this call created it or an
+    earlier attempt whose acknowledgement was lost did. Raises ObjectExistsError if ``key`` holds
+    different bytes (another writer won), TransientStorageError when retries are exhausted.
+    Use for small objects such as manifests (the existing object is read back to compare).
+    """
+    policy = policy or RetryPolicy()
+    validate_key(key)
+    data = bytes(data)
+
+    def attempt() -> ObjectInfo:
+        try:
+            return backend.put(key, data, if_absent=True)
+        except ObjectExistsError:
+            if same_content(backend, key, data):
+                log.debug("conditional create of %r found identical content: an earlier attempt won", key)
+                return backend.head(key)
+            raise
+
+    return policy.call(attempt)
+
+
+class RetryingBackend(StorageBackend):
+    """Wrap ``inner`` so that every call is retried under ``policy``.
+
+    Conditional creates go through the same content comparison as :func:`put_if_absent_idempotent`
+    when the data is small enough to hold (bytes, or a seekable stream up to 16 MiB).
+    Not an entry point: build it in code (``RetryingBackend(inner, RetryPolicy(...))``).
+    """
+
+    name: ClassVar[str] = "retrying"
+    MAX_COMPARE = 16 << 20
+
+    def __init__(self, inner: StorageBackend, policy: RetryPolicy | None = None) -> None:
+        self.inner = inner
+        self.policy = policy or RetryPolicy()
+        self.options = {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "inner": self.inner.describe(),
+                "max_attempts": self.policy.max_attempts}
+
+    def __repr__(self) -> str:
+        return f"RetryingBackend({self.inner!r}, max_attempts={self.policy.max_attempts})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RetryingBackend, (self.inner, self.policy))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    def put(self, key: str, data: Data, *, if_absent: bool = False) -> ObjectInfo:
+        validate_key(key)
+        if if_absent and isinstance(data, bytes | bytearray | memoryview):
+            return put_if_absent_idempotent(self.inner, key, bytes(data), self.policy)
+        if if_absent and not isinstance(data, bytes | bytearray | memoryview):
+            rewind = _rewinder(data)
+            if data.seekable():
+                chunk = data.read(self.MAX_COMPARE + 1)
+                if len(chunk) <= self.MAX_COMPARE:
+                    return put_if_absent_idempotent(self.inner, key, chunk, self.policy)
+                rewind()
+        return super().put(key, data, if_absent=if_absent)
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        return self.policy.call(self.inner.put, key, stream, if_absent=if_absent,
+                                before_retry=_rewinder(stream))
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        return self.policy.call(self.inner.read, key, start, end)
+
+    def _head(self, key: str) -> ObjectInfo:
+        return self.policy.call(self.inner.head, key)
+
+    def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
+        return self.policy.call(self.inner.list_page, prefix, token=start_after, limit=limit)
+
+    def _delete(self, key: str) -> None:
+        self.policy.call(self.inner.delete, key)

@@ -1,0 +1,120 @@
+"""The conformance suite against the core backends: memory, local, faulty (fault-free and with faults)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import StorageError
+from rlm.storage.api import StorageBackend
+from rlm.storage.faults import FaultyBackend
+from rlm.storage.local import TMP_DIR, LocalBackend
+from rlm.storage.memory import MemoryBackend
+from rlm.storage.retry import RetryingBackend, RetryPolicy
+from rlm.testing.backend_suite import BackendSuite
+
+
+class TestMemoryBackend(BackendSuite):
+    picklable = False  # a private memory store is empty after unpickling; see the namespace test
+
+    @pytest.fixture
+    def backend(self) -> Iterator[StorageBackend]:
+        with MemoryBackend.from_options({}) as b:
+            yield b
+
+
+class TestLocalBackend(BackendSuite):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Iterator[StorageBackend]:
+        with LocalBackend.from_options({"root": str(tmp_path / "store")}) as b:
+            yield b
+
+
+class TestFaultyBackendWithoutFaults(BackendSuite):
+    @pytest.fixture
+    def backend(self) -> Iterator[StorageBackend]:
+        opts = {"inner": "memory", "inner_options": {"namespace": "suite-faulty"}}
+        with FaultyBackend.from_options(opts) as b:
+            yield b
+
+
+class TestRetriesOverFaultyMemory(BackendSuite):
+    """Every suite operation goes through ~20% injected faults; retries make the contract hold.
+
+    (That faults really fire and are recovered from is asserted in test_faults.py.)
+    """
+
+    picklable = False  # the policy's no-op sleep is a lambda
+
+    @pytest.fixture
+    def backend(self) -> Iterator[StorageBackend]:
+        faulty = FaultyBackend.wrap(
+            MemoryBackend(), seed=7, throttle_rate=0.05, error_rate=0.05, timeout_rate=0.02,
+            lost_ack_rate=0.05, partial_upload_rate=0.03,
+        )
+        with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
+            yield b
+
+
+class TestRetriesOverFaultyLocal(TestRetriesOverFaultyMemory):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Iterator[StorageBackend]:
+        faulty = FaultyBackend.wrap(
+            LocalBackend(root=str(tmp_path)), seed=11, throttle_rate=0.05, error_rate=0.05,
+            lost_ack_rate=0.05, partial_upload_rate=0.05,
+        )
+        with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
+            yield b
+
+
+# -- backend-specific behaviour ------------------------------------------------------------------
+
+
+def test_memory_namespace_is_shared_and_pickles() -> None:
+    import pickle
+
+    a = MemoryBackend(namespace="shared-ns-test")
+    a.put("k", b"v")
+    b = pickle.loads(pickle.dumps(a))
+    assert b.read("k") == b"v"
+    MemoryBackend.drop_namespace("shared-ns-test")
+
+
+def test_local_publishes_atomically_and_hides_temp_files(tmp_path: Path) -> None:
+    b = LocalBackend(root=str(tmp_path))
+    b.put("t/0.log", b"abc")
+    (tmp_path / TMP_DIR / "leftover").write_bytes(b"half a segment")  # a crash mid-upload
+    assert [o.key for o in b.list()] == ["t/0.log"]
+    assert os.listdir(tmp_path / TMP_DIR) == ["leftover"]  # the successful put left no temp file
+
+
+def test_local_delete_prunes_empty_directories(tmp_path: Path) -> None:
+    b = LocalBackend(root=str(tmp_path))
+    b.put("a/b/c", b"1")
+    b.delete("a/b/c")
+    assert not (tmp_path / "a").exists()
+    b.put("a/b/c", b"2")
+    assert b.read("a/b/c") == b"2"
+
+
+def test_local_key_conflicting_with_prefix(tmp_path: Path) -> None:
+    b = LocalBackend(root=str(tmp_path))
+    b.put("a/b", b"1")
+    with pytest.raises(StorageError, match="conflicts"):
+        b.put("a", b"2")
+
+
+def test_local_root_must_be_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(StorageError, match="not a directory"):
+        LocalBackend(root=str(tmp_path / "file"))
+
+
+def test_local_relative_root_resolves_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    b = LocalBackend.from_options({"root": "demo/tiered"})
+    assert b.root == tmp_path / "demo" / "tiered"
+    assert b.root.is_dir()
