@@ -65,9 +65,10 @@ class TimeIndex(Sequence[TimestampOffset]):
     with the segment's max timestamp. Timestamps and offsets are therefore non-decreasing.
 
     Kafka preallocates the active segment's file, so it may end with all-zero entries: those are
-    not entries. Unlike the offset index, even entry 0 is dropped when all-zero: (timestamp 0,
-    relative offset 0) is indistinguishable from preallocation, and a fully preallocated file of a
-    fresh segment must read as empty, not as "timestamp 0 at the base offset".
+    not entries. Entry 0 is always real, as in the offset index: a ``.remotetimeindex`` may
+    legitimately start with (timestamp 0, relative offset 0). A fully preallocated file of a fresh
+    segment therefore reads as one entry (0, base), which is harmless: a floor lookup then leads to
+    position 0 of the segment, as (-1, base) would.
 
     Sanity checks (:class:`CorruptIndexError`, ``position`` = byte position of the bad entry):
     length not a multiple of 12; last (or first) offset below the base; timestamps or offsets
@@ -92,7 +93,7 @@ class TimeIndex(Sequence[TimestampOffset]):
                 position=len(raw) - len(raw) % size,
             )
         used = len(raw.rstrip(b"\x00"))
-        count = -(-used // size)
+        count = min(len(raw) // size, max(1, -(-used // size)))
         self._timestamps = array("q")
         self._relative = array("i")
         for timestamp, relative in _ENTRY.iter_unpack(raw[: count * size]):
