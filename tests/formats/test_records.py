@@ -424,3 +424,15 @@ def test_build_decode_round_trip(recs: list[RecordSpec], base: int, codec: Compr
         assert batch.max_timestamp == max(r.timestamp for r in recs)
     out = decode_records(raw, batch)
     assert out == [Record(base + i, s.timestamp, s.key, s.value, s.headers) for i, s in enumerate(recs)]
+
+
+def test_record_length_prefix_must_match_its_fields() -> None:
+    good = build_batch([RecordSpec(T0, b"k", b"v")], base_offset=5)
+    body = bytearray(good[61:])
+    assert body[0] == 2 * 8  # zig-zag length 8: attrs, ts, offset, keyLen, k, valueLen, v, headerCount
+    body[0] = 2 * 9  # claim one more byte than the fields use, and supply it
+    body += b"\x00"
+    raw = _with_payload(Compression.NONE, bytes(body))
+    with pytest.raises(CorruptRecordError, match="length prefix says 10") as info:
+        decode_records(raw, next(iter_batches(raw)))
+    assert (info.value.position, info.value.offset) == (61, 5)
