@@ -14,3 +14,7 @@ def main() -> None:
 from rlm.cli.dump import dump  # noqa: E402  (commands register after the group exists)
 
 main.add_command(dump)
+
+from rlm.cli.generate import generate  # noqa: E402
+
+main.add_command(generate)
