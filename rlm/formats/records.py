@@ -52,9 +52,9 @@ import enum
 import mmap
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Final, TypeAlias
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final, NoReturn, TypeAlias
 
 import crc32c as _crc32c
 
@@ -219,6 +219,29 @@ class RecordBatch:
         return self.magic >= 2 and bool(self.attributes & _ATTR_DELETE_HORIZON)
 
 
+def _fast_constructor(cls: type[RecordBatch]) -> Callable[..., RecordBatch]:
+    """A positional constructor that fills the slots directly.
+
+    A frozen dataclass ``__init__`` routes every field through ``object.__setattr__`` by name,
+    which costs ~1.5 µs for 19 fields and was a third of the per-batch cost of the scan loop.
+    Calling each slot descriptor's ``__set__`` (bound once, here) builds the identical instance in
+    about half the time. Only the scan loop uses it; equality/hash/repr are the dataclass's own.
+    """
+    names = [f.name for f in fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    body = [f"def make({', '.join(names)}):", "    o = _new(_cls)"]
+    for name in names:
+        namespace[f"_set_{name}"] = getattr(cls, name).__set__
+        body.append(f"    _set_{name}(o, {name})")
+    body.append("    return o")
+    exec("\n".join(body), namespace)
+    make: Callable[..., RecordBatch] = namespace["make"]
+    return make
+
+
+_make_batch = _fast_constructor(RecordBatch)
+
+
 class ControlRecordType(enum.IntEnum):
     """Known control record types (key bytes 2-3); unknown types are kept as plain ints."""
 
@@ -252,6 +275,18 @@ class ControlRecord:
 # --------------------------------------------------------------------------------------------
 
 
+def _raise_small(size: int, pos: int, offset: int) -> NoReturn:
+    if size < MIN_ENTRY_SIZE:
+        raise CorruptRecordError(
+            f"entry size {size} is smaller than the minimum {MIN_ENTRY_SIZE}", position=pos, offset=offset
+        )
+    raise CorruptRecordError(
+        f"record batch size {size} is smaller than the v2 header ({V2_HEADER_SIZE - LOG_OVERHEAD})",
+        position=pos,
+        offset=offset,
+    )
+
+
 def iter_batches(
     buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None
 ) -> Iterator[RecordBatch]:
@@ -274,29 +309,30 @@ def iter_batches(
     crc32c = _crc32c_fn
     codecs = _CODECS
     ts_types = _TS_BY_BIT
-    make = RecordBatch
+    make = _make_batch
     while limit - pos >= _HEADER_UP_TO_MAGIC:
-        base_offset, size = unpack_prefix(buf, pos)
-        if size < MIN_ENTRY_SIZE:
-            raise CorruptRecordError(
-                f"entry size {size} is smaller than the minimum {MIN_ENTRY_SIZE}",
-                position=pos,
-                offset=base_offset,
-            )
-        total = size + LOG_OVERHEAD
-        if pos + total > limit:
-            return  # torn tail: the last append did not complete
-        magic = buf[pos + 16]
-        if magic == 2:
+        if limit - pos >= V2_HEADER_SIZE and buf[pos + 16] == 2:
+            # Hot path: one unpack reads the prefix and the whole v2 header.
+            (
+                base_offset,
+                size,
+                ple,
+                _,
+                crc,
+                attrs,
+                last_delta,
+                base_ts,
+                max_ts,
+                pid,
+                epoch,
+                base_seq,
+                count,
+            ) = unpack_v2(buf, pos)
+            total = size + LOG_OVERHEAD
             if total < V2_HEADER_SIZE:
-                raise CorruptRecordError(
-                    f"record batch size {size} is smaller than the v2 header ({V2_HEADER_SIZE - 12})",
-                    position=pos,
-                    offset=base_offset,
-                )
-            (_, _, ple, _, crc, attrs, last_delta, base_ts, max_ts, pid, epoch, base_seq, count) = unpack_v2(
-                buf, pos
-            )
+                _raise_small(size, pos, base_offset)
+            if pos + total > limit:
+                return  # torn tail: the last append did not complete
             # memoryview slice: CRC over the mapped bytes without copying; dropped right away.
             crc_ok = crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
             if not crc_ok and verify_crc:
@@ -334,6 +370,18 @@ def iter_batches(
                 count,
                 attrs,
             )
+            pos += total
+            continue
+        # Legacy messages, unknown magics and entries shorter than a v2 header.
+        base_offset, size = unpack_prefix(buf, pos)
+        if size < MIN_ENTRY_SIZE:
+            _raise_small(size, pos, base_offset)
+        total = size + LOG_OVERHEAD
+        if pos + total > limit:
+            return  # torn tail
+        magic = buf[pos + 16]
+        if magic == 2:  # fewer than 61 bytes left and the entry fits in them: too small for v2
+            _raise_small(size, pos, base_offset)
         elif magic == 0 or magic == 1:
             yield _legacy_batch(buf, pos, total, verify_crc)
         else:

@@ -1,0 +1,199 @@
+"""Scan benchmark: ``iter_batches`` (CRC-verified, over an mmap) vs raw sequential read.
+
+Generates (or reuses) a segment of realistic v2 batches under ``bench/out/``: a handful of distinct
+~16 KiB batches (uncompressed and snappy) built with ``build_batch`` and repeated with rewritten base
+offsets. The base offset is not covered by the CRC (it covers attributes..end), so copies stay valid
+without recomputing anything, and generating 1 GiB takes seconds.
+
+Both measurements run on a warm page cache (the file is read once first), so the ratio compares the
+parser against the cost of getting the bytes through Python at all, not against the disk.
+Results are printed and recorded as a dated entry in the "Scan" section of BENCHMARKS.md.
+
+    .venv/bin/python bench/scan_bench.py                 # 1 GiB
+    .venv/bin/python bench/scan_bench.py --size-mib 64   # quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import mmap
+import os
+import platform
+import random
+import struct
+import sys
+import time
+from pathlib import Path
+
+from rlm.formats.compression import Compression
+from rlm.formats.records import RecordSpec, build_batch, iter_batches
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+SECTION = "## Scan throughput"
+CHUNK = 1 << 20
+TARGET_RATIO = 0.5
+
+
+def template_batches(batch_bytes: int) -> list[bytes]:
+    """Distinct batches of ~``batch_bytes`` (before compression): 4 uncompressed, 4 snappy."""
+    rng = random.Random(405)
+    templates: list[bytes] = []
+    for i in range(8):
+        codec = Compression.NONE if i % 2 == 0 else Compression.SNAPPY
+        specs: list[RecordSpec] = []
+        size = 0
+        n = 0
+        while size < batch_bytes - 400:
+            value = (
+                f'{{"order_id":{rng.randrange(10**9)},"status":"{rng.choice(["NEW", "PAID", "SHIPPED"])}",'
+                f'"amount":{rng.random() * 1000:.2f},"note":"{rng.randbytes(40).hex()}"}}'
+            ).encode()
+            key = f"order-{rng.randrange(10**6)}".encode()
+            specs.append(RecordSpec(1_766_799_076_131 + n, key, value))
+            size += len(value) + len(key) + 12
+            n += 1
+        templates.append(build_batch(specs, base_offset=0, compression=codec, partition_leader_epoch=10))
+    return templates
+
+
+def generate(path: Path, size_bytes: int, batch_bytes: int) -> int:
+    """Write batches until the next one would pass ``size_bytes``; return the file size."""
+    templates = template_batches(batch_bytes)
+    counts = [struct.unpack_from(">i", t, 23)[0] + 1 for t in templates]  # lastOffsetDelta + 1
+    tmp = path.with_suffix(".tmp")
+    offset = 0
+    written = 0
+    i = 0
+    buf = bytearray()
+    with tmp.open("wb") as f:
+        while True:
+            t = templates[i % len(templates)]
+            if written + len(buf) + len(t) > size_bytes:
+                break
+            start = len(buf)
+            buf += t
+            struct.pack_into(">q", buf, start, offset)  # baseOffset: outside the CRC
+            offset += counts[i % len(templates)]
+            i += 1
+            if len(buf) >= CHUNK:
+                f.write(buf)
+                written += len(buf)
+                buf.clear()
+        f.write(buf)
+        written += len(buf)
+    tmp.replace(path)
+    return written
+
+
+def raw_read(path: Path) -> float:
+    """Seconds to read the whole file in 1 MiB chunks (readinto: no per-chunk allocation)."""
+    chunk = bytearray(CHUNK)
+    start = time.perf_counter()
+    with path.open("rb", buffering=0) as f:
+        while f.readinto(chunk):
+            pass
+    return time.perf_counter() - start
+
+
+def scan(path: Path) -> tuple[float, int]:
+    """Seconds for ``iter_batches(verify_crc=True)`` over an mmap of the file, and the batch count."""
+    start = time.perf_counter()
+    n = 0
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        for _ in iter_batches(m, verify_crc=True):
+            n += 1
+    return time.perf_counter() - start, n
+
+
+def machine() -> str:
+    mem_kib = 0
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} CPUs (nproc), {mem_kib / 2**20:.1f} GiB RAM, {cpu}; "
+        f"Python {platform.python_version()} on {platform.system()} {platform.release()}"
+    )
+
+
+def record(entry: str) -> None:
+    """Insert ``entry`` at the end of the Scan section of BENCHMARKS.md (creating what is missing)."""
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    try:
+        head = next(i for i, line in enumerate(lines) if line.startswith(SECTION))
+    except StopIteration:
+        if not text.endswith("\n"):
+            text += "\n"
+        BENCHMARKS.write_text(text + f"\n{SECTION}\n\n" + entry)
+        return
+    nxt = next((i for i in range(head + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
+    after = "".join(lines[nxt:])
+    BENCHMARKS.write_text(before + entry + ("\n" + after if after else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mib", type=int, default=1024, help="segment size to scan (default 1024)")
+    ap.add_argument("--batch-kib", type=int, default=16, help="uncompressed bytes per batch (default 16)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is kept")
+    ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
+    args = ap.parse_args(argv)
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"scan-{args.size_mib}MiB-{args.batch_kib}KiB.log"
+    target = args.size_mib << 20
+    if path.exists() and target - 64 * 1024 <= path.stat().st_size <= target:
+        print(f"reusing {path}")
+    else:
+        t = time.perf_counter()
+        generate(path, target, args.batch_kib * 1024)
+        print(f"generated {path} in {time.perf_counter() - t:.1f} s")
+    size = path.stat().st_size
+
+    raw_read(path)  # warm the page cache for both measurements
+    raw_s = min(raw_read(path) for _ in range(args.repeat))
+    scans = [scan(path) for _ in range(args.repeat)]
+    scan_s = min(s for s, _ in scans)
+    batches = scans[0][1]
+    raw_mbs = size / raw_s / 1e6
+    scan_mbs = size / scan_s / 1e6
+    ratio = scan_mbs / raw_mbs
+
+    table = (
+        "| measurement | seconds | MB/s |\n|---|---|---|\n"
+        f"| raw read, 1 MiB `readinto` chunks | {raw_s:.3f} | {raw_mbs:,.0f} |\n"
+        f"| `iter_batches` over mmap, CRC-32C verified | {scan_s:.3f} | {scan_mbs:,.0f} |\n"
+        f"| **ratio** (scan / raw, target ≥ {TARGET_RATIO}) | | **{ratio:.2f}** |\n"
+    )
+    avg_kib = size / batches / 1024
+    print(f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}")
+    print(table)
+    if not args.no_record:
+        given = argv if argv is not None else sys.argv[1:]
+        cmd = " ".join([".venv/bin/python bench/scan_bench.py", *given])
+        entry = (
+            f"### {dt.date.today().isoformat()} — {size / 2**20:.0f} MiB, {batches} batches "
+            f"({avg_kib:.1f} KiB avg, half snappy)\n\n"
+            f"- machine: {machine()}\n"
+            f"- command: `{cmd}` (warm page cache, best of {args.repeat})\n\n" + table
+        )
+        record(entry)
+        print(f"recorded in {BENCHMARKS}")
+    return 0 if ratio >= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
