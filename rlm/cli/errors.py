@@ -13,7 +13,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from rlm.errors import ConfigError, InvalidArgumentError, RlmError
+from rlm.errors import BackendNotFoundError, ConfigError, InvalidArgumentError, RlmError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -23,8 +23,9 @@ EXIT_USAGE = 2
 
 
 def exit_code_for(err: BaseException) -> int:
-    """2 for configuration/argument errors, 1 for everything else."""
-    return EXIT_USAGE if isinstance(err, ConfigError | InvalidArgumentError) else EXIT_FAILURE
+    """2 for configuration/argument errors (an unknown backend too), 1 for everything else."""
+    usage = ConfigError | InvalidArgumentError | BackendNotFoundError
+    return EXIT_USAGE if isinstance(err, usage) else EXIT_FAILURE
 
 
 def report(err: BaseException) -> None:

@@ -1,8 +1,12 @@
-"""Entry point and command group of the ``rlm`` CLI."""
+"""Entry point and command group of the ``rlm`` CLI (DESIGN §4)."""
 
 from __future__ import annotations
 
 import click
+
+from rlm.cli.dump import dump
+from rlm.cli.generate import generate
+from rlm.cli.run import gc, rebuild_index, run, status
 
 
 @click.group()
@@ -11,10 +15,5 @@ def main() -> None:
     """rlm — tiered-storage remote log manager for Kafka-format log directories."""
 
 
-from rlm.cli.dump import dump  # noqa: E402  (commands register after the group exists)
-
-main.add_command(dump)
-
-from rlm.cli.generate import generate  # noqa: E402
-
-main.add_command(generate)
+for command in (dump, generate, run, status, gc, rebuild_index):
+    main.add_command(command)

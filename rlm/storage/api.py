@@ -133,6 +133,17 @@ def as_stream(data: Data) -> BinaryIO:
     return data
 
 
+def read_fully(stream: BinaryIO, n: int) -> bytes:
+    """Read exactly ``n`` bytes, or fewer only at EOF (a raw stream's ``read`` may return less)."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = stream.read(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
 def _rebuild(cls: type[StorageBackend], options: dict[str, Any]) -> StorageBackend:
     return cls.from_options(options)
 
@@ -169,6 +180,21 @@ class StorageBackend(ABC):
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.describe()["options"].items() if v is not None)
         return f"{type(self).__name__}({opts})"
+
+    def url(self, key: str) -> str:
+        """A URL naming ``key`` in this store (used in RDIs: ``<url>#<byte position>``).
+
+        Backends override it with their native form (``file:///root/key``, ``s3://bucket/prefix/key``).
+        :meth:`key_for_url` is its inverse.
+        """
+        return f"{self.name}://{validate_key(key)}"
+
+    def key_for_url(self, url: str) -> str:
+        """The key a URL from :meth:`url` names; ValueError when the URL is not in this store."""
+        root = self.url("x")[:-1]
+        if not url.startswith(root):
+            raise ValueError(f"{url!r} is not an object URL of this {self.name} store ({root}...)")
+        return validate_key(url[len(root):])
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections/threads. Idempotent."""

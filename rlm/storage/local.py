@@ -32,6 +32,7 @@ from rlm.storage.api import (
     ObjectInfo,
     StorageBackend,
     page_from_sorted,
+    validate_key,
 )
 from rlm.storage.options import Option
 
@@ -68,6 +69,9 @@ class LocalBackend(StorageBackend):
             (self.root / TMP_DIR).mkdir(exist_ok=True)
         except OSError as e:
             raise StorageError(f"local: cannot use root {str(self.root)!r}: {e.strerror or e}") from e
+
+    def url(self, key: str) -> str:
+        return (self.root / validate_key(key)).as_uri()
 
     @property
     def capabilities(self) -> Capabilities:

@@ -1,0 +1,42 @@
+"""What several commands share: the ``--config`` option, building the manager, progress output."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rlm.config import Settings, load_settings
+from rlm.errors import ConfigError
+from rlm.storage.registry import create_backend
+from rlm.tiering.manager import RemoteLogManager
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(func: F) -> F:
+    return click.option("--config", "config_path", required=True, type=click.Path(path_type=Path),
+                        help="TOML configuration file (DESIGN §3).")(func)
+
+
+def load(config_path: Path) -> Settings:
+    return load_settings(config_path)
+
+
+def build_manager(settings: Settings) -> RemoteLogManager:
+    backend = create_backend(settings.remote.backend, settings.remote.options)
+    return RemoteLogManager(settings, backend)
+
+
+def interactive(quiet: bool = False) -> bool:
+    """Progress bars only on a terminal, never when piped or with --quiet."""
+    return not quiet and sys.stderr.isatty()
+
+
+def require_dirs(settings: Settings) -> None:
+    missing = [str(d) for d in settings.log.dirs if not d.is_dir()]
+    if missing:
+        raise ConfigError(f"log.dirs: {', '.join(missing)} is not a directory ({settings.source})")

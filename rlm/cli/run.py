@@ -1,0 +1,94 @@
+"""``rlm run``, ``rlm status``, ``rlm gc``, ``rlm rebuild-index`` (DESIGN §4)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from rlm.cli.common import build_manager, config_option, interactive, load, require_dirs
+from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.daemon.logs import configure
+
+
+def _emit(doc: object) -> None:
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+@click.command("run")
+@config_option
+@click.option("--once", is_flag=True, help="One full pass (discover, copy, index, retention, GC), then exit.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@handle_errors
+def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
+    """Run the tiering daemon (or one pass with --once)."""
+    settings = load(config_path)
+    configure(log_format, logging.WARNING if once and not quiet and interactive() else logging.INFO)
+    require_dirs(settings)
+    manager = build_manager(settings)
+    if not once:
+        from rlm.daemon.scheduler import TieringDaemon
+        from rlm.daemon.server import serve_metrics
+
+        serve_metrics(manager, settings.server)
+        TieringDaemon(manager).run_forever()
+        return
+    parts = manager.discover()
+    from tqdm import tqdm
+
+    with tqdm(total=len(parts), unit="partition", disable=not interactive(quiet),
+              desc="tiering") as bar:
+        results = manager.run_once(on_result=lambda r: bar.update(1))
+    failed = [r for r in results if r.error]
+    summary = {
+        "partitions": len(results),
+        "segments_copied": sum(len(r.copied) for r in results),
+        "segments_deleted": sum(len(r.deleted) for r in results),
+        "errors": {f"{r.topic}-{r.partition}": r.error for r in failed},
+    }
+    _emit(summary)
+    if failed:
+        for r in failed:
+            click.echo(f"rlm: error: {r.topic}-{r.partition}: {r.error}", err=True)
+        raise SystemExit(EXIT_FAILURE)
+
+
+@click.command("status")
+@config_option
+@handle_errors
+def status(config_path: Path) -> None:
+    """Per-partition tiering state as JSON (safe-to-delete point = highest_tiered_offset)."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    _emit(build_manager(settings).status())
+
+
+@click.command("gc")
+@config_option
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@handle_errors
+def gc(config_path: Path, dry_run: bool) -> None:
+    """Delete objects of abandoned copy attempts older than tiering.gc_grace_ms."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    for orphan in build_manager(settings).collect_garbage(dry_run=dry_run):
+        _emit({"topic": orphan.topic, "partition": orphan.partition, "base_offset": orphan.base_offset,
+               "attempt": orphan.attempt_id, "objects": list(orphan.keys), "bytes": orphan.bytes,
+               "age_ms": orphan.age_ms, "deleted": not dry_run})
+
+
+@click.command("rebuild-index")
+@config_option
+@handle_errors
+def rebuild_index(config_path: Path) -> None:
+    """Rebuild every local remote-index set from the remote manifests alone."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    _emit(build_manager(settings).rebuild_index())

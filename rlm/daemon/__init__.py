@@ -1,0 +1,1 @@
+"""The long-running side of ``rlm run``: scheduling, signals, logs."""

@@ -1,0 +1,1 @@
+"""The tiering engine: copy protocol, remote index family, recovery, retention, GC (DESIGN §2)."""

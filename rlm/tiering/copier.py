@@ -1,0 +1,261 @@
+"""The copy protocol for one segment (DESIGN §2): pin, scan, journal, upload, manifest, index.
+
+Order is what makes it crash-safe:
+
+1. **pin** — hard-link the segment's files into a private staging dir, so the log store's
+   retention (or its rename to ``.deleted``) cannot pull them away mid-copy;
+2. **scan** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
+   never uploaded; build the segment's ``.remotelogindex`` entries;
+3. **journal** COPY_STARTED, then upload the data objects under attempt-unique keys, then the
+   segment's entries object, then the **manifest last** with "create only if absent" — the commit;
+4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
+
+A crash anywhere converges on restart (:mod:`rlm.tiering.recovery`). Crash points
+(:mod:`rlm.tiering.crash`) mark each step for the crash tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from rlm.errors import FormatError, ObjectExistsError, RlmError, StorageError
+from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
+from rlm.formats.records import RecordBatch, iter_batches
+from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries, iter_entries
+from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
+from rlm.storage.retry import put_if_absent_idempotent
+from rlm.tiering import keys
+from rlm.tiering.crash import crash_point
+from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.state import PartitionContext
+from rlm.tiering.throttle import ThrottledReader
+
+log = logging.getLogger(__name__)
+
+
+class SegmentQuarantined(RlmError):
+    """The segment failed verification; it is not uploaded and blocks its partition's tiering."""
+
+
+class SegmentVanished(RlmError):
+    """The log store deleted the segment before it could be pinned."""
+
+
+@dataclass(frozen=True, slots=True)
+class CopyResult:
+    manifest: SegmentManifest
+    entries: list[RemoteLogIndexEntry]
+    adopted: bool  # an earlier attempt had already committed this segment
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError as err:
+        if err.errno != errno.EXDEV:
+            raise
+        shutil.copy2(src, dst)  # staging on another file system: a copy pins just as well
+
+
+def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, Path]:
+    """Hard-link the segment's files into ``pin_dir``; role → pinned path.
+
+    The ``.log`` may already be renamed ``.log.deleted`` by the store: that name is tried too.
+    Raises :class:`SegmentVanished` when the ``.log`` is gone entirely. Optional companions
+    (indexes, snapshot, leader-epoch checkpoint) are pinned when present.
+    """
+    pin_dir.mkdir(parents=True, exist_ok=True)
+    roles = {
+        keys.LOG: segment.log,
+        keys.OFFSET_INDEX: segment.index,
+        keys.TIME_INDEX: segment.time_index,
+        keys.PRODUCER_SNAPSHOT: segment.snapshot,
+        keys.LEADER_EPOCHS: partition_dir / LEADER_EPOCH_CHECKPOINT,
+    }
+    pinned: dict[str, Path] = {}
+    for role, src in roles.items():
+        if src is None:
+            continue
+        dst = pin_dir / role
+        for candidate in (src, src.with_name(src.name + ".deleted")):
+            try:
+                _link_or_copy(candidate, dst)
+                pinned[role] = dst
+                break
+            except FileNotFoundError:
+                continue
+    if keys.LOG not in pinned:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+        raise SegmentVanished("segment deleted by the log store before it was copied",
+                              file=segment.log, offset=segment.base_offset)
+    return pinned
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedSegment:
+    batches: list[RecordBatch]
+    size: int
+    crc32c: int
+
+
+def scan(log_path: Path) -> ScannedSegment:
+    """CRC-verify every batch; a rolled segment with a torn tail or bad CRC is corrupt."""
+    with log_path.open("rb") as fh:
+        size = fh.seek(0, 2)
+        if size == 0:
+            return ScannedSegment([], 0, 0)
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            try:
+                batches = list(iter_batches(buf, verify_crc=True))
+            except FormatError as err:
+                raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=log_path,
+                                         position=err.position, offset=err.offset) from err
+            valid = batches[-1].position + batches[-1].size if batches else 0
+            if valid != size:
+                raise SegmentQuarantined(
+                    f"rolled segment ends with {size - valid} bytes that are not a complete batch",
+                    file=log_path, position=valid)
+            checksum = crc32c.crc32c(buf)
+    return ScannedSegment(batches, size, checksum)
+
+
+def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
+    """Leader-epoch entries that apply to offsets [first, last]: the one in force at ``first``
+    and every later one starting at or before ``last``."""
+    if path is None:
+        return ()
+    try:
+        entries = parse_leader_epoch_checkpoint(path.read_text()).entries
+    except (OSError, FormatError) as err:
+        log.warning("ignoring unreadable %s: %s", path, err)
+        return ()
+    in_force = [e for e in entries if e.start_offset <= first][-1:]
+    later = [e for e in entries if first < e.start_offset <= last]
+    return tuple((e.epoch, e.start_offset) for e in in_force + later)
+
+
+def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
+    """Upload through the shared token bucket, retrying transient errors from byte 0."""
+    shared = ctx.shared
+    size = path.stat().st_size
+    crc = 0
+    sent = 0
+    half_reached = False
+
+    def on_bytes(n: int) -> None:
+        nonlocal sent, half_reached
+        sent += n
+        shared.metrics.copy_bytes.labels(**ctx.labels).inc(n)
+        if watch_half and not half_reached and sent >= size // 2:
+            half_reached = True
+            crash_point("mid_upload")
+
+    with path.open("rb") as fh:
+        stream = ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, stop=shared.stop)
+        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=lambda: stream.seek(0))
+        fh.seek(0)
+        while chunk := fh.read(1 << 20):
+            crc = crc32c.crc32c(chunk, crc)
+    return StoredObject(key, size, crc)
+
+
+def _upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
+    ctx.shared.retry.call(lambda: ctx.shared.backend.put(key, data))
+    return StoredObject(key, len(data), crc32c.crc32c(data))
+
+
+def fetch_entries(ctx: PartitionContext, manifest: SegmentManifest) -> list[RemoteLogIndexEntry]:
+    """The segment's own entries, as uploaded with it (CRC-verified)."""
+    stored = manifest.objects[keys.REMOTE_LOG_INDEX]
+    data = ctx.shared.retry.call(lambda: ctx.shared.backend.read(stored.key))
+    try:
+        return [d.entry for d in iter_entries(data)]
+    except FormatError as err:
+        raise err.in_file(stored.key) from err
+
+
+def copy_segment(ctx: PartitionContext, segment: SegmentFiles) -> CopyResult | None:
+    """Copy one rolled segment; None for an empty segment (nothing to tier).
+
+    Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every
+    case the attempt leaves nothing a reader can see and recovery/GC clean up after it.
+    """
+    shared = ctx.shared
+    started = time.monotonic()
+    attempt = keys.new_attempt_id(shared.clock_ms())
+    pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
+    pinned = pin(segment, ctx.part.path, pin_dir)
+    crash_point("after_pin")
+    try:
+        scanned = scan(pinned[keys.LOG])
+        if not scanned.batches:
+            return None
+        first, last = scanned.batches[0], scanned.batches[-1]
+        key = lambda name: keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name)  # noqa: E731
+        log_key = key(keys.LOG)
+        entries = build_entries(scanned.batches, object_url=shared.backend.url(log_key),
+                                index_entry_bytes=shared.settings.index_entry_bytes)
+        entries_blob = b"".join(e.encode() for e in entries)
+
+        ctx.journal.append("COPY_STARTED", segment.base_offset, attempt)
+        ctx.in_flight.add(attempt)
+        crash_point("after_journal_start")
+        objects: dict[str, StoredObject] = {}
+        with shared.upload_slots:
+            objects["log"] = _upload_file(ctx, log_key, pinned[keys.LOG], watch_half=True)
+            for role, name in ((keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"),
+                               (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"),
+                               (keys.PRODUCER_SNAPSHOT, "producer_snapshot")):
+                if role in pinned:
+                    objects[name] = _upload_file(ctx, key(role), pinned[role])
+            objects[keys.REMOTE_LOG_INDEX] = _upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), entries_blob)
+        if objects["log"].crc32c != scanned.crc32c:
+            raise StorageError("segment changed while it was uploaded (CRC-32C differs)",
+                               file=pinned[keys.LOG], offset=segment.base_offset)
+        crash_point("after_data")
+
+        manifest = SegmentManifest(
+            topic=ctx.topic, partition=ctx.partition, base_offset=first.base_offset,
+            last_offset=last.last_offset,
+            first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+            max_timestamp=max(b.max_timestamp for b in scanned.batches),
+            size_bytes=scanned.size, record_batches=len(scanned.batches), index_entries=len(entries),
+            attempt_id=attempt, created_ms=shared.clock_ms(), objects=objects,
+            leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset,
+                                         last.last_offset),
+        )
+        manifest_key = keys.manifest_key(ctx.topic, ctx.partition, segment.base_offset)
+        adopted = False
+        try:
+            put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)
+        except ObjectExistsError:
+            # Another attempt committed this segment first (e.g. a sidecar on another replica).
+            existing = SegmentManifest.from_json(shared.backend.read(manifest_key), key=manifest_key)
+            if not existing.same_segment_as(manifest):
+                raise StorageError(
+                    f"remote already holds a different segment at base offset {segment.base_offset} "
+                    f"(last offset {existing.last_offset}, {existing.size_bytes} bytes; local has "
+                    f"{manifest.last_offset}, {manifest.size_bytes} bytes)", file=manifest_key) from None
+            shared.backend.delete_many(o.key for o in objects.values())
+            manifest, entries, adopted = existing, fetch_entries(ctx, existing), True
+        crash_point("after_manifest")
+
+        ctx.family.append_segment(entries)
+        crash_point("before_journal_finish")
+        ctx.journal.append("COPY_FINISHED", segment.base_offset, attempt)
+        ctx.in_flight.discard(attempt)
+        shared.metrics.copy_requests.labels(**ctx.labels).inc()
+        shared.metrics.copy_seconds.labels(**ctx.labels).observe(time.monotonic() - started)
+        return CopyResult(manifest, entries, adopted)
+    finally:
+        ctx.in_flight.discard(attempt)
+        shutil.rmtree(pin_dir, ignore_errors=True)

@@ -1,0 +1,43 @@
+"""Named crash points on the copy and delete paths, for crash tests.
+
+``RLM_CRASH_AT=<point>`` (optionally ``<point>:<n>`` to crash at the n-th time the point is
+reached, 1-based) makes the process SIGKILL itself there: no ``finally``, no flush, exactly
+like a power cut as far as the process's own files are concerned. Unset, a crash point costs
+one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+POINTS = (
+    "after_pin",             # segment files hard-linked into staging
+    "after_journal_start",   # COPY_STARTED durable, nothing uploaded
+    "mid_upload",            # the .log upload is half sent
+    "after_data",            # data + entries uploaded, no manifest
+    "after_manifest",        # committed remotely, local index not yet appended
+    "mid_local_append",      # part of the segment's entries appended locally
+    "before_fsync",          # local index bytes written, not yet fsynced
+    "before_journal_finish", # local index durable, COPY_FINISHED not written
+    "after_delete_manifest", # retention: manifest deleted, data still there
+)
+
+_counts: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process if ``RLM_CRASH_AT`` names ``name`` (and its count is reached)."""
+    spec = os.environ.get("RLM_CRASH_AT")
+    if not spec:
+        return
+    point, _, nth = spec.partition(":")
+    if point != name:
+        return
+    with _lock:
+        _counts[name] = _counts.get(name, 0) + 1
+        reached = _counts[name] >= (int(nth) if nth else 1)
+    if reached:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,92 @@
+"""A per-partition write-ahead journal of copy and delete attempts (JSON Lines, fsynced).
+
+Events: ``COPY_STARTED`` / ``COPY_FINISHED`` / ``COPY_ABORTED`` and ``DELETE_STARTED`` /
+``DELETE_FINISHED``, each with the segment base offset and the attempt id. A started attempt with
+no matching end is *open*: after a crash, recovery resolves it (resume, or discard its objects).
+Every append is fsynced before the step it announces begins. A torn last line (crash mid-write)
+is ignored: the step it announced never started. The journal is compacted (rewritten atomically
+with only open attempts) when it grows past :data:`COMPACT_BYTES`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rlm.fsutil import atomic_write, fsync_dir
+
+EventType = Literal[
+    "COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"
+]
+_ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}
+COMPACT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    type: EventType
+    base_offset: int
+    attempt_id: str
+    at_ms: int
+
+
+class Journal:
+    """The journal file of one partition; not thread-safe (one writer per partition)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def events(self) -> list[JournalEvent]:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                doc = json.loads(line)
+                events.append(JournalEvent(doc["type"], int(doc["base"]), doc["attempt"], int(doc["at"])))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line: its step never began
+        return events
+
+    def open_attempts(self) -> list[JournalEvent]:
+        """Started events without an end, oldest first."""
+        open_: dict[tuple[str, int, str], JournalEvent] = {}
+        for ev in self.events():
+            if ev.type in _ENDS:
+                open_[(ev.type, ev.base_offset, ev.attempt_id)] = ev
+            else:
+                for start, ends in _ENDS.items():
+                    if ev.type in ends:
+                        open_.pop((start, ev.base_offset, ev.attempt_id), None)
+        return list(open_.values())
+
+    def append(self, type_: EventType, base_offset: int, attempt_id: str) -> None:
+        line = json.dumps({"type": type_, "base": base_offset, "attempt": attempt_id,
+                           "at": int(time.time() * 1000)}) + "\n"
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self.path.parent)
+        if self.path.stat().st_size > COMPACT_BYTES:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the journal keeping only open attempts (atomic: temp file + rename)."""
+        keep = self.open_attempts()
+        text = "".join(
+            json.dumps({"type": e.type, "base": e.base_offset, "attempt": e.attempt_id, "at": e.at_ms}) + "\n"
+            for e in keep
+        )
+        atomic_write(self.path, text.encode("utf-8"))

@@ -1,0 +1,312 @@
+"""The remote log manager: every partition of the configured log dirs, one pass at a time.
+
+A *pass* over a partition = recover (once) → copy eligible segments oldest first → retention.
+Passes of one partition never overlap (a per-partition lock; a pass that finds it held is
+skipped), different partitions run in parallel, and uploads share one token bucket and one
+concurrency cap. The daemon schedules passes; ``rlm run --once`` runs one pass over everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.config import Settings
+from rlm.errors import RlmError
+from rlm.logdir.scan import (
+    PartitionDir,
+    SegmentFiles,
+    active_segment,
+    discover_partitions,
+    eligible_segments,
+    list_segments,
+    partition_state,
+    read_checkpoints,
+)
+from rlm.logdir.segment import LogSegment
+from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering.copier import SegmentQuarantined, SegmentVanished, copy_segment
+from rlm.tiering.gc import Orphan, collect_garbage
+from rlm.tiering.journal import Journal
+from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.recovery import recover
+from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.retention import apply_retention
+from rlm.tiering.state import PartitionContext, SharedResources
+from rlm.tiering.throttle import TokenBucket, UploadAbandoned
+from rlm.tiering.watchdog import CopyWatchdog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    """What one pass over one partition did."""
+
+    topic: str
+    partition: int
+    copied: list[int] = field(default_factory=list)       # base offsets
+    deleted: list[int] = field(default_factory=list)      # base offsets removed by retention
+    skipped: bool = False                                 # another pass held the partition
+    error: str | None = None
+
+
+def default_state_dir(log_dir: Path) -> Path:
+    """``<parent>/<log dir name>.rlm-state``: beside the log dir, so on the same file system
+    (pins are hard links) but outside it (Kafka refuses unknown directories inside a log dir)."""
+    return log_dir.parent / f"{log_dir.name}.rlm-state"
+
+
+class RemoteLogManager:
+    """Owns the shared resources and one :class:`PartitionContext` per discovered partition."""
+
+    def __init__(self, settings: Settings, backend: StorageBackend, *,
+                 metrics: TieringMetrics | None = None,
+                 clock_ms: Callable[[], int] | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self.settings = settings
+        t = settings.tiering
+        self.shared = SharedResources(
+            backend=backend, settings=t, metrics=metrics or TieringMetrics(),
+            bucket=TokenBucket(t.upload_bytes_per_sec),
+            upload_slots=threading.BoundedSemaphore(t.max_concurrent_uploads),
+            stop=threading.Event(), retry=retry or RetryPolicy(),
+            clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
+        )
+        self.watchdog = CopyWatchdog(self.shared.metrics)
+        self._contexts: dict[tuple[str, int], PartitionContext] = {}
+        self._locks: dict[tuple[str, int], threading.Lock] = {}
+        self._registry_lock = threading.Lock()
+
+    # -- partitions ---------------------------------------------------------------------------
+
+    def discover(self) -> list[PartitionDir]:
+        return discover_partitions(self.settings.log.dirs)
+
+    def _state_dir(self, part: PartitionDir) -> Path:
+        root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)
+        return root / part.name
+
+    def context(self, part: PartitionDir) -> PartitionContext:
+        key = (part.topic, part.partition)
+        with self._registry_lock:
+            ctx = self._contexts.get(key)
+            if ctx is None:
+                state_dir = self._state_dir(part)
+                t = self.settings.tiering
+                family = RemoteIndexFamily(part.path, state_dir / "index-sets.json",
+                                           rotate_bytes=t.index_rotate_bytes, rotate_ms=t.index_rotate_ms,
+                                           clock_ms=self.shared.clock_ms)
+                ctx = PartitionContext(part, state_dir, self.shared, family, Journal(state_dir / "journal.jsonl"))
+                self._contexts[key] = ctx
+                self._locks[key] = threading.Lock()
+            return ctx
+
+    def contexts(self) -> Iterator[PartitionContext]:
+        for part in self.discover():
+            yield self.context(part)
+
+    def stop(self) -> None:
+        """Ask in-flight uploads to abandon at the next chunk (shutdown)."""
+        self.shared.stop.set()
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
+        ctx = self.context(part)
+        result = PassResult(part.topic, part.partition)
+        lock = self._locks[(part.topic, part.partition)]
+        if not lock.acquire(blocking=False):
+            result.skipped = True
+            return result
+        started = time.monotonic()
+        try:
+            if not ctx.recovered:
+                recover(ctx)
+            self._copy_eligible(ctx, result)
+            if retention and not self.shared.stop.is_set():
+                result.deleted = [m.base_offset for m in apply_retention(ctx).expired]
+            ctx.last_error = None
+        except UploadAbandoned:
+            result.error = "abandoned: shutting down"
+            ctx.recovered = False
+        except RlmError as err:
+            result.error = ctx.last_error = str(err)
+            ctx.recovered = False  # converge again before the next pass
+            log.error("%s: %s", part.name, err)
+        finally:
+            self.shared.metrics.task_seconds.labels(**ctx.labels).observe(time.monotonic() - started)
+            ctx.publish_gauges()
+            lock.release()
+        return result
+
+    def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[tuple[SegmentFiles, int]]:
+        """Eligible segments not yet tiered, with each one's next base offset."""
+        state = partition_state(ctx.part, read_checkpoints(ctx.part.log_dir))
+        eligible = eligible_segments(segments, state, self.settings.log.eligibility)
+        bases = [s.base_offset for s in segments]
+        highest = ctx.progress.highest_tiered_offset
+        pending = []
+        for seg in eligible:
+            next_base = bases[bases.index(seg.base_offset) + 1]
+            if next_base - 1 <= highest:
+                continue  # already remote
+            if seg.base_offset <= highest:
+                raise RlmError(
+                    f"segment {seg.base_offset}-{next_base - 1} overlaps the tiered offsets (highest "
+                    f"{highest}): the log was truncated or rewritten below what was tiered; "
+                    "not copying it", file=seg.log, offset=seg.base_offset)
+            pending.append((seg, next_base))
+        return pending
+
+    def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
+        m = self.shared.metrics
+        segments = list_segments(ctx.part)
+        pending = self._pending(ctx, segments)
+        self._publish_lag(ctx, pending)
+        if pending and ctx.progress.highest_tiered_offset >= 0 and (
+                pending[0][0].base_offset > ctx.progress.highest_tiered_offset + 1):
+            log.warning("%s: offsets %d-%d were deleted locally before they were tiered", ctx.part.name,
+                        ctx.progress.highest_tiered_offset + 1, pending[0][0].base_offset - 1)
+            m.skipped_deleted.labels(**ctx.labels).inc()
+        for index, (seg, _next_base) in enumerate(pending):
+            if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
+                break
+            try:
+                with self.watchdog.watch(ctx, seg):
+                    copied = copy_segment(ctx, seg)
+            except SegmentVanished as err:
+                log.warning("%s", err)
+                m.skipped_deleted.labels(**ctx.labels).inc()
+                continue
+            except SegmentQuarantined as err:
+                ctx.quarantined[seg.base_offset] = str(err)
+                m.copy_errors.labels(**ctx.labels).inc()
+                raise
+            except (RlmError, OSError) as err:
+                m.copy_errors.labels(**ctx.labels).inc()
+                if isinstance(err, OSError):
+                    raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
+                raise
+            if copied is not None:
+                ctx.manifests.append(copied.manifest)
+                ctx.progress.highest_tiered_offset = copied.manifest.last_offset
+                if ctx.progress.remote_log_start_offset < 0:
+                    ctx.progress.remote_log_start_offset = copied.manifest.base_offset
+                ctx.save_progress()
+                result.copied.append(seg.base_offset)
+            self._publish_lag(ctx, pending[index + 1:])
+
+    def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
+        m = self.shared.metrics
+        m.copy_lag_segments.labels(**ctx.labels).set(len(pending))
+        m.copy_lag_bytes.labels(**ctx.labels).set(sum(s.size for s, _ in pending))
+
+    def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
+                 gc: bool = True) -> list[PassResult]:
+        """One full pass: every partition (copy + retention), then GC. Sequential per partition;
+        uploads inside are bounded by the shared cap."""
+        results = []
+        for part in self.discover():
+            if self.shared.stop.is_set():
+                break
+            res = self.run_partition(part)
+            results.append(res)
+            if on_result is not None:
+                on_result(res)
+        if gc and not self.shared.stop.is_set():
+            self.collect_garbage()
+        return results
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def collect_garbage(self, *, dry_run: bool = False) -> list[Orphan]:
+        orphans: list[Orphan] = []
+        for ctx in self.contexts():
+            lock = self._locks[(ctx.topic, ctx.partition)]
+            with lock:
+                if not dry_run and not ctx.recovered:
+                    recover(ctx)  # resolves the attempts the journal knows about first
+                orphans.extend(collect_garbage(ctx, dry_run=dry_run))
+        return orphans
+
+    def rebuild_index(self) -> dict[str, int]:
+        """Rebuild every local remote-index family from the remote manifests alone."""
+        rebuilt: dict[str, int] = {}
+        for ctx in self.contexts():
+            with self._locks[(ctx.topic, ctx.partition)]:
+                ctx.family.open()
+                ctx.family.delete_all()
+                ctx.progress_path.unlink(missing_ok=True)
+                ctx.recovered = False
+                recover(ctx)
+                rebuilt[ctx.part.name] = sum(m.index_entries for m in ctx.manifests)
+        return rebuilt
+
+    # -- status -------------------------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined)."""
+        rows = []
+        for ctx in self.contexts():
+            if not ctx.recovered:
+                with self._locks[(ctx.topic, ctx.partition)]:
+                    try:
+                        recover(ctx)
+                    except RlmError as err:
+                        ctx.last_error = str(err)
+            rows.append(self.partition_status(ctx))
+        return rows
+
+    def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
+        segments = list_segments(ctx.part)
+        state = partition_state(ctx.part, read_checkpoints(ctx.part.log_dir))
+        local_start = segments[0].base_offset if segments else None
+        if local_start is not None and state.log_start_offset is not None:
+            local_start = max(local_start, state.log_start_offset)
+        log_end = _log_end_offset(segments)
+        remote_start = ctx.progress.remote_log_start_offset if ctx.manifests else None
+        starts = [o for o in (remote_start, local_start) if o is not None]
+        try:
+            pending = self._pending(ctx, segments)
+        except RlmError:
+            pending = []
+        return {
+            "topic": ctx.topic,
+            "partition": ctx.partition,
+            "log_start_offset": min(starts) if starts else None,
+            "local_log_start_offset": local_start,
+            "high_watermark": state.high_watermark,
+            "log_end_offset": log_end,
+            "highest_tiered_offset": ctx.progress.highest_tiered_offset,
+            "remote_log_start_offset": remote_start,
+            "remote_segments": len(ctx.manifests),
+            "remote_bytes": ctx.remote_bytes,
+            "copy_lag_segments": len(pending),
+            "copy_lag_bytes": sum(s.size for s, _ in pending),
+            "quarantined": dict(ctx.quarantined),
+            "last_error": ctx.last_error,
+        }
+
+
+def _log_end_offset(segments: list[SegmentFiles]) -> int | None:
+    """Last offset + 1 of the active segment (its base when empty): scan from the last index entry."""
+    active = active_segment(segments)
+    if active is None:
+        return None
+    try:
+        with LogSegment.open(active) as seg:
+            index = seg.offset_index
+            start = index[len(index) - 1].position if index else 0
+            last = None
+            for batch in seg.batches(start, verify_crc=False):
+                last = batch
+            return last.last_offset + 1 if last is not None else active.base_offset
+    except (OSError, RlmError):
+        return None

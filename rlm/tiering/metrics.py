@@ -1,0 +1,61 @@
+"""Prometheus metrics of the tiering engine, named after Kafka's tiered-storage metrics.
+
+Kafka exposes meters such as ``RemoteCopyBytesPerSec``; Prometheus computes rates itself, so each
+meter is a ``_total`` counter here (``rate(rlm_remote_copy_bytes_total[1m])`` is Kafka's
+``RemoteCopyBytesPerSec``). Every metric's help text names the Kafka metric it mirrors. Labels:
+``topic`` and ``partition``. Each :class:`TieringMetrics` has its own registry so several
+managers (tests) never collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_TP = ("topic", "partition")
+
+
+class TieringMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.copy_bytes = Counter("rlm_remote_copy_bytes", "Bytes copied to remote storage "
+                                  "(Kafka: RemoteCopyBytesPerSec)", _TP, registry=r)
+        self.copy_requests = Counter("rlm_remote_copy_requests", "Segments copied "
+                                     "(Kafka: RemoteCopyRequestsPerSec)", _TP, registry=r)
+        self.copy_errors = Counter("rlm_remote_copy_errors", "Failed segment copies "
+                                   "(Kafka: RemoteCopyErrorsPerSec)", _TP, registry=r)
+        self.copy_lag_bytes = Gauge("rlm_remote_copy_lag_bytes", "Bytes of eligible segments not yet "
+                                    "remote (Kafka: RemoteCopyLagBytes)", _TP, registry=r)
+        self.copy_lag_segments = Gauge("rlm_remote_copy_lag_segments", "Eligible segments not yet "
+                                       "remote (Kafka: RemoteCopyLagSegments)", _TP, registry=r)
+        self.delete_requests = Counter("rlm_remote_delete_requests", "Remote segments deleted by "
+                                       "retention (Kafka: RemoteDeleteRequestsPerSec)", _TP, registry=r)
+        self.delete_errors = Counter("rlm_remote_delete_errors", "Failed remote deletes "
+                                     "(Kafka: RemoteDeleteErrorsPerSec)", _TP, registry=r)
+        self.delete_lag_bytes = Gauge("rlm_remote_delete_lag_bytes", "Remote bytes past retention, "
+                                      "not yet deleted (Kafka: RemoteDeleteLagBytes)", _TP, registry=r)
+        self.delete_lag_segments = Gauge("rlm_remote_delete_lag_segments", "Remote segments past "
+                                         "retention (Kafka: RemoteDeleteLagSegments)", _TP, registry=r)
+        self.remote_log_size = Gauge("rlm_remote_log_size_bytes", "Bytes of committed remote segments "
+                                     "(Kafka: RemoteLogSizeBytes)", _TP, registry=r)
+        self.remote_segments = Gauge("rlm_remote_log_metadata_count", "Committed remote segments "
+                                     "(Kafka: RemoteLogMetadataCount)", _TP, registry=r)
+        self.highest_tiered = Gauge("rlm_highest_tiered_offset", "Highest offset safe in remote "
+                                    "storage: the store may delete local data up to it", _TP, registry=r)
+        self.skipped_deleted = Counter("rlm_segments_deleted_before_copy", "Eligible segments the log "
+                                       "store deleted before rlm copied them", _TP, registry=r)
+        self.quarantined = Gauge("rlm_segments_quarantined", "Segments that failed CRC verification "
+                                 "and block tiering of their partition", _TP, registry=r)
+        self.slow_copies = Counter("rlm_copy_watchdog_slow", "Copies that took far longer than their "
+                                   "size warrants", _TP, registry=r)
+        self.orphans_deleted = Counter("rlm_gc_orphan_objects_deleted", "Objects of abandoned "
+                                       "attempts deleted by GC", _TP, registry=r)
+        self.copy_seconds = Histogram("rlm_remote_copy_task_seconds", "Duration of one segment copy "
+                                      "(Kafka: RemoteLogManager copy task time)", _TP, registry=r,
+                                      buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900))
+        self.task_seconds = Histogram("rlm_partition_task_seconds", "Duration of one partition pass "
+                                      "(copy + retention)", _TP, registry=r,
+                                      buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600))
+
+    def labels(self, topic: str, partition: int) -> dict[str, str]:
+        return {"topic": topic, "partition": str(partition)}

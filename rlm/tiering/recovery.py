@@ -1,0 +1,113 @@
+"""Bring one partition to a consistent state after any crash (DESIGN §2).
+
+Runs before a partition's first pass (and again after a pass that failed midway):
+
+1. open the local remote-index family — a torn or corrupt tail of the active set is truncated at
+   the last good entry and its derived files rewritten;
+2. list the remote manifests: they, and only they, say what is committed;
+3. resolve open journal attempts: a COPY_STARTED whose attempt owns the manifest is finished; any
+   other is aborted and its objects deleted at once (it can never become visible); an unfinished
+   DELETE_STARTED is carried out again (deletes are idempotent);
+4. drop stale pins;
+5. catch the local index up with the remote: every committed segment above the local index's last
+   offset gets its entries appended from its own uploaded entries object (a crash between the
+   manifest and the local append, or a replaced disk). Local entries with no manifest above the
+   remote's highest offset cannot come from rlm's protocol — that is a wrong bucket or prefix and
+   is refused rather than "repaired".
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from rlm.errors import FormatError, RlmError, StorageError
+from rlm.tiering import keys
+from rlm.tiering.copier import fetch_entries
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.state import PartitionContext, Progress
+
+log = logging.getLogger(__name__)
+
+
+def load_manifests(ctx: PartitionContext) -> list[SegmentManifest]:
+    """Every committed segment of the partition, in offset order."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    prefix = keys.manifests_prefix(ctx.topic, ctx.partition)
+    manifests = []
+    for info in retry.call(lambda: list(backend.list(prefix))):
+        if keys.parse_manifest_key(ctx.topic, ctx.partition, info.key) is None:
+            continue
+        data = retry.call(lambda k=info.key: backend.read(k))
+        manifests.append(SegmentManifest.from_json(data, key=info.key))
+    manifests.sort(key=lambda m: m.base_offset)
+    return manifests
+
+
+def delete_attempt(ctx: PartitionContext, base_offset: int, attempt_id: str) -> list[str]:
+    """Delete every object of one attempt (idempotent); return the keys deleted."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    prefix = keys.attempt_prefix(ctx.topic, ctx.partition, base_offset, attempt_id)
+    found = [o.key for o in retry.call(lambda: list(backend.list(prefix)))]
+    for key in found:
+        retry.call(lambda k=key: backend.delete(k))
+    return found
+
+
+def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest]) -> None:
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    for ev in ctx.journal.open_attempts():
+        manifest = committed.get(ev.base_offset)
+        if ev.type == "COPY_STARTED":
+            if manifest is not None and manifest.attempt_id == ev.attempt_id:
+                ctx.journal.append("COPY_FINISHED", ev.base_offset, ev.attempt_id)
+                continue
+            deleted = delete_attempt(ctx, ev.base_offset, ev.attempt_id)
+            log.info("%s-%d: aborted copy attempt %s of segment %d (%d objects deleted)",
+                     ctx.topic, ctx.partition, ev.attempt_id, ev.base_offset, len(deleted))
+            ctx.journal.append("COPY_ABORTED", ev.base_offset, ev.attempt_id)
+        else:  # DELETE_STARTED: finish it
+            key = keys.manifest_key(ctx.topic, ctx.partition, ev.base_offset)
+            if manifest is not None and manifest.attempt_id == ev.attempt_id:
+                retry.call(lambda k=key: backend.delete(k))
+                committed.pop(ev.base_offset, None)
+            delete_attempt(ctx, ev.base_offset, ev.attempt_id)
+            ctx.journal.append("DELETE_FINISHED", ev.base_offset, ev.attempt_id)
+
+
+def recover(ctx: PartitionContext) -> None:
+    """Make local and remote agree; see the module doc. Idempotent."""
+    ctx.family.open()
+    manifests = load_manifests(ctx)
+    committed = {m.base_offset: m for m in manifests}
+    _resolve_journal(ctx, committed)
+    manifests = sorted(committed.values(), key=lambda m: m.base_offset)
+    shutil.rmtree(ctx.staging_dir, ignore_errors=True)
+
+    saved = Progress.load(ctx.progress_path)
+    remote_highest = manifests[-1].last_offset if manifests else -1
+    local_highest = ctx.family.last_offset
+    if local_highest > max(remote_highest, saved.highest_tiered_offset):
+        raise StorageError(
+            f"the local remote index of {ctx.topic}-{ctx.partition} covers offsets up to "
+            f"{local_highest} but the remote store has nothing above {remote_highest}: is "
+            f"[remote] pointing at the right bucket/prefix? (`rlm rebuild-index` rebuilds the "
+            "local index from the store)", file=ctx.part.path)
+    for manifest in manifests:
+        if manifest.last_offset <= ctx.family.last_offset:
+            continue
+        try:
+            entries = fetch_entries(ctx, manifest)
+        except FormatError as err:
+            raise RlmError(f"cannot rebuild the local index: {err}") from err
+        floor = ctx.family.last_offset
+        ctx.family.append_segment([e for e in entries if e.first_offset > floor])
+    ctx.manifests = manifests
+    highest = max(remote_highest, saved.highest_tiered_offset, ctx.family.last_offset)
+    start = manifests[0].base_offset if manifests else (highest + 1 if highest >= 0 else -1)
+    ctx.progress = Progress(highest, start)
+    if ctx.family.sets and manifests:
+        ctx.family.remove_below(start)
+    ctx.save_progress()
+    ctx.recovered = True
+    ctx.publish_gauges()

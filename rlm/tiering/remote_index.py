@@ -1,0 +1,368 @@
+"""The local remote-index family of one partition: sets of three files, appended, rotated, repaired.
+
+Files live in the partition directory (FORMATS §4)::
+
+    <base>.remotelogindex   entries (CRC-32 each), the source of truth
+    <base>.remoteoffsetindex / <base>.remotetimeindex   derived from it, rebuilt whenever in doubt
+
+Exactly one set — the one with the highest base — is *active* and receives appends; it is
+rotated (left as it is, fsynced, never written again) when its ``.remotelogindex`` reaches
+``rotate_bytes``, when it is older than ``rotate_ms``, or before an entry would overflow an int32
+field. A new set's base is the first offset of its first entry.
+
+Crash safety: every append writes the ``.remotelogindex`` bytes first, then the two derived
+files, then fsyncs all three. On open, the active set's ``.remotelogindex`` is CRC-scanned, a torn
+or corrupt tail is truncated at the last good entry, and the derived files are rewritten from what
+remains whenever they differ (:func:`~rlm.formats.remote_index.derive_remote_indexes`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import FormatError
+from rlm.formats import naming
+from rlm.formats.offset_index import INT32_MAX, OffsetIndex
+from rlm.formats.remote_index import (
+    DecodedEntry,
+    RemoteIndexSetBuilder,
+    RemoteLogIndexEntry,
+    decode_entry,
+    derive_remote_indexes,
+    iter_entries,
+    scan_entries,
+)
+from rlm.fsutil import atomic_write, fsync_dir, fsync_file
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (naming.REMOTE_LOG_INDEX, naming.REMOTE_OFFSET_INDEX, naming.REMOTE_TIME_INDEX)
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What opening the active set had to fix (all zero on a clean open)."""
+
+    truncated_bytes: int = 0
+    rewrote_derived: bool = False
+    error: str | None = None
+
+
+@contextmanager
+def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """Map a file read-only; an empty or missing file reads as ``b""``."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        yield b""
+        return
+    with fh:
+        if fh.seek(0, 2) == 0:
+            yield b""
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            yield mm
+
+
+class RemoteIndexSet:
+    """One set: three files sharing ``base_offset``. Reads go through mmap; appends through
+    :meth:`RemoteIndexFamily.append`, which owns rotation."""
+
+    def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.created_ms = created_ms
+        self._builder: RemoteIndexSetBuilder | None = None
+        self._first: RemoteLogIndexEntry | None = None
+        self._last: RemoteLogIndexEntry | None = None
+
+    def path(self, suffix: str) -> Path:
+        return self.directory / naming.segment_file_name(self.base_offset, suffix)
+
+    @property
+    def log_index_path(self) -> Path:
+        return self.path(naming.REMOTE_LOG_INDEX)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the ``.remotelogindex``."""
+        if self._builder is not None:
+            return self._builder.log_index_size
+        try:
+            return self.log_index_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _load_bounds(self) -> None:
+        if self._last is not None:
+            return
+        offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes())
+        with mapped(self.log_index_path) as buf:
+            if len(offsets) == 0 or len(buf) == 0:
+                return
+            self._first = decode_entry(buf, 0).entry
+            self._last = decode_entry(buf, offsets[len(offsets) - 1].position).entry
+
+    @property
+    def first_entry(self) -> RemoteLogIndexEntry | None:
+        self._load_bounds()
+        return self._first
+
+    @property
+    def last_entry(self) -> RemoteLogIndexEntry | None:
+        self._load_bounds()
+        return self._last
+
+    def entries(self) -> list[DecodedEntry]:
+        """Every entry, CRC-verified (strict: a bad entry raises naming the file)."""
+        with mapped(self.log_index_path) as buf:
+            try:
+                return list(iter_entries(buf))
+            except FormatError as err:
+                raise err.in_file(self.log_index_path) from err
+
+    # -- writing (active set only) ------------------------------------------------------------
+
+    def open_for_append(self) -> RepairReport:
+        """Scan the ``.remotelogindex``, cut a torn/corrupt tail, make the derived files agree."""
+        path = self.log_index_path
+        with mapped(path) as buf:
+            scan = scan_entries(buf)
+            total = len(buf)
+        report = RepairReport()
+        if scan.valid_length < total:
+            log.warning("repairing %s: truncating %d bytes at byte %d (%s)",
+                        path, total - scan.valid_length, scan.valid_length, scan.error)
+            with path.open("r+b") as fh:
+                fh.truncate(scan.valid_length)
+                os.fsync(fh.fileno())
+            report = RepairReport(total - scan.valid_length, False, str(scan.error))
+        with mapped(path) as buf:
+            offset_bytes, time_bytes = derive_remote_indexes(buf, self.base_offset)
+            builder = RemoteIndexSetBuilder.from_log_index(buf, self.base_offset)
+        rewrote = False
+        for suffix, expected in ((naming.REMOTE_OFFSET_INDEX, offset_bytes),
+                                 (naming.REMOTE_TIME_INDEX, time_bytes)):
+            target = self.path(suffix)
+            try:
+                current = target.read_bytes()
+            except FileNotFoundError:
+                current = None
+            if current != expected:
+                atomic_write(target, expected)
+                rewrote = True
+        self._builder = builder
+        self._first = scan.entries[0].entry if scan.entries else None
+        self._last = scan.entries[-1].entry if scan.entries else None
+        if rewrote:
+            report = RepairReport(report.truncated_bytes, True, report.error)
+        return report
+
+    def fits(self, entry: RemoteLogIndexEntry) -> bool:
+        assert self._builder is not None
+        return self._builder.fits(entry) and (
+            self._builder.log_index_size + entry.encoded_size <= INT32_MAX
+        )
+
+    def append(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
+        """Append entries (all must :meth:`fits`); durable when this returns."""
+        assert self._builder is not None, "open_for_append() first"
+        parts = [self._builder.append(e) for e in entries]
+        blobs = (
+            (naming.REMOTE_LOG_INDEX, b"".join(p.log_index for p in parts)),
+            (naming.REMOTE_OFFSET_INDEX, b"".join(p.offset_index for p in parts)),
+            (naming.REMOTE_TIME_INDEX, b"".join(p.time_index for p in parts)),
+        )
+        created = not self.log_index_path.exists()
+        for suffix, blob in blobs:
+            with self.path(suffix).open("ab") as fh:
+                fh.write(blob)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if created:
+            fsync_dir(self.directory)
+        if self._first is None and entries:
+            self._first = entries[0]
+        if entries:
+            self._last = entries[-1]
+
+    def close(self) -> None:
+        """Seal the set: it is complete and fsynced; drop the in-memory builder."""
+        for suffix in SUFFIXES:
+            if self.path(suffix).exists():
+                fsync_file(self.path(suffix))
+        self._builder = None
+
+    def delete(self) -> None:
+        for suffix in SUFFIXES:
+            self.path(suffix).unlink(missing_ok=True)
+
+
+class RemoteIndexFamily:
+    """All remote index sets of one partition directory, oldest first.
+
+    ``meta_path`` stores each set's creation time (for rotation by age across restarts).
+    """
+
+    def __init__(self, directory: Path, meta_path: Path, *, rotate_bytes: int, rotate_ms: int,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.directory = directory
+        self.meta_path = meta_path
+        self.rotate_bytes = rotate_bytes
+        self.rotate_ms = rotate_ms
+        self._clock = clock_ms or (lambda: int(time.time() * 1000))
+        self.sets: list[RemoteIndexSet] = []
+        self.last_repair = RepairReport()
+
+    # -- opening --------------------------------------------------------------------------------
+
+    def _load_meta(self) -> dict[int, int]:
+        try:
+            return {int(k): int(v) for k, v in json.loads(self.meta_path.read_text()).items()}
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save_meta(self) -> None:
+        self.meta_path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {str(s.base_offset): s.created_ms for s in self.sets}
+        atomic_write(self.meta_path, json.dumps(doc).encode())
+
+    def open(self) -> RepairReport:
+        """Find the sets, remove stray derived files, repair the active set."""
+        bases: dict[int, set[str]] = {}
+        for entry in os.scandir(self.directory):
+            for suffix in SUFFIXES:
+                if entry.name.endswith(suffix):
+                    try:
+                        base = naming.parse_base_offset(entry.name)
+                    except Exception:
+                        continue
+                    bases.setdefault(base, set()).add(suffix)
+        meta = self._load_meta()
+        self.sets = []
+        for base in sorted(bases):
+            index_set = RemoteIndexSet(self.directory, base, meta.get(base, self._clock()))
+            if naming.REMOTE_LOG_INDEX not in bases[base] or index_set.size_bytes == 0:
+                # Derived files without entries (a crash while a set was being created).
+                index_set.delete()
+                continue
+            self.sets.append(index_set)
+        self.last_repair = self.sets[-1].open_for_append() if self.sets else RepairReport()
+        if self.sets and self.sets[-1].last_entry is None:
+            self.sets.pop().delete()
+        return self.last_repair
+
+    # -- queries --------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> RemoteIndexSet | None:
+        return self.sets[-1] if self.sets else None
+
+    @property
+    def last_offset(self) -> int:
+        """Highest offset indexed locally, -1 when nothing is."""
+        for index_set in reversed(self.sets):
+            last = index_set.last_entry
+            if last is not None:
+                return last.last_offset
+        return -1
+
+    @property
+    def first_offset(self) -> int | None:
+        for index_set in self.sets:
+            first = index_set.first_entry
+            if first is not None:
+                return first.first_offset
+        return None
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def _must_rotate(self, active: RemoteIndexSet) -> bool:
+        return (active.size_bytes >= self.rotate_bytes
+                or self._clock() - active.created_ms >= self.rotate_ms)
+
+    def _new_set(self, base_offset: int) -> RemoteIndexSet:
+        if self.sets:
+            self.sets[-1].close()
+        index_set = RemoteIndexSet(self.directory, base_offset, self._clock())
+        index_set.open_for_append()
+        self.sets.append(index_set)
+        self._save_meta()
+        return index_set
+
+    def append_segment(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
+        """Append one segment's entries, rotating before it (size/age) and before an overflow."""
+        if not entries:
+            return
+        active = self.active
+        if active is None or (active.size_bytes > 0 and self._must_rotate(active)):
+            active = self._new_set(entries[0].first_offset)
+        pending: list[RemoteLogIndexEntry] = []
+        for entry in entries:
+            if not active.fits(entry):
+                active.append(pending)
+                pending = []
+                active = self._new_set(entry.first_offset)
+            pending.append(entry)
+        active.append(pending)
+
+    def remove_below(self, offset: int) -> list[Path]:
+        """Delete sets whose every entry ends below ``offset``; return the removed index paths."""
+        removed: list[Path] = []
+        keep: list[RemoteIndexSet] = []
+        for index_set in self.sets:
+            last = index_set.last_entry
+            if last is not None and last.last_offset < offset:
+                index_set.delete()
+                removed.append(index_set.log_index_path)
+            else:
+                keep.append(index_set)
+        if removed:
+            fsync_dir(self.directory)
+            self.sets = keep
+            if self.sets and self.sets[-1]._builder is None:
+                self.sets[-1].open_for_append()
+            self._save_meta()
+        return removed
+
+    def truncate_after(self, offset: int) -> int:
+        """Drop entries whose last offset > ``offset`` (local ahead of remote); return how many."""
+        dropped = 0
+        while self.sets:
+            active = self.sets[-1]
+            decoded = active.entries()
+            keep = [d for d in decoded if d.entry.last_offset <= offset]
+            if len(keep) == len(decoded):
+                break
+            dropped += len(decoded) - len(keep)
+            if not keep:
+                active.delete()
+                self.sets.pop()
+                continue
+            with active.log_index_path.open("r+b") as fh:
+                fh.truncate(keep[-1].end_position)
+                os.fsync(fh.fileno())
+            active._builder = None
+            active._last = None
+            active.open_for_append()
+            break
+        if self.sets and self.sets[-1]._builder is None:
+            self.sets[-1].open_for_append()
+        fsync_dir(self.directory)
+        self._save_meta()
+        return dropped
+
+    def delete_all(self) -> None:
+        for index_set in self.sets:
+            index_set.delete()
+        self.sets = []
+        fsync_dir(self.directory)
+        self._save_meta()

@@ -1,0 +1,93 @@
+"""Remote retention by time and size (DESIGN §2, FORMATS §6): whole segments, oldest first.
+
+Time: a segment expires when its max timestamp < now − ``retention_ms``. Size: while the
+partition's remote bytes exceed ``retention_bytes``, the oldest segment goes — but, as Kafka's own
+size retention does, only while what remains is still at least ``retention_bytes`` (never delete
+below the limit). Deletion only ever removes a prefix: a segment younger than its successor's
+deadline blocks nothing, but an undeletable oldest segment stops the walk, so the remote log
+stays contiguous. Each delete: DELETE_STARTED → manifest → data → DELETE_FINISHED, idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlm.tiering.crash import crash_point
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.recovery import delete_attempt
+from rlm.tiering.state import PartitionContext
+from rlm.tiering import keys
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPlan:
+    expired: list[SegmentManifest]
+    reason: dict[int, str]  # base offset → "time" | "size"
+
+    @property
+    def bytes(self) -> int:
+        return sum(m.size_bytes for m in self.expired)
+
+
+def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retention_ms: int,
+                   retention_bytes: int) -> RetentionPlan:
+    """Which committed segments retention deletes now (pure; ``-1`` disables a limit)."""
+    remaining = sum(m.size_bytes for m in manifests)
+    expired: list[SegmentManifest] = []
+    reason: dict[int, str] = {}
+    for m in sorted(manifests, key=lambda m: m.base_offset):
+        if retention_ms >= 0 and m.max_timestamp < now_ms - retention_ms:
+            reason[m.base_offset] = "time"
+        elif retention_bytes >= 0 and remaining - m.size_bytes >= retention_bytes:
+            reason[m.base_offset] = "size"
+        else:
+            break
+        expired.append(m)
+        remaining -= m.size_bytes
+    return RetentionPlan(expired, reason)
+
+
+def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
+    """Manifest first (readers stop seeing the segment), then its data; journaled, idempotent."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    ctx.journal.append("DELETE_STARTED", manifest.base_offset, manifest.attempt_id)
+    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset)
+    retry.call(lambda: backend.delete(key))
+    crash_point("after_delete_manifest")
+    delete_attempt(ctx, manifest.base_offset, manifest.attempt_id)
+    ctx.journal.append("DELETE_FINISHED", manifest.base_offset, manifest.attempt_id)
+
+
+def apply_retention(ctx: PartitionContext) -> RetentionPlan:
+    """Delete what :func:`plan_retention` selects; advance the remote log start; drop local sets
+    entirely below it."""
+    settings, metrics = ctx.shared.settings, ctx.shared.metrics
+    plan = plan_retention(ctx.manifests, now_ms=ctx.shared.clock_ms(),
+                          retention_ms=settings.retention_ms, retention_bytes=settings.retention_bytes)
+    metrics.delete_lag_segments.labels(**ctx.labels).set(len(plan.expired))
+    metrics.delete_lag_bytes.labels(**ctx.labels).set(plan.bytes)
+    if not plan.expired:
+        return plan
+    for manifest in plan.expired:
+        try:
+            delete_segment(ctx, manifest)
+        except Exception:
+            metrics.delete_errors.labels(**ctx.labels).inc()
+            raise
+        ctx.manifests.remove(manifest)
+        ctx.progress.remote_log_start_offset = (
+            ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1)
+        ctx.save_progress()
+        metrics.delete_requests.labels(**ctx.labels).inc()
+        log.info("%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)", ctx.topic,
+                 ctx.partition, plan.reason[manifest.base_offset], manifest.base_offset,
+                 manifest.last_offset, manifest.size_bytes)
+    ctx.family.remove_below(ctx.progress.remote_log_start_offset)
+    metrics.delete_lag_segments.labels(**ctx.labels).set(0)
+    metrics.delete_lag_bytes.labels(**ctx.labels).set(0)
+    ctx.publish_gauges()
+    return plan

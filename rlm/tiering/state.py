@@ -1,0 +1,112 @@
+"""What the engine knows about one partition, and the few facts it persists across restarts.
+
+Remote truth is the set of manifests in the store; local truth is the remote index family in the
+partition directory. Only two numbers cannot be derived from either after retention has deleted
+everything remote: the highest offset ever tiered (copying must not restart from the oldest local
+segment) and the remote log start. They live in ``<state dir>/<topic>-<partition>/progress.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlm.config import TieringSettings
+from rlm.fsutil import atomic_write
+from rlm.logdir.scan import PartitionDir
+from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering.journal import Journal
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.throttle import TokenBucket
+
+
+@dataclass
+class Progress:
+    """Persisted per partition. -1 = nothing tiered yet."""
+
+    highest_tiered_offset: int = -1
+    remote_log_start_offset: int = -1
+
+    @classmethod
+    def load(cls, path: Path) -> Progress:
+        try:
+            doc = json.loads(path.read_text())
+            return cls(int(doc["highest_tiered_offset"]), int(doc["remote_log_start_offset"]))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({"highest_tiered_offset": self.highest_tiered_offset,
+                                       "remote_log_start_offset": self.remote_log_start_offset}).encode())
+
+
+@dataclass
+class SharedResources:
+    """Resources every partition shares: the store, the upload budget, shutdown, metrics."""
+
+    backend: StorageBackend
+    settings: TieringSettings
+    metrics: TieringMetrics
+    bucket: TokenBucket
+    upload_slots: threading.Semaphore
+    stop: threading.Event
+    retry: RetryPolicy
+    clock_ms: Callable[[], int]
+
+
+@dataclass
+class PartitionContext:
+    """Everything the copy/recovery/retention/GC steps of one partition work on."""
+
+    part: PartitionDir
+    state_dir: Path
+    shared: SharedResources
+    family: RemoteIndexFamily
+    journal: Journal
+    progress: Progress = field(default_factory=Progress)
+    manifests: list[SegmentManifest] = field(default_factory=list)
+    quarantined: dict[int, str] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
+    last_error: str | None = None
+    recovered: bool = False
+
+    @property
+    def topic(self) -> str:
+        return self.part.topic
+
+    @property
+    def partition(self) -> int:
+        return self.part.partition
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"topic": self.topic, "partition": str(self.partition)}
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.state_dir / "staging"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.state_dir / "progress.json"
+
+    def save_progress(self) -> None:
+        self.progress.save(self.progress_path)
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(m.size_bytes for m in self.manifests)
+
+    def publish_gauges(self) -> None:
+        m, lb = self.shared.metrics, self.labels
+        m.remote_log_size.labels(**lb).set(self.remote_bytes)
+        m.remote_segments.labels(**lb).set(len(self.manifests))
+        m.highest_tiered.labels(**lb).set(self.progress.highest_tiered_offset)
+        m.quarantined.labels(**lb).set(len(self.quarantined))

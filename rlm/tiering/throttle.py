@@ -1,0 +1,107 @@
+"""Upload throttling: one byte-rate token bucket shared by every upload stream.
+
+Kafka's quota applies per segment, so one large segment can still saturate the link; here the
+bucket meters the bytes as the backend reads them from the stream, whatever the segment size or
+the number of concurrent uploads. A global semaphore caps concurrent uploads.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable
+from typing import BinaryIO
+
+
+class UploadAbandoned(Exception):
+    """Raised from a throttled stream when shutdown asks in-flight uploads to stop."""
+
+
+class TokenBucket:
+    """``rate`` bytes/second with a burst of ``burst`` bytes (default: one second's worth).
+
+    ``rate <= 0`` means unlimited. ``take(n)`` blocks until ``n`` tokens are available; requests
+    larger than the burst are served in burst-sized pieces so no caller starves.
+    """
+
+    def __init__(self, rate: float, burst: float | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(rate, 1.0)
+        self._tokens = self.burst
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    @property
+    def unlimited(self) -> bool:
+        return self.rate <= 0
+
+    def take(self, n: int) -> None:
+        if self.unlimited or n <= 0:
+            return
+        remaining = float(n)
+        while remaining > 0:
+            piece = min(remaining, self.burst)
+            with self._lock:
+                now = self._clock()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+                self._last = now
+                self._tokens -= piece
+                wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+            if wait > 0:
+                self._sleep(wait)
+            remaining -= piece
+
+
+class ThrottledReader(io.RawIOBase):
+    """A read-only stream that pays the bucket for every byte read and can be abandoned.
+
+    ``on_bytes`` is called with each chunk size (metrics, progress); ``stop`` is checked before
+    every read so a shutdown can interrupt a long upload at a chunk boundary.
+    """
+
+    def __init__(self, raw: BinaryIO, bucket: TokenBucket, *,
+                 on_bytes: Callable[[int], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        super().__init__()
+        self._raw = raw
+        self._bucket = bucket
+        self._on_bytes = on_bytes
+        self._stop = stop
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._stop is not None and self._stop.is_set():
+            raise UploadAbandoned("upload abandoned: shutting down")
+        data = self._raw.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._bucket.take(n)
+        if self._on_bytes is not None and n:
+            self._on_bytes(n)
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            chunks = []
+            while chunk := self.read(1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        buf = bytearray(size)
+        n = self.readinto(memoryview(buf))
+        return bytes(buf[:n])
