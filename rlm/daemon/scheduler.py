@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -86,7 +87,5 @@ class TieringDaemon:
         log.info("stopped")
 
 
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
+def _now() -> datetime:
+    return datetime.now(UTC)

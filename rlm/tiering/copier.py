@@ -24,6 +24,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import crc32c
 
@@ -160,8 +161,12 @@ def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: boo
             crash_point("mid_upload")
 
     with path.open("rb") as fh:
-        stream = ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, stop=shared.stop)
-        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=lambda: stream.seek(0))
+        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, stop=shared.stop))
+
+        def rewind() -> None:
+            stream.seek(0)
+
+        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
         fh.seek(0)
         while chunk := fh.read(1 << 20):
             crc = crc32c.crc32c(chunk, crc)
@@ -200,7 +205,10 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles) -> CopyResult | N
         if not scanned.batches:
             return None
         first, last = scanned.batches[0], scanned.batches[-1]
-        key = lambda name: keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name)  # noqa: E731
+
+        def key(name: str) -> str:
+            return keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name)
+
         log_key = key(keys.LOG)
         entries = build_entries(scanned.batches, object_url=shared.backend.url(log_key),
                                 index_entry_bytes=shared.settings.index_entry_bytes)

@@ -103,7 +103,8 @@ class RemoteLogManager:
                 family = RemoteIndexFamily(part.path, state_dir / "index-sets.json",
                                            rotate_bytes=t.index_rotate_bytes, rotate_ms=t.index_rotate_ms,
                                            clock_ms=self.shared.clock_ms)
-                ctx = PartitionContext(part, state_dir, self.shared, family, Journal(state_dir / "journal.jsonl"))
+                journal = Journal(state_dir / "journal.jsonl")
+                ctx = PartitionContext(part, state_dir, self.shared, family, journal)
                 self._contexts[key] = ctx
                 self._locks[key] = threading.Lock()
             return ctx

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.recovery import delete_attempt
 from rlm.tiering.state import PartitionContext
-from rlm.tiering import keys
 
 log = logging.getLogger(__name__)
 
