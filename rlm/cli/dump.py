@@ -139,32 +139,36 @@ def dump_log(path: Path, *, kind: str = "log", with_records: bool = False) -> Du
 
 
 def _dump_index(
-    path: Path, kind: str, parse: Callable[[int, bytes], list[Json]], entry_size: int
+    path: Path, kind: str, parse: Callable[[int, bytes, bool], list[Json]], entry_size: int
 ) -> DumpResult:
+    """Kafka's own index files may carry a preallocated zero tail; rlm's remote ones never do."""
+    preallocated = not kind.startswith("remote_")
     base = _base_offset(path)
     data = path.read_bytes()
     doc: Json = {"file": str(path), "kind": kind, "base_offset": base, "entries": []}
     if base is None:
         return DumpResult(doc, RlmError("file name does not start with a base offset", file=path))
     try:
-        doc["entries"] = parse(base, data)
+        doc["entries"] = parse(base, data, preallocated)
         return DumpResult(doc)
     except FormatError as err:
         # Report what is readable: the whole entries before the damaged one.
         good = (err.position if err.position is not None else len(data)) // entry_size * entry_size
         try:
-            doc["entries"] = parse(base, data[:good])
+            doc["entries"] = parse(base, data[:good], preallocated)
         except FormatError:
             doc["entries"] = []
         return DumpResult(doc, err.in_file(path))
 
 
-def _offset_entries(base: int, data: bytes) -> list[Json]:
-    return [{"offset": e.offset, "position": e.position} for e in OffsetIndex(base, data).entries]
+def _offset_entries(base: int, data: bytes, preallocated: bool) -> list[Json]:
+    index = OffsetIndex(base, data, preallocated=preallocated)
+    return [{"offset": e.offset, "position": e.position} for e in index]
 
 
-def _time_entries(base: int, data: bytes) -> list[Json]:
-    return [{"timestamp": e.timestamp, "offset": e.offset} for e in TimeIndex(base, data).entries]
+def _time_entries(base: int, data: bytes, preallocated: bool) -> list[Json]:
+    index = TimeIndex(base, data, preallocated=preallocated)
+    return [{"timestamp": e.timestamp, "offset": e.offset} for e in index]
 
 
 def dump_remote_log_index(path: Path) -> DumpResult:

@@ -89,10 +89,11 @@ class OffsetIndex(Sequence[OffsetPosition]):
     that append, position where that append starts). Offsets are strictly increasing, positions
     non-decreasing.
 
-    Kafka preallocates the file of the active segment and fills it lazily, so a file may end with
-    all-zero entries: those are not entries. Entry 0 is always real, because a ``.remoteoffsetindex``
-    legitimately starts with (relative 0, position 0); only all-zero entries *after* the last
-    non-zero one are the preallocated tail.
+    Kafka preallocates the file of the active segment and fills it lazily, so a Kafka ``.index`` may
+    end with all-zero entries: those are not entries (``preallocated=True``, the default; a real
+    Kafka entry is never all-zero, its position is past the first ``index.interval.bytes``). rlm's
+    ``.remoteoffsetindex`` is never preallocated and legitimately starts with (relative 0,
+    position 0): read it with ``preallocated=False``, where every entry is real.
 
     Sanity checks (:class:`CorruptIndexError`, ``position`` = byte position of the bad entry):
     length not a multiple of 8; first offset or last offset below the base; offsets not strictly
@@ -106,7 +107,7 @@ class OffsetIndex(Sequence[OffsetPosition]):
 
     __slots__ = ("_positions", "_relative", "base_offset")
 
-    def __init__(self, base_offset: int, buf: Buffer) -> None:
+    def __init__(self, base_offset: int, buf: Buffer, *, preallocated: bool = True) -> None:
         self.base_offset = base_offset
         raw = bytes(memoryview(buf))
         size = self.ENTRY_SIZE
@@ -115,9 +116,10 @@ class OffsetIndex(Sequence[OffsetPosition]):
                 f"offset index length {len(raw)} is not a multiple of {size}",
                 position=len(raw) - len(raw) % size,
             )
-        # The last non-zero byte tells where the preallocated zero tail starts; entry 0 stays real.
-        used = len(raw.rstrip(b"\x00"))
-        count = min(len(raw) // size, max(1, -(-used // size)))
+        # Kafka's zero tail: everything after the last non-zero byte (entry 0 included).
+        # rlm's own files are never preallocated, so there every entry is real.
+        used = len(raw.rstrip(b"\x00")) if preallocated else len(raw)
+        count = -(-used // size)
         self._relative, self._positions = _int32_pairs(raw[: count * size])
         self._sanity_check()
 

@@ -475,8 +475,9 @@ def _legacy_inner(wrapper: _LegacyMessage, where: int) -> list[_LegacyMessage]:
             "compressed wrapper message has a null value", position=where, offset=wrapper.offset
         )
     try:
-        # Kafka before KIP-57 wrote LZ4 frames with a wrong header checksum (magic 0); accept both.
-        data = decompress(codec, wrapper.value, legacy_lz4=True)
+        # Kafka before KIP-57 wrote LZ4 frames with a wrong header checksum; as Kafka does, the
+        # checksum is ignored for magic 0 only (magic 1 producers already wrote correct frames).
+        data = decompress(codec, wrapper.value, legacy_lz4=wrapper.magic == 0)
     except CompressionError as exc:
         raise CompressionError(exc.reason, position=where, offset=wrapper.offset) from exc
     inner: list[_LegacyMessage] = []

@@ -64,11 +64,10 @@ class TimeIndex(Sequence[TimestampOffset]):
     when T is strictly greater than the last entry's; when a segment rolls it appends a final entry
     with the segment's max timestamp. Timestamps and offsets are therefore non-decreasing.
 
-    Kafka preallocates the active segment's file, so it may end with all-zero entries: those are
-    not entries. Entry 0 is always real, as in the offset index: a ``.remotetimeindex`` may
-    legitimately start with (timestamp 0, relative offset 0). A fully preallocated file of a fresh
-    segment therefore reads as one entry (0, base), which is harmless: a floor lookup then leads to
-    position 0 of the segment, as (-1, base) would.
+    Kafka preallocates the active segment's file, so a Kafka ``.timeindex`` may end with all-zero
+    entries: those are not entries (``preallocated=True``, the default; a fully preallocated file
+    reads as empty). rlm's ``.remotetimeindex`` is never preallocated and may legitimately start
+    with (timestamp 0, relative offset 0): read it with ``preallocated=False``.
 
     Sanity checks (:class:`CorruptIndexError`, ``position`` = byte position of the bad entry):
     length not a multiple of 12; last (or first) offset below the base; timestamps or offsets
@@ -83,7 +82,7 @@ class TimeIndex(Sequence[TimestampOffset]):
 
     __slots__ = ("_relative", "_timestamps", "base_offset")
 
-    def __init__(self, base_offset: int, buf: Buffer) -> None:
+    def __init__(self, base_offset: int, buf: Buffer, *, preallocated: bool = True) -> None:
         self.base_offset = base_offset
         raw = bytes(memoryview(buf))
         size = self.ENTRY_SIZE
@@ -92,8 +91,10 @@ class TimeIndex(Sequence[TimestampOffset]):
                 f"time index length {len(raw)} is not a multiple of {size}",
                 position=len(raw) - len(raw) % size,
             )
-        used = len(raw.rstrip(b"\x00"))
-        count = min(len(raw) // size, max(1, -(-used // size)))
+        # Kafka's zero tail: everything after the last non-zero byte (entry 0 included).
+        # rlm's own files are never preallocated, so there every entry is real.
+        used = len(raw.rstrip(b"\x00")) if preallocated else len(raw)
+        count = -(-used // size)
         self._timestamps = array("q")
         self._relative = array("i")
         for timestamp, relative in _ENTRY.iter_unpack(raw[: count * size]):

@@ -41,6 +41,7 @@ from rlm.formats.remote_index import (
     scan_entries,
 )
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
+from rlm.tiering.crash import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ class RemoteIndexSet:
     def _load_bounds(self) -> None:
         if self._last is not None:
             return
-        offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes())
+        offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(),
+                              preallocated=False)
         with mapped(self.log_index_path) as buf:
             if len(offsets) == 0 or len(buf) == 0:
                 return
@@ -182,11 +184,25 @@ class RemoteIndexSet:
             (naming.REMOTE_TIME_INDEX, b"".join(p.time_index for p in parts)),
         )
         created = not self.log_index_path.exists()
-        for suffix, blob in blobs:
-            with self.path(suffix).open("ab") as fh:
+        handles = []
+        try:
+            for suffix, blob in blobs:
+                fh = self.path(suffix).open("ab")
+                handles.append(fh)
+                if suffix == naming.REMOTE_LOG_INDEX and len(blob) > 1:
+                    half = len(blob) // 2  # crash tests: a torn tail mid-entry
+                    fh.write(blob[:half])
+                    fh.flush()
+                    crash_point("mid_local_append")
+                    blob = blob[half:]
                 fh.write(blob)
                 fh.flush()
+            crash_point("before_fsync")
+            for fh in handles:
                 os.fsync(fh.fileno())
+        finally:
+            for fh in handles:
+                fh.close()
         if created:
             fsync_dir(self.directory)
         if self._first is None and entries:
@@ -258,6 +274,8 @@ class RemoteIndexFamily:
         self.last_repair = self.sets[-1].open_for_append() if self.sets else RepairReport()
         if self.sets and self.sets[-1].last_entry is None:
             self.sets.pop().delete()
+            if self.sets:  # the previous set is active again: appends need its builder
+                self.sets[-1].open_for_append()
         return self.last_repair
 
     # -- queries --------------------------------------------------------------------------------

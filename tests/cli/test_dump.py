@@ -90,7 +90,7 @@ def test_indexes_dump_absolute_offsets(fixtures_dir: Path) -> None:
 
 def test_checkpoints_and_kraft_snapshots(fixtures_dir: Path) -> None:
     root = fixtures_dir / "kafka-logs" / ARTHUR
-    code, (lec, hw, snap), stderr = rlm_dump(
+    code, (lec, hw, log_doc), stderr = rlm_dump(
         root / "oms_order_created-1" / "leader-epoch-checkpoint",
         root / "replication-offset-checkpoint",
         fixtures_dir / "kafka-logs" / ARTHUR / "__cluster_metadata-0" / "00000000000000005151.log",
@@ -101,6 +101,7 @@ def test_checkpoints_and_kraft_snapshots(fixtures_dir: Path) -> None:
         (10, 81908), (12, 91078), (14, 94005)]
     assert hw["kind"] == "offset_checkpoint"
     assert {"topic": "oms_order_created", "partition": 1, "offset": 94646} in hw["entries"]
+    assert log_doc["kind"] == "log" and len(log_doc["batches"]) == 1746
     snapshots = sorted((fixtures_dir / "kafka-logs").glob("*/*/*-*.checkpoint"))
     assert len(snapshots) == 3
     code, docs, stderr = rlm_dump(*snapshots)
@@ -192,3 +193,15 @@ def test_unknown_and_missing_files_fail_cleanly(tmp_path: Path) -> None:
 def test_no_arguments_is_a_usage_error() -> None:
     code, _, stderr = rlm_dump()
     assert code == 2 and "Traceback" not in stderr
+
+
+def test_preallocated_zero_tails_are_not_reported(fixtures_dir: Path, tmp_path: Path) -> None:
+    src = fixtures_dir / "kafka-logs" / ARTHUR / "oms_order_created-1" / "00000000000000081908.index"
+    index = tmp_path / src.name
+    index.write_bytes(src.read_bytes() + bytes(8 * 1000))  # what an unclean shutdown leaves
+    fresh = tmp_path / "00000000000000094646.timeindex"
+    fresh.write_bytes(bytes(12 * 1000))  # a new active segment's preallocated time index
+    code, (idx, tix), stderr = rlm_dump(index, fresh)
+    assert code == 0, stderr
+    assert len(idx["entries"]) == 581 and idx["entries"][-1] == {"offset": 94635, "position": 3092362}
+    assert tix["entries"] == []

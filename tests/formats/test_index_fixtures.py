@@ -207,8 +207,8 @@ def test_build_entries_over_real_segment(
     # The whole set built from them answers like a brute-force scan, and every entry's bytes parse.
     builder = RemoteIndexSetBuilder(entries[0].first_offset)
     log = b"".join(builder.append(e).log_index for e in entries)
-    oi = OffsetIndex(builder.base_offset, builder.offset_index_bytes())
-    ti = TimeIndex(builder.base_offset, builder.time_index_bytes())
+    oi = OffsetIndex(builder.base_offset, builder.offset_index_bytes(), preallocated=False)
+    ti = TimeIndex(builder.base_offset, builder.time_index_bytes(), preallocated=False)
     for q in seg["offset_queries"]:
         found = find_entry_for_offset(oi, log, q["offset"])
         assert found is not None

@@ -59,12 +59,20 @@ def test_preallocated_zero_tail_is_ignored() -> None:
     assert index.lookup(10**9) == OffsetPosition(1009, 4500)
 
 
-def test_first_entry_zero_is_real() -> None:
+def test_fully_preallocated_kafka_index_has_no_entries() -> None:
+    # A fresh active segment's .index is all zeros: Kafka never writes an all-zero entry.
+    assert len(OffsetIndex(BASE, bytes(8 * 100))) == 0
+
+
+def test_remote_index_first_entry_zero_is_real() -> None:
     # .remoteoffsetindex: the first entry is (rel 0, pos 0) — the set's first entry.
-    index = OffsetIndex(BASE, raw((0, 0), (5, 82)) + bytes(16))
+    index = OffsetIndex(BASE, raw((0, 0), (5, 82)), preallocated=False)
     assert list(index) == [OffsetPosition(BASE, 0), OffsetPosition(1005, 82)]
-    only = OffsetIndex(BASE, raw((0, 0)) + bytes(24))
+    only = OffsetIndex(BASE, raw((0, 0)), preallocated=False)
     assert list(only) == [OffsetPosition(BASE, 0)]
+    # Not preallocated: trailing zeros are entries, and out of order ones at that.
+    with pytest.raises(CorruptIndexError):
+        OffsetIndex(BASE, raw((0, 0), (5, 82)) + bytes(8), preallocated=False)
 
 
 def test_length_not_multiple_of_entry_size() -> None:

@@ -286,8 +286,10 @@ def test_set_builder_and_derived_bytes_agree() -> None:
     offset_bytes, time_bytes = derive_remote_indexes(log, 1000)
     assert offset_bytes == builder.offset_index_bytes() == b"".join(a.offset_index for a in appended)
     assert time_bytes == builder.time_index_bytes() == b"".join(a.time_index for a in appended)
-    assert OffsetIndex(1000, offset_bytes)[0] == OffsetPosition(1000, 0)  # first entry (0, 0) is real
-    assert list(TimeIndex(1000, time_bytes)) == [TimestampOffset(50, 1009), TimestampOffset(70, 1030)]
+    first = OffsetIndex(1000, offset_bytes, preallocated=False)[0]
+    assert first == OffsetPosition(1000, 0)  # first entry (0, 0) is real
+    times = list(TimeIndex(1000, time_bytes, preallocated=False))
+    assert times == [TimestampOffset(50, 1009), TimestampOffset(70, 1030)]
     replay = RemoteIndexSetBuilder.from_log_index(log, 1000)
     assert replay.offset_index_bytes() == offset_bytes
     assert replay.log_index_size == len(log)
@@ -319,7 +321,8 @@ def test_set_builder_int32_guards() -> None:
 def open_set(entries: list[RemoteLogIndexEntry], base: int) -> tuple[OffsetIndex, TimeIndex, bytes]:
     builder = RemoteIndexSetBuilder(base)
     log = b"".join(builder.append(e).log_index for e in entries)
-    return OffsetIndex(base, builder.offset_index_bytes()), TimeIndex(base, builder.time_index_bytes()), log
+    return (OffsetIndex(base, builder.offset_index_bytes(), preallocated=False),
+            TimeIndex(base, builder.time_index_bytes(), preallocated=False), log)
 
 
 def test_offset_lookup_gap_and_bounds() -> None:
@@ -336,7 +339,7 @@ def test_offset_lookup_gap_and_bounds() -> None:
 
 def test_offset_lookup_detects_disagreeing_files() -> None:
     _oi, _, log = open_set([entry(100, 109), entry(120, 130)], 100)
-    other = OffsetIndex(100, bytes(OffsetIndex.ENTRY_SIZE) + struct.pack(">ii", 19, 0))
+    other = OffsetIndex(100, bytes(OffsetIndex.ENTRY_SIZE) + struct.pack(">ii", 19, 0), preallocated=False)
     with pytest.raises(CorruptIndexError, match="disagree"):
         find_entry_for_offset(other, log, 125)
 

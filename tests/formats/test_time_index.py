@@ -59,13 +59,19 @@ def test_preallocated_zero_tail_is_ignored() -> None:
     assert index.valid_bytes == 12
 
 
-def test_first_entry_zero_is_real() -> None:
-    # A .remotetimeindex may start with (ts 0, rel 0); only zero entries after entry 0 are the tail.
+def test_fully_preallocated_kafka_time_index_has_no_entries() -> None:
     index = TimeIndex(BASE, bytes(12 * 10))
+    assert len(index) == 0
+    assert index.lookup(5) == TimestampOffset(-1, BASE)
+
+
+def test_remote_time_index_first_entry_zero_is_real() -> None:
+    # A .remotetimeindex may start with (ts 0, rel 0): rlm's files are never preallocated.
+    index = TimeIndex(BASE, bytes(12), preallocated=False)
     assert list(index) == [TimestampOffset(0, BASE)]
     assert index.lookup(5) == TimestampOffset(0, BASE)
     assert index.lookup(-1) == TimestampOffset(-1, BASE)
-    assert len(TimeIndex(BASE, raw((0, 0), (7, 3)) + bytes(24))) == 2
+    assert len(TimeIndex(BASE, raw((0, 0), (7, 3)), preallocated=False)) == 2
 
 
 def test_length_not_multiple_of_entry_size() -> None:
