@@ -232,7 +232,9 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles) -> CopyResult | N
         crash_point("after_data")
 
         manifest = SegmentManifest(
-            topic=ctx.topic, partition=ctx.partition, base_offset=first.base_offset,
+            # The segment's base (its file name), not its first batch's: they differ after
+            # compaction, and keys, journal, retention and GC all name a segment by this base.
+            topic=ctx.topic, partition=ctx.partition, base_offset=segment.base_offset,
             last_offset=last.last_offset,
             first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
             max_timestamp=max(b.max_timestamp for b in scanned.batches),

@@ -1,0 +1,221 @@
+"""Shared helpers of the tiering acceptance tests: configs, the CLI as a subprocess, and one
+independent checker of the invariants of DESIGN §2 / FORMATS §4–6.
+
+The checker reads the store through the backend contract and the local index files through the
+format readers only (never through the tiering engine), so an engine bug cannot hide itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.formats import naming
+from rlm.formats.records import iter_batches
+from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
+from rlm.logdir.scan import (
+    discover_partitions,
+    eligible_segments,
+    list_segments,
+    partition_state,
+    read_checkpoints,
+)
+from rlm.storage.api import StorageBackend
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, backend: str = "local",
+                 options: dict[str, Any] | None = None, eligibility: str = "high-watermark",
+                 server_port: int | None = None, **tiering: Any) -> Path:
+    """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0)."""
+    tiering.setdefault("gc_grace_ms", 0)
+
+    def val(v: Any) -> str:
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + "}"
+        return str(v)
+
+    opts = dict(options) if options is not None else {"root": str(root)}
+    lines = ["[log]", f"dirs = {val([str(d) for d in log_dirs])}", f"eligibility = {val(eligibility)}",
+             "[remote]", f"backend = {val(backend)}", "[remote.options]"]
+    lines += [f"{k} = {val(v)}" for k, v in opts.items()]
+    lines += ["[tiering]"] + [f"{k} = {val(v)}" for k, v in tiering.items()]
+    if server_port is not None:
+        lines += ["[server]", f"port = {server_port}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def rlm_cli(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m rlm ARGS`` as a real subprocess (never raises on a non-zero exit)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "rlm", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, check=False, env=full_env, cwd=cwd or REPO)
+
+
+def roll_after_last(partition_dir: Path) -> int:
+    """Add the empty next segment a broker roll leaves: ``<last offset + 1>.log``; return its base."""
+    segments = list_segments(partition_dir)
+    data = segments[-1].log.read_bytes()
+    last = None
+    for batch in iter_batches(data):
+        last = batch
+    assert last is not None, partition_dir
+    base = last.last_offset + 1
+    (partition_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(b"")
+    return base
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# --- the checker ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionCheck:
+    name: str
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    local_entries: list[RemoteLogIndexEntry] = field(default_factory=list)
+    eligible_bases: list[int] = field(default_factory=list)
+    set_bases: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StoreCheck:
+    partitions: dict[str, PartitionCheck]
+    unreferenced: set[str]  # keys under */data/ that no manifest names
+
+    def remote_bases(self, name: str) -> list[int]:
+        return [m["base_offset"] for m in self.partitions[name].manifests]
+
+
+def _manifests(backend: StorageBackend, name: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for info in backend.list(f"{name}/manifests/"):
+        out.append((info.key, json.loads(backend.read(info.key))))
+    return out
+
+
+def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: str = "high-watermark",
+                complete: bool = True, deep: bool = False, expect_no_local_index: set[str] = frozenset(),
+                ) -> StoreCheck:
+    """Assert every invariant; ``complete``: every eligible segment must be remote; ``deep``: compare
+    uploaded bytes with the local .log and decode every entry's byte range.
+
+    Retention may have removed a prefix of the remote segments; the local index must then start at
+    the first remaining manifest.
+    """
+    referenced: set[str] = set()
+    results: dict[str, PartitionCheck] = {}
+    for part in discover_partitions(log_dirs):
+        name = part.name
+        pc = PartitionCheck(name)
+        results[name] = pc
+        segments = list_segments(part)
+        state = partition_state(part, read_checkpoints(part.log_dir))
+        eligible = eligible_segments(segments, state, eligibility)  # type: ignore[arg-type]
+        pc.eligible_bases = [s.base_offset for s in eligible]
+        by_base = {s.base_offset: s for s in segments}
+
+        # Remote: manifests parse, name their own base, and every object they name exists.
+        remote_entries: list[RemoteLogIndexEntry] = []
+        previous_last = -1
+        for key, doc in _manifests(backend, name):
+            assert key == f"{name}/manifests/{doc['base_offset']:020d}.json", key
+            assert doc["format_version"] == 1
+            assert doc["base_offset"] <= doc["last_offset"]
+            assert doc["base_offset"] > previous_last, f"{key}: overlaps the previous segment"
+            previous_last = doc["last_offset"]
+            for obj in doc["objects"].values():
+                assert backend.head(obj["key"]).size == obj["size"], f"{key}: object {obj['key']}"
+                referenced.add(obj["key"])
+            pc.manifests.append(doc)
+            blob = backend.read(doc["objects"]["segment.remotelogindex"]["key"])
+            entries = [d.entry for d in iter_entries(blob)]
+            assert len(entries) == doc["index_entries"]
+            log_key = doc["objects"]["log"]["key"]
+            # Entries cover exactly the segment's bytes, back to back, and resolve to its log.
+            position = 0
+            for e in entries:
+                assert backend.key_for_url(e.rdi.url) == log_key
+                assert e.rdi.position == position
+                position += e.data_length
+            assert position == doc["size_bytes"] == doc["objects"]["log"]["size"]
+            assert entries[0].first_offset >= doc["base_offset"]
+            assert entries[-1].last_offset == doc["last_offset"]
+            if deep:
+                local = by_base.get(doc["base_offset"])
+                if local is not None:
+                    assert backend.read(log_key) == local.log.read_bytes(), f"{key}: bytes differ"
+                for e in entries:
+                    start, end = e.byte_range
+                    batches = list(iter_batches(backend.read(log_key, start, end)))
+                    assert batches[0].base_offset == e.first_offset
+                    assert batches[-1].last_offset == e.last_offset
+                    assert batches[-1].position + batches[-1].size == e.data_length
+                    assert max(b.max_timestamp for b in batches) == e.last_timestamp
+            remote_entries.extend(entries)
+
+        # Local: every set CRC-valid, named after its first entry, derived files matching.
+        sets = sorted(part.path.glob("*" + naming.REMOTE_LOG_INDEX))
+        for path in sets:
+            base = naming.parse_base_offset(path.name)
+            buf = path.read_bytes()
+            decoded = list(iter_entries(buf))  # CRC-verified, strict
+            assert decoded, f"{path}: empty set left behind"
+            assert decoded[0].entry.first_offset == base, path
+            offset_bytes, time_bytes = derive_remote_indexes(buf, base)
+            assert path.with_suffix(naming.REMOTE_OFFSET_INDEX).read_bytes() == offset_bytes, path
+            assert path.with_suffix(naming.REMOTE_TIME_INDEX).read_bytes() == time_bytes, path
+            pc.set_bases.append(base)
+            pc.local_entries.extend(d.entry for d in decoded)
+        # Exactly the committed segments, each once, in order: nothing lost, nothing twice.
+        assert pc.local_entries == remote_entries, f"{name}: local index != committed manifests"
+        firsts = [e.first_offset for e in pc.local_entries]
+        assert firsts == sorted(set(firsts))
+        for a, b in itertools.pairwise(pc.local_entries):
+            assert a.last_offset < b.first_offset, f"{name}: entries overlap"
+        if name in expect_no_local_index:
+            assert not sets
+
+        if complete:
+            remote_bases = {m["base_offset"] for m in pc.manifests}
+            first_remote = min(remote_bases, default=None)
+            for seg in eligible:
+                if seg.size == 0 or (first_remote is not None and seg.base_offset < first_remote):
+                    continue
+                assert seg.base_offset in remote_bases, f"{name}: eligible {seg.base_offset} not remote"
+            # ... and nothing that was not eligible.
+            assert remote_bases <= set(pc.eligible_bases), f"{name}: a non-eligible segment is remote"
+
+    unreferenced = {info.key for info in backend.list("")
+                    if "/data/" in info.key and info.key not in referenced}
+    return StoreCheck(results, unreferenced)
+
+
+def local_index_files(log_dirs: list[Path]) -> dict[str, bytes]:
+    """Every ``*.remote*`` file of the log dirs: relative path → bytes."""
+    out = {}
+    for d in log_dirs:
+        for path in sorted(d.glob("*/*.remote*")):
+            out[str(path.relative_to(d.parent))] = path.read_bytes()
+    return out
