@@ -1,0 +1,331 @@
+"""The ``s3`` plugin over HTTP: moto's server, npm s3rver, and MinIO/AWS when RLM_TEST_S3_* is set."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import itertools
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rlm.errors import (
+    ConfigError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+    TransientStorageError,
+)
+from rlm.storage import create_backend
+from rlm.storage.api import StorageBackend
+from rlm.storage.faults import FaultyBackend
+from rlm.storage.retry import RetryingBackend, RetryPolicy, put_if_absent_idempotent
+from rlm.testing.backend_suite import BackendSuite, payload
+from tests.storage.conftest import BUCKET
+
+pytestmark = pytest.mark.s3
+S3Backend = pytest.importorskip("rlm_storage_s3").S3Backend
+
+MiB = 1024 * 1024
+SMALL_PARTS = {"part_size": "5MiB", "multipart_threshold": "5MiB", "max_concurrency": 4}
+NO_WAIT: dict[str, Any] = {"sleep": lambda s: None}
+
+
+def moto_backend(endpoint: str, **extra: Any) -> Any:
+    opts = {"bucket": BUCKET, "prefix": f"run-{uuid.uuid4().hex[:8]}", "endpoint_url": endpoint,
+            "path_style": True, **SMALL_PARTS, **extra}
+    return S3Backend(**NO_WAIT, **opts)
+
+
+class TestS3Moto(BackendSuite):
+    large_size = 11 * MiB + 123  # three 5 MiB parts
+
+    @pytest.fixture
+    def backend(self, moto_endpoint: str) -> Iterator[StorageBackend]:
+        with moto_backend(moto_endpoint) as b:
+            yield b
+
+
+class TestS3S3rver(BackendSuite):
+    """A second, independent S3 implementation (Node.js). It mangles aws-chunked uploads unless
+    checksums are only sent when required, hence ``request_checksum_calculation``."""
+
+    large_size = 11 * MiB + 123
+
+    @pytest.fixture
+    def backend(self, s3rver_endpoint: str) -> Iterator[StorageBackend]:
+        opts = {"bucket": BUCKET, "prefix": f"run-{uuid.uuid4().hex[:8]}", "endpoint_url": s3rver_endpoint,
+                "path_style": True, "access_key_id": "S3RVER", "secret_access_key": "S3RVER",
+                "request_checksum_calculation": "when_required",
+                "response_checksum_validation": "when_required", **SMALL_PARTS}
+        with S3Backend(**NO_WAIT, **opts) as b:
+            yield b
+
+    # Bugs of s3rver 3.7 itself (lib/stores/filesystem.js, lib/controllers/object.js), not of the
+    # backend: the same tests pass on moto and are expected to pass on MinIO/AWS. strict=True makes a
+    # fixed s3rver visible.
+    @pytest.mark.xfail(strict=True, reason="s3rver: ranged GET of an empty object: Content-Length 1, no body")
+    def test_empty_object(self, backend: StorageBackend, ns: str) -> None:
+        super().test_empty_object(backend, ns)
+
+    @pytest.mark.xfail(strict=True, reason="s3rver: 'Range: bytes=0-0' returns the whole object")
+    def test_ranged_reads_are_half_open(self, backend: StorageBackend, ns: str) -> None:
+        super().test_ranged_reads_are_half_open(backend, ns)
+
+    @pytest.mark.xfail(strict=True, reason="s3rver lists in file-system walk order ('a/b' before 'a-c')")
+    def test_listing_is_in_key_order(self, backend: StorageBackend, ns: str) -> None:
+        super().test_listing_is_in_key_order(backend, ns)
+
+    @pytest.mark.xfail(strict=True, reason="s3rver lists in file-system walk order ('a/b' before 'a-c')")
+    def test_prefix_is_a_string_prefix(self, backend: StorageBackend, ns: str) -> None:
+        super().test_prefix_is_a_string_prefix(backend, ns)
+
+    @pytest.mark.xfail(strict=True, reason="s3rver lists in file-system walk order ('x/' before 'x-1/')")
+    def test_pagination(self, backend: StorageBackend, ns: str) -> None:
+        super().test_pagination(backend, ns)
+
+    @pytest.mark.xfail(strict=False, reason="s3rver writes in place: concurrent PUTs of one key may tear")
+    def test_concurrent_writers(self, backend: StorageBackend, ns: str) -> None:
+        super().test_concurrent_writers(backend, ns)
+
+
+class TestS3External(BackendSuite):
+    """MinIO (docker-compose) or any S3 endpoint: set RLM_TEST_S3_ENDPOINT (+ _ACCESS_KEY,
+    _SECRET_KEY, _BUCKET; optional RLM_TEST_S3_REGION)."""
+
+    large_size = 11 * MiB + 123
+
+    @pytest.fixture
+    def backend(self) -> Iterator[StorageBackend]:
+        endpoint = os.environ.get("RLM_TEST_S3_ENDPOINT")
+        if not endpoint:
+            pytest.skip("RLM_TEST_S3_ENDPOINT is not set (MinIO: docker compose up minio)")
+        opts = {"bucket": os.environ.get("RLM_TEST_S3_BUCKET", "rlm"), "endpoint_url": endpoint,
+                "prefix": f"rlm-test-{uuid.uuid4().hex[:8]}", "path_style": True,
+                "access_key_id": os.environ.get("RLM_TEST_S3_ACCESS_KEY") or None,
+                "secret_access_key": os.environ.get("RLM_TEST_S3_SECRET_KEY") or None,
+                "region": os.environ.get("RLM_TEST_S3_REGION") or None, **SMALL_PARTS}
+        with S3Backend.from_options(opts) as b:
+            yield b
+
+
+class TestRetriesOverFaultyMoto(BackendSuite):
+    """The faulty wrapper over the moto-backed backend: retries recover from every injected fault."""
+
+    picklable = False
+    large_size = 6 * MiB
+
+    @pytest.fixture
+    def backend(self, moto_endpoint: str) -> Iterator[StorageBackend]:
+        faulty = FaultyBackend.wrap(moto_backend(moto_endpoint), seed=3, throttle_rate=0.06, error_rate=0.06,
+                                    lost_ack_rate=0.06, partial_upload_rate=0.04)
+        with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
+            yield b
+
+
+# -- S3 specifics ---------------------------------------------------------------------------------
+
+
+def test_multipart_is_really_used_and_sse_storage_class_applied(moto_endpoint: str) -> None:
+    import boto3
+
+    b = moto_backend(moto_endpoint, sse="AES256", storage_class="STANDARD_IA")
+    data = payload(11 * MiB, 1)
+    b.put("big", data)
+    info = b.head("big")
+    assert info.etag is not None and info.etag.endswith("-3"), info.etag  # 3 parts
+    raw = boto3.client("s3", endpoint_url=moto_endpoint).head_object(Bucket=BUCKET, Key=b._full("big"))
+    assert raw["ServerSideEncryption"] == "AES256"
+    assert raw["StorageClass"] == "STANDARD_IA"
+    b.put("small", b"x")
+    assert "-" not in (b.head("small").etag or "")
+
+
+def test_conditional_create_is_native_on_moto(moto_endpoint: str) -> None:
+    b = moto_backend(moto_endpoint)
+    assert b.capabilities.conditional_create is True
+    assert list(b.list()) == []  # the probe cleaned up after itself
+    b.put("m", b"1", if_absent=True)
+    with pytest.raises(ObjectExistsError):
+        b.put("m", b"2", if_absent=True)
+    with pytest.raises(ObjectExistsError):  # also on CompleteMultipartUpload
+        b.put("m", payload(6 * MiB), if_absent=True)
+    assert b.read("m") == b"1"
+
+
+def test_conditional_create_on_s3rver_follows_the_probe(s3rver_endpoint: str) -> None:
+    b = S3Backend(bucket=BUCKET, endpoint_url=s3rver_endpoint, path_style=True, access_key_id="S3RVER",
+                  secret_access_key="S3RVER", request_checksum_calculation="when_required",
+                  prefix=uuid.uuid4().hex)
+    native = b.capabilities.conditional_create
+    b.put("m", b"1", if_absent=True)
+    with pytest.raises(ObjectExistsError):
+        b.put("m", b"2", if_absent=True)
+    assert b.read("m") == b"1"
+    forced = S3Backend(**{**b.options, "conditional_create": "emulated"})
+    assert forced.capabilities.conditional_create is False
+    with pytest.raises(ObjectExistsError):
+        forced.put("m", b"3", if_absent=True)
+    print(f"s3rver honours If-None-Match: {native}")
+
+
+def test_option_validation() -> None:
+    ok = {"bucket": "b", "endpoint_url": "http://127.0.0.1:1"}
+    S3Backend.from_options(ok).close()  # construction needs no network
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({}, "bucket is required"),
+        ({**ok, "bukket": "x"}, "unknown option"),
+        ({**ok, "part_size": "1MiB"}, "part_size"),
+        ({**ok, "sse": "DES"}, "allowed: 'AES256', 'aws:kms'"),
+        ({**ok, "sse_kms_key_id": "k"}, "requires sse"),
+        ({**ok, "access_key_id": "AKIA"}, "set together"),
+        ({**ok, "request_checksum_calculation": "never"}, "when_required"),
+        ({**ok, "conditional_create": "yes"}, "conditional_create"),
+        ({**ok, "max_concurrency": 0}, "max_concurrency"),
+        ({**ok, "profile": "no-such-profile-xyz"}, "no-such-profile-xyz"),
+    ]
+    for opts, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            S3Backend.from_options(opts)
+    b = create_backend("s3", {**ok, "part_size": "16MiB", "path_style": "true"})
+    assert b.part_size == 16 * MiB and b.options["path_style"] is True
+
+
+def test_credentials_never_leak(moto_endpoint: str, caplog: pytest.LogCaptureFixture) -> None:
+    secret, token = "SECRETsecretSECRET/abc+123", "SESSIONtokenSESSION-xyz"
+    caplog.set_level(logging.DEBUG)
+    b = moto_backend(moto_endpoint, access_key_id="AKIAEXAMPLEKEY", secret_access_key=secret,
+                     session_token=token)
+    b.put("k", b"v")
+    b.read("k")
+    texts = [repr(b), str(b), str(b.describe())]
+    for bad in (lambda: b.read("missing"), lambda: S3Backend(bucket="nope", endpoint_url=moto_endpoint,
+                path_style=True, access_key_id="AKIA", secret_access_key=secret, session_token=token,
+                **NO_WAIT).read("x")):
+        with pytest.raises(StorageError) as exc:
+            bad()
+        texts += [str(exc.value), repr(exc.value)]
+    with pytest.raises(ConfigError) as cfg:
+        S3Backend(bucket="b", secret_access_key=secret, session_token=token)
+    texts.append(str(cfg.value))
+    texts.append(caplog.text)
+    assert any("Sending http request" in r.getMessage() or "botocore" in r.name for r in caplog.records)
+    for text in texts:
+        assert secret not in text and token not in text
+    assert b.describe()["options"]["secret_access_key"] == "***"
+
+
+def test_errors_translated(moto_endpoint: str) -> None:
+    b = moto_backend(moto_endpoint)
+    with pytest.raises(ObjectNotFoundError):
+        b.head("missing")
+    nobucket = S3Backend(bucket="no-such-bucket-rlm", endpoint_url=moto_endpoint, path_style=True, **NO_WAIT)
+    with pytest.raises(StorageError) as exc:
+        nobucket.read("k")
+    assert not isinstance(exc.value, ObjectNotFoundError)  # a missing bucket is not a missing object
+    assert "NoSuchBucket" in str(exc.value)
+    dead = S3Backend(bucket="b", endpoint_url="http://127.0.0.1:9", max_attempts=2, connect_timeout=1,
+                     **NO_WAIT)
+    with pytest.raises(TransientStorageError):
+        dead.read("k")
+
+
+def test_lost_ack_on_conditional_create_never_duplicates(moto_endpoint: str) -> None:
+    inner = moto_backend(moto_endpoint)
+    faulty = FaultyBackend.wrap(inner, lost_ack_rate=1.0, max_faults=1, operations=["put"])
+    info = put_if_absent_idempotent(faulty, "manifest.json", b'{"attempt": 1}',
+                                    RetryPolicy(sleep=lambda s: None))
+    assert faulty.injected["lost_ack"] == 1
+    assert info.size == len(b'{"attempt": 1}')
+    assert [o.key for o in inner.list()] == ["manifest.json"]
+    with pytest.raises(ObjectExistsError):  # a different writer's content still loses
+        put_if_absent_idempotent(faulty, "manifest.json", b'{"attempt": 2}', RetryPolicy(sleep=lambda s: 0))
+    assert inner.read("manifest.json") == b'{"attempt": 1}'
+
+
+# -- a throttling proxy in front of moto: the plugin's own retries (503 SlowDown, 500) -------------
+
+
+class _FlakyProxy(http.server.ThreadingHTTPServer):
+    """Answers every ``every``-th request with a 503 SlowDown / 500 (alternating), forwards the rest."""
+
+    def __init__(self, upstream: str, every: int) -> None:
+        self.upstream = upstream.removeprefix("http://")
+        self.counter = itertools.count(1)
+        self.every = every
+        self.injected = 0
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: _FlakyProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        n = next(self.server.counter)
+        if n % self.server.every == 0:
+            self.server.injected += 1
+            code, status = ("SlowDown", 503) if self.server.injected % 2 else ("InternalError", 500)
+            payload_ = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload_)))
+            self.end_headers()
+            self.wfile.write(payload_)
+            return
+        conn = http.client.HTTPConnection(self.server.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+
+@pytest.fixture
+def flaky_endpoint(moto_endpoint: str) -> Iterator[_FlakyProxy]:
+    proxy = _FlakyProxy(moto_endpoint, every=3)
+    t = threading.Thread(target=proxy.serve_forever, daemon=True)
+    t.start()
+    yield proxy
+    proxy.shutdown()
+    proxy.server_close()
+
+
+def test_plugin_retries_throttling_and_5xx(flaky_endpoint: _FlakyProxy) -> None:
+    endpoint = f"http://127.0.0.1:{flaky_endpoint.server_address[1]}"
+    delays: list[float] = []
+    b = S3Backend(bucket=BUCKET, endpoint_url=endpoint, path_style=True, prefix=uuid.uuid4().hex,
+                  conditional_create="native", sleep=delays.append, retry_base_delay=0.1, **SMALL_PARTS)
+    data = payload(11 * MiB, 5)
+    for i in range(4):
+        b.put(f"k{i}", data[: 1000 * (i + 1)])
+    b.put("big", data)
+    assert b.read("big") == data
+    assert [o.key for o in b.list()] == ["big", "k0", "k1", "k2", "k3"]
+    assert flaky_endpoint.injected >= 5
+    assert len(delays) == flaky_endpoint.injected
+    assert all(0 <= d <= 20.0 for d in delays)
+    once = S3Backend(**{**b.options, "max_attempts": 1})
+    with pytest.raises(TransientStorageError, match=r"HTTP 50[03]"):
+        for _ in range(3):
+            once.head("k0")
