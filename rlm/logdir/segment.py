@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -244,3 +244,25 @@ def _read_optional(path: Path | None) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
+
+
+def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:
+    """Last offset + 1 of a partition: of the active (last) segment's last batch, or its base
+    offset when it is empty; None without segments or when the active segment cannot be read.
+
+    Scans only from the active segment's last offset-index entry, so it costs at most
+    ``index.interval.bytes`` of reading.
+    """
+    if not segments:
+        return None
+    active = segments[-1]
+    try:
+        with LogSegment.open(active) as seg:
+            index = seg.offset_index
+            start = index[len(index) - 1].position if index else 0
+            last = None
+            for batch in seg.batches(start, verify_crc=False):
+                last = batch
+            return last.last_offset + 1 if last is not None else active.base_offset
+    except (OSError, RlmError):
+        return None

@@ -1,0 +1,537 @@
+"""Lookups and fetches across tiers (FORMATS §5): local when the data is still local, else remote.
+
+* **offset t** — ``local_log_start ≤ t < log_end`` → the local segment (``.index`` floor → scan);
+  else ``remote_log_start ≤ t ≤ highest_tiered`` → the remote index set (``.remoteoffsetindex``
+  floor → the entry → ONE ranged read of that entry's bytes); else not found, with the valid
+  ranges. Offsets in compaction gaps resolve to the next existing offset, as Kafka does.
+* **timestamp ts ≥ 0** — Kafka ListOffsets: the first offset whose record timestamp ≥ ts,
+  searching the remote tier first (``.remotetimeindex`` → entry → one ranged read), then the
+  local segments. Special values: −1 latest (log end offset), −2 earliest (log start, maybe
+  remote), −3 the record with the max timestamp, −4 earliest local, −5 latest tiered.
+* **fetch** — Kafka fetch semantics: from the batch holding the offset, whole batches while they
+  fit in ``max_bytes``, at least one. Remote fetches read consecutive entries of one object with
+  one ranged request, objects in parallel, and read ahead the next range for sequential readers.
+
+Readers never write: they use the local remote-index files as they are (a torn tail being
+appended by the daemon is simply not visible yet) and the progress the daemon persisted.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rlm.errors import FormatError, InvalidArgumentError, ObjectNotFoundError, RlmError
+from rlm.formats import naming
+from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.records import RecordBatch, decode_records, iter_batches
+from rlm.formats.remote_index import (
+    DecodedEntry,
+    decode_entry,
+    find_entry_for_offset,
+    find_entry_for_timestamp,
+)
+from rlm.formats.time_index import TimeIndex
+from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments, partition_state, read_checkpoints
+from rlm.logdir.segment import LogSegment, log_end_offset
+from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.state import Progress
+
+log = logging.getLogger(__name__)
+
+Tier = Literal["local", "remote"]
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+SPECIAL_TIMESTAMPS = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "max-timestamp",
+                      EARLIEST_LOCAL: "earliest-local", LATEST_TIERED: "latest-tiered"}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """The offsets that bound each tier (FORMATS §5); None when unknown/empty, -1 = nothing tiered."""
+
+    log_start_offset: int | None
+    local_log_start_offset: int | None
+    high_watermark: int | None
+    log_end_offset: int | None
+    highest_tiered_offset: int
+    remote_log_start_offset: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_start_offset": self.log_start_offset,
+            "local_log_start_offset": self.local_log_start_offset,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log_end_offset,
+            "highest_tiered_offset": self.highest_tiered_offset,
+            "remote_log_start_offset": self.remote_log_start_offset,
+            "local": [self.local_log_start_offset, self.log_end_offset],  # half-open
+            "remote": ([self.remote_log_start_offset, self.highest_tiered_offset]  # inclusive
+                       if self.remote_log_start_offset is not None else None),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """One answer; :meth:`to_json` is the ``rlm lookup`` / HTTP contract of DESIGN §4."""
+
+    topic: str
+    partition: int
+    found: bool
+    ranges: PartitionOffsets
+    tier: Tier | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+    batch: RecordBatch | None = None
+    location: dict[str, Any] | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "found": self.found}
+        if not self.found:
+            doc["reason"] = self.reason
+            doc["valid_ranges"] = self.ranges.to_json()
+            return doc
+        doc.update({
+            "tier": self.tier,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "batch": (None if self.batch is None else
+                      {"base_offset": self.batch.base_offset, "last_offset": self.batch.last_offset}),
+            "location": self.location,
+        })
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Raw record batches (Kafka's on-disk bytes) starting at the batch holding the offset."""
+
+    topic: str
+    partition: int
+    tier: Tier
+    data: bytes
+    batches: list[RecordBatch]
+    high_watermark: int | None
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.batches[-1].last_offset + 1 if self.batches else None
+
+
+def partition_offsets(part: PartitionDir, progress: Progress,
+                      segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
+    """Where each tier starts and ends now (local from the log dir, remote from ``progress``)."""
+    segments = list_segments(part) if segments is None else segments
+    state = partition_state(part, read_checkpoints(part.log_dir))
+    local_start = segments[0].base_offset if segments else None
+    if local_start is not None and state.log_start_offset is not None:
+        local_start = max(local_start, state.log_start_offset)
+    highest = progress.highest_tiered_offset
+    remote_start = (progress.remote_log_start_offset
+                    if highest >= 0 and 0 <= progress.remote_log_start_offset <= highest else None)
+    starts = [o for o in (remote_start, local_start) if o is not None]
+    return PartitionOffsets(min(starts) if starts else None, local_start, state.high_watermark,
+                            log_end_offset(segments), highest, remote_start)
+
+
+# --------------------------------------------------------------------------------------------
+# remote index sets, parsed once per file version
+
+
+@dataclass
+class _SetView:
+    base_offset: int
+    offsets: OffsetIndex
+    times: TimeIndex
+    log_index: bytes | mmap.mmap
+    first: DecodedEntry | None
+    last: DecodedEntry | None
+
+    def entry_after(self, entry: DecodedEntry) -> DecodedEntry | None:
+        if entry.end_position >= len(self.log_index):
+            return None
+        return decode_entry(self.log_index, entry.end_position)
+
+    def entries_from(self, entry: DecodedEntry) -> Iterator[DecodedEntry]:
+        current: DecodedEntry | None = entry
+        while current is not None:
+            yield current
+            current = self.entry_after(current)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _load_set(directory: Path, base: int) -> _SetView | None:
+    # Derived files first, then the entries: anything they reference was appended before them.
+    offsets_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX))
+    times_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_TIME_INDEX))
+    log_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX))
+    # A concurrent append may have left partial trailing entries in any file: keep whole ones.
+    offsets_raw = offsets_raw[: len(offsets_raw) - len(offsets_raw) % OffsetIndex.ENTRY_SIZE]
+    times_raw = times_raw[: len(times_raw) - len(times_raw) % TimeIndex.ENTRY_SIZE]
+    offsets = OffsetIndex(base, offsets_raw, preallocated=False)
+    times = TimeIndex(base, times_raw, preallocated=False)
+    if not offsets or not log_raw:
+        return None
+    first = decode_entry(log_raw, 0)
+    last = decode_entry(log_raw, offsets[len(offsets) - 1].position)
+    return _SetView(base, offsets, times, log_raw, first, last)
+
+
+class _SetCache:
+    """Parsed sets keyed by (path, size, mtime): a file that changed is parsed again."""
+
+    def __init__(self, max_sets: int = 256) -> None:
+        self._views: OrderedDict[tuple[str, int, int], _SetView | None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_sets = max_sets
+
+    def get(self, directory: Path, base: int) -> _SetView | None:
+        path = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if key in self._views:
+                self._views.move_to_end(key)
+                return self._views[key]
+        view = _load_set(directory, base)
+        with self._lock:
+            self._views[key] = view
+            while len(self._views) > self.max_sets:
+                self._views.popitem(last=False)
+        return view
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReaderResources:
+    """Shared by every partition reader: the store, the byte cache, the read-ahead pool."""
+
+    backend: StorageBackend
+    cache: RemoteRangeCache
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "rlm-read"))
+    sets: _SetCache = field(default_factory=_SetCache)
+    read_ahead: bool = True
+
+    def read_range(self, url: str, start: int, end: int) -> bytes:
+        key = self.backend.key_for_url(url)
+        return self.cache.get_or_load(
+            (key, start, end), lambda: self.retry.call(lambda: self.backend.read(key, start, end)))
+
+    def prefetch(self, url: str, start: int, end: int) -> Future[bytes] | None:
+        if not self.read_ahead:
+            return None
+        return self.pool.submit(self.read_range, url, start, end)
+
+
+class PartitionReader:
+    """Answers lookups and fetches for one partition from both tiers (read-only)."""
+
+    def __init__(self, part: PartitionDir, resources: ReaderResources, progress: Progress) -> None:
+        self.part = part
+        self.res = resources
+        self.progress = progress
+
+    # -- what is where ------------------------------------------------------------------------
+
+    def _set_bases(self) -> list[int]:
+        bases = []
+        for name in os.listdir(self.part.path):
+            if name.endswith(naming.REMOTE_OFFSET_INDEX):
+                try:
+                    bases.append(naming.parse_base_offset(name))
+                except RlmError:
+                    continue
+        return sorted(bases)
+
+    def _sets(self) -> list[_SetView]:
+        views = [self.res.sets.get(self.part.path, b) for b in self._set_bases()]
+        return [v for v in views if v is not None]
+
+    def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
+        return partition_offsets(self.part, self.progress, segments)
+
+    def _not_found(self, ranges: PartitionOffsets, reason: str) -> LookupResult:
+        return LookupResult(self.part.topic, self.part.partition, False, ranges, reason=reason)
+
+    # -- offset -------------------------------------------------------------------------------
+
+    def lookup_offset(self, offset: int, *, tier: Tier | None = None) -> LookupResult:
+        """The first record with offset ≥ ``offset``; ``tier`` forces one tier."""
+        if offset < 0:
+            raise InvalidArgumentError(f"offset {offset} is negative")
+        segments = list_segments(self.part)
+        ranges = self.offsets(segments)
+        in_local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
+                    and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
+        in_remote = (ranges.remote_log_start_offset is not None
+                     and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+        if in_local and tier != "remote":
+            found = self._local_offset(segments, offset, ranges)
+            if found is not None:
+                return found
+        if in_remote and tier != "local":
+            found = self._remote_offset(offset, ranges)
+            if found is not None:
+                return found
+        return self._not_found(ranges, f"offset {offset} is out of range")
+
+    def _local_offset(self, segments: Sequence[SegmentFiles], offset: int,
+                      ranges: PartitionOffsets) -> LookupResult | None:
+        candidates = [s for s in segments if s.base_offset <= offset][-1:] + [
+            s for s in segments if s.base_offset > offset]
+        for files in candidates:
+            try:
+                with LogSegment.open(files) as seg:
+                    batch = seg.find_batch(offset)
+                    while batch is not None:
+                        for record in seg.read_records(batch):
+                            if record.offset >= offset:
+                                return LookupResult(
+                                    self.part.topic, self.part.partition, True, ranges, "local",
+                                    record.offset, record.timestamp, batch,
+                                    {"file": str(files.log), "position": batch.position})
+                        batch = next(seg.batches(batch.position + batch.size), None)
+            except FileNotFoundError:
+                continue  # deleted by the log store meanwhile: the next segment or the remote tier
+        return None
+
+    def _remote_entry_for_offset(self, offset: int) -> tuple[_SetView, DecodedEntry] | None:
+        views = self._sets()
+        for i, view in enumerate(views):
+            if view.last is None or view.last.entry.last_offset < offset:
+                continue
+            entry = find_entry_for_offset(view.offsets, view.log_index, offset)
+            if entry is not None:
+                return view, entry
+            if i + 1 < len(views) and views[i + 1].first is not None:
+                return views[i + 1], views[i + 1].first  # type: ignore[return-value]
+        return None
+
+    def _entry_batches(self, entry: DecodedEntry) -> tuple[bytes, list[RecordBatch]]:
+        e = entry.entry
+        start, end = e.byte_range
+        data = self.res.read_range(e.rdi.url, start, end)
+        try:
+            return data, list(iter_batches(data))
+        except FormatError as err:
+            raise err.in_file(f"{e.rdi}", base_position=start) from err
+
+    def _remote_offset(self, offset: int, ranges: PartitionOffsets) -> LookupResult | None:
+        found = self._remote_entry_for_offset(max(offset, ranges.remote_log_start_offset or 0))
+        if found is None:
+            return None
+        view, entry = found
+        for current in view.entries_from(entry):
+            data, batches = self._entry_batches(current)
+            for batch in batches:
+                if batch.last_offset < offset:
+                    continue
+                for record in decode_records(data, batch):
+                    if record.offset >= offset:
+                        return LookupResult(self.part.topic, self.part.partition, True, ranges, "remote",
+                                            record.offset, record.timestamp, batch,
+                                            {"rdi": str(current.entry.rdi),
+                                             "data_length": current.entry.data_length})
+        return None
+
+    # -- timestamp ----------------------------------------------------------------------------
+
+    def lookup_timestamp(self, timestamp: int) -> LookupResult:
+        """Kafka ListOffsets semantics, incl. the special values −1…−5."""
+        if timestamp < LATEST_TIERED:
+            raise InvalidArgumentError(f"timestamp {timestamp} is invalid: use ms since the epoch or "
+                                       "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered")
+        segments = list_segments(self.part)
+        ranges = self.offsets(segments)
+        if timestamp == LATEST:
+            if ranges.log_end_offset is None:
+                return self._not_found(ranges, "the partition has no segments")
+            return LookupResult(self.part.topic, self.part.partition, True, ranges, "local",
+                                ranges.log_end_offset, -1)
+        if timestamp == EARLIEST:
+            if ranges.log_start_offset is None:
+                return self._not_found(ranges, "the partition is empty in both tiers")
+            return self.lookup_offset(ranges.log_start_offset)
+        if timestamp == EARLIEST_LOCAL:
+            if ranges.local_log_start_offset is None:
+                return self._not_found(ranges, "no local segments")
+            return self.lookup_offset(ranges.local_log_start_offset, tier="local")
+        if timestamp == LATEST_TIERED:
+            if ranges.remote_log_start_offset is None:
+                return self._not_found(ranges, "nothing is tiered")
+            return self.lookup_offset(ranges.highest_tiered_offset, tier="remote")
+        if timestamp == MAX_TIMESTAMP:
+            max_ts = self._max_timestamp(segments)
+            if max_ts is None:
+                return self._not_found(ranges, "the partition has no records")
+            timestamp = max_ts
+        return (self._remote_timestamp(timestamp, ranges)
+                or self._local_timestamp(segments, timestamp, ranges)
+                or self._not_found(ranges, f"no record has a timestamp >= {timestamp}"))
+
+    def _remote_timestamp(self, ts: int, ranges: PartitionOffsets) -> LookupResult | None:
+        if ranges.remote_log_start_offset is None:
+            return None
+        start = ranges.remote_log_start_offset
+        for view in self._sets():
+            if view.last is None or view.last.entry.last_offset < start:
+                continue
+            first_hit = find_entry_for_timestamp(view.times, view.offsets, view.log_index, ts)
+            if first_hit is None:
+                continue  # the set's running max never reaches ts
+            begin = first_hit
+            if first_hit.entry.last_offset < start:  # below the remote log start: walk from there
+                begin = find_entry_for_offset(view.offsets, view.log_index, start) or first_hit
+            for current in view.entries_from(begin):
+                if current.entry.last_timestamp < ts or current.entry.last_offset < start:
+                    continue
+                data, batches = self._entry_batches(current)
+                for batch in batches:
+                    if batch.max_timestamp < ts or batch.last_offset < start:
+                        continue
+                    for record in decode_records(data, batch):
+                        if record.timestamp >= ts and record.offset >= start:
+                            return LookupResult(self.part.topic, self.part.partition, True, ranges,
+                                                "remote", record.offset, record.timestamp, batch,
+                                                {"rdi": str(current.entry.rdi),
+                                                 "data_length": current.entry.data_length})
+        return None
+
+    def _local_timestamp(self, segments: Sequence[SegmentFiles], ts: int,
+                         ranges: PartitionOffsets) -> LookupResult | None:
+        start = ranges.local_log_start_offset
+        for files in segments:
+            try:
+                with LogSegment.open(files) as seg:
+                    hit = seg.find_offset_by_timestamp(ts, max(start or 0, files.base_offset))
+            except FileNotFoundError:
+                continue
+            if hit is not None:
+                return LookupResult(self.part.topic, self.part.partition, True, ranges, "local",
+                                    hit.offset, hit.timestamp, hit.batch,
+                                    {"file": str(files.log), "position": hit.batch.position})
+        return None
+
+    def _max_timestamp(self, segments: Sequence[SegmentFiles]) -> int | None:
+        best: int | None = None
+        for view in self._sets():
+            if view.times:
+                ts = view.times[len(view.times) - 1].timestamp
+                best = ts if best is None else max(best, ts)
+        for files in segments:
+            try:
+                with LogSegment.open(files) as seg:
+                    times = seg.time_index
+                    start = 0
+                    if times:  # the last entry bounds every record up to its offset: scan after it
+                        last = times[len(times) - 1]
+                        best = last.timestamp if best is None else max(best, last.timestamp)
+                        at = seg.find_batch(last.offset)
+                        start = at.position if at is not None else seg.size
+                    for batch in seg.batches(start, verify_crc=False):
+                        best = batch.max_timestamp if best is None else max(best, batch.max_timestamp)
+            except FileNotFoundError:
+                continue
+        return best
+
+    # -- fetch --------------------------------------------------------------------------------
+
+    def fetch(self, offset: int, max_bytes: int) -> FetchResult:
+        """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (≥ 1 batch)."""
+        if max_bytes <= 0:
+            raise InvalidArgumentError(f"max_bytes {max_bytes} must be positive")
+        found = self.lookup_offset(offset)
+        if not found.found or found.batch is None:
+            raise InvalidArgumentError(f"offset {offset} is out of range: {found.ranges.to_json()}")
+        if found.tier == "local":
+            assert found.location is not None
+            with LogSegment(Path(found.location["file"])) as seg:
+                batches = _take(seg.batches(found.batch.position, verify_crc=True), max_bytes)
+                data = bytes(seg.buffer[batches[0].position: batches[-1].end_position])
+            return FetchResult(self.part.topic, self.part.partition, "local", data,
+                               _rebased(batches, batches[0].position), found.ranges.high_watermark)
+        return self._remote_fetch(found, max_bytes)
+
+    def _remote_fetch(self, found: LookupResult, max_bytes: int) -> FetchResult:
+        assert found.batch is not None
+        located = self._remote_entry_for_offset(found.batch.base_offset)
+        assert located is not None
+        view, entry = located
+        # Entries of one object are contiguous: one ranged read covers as many as max_bytes needs.
+        group = [entry]
+        url = entry.entry.rdi.url
+        for nxt in view.entries_from(entry):
+            if nxt is entry:
+                continue
+            span = sum(e.entry.data_length for e in group)
+            if nxt.entry.rdi.url != url or span >= max_bytes + entry.entry.data_length:
+                break
+            group.append(nxt)
+        start = group[0].entry.rdi.position
+        end = group[-1].entry.rdi.position + group[-1].entry.data_length
+        data = self.res.read_range(url, start, end)
+        batches = [b for b in iter_batches(data) if b.last_offset >= found.batch.base_offset]
+        taken = _take(iter(batches), max_bytes)
+        # Read ahead what a sequential consumer asks next: the following entry range.
+        after = view.entry_after(group[-1])
+        if after is not None:
+            a_start, a_end = after.entry.byte_range
+            self.res.prefetch(after.entry.rdi.url, a_start, a_end)
+        out = bytes(data[taken[0].position: taken[-1].end_position])
+        return FetchResult(self.part.topic, self.part.partition, "remote", out,
+                           _rebased(taken, taken[0].position), found.ranges.high_watermark)
+
+
+def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
+    taken: list[RecordBatch] = []
+    total = 0
+    for batch in batches:
+        if taken and total + batch.size > max_bytes:
+            break
+        taken.append(batch)
+        total += batch.size
+    return taken
+
+
+def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
+    from dataclasses import replace
+
+    return [replace(b, position=b.position - origin) for b in batches]
+
+
+def load_progress(state_dir: Path) -> Progress:
+    """The progress the daemon persisted for one partition (nothing tiered when absent)."""
+    return Progress.load(state_dir / "progress.json")
+
+
+__all__ = [
+    "FetchResult",
+    "LookupResult",
+    "ObjectNotFoundError",
+    "PartitionOffsets",
+    "PartitionReader",
+    "ReaderResources",
+    "load_progress",
+]
