@@ -57,7 +57,8 @@ class TieringSettings:
     upload_bytes_per_sec: int = -1       # token-bucket cap on the upload stream; -1 = unlimited
     max_concurrent_uploads: int = 4      # global cap across partitions
     gc_grace_ms: int = 3_600_000         # abandoned attempts younger than this are left alone
-    state_dir: Path | None = None        # journal + pins; default: <log dir>/.rlm
+    state_dir: Path | None = None        # journal, pins, progress; default: <log dir>.rlm-state
+    remote_cache_bytes: int = 268_435_456  # byte-bounded LRU of remote ranges read by lookups
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 9464
     token: str = ""
+    request_timeout_ms: int = 30_000
 
     def __repr__(self) -> str:  # never print the token
         return f"ServerSettings(host={self.host!r}, port={self.port}, token={'***' if self.token else ''!r})"
@@ -158,11 +160,13 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "max_concurrent_uploads": _int(1, 1024),
         "gc_grace_ms": _int(0),
         "state_dir": _optional_path,
+        "remote_cache_bytes": _int(0),
     }),
     "server": (ServerSettings, {
         "host": _str(non_empty=True),
         "port": _int(0, 65535),
         "token": _str(),
+        "request_timeout_ms": _int(1),
     }),
 }
 

@@ -6,6 +6,7 @@ import click
 
 from rlm.cli.dump import dump
 from rlm.cli.generate import generate
+from rlm.cli.lookup import fetch, lookup, offsets_for_times
 from rlm.cli.run import gc, rebuild_index, run, status
 
 
@@ -15,5 +16,5 @@ def main() -> None:
     """rlm — tiered-storage remote log manager for Kafka-format log directories."""
 
 
-for command in (dump, generate, run, status, gc, rebuild_index):
+for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch):
     main.add_command(command)

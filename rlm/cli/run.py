@@ -32,10 +32,22 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
     manager = build_manager(settings)
     if not once:
         from rlm.daemon.scheduler import TieringDaemon
-        from rlm.daemon.server import serve_metrics
+        from rlm.http.app import create_app
+        from rlm.http.server import ApiServer
+        from rlm.tiering.cache import RemoteRangeCache
+        from rlm.tiering.readers import TieredReaders
 
-        serve_metrics(manager, settings.server)
-        TieringDaemon(manager).run_forever()
+        registry = manager.shared.metrics.registry
+        readers = TieredReaders(
+            settings, manager.shared.backend, progress=manager.live_progress,
+            cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
+        app = create_app(readers, settings.server, status=manager.status, registry=registry)
+        api = ApiServer(app, settings.server.host, settings.server.port).start()
+        logging.getLogger("rlm").info("HTTP API on %s (docs at /docs)", api.url)
+        try:
+            TieringDaemon(manager).run_forever()
+        finally:
+            api.stop()
         return
     parts = manager.discover()
     from tqdm import tqdm

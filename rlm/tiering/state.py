@@ -26,6 +26,12 @@ from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.throttle import TokenBucket
 
 
+def default_state_dir(log_dir: Path) -> Path:
+    """``<parent>/<log dir name>.rlm-state``: beside the log dir, so on the same file system
+    (pins are hard links) but outside it (Kafka refuses unknown directories inside a log dir)."""
+    return log_dir.parent / f"{log_dir.name}.rlm-state"
+
+
 @dataclass
 class Progress:
     """Persisted per partition. -1 = nothing tiered yet."""

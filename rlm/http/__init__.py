@@ -1,0 +1,1 @@
+"""The HTTP API of ``rlm run`` (DESIGN §5) and a Python client for it."""

@@ -1,0 +1,196 @@
+"""The HTTP API of ``rlm run`` (DESIGN §5), a FastAPI app; OpenAPI at ``/docs``.
+
+Routes (contract)::
+
+    GET  /v1/partitions                                    status of every partition
+    GET  /v1/topics/{t}/partitions/{p}/offsets/{o}         lookup by offset
+    GET  /v1/topics/{t}/partitions/{p}/timestamps/{ts}     lookup by timestamp (−1…−5 special)
+    GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json
+    POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
+    GET  /metrics                                          Prometheus text format
+    GET  /healthz                                          liveness (no auth)
+
+Errors are JSON ``{"error": {"field": ..., "reason": ...}}``: 400 bad input, 401 missing/wrong
+token, 404 unknown partition, 416 offset out of range for a fetch, 504 request timeout, 502
+remote store failure. Topic names are checked against Kafka's rules before any file access.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rlm import __version__
+from rlm.config import ServerSettings
+from rlm.errors import InvalidArgumentError, RlmError, StorageError
+from rlm.tiering.lookup import FetchResult
+from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
+
+StatusSource = Callable[[], list[dict[str, Any]]]
+
+
+class OffsetsForTimesRequest(BaseModel):
+    timestamp: int = Field(description="ms since the epoch, or -1 latest / -2 earliest")
+    topics: list[str] | None = Field(default=None, description="default: every topic")
+    minus_ms: int = Field(default=0, ge=0, description="safety margin subtracted from timestamp")
+
+
+def _error(status: int, field: str | None, reason: str) -> JSONResponse:
+    return JSONResponse({"error": {"field": field, "reason": reason}}, status_code=status)
+
+
+def _field_of(err: RlmError) -> str | None:
+    text = err.reason.lower()
+    for name in ("topic", "partition", "offset", "timestamp", "max_bytes", "minus"):
+        if text.startswith(name) or f" {name} " in f" {text}":
+            return name
+    return None
+
+
+def create_app(readers: TieredReaders, server: ServerSettings, *, status: StatusSource,
+               registry: CollectorRegistry) -> FastAPI:
+    app = FastAPI(title="rlm", version=__version__,
+                  description="Tiered-storage remote log manager: lookups across the local and "
+                              "remote tiers of Kafka-format logs.")
+    timeout_s = server.request_timeout_ms / 1000
+
+    async def require_token(request: Request) -> None:
+        if not server.token:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), server.token.encode()):
+            raise _Unauthorized()
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("path", "query", "body")]
+        return _error(400, ".".join(loc) or None, str(first.get("msg", "invalid request")))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, None, str(exc.detail))
+
+    @app.exception_handler(_Unauthorized)
+    async def on_unauthorized(_: Request, __: _Unauthorized) -> JSONResponse:
+        resp = _error(401, "authorization", "missing or wrong bearer token")
+        resp.headers["WWW-Authenticate"] = "Bearer"
+        return resp
+
+    @app.exception_handler(PartitionNotFoundError)
+    async def on_not_found(_: Request, exc: PartitionNotFoundError) -> JSONResponse:
+        return _error(404, "partition", exc.reason)
+
+    @app.exception_handler(InvalidArgumentError)
+    async def on_invalid(_: Request, exc: InvalidArgumentError) -> JSONResponse:
+        return _error(400, _field_of(exc), exc.reason)
+
+    @app.exception_handler(StorageError)
+    async def on_storage(_: Request, exc: StorageError) -> JSONResponse:
+        return _error(502, None, f"remote store: {exc}")
+
+    @app.exception_handler(RlmError)
+    async def on_rlm(_: Request, exc: RlmError) -> JSONResponse:
+        return _error(500, None, str(exc))
+
+    @app.middleware("http")
+    async def deadline(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        try:
+            return await asyncio.wait_for(call_next(request), timeout_s)
+        except TimeoutError:
+            return _error(504, None, f"request took longer than {server.request_timeout_ms} ms")
+
+    auth = [Depends(require_token)]
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/metrics", tags=["ops"], dependencies=auth, response_class=Response)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/partitions", tags=["status"], dependencies=auth)
+    async def partitions() -> list[dict[str, Any]]:
+        return await run_in_threadpool(status)
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/offsets/{offset}", tags=["lookup"],
+             dependencies=auth)
+    async def by_offset(topic: str, partition: int, offset: int) -> dict[str, Any]:
+        check_topic(topic)
+        reader = readers.reader(topic, partition)
+        result = await run_in_threadpool(reader.lookup_offset, offset)
+        return result.to_json()
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}", tags=["lookup"],
+             dependencies=auth)
+    async def by_timestamp(topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+        reader = readers.reader(topic, partition)
+        result = await run_in_threadpool(reader.lookup_timestamp, timestamp)
+        return result.to_json()
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/records", tags=["fetch"], dependencies=auth,
+             response_model=None)
+    async def records(topic: str, partition: int, offset: int,
+                      max_bytes: int = 1_048_576,
+                      format: Literal["raw", "json"] = "raw") -> Response | dict[str, Any]:
+        reader = readers.reader(topic, partition)
+        if max_bytes <= 0 or max_bytes > 64 << 20:
+            raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, 67108864]")
+        try:
+            fetched = await run_in_threadpool(reader.fetch, offset, max_bytes)
+        except InvalidArgumentError as err:
+            if "out of range" in err.reason:
+                return _error(416, "offset", err.reason)
+            raise
+        if format == "json":
+            return _fetch_json(fetched)
+        headers = {"X-Rlm-Tier": fetched.tier, "X-Rlm-Next-Offset": str(fetched.next_offset),
+                   "X-Rlm-Batches": str(len(fetched.batches))}
+        if fetched.high_watermark is not None:
+            headers["X-Rlm-High-Watermark"] = str(fetched.high_watermark)
+        return Response(fetched.data, media_type="application/octet-stream", headers=headers)
+
+    @app.post("/v1/offsets-for-times", tags=["lookup"], dependencies=auth)
+    async def offsets_for_times(body: OffsetsForTimesRequest) -> list[dict[str, Any]]:
+        rows = await run_in_threadpool(readers.offsets_for_times, body.timestamp, body.topics,
+                                       body.minus_ms)
+        return [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                 "timestamp": r.timestamp, "tier": r.tier} for r in rows]
+
+    return app
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
+    from rlm.formats.records import decode_records
+
+    def b64(v: bytes | None) -> str | None:
+        return None if v is None else base64.b64encode(v).decode()
+
+    return {
+        "topic": fetched.topic, "partition": fetched.partition, "tier": fetched.tier,
+        "next_offset": fetched.next_offset, "high_watermark": fetched.high_watermark,
+        "batches": [{
+            "base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control,
+            "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key),
+                         "value": b64(r.value),
+                         "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers]}
+                        for r in decode_records(fetched.data, b)],
+        } for b in fetched.batches],
+    }

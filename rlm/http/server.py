@@ -1,0 +1,49 @@
+"""Run the API with uvicorn in a background thread of ``rlm run`` (or of a test)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI
+
+from rlm.errors import RlmError
+
+
+class ApiServer:
+    """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as err:
+            raise RlmError(f"server: cannot listen on {host}:{port}: {err.strerror}") from err
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5,
+                                lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="rlm-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, wait_s: float = 10.0) -> ApiServer:
+        self._thread.start()
+        deadline = time.monotonic() + wait_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RlmError(f"server: uvicorn did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()

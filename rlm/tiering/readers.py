@@ -1,0 +1,100 @@
+"""The read side as a service: partition readers by name, offsets-for-times, for the CLI and HTTP.
+
+Topic names are validated with Kafka's rules before they touch the file system (no path
+traversal: ``..``, ``/`` and friends are refused), and only partitions discovered in the
+configured log dirs can be read. Progress (highest tiered offset, remote log start) comes from a
+live manager when one runs in the same process, else from what the daemon persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.config import Settings
+from rlm.errors import InvalidArgumentError, LogDirError, RlmError
+from rlm.formats.naming import validate_topic
+from rlm.logdir.scan import PartitionDir, discover_partitions
+from rlm.storage.api import StorageBackend
+from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.lookup import PartitionReader, ReaderResources, load_progress
+from rlm.tiering.state import Progress, default_state_dir
+
+ProgressSource = Callable[[PartitionDir], Progress]
+
+
+class PartitionNotFoundError(RlmError):
+    """The topic/partition is not in any configured log dir."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForTime:
+    topic: str
+    partition: int
+    offset: int           # the reset target: first offset with timestamp >= ts, else the log end
+    timestamp: int | None  # that record's timestamp; None when no record is that recent
+    tier: str | None
+
+
+def check_topic(topic: str) -> str:
+    try:
+        return validate_topic(topic)
+    except LogDirError as err:
+        raise InvalidArgumentError(err.reason) from None
+
+
+def check_partition(partition: int) -> int:
+    if not 0 <= partition <= 2**31 - 1:
+        raise InvalidArgumentError(f"partition {partition} must be in [0, 2^31-1]")
+    return partition
+
+
+class TieredReaders:
+    def __init__(self, settings: Settings, backend: StorageBackend, *,
+                 progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None) -> None:
+        self.settings = settings
+        self.resources = ReaderResources(
+            backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes))
+        self._progress = progress or self._persisted_progress
+
+    def _persisted_progress(self, part: PartitionDir) -> Progress:
+        root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)
+        return load_progress(root / part.name)
+
+    def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
+        wanted = {check_topic(t) for t in topics} if topics else None
+        parts = discover_partitions(self.settings.log.dirs)
+        return [p for p in parts if wanted is None or p.topic in wanted]
+
+    def reader(self, topic: str, partition: int) -> PartitionReader:
+        check_topic(topic)
+        check_partition(partition)
+        for log_dir in self.settings.log.dirs:
+            path = Path(log_dir) / f"{topic}-{partition}"
+            if path.is_dir():
+                part = PartitionDir(Path(log_dir), topic, partition, path)
+                return PartitionReader(part, self.resources, self._progress(part))
+        raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
+
+    def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,
+                          minus_ms: int = 0) -> list[OffsetForTime]:
+        """Per partition: where a consumer should resume to read from ``timestamp - minus_ms`` on
+        (KIP-33 failover). A partition with no record that recent resumes at its log end."""
+        if minus_ms < 0:
+            raise InvalidArgumentError(f"minus {minus_ms} ms must not be negative")
+        target = timestamp - minus_ms if timestamp >= 0 else timestamp
+        if timestamp >= 0 and target < 0:
+            target = 0
+        rows = []
+        for part in self.partitions(topics):
+            reader = PartitionReader(part, self.resources, self._progress(part))
+            found = reader.lookup_timestamp(target)
+            if found.found and found.offset is not None:
+                rows.append(OffsetForTime(part.topic, part.partition, found.offset, found.timestamp,
+                                          found.tier))
+            else:
+                end = found.ranges.log_end_offset
+                rows.append(OffsetForTime(part.topic, part.partition, end if end is not None else 0,
+                                          None, None))
+        return rows
