@@ -35,10 +35,10 @@ from rlm.tiering.copier import SegmentQuarantined, SegmentVanished, copy_segment
 from rlm.tiering.gc import Orphan, collect_garbage
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.recovery import recover
+from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import apply_retention
-from rlm.tiering.state import PartitionContext, SharedResources
+from rlm.tiering.state import PartitionContext, Progress, SharedResources
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.watchdog import CopyWatchdog
 
@@ -231,9 +231,9 @@ class RemoteLogManager:
         orphans: list[Orphan] = []
         for ctx in self.contexts():
             lock = self._locks[(ctx.topic, ctx.partition)]
+            # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
+            # recovery aborts (deletes) every open attempt regardless of the grace period.
             with lock:
-                if not dry_run and not ctx.recovered:
-                    recover(ctx)  # resolves the attempts the journal knows about first
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
         return orphans
 
@@ -259,7 +259,7 @@ class RemoteLogManager:
             if not ctx.recovered:
                 with self._locks[(ctx.topic, ctx.partition)]:
                     try:
-                        recover(ctx)
+                        _observe(ctx)
                     except RlmError as err:
                         ctx.last_error = str(err)
             rows.append(self.partition_status(ctx))
@@ -311,3 +311,13 @@ def _log_end_offset(segments: list[SegmentFiles]) -> int | None:
             return last.last_offset + 1 if last is not None else active.base_offset
     except (OSError, RlmError):
         return None
+
+
+def _observe(ctx: PartitionContext) -> None:
+    """Load the partition's state read-only (``rlm status`` beside a running daemon): unlike
+    :func:`recover` it resolves no journal attempt, repairs no file and deletes nothing."""
+    ctx.manifests = load_manifests(ctx)
+    saved = Progress.load(ctx.progress_path)
+    remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
+    start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset
+    ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start)

@@ -23,6 +23,7 @@ import logging
 import mmap
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,7 +71,13 @@ def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
             yield b""
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            yield mm
+            try:
+                yield mm
+            except BaseException as exc:
+                # The failed decoder's frames hold memoryviews of the map: without this, closing it
+                # raises BufferError, which replaces the real error.
+                traceback.clear_frames(exc.__traceback__)
+                raise
 
 
 class RemoteIndexSet:
@@ -139,6 +146,8 @@ class RemoteIndexSet:
         with mapped(path) as buf:
             scan = scan_entries(buf)
             total = len(buf)
+            if scan.error is not None:  # its traceback's frames hold views of the map (BufferError)
+                traceback.clear_frames(scan.error.__traceback__)
         report = RepairReport()
         if scan.valid_length < total:
             log.warning("repairing %s: truncating %d bytes at byte %d (%s)",
@@ -189,12 +198,13 @@ class RemoteIndexSet:
             for suffix, blob in blobs:
                 fh = self.path(suffix).open("ab")
                 handles.append(fh)
-                if suffix == naming.REMOTE_LOG_INDEX and len(blob) > 1:
-                    half = len(blob) // 2  # crash tests: a torn tail mid-entry
-                    fh.write(blob[:half])
+                if suffix == naming.REMOTE_LOG_INDEX and parts:
+                    # Crash tests: all entries but the last written, the last one torn mid-entry.
+                    cut = len(blob) - max(1, len(parts[-1].log_index) // 2)
+                    fh.write(blob[:cut])
                     fh.flush()
                     crash_point("mid_local_append")
-                    blob = blob[half:]
+                    blob = blob[cut:]
                 fh.write(blob)
                 fh.flush()
             crash_point("before_fsync")

@@ -177,6 +177,7 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
 
         # Local: every set CRC-valid, named after its first entry, derived files matching.
         sets = sorted(part.path.glob("*" + naming.REMOTE_LOG_INDEX))
+        per_set: list[list[RemoteLogIndexEntry]] = []
         for path in sets:
             base = naming.parse_base_offset(path.name)
             buf = path.read_bytes()
@@ -187,9 +188,17 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
             assert path.with_suffix(naming.REMOTE_OFFSET_INDEX).read_bytes() == offset_bytes, path
             assert path.with_suffix(naming.REMOTE_TIME_INDEX).read_bytes() == time_bytes, path
             pc.set_bases.append(base)
+            per_set.append([d.entry for d in decoded])
             pc.local_entries.extend(d.entry for d in decoded)
+        # Retention: entries of deleted segments may remain only in a set that still holds live
+        # entries; a set entirely below the remote log start must be gone.
+        remote_start = pc.manifests[0]["base_offset"] if pc.manifests else None
+        for entries_of_set in per_set:
+            assert remote_start is not None and entries_of_set[-1].last_offset >= remote_start, (
+                f"{name}: a local set lies entirely below the remote log start {remote_start}")
+        live = [e for e in pc.local_entries if remote_start is not None and e.last_offset >= remote_start]
         # Exactly the committed segments, each once, in order: nothing lost, nothing twice.
-        assert pc.local_entries == remote_entries, f"{name}: local index != committed manifests"
+        assert live == remote_entries, f"{name}: local index != committed manifests"
         firsts = [e.first_offset for e in pc.local_entries]
         assert firsts == sorted(set(firsts))
         for a, b in itertools.pairwise(pc.local_entries):
@@ -210,6 +219,19 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
     unreferenced = {info.key for info in backend.list("")
                     if "/data/" in info.key and info.key not in referenced}
     return StoreCheck(results, unreferenced)
+
+
+def assert_manifests_complete(backend: StorageBackend) -> set[str]:
+    """What a reader may see right after a crash: every manifest parses and its objects exist.
+    Returns the data keys no manifest references."""
+    referenced = set()
+    for info in backend.list(""):
+        if "/manifests/" in info.key:
+            doc = json.loads(backend.read(info.key))
+            for obj in doc["objects"].values():
+                assert backend.head(obj["key"]).size == obj["size"], f"{info.key}: {obj['key']} missing"
+                referenced.add(obj["key"])
+    return {i.key for i in backend.list("") if "/data/" in i.key and i.key not in referenced}
 
 
 def local_index_files(log_dirs: list[Path]) -> dict[str, bytes]:

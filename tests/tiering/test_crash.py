@@ -1,0 +1,116 @@
+"""Kill `rlm run --once` (a real subprocess, SIGKILL via RLM_CRASH_AT) at every named crash point,
+restart it, and check that the store and the local index converge (DESIGN §2)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from rlm.cli.generate import generate_log_dir
+from rlm.storage.local import LocalBackend
+from rlm.tiering import crash
+from tests.tiering.helpers import (
+    assert_manifests_complete,
+    check_store,
+    local_index_files,
+    rlm_cli,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+# Crash in a later segment where it matters (the 3rd time the point is reached), so committed
+# segments, the crashed one and untouched ones coexist. Retention deletes the oldest segments.
+SPECS = {point: f"{point}:3" for point in crash.POINTS}
+SPECS["after_delete_manifest"] = "after_delete_manifest:2"
+RETENTION_BYTES = 40_000
+
+
+def _setup(tmp_path: Path, point: str) -> tuple[Path, Path, LocalBackend]:
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [("crash.t-x", 2)], seed=11, records=500, segment_bytes=12 * 1024)
+    store = tmp_path / "store"
+    extra = {"retention_bytes": RETENTION_BYTES} if point == "after_delete_manifest" else {}
+    # Small entries and rotation: a segment's append spans several entries and sometimes two sets.
+    cfg = write_config(tmp_path / "c.toml", [logs], root=store, index_entry_bytes=2048,
+                       index_rotate_bytes=3000, **extra)
+    return logs, cfg, LocalBackend(root=str(store))
+
+
+def _crash(cfg: Path, spec: str) -> None:
+    proc = rlm_cli("run", "--config", cfg, "--once", env={"RLM_CRASH_AT": spec})
+    assert proc.returncode == -signal.SIGKILL, (spec, proc.returncode, proc.stderr[-2000:])
+
+
+def _gc_lines(cfg: Path, *extra: str) -> list[dict[str, object]]:
+    proc = rlm_cli("gc", "--config", cfg, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("point", crash.POINTS)
+def test_crash_point_converges(tmp_path: Path, point: str) -> None:
+    logs, cfg, backend = _setup(tmp_path, point)
+    _crash(cfg, SPECS[point])
+
+    # Right after the crash: no reader-visible segment without its data.
+    orphans = assert_manifests_complete(backend)
+    if point == "after_data":  # (mid_upload dies inside the first put: nothing is published)
+        assert orphans, "the killed attempt should have left uploaded objects behind"
+    # gc --dry-run lists exactly the unreferenced objects and deletes nothing.
+    before = {i.key for i in backend.list("")}
+    listed = _gc_lines(cfg, "--dry-run")
+    assert {k for o in listed for k in o["objects"]} == orphans
+    assert all(o["deleted"] is False for o in listed)
+    assert {i.key for i in backend.list("")} == before
+
+    # Restart without the crash: everything eligible is remote, each offset indexed exactly once.
+    proc = rlm_cli("run", "--config", cfg, "--once")
+    assert proc.returncode == 0, proc.stderr
+    check = check_store([logs], backend, deep=True)
+    assert not check.unreferenced
+    assert _gc_lines(cfg) == []
+    if point == "after_delete_manifest":
+        for pc in check.partitions.values():
+            sizes = [m["size_bytes"] for m in pc.manifests]
+            assert sum(sizes) >= RETENTION_BYTES and sum(sizes[1:]) < RETENTION_BYTES
+            assert pc.manifests[0]["base_offset"] > 0  # something was deleted
+        status = json.loads(rlm_cli("status", "--config", cfg).stdout)
+        for row in status:
+            pc = check.partitions[f"{row['topic']}-{row['partition']}"]
+            assert row["remote_log_start_offset"] == pc.manifests[0]["base_offset"]
+
+    # And once converged, another pass changes nothing.
+    files = local_index_files([logs])
+    keys = {i.key for i in backend.list("")}
+    assert json.loads(rlm_cli("run", "--config", cfg, "--once").stdout)["segments_copied"] == 0
+    assert local_index_files([logs]) == files
+    assert {i.key for i in backend.list("")} == keys
+
+
+@pytest.mark.parametrize("point", ["after_data", "after_manifest"])
+def test_crash_with_lost_journal_gc_collects_orphans(tmp_path: Path, point: str) -> None:
+    """The journal is lost with the crash (a replaced disk): recovery cannot know the attempt, so
+    GC — not recovery — must collect its objects; committed segments are never touched."""
+    logs, cfg, backend = _setup(tmp_path, point)
+    _crash(cfg, SPECS[point])
+    for journal in (tmp_path / "logs.rlm-state").glob("*/journal.jsonl"):
+        journal.unlink()
+    orphans = assert_manifests_complete(backend)
+    # Restart with a long grace period: the run's own GC must leave the young orphans alone.
+    proc = rlm_cli("run", "--config", cfg, "--once", env={"RLM_TIERING__GC_GRACE_MS": "3600000"})
+    assert proc.returncode == 0, proc.stderr
+    check = check_store([logs], backend)
+    assert check.unreferenced == orphans
+    if point != "after_manifest":
+        assert orphans
+    listed = _gc_lines(cfg, "--dry-run")
+    assert {k for o in listed for k in o["objects"]} == orphans
+    assert {i.key for i in backend.list("")} >= orphans
+    deleted = _gc_lines(cfg)
+    assert {k for o in deleted for k in o["objects"]} == orphans
+    check = check_store([logs], backend, deep=True)
+    assert not check.unreferenced
