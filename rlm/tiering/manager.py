@@ -21,24 +21,23 @@ from rlm.errors import RlmError
 from rlm.logdir.scan import (
     PartitionDir,
     SegmentFiles,
-    active_segment,
     discover_partitions,
     eligible_segments,
     list_segments,
     partition_state,
     read_checkpoints,
 )
-from rlm.logdir.segment import LogSegment
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.copier import SegmentQuarantined, SegmentVanished, copy_segment
 from rlm.tiering.gc import Orphan, collect_garbage
 from rlm.tiering.journal import Journal
+from rlm.tiering.lookup import partition_offsets
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import apply_retention
-from rlm.tiering.state import PartitionContext, Progress, SharedResources
+from rlm.tiering.state import PartitionContext, Progress, SharedResources, default_state_dir
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.watchdog import CopyWatchdog
 
@@ -55,12 +54,6 @@ class PassResult:
     deleted: list[int] = field(default_factory=list)      # base offsets removed by retention
     skipped: bool = False                                 # another pass held the partition
     error: str | None = None
-
-
-def default_state_dir(log_dir: Path) -> Path:
-    """``<parent>/<log dir name>.rlm-state``: beside the log dir, so on the same file system
-    (pins are hard links) but outside it (Kafka refuses unknown directories inside a log dir)."""
-    return log_dir.parent / f"{log_dir.name}.rlm-state"
 
 
 class RemoteLogManager:
@@ -252,6 +245,11 @@ class RemoteLogManager:
 
     # -- status -------------------------------------------------------------------------------
 
+    def live_progress(self, part: PartitionDir) -> Progress:
+        """The in-memory progress once the partition is recovered, else what was persisted."""
+        ctx = self.context(part)
+        return ctx.progress if ctx.recovered else Progress.load(ctx.progress_path)
+
     def status(self) -> list[dict[str, Any]]:
         """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined)."""
         rows = []
@@ -267,13 +265,7 @@ class RemoteLogManager:
 
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
-        state = partition_state(ctx.part, read_checkpoints(ctx.part.log_dir))
-        local_start = segments[0].base_offset if segments else None
-        if local_start is not None and state.log_start_offset is not None:
-            local_start = max(local_start, state.log_start_offset)
-        log_end = _log_end_offset(segments)
-        remote_start = ctx.progress.remote_log_start_offset if ctx.manifests else None
-        starts = [o for o in (remote_start, local_start) if o is not None]
+        offsets = partition_offsets(ctx.part, ctx.progress, segments)
         try:
             pending = self._pending(ctx, segments)
         except RlmError:
@@ -281,12 +273,12 @@ class RemoteLogManager:
         return {
             "topic": ctx.topic,
             "partition": ctx.partition,
-            "log_start_offset": min(starts) if starts else None,
-            "local_log_start_offset": local_start,
-            "high_watermark": state.high_watermark,
-            "log_end_offset": log_end,
-            "highest_tiered_offset": ctx.progress.highest_tiered_offset,
-            "remote_log_start_offset": remote_start,
+            "log_start_offset": offsets.log_start_offset,
+            "local_log_start_offset": offsets.local_log_start_offset,
+            "high_watermark": offsets.high_watermark,
+            "log_end_offset": offsets.log_end_offset,
+            "highest_tiered_offset": offsets.highest_tiered_offset,
+            "remote_log_start_offset": offsets.remote_log_start_offset,
             "remote_segments": len(ctx.manifests),
             "remote_bytes": ctx.remote_bytes,
             "copy_lag_segments": len(pending),
@@ -294,23 +286,6 @@ class RemoteLogManager:
             "quarantined": dict(ctx.quarantined),
             "last_error": ctx.last_error,
         }
-
-
-def _log_end_offset(segments: list[SegmentFiles]) -> int | None:
-    """Last offset + 1 of the active segment (its base when empty): scan from the last index entry."""
-    active = active_segment(segments)
-    if active is None:
-        return None
-    try:
-        with LogSegment.open(active) as seg:
-            index = seg.offset_index
-            start = index[len(index) - 1].position if index else 0
-            last = None
-            for batch in seg.batches(start, verify_crc=False):
-                last = batch
-            return last.last_offset + 1 if last is not None else active.base_offset
-    except (OSError, RlmError):
-        return None
 
 
 def _observe(ctx: PartitionContext) -> None:
