@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from rlm.config import Settings, load_settings
+from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
 from rlm.storage.registry import create_backend
 from rlm.tiering.manager import RemoteLogManager
@@ -24,6 +26,14 @@ def config_option(func: F) -> F:
 
 def load(config_path: Path) -> Settings:
     return load_settings(config_path)
+
+
+def settings_for_tool(config_path: Path) -> Settings:
+    """For the short-lived commands: warnings-only logs, validated config, log dirs present."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    return settings
 
 
 def build_manager(settings: Settings) -> RemoteLogManager:

@@ -5,16 +5,14 @@ from __future__ import annotations
 import base64
 import csv
 import json
-import logging
 import re
 import sys
 from pathlib import Path
 
 import click
 
-from rlm.cli.common import config_option, load, require_dirs
+from rlm.cli.common import config_option, settings_for_tool
 from rlm.cli.errors import handle_errors
-from rlm.daemon.logs import configure
 from rlm.errors import InvalidArgumentError
 from rlm.formats.records import decode_records
 from rlm.storage.registry import create_backend
@@ -33,9 +31,7 @@ def parse_duration_ms(text: str) -> int:
 
 
 def _readers(config_path: Path) -> TieredReaders:
-    configure("text", logging.WARNING)
-    settings = load(config_path)
-    require_dirs(settings)
+    settings = settings_for_tool(config_path)
     return TieredReaders(settings, create_backend(settings.remote.backend, settings.remote.options))
 
 

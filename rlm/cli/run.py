@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from rlm.cli.common import build_manager, config_option, interactive, load, require_dirs
+from rlm.cli.common import (
+    build_manager,
+    config_option,
+    interactive,
+    load,
+    require_dirs,
+    settings_for_tool,
+)
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.daemon.logs import configure
 
@@ -74,10 +81,7 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
 @handle_errors
 def status(config_path: Path) -> None:
     """Per-partition tiering state as JSON (safe-to-delete point = highest_tiered_offset)."""
-    configure("text", logging.WARNING)
-    settings = load(config_path)
-    require_dirs(settings)
-    _emit(build_manager(settings).status())
+    _emit(build_manager(settings_for_tool(config_path)).status())
 
 
 @click.command("gc")
@@ -86,10 +90,7 @@ def status(config_path: Path) -> None:
 @handle_errors
 def gc(config_path: Path, dry_run: bool) -> None:
     """Delete objects of abandoned copy attempts older than tiering.gc_grace_ms."""
-    configure("text", logging.WARNING)
-    settings = load(config_path)
-    require_dirs(settings)
-    for orphan in build_manager(settings).collect_garbage(dry_run=dry_run):
+    for orphan in build_manager(settings_for_tool(config_path)).collect_garbage(dry_run=dry_run):
         _emit({"topic": orphan.topic, "partition": orphan.partition, "base_offset": orphan.base_offset,
                "attempt": orphan.attempt_id, "objects": list(orphan.keys), "bytes": orphan.bytes,
                "age_ms": orphan.age_ms, "deleted": not dry_run})
@@ -100,7 +101,4 @@ def gc(config_path: Path, dry_run: bool) -> None:
 @handle_errors
 def rebuild_index(config_path: Path) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
-    configure("text", logging.WARNING)
-    settings = load(config_path)
-    require_dirs(settings)
-    _emit(build_manager(settings).rebuild_index())
+    _emit(build_manager(settings_for_tool(config_path)).rebuild_index())
