@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from rlm.formats.compression import Compression
@@ -89,6 +89,7 @@ def _queries(data: st.DataObject, lo: int, hi: int, label: str) -> list[int]:
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, database=None,
+          phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure reports at once
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(spec=spec_st, data=st.data())
 def test_lookups_equal_brute_force(spec: Spec, data: st.DataObject) -> None:
