@@ -199,6 +199,9 @@ def test_option_validation() -> None:
 def test_credentials_never_leak(moto_endpoint: str, caplog: pytest.LogCaptureFixture) -> None:
     secret, token = "SECRETsecretSECRET/abc+123", "SESSIONtokenSESSION-xyz"
     caplog.set_level(logging.DEBUG)
+    # Explicitly too: CLI tests in the same run configure() logging, which quiets botocore.
+    for name in ("botocore", "boto3", "urllib3", "s3fs"):
+        caplog.set_level(logging.DEBUG, logger=name)
     b = moto_backend(moto_endpoint, access_key_id="AKIAEXAMPLEKEY", secret_access_key=secret,
                      session_token=token)
     b.put("k", b"v")
