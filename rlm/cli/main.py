@@ -6,8 +6,9 @@ import click
 
 from rlm.cli.dump import dump
 from rlm.cli.generate import generate
+from rlm.cli.jobs import export, rebuild_index, verify
 from rlm.cli.lookup import fetch, lookup, offsets_for_times
-from rlm.cli.run import gc, rebuild_index, run, status
+from rlm.cli.run import gc, run, status
 
 
 @click.group()
@@ -16,5 +17,6 @@ def main() -> None:
     """rlm — tiered-storage remote log manager for Kafka-format log directories."""
 
 
-for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch):
+for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch,
+                export, verify):
     main.add_command(command)

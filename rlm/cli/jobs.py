@@ -1,0 +1,116 @@
+"""``rlm export``, ``rlm verify``, ``rlm rebuild-index --spark-master`` (DESIGN §4, §6): Spark jobs.
+
+pyspark is imported only when one of these commands runs. Spark's console progress bar shows on
+a terminal; piped output stays quiet (JSON on stdout, one-line errors on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from rlm.cli.common import config_option, load, require_dirs
+from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.daemon.logs import configure
+
+_MASTER_HELP = "Spark master URL (default local[*]; local tasks need executors on this host)."
+
+
+def _emit(doc: object) -> None:
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def _quiet_py4j() -> None:
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+
+
+@click.command("export")
+@config_option
+@click.option("--topic", "topics", required=True, multiple=True, help="Topic to export (repeatable).")
+@click.option("--partition", "partitions", type=click.IntRange(0), multiple=True,
+              help="Only these partitions (repeatable; default all).")
+@click.option("--from-timestamp", "start", type=click.IntRange(0), default=None,
+              help="First record timestamp included (ms since the epoch).")
+@click.option("--to-timestamp", "end", type=click.IntRange(0), default=None,
+              help="Record timestamps from this one on are excluded (half-open range).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory (Parquet).")
+@click.option("--spark-master", default="local[*]", show_default=True, help=_MASTER_HELP)
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists (default: refuse).")
+@click.option("--task-mib", type=click.IntRange(1, 1024), default=32, show_default=True,
+              help="Target bytes read per Spark task.")
+@handle_errors
+def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ...], start: int | None,
+           end: int | None, out: Path, spark_master: str, overwrite: bool, task_mib: int) -> None:
+    """Export records of both tiers to Parquet with Spark's Kafka source schema, partitioned by
+    topic/partition, time range [--from-timestamp, --to-timestamp)."""
+    configure("text", logging.WARNING)
+    _quiet_py4j()
+    settings = load(config_path)
+    require_dirs(settings)
+    from rlm.jobs import export as run_export
+    from rlm.jobs import spark_session
+    from rlm.jobs.plan import check_time_range
+
+    check_time_range(start, end)
+    spark = spark_session(spark_master, "rlm export")
+    result = run_export(spark, settings, list(topics), str(out), partitions=list(partitions) or None,
+                        start=start, end=end, target_bytes=task_mib * 1024 * 1024,
+                        mode="overwrite" if overwrite else "errorifexists")
+    _emit(result.to_json())
+
+
+@click.command("verify")
+@config_option
+@click.option("--deep", is_flag=True, help="Read every object: all batch CRCs, object sizes and CRC-32C.")
+@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable; default all).")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), default=None,
+              help="Write the JSON report here instead of stdout.")
+@click.option("--spark-master", default="local[*]", show_default=True, help=_MASTER_HELP)
+@handle_errors
+def verify(config_path: Path, deep: bool, topics: tuple[str, ...], report_path: Path | None,
+           spark_master: str) -> None:
+    """Scrub the store and the local index sets; exit 1 when a problem is found, 0 when clean."""
+    configure("text", logging.WARNING)
+    _quiet_py4j()
+    settings = load(config_path)
+    require_dirs(settings)
+    from rlm.jobs import spark_session
+    from rlm.jobs import verify as run_verify
+
+    spark = spark_session(spark_master, "rlm verify")
+    report = run_verify(spark, settings, deep=deep, topics=list(topics) or None)
+    doc = json.dumps(report.to_json(), indent=None, separators=(",", ":"))
+    if report_path is None:
+        sys.stdout.write(doc + "\n")
+    else:
+        report_path.write_text(doc + "\n")
+    for line in report.summary_lines():
+        click.echo(line, err=True)
+    if not report.ok:
+        raise SystemExit(EXIT_FAILURE)
+
+
+@click.command("rebuild-index")
+@config_option
+@click.option("--spark-master", default=None,
+              help="Run as a Spark job on this master (e.g. local[*]); default: in-process.")
+@handle_errors
+def rebuild_index(config_path: Path, spark_master: str | None) -> None:
+    """Rebuild every local remote-index set from the remote manifests alone."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    if spark_master is None:
+        from rlm.cli.common import build_manager
+
+        _emit(build_manager(settings).rebuild_index())
+        return
+    _quiet_py4j()
+    from rlm.jobs import rebuild_index as run_rebuild
+    from rlm.jobs import spark_session
+
+    _emit(run_rebuild(spark_session(spark_master, "rlm rebuild-index"), settings))

@@ -1,0 +1,30 @@
+"""Spark jobs over both tiers (DESIGN §6): ``read_tiered``/``export``, ``verify``, ``rebuild_index``,
+bulk ``offsets_for_times``.
+
+``import rlm.jobs`` is cheap: pyspark is imported only when a job runs (and only in this package).
+Everything shipped to executors pickles: tasks are frozen dataclasses, the store travels as a
+:class:`~rlm.jobs.plan.BackendSpec` (backend name + options) and is rebuilt once per worker.
+"""
+
+from __future__ import annotations
+
+from rlm.jobs.index import offsets_for_times, rebuild_index
+from rlm.jobs.plan import BackendSpec, ReadPlan, ReadTask, plan_read
+from rlm.jobs.read import ExportResult, export, read_tiered
+from rlm.jobs.session import spark_session
+from rlm.jobs.verify import VerifyReport, verify
+
+__all__ = [
+    "BackendSpec",
+    "ExportResult",
+    "ReadPlan",
+    "ReadTask",
+    "VerifyReport",
+    "export",
+    "offsets_for_times",
+    "plan_read",
+    "read_tiered",
+    "rebuild_index",
+    "spark_session",
+    "verify",
+]

@@ -1,0 +1,111 @@
+"""``rebuild_index`` and bulk ``offsets_for_times`` as Spark jobs: one task per partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rlm.config import Settings
+from rlm.errors import InvalidArgumentError
+from rlm.formats.remote_index import iter_entries
+from rlm.jobs.plan import BackendSpec, load_manifests, select_partitions
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+
+OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
+
+
+def _fetch_partition(spec: BackendSpec, topic: str, partition: int) -> tuple[str, int, list[bytes], list[bytes]]:
+    """Executor side: the partition's manifests (JSON) and each one's uploaded entries object."""
+    backend, retry = spec.create(), RetryPolicy()
+    manifests = load_manifests(backend, topic, partition, retry)
+    entries = [retry.call(lambda m=m: backend.read(m.objects[keys.REMOTE_LOG_INDEX].key))
+               for m in manifests]
+    return topic, partition, [m.to_json() for m in manifests], entries
+
+
+def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None = None) -> dict[str, int]:
+    """Rebuild the local remote-index sets of every partition (of ``topics``) from the store alone.
+
+    Executors fetch each partition's manifests and uploaded entries objects (one task per
+    partition); the driver then replaces the partition's index family and progress the way
+    ``RemoteLogManager.rebuild_index`` does (delete all sets, append each committed segment's
+    entries in offset order, progress = last manifest / first manifest). Unlike the in-process
+    command it does not resolve the copy journal: the daemon's own recovery does that when it
+    next starts. Do not run it beside a daemon that is copying the same partitions. Returns
+    ``{"<topic>-<partition>": entries indexed}``.
+    """
+    from rlm.formats.remote_index import RemoteLogIndexEntry
+    from rlm.storage.registry import create_backend
+    from rlm.tiering.manager import RemoteLogManager
+    from rlm.tiering.manifest import SegmentManifest
+    from rlm.tiering.state import Progress
+
+    parts = {(p.topic, p.partition): p for p in select_partitions(settings, topics)}
+    spec = BackendSpec.from_settings(settings)
+    fetched = (spark.sparkContext.parallelize(sorted(parts), max(1, len(parts)))
+               .map(lambda tp: _fetch_partition(spec, tp[0], tp[1])).collect())
+    manager = RemoteLogManager(settings, create_backend(spec.name, spec.options))
+    rebuilt: dict[str, int] = {}
+    for topic, partition, manifest_docs, entry_blobs in sorted(fetched):
+        part = parts[(topic, partition)]
+        ctx = manager.context(part)
+        manifests = [SegmentManifest.from_json(d) for d in manifest_docs]
+        ctx.family.open()
+        ctx.family.delete_all()
+        ctx.progress_path.unlink(missing_ok=True)
+        count = 0
+        for manifest, blob in zip(manifests, entry_blobs, strict=True):
+            entries: list[RemoteLogIndexEntry] = [d.entry for d in iter_entries(blob)]
+            floor = ctx.family.last_offset
+            kept = [e for e in entries if e.first_offset > floor]
+            ctx.family.append_segment(kept)
+            count += manifest.index_entries
+        highest = manifests[-1].last_offset if manifests else -1
+        start = manifests[0].base_offset if manifests else -1
+        ctx.manifests = manifests
+        ctx.progress = Progress(highest, start)
+        if ctx.family.sets and start >= 0:
+            ctx.family.remove_below(start)
+        ctx.save_progress()
+        rebuilt[part.name] = count
+    return rebuilt
+
+
+def _lookup_partitions(settings: Settings, spec: BackendSpec, target: int,
+                       rows: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int, int, int | None, str | None]]:
+    from rlm.tiering.readers import TieredReaders
+
+    readers = TieredReaders(settings, spec.create())
+    for topic, partition in rows:
+        found = readers.reader(topic, partition).lookup_timestamp(target)
+        if found.found and found.offset is not None:
+            yield topic, partition, found.offset, found.timestamp, found.tier
+        else:
+            end = found.ranges.log_end_offset
+            yield topic, partition, end if end is not None else 0, None, None
+
+
+def offsets_for_times(spark: Any, settings: Settings, timestamp: int,
+                      topics: Sequence[str] | None = None, minus_ms: int = 0) -> Any:
+    """Per partition, the offset a consumer resumes at to read from ``timestamp - minus_ms`` on
+    (Kafka ListOffsets, incl. the special values -1…-5), as a DataFrame
+    ``topic string, partition int, offset long, timestamp long, tier string`` — row for row what
+    the in-process :meth:`rlm.tiering.readers.TieredReaders.offsets_for_times` returns
+    (a partition with no record that recent → its log end offset, timestamp/tier null).
+
+    One lookup task per partition; lookups read the local index sets and segments, so executors
+    run on the sidecar host (``local[*]``).
+    """
+    if minus_ms < 0:
+        raise InvalidArgumentError(f"minus {minus_ms} ms must not be negative")
+    target = timestamp - minus_ms if timestamp >= 0 else timestamp
+    if timestamp >= 0 and target < 0:
+        target = 0
+    parts = [(p.topic, p.partition) for p in select_partitions(settings, topics)]
+    if not parts:
+        return spark.createDataFrame([], OFFSETS_SCHEMA_DDL)
+    spec = BackendSpec.from_settings(settings)
+    rdd = (spark.sparkContext.parallelize(parts, min(len(parts), spark.sparkContext.defaultParallelism * 4))
+           .mapPartitions(lambda rows: _lookup_partitions(settings, spec, target, rows)))
+    return spark.createDataFrame(rdd, OFFSETS_SCHEMA_DDL)

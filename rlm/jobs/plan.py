@@ -1,0 +1,329 @@
+"""Driver-side planning of tiered reads: which bytes of which object/file each Spark task reads.
+
+Pure Python (no pyspark): a plan is a list of :class:`ReadTask`, each a half-open byte range of one
+remote object or one local segment file, cut at batch boundaries, so every task can be read with
+ONE ranged request and decoded on its own.
+
+Tiers never overlap in a plan. Per partition, with ``H`` = the last offset of the last remote
+manifest (-1 when nothing is remote):
+
+* **remote** — every manifest (committed segment), records ``base_offset ≤ o ≤ last_offset``;
+  the byte ranges come from the segment's ``.remotelogindex`` entries, taken from the local index
+  sets when they hold the segment's entries and else from the segment's uploaded entries object
+  (``keys.REMOTE_LOG_INDEX``). Entries are packed into tasks of consecutive entries of one object
+  up to ``target_bytes``;
+* **local** — records ``max(H + 1, log start offset) ≤ o < high watermark`` (no upper bound when
+  the log dir has no ``replication-offset-checkpoint``), from the local segments by byte ranges cut
+  at ``.index`` positions. Local tasks read files on the sidecar host: run them with executors on
+  that host (``local[*]``), or export only what is tiered.
+
+Pruning by time ``[start, end)`` (ms, half-open on record timestamps) is exact: a segment whose
+manifest ``max_timestamp < start`` and an entry whose ``last_timestamp`` (the max batch max
+timestamp of the entry) ``< start`` cannot hold a record in range. ``end`` prunes only with
+``ordered_timestamps=True`` (entries whose first batch base timestamp is ``≥ end`` are skipped —
+exact only when no record is older than the first batch of its entry). Readers filter every record
+against the range, so pruning only ever saves I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rlm.config import Settings
+from rlm.errors import FormatError, InvalidArgumentError, RlmError
+from rlm.formats import naming
+from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
+from rlm.logdir.scan import (
+    PartitionDir,
+    SegmentFiles,
+    discover_partitions,
+    list_segments,
+    partition_state,
+    read_checkpoints,
+)
+from rlm.storage.api import StorageBackend
+from rlm.storage.registry import create_backend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.manifest import SegmentManifest
+
+MAX_OFFSET = 2**63 - 1
+DEFAULT_TARGET_BYTES = 32 * 1024 * 1024
+_PLAN_THREADS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """A backend as plain data (entry-point name + options): what is shipped to executors.
+
+    :meth:`create` builds it once per Python process (Spark reuses its Python workers), so tasks
+    of one worker share one client/connection pool.
+    """
+
+    name: str
+    options: dict[str, Any]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BackendSpec:
+        return cls(settings.remote.backend, dict(settings.remote.options))
+
+    def create(self) -> StorageBackend:
+        cache_key = (self.name, json.dumps(self.options, sort_keys=True, default=str))
+        backend = _BACKENDS.get(cache_key)
+        if backend is None:
+            backend = _BACKENDS[cache_key] = create_backend(self.name, self.options)
+        return backend
+
+
+_BACKENDS: dict[tuple[str, str], StorageBackend] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """One Spark task: bytes ``[start, end)`` of a remote object (``source="remote"``, ``location`` =
+    key) or a local ``.log`` file (``location`` = path), starting at a batch boundary.
+
+    Only records with ``min_offset ≤ offset ≤ max_offset`` and ``start_ts ≤ timestamp < end_ts``
+    (None = unbounded) are produced; control batches never are.
+    """
+
+    topic: str
+    partition: int
+    source: Literal["remote", "local"]
+    location: str
+    start: int
+    end: int
+    min_offset: int
+    max_offset: int
+    start_ts: int | None = None
+    end_ts: int | None = None
+    base_offset: int = -1  # the segment's base offset (for error messages)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class PartitionPlan:
+    """What the planner found for one partition (for summaries and tests)."""
+
+    topic: str
+    partition: int
+    manifests: list[SegmentManifest] = field(default_factory=list)
+    highest_tiered_offset: int = -1
+    local_min_offset: int = 0
+    local_max_offset: int = MAX_OFFSET
+    tasks: list[ReadTask] = field(default_factory=list)
+    pruned_segments: int = 0
+    pruned_entries: int = 0
+
+
+@dataclass
+class ReadPlan:
+    partitions: list[PartitionPlan]
+
+    @property
+    def tasks(self) -> list[ReadTask]:
+        return [t for p in self.partitions for t in p.tasks]
+
+
+def check_time_range(start: int | None, end: int | None) -> None:
+    if start is not None and start < 0:
+        raise InvalidArgumentError(f"start timestamp {start} must be >= 0 (ms since the epoch)")
+    if end is not None and end < 0:
+        raise InvalidArgumentError(f"end timestamp {end} must be >= 0 (ms since the epoch)")
+    if start is not None and end is not None and end < start:
+        raise InvalidArgumentError(f"time range [{start}, {end}) is empty: end is before start")
+
+
+def select_partitions(settings: Settings, topics: Sequence[str] | None,
+                      partitions: Sequence[int] | None = None) -> list[PartitionDir]:
+    """The discovered partitions of ``topics`` (all when None), optionally only ``partitions``."""
+    wanted = {naming.validate_topic(t) for t in topics} if topics else None
+    found = discover_partitions(settings.log.dirs)
+    return [p for p in found if (wanted is None or p.topic in wanted)
+            and (partitions is None or p.partition in set(partitions))]
+
+
+def load_manifests(backend: StorageBackend, topic: str, partition: int,
+                   retry: RetryPolicy | None = None) -> list[SegmentManifest]:
+    """Every committed segment of a partition, in offset order (like ``recovery.load_manifests``
+    but without a partition context, so executors can call it)."""
+    retry = retry or RetryPolicy()
+    prefix = keys.manifests_prefix(topic, partition)
+    out = []
+    for info in retry.call(lambda: list(backend.list(prefix))):
+        if keys.parse_manifest_key(topic, partition, info.key) is None:
+            continue
+        data = retry.call(lambda k=info.key: backend.read(k))
+        out.append(SegmentManifest.from_json(data, key=info.key))
+    out.sort(key=lambda m: m.base_offset)
+    return out
+
+
+def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
+    """Every readable entry of the local ``.remotelogindex`` sets of a partition, oldest first.
+
+    Tolerant: a set is read up to its first bad or torn entry (the daemon may be appending).
+    """
+    out: list[RemoteLogIndexEntry] = []
+    for path in sorted(directory.glob("*" + naming.REMOTE_LOG_INDEX)):
+        try:
+            buf = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        pos = 0
+        while pos < len(buf):
+            try:
+                decoded = decode_entry(buf, pos)
+            except RlmError:
+                break
+            out.append(decoded.entry)
+            pos = decoded.end_position
+    return out
+
+
+def fetch_segment_entries(backend: StorageBackend, manifest: SegmentManifest,
+                          retry: RetryPolicy | None = None) -> list[RemoteLogIndexEntry]:
+    """The segment's own entries object, CRC-verified (FormatError names the key)."""
+    from rlm.formats.remote_index import iter_entries
+
+    stored = manifest.objects[keys.REMOTE_LOG_INDEX]
+    data = (retry or RetryPolicy()).call(lambda: backend.read(stored.key))
+    try:
+        return [d.entry for d in iter_entries(data)]
+    except FormatError as err:
+        raise err.in_file(stored.key) from err
+
+
+def _group_by_object(backend: StorageBackend,
+                     entries: Iterable[RemoteLogIndexEntry]) -> dict[str, list[RemoteLogIndexEntry]]:
+    out: dict[str, list[RemoteLogIndexEntry]] = {}
+    for e in entries:
+        try:
+            key = backend.key_for_url(e.rdi.url)
+        except ValueError:
+            continue  # written through another store's URL form: use the uploaded entries instead
+        out.setdefault(key, []).append(e)
+    return out
+
+
+def pack_entries(entries: Sequence[RemoteLogIndexEntry], target_bytes: int,
+                 keep: Callable[[RemoteLogIndexEntry], bool]) -> list[tuple[int, int]]:
+    """Byte ranges of runs of consecutive kept entries, each ≤ ``target_bytes`` (or one entry)."""
+    ranges: list[tuple[int, int]] = []
+    run_start: int | None = None
+    run_end = 0
+    for e in entries:
+        s, t = e.byte_range
+        if not keep(e):
+            if run_start is not None:
+                ranges.append((run_start, run_end))
+                run_start = None
+            continue
+        if run_start is not None and (s != run_end or t - run_start > target_bytes):
+            ranges.append((run_start, run_end))
+            run_start = None
+        if run_start is None:
+            run_start = s
+        run_end = t
+    if run_start is not None:
+        ranges.append((run_start, run_end))
+    return ranges
+
+
+def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int) -> list[tuple[int, int]]:
+    """Split ``[first_pos, size)`` of a local segment at ``.index`` positions (batch starts)."""
+    cuts = [first_pos]
+    if size - first_pos > target_bytes and seg.index is not None:
+        try:
+            index = OffsetIndex(seg.base_offset, seg.index.read_bytes())
+        except (OSError, RlmError):
+            index = None
+        if index is not None:
+            for entry in index:
+                if entry.position > cuts[-1] and entry.position - cuts[-1] >= target_bytes \
+                        and entry.position < size:
+                    cuts.append(entry.position)
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:
+    if seg.index is None or min_offset <= seg.base_offset:
+        return 0
+    try:
+        return OffsetIndex(seg.base_offset, seg.index.read_bytes()).lookup(min_offset).position
+    except (OSError, RlmError):
+        return 0
+
+
+def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | None = None,
+                   end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
+                   include_local: bool = True, ordered_timestamps: bool = False,
+                   retry: RetryPolicy | None = None) -> PartitionPlan:
+    """Plan one partition (see the module doc for the tier split and the pruning rules)."""
+    plan = PartitionPlan(part.topic, part.partition)
+    manifests = load_manifests(backend, part.topic, part.partition, retry)
+    plan.manifests = manifests
+    plan.highest_tiered_offset = highest = manifests[-1].last_offset if manifests else -1
+
+    def keep_entry(e: RemoteLogIndexEntry) -> bool:
+        if start is not None and e.last_timestamp < start:
+            return False
+        return not (ordered_timestamps and end is not None and e.first_timestamp >= end)
+
+    local_by_key = _group_by_object(backend, read_local_entries(part.path)) if manifests else {}
+    for m in manifests:
+        if (start is not None and m.max_timestamp < start) or (
+                ordered_timestamps and end is not None and m.first_timestamp >= end):
+            plan.pruned_segments += 1
+            continue
+        entries = local_by_key.get(m.log.key, [])
+        if len(entries) != m.index_entries:
+            entries = fetch_segment_entries(backend, m, retry)
+        ranges = pack_entries(entries, target_bytes, keep_entry)
+        plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
+        plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t, m.base_offset,
+                                m.last_offset, start, end, m.base_offset) for s, t in ranges]
+
+    state = partition_state(part, read_checkpoints(part.log_dir))
+    plan.local_min_offset = max(highest + 1, state.log_start_offset or 0)
+    plan.local_max_offset = MAX_OFFSET if state.high_watermark is None else state.high_watermark - 1
+    if not include_local or plan.local_max_offset < plan.local_min_offset:
+        return plan
+    segments = list_segments(part)
+    for i, seg in enumerate(segments):
+        seg_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else MAX_OFFSET
+        if seg.size == 0 or seg_last < plan.local_min_offset or seg.base_offset > plan.local_max_offset:
+            continue
+        first = _local_first_position(seg, plan.local_min_offset)
+        for s, t in _local_cuts(seg, first, seg.size, target_bytes):
+            plan.tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
+                                       plan.local_min_offset, plan.local_max_offset, start, end,
+                                       seg.base_offset))
+    return plan
+
+
+def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequence[int] | None = None,
+              *, start: int | None = None, end: int | None = None,
+              target_bytes: int = DEFAULT_TARGET_BYTES, include_local: bool = True,
+              ordered_timestamps: bool = False, backend: StorageBackend | None = None) -> ReadPlan:
+    """Plan every selected partition (manifests and entries fetched with a few threads)."""
+    check_time_range(start, end)
+    if target_bytes < 1:
+        raise InvalidArgumentError(f"target_bytes {target_bytes} must be positive")
+    backend = backend or BackendSpec.from_settings(settings).create()
+    parts = select_partitions(settings, topics, partitions)
+    with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
+        plans = list(pool.map(lambda p: plan_partition(
+            p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
+            ordered_timestamps=ordered_timestamps), parts))
+    return ReadPlan(plans)

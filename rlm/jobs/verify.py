@@ -1,0 +1,521 @@
+"""``verify``: a scrub of the remote store and the local index sets, as a Spark job.
+
+Stage 1, one executor task per partition (one listing of ``<topic>-<partition>/``):
+manifests parse and name their own key; every object a manifest names exists under the manifest's
+attempt with the recorded size; the uploaded entries object is CRC-valid, covers the log object
+back to back and agrees with the manifest; consecutive manifests do not overlap; data attempts no
+manifest references are **orphans** (an error once older than ``tiering.gc_grace_ms``, else a
+warning: the copy may be in flight).
+
+Stage 2 (``deep``), one executor task per segment: every object is read in full and its size and
+CRC-32C compared with the manifest; every batch of the log object is CRC-checked and every entry's
+offsets/timestamps are compared with the batches it covers.
+
+On the driver: the local ``.remotelogindex`` sets are read strictly (CRC, order, derived
+``.remoteoffsetindex``/``.remotetimeindex`` match) and compared entry by entry with the uploaded
+entries of the committed segments; a gap between consecutive manifests is an error when anything
+shows a segment was there (a local index entry, a local segment or an orphan attempt in the gap),
+else a warning (a compacted topic's cleaner may leave such gaps).
+
+Every problem names what it can: topic, partition, segment base offset, object key or file,
+byte position, Kafka offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import crc32c as _crc32c
+
+from rlm.config import Settings
+from rlm.errors import FormatError, RlmError
+from rlm.formats import naming
+from rlm.formats.records import iter_batches
+from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
+from rlm.jobs.plan import BackendSpec, pack_entries, select_partitions
+from rlm.logdir.scan import PartitionDir, list_segments
+from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.manifest import SegmentManifest
+
+Severity = Literal["error", "warning"]
+DEEP_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding. ``key`` is an object key (remote) or a file path (local)."""
+
+    check: str
+    topic: str
+    partition: int
+    message: str
+    severity: Severity = "error"
+    base_offset: int | None = None
+    key: str | None = None
+    position: int | None = None
+    offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def line(self) -> str:
+        where = [f"{self.topic}-{self.partition}"]
+        if self.base_offset is not None:
+            where.append(f"segment {self.base_offset}")
+        if self.key is not None:
+            where.append(self.key)
+        if self.position is not None:
+            where.append(f"byte {self.position}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{self.severity}: {self.check}: {', '.join(where)}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    deep: bool
+    partitions: int = 0
+    segments: int = 0
+    objects: int = 0
+    bytes_read: int = 0
+    batches_checked: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "deep": self.deep,
+                "summary": {"partitions": self.partitions, "segments": self.segments,
+                            "objects": self.objects, "bytes_read": self.bytes_read,
+                            "batches_checked": self.batches_checked,
+                            "errors": len(self.errors), "warnings": len(self.warnings)},
+                "problems": [p.to_json() for p in self.errors],
+                "warnings": [p.to_json() for p in self.warnings]}
+
+    def summary_lines(self) -> list[str]:
+        head = (f"rlm verify{' --deep' if self.deep else ''}: {self.partitions} partitions, "
+                f"{self.segments} segments, {self.objects} objects"
+                + (f", {self.bytes_read} bytes and {self.batches_checked} batches checked"
+                   if self.deep else "")
+                + f": {len(self.errors)} problems, {len(self.warnings)} warnings")
+        return [head] + [p.line() for p in self.problems]
+
+
+# --------------------------------------------------------------------------------------------
+# stage 1: one partition (executor)
+
+
+@dataclass
+class _PartitionFacts:
+    topic: str
+    partition: int
+    problems: list[Problem]
+    manifests: list[bytes]              # JSON of each parseable manifest, offset order
+    entries: dict[int, bytes]           # base offset -> the uploaded entries object (when valid)
+    orphan_bases: list[int]
+    objects: int
+
+
+def _check_entries(topic: str, partition: int, backend: StorageBackend, m: SegmentManifest,
+                   blob: bytes, key: str) -> list[Problem]:
+    out: list[Problem] = []
+
+    def bad(message: str, **kw: Any) -> None:
+        out.append(Problem("entries_object", topic, partition, message, base_offset=m.base_offset,
+                           key=key, **kw))
+
+    try:
+        decoded = list(iter_entries(blob))
+    except FormatError as err:
+        bad(err.reason, position=err.position, offset=err.offset)
+        return out
+    if len(decoded) != m.index_entries:
+        bad(f"{len(decoded)} entries, the manifest says {m.index_entries}")
+    position = 0
+    for d in decoded:
+        e = d.entry
+        try:
+            url_key = backend.key_for_url(e.rdi.url)
+        except ValueError:
+            url_key = None
+        if url_key != m.log.key:
+            bad(f"entry RDI {e.rdi} does not name the segment's log object {m.log.key}",
+                position=d.position, offset=e.first_offset)
+        if e.rdi.position != position:
+            bad(f"entry starts at byte {e.rdi.position} of the log object, expected {position} "
+                "(entries must cover the object back to back)", position=d.position, offset=e.first_offset)
+        position = e.rdi.position + e.data_length
+    if decoded:
+        if position != m.size_bytes:
+            bad(f"entries cover {position} bytes, the manifest says {m.size_bytes}")
+        if decoded[0].entry.first_offset < m.base_offset:
+            bad(f"first entry offset {decoded[0].entry.first_offset} is below the segment base",
+                offset=decoded[0].entry.first_offset)
+        if decoded[-1].entry.last_offset != m.last_offset:
+            bad(f"last entry ends at offset {decoded[-1].entry.last_offset}, the manifest says "
+                f"{m.last_offset}", offset=decoded[-1].entry.last_offset)
+    return out
+
+
+def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int,
+                    now_ms: int) -> _PartitionFacts:
+    """Stage 1 for one partition (runs in an executor)."""
+    backend, retry = spec.create(), RetryPolicy()
+    problems: list[Problem] = []
+    listing: dict[str, ObjectInfo] = {
+        i.key: i for i in retry.call(lambda: list(backend.list(keys.partition_prefix(topic, partition))))}
+    manifests: list[SegmentManifest] = []
+    for key in sorted(listing):
+        base = keys.parse_manifest_key(topic, partition, key)
+        if base is None:
+            continue
+        try:
+            m = SegmentManifest.from_json(retry.call(lambda k=key: backend.read(k)), key=key)
+        except FormatError as err:
+            problems.append(Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base,
+                                    key=key))
+            continue
+        if (m.topic, m.partition, m.base_offset) != (topic, partition, base):
+            problems.append(Problem("manifest_key", topic, partition,
+                                    f"manifest describes {m.topic}-{m.partition} segment {m.base_offset}",
+                                    base_offset=base, key=key))
+            continue
+        manifests.append(m)
+
+    referenced: set[tuple[int, str]] = set()
+    entries: dict[int, bytes] = {}
+    objects = 0
+    for m in manifests:
+        referenced.add((m.base_offset, m.attempt_id))
+        for name, stored in sorted(m.objects.items()):
+            objects += 1
+            ref = keys.parse_data_key(topic, partition, stored.key)
+            if ref is None or (ref.base_offset, ref.attempt_id) != (m.base_offset, m.attempt_id):
+                problems.append(Problem("object_foreign", topic, partition,
+                                        f"manifest object {name!r} is not under the manifest's attempt "
+                                        f"{m.attempt_id}", base_offset=m.base_offset, key=stored.key))
+            info = listing.get(stored.key)
+            if info is None:
+                problems.append(Problem("object_missing", topic, partition,
+                                        f"manifest object {name!r} does not exist",
+                                        base_offset=m.base_offset, key=stored.key))
+            elif info.size != stored.size:
+                problems.append(Problem("object_size", topic, partition,
+                                        f"object {name!r} has {info.size} bytes, the manifest says "
+                                        f"{stored.size}", base_offset=m.base_offset, key=stored.key))
+        stored = m.objects.get(keys.REMOTE_LOG_INDEX)
+        if stored is None:
+            problems.append(Problem("entries_object", topic, partition,
+                                    "manifest names no uploaded entries object", base_offset=m.base_offset))
+        elif stored.key in listing:
+            blob = retry.call(lambda k=stored.key: backend.read(k))
+            found = _check_entries(topic, partition, backend, m, blob, stored.key)
+            problems += found
+            if not found:
+                entries[m.base_offset] = blob
+    for a, b in itertools.pairwise(manifests):
+        if b.base_offset <= a.last_offset:
+            problems.append(Problem("overlap", topic, partition,
+                                    f"segment {b.base_offset} starts at or below the previous segment's "
+                                    f"last offset {a.last_offset} (segment {a.base_offset})",
+                                    base_offset=b.base_offset, key=keys.manifest_key(topic, partition,
+                                                                                       b.base_offset),
+                                    offset=b.base_offset))
+
+    attempts: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
+    for key, info in listing.items():
+        ref = keys.parse_data_key(topic, partition, key)
+        if ref is not None:
+            attempts[ref].append(info)
+    orphan_bases = []
+    for ref, infos in sorted(attempts.items(), key=lambda kv: (kv[0].base_offset, kv[0].attempt_id)):
+        if (ref.base_offset, ref.attempt_id) in referenced:
+            continue
+        created = keys.attempt_created_ms(ref.attempt_id)
+        age = None if created is None else now_ms - created
+        old = age is None or age >= grace_ms
+        orphan_bases.append(ref.base_offset)
+        problems.append(Problem(
+            "orphan", topic, partition,
+            f"copy attempt {ref.attempt_id} ({len(infos)} objects, {sum(i.size for i in infos)} bytes"
+            + (f", {age} ms old" if age is not None else "") + ") is referenced by no manifest"
+            + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
+            severity="error" if old else "warning", base_offset=ref.base_offset,
+            key=keys.attempt_prefix(topic, partition, ref.base_offset, ref.attempt_id)))
+    return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
+                           orphan_bases, objects)
+
+
+# --------------------------------------------------------------------------------------------
+# stage 2: one segment, deep (executor)
+
+
+def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
+                       entries_blob: bytes | None) -> tuple[list[Problem], int, int]:
+    """Read every object of the segment; return (problems, bytes read, batches checked)."""
+    backend, retry = spec.create(), RetryPolicy()
+    m = SegmentManifest.from_json(manifest_json)
+    topic, partition, base = m.topic, m.partition, m.base_offset
+    problems: list[Problem] = []
+    read = 0
+    log_key = m.log.key
+    entries: list[RemoteLogIndexEntry] = (
+        [d.entry for d in iter_entries(entries_blob)] if entries_blob is not None else [])
+    chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
+    crc, batches, max_ts = 0, 0, -1
+    pending = list(entries)
+    try:
+        for start, end in chunks:
+            data = retry.call(lambda s=start, t=end: backend.read(log_key, s, t))
+            read += len(data)
+            crc = _crc32c.crc32c(data, crc)
+            ranges = []
+            while pending and pending[0].rdi.position < end:
+                e = pending.pop(0)
+                ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.data_length))
+            if not ranges:
+                ranges = [(None, 0, len(data))]
+            for entry, s, t in ranges:
+                batch_count, entry_max, errs = _check_range(topic, partition, base, log_key, data, s, t,
+                                                            start, entry)
+                batches += batch_count
+                max_ts = max(max_ts, entry_max)
+                problems += errs
+    except RlmError as err:
+        problems.append(Problem("object_read", topic, partition, str(err), base_offset=base, key=log_key))
+        return problems, read, batches
+    if read != m.log.size or crc != m.log.crc32c:
+        problems.append(Problem("object_crc32c", topic, partition,
+                                f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
+                                f"{m.log.size} bytes with {m.log.crc32c:#010x}", base_offset=base,
+                                key=log_key))
+    if batches != m.record_batches:
+        problems.append(Problem("manifest_batches", topic, partition,
+                                f"{batches} batches in the log object, the manifest says {m.record_batches}",
+                                base_offset=base, key=log_key))
+    if batches and max_ts != m.max_timestamp:
+        problems.append(Problem("manifest_timestamp", topic, partition,
+                                f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
+                                base_offset=base, key=log_key))
+    for name, stored in sorted(m.objects.items()):
+        if name == "log":
+            continue
+        try:
+            data = retry.call(lambda k=stored.key: backend.read(k))
+        except RlmError as err:
+            problems.append(Problem("object_read", topic, partition, str(err), base_offset=base,
+                                    key=stored.key))
+            continue
+        read += len(data)
+        actual = _crc32c.crc32c(data)
+        if len(data) != stored.size or actual != stored.crc32c:
+            problems.append(Problem("object_crc32c", topic, partition,
+                                    f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
+                                    f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
+                                    base_offset=base, key=stored.key))
+    return problems, read, batches
+
+
+def _check_range(topic: str, partition: int, base: int, key: str, data: bytes, s: int, t: int,
+                 chunk_start: int, entry: RemoteLogIndexEntry | None) -> tuple[int, int, list[Problem]]:
+    """CRC-check the batches in ``data[s:t]`` (one entry): (batches, max timestamp, problems)."""
+    errs: list[Problem] = []
+    found = []
+    try:
+        found = list(iter_batches(data, s, verify_crc=False, end=t))
+    except FormatError as err:
+        errs.append(Problem("batch_corrupt", topic, partition, err.reason, base_offset=base, key=key,
+                            position=None if err.position is None else chunk_start + err.position,
+                            offset=err.offset))
+    for b in found:
+        if not b.crc_valid:
+            errs.append(Problem("batch_crc", topic, partition,
+                                f"record batch CRC mismatch (stored {b.crc:#010x}, offsets "
+                                f"{b.base_offset}-{b.last_offset})", base_offset=base, key=key,
+                                position=chunk_start + b.position, offset=b.base_offset))
+    covered = found[-1].end_position if found else s
+    if not errs and covered != t:
+        errs.append(Problem("batch_corrupt", topic, partition,
+                            f"batches end at byte {chunk_start + covered}, the entry ends at "
+                            f"{chunk_start + t} (torn or mis-framed)", base_offset=base, key=key,
+                            position=chunk_start + covered))
+    if entry is not None and found and not errs:
+        if (found[0].base_offset, found[-1].last_offset) != (entry.first_offset, entry.last_offset):
+            errs.append(Problem("entry_mismatch", topic, partition,
+                                f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
+                                f"hold {found[0].base_offset}-{found[-1].last_offset}", base_offset=base,
+                                key=key, position=chunk_start + s, offset=entry.first_offset))
+        elif max(b.max_timestamp for b in found) != entry.last_timestamp:
+            errs.append(Problem("entry_mismatch", topic, partition,
+                                f"entry last timestamp {entry.last_timestamp} != max batch timestamp "
+                                f"{max(b.max_timestamp for b in found)}", base_offset=base, key=key,
+                                position=chunk_start + s, offset=entry.first_offset))
+    return len(found), max((b.max_timestamp for b in found), default=-1), errs
+
+
+# --------------------------------------------------------------------------------------------
+# driver: local index sets and gaps
+
+
+def _check_local(part: PartitionDir, facts: _PartitionFacts,
+                 manifests: list[SegmentManifest]) -> list[Problem]:
+    topic, partition = part.topic, part.partition
+    problems: list[Problem] = []
+    local: list[tuple[str, int, RemoteLogIndexEntry]] = []  # (file, position, entry)
+    for path in sorted(part.path.glob("*" + naming.REMOTE_LOG_INDEX)):
+        buf = path.read_bytes()
+        try:
+            base = naming.parse_base_offset(path.name)
+            decoded = list(iter_entries(buf))
+        except (FormatError, ValueError) as err:
+            problems.append(Problem("local_index", topic, partition, str(getattr(err, "reason", err)),
+                                    key=str(path), position=getattr(err, "position", None),
+                                    offset=getattr(err, "offset", None)))
+            continue
+        if decoded and decoded[0].entry.first_offset != base:
+            problems.append(Problem("local_index", topic, partition,
+                                    f"set named {base} starts at offset {decoded[0].entry.first_offset}",
+                                    key=str(path), position=0, offset=decoded[0].entry.first_offset))
+        offset_bytes, time_bytes = derive_remote_indexes(buf, base)
+        for suffix, expected in ((naming.REMOTE_OFFSET_INDEX, offset_bytes),
+                                 (naming.REMOTE_TIME_INDEX, time_bytes)):
+            derived = path.with_suffix(suffix)
+            if not derived.exists() or derived.read_bytes() != expected:
+                problems.append(Problem("local_derived_index", topic, partition,
+                                        "does not match its .remotelogindex", key=str(derived)))
+        local += [(str(path), d.position, d.entry) for d in decoded]
+    for (_, _, a), (f, pos, b) in itertools.pairwise(local):
+        if b.first_offset <= a.last_offset:
+            problems.append(Problem("local_contiguity", topic, partition,
+                                    f"entry starts at {b.first_offset}, not after the previous entry's "
+                                    f"last offset {a.last_offset}", key=f, position=pos, offset=b.first_offset))
+    # Compare with the committed segments' uploaded entries (only segments whose entries are valid).
+    if not manifests:
+        for f, pos, e in local[:1]:
+            problems.append(Problem("local_index_ahead", topic, partition,
+                                    "local index entries exist but the store has no committed segment",
+                                    key=f, position=pos, offset=e.first_offset))
+        return problems
+    remote_start = manifests[0].base_offset
+    live = [x for x in local if x[2].last_offset >= remote_start]
+    by_segment: dict[int, list[tuple[str, int, RemoteLogIndexEntry]]] = defaultdict(list)
+    bases = [m.base_offset for m in manifests]
+    for x in live:
+        i = bisect.bisect_right(bases, x[2].first_offset) - 1
+        by_segment[bases[i] if i >= 0 else -1].append(x)
+    for m in manifests:
+        blob = facts.entries.get(m.base_offset)
+        got = by_segment.pop(m.base_offset, [])
+        if blob is None:
+            continue
+        uploaded = [d.entry for d in iter_entries(blob)]
+        if not got:
+            sev: Severity = "warning" if m is manifests[-1] else "error"
+            problems.append(Problem("local_index_missing", topic, partition,
+                                    f"no local index entries for committed segment {m.base_offset}-"
+                                    f"{m.last_offset}" + (" (the daemon may not have appended them yet)"
+                                                          if sev == "warning" else ""),
+                                    severity=sev, base_offset=m.base_offset, offset=m.base_offset))
+            continue
+        for n, (f, pos, e) in enumerate(got):
+            if n >= len(uploaded) or e != uploaded[n]:
+                problems.append(Problem("local_index_mismatch", topic, partition,
+                                        f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs from "
+                                        "the segment's uploaded entry "
+                                        + (f"{uploaded[n].first_offset}-{uploaded[n].last_offset} @ "
+                                           f"{uploaded[n].rdi}" if n < len(uploaded) else "(none)"),
+                                        base_offset=m.base_offset, key=f, position=pos, offset=e.first_offset))
+                break
+        else:
+            if len(got) < len(uploaded):
+                problems.append(Problem("local_index_mismatch", topic, partition,
+                                        f"{len(got)} local entries, the segment has {len(uploaded)}",
+                                        base_offset=m.base_offset, key=got[-1][0], offset=uploaded[len(got)]
+                                        .first_offset))
+    for seg_base, rest in sorted(by_segment.items()):
+        f, pos, e = rest[0]
+        problems.append(Problem("local_index_orphan_entries", topic, partition,
+                                f"{len(rest)} local entries from offset {e.first_offset} belong to no "
+                                "committed segment" + (f" (nearest below: {seg_base})" if seg_base >= 0 else ""),
+                                key=f, position=pos, offset=e.first_offset))
+    problems += _gaps(part, facts, manifests, [x[2] for x in local])
+    return problems
+
+
+def _gaps(part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentManifest],
+          local: list[RemoteLogIndexEntry]) -> list[Problem]:
+    out = []
+    segment_bases = [s.base_offset for s in list_segments(part)]
+    for a, b in itertools.pairwise(manifests):
+        lo, hi = a.last_offset + 1, b.base_offset - 1
+        if hi < lo:
+            continue
+        evidence = [f"local index entry at offset {e.first_offset}" for e in local
+                    if e.first_offset <= hi and e.last_offset >= lo][:1]
+        evidence += [f"local segment {s}" for s in segment_bases if lo <= s <= hi][:1]
+        evidence += [f"orphan attempt of segment {o}" for o in facts.orphan_bases if lo <= o <= hi][:1]
+        out.append(Problem(
+            "gap", part.topic, part.partition,
+            f"offsets {lo}-{hi} lie between segment {a.base_offset} (last offset {a.last_offset}) and "
+            f"segment {b.base_offset}: "
+            + (f"a committed segment is missing ({'; '.join(evidence)})" if evidence else
+               "no sign of a missing segment (normal after compaction)"),
+            severity="error" if evidence else "warning", base_offset=b.base_offset,
+            key=keys.manifest_key(part.topic, part.partition, b.base_offset), offset=lo))
+    return out
+
+
+def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequence[str] | None = None,
+           now_ms: int | None = None) -> VerifyReport:
+    """Scrub every partition of ``settings.log.dirs`` (of ``topics``); see the module doc.
+
+    The report's ``ok`` is False when any error-severity problem was found.
+    """
+    spec = BackendSpec.from_settings(settings)
+    parts = {(p.topic, p.partition): p for p in select_partitions(settings, topics)}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    grace = settings.tiering.gc_grace_ms
+    sc = spark.sparkContext
+    facts: list[_PartitionFacts] = (
+        sc.parallelize(sorted(parts), max(1, len(parts)))
+        .map(lambda tp: check_partition(spec, tp[0], tp[1], grace, now)).collect()) if parts else []
+    report = VerifyReport(deep, partitions=len(parts))
+    deep_jobs = []
+    for f in sorted(facts, key=lambda f: (f.topic, f.partition)):
+        manifests = [SegmentManifest.from_json(d) for d in f.manifests]
+        report.segments += len(manifests)
+        report.objects += f.objects
+        report.problems += f.problems
+        report.problems += _check_local(parts[(f.topic, f.partition)], f, manifests)
+        deep_jobs += [(m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests,
+                                                                                     strict=True)]
+    if deep and deep_jobs:
+        deep_jobs.sort(key=lambda j: -j[0])
+        results = (sc.parallelize([(d, e) for _, d, e in deep_jobs], len(deep_jobs))
+                   .map(lambda j: deep_check_segment(spec, j[0], j[1])).collect())
+        for problems, read, batches in results:
+            report.problems += problems
+            report.bytes_read += read
+            report.batches_checked += batches
+    order = {"error": 0, "warning": 1}
+    report.problems.sort(key=lambda p: (order[p.severity], p.topic, p.partition, p.base_offset or -1,
+                                        p.position or -1))
+    return report
