@@ -4,6 +4,7 @@ Keys are ``(object key, start, end)`` half-open ranges exactly as read; values a
 bound is on the bytes held (``max_bytes``), not on the number of ranges, so one huge read cannot
 hide behind a small count. A range larger than the whole cache is returned but not kept.
 Thread-safe; loads of the same range by concurrent callers are not coalesced (both fetch).
+Loads (the reads that reach the store) are counted as Kafka's RemoteFetch{Requests,Bytes,Errors}.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ class RemoteRangeCache:
         self.evictions = Counter("rlm_remote_cache_evictions", "Ranges evicted to stay under the byte "
                                  "bound", registry=r)
         self.size = Gauge("rlm_remote_cache_bytes", "Bytes held by the remote range cache", registry=r)
+        # Reads that reach the store (cache misses), named after Kafka's RemoteFetch* meters.
+        self.fetch_requests = Counter("rlm_remote_fetch_requests", "Ranged reads sent to remote storage "
+                                      "by lookups and fetches (Kafka: RemoteFetchRequestsPerSec)",
+                                      registry=r)
+        self.fetch_bytes = Counter("rlm_remote_fetch_bytes", "Bytes read from remote storage by "
+                                   "lookups and fetches (Kafka: RemoteFetchBytesPerSec)", registry=r)
+        self.fetch_errors = Counter("rlm_remote_fetch_errors", "Ranged reads from remote storage that "
+                                    "failed (Kafka: RemoteFetchErrorsPerSec)", registry=r)
 
     def get(self, key: RangeKey) -> bytes | None:
         with self._lock:
@@ -57,7 +66,13 @@ class RemoteRangeCache:
     def get_or_load(self, key: RangeKey, load: Callable[[], bytes]) -> bytes:
         data = self.get(key)
         if data is None:
-            data = load()
+            self.fetch_requests.inc()
+            try:
+                data = load()
+            except Exception:
+                self.fetch_errors.inc()
+                raise
+            self.fetch_bytes.inc(len(data))
             self.put(key, data)
         return data
 

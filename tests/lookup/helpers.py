@@ -77,7 +77,7 @@ class CountingBackend(StorageBackend):
 
     def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
         self._count("list")
-        return self.inner.list_page(prefix, start_after=start_after, limit=limit)
+        return self.inner.list_page(prefix, token=start_after, limit=limit)
 
     def _delete(self, key: str) -> None:
         self._count("delete")
@@ -244,3 +244,29 @@ def expected_ts_answer(segs: list[dict[str, Any]], seg: dict[str, Any], q: dict[
             assert later[0]["min_record_ts"] >= q["ts"], "query not answerable from expected.json"
             want = later[0]["first_offset"]
     return want  # type: ignore[no-any-return]
+
+
+# --- generated partitions ---------------------------------------------------------------------------
+
+
+def write_generated(log_dir: Path, topic: str = "orders", partition: int = 0, *, batches: int = 300,
+                    seed: int = 7, segment_bytes: int = 16_384, t0: int = 1_700_000_000_000) -> None:
+    """A deterministic partition: mixed codecs, 1–20 records per batch, timestamps mostly rising with
+    some out of order, several segments, closed like a clean shutdown (checkpoints written)."""
+    import random
+
+    from rlm.formats.compression import Compression
+    from rlm.formats.records import RecordSpec
+    from rlm.logdir.writer import LogWriter
+
+    rnd = random.Random(seed)
+    codecs = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
+    ts = t0
+    with LogWriter(log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=1024,
+                   clock=lambda: t0) as w:
+        for i in range(batches):
+            recs = []
+            for _ in range(rnd.randint(1, 20)):
+                ts += rnd.randint(-300, 1_000)
+                recs.append(RecordSpec(ts, f"key-{i}".encode(), rnd.randbytes(rnd.randint(10, 200))))
+            w.append(recs, compression=codecs[i % len(codecs)])
