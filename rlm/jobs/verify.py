@@ -418,9 +418,13 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
     live = [x for x in local if x[2].last_offset >= remote_start]
     by_segment: dict[int, list[tuple[str, int, RemoteLogIndexEntry]]] = defaultdict(list)
     bases = [m.base_offset for m in manifests]
+    unowned: list[tuple[str, int, RemoteLogIndexEntry]] = []
     for x in live:
         i = bisect.bisect_right(bases, x[2].first_offset) - 1
-        by_segment[bases[i] if i >= 0 else -1].append(x)
+        if i >= 0 and x[2].first_offset <= manifests[i].last_offset:
+            by_segment[bases[i]].append(x)
+        else:
+            unowned.append(x)
     for m in manifests:
         blob = facts.entries.get(m.base_offset)
         got = by_segment.pop(m.base_offset, [])
@@ -450,12 +454,17 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
                                         f"{len(got)} local entries, the segment has {len(uploaded)}",
                                         base_offset=m.base_offset, key=got[-1][0], offset=uploaded[len(got)]
                                         .first_offset))
-    for seg_base, rest in sorted(by_segment.items()):
-        f, pos, e = rest[0]
+    runs: list[list[tuple[str, int, RemoteLogIndexEntry]]] = []
+    for x in unowned:  # group consecutive unowned entries of one file
+        if runs and runs[-1][-1][0] == x[0] and runs[-1][-1][1] < x[1]:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    for run in runs:
+        f, pos, e = run[0]
         problems.append(Problem("local_index_orphan_entries", topic, partition,
-                                f"{len(rest)} local entries from offset {e.first_offset} belong to no "
-                                "committed segment" + (f" (nearest below: {seg_base})" if seg_base >= 0 else ""),
-                                key=f, position=pos, offset=e.first_offset))
+                                f"{len(run)} local entries, offsets {e.first_offset}-{run[-1][2].last_offset}, "
+                                "belong to no committed segment", key=f, position=pos, offset=e.first_offset))
     problems += _gaps(part, facts, manifests, [x[2] for x in local])
     return problems
 
