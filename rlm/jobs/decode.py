@@ -75,7 +75,8 @@ def iter_task_records(task: ReadTask, data: bytes) -> Iterator[Row]:
                 headers = [(h.key, h.value) for h in r.headers] if r.headers else None
                 yield r.key, r.value, o, ts, ts_type, headers
     except RlmError as err:
-        where = f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at {task.start})"
+        where = (f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at "
+                 f"{task.start})")
         raise RlmError(f"{where}: {err}") from err
 
 

@@ -15,7 +15,8 @@ from rlm.tiering import keys
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 
-def _fetch_partition(spec: BackendSpec, topic: str, partition: int) -> tuple[str, int, list[bytes], list[bytes]]:
+def _fetch_partition(spec: BackendSpec, topic: str,
+                     partition: int) -> tuple[str, int, list[bytes], list[bytes]]:
     """Executor side: the partition's manifests (JSON) and each one's uploaded entries object."""
     backend, retry = spec.create(), RetryPolicy()
     manifests = load_manifests(backend, topic, partition, retry)
@@ -72,8 +73,11 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
     return rebuilt
 
 
+OffsetRow = tuple[str, int, int, int | None, str | None]
+
+
 def _lookup_partitions(settings: Settings, spec: BackendSpec, target: int,
-                       rows: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int, int, int | None, str | None]]:
+                       rows: Iterator[tuple[str, int]]) -> Iterator[OffsetRow]:
     from rlm.tiering.readers import TieredReaders
 
     readers = TieredReaders(settings, spec.create())

@@ -27,6 +27,7 @@ against the range, so pruning only ever saves I/O.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -253,7 +254,7 @@ def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int)
                         and entry.position < size:
                     cuts.append(entry.position)
     cuts.append(size)
-    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:

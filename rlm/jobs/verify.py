@@ -221,13 +221,13 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
                 problems.append(Problem("object_size", topic, partition,
                                         f"object {name!r} has {info.size} bytes, the manifest says "
                                         f"{stored.size}", base_offset=m.base_offset, key=stored.key))
-        stored = m.objects.get(keys.REMOTE_LOG_INDEX)
-        if stored is None:
+        entries_obj = m.objects.get(keys.REMOTE_LOG_INDEX)
+        if entries_obj is None:
             problems.append(Problem("entries_object", topic, partition,
                                     "manifest names no uploaded entries object", base_offset=m.base_offset))
-        elif stored.key in listing:
-            blob = retry.call(lambda k=stored.key: backend.read(k))
-            found = _check_entries(topic, partition, backend, m, blob, stored.key)
+        elif entries_obj.key in listing:
+            blob = retry.call(lambda k=entries_obj.key: backend.read(k))
+            found = _check_entries(topic, partition, backend, m, blob, entries_obj.key)
             problems += found
             if not found:
                 entries[m.base_offset] = blob
@@ -287,7 +287,7 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
             data = retry.call(lambda s=start, t=end: backend.read(log_key, s, t))
             read += len(data)
             crc = _crc32c.crc32c(data, crc)
-            ranges = []
+            ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
             while pending and pending[0].rdi.position < end:
                 e = pending.pop(0)
                 ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.data_length))
@@ -406,7 +406,8 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
         if b.first_offset <= a.last_offset:
             problems.append(Problem("local_contiguity", topic, partition,
                                     f"entry starts at {b.first_offset}, not after the previous entry's "
-                                    f"last offset {a.last_offset}", key=f, position=pos, offset=b.first_offset))
+                                    f"last offset {a.last_offset}", key=f, position=pos,
+                                    offset=b.first_offset))
     # Compare with the committed segments' uploaded entries (only segments whose entries are valid).
     if not manifests:
         for f, pos, e in local[:1]:
@@ -441,12 +442,13 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
             continue
         for n, (f, pos, e) in enumerate(got):
             if n >= len(uploaded) or e != uploaded[n]:
+                theirs = (f"{uploaded[n].first_offset}-{uploaded[n].last_offset} @ {uploaded[n].rdi}"
+                          if n < len(uploaded) else "(none)")
                 problems.append(Problem("local_index_mismatch", topic, partition,
-                                        f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs from "
-                                        "the segment's uploaded entry "
-                                        + (f"{uploaded[n].first_offset}-{uploaded[n].last_offset} @ "
-                                           f"{uploaded[n].rdi}" if n < len(uploaded) else "(none)"),
-                                        base_offset=m.base_offset, key=f, position=pos, offset=e.first_offset))
+                                        f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs "
+                                        f"from the segment's uploaded entry {theirs}",
+                                        base_offset=m.base_offset, key=f, position=pos,
+                                        offset=e.first_offset))
                 break
         else:
             if len(got) < len(uploaded):
@@ -463,8 +465,9 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
     for run in runs:
         f, pos, e = run[0]
         problems.append(Problem("local_index_orphan_entries", topic, partition,
-                                f"{len(run)} local entries, offsets {e.first_offset}-{run[-1][2].last_offset}, "
-                                "belong to no committed segment", key=f, position=pos, offset=e.first_offset))
+                                f"{len(run)} local entries, offsets {e.first_offset}-"
+                                f"{run[-1][2].last_offset}, belong to no committed segment",
+                                key=f, position=pos, offset=e.first_offset))
     problems += _gaps(part, facts, manifests, [x[2] for x in local])
     return problems
 
