@@ -113,6 +113,14 @@ class FaultyBackend(StorageBackend):
     def close(self) -> None:
         self.inner.close()
 
+    # A wrapper adds behaviour, not a store: object URLs (in RDIs) are the inner store's, so
+    # indexes written through the wrapper resolve without it.
+    def url(self, key: str) -> str:
+        return self.inner.url(key)
+
+    def key_for_url(self, url: str) -> str:
+        return self.inner.key_for_url(url)
+
     @property
     def capabilities(self) -> Capabilities:
         caps = self.inner.capabilities

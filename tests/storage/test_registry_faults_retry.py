@@ -175,3 +175,16 @@ def test_faulty_from_config_describes_inner_and_pickles(tmp_path: Path) -> None:
     assert b.describe()["options"]["inner_options"]["root"] == str(tmp_path)
     clone = pickle.loads(pickle.dumps(b))
     assert clone.describe() == b.describe()
+
+
+def test_wrappers_name_objects_by_the_inner_stores_urls(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rlm.storage.faults import FaultyBackend
+    from rlm.storage.local import LocalBackend
+    from rlm.storage.retry import RetryingBackend
+
+    inner = LocalBackend(root=str(tmp_path))
+    faulty = FaultyBackend.from_options({"inner": "local", "inner_options": {"root": str(tmp_path)}})
+    for wrapper in (faulty, RetryingBackend(inner)):
+        url = wrapper.url("t-0/data/x/segment.log")
+        assert url == inner.url("t-0/data/x/segment.log") and url.startswith("file://")
+        assert wrapper.key_for_url(url) == inner.key_for_url(url) == "t-0/data/x/segment.log"
