@@ -16,7 +16,11 @@ class ApiServer:
     """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread."""
 
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the
+        # socket says it is TCP (proto 0 does not), and without it every response whose headers and
+        # body are written separately waits out the client's delayed ACK (~40 ms per request).
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                                   socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
