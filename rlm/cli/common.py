@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +45,30 @@ def build_manager(settings: Settings) -> RemoteLogManager:
 def interactive(quiet: bool = False) -> bool:
     """Progress bars only on a terminal, never when piped or with --quiet."""
     return not quiet and sys.stderr.isatty()
+
+
+@contextmanager
+def partition_progress(manager: RemoteLogManager, desc: str, quiet: bool = False
+                       ) -> Iterator[Callable[[str], None]]:
+    """A per-partition tqdm bar on stderr (only on a terminal, see :func:`interactive`); yields
+    the ``on_partition(name)`` callback the manager calls as it reaches each partition."""
+    from tqdm import tqdm
+
+    enabled = interactive(quiet)
+    total = len(manager.discover()) if enabled else None
+    with tqdm(total=total, unit="partition", desc=desc, disable=not enabled) as bar:
+        started = False
+
+        def step(name: str) -> None:
+            nonlocal started
+            if started:
+                bar.update(1)
+            started = True
+            bar.set_postfix_str(name, refresh=False)
+
+        yield step
+        if started:
+            bar.update(1)
 
 
 def require_dirs(settings: Settings) -> None:

@@ -98,16 +98,20 @@ def verify(config_path: Path, deep: bool, topics: tuple[str, ...], report_path: 
 @config_option
 @click.option("--spark-master", default=None,
               help="Run as a Spark job on this master (e.g. local[*]); default: in-process.")
+@click.option("--quiet", is_flag=True, help="No progress bar (in-process rebuild).")
 @handle_errors
-def rebuild_index(config_path: Path, spark_master: str | None) -> None:
+def rebuild_index(config_path: Path, spark_master: str | None, quiet: bool) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
     configure("text", logging.WARNING)
     settings = load(config_path)
     require_dirs(settings)
     if spark_master is None:
-        from rlm.cli.common import build_manager
+        from rlm.cli.common import build_manager, partition_progress
 
-        _emit(build_manager(settings).rebuild_index())
+        manager = build_manager(settings)
+        with partition_progress(manager, "rebuild-index", quiet) as step:
+            rebuilt = manager.rebuild_index(on_partition=step)
+        _emit(rebuilt)
         return
     _quiet_py4j()
     from rlm.jobs import rebuild_index as run_rebuild

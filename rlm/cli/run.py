@@ -14,11 +14,21 @@ from rlm.cli.common import (
     config_option,
     interactive,
     load,
+    partition_progress,
     require_dirs,
     settings_for_tool,
 )
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.daemon.logs import configure
+from rlm.tiering.manager import PassResult
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _emit(doc: object) -> None:
@@ -42,26 +52,39 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
         from rlm.http.app import create_app
         from rlm.http.server import ApiServer
         from rlm.tiering.cache import RemoteRangeCache
+        from rlm.tiering.history import TieringHistory
         from rlm.tiering.readers import TieredReaders
 
         registry = manager.shared.metrics.registry
         readers = TieredReaders(
             settings, manager.shared.backend, progress=manager.live_progress,
             cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
-        app = create_app(readers, settings.server, status=manager.status, registry=registry)
+        history = TieringHistory(manager.shared.metrics).start()  # the status page's chart
+        app = create_app(readers, settings.server, status=manager.status, registry=registry,
+                         history=history.snapshot)
         api = ApiServer(app, settings.server.host, settings.server.port).start()
-        logging.getLogger("rlm").info("HTTP API on %s (docs at /docs)", api.url)
+        logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
         try:
             TieringDaemon(manager).run_forever()
         finally:
             api.stop()
+            history.stop()
         return
     parts = manager.discover()
     from tqdm import tqdm
 
     with tqdm(total=len(parts), unit="partition", disable=not interactive(quiet),
               desc="tiering") as bar:
-        results = manager.run_once(on_result=lambda r: bar.update(1))
+        copied = {"segments": 0, "bytes": 0}
+
+        def done(r: PassResult) -> None:
+            copied["segments"] += len(r.copied)
+            copied["bytes"] += r.copied_bytes
+            bar.set_postfix_str(f"{r.topic}-{r.partition}, copied {copied['segments']} segments "
+                                f"/ {_human_bytes(copied['bytes'])}", refresh=False)
+            bar.update(1)
+
+        results = manager.run_once(on_result=done)
     failed = [r for r in results if r.error]
     summary = {
         "partitions": len(results),
@@ -87,10 +110,14 @@ def status(config_path: Path) -> None:
 @click.command("gc")
 @config_option
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
-def gc(config_path: Path, dry_run: bool) -> None:
+def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
     """Delete objects of abandoned copy attempts older than tiering.gc_grace_ms."""
-    for orphan in build_manager(settings_for_tool(config_path)).collect_garbage(dry_run=dry_run):
+    manager = build_manager(settings_for_tool(config_path))
+    with partition_progress(manager, "gc", quiet) as step:
+        orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step)
+    for orphan in orphans:
         _emit({"topic": orphan.topic, "partition": orphan.partition, "base_offset": orphan.base_offset,
                "attempt": orphan.attempt_id, "objects": list(orphan.keys), "bytes": orphan.bytes,
                "age_ms": orphan.age_ms, "deleted": not dry_run})

@@ -9,6 +9,9 @@ Routes (contract)::
     POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
     GET  /metrics                                          Prometheus text format
     GET  /healthz                                          liveness (no auth)
+    GET  /v1/history                                       totals over the last hour (status page)
+    GET  /                                                 the status page (static; no auth — its
+                                                           API calls send the token)
 
 Errors are JSON ``{"error": {"field": ..., "reason": ...}}``: 400 bad input, 401 missing/wrong
 token, 404 unknown partition, 416 offset out of range for a fetch, 504 request timeout, 502
@@ -21,11 +24,13 @@ import asyncio
 import base64
 import hmac
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +43,8 @@ from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
 
 StatusSource = Callable[[], list[dict[str, Any]]]
+HistorySource = Callable[[], dict[str, Any]]
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 class OffsetsForTimesRequest(BaseModel):
@@ -59,7 +66,7 @@ def _field_of(err: RlmError) -> str | None:
 
 
 def create_app(readers: TieredReaders, server: ServerSettings, *, status: StatusSource,
-               registry: CollectorRegistry) -> FastAPI:
+               registry: CollectorRegistry, history: HistorySource | None = None) -> FastAPI:
     app = FastAPI(title="rlm", version=__version__,
                   description="Tiered-storage remote log manager: lookups across the local and "
                               "remote tiers of Kafka-format logs.")
@@ -125,6 +132,21 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     @app.get("/v1/partitions", tags=["status"], dependencies=auth)
     async def partitions() -> list[dict[str, Any]]:
         return await run_in_threadpool(status)
+
+    @app.get("/v1/history", tags=["status"], dependencies=auth)
+    async def history_() -> dict[str, Any]:
+        """Totals sampled in-process (copied bytes and rate, copy lag, remote size) over the last
+        hour; empty ``samples`` when the server runs without a sampler."""
+        if history is None:
+            return {"interval_s": None, "window_s": None, "samples": []}
+        return history()
+
+    # The status page: static files only, no build step; its API calls carry the token.
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/offsets/{offset}", tags=["lookup"],
              dependencies=auth)

@@ -54,6 +54,7 @@ class PassResult:
     deleted: list[int] = field(default_factory=list)      # base offsets removed by retention
     skipped: bool = False                                 # another pass held the partition
     error: str | None = None
+    copied_bytes: int = 0                                 # bytes of the copied segments (progress)
 
 
 class RemoteLogManager:
@@ -195,6 +196,7 @@ class RemoteLogManager:
                     ctx.progress.remote_log_start_offset = copied.manifest.base_offset
                 ctx.save_progress()
                 result.copied.append(seg.base_offset)
+                result.copied_bytes += copied.manifest.size_bytes
             self._publish_lag(ctx, pending[index + 1:])
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
@@ -220,9 +222,12 @@ class RemoteLogManager:
 
     # -- maintenance --------------------------------------------------------------------------
 
-    def collect_garbage(self, *, dry_run: bool = False) -> list[Orphan]:
+    def collect_garbage(self, *, dry_run: bool = False,
+                        on_partition: Callable[[str], None] | None = None) -> list[Orphan]:
         orphans: list[Orphan] = []
         for ctx in self.contexts():
+            if on_partition is not None:
+                on_partition(ctx.part.name)
             lock = self._locks[(ctx.topic, ctx.partition)]
             # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
             # recovery aborts (deletes) every open attempt regardless of the grace period.
@@ -230,10 +235,12 @@ class RemoteLogManager:
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
         return orphans
 
-    def rebuild_index(self) -> dict[str, int]:
+    def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild every local remote-index family from the remote manifests alone."""
         rebuilt: dict[str, int] = {}
         for ctx in self.contexts():
+            if on_partition is not None:
+                on_partition(ctx.part.name)
             with self._locks[(ctx.topic, ctx.partition)]:
                 ctx.family.open()
                 ctx.family.delete_all()
@@ -285,7 +292,35 @@ class RemoteLogManager:
             "copy_lag_bytes": sum(s.size for s, _ in pending),
             "quarantined": dict(ctx.quarantined),
             "last_error": ctx.last_error,
+            # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
+            # committed segments (eligible to tier); how long the oldest pending segment has waited
+            # (now − its .log mtime); what the local tier holds.
+            "eligible_end_offset": _eligible_end(offsets.highest_tiered_offset,
+                                                 offsets.local_log_start_offset, pending),
+            "copy_lag_age_ms": self._lag_age_ms(pending),
+            "local_segments": len(segments),
+            "local_bytes": sum(s.size for s in segments),
         }
+
+    def _lag_age_ms(self, pending: list[tuple[SegmentFiles, int]]) -> int:
+        if not pending:
+            return 0
+        try:
+            mtime_ms = int(pending[0][0].log.stat().st_mtime * 1000)
+        except OSError:
+            return 0
+        return max(0, self.shared.clock_ms() - mtime_ms)
+
+
+def _eligible_end(highest_tiered: int, local_start: int | None,
+                  pending: list[tuple[SegmentFiles, int]]) -> int | None:
+    """Exclusive end of the offsets eligible for tiering: the next base after the newest pending
+    segment; with nothing pending, everything eligible is already remote (highest tiered + 1)."""
+    if pending:
+        return pending[-1][1]
+    if highest_tiered >= 0:
+        return highest_tiered + 1
+    return local_start
 
 
 def _observe(ctx: PartitionContext) -> None:
