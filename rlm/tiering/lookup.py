@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rlm.errors import FormatError, InvalidArgumentError, ObjectNotFoundError, RlmError
+from rlm.errors import FormatError, InvalidArgumentError, RlmError
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
@@ -325,8 +325,9 @@ class PartitionReader:
             entry = find_entry_for_offset(view.offsets, view.log_index, offset)
             if entry is not None:
                 return view, entry
-            if i + 1 < len(views) and views[i + 1].first is not None:
-                return views[i + 1], views[i + 1].first  # type: ignore[return-value]
+            following = views[i + 1].first if i + 1 < len(views) else None
+            if following is not None:
+                return views[i + 1], following
         return None
 
     def _entry_batches(self, entry: DecodedEntry) -> tuple[bytes, list[RecordBatch]]:
@@ -529,7 +530,6 @@ def load_progress(state_dir: Path) -> Progress:
 __all__ = [
     "FetchResult",
     "LookupResult",
-    "ObjectNotFoundError",
     "PartitionOffsets",
     "PartitionReader",
     "ReaderResources",
