@@ -128,7 +128,7 @@
         : "" }));
 
     const quarantined = Object.keys(r.quarantined || {}).map(Number).sort((a, b) => a - b);
-    const problem = r.last_error || (quarantined.length ? quarantined.length + " segment(s) quarantined" : null);
+    const problem = r.last_error || (quarantined.length ? r.quarantined[String(quarantined[0])] : null);
     const headline = quarantined.length
       ? "Quarantined: segment " + quarantined.map(fmtNum).join(", ") : "Copy failing";
     const status = el("div", { class: "status" }, problem

@@ -1,0 +1,241 @@
+"""The status page at ``/`` in a real headless Chromium against a real uvicorn socket.
+
+Scenario (every expected range is derived from the writers' segment bases, not from rlm's status):
+``orders-0`` is tiered up to segment 3, its first segment is then deleted locally and its high
+watermark raised to segment 6 → remote-only / both / waiting / not-eligible; ``orders-1`` fully
+tiered; ``payments-0`` has a corrupt second segment (quarantined, shown as an error);
+``clicks.v2-0`` has HW 0 (nothing eligible). Then one more pass copies the waiting segments and
+the open page must show it after its auto-refresh. A screenshot goes to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ui.chromium import Chromium, dump_dom, find_browser
+from tests.ui.fixture import TOKEN, Served, fill, serve, writer
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+
+# JS run in the page: every partition row with its rendered ranges.
+ROWS_JS = """JSON.stringify([...document.querySelectorAll('#partitions .partition')].map(p => ({
+  name: p.dataset.topic + '-' + p.dataset.partition, state: p.dataset.state,
+  error: p.dataset.error || null, lag_bytes: Number(p.dataset.lagBytes),
+  ranges: [...p.querySelectorAll('.seg')].map(s => [s.dataset.range, Number(s.dataset.start),
+                                                    Number(s.dataset.end)])})))"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chromium]:
+    exe = find_browser()
+    if exe is None:
+        pytest.skip("no Chromium found (chromium, chromium-browser, google-chrome or $RLM_TEST_CHROMIUM): "
+                    "`make browser` installs Debian's chromium (apt-get, needs root)")
+    chromium = Chromium(exe)
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+@pytest.fixture()
+def scenario(tmp_path: Path) -> Iterator[tuple[Served, dict[str, Any]]]:
+    served = serve(tmp_path)
+    try:
+        orders0 = writer(served, "orders", 0)
+        fill(orders0, 8)
+        b = orders0.segment_base_offsets      # 8 rolled + the empty active one
+        orders0.high_watermark = b[3]
+        orders0.write_checkpoints()
+        orders1 = writer(served, "orders", 1)
+        fill(orders1, 5)
+        orders1.write_checkpoints()
+        pay = writer(served, "payments", 0)
+        fill(pay, 4)
+        pay.write_checkpoints()
+        p = pay.segment_base_offsets
+        seg = served.logs / "payments-0" / f"{p[1]:020d}.log"
+        data = bytearray(seg.read_bytes())
+        data[300] ^= 0xFF                     # inside the first batch's records: CRC mismatch
+        seg.write_bytes(bytes(data))
+        clicks = writer(served, "clicks.v2", 0)
+        fill(clicks, 3)
+        clicks.high_watermark = 0
+        clicks.write_checkpoints()
+
+        served.history.sample()
+        served.tier()
+        for suffix in (".log", ".index", ".timeindex"):   # the broker's retention deletes segment 0
+            (served.logs / "orders-0" / f"{b[0]:020d}{suffix}").unlink()
+        orders0.high_watermark = b[6]
+        orders0.write_checkpoints()
+        expected = {
+            "orders-0": [["remote-only", 0, b[1]], ["both", b[1], b[3]], ["pending", b[3], b[6]],
+                         ["not-eligible", b[6], orders0.log_end_offset]],
+            "orders-1": [["both", 0, orders1.log_end_offset]],
+            "payments-0": [["both", 0, p[1]], ["pending", p[1], pay.log_end_offset]],
+            "clicks.v2-0": [["not-eligible", 0, clicks.log_end_offset]],
+            "after": [["remote-only", 0, b[1]], ["both", b[1], b[6]],
+                      ["not-eligible", b[6], orders0.log_end_offset]],
+        }
+        yield served, expected
+    finally:
+        served.close()
+
+
+def _rows(page: Any) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in json.loads(page.evaluate(ROWS_JS))}
+
+
+def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
+                                                    scenario: tuple[Served, dict[str, Any]]) -> None:
+    served, expected = scenario
+    page = browser.open()
+    page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+    page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+
+    # The token left the address bar for this tab's session storage; it was sent as Bearer.
+    assert TOKEN not in page.evaluate("location.href")
+    assert page.evaluate("sessionStorage.getItem('rlm.token')") == TOKEN
+
+    rows = _rows(page)
+    assert sorted(rows) == ["clicks.v2-0", "orders-0", "orders-1", "payments-0"]
+    for name in ("orders-0", "orders-1", "payments-0", "clicks.v2-0"):
+        assert rows[name]["ranges"] == expected[name], name
+    assert rows["payments-0"]["state"] == "error"
+    assert "CRC" in rows["payments-0"]["error"]
+    assert rows["orders-0"]["state"] == "lagging" and rows["orders-1"]["state"] == "ok"
+    status = {f"{r['topic']}-{r['partition']}": r for r in served.manager.status()}
+    for name, row in rows.items():
+        assert row["lag_bytes"] == status[name]["copy_lag_bytes"], name
+    totals = page.evaluate("""JSON.stringify(Object.fromEntries([...document.querySelectorAll('[data-total]')]
+        .map(c => [c.dataset.total, c.dataset.value])))""")
+    totals = json.loads(totals)
+    assert int(totals["lag"]) == sum(r["copy_lag_bytes"] for r in status.values()) > 0
+    assert int(totals["remote"]) == sum(r["remote_bytes"] for r in status.values()) > 0
+    assert int(totals["partitions"]) == 4
+    assert page.evaluate("document.querySelector('#health').dataset.health") == "errors"
+
+    # One more pass copies orders-0's waiting segments; the open page picks it up on its own.
+    page.evaluate("window.__sameDocument = true")
+    refreshes = int(page.evaluate("document.body.dataset.refreshes"))
+    served.tier()
+    after = json.dumps(json.dumps(expected["after"], separators=(",", ":")))
+    page.wait_for(f"""(() => {{ const r = {ROWS_JS}; const o = JSON.parse(r).find(x => x.name === 'orders-0');
+        return JSON.stringify(o.ranges) === {after}; }})()""",
+                  timeout_s=30, what="orders-0 to show the copied segments")
+    assert page.evaluate("window.__sameDocument === true")      # refreshed in place, not reloaded
+    assert int(page.evaluate("document.body.dataset.refreshes")) > refreshes
+    rows = _rows(page)
+    assert rows["orders-0"]["state"] == "ok" and rows["orders-0"]["lag_bytes"] == 0
+    assert rows["orders-1"]["ranges"] == expected["orders-1"]
+
+    # The chart: samples before and after each pass; throughput and lag drawn.
+    page.wait_for("Number(document.querySelector('#chart').dataset.samples) >= 3", what="3 samples")
+    assert page.evaluate("!!document.querySelector('#chart path[data-series=rate]')")
+    assert page.evaluate("!!document.querySelector('#chart path[data-series=lag]')")
+
+    shot = page.screenshot(ARTIFACTS / "status-page.png")
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_status_page_without_token_asks_for_one(browser: Chromium,
+                                                scenario: tuple[Served, dict[str, Any]]) -> None:
+    served, _ = scenario
+    page = browser.open()   # a new tab: empty session storage
+    page.navigate(f"{served.server.url}/")
+    page.wait_for("document.body.dataset.state === 'unauthorized'", what="the token form")
+    assert page.evaluate("document.querySelector('#auth').hidden") is False
+    assert page.evaluate("document.querySelectorAll('#partitions .partition').length") == 0
+
+    page.evaluate("document.querySelector('#auth-token').value = 'wrong';"
+                  "document.querySelector('#auth-form').requestSubmit()")
+    page.wait_for("document.querySelector('#auth-reason').textContent.includes('rejected')",
+                  what="the wrong token to be rejected")
+    assert page.evaluate("document.body.dataset.state") == "unauthorized"
+
+    page.evaluate(f"document.querySelector('#auth-token').value = {json.dumps(TOKEN)};"
+                  "document.querySelector('#auth-form').requestSubmit()")
+    page.wait_for("document.body.dataset.state === 'ready'", what="data after the right token")
+    assert page.evaluate("document.querySelector('#auth').hidden") is True
+    assert page.evaluate("document.querySelectorAll('#partitions .partition').length") == 4
+
+
+class _Segs(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, list[list[Any]]] = {}
+        self._current = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if "partition" in (a.get("class") or "").split():
+            self._current = f"{a['data-topic']}-{a['data-partition']}"
+            self.rows[self._current] = []
+        elif "seg" in (a.get("class") or "").split():
+            self.rows[self._current].append([a["data-range"], int(a["data-start"] or 0),
+                                             int(a["data-end"] or 0)])
+
+
+def test_dump_dom_of_the_page_with_chromiums_cli(browser: Chromium,
+                                                 scenario: tuple[Served, dict[str, Any]]) -> None:
+    """``chromium --dump-dom`` (no DevTools): the ranges are in the DOM it prints."""
+    served, expected = scenario
+    exe = find_browser()
+    assert exe is not None
+    dom = dump_dom(exe, f"{served.server.url}/?token={TOKEN}", budget_ms=5000)
+    parser = _Segs()
+    parser.feed(dom)
+    assert parser.rows["orders-0"] == expected["orders-0"], dom[-3000:]
+    assert parser.rows["clicks.v2-0"] == expected["clicks.v2-0"]
+
+
+# -- the HTTP side of the page (no browser) ------------------------------------------------------
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+def test_page_and_assets_load_without_token_but_data_needs_it(
+        scenario: tuple[Served, dict[str, Any]]) -> None:
+    served, _ = scenario
+    url = served.server.url
+    code, body, headers = _get(url + "/")
+    assert code == 200 and headers["content-type"].startswith("text/html")
+    page = body.decode()
+    assert "static/status.js" in page and "static/status.css" in page
+    assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page  # no CDN
+    for asset, kind in (("status.js", "javascript"), ("status.css", "text/css")):
+        code, body, headers = _get(f"{url}/static/{asset}")
+        assert code == 200 and kind in headers["content-type"] and body
+        assert b"https://" not in body
+    for path in ("/v1/partitions", "/v1/history"):
+        assert _get(url + path)[0] == 401
+    code, body, _ = _get(url + "/v1/history", TOKEN)
+    hist = json.loads(body)
+    assert code == 200 and hist["interval_s"] == 1 and hist["window_s"] == 3600
+    assert len(hist["samples"]) == 2
+    first, second = hist["samples"]
+    assert first["copied_bytes"] == 0 and first["copy_bytes_per_sec"] is None
+    status = served.manager.status()
+    # rlm_remote_copy_bytes also counts the uploaded index objects, so it is >= the segments' bytes
+    assert second["copied_bytes"] >= sum(r["remote_bytes"] for r in status) > 0
+    assert second["remote_bytes"] == sum(r["remote_bytes"] for r in status)
+    assert second["copy_errors"] == 1                         # payments-0's corrupt segment
+    assert second["copy_bytes_per_sec"] is not None and second["copy_bytes_per_sec"] > 0
