@@ -6,7 +6,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench soak clean
 
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
@@ -32,6 +32,11 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/scan_bench.py
+
+# Minutes of produce + tier through faults + SIGKILL/restart, then invariant checks (not in CI).
+SOAK_MINUTES ?= 10
+soak: install
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

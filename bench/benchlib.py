@@ -1,0 +1,146 @@
+"""Small helpers shared by copy_bench, scale_bench and soak: machine description, BENCHMARKS.md
+sections, a moto S3 server in its own process, and a fast raw writer of Kafka partitions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+
+
+def machine() -> str:
+    mem_kib = 0
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} CPUs (nproc), {mem_kib / 2**20:.1f} GiB RAM, {cpu}; "
+            f"Python {platform.python_version()} on {platform.system()} {platform.release()}")
+
+
+def record(section: str, entry: str, *, intro: str = "") -> None:
+    """Append ``entry`` at the end of ``section`` in BENCHMARKS.md (created, with ``intro``, if
+    missing). Re-reads the file right before writing: other benches append their own sections."""
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    try:
+        head = next(i for i, line in enumerate(lines) if line.rstrip("\n") == section)
+    except StopIteration:
+        if not text.endswith("\n"):
+            text += "\n"
+        BENCHMARKS.write_text(text + f"\n{section}\n\n" + (intro.rstrip("\n") + "\n\n" if intro else "")
+                              + entry)
+        return
+    nxt = next((i for i in range(head + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
+    after = "".join(lines[nxt:])
+    BENCHMARKS.write_text(before + entry + ("\n" + after if after else ""))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MotoProcess:
+    """``python -m moto.server`` in its own process (so the S3 server does not share our GIL)."""
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                      "-p", str(self.port)], stdout=out, stderr=out,
+                                     env={**os.environ, **FAKE_AWS})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("moto server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> MotoProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- fast raw partitions ---------------------------------------------------------------------------
+
+
+def template_batch(records: int, value_bytes: int, *, compression: object = None) -> bytes:
+    """One v2 batch of ``records`` records (offsets 0..records-1) to be repeated with rewritten bases."""
+    from rlm.formats.compression import Compression
+    from rlm.formats.records import RecordSpec, build_batch
+
+    specs = [RecordSpec(1_766_799_076_131 + i, f"k{i}".encode(), (b"v%06d" % i).ljust(value_bytes, b"."))
+             for i in range(records)]
+    return build_batch(specs, base_offset=0, compression=compression or Compression.NONE,
+                       partition_leader_epoch=1)
+
+
+def write_segment(part_dir: Path, base: int, template: bytes, count: int, *,
+                  index_interval: int = 4096) -> int:
+    """Write ``<base>.log`` of ``count`` copies of ``template`` (bases rewritten; the CRC does not
+    cover them) plus a sparse ``.index`` and a ``.timeindex``; return the next base offset."""
+    from rlm.formats import naming
+
+    per = struct.unpack_from(">i", template, 23)[0] + 1  # lastOffsetDelta + 1
+    max_ts = struct.unpack_from(">q", template, 35)[0]
+    size = len(template)
+    buf = bytearray(template * count)
+    idx = bytearray()
+    tidx = bytearray()
+    since = index_interval
+    for i in range(count):
+        offset = base + i * per
+        struct.pack_into(">q", buf, i * size, offset)
+        if since >= index_interval and i > 0:
+            idx += struct.pack(">ii", offset - base, i * size)
+            since = 0
+        since += size
+    last = base + count * per - 1
+    tidx += struct.pack(">qi", max_ts, last - base)
+    (part_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(buf)
+    (part_dir / naming.segment_file_name(base, naming.INDEX)).write_bytes(idx)
+    (part_dir / naming.segment_file_name(base, naming.TIME_INDEX)).write_bytes(tidx)
+    return last + 1
+
+
+def write_checkpoint(log_dir: Path, name: str, entries: dict[tuple[str, int], int]) -> None:
+    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    tmp = log_dir / (name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(log_dir / name)
