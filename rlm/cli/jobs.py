@@ -98,22 +98,19 @@ def verify(config_path: Path, deep: bool, topics: tuple[str, ...], report_path: 
 @config_option
 @click.option("--spark-master", default=None,
               help="Run as a Spark job on this master (e.g. local[*]); default: in-process.")
-@click.option("--quiet", is_flag=True, help="No progress bar (in-process rebuild).")
+@click.pass_context
 @handle_errors
-def rebuild_index(config_path: Path, spark_master: str | None, quiet: bool) -> None:
+def rebuild_index(ctx: click.Context, config_path: Path, spark_master: str | None) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
+    if spark_master is None:  # the in-process command (rlm.cli.run), unchanged
+        from rlm.cli.run import rebuild_index as in_process
+
+        ctx.invoke(in_process, config_path=config_path)
+        return
     configure("text", logging.WARNING)
+    _quiet_py4j()
     settings = load(config_path)
     require_dirs(settings)
-    if spark_master is None:
-        from rlm.cli.common import build_manager, partition_progress
-
-        manager = build_manager(settings)
-        with partition_progress(manager, "rebuild-index", quiet) as step:
-            rebuilt = manager.rebuild_index(on_partition=step)
-        _emit(rebuilt)
-        return
-    _quiet_py4j()
     from rlm.jobs import rebuild_index as run_rebuild
     from rlm.jobs import spark_session
 
