@@ -6,7 +6,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test lint bench soak clean
+.PHONY: install run test lint bench soak clean browser
 
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
@@ -22,8 +22,21 @@ run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
 	$(BIN)/rlm run --config configs/local.toml
 
-test: install lint
+test: install lint browser
 	$(BIN)/python -m pytest -q
+
+# The status-page tests drive a real headless Chromium (tests/ui). Installs Debian's `chromium`
+# when none is on PATH and we are root with apt-get; otherwise says why and those tests skip.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	    || command -v google-chrome >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the status-page tests (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null \
+	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	         apt-get install -y -q --no-install-recommends chromium >/dev/null; } \
+	    || echo "could not install chromium: the status-page browser tests will skip"; \
+	else echo "no chromium and not root with apt-get: the status-page browser tests will skip"; fi
 
 lint: install
 	$(BIN)/ruff check rlm tests bench plugins
