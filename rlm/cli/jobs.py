@@ -98,14 +98,15 @@ def verify(config_path: Path, deep: bool, topics: tuple[str, ...], report_path: 
 @config_option
 @click.option("--spark-master", default=None,
               help="Run as a Spark job on this master (e.g. local[*]); default: in-process.")
+@click.option("--quiet", is_flag=True, help="No progress bar (in-process rebuild).")
 @click.pass_context
 @handle_errors
-def rebuild_index(ctx: click.Context, config_path: Path, spark_master: str | None) -> None:
+def rebuild_index(ctx: click.Context, config_path: Path, spark_master: str | None, quiet: bool) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
     if spark_master is None:  # the in-process command (rlm.cli.run), unchanged
         from rlm.cli.run import rebuild_index as in_process
 
-        ctx.invoke(in_process, config_path=config_path)
+        ctx.invoke(in_process, config_path=config_path, quiet=quiet)
         return
     configure("text", logging.WARNING)
     _quiet_py4j()

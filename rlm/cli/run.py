@@ -125,7 +125,11 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
 
 @click.command("rebuild-index")
 @config_option
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
-def rebuild_index(config_path: Path) -> None:
+def rebuild_index(config_path: Path, quiet: bool = False) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
-    _emit(build_manager(settings_for_tool(config_path)).rebuild_index())
+    manager = build_manager(settings_for_tool(config_path))
+    with partition_progress(manager, "rebuild-index", quiet) as step:
+        rebuilt = manager.rebuild_index(on_partition=step)
+    _emit(rebuilt)
