@@ -52,3 +52,16 @@ def test_systemd_unit_runs_rlm_with_a_config() -> None:
     assert unit["Service"]["RestartPreventExitStatus"] == "2"     # config errors exit 2
     assert unit["Service"]["KillSignal"] == "SIGTERM"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_package_data_ships_every_status_page_file() -> None:
+    import fnmatch
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = setuptools["package-data"]["rlm.http"]
+    static = REPO / "rlm" / "http" / "static"
+    files = [p.relative_to(static.parent).as_posix() for p in static.iterdir() if p.is_file()]
+    assert {"static/index.html", "static/status.css", "static/status.js"} <= set(files)
+    for name in files:
+        assert any(fnmatch.fnmatch(name, g) for g in globs), f"{name} would not be packaged"
