@@ -1,0 +1,112 @@
+"""TieringHistory (fake clock) and its wiring into `rlm run` (a real daemon subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rlm.cli.generate import generate_log_dir
+from rlm.tiering.history import TieringHistory
+from rlm.tiering.metrics import TieringMetrics
+from tests.tiering.helpers import REPO, write_config
+
+
+def test_samples_rates_and_ring_bound() -> None:
+    now = [1000.0]
+    metrics = TieringMetrics()
+    hist = TieringHistory(metrics, interval_s=10, window_s=30, clock=lambda: now[0])
+    first = hist.sample()
+    assert first["copied_bytes"] == 0 and first["copy_bytes_per_sec"] is None
+    metrics.copy_bytes.labels(topic="a", partition="0").inc(3000)
+    metrics.copy_bytes.labels(topic="b", partition="1").inc(2000)
+    metrics.copy_lag_bytes.labels(topic="a", partition="0").set(700)
+    metrics.copy_lag_segments.labels(topic="a", partition="0").set(2)
+    metrics.remote_log_size.labels(topic="b", partition="1").set(2000)
+    metrics.copy_errors.labels(topic="a", partition="0").inc()
+    now[0] += 10
+    second = hist.sample()
+    assert second == {"t": 1_010_000, "copied_bytes": 5000, "copy_bytes_per_sec": 500.0,
+                      "copied_segments": 0, "copy_errors": 1, "lag_bytes": 700, "lag_segments": 2,
+                      "remote_bytes": 2000}
+    for _ in range(5):
+        now[0] += 10
+        hist.sample()
+    snap = hist.snapshot()
+    assert snap["interval_s"] == 10 and snap["window_s"] == 30
+    assert [s["t"] for s in snap["samples"]] == [1_030_000, 1_040_000, 1_050_000, 1_060_000]
+    assert snap["samples"][-1]["copy_bytes_per_sec"] == 0.0
+
+
+def test_rejects_bad_intervals() -> None:
+    with pytest.raises(ValueError):
+        TieringHistory(TieringMetrics(), interval_s=0)
+    with pytest.raises(ValueError):
+        TieringHistory(TieringMetrics(), interval_s=10, window_s=5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+@pytest.mark.integration
+def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [("hist.t", 2)], seed=5, records=300, segment_bytes=8 * 1024)
+    port = _free_port()
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", server_port=port,
+                       task_interval_ms=200)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    env["RLM_SERVER__TOKEN"] = "tok"
+    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert daemon.poll() is None, daemon.communicate()
+            try:
+                code, body = _get(base + "/v1/partitions", "tok")
+                rows = json.loads(body) if code == 200 else []
+                if rows and all(r["remote_segments"] and r["copy_lag_segments"] == 0 for r in rows):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "daemon did not tier within 60 s"
+            time.sleep(0.2)
+        for row in rows:
+            assert row["eligible_end_offset"] == row["highest_tiered_offset"] + 1
+            assert row["copy_lag_age_ms"] == 0 and row["local_segments"] > 0
+        code, page = _get(base + "/")
+        assert code == 200 and b"static/status.js" in page
+        assert _get(base + "/v1/history")[0] == 401
+        code, body = _get(base + "/v1/history", "tok")
+        hist = json.loads(body)
+        assert code == 200 and hist["interval_s"] == 10 and len(hist["samples"]) >= 1
+        daemon.send_signal(signal.SIGTERM)
+        _out, err = daemon.communicate(timeout=30)
+        assert daemon.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate()
