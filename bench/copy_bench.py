@@ -1,0 +1,231 @@
+"""Copy benchmark: rlm tiering (``RemoteLogManager.run_once`` with the s3 backend) vs boto3
+``upload_file`` of the same files to the same S3 endpoint, in the same run.
+
+The endpoint is a moto server in its own process (``python -m moto.server``), so the client side
+(rlm, or boto3) does not share a GIL with the server. The partition is N rolled segments of
+``--segment-mib`` MiB (plus the empty active segment), written fast: one ~16 KiB v2 batch repeated
+with rewritten base offsets (not covered by the CRC), with sparse ``.index`` / ``.timeindex`` files
+and a ``replication-offset-checkpoint`` committing everything.
+
+* **rlm**: one full pass — pin, scan (every batch CRC-32C verified), upload ``.log`` (multipart),
+  ``.index``, ``.timeindex``, leader-epoch checkpoint and the entries object, manifest, local index
+  append; fresh local state and a fresh key prefix per run;
+* **boto3**: ``client.upload_file`` of each segment's ``.log``, ``.index`` and ``.timeindex``, one
+  file at a time, with a ``TransferConfig`` of the same part size / threshold / concurrency as the
+  s3 backend's options.
+
+The contenders alternate (``--repeat`` rounds, best of each kept); objects are deleted after every
+run (moto keeps them in memory). MB/s = ``.log`` bytes / seconds. Target: rlm ≥ 0.95 × boto3.
+
+    .venv/bin/python bench/copy_bench.py                       # 4 × 256 MiB
+    .venv/bin/python bench/copy_bench.py --segments 2 --segment-mib 64 --no-record
+    .venv/bin/python bench/copy_bench.py --profile             # cProfile of one rlm pass
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import os
+import pstats
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.benchlib import (
+    FAKE_AWS,
+    OUT,
+    MotoProcess,
+    machine,
+    record,
+    template_batch,
+    write_checkpoint,
+    write_segment,
+)
+from rlm.config import load_settings
+from rlm.formats import naming
+from rlm.storage.registry import create_backend
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.metrics import TieringMetrics
+from tests.tiering.helpers import write_config
+
+SECTION = "## Copy throughput"
+TARGET = 0.95
+BUCKET = "bench"
+TOPIC = "copy"
+INTRO = (
+    "`bench/copy_bench.py`: one `rlm run --once`-equivalent pass (`RemoteLogManager.run_once`, s3 "
+    "backend: pin, CRC-verifying scan, multipart upload, index objects, manifest, local index) vs "
+    "boto3 `upload_file` of the same `.log`/`.index`/`.timeindex` files with the same part size and "
+    "concurrency, to the same moto S3 server running in its own process; alternating, best of "
+    "each. Target: rlm ≥ 0.95 × boto3.")
+
+
+def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
+    part = logs / f"{TOPIC}-0"
+    marker = part / f".generated-{segments}x{segment_mib}"
+    if marker.exists():
+        return sorted(part.glob("*.log"))[:-1]
+    shutil.rmtree(logs, ignore_errors=True)
+    part.mkdir(parents=True)
+    template = template_batch(100, 150)  # ~16 KiB: Kafka's default batch.size
+    count = (segment_mib << 20) // len(template)
+    base = 0
+    for _ in range(segments):
+        base = write_segment(part, base, template, count)
+    for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
+        (part / naming.segment_file_name(base, suffix)).write_bytes(b"")  # the active segment
+    write_checkpoint(logs, "replication-offset-checkpoint", {(TOPIC, 0): base})
+    marker.touch()
+    return sorted(part.glob("*.log"))[:-1]
+
+
+def s3_options(endpoint: str, prefix: str, part_mib: int, concurrency: int) -> dict[str, Any]:
+    return {"bucket": BUCKET, "prefix": prefix, "endpoint_url": endpoint, "region": "us-east-1",
+            "path_style": True, "part_size": f"{part_mib}MiB", "max_concurrency": concurrency,
+            "conditional_create": "native"}
+
+
+def reset_local(logs: Path, state: Path) -> None:
+    for f in (logs / f"{TOPIC}-0").glob("*.remote*"):
+        f.unlink()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def run_rlm(work: Path, logs: Path, endpoint: str, prefix: str, args: argparse.Namespace,
+            profile: cProfile.Profile | None = None) -> float:
+    state = work / "state"
+    reset_local(logs, state)
+    cfg = write_config(work / "rlm.toml", [logs], backend="s3",
+                       options=s3_options(endpoint, prefix, args.part_mib, args.concurrency),
+                       state_dir=str(state))
+    backend = create_backend("s3", load_settings(cfg).remote.options)
+    manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
+    backend.capabilities  # noqa: B018 - probe/connect outside the timed section (both sides)
+    start = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    results = manager.run_once(gc=False)
+    if profile is not None:
+        profile.disable()
+    elapsed = time.perf_counter() - start
+    backend.close()
+    copied = sum(len(r.copied) for r in results)
+    errors = [r.error for r in results if r.error]
+    assert copied == args.segments and not errors, (copied, errors)
+    return elapsed
+
+
+def boto_client(endpoint: str, concurrency: int) -> Any:
+    import boto3
+    import botocore.config
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=botocore.config.Config(
+        s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=max(10, 2 * concurrency), request_checksum_calculation="when_supported",
+        response_checksum_validation="when_supported"))
+
+
+def run_boto(client: Any, files: list[Path], prefix: str, args: argparse.Namespace) -> float:
+    from boto3.s3.transfer import TransferConfig
+
+    part = args.part_mib << 20
+    tc = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=args.concurrency)
+    start = time.perf_counter()
+    for log in files:
+        for f in (log, log.with_suffix(naming.INDEX), log.with_suffix(naming.TIME_INDEX)):
+            client.upload_file(str(f), BUCKET, f"{prefix}{f.name}", Config=tc)
+    return time.perf_counter() - start
+
+
+def empty(client: Any, prefix: str) -> None:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if objs:
+            client.delete_objects(Bucket=BUCKET, Delete={"Objects": objs, "Quiet": True})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--segments", type=int, default=4)
+    ap.add_argument("--segment-mib", type=int, default=256)
+    ap.add_argument("--part-mib", type=int, default=8, help="multipart part size, both sides (default 8)")
+    ap.add_argument("--concurrency", type=int, default=8, help="parallel parts, both sides (default 8)")
+    ap.add_argument("--repeat", type=int, default=3, help="alternating rounds; the best of each is kept")
+    ap.add_argument("--profile", action="store_true", help="cProfile one rlm pass and print the top")
+    ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
+    ap.add_argument("--label", default="", help="a note for the BENCHMARKS.md entry")
+    args = ap.parse_args(argv)
+    os.environ.update(FAKE_AWS)
+
+    work = OUT / "copy"
+    logs = work / "logs"
+    t = time.perf_counter()
+    files = generate(logs, args.segments, args.segment_mib)
+    size = sum(f.stat().st_size for f in files)
+    print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
+
+    with MotoProcess(work / "moto.log") as moto:
+        client = boto_client(moto.endpoint, args.concurrency)
+        client.create_bucket(Bucket=BUCKET)
+        if args.profile:
+            prof = cProfile.Profile()
+            run_rlm(work, logs, moto.endpoint, "prof/", args, prof)
+            empty(client, "prof/")
+            stats = pstats.Stats(prof)
+            stats.sort_stats("tottime").print_stats(18)
+            stats.sort_stats("cumulative").print_stats(25)
+            return 0
+        # Warm-up (page cache, connections, moto's code paths), not timed.
+        run_boto(client, files[:1], "warm/", args)
+        empty(client, "warm/")
+        rlm_s: list[float] = []
+        boto_s: list[float] = []
+        for i in range(args.repeat):
+            order = ("rlm", "boto") if i % 2 == 0 else ("boto", "rlm")
+            for who in order:
+                prefix = f"{who}-{i}/"
+                if who == "rlm":
+                    rlm_s.append(run_rlm(work, logs, moto.endpoint, prefix, args))
+                else:
+                    boto_s.append(run_boto(client, files, prefix, args))
+                empty(client, prefix)
+                print(f"  round {i} {who}: {size / (rlm_s if who == 'rlm' else boto_s)[-1] / 1e6:.0f} MB/s",
+                      flush=True)
+        client.close()
+
+    rlm_mbs = size / min(rlm_s) / 1e6
+    boto_mbs = size / min(boto_s) / 1e6
+    ratio = rlm_mbs / boto_mbs
+    table = (
+        "| measurement | best s | MB/s | all runs (s) |\n|---|---|---|---|\n"
+        f"| boto3 `upload_file` (.log/.index/.timeindex) | {min(boto_s):.2f} | {boto_mbs:,.0f} | "
+        f"{', '.join(f'{s:.2f}' for s in boto_s)} |\n"
+        f"| rlm pass (scan + upload + index + manifest) | {min(rlm_s):.2f} | {rlm_mbs:,.0f} | "
+        f"{', '.join(f'{s:.2f}' for s in rlm_s)} |\n"
+        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{ratio:.2f}** | |\n"
+    )
+    print(table)
+    if not args.no_record:
+        given = argv if argv is not None else sys.argv[1:]
+        shown = [a for i, a in enumerate(given)
+                 if not a.startswith("--label") and not (i and given[i - 1] == "--label")]
+        cmd = " ".join([".venv/bin/python bench/copy_bench.py", *shown])
+        entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
+                 f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
+                 f"{' — ' + args.label if args.label else ''}\n\n"
+                 f"- machine: {machine()}\n"
+                 f"- command: `{cmd}` (moto server in its own process; "
+                 f"alternating, best of {args.repeat})\n\n" + table)
+        record(SECTION, entry, intro=INTRO)
+        print("recorded in BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
