@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, ClassVar
 from rlm.errors import ConfigError, TransientStorageError
 from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
 from rlm.storage.options import Option, at_least, between
+from rlm.storage.wrapper import WrappingBackend
 
 OPERATIONS = ("put", "read", "head", "list", "delete")
 _rate = between(0.0, 1.0)
@@ -46,7 +47,7 @@ def _check_ops(ops: list[Any]) -> str | None:
     return f"unknown operation(s) {bad}; allowed: {list(OPERATIONS)}" if bad else None
 
 
-class FaultyBackend(StorageBackend):
+class FaultyBackend(WrappingBackend):
     """Inject latency, throttling, 5xx, timeouts, lost acks, partial uploads and listing lag."""
 
     name: ClassVar[str] = "faulty"
@@ -109,17 +110,6 @@ class FaultyBackend(StorageBackend):
         d = super().describe()
         d["options"]["inner_options"] = self.inner.describe()["options"]
         return d
-
-    def close(self) -> None:
-        self.inner.close()
-
-    # A wrapper adds behaviour, not a store: object URLs (in RDIs) are the inner store's, so
-    # indexes written through the wrapper resolve without it.
-    def url(self, key: str) -> str:
-        return self.inner.url(key)
-
-    def key_for_url(self, url: str) -> str:
-        return self.inner.key_for_url(url)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, TypeVar
 
 from rlm.errors import ObjectExistsError, TransientStorageError
-from rlm.storage.api import Capabilities, Data, ListPage, ObjectInfo, StorageBackend, validate_key
+from rlm.storage.api import Data, ListPage, ObjectInfo, StorageBackend, validate_key
+from rlm.storage.wrapper import WrappingBackend
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -135,7 +136,7 @@ def put_if_absent_idempotent(
     return policy.call(attempt)
 
 
-class RetryingBackend(StorageBackend):
+class RetryingBackend(WrappingBackend):
     """Wrap ``inner`` so that every call is retried under ``policy``.
 
     Conditional creates go through the same content comparison as :func:`put_if_absent_idempotent`
@@ -160,21 +161,6 @@ class RetryingBackend(StorageBackend):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RetryingBackend, (self.inner, self.policy))
-
-    def close(self) -> None:
-        self.inner.close()
-
-    # A wrapper adds behaviour, not a store: object URLs (in RDIs) are the inner store's, so
-    # indexes written through the wrapper resolve without it.
-    def url(self, key: str) -> str:
-        return self.inner.url(key)
-
-    def key_for_url(self, url: str) -> str:
-        return self.inner.key_for_url(url)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
 
     def put(self, key: str, data: Data, *, if_absent: bool = False) -> ObjectInfo:
         validate_key(key)

@@ -24,7 +24,8 @@ from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.logdir.scan import list_segments
-from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
+from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
+from rlm.storage.wrapper import WrappingBackend
 
 REPO = Path(__file__).resolve().parents[2]
 ARTHUR = "ArthurArutunyan04__Backend_labs"
@@ -33,8 +34,8 @@ ARTHUR = "ArthurArutunyan04__Backend_labs"
 # --- the store, counted ---------------------------------------------------------------------------
 
 
-class CountingBackend(StorageBackend):
-    """Delegates every call to ``inner`` and counts the requests that reach it, by operation."""
+class CountingBackend(WrappingBackend):
+    """Passes every call to ``inner`` and counts the requests that reach it, by operation."""
 
     name = "counting"
 
@@ -53,35 +54,25 @@ class CountingBackend(StorageBackend):
         with self._lock:
             return sum(self.calls.values())
 
-    def url(self, key: str) -> str:
-        return self.inner.url(key)
-
-    def key_for_url(self, url: str) -> str:
-        return self.inner.key_for_url(url)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
     def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
         self._count("put")
-        return self.inner.put(key, stream, if_absent=if_absent)
+        return super()._put(key, stream, if_absent)
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         self._count("read")
-        return self.inner.read(key, start, end)
+        return super()._read(key, start, end)
 
     def _head(self, key: str) -> ObjectInfo:
         self._count("head")
-        return self.inner.head(key)
+        return super()._head(key)
 
     def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
         self._count("list")
-        return self.inner.list_page(prefix, token=start_after, limit=limit)
+        return super()._list_page(prefix, start_after, limit)
 
     def _delete(self, key: str) -> None:
         self._count("delete")
-        self.inner.delete(key)
+        super()._delete(key)
 
 
 # --- log dirs ---------------------------------------------------------------------------------------
