@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeAlias, overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
+from rlm.formats.index_builder import IndexBuilder
 
 __all__ = [
     "INT32_MAX",
@@ -202,7 +203,7 @@ class OffsetIndex(Sequence[OffsetPosition]):
         return self[slot]
 
 
-class OffsetIndexBuilder:
+class OffsetIndexBuilder(IndexBuilder[OffsetPosition]):
     """An in-memory offset index being written, with Kafka's append / truncate rules.
 
     ``append(offset, position)`` requires ``offset`` > the last entry's offset (any offset >= base
@@ -214,13 +215,7 @@ class OffsetIndexBuilder:
 
     ENTRY_SIZE = OffsetIndex.ENTRY_SIZE
 
-    __slots__ = ("_buf", "_entries", "base_offset", "max_index_size")
-
-    def __init__(self, base_offset: int, *, max_index_size: int | None = None) -> None:
-        self.base_offset = base_offset
-        self.max_index_size = max_index_size
-        self._buf = bytearray()
-        self._entries: list[OffsetPosition] = []
+    __slots__ = ()
 
     @classmethod
     def from_index(cls, index: OffsetIndex, *, max_index_size: int | None = None) -> OffsetIndexBuilder:
@@ -230,13 +225,6 @@ class OffsetIndexBuilder:
             builder._add(entry.offset, entry.position)
         return builder
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def entries(self) -> Sequence[OffsetPosition]:
-        return tuple(self._entries)
-
     @property
     def last_offset(self) -> int:
         """The last entry's offset, or the base offset when empty (as Kafka)."""
@@ -244,12 +232,11 @@ class OffsetIndexBuilder:
 
     def is_full(self, max_index_size: int | None = None) -> bool:
         """Kafka's ``isFull``: entries >= max_index_size // 8 (argument, else the constructor's limit)."""
-        limit = max_index_size if max_index_size is not None else self.max_index_size
+        limit = self._limit(max_index_size)
         return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE
 
-    def _add(self, offset: int, position: int) -> None:
-        self._buf += encode_entry(self.base_offset, offset, position)
-        self._entries.append(OffsetPosition(offset, position))
+    def _add(self, offset: int, position: int) -> bytes:
+        return self._push(encode_entry(self.base_offset, offset, position), OffsetPosition(offset, position))
 
     def append(self, offset: int, position: int) -> bytes:
         """Append ``(offset, position)``; returns the 8 bytes appended (for writing to a file)."""
@@ -267,29 +254,8 @@ class OffsetIndexBuilder:
                 raise InvalidArgumentError(
                     f"attempt to append position {position} after position {last.position}", offset=offset
                 )
-        start = len(self._buf)
-        self._add(offset, position)
-        return bytes(self._buf[start:])
+        return self._add(offset, position)
 
     def would_fit(self, offset: int, position: int) -> bool:
         """Whether ``(offset, position)`` fits the int32 fields (so the caller can rotate beforehand)."""
         return 0 <= offset - self.base_offset <= INT32_MAX and 0 <= position <= INT32_MAX
-
-    def truncate_to(self, offset: int) -> None:
-        """Kafka's ``truncateTo``: remove every entry whose offset is ``>= offset``."""
-        keep = bisect.bisect_left([e.offset for e in self._entries], offset)
-        del self._entries[keep:]
-        del self._buf[keep * self.ENTRY_SIZE :]
-
-    def truncate(self) -> None:
-        """Remove every entry."""
-        self.truncate_to(-(2**63))
-
-    def to_bytes(self, *, preallocate_to: int | None = None) -> bytes:
-        """The file content. ``preallocate_to`` pads with zeros up to that size rounded down to a
-        multiple of 8, as Kafka preallocates the active segment's index; default: trimmed."""
-        data = bytes(self._buf)
-        if preallocate_to is not None:
-            target = preallocate_to - preallocate_to % self.ENTRY_SIZE
-            data += bytes(max(0, target - len(data)))
-        return data

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
+from rlm.formats.index_builder import IndexBuilder
 from rlm.formats.offset_index import INT32_MAX, Buffer
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
@@ -188,7 +189,7 @@ class TimeIndex(Sequence[TimestampOffset]):
         return self[slot] if slot < len(self) else None
 
 
-class TimeIndexBuilder:
+class TimeIndexBuilder(IndexBuilder[TimestampOffset]):
     """An in-memory time index being written, with Kafka's ``maybeAppend`` rules.
 
     ``maybe_append(ts, offset)`` appends only when ``ts`` > the last entry's timestamp (initially
@@ -201,13 +202,7 @@ class TimeIndexBuilder:
 
     ENTRY_SIZE = TimeIndex.ENTRY_SIZE
 
-    __slots__ = ("_buf", "_entries", "base_offset", "max_index_size")
-
-    def __init__(self, base_offset: int, *, max_index_size: int | None = None) -> None:
-        self.base_offset = base_offset
-        self.max_index_size = max_index_size
-        self._buf = bytearray()
-        self._entries: list[TimestampOffset] = []
+    __slots__ = ()
 
     @classmethod
     def from_index(cls, index: TimeIndex, *, max_index_size: int | None = None) -> TimeIndexBuilder:
@@ -217,13 +212,6 @@ class TimeIndexBuilder:
             builder._add(entry.timestamp, entry.offset)
         return builder
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def entries(self) -> Sequence[TimestampOffset]:
-        return tuple(self._entries)
-
     @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or ``(-1, base_offset)`` when empty (Kafka's ``lastEntry``)."""
@@ -231,14 +219,12 @@ class TimeIndexBuilder:
 
     def is_full(self, max_index_size: int | None = None) -> bool:
         """Kafka's ``TimeIndex.isFull``: entries >= max_index_size // 12 - 1 (one slot kept for the roll)."""
-        limit = max_index_size if max_index_size is not None else self.max_index_size
+        limit = self._limit(max_index_size)
         return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE - 1
 
     def _add(self, timestamp: int, offset: int) -> bytes:
-        data = encode_entry(self.base_offset, timestamp, offset)
-        self._buf += data
-        self._entries.append(TimestampOffset(timestamp, offset))
-        return data
+        entry = TimestampOffset(timestamp, offset)
+        return self._push(encode_entry(self.base_offset, timestamp, offset), entry)
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> bytes:
         """Kafka's ``maybeAppend(timestamp, offset, skipFullCheck)``.
@@ -263,22 +249,3 @@ class TimeIndexBuilder:
         if timestamp > last.timestamp:
             return self._add(timestamp, offset)
         return b""
-
-    def truncate_to(self, offset: int) -> None:
-        """Kafka's ``truncateTo``: remove every entry whose offset is ``>= offset``."""
-        keep = bisect.bisect_left([e.offset for e in self._entries], offset)
-        del self._entries[keep:]
-        del self._buf[keep * self.ENTRY_SIZE :]
-
-    def truncate(self) -> None:
-        """Remove every entry."""
-        self.truncate_to(-(2**63))
-
-    def to_bytes(self, *, preallocate_to: int | None = None) -> bytes:
-        """The file content. ``preallocate_to`` pads with zeros up to that size rounded down to a
-        multiple of 12, as Kafka preallocates the active segment's index; default: trimmed."""
-        data = bytes(self._buf)
-        if preallocate_to is not None:
-            target = preallocate_to - preallocate_to % self.ENTRY_SIZE
-            data += bytes(max(0, target - len(data)))
-        return data

@@ -1,0 +1,70 @@
+"""What Kafka's offset and time index writers share (its ``AbstractIndex``), in memory.
+
+An index being written is a ``bytearray`` of fixed-size big-endian entries plus the decoded
+entries; subclasses define the entry layout and the append rules. Truncation and the file image
+(trimmed, or zero-padded as Kafka preallocates the active segment's index) are common.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import ClassVar, Generic, Protocol, TypeVar
+
+
+class _HasOffset(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+E = TypeVar("E", bound=_HasOffset)
+
+
+class IndexBuilder(Generic[E]):
+    """Entries of ``ENTRY_SIZE`` bytes relative to ``base_offset``; ``max_index_size`` in bytes
+    (Kafka's ``segment.index.bytes``) enables the subclasses' full checks."""
+
+    ENTRY_SIZE: ClassVar[int]
+
+    __slots__ = ("_buf", "_entries", "base_offset", "max_index_size")
+
+    def __init__(self, base_offset: int, *, max_index_size: int | None = None) -> None:
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._buf = bytearray()
+        self._entries: list[E] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> Sequence[E]:
+        return tuple(self._entries)
+
+    def _limit(self, max_index_size: int | None) -> int | None:
+        return max_index_size if max_index_size is not None else self.max_index_size
+
+    def _push(self, data: bytes, entry: E) -> bytes:
+        self._buf += data
+        self._entries.append(entry)
+        return data
+
+    def truncate_to(self, offset: int) -> None:
+        """Kafka's ``truncateTo``: remove every entry whose offset is ``>= offset``."""
+        keep = bisect.bisect_left([e.offset for e in self._entries], offset)
+        del self._entries[keep:]
+        del self._buf[keep * self.ENTRY_SIZE :]
+
+    def truncate(self) -> None:
+        """Remove every entry."""
+        self.truncate_to(-(2**63))
+
+    def to_bytes(self, *, preallocate_to: int | None = None) -> bytes:
+        """The file content. ``preallocate_to`` pads with zeros up to that size rounded down to a
+        multiple of the entry size, as Kafka preallocates the active segment's index; default:
+        trimmed to the entries."""
+        data = bytes(self._buf)
+        if preallocate_to is not None:
+            target = preallocate_to - preallocate_to % self.ENTRY_SIZE
+            data += bytes(max(0, target - len(data)))
+        return data
