@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, ClassVar, TypeVar
 
 from rlm.errors import (
@@ -113,6 +113,7 @@ class S3Backend(StorageBackend):
         self.bucket: str = o["bucket"]
         self.part_size: int = o["part_size"]
         self.threshold: int = o["multipart_threshold"] or self.part_size
+        self._part_checksums = o["request_checksum_calculation"] == "when_supported"
         for secret in (o["secret_access_key"], o["session_token"]):
             register_secret(secret)
         self._retry = RetryPolicy(
@@ -266,12 +267,40 @@ class S3Backend(StorageBackend):
         if if_absent and not native and self.exists(key):
             raise ObjectExistsError(f"s3: {self._where(key)} already exists")
         cond: dict[str, Any] = {"IfNoneMatch": "*"} if native else {}
-        first = read_fully(stream, self.threshold + 1)
-        if len(first) <= self.threshold:
+        # Read the threshold, then one part more: EOF there means a single PUT. Reading whole
+        # parts (not threshold + 1 bytes) keeps every later part aligned, so part bodies are the
+        # stream's own read results, never re-sliced or concatenated copies.
+        first = _read_exact(stream, self.threshold)
+        second = _read_exact(stream, self.part_size) if len(first) == self.threshold else b""
+        if not second:
             resp = self._call("put", key, self._client.put_object, Bucket=self.bucket, Key=self._full(key),
                               Body=first, **cond, **self._put_extra())
             return ObjectInfo(key, len(first), str(resp.get("ETag", "")).strip('"') or None)
-        return self._multipart(key, first, stream, cond)
+        return self._multipart(key, self._parts(first, second, stream), cond)
+
+    def _parts(self, first: bytes, second: bytes, stream: BinaryIO) -> Iterator[bytes]:
+        """Part bodies of ``part_size`` bytes (the last may be shorter) from what was read + the rest."""
+        size = self.part_size
+        if len(first) == size:  # the usual case (threshold == part_size): aligned reads, no copies
+            chunk = second
+            yield first
+            while chunk:
+                yield chunk
+                chunk = _read_exact(stream, size) if len(chunk) == size else b""
+            return
+        buffer = bytearray(first)  # threshold != part_size: re-slice into part_size pieces
+        buffer += second
+        eof = len(second) < size
+        while True:
+            while not eof and len(buffer) < size:
+                more = _read_exact(stream, size - len(buffer))
+                eof = len(more) < size - len(buffer)
+                buffer += more
+            if not buffer:
+                return
+            body = bytes(buffer[:size])
+            del buffer[:size]
+            yield body
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
@@ -280,34 +309,31 @@ class S3Backend(StorageBackend):
                     self.options["max_concurrency"], thread_name_prefix="rlm-s3-part")
             return self._pool
 
-    def _multipart(self, key: str, first: bytes, stream: BinaryIO, cond: dict[str, Any]) -> ObjectInfo:
+    def _multipart(self, key: str, parts_in: Iterator[bytes], cond: dict[str, Any]) -> ObjectInfo:
         full = self._full(key)
+        # As s3transfer does: with request checksums on, declare CRC32 for the upload, so every part
+        # carries its CRC32 and the object gets a composite one from the part checksums. Without it
+        # the store must build a full-object checksum by re-reading the whole object at completion.
+        algo = {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {}
         upload_id = self._call("create_multipart_upload", key, self._client.create_multipart_upload,
-                               Bucket=self.bucket, Key=full, **self._put_extra())["UploadId"]
+                               Bucket=self.bucket, Key=full, **algo, **self._put_extra())["UploadId"]
         pool = self._executor()
         max_inflight = self.options["max_concurrency"] + 1
         inflight: set[concurrent.futures.Future[dict[str, Any]]] = set()
         futures: list[concurrent.futures.Future[dict[str, Any]]] = []
-        buffer = bytearray(first)
         total = 0
         number = 0
 
         def upload(n: int, body: bytes) -> dict[str, Any]:
             r = self._call("upload_part", key, self._client.upload_part, Bucket=self.bucket, Key=full,
-                           UploadId=upload_id, PartNumber=n, Body=body)
-            return {"PartNumber": n, "ETag": r["ETag"]}
+                           UploadId=upload_id, PartNumber=n, Body=body, **algo)
+            part = {"PartNumber": n, "ETag": r["ETag"]}
+            if algo and r.get("ChecksumCRC32"):
+                part["ChecksumCRC32"] = r["ChecksumCRC32"]
+            return part
 
         try:
-            eof = False
-            while not eof or buffer:
-                while not eof and len(buffer) < self.part_size:
-                    chunk = stream.read(self.part_size - len(buffer))
-                    if not chunk:
-                        eof = True
-                    buffer += chunk
-                if not buffer and number > 0:
-                    break
-                body, buffer = bytes(buffer[: self.part_size]), buffer[self.part_size :]
+            for body in parts_in:
                 number += 1
                 if number > MAX_PARTS:
                     raise StorageError(f"s3: put {self._where(key)}: more than {MAX_PARTS} parts; "
@@ -413,6 +439,14 @@ class S3Backend(StorageBackend):
         contents = r.get("Contents", [])
         more = bool(r.get("IsTruncated")) and bool(contents)
         return ListPage(tuple(objects), contents[-1]["Key"][n:] if more else None)
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    """``n`` bytes, fewer only at EOF; one read's result is returned as is (no copy) when complete."""
+    chunk = stream.read(n)
+    if len(chunk) == n or not chunk:
+        return chunk
+    return chunk + read_fully(stream, n - len(chunk))
 
 
 def _status(e: BaseException | None) -> int:
