@@ -145,7 +145,11 @@ def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int,
 
 
 def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
-    """Upload through the shared token bucket, retrying transient errors from byte 0."""
+    """Upload through the shared token bucket, retrying transient errors from byte 0.
+
+    The CRC-32C is of the bytes as they were streamed to the store (reset when a retry rewinds),
+    so the file is read once: no second pass over it after the upload.
+    """
     shared = ctx.shared
     size = path.stat().st_size
     crc = 0
@@ -160,16 +164,24 @@ def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: boo
             half_reached = True
             crash_point("mid_upload")
 
+    def on_data(data: bytes | memoryview) -> None:
+        nonlocal crc
+        crc = crc32c.crc32c(data, crc)
+
     with path.open("rb") as fh:
-        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, stop=shared.stop))
+        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data,
+                                                stop=shared.stop))
 
         def rewind() -> None:
+            nonlocal crc
             stream.seek(0)
+            crc = 0
 
         shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
-        fh.seek(0)
-        while chunk := fh.read(1 << 20):
-            crc = crc32c.crc32c(chunk, crc)
+        if stream.tell() != size:
+            # The store stopped reading before EOF (or the file grew): what was sent is not the file.
+            raise StorageError(f"upload of {path.name} read {stream.tell()} of {size} bytes",
+                               file=path, position=stream.tell())
     return StoredObject(key, size, crc)
 
 

@@ -60,17 +60,21 @@ class TokenBucket:
 class ThrottledReader(io.RawIOBase):
     """A read-only stream that pays the bucket for every byte read and can be abandoned.
 
-    ``on_bytes`` is called with each chunk size (metrics, progress); ``stop`` is checked before
-    every read so a shutdown can interrupt a long upload at a chunk boundary.
+    ``on_bytes`` is called with each chunk size (metrics, progress); ``on_data`` with each chunk's
+    bytes (e.g. a checksum of exactly what was sent; the view is only valid during the call);
+    ``stop`` is checked before every read so a shutdown can interrupt a long upload at a chunk
+    boundary. Reads pass the underlying stream's result through without copying it.
     """
 
     def __init__(self, raw: BinaryIO, bucket: TokenBucket, *,
                  on_bytes: Callable[[int], None] | None = None,
+                 on_data: Callable[[bytes | memoryview], None] | None = None,
                  stop: threading.Event | None = None) -> None:
         super().__init__()
         self._raw = raw
         self._bucket = bucket
         self._on_bytes = on_bytes
+        self._on_data = on_data
         self._stop = stop
 
     def readable(self) -> bool:
@@ -85,23 +89,39 @@ class ThrottledReader(io.RawIOBase):
     def tell(self) -> int:
         return self._raw.tell()
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+    def _check_stop(self) -> None:
         if self._stop is not None and self._stop.is_set():
             raise UploadAbandoned("upload abandoned: shutting down")
-        data = self._raw.read(len(buffer))
+
+    def _account(self, data: bytes | memoryview) -> None:
         n = len(data)
-        buffer[:n] = data
         self._bucket.take(n)
-        if self._on_bytes is not None and n:
-            self._on_bytes(n)
+        if n:
+            if self._on_data is not None:
+                self._on_data(data)
+            if self._on_bytes is not None:
+                self._on_bytes(n)
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        self._check_stop()
+        readinto = getattr(self._raw, "readinto", None)
+        if readinto is not None:
+            n = readinto(buffer) or 0
+        else:
+            data = self._raw.read(len(buffer))
+            n = len(data)
+            buffer[:n] = data
+        with memoryview(buffer) as view:
+            self._account(view[:n])
         return n
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
             chunks = []
             while chunk := self.read(1 << 20):
                 chunks.append(chunk)
             return b"".join(chunks)
-        buf = bytearray(size)
-        n = self.readinto(memoryview(buf))
-        return bytes(buf[:n])
+        self._check_stop()
+        data = self._raw.read(size)
+        self._account(data)
+        return data
