@@ -200,20 +200,53 @@ def fetch_entries(ctx: PartitionContext, manifest: SegmentManifest) -> list[Remo
         raise err.in_file(stored.key) from err
 
 
-def copy_segment(ctx: PartitionContext, segment: SegmentFiles) -> CopyResult | None:
-    """Copy one rolled segment; None for an empty segment (nothing to tier).
+@dataclass(slots=True)
+class PreparedSegment:
+    """A pinned and scanned segment, ready to upload (steps 1–2 of the protocol; nothing durable
+    yet besides the pin, which recovery drops). :func:`prepare_segment` makes one."""
 
-    Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every
-    case the attempt leaves nothing a reader can see and recovery/GC clean up after it.
+    segment: SegmentFiles
+    attempt: str
+    pin_dir: Path
+    pinned: dict[str, Path]
+    scanned: ScannedSegment
+
+    def discard(self) -> None:
+        shutil.rmtree(self.pin_dir, ignore_errors=True)
+
+
+def prepare_segment(ctx: PartitionContext, segment: SegmentFiles) -> PreparedSegment:
+    """Pin and scan one segment. The manager runs this for the next segment while the current one
+    uploads, so the CRC-verifying scan overlaps the network instead of adding to it.
+
+    Raises :class:`SegmentVanished` or :class:`SegmentQuarantined` (the pin is then dropped).
     """
-    shared = ctx.shared
-    started = time.monotonic()
-    attempt = keys.new_attempt_id(shared.clock_ms())
+    attempt = keys.new_attempt_id(ctx.shared.clock_ms())
     pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
     pinned = pin(segment, ctx.part.path, pin_dir)
     crash_point("after_pin")
     try:
         scanned = scan(pinned[keys.LOG])
+    except BaseException:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+        raise
+    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned)
+
+
+def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
+                 prepared: PreparedSegment | None = None) -> CopyResult | None:
+    """Copy one rolled segment; None for an empty segment (nothing to tier).
+
+    ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
+    consumed (its pin dropped) either way. Raises :class:`SegmentVanished`,
+    :class:`SegmentQuarantined` or a storage error; in every case the attempt leaves nothing a
+    reader can see and recovery/GC clean up after it.
+    """
+    shared = ctx.shared
+    started = time.monotonic()
+    prep = prepared if prepared is not None else prepare_segment(ctx, segment)
+    attempt, pinned, scanned = prep.attempt, prep.pinned, prep.scanned
+    try:
         if not scanned.batches:
             return None
         first, last = scanned.batches[0], scanned.batches[-1]
@@ -280,4 +313,4 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles) -> CopyResult | N
         return CopyResult(manifest, entries, adopted)
     finally:
         ctx.in_flight.discard(attempt)
-        shutil.rmtree(pin_dir, ignore_errors=True)
+        prep.discard()

@@ -8,6 +8,8 @@ concurrency cap. The daemon schedules passes; ``rlm run --once`` runs one pass o
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -19,6 +21,10 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import RlmError
 from rlm.logdir.scan import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LogDirCheckpoints,
     PartitionDir,
     SegmentFiles,
     discover_partitions,
@@ -29,7 +35,13 @@ from rlm.logdir.scan import (
 )
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering.copier import SegmentQuarantined, SegmentVanished, copy_segment
+from rlm.tiering.copier import (
+    PreparedSegment,
+    SegmentQuarantined,
+    SegmentVanished,
+    copy_segment,
+    prepare_segment,
+)
 from rlm.tiering.gc import Orphan, collect_garbage
 from rlm.tiering.journal import Journal
 from rlm.tiering.lookup import partition_offsets
@@ -57,6 +69,47 @@ class PassResult:
     copied_bytes: int = 0                                 # bytes of the copied segments (progress)
 
 
+_CHECKPOINT_FILES = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+
+
+class CheckpointCache:
+    """A log dir's parsed checkpoints, re-read only when one of the files changed.
+
+    Each file holds every partition of the log dir, so parsing it once per partition pass made a
+    pass over P partitions cost O(P²). The cache is validated per use by ``stat`` of the three
+    files (inode, size, mtime in ns): brokers replace them by rename, so a new version always has
+    a new signature.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], LogDirCheckpoints]] = {}
+
+    @staticmethod
+    def _signature(log_dir: Path) -> tuple[tuple[int, int, int] | None, ...]:
+        sig: list[tuple[int, int, int] | None] = []
+        for name in _CHECKPOINT_FILES:
+            try:
+                st = (log_dir / name).stat()
+            except FileNotFoundError:
+                sig.append(None)
+            else:
+                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(sig)
+
+    def get(self, log_dir: Path) -> LogDirCheckpoints:
+        sig = self._signature(log_dir)
+        with self._lock:
+            hit = self._cache.get(log_dir)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        checkpoints = read_checkpoints(log_dir)
+        if self._signature(log_dir) == sig:  # unchanged while parsing: safe to keep
+            with self._lock:
+                self._cache[log_dir] = (sig, checkpoints)
+        return checkpoints
+
+
 class RemoteLogManager:
     """Owns the shared resources and one :class:`PartitionContext` per discovered partition."""
 
@@ -77,6 +130,7 @@ class RemoteLogManager:
         self._contexts: dict[tuple[str, int], PartitionContext] = {}
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._registry_lock = threading.Lock()
+        self.checkpoints = CheckpointCache()
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -143,7 +197,7 @@ class RemoteLogManager:
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[tuple[SegmentFiles, int]]:
         """Eligible segments not yet tiered, with each one's next base offset."""
-        state = partition_state(ctx.part, read_checkpoints(ctx.part.log_dir))
+        state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
         eligible = eligible_segments(segments, state, self.settings.log.eligibility)
         bases = [s.base_offset for s in segments]
         highest = ctx.progress.highest_tiered_offset
@@ -170,34 +224,56 @@ class RemoteLogManager:
             log.warning("%s: offsets %d-%d were deleted locally before they were tiered", ctx.part.name,
                         ctx.progress.highest_tiered_offset + 1, pending[0][0].base_offset - 1)
             m.skipped_deleted.labels(**ctx.labels).inc()
-        for index, (seg, _next_base) in enumerate(pending):
-            if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
-                break
-            try:
-                with self.watchdog.watch(ctx, seg):
-                    copied = copy_segment(ctx, seg)
-            except SegmentVanished as err:
-                log.warning("%s", err)
-                m.skipped_deleted.labels(**ctx.labels).inc()
-                continue
-            except SegmentQuarantined as err:
-                ctx.quarantined[seg.base_offset] = str(err)
-                m.copy_errors.labels(**ctx.labels).inc()
-                raise
-            except (RlmError, OSError) as err:
-                m.copy_errors.labels(**ctx.labels).inc()
-                if isinstance(err, OSError):
-                    raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
-                raise
-            if copied is not None:
-                ctx.manifests.append(copied.manifest)
-                ctx.progress.highest_tiered_offset = copied.manifest.last_offset
-                if ctx.progress.remote_log_start_offset < 0:
-                    ctx.progress.remote_log_start_offset = copied.manifest.base_offset
-                ctx.save_progress()
-                result.copied.append(seg.base_offset)
-                result.copied_bytes += copied.manifest.size_bytes
-            self._publish_lag(ctx, pending[index + 1:])
+        # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
+        # current one uploads: the scan overlaps the network instead of adding to it.
+        scanner = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan")
+                   if len(pending) > 1 else None)
+        ahead: concurrent.futures.Future[PreparedSegment] | None = None
+        try:
+            for index, (seg, _next_base) in enumerate(pending):
+                if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
+                    break
+                current, ahead = ahead, None
+                if current is None and scanner is not None:  # FIFO: pinned before the next one
+                    current = scanner.submit(prepare_segment, ctx, seg)
+                if scanner is not None and index + 1 < len(pending):
+                    ahead = scanner.submit(prepare_segment, ctx, pending[index + 1][0])
+                self._copy_one(ctx, result, seg, current)
+                self._publish_lag(ctx, pending[index + 1:])
+        finally:
+            if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
+                with contextlib.suppress(Exception):
+                    ahead.result().discard()
+            if scanner is not None:
+                scanner.shutdown(wait=True)
+
+    def _copy_one(self, ctx: PartitionContext, result: PassResult, seg: SegmentFiles,
+                  prepared: concurrent.futures.Future[PreparedSegment] | None) -> None:
+        m = self.shared.metrics
+        try:
+            with self.watchdog.watch(ctx, seg):
+                copied = copy_segment(ctx, seg, prepared.result() if prepared is not None else None)
+        except SegmentVanished as err:
+            log.warning("%s", err)
+            m.skipped_deleted.labels(**ctx.labels).inc()
+            return
+        except SegmentQuarantined as err:
+            ctx.quarantined[seg.base_offset] = str(err)
+            m.copy_errors.labels(**ctx.labels).inc()
+            raise
+        except (RlmError, OSError) as err:
+            m.copy_errors.labels(**ctx.labels).inc()
+            if isinstance(err, OSError):
+                raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
+            raise
+        if copied is not None:
+            ctx.manifests.append(copied.manifest)
+            ctx.progress.highest_tiered_offset = copied.manifest.last_offset
+            if ctx.progress.remote_log_start_offset < 0:
+                ctx.progress.remote_log_start_offset = copied.manifest.base_offset
+            ctx.save_progress()
+            result.copied.append(seg.base_offset)
+            result.copied_bytes += copied.manifest.size_bytes
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
         m = self.shared.metrics
