@@ -6,7 +6,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test lint bench soak clean browser
+.PHONY: install run test lint bench bench-copy bench-scale soak clean browser
 
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
@@ -45,6 +45,13 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/scan_bench.py
+
+# rlm pass vs boto3 upload_file to a moto S3 server (4 x 256 MiB); partitions x segments scaling.
+bench-copy: install
+	$(BIN)/python bench/copy_bench.py
+
+bench-scale: install
+	$(BIN)/python bench/scale_bench.py
 
 # Minutes of produce + tier through faults + SIGKILL/restart, then invariant checks (not in CI).
 SOAK_MINUTES ?= 10

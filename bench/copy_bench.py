@@ -66,6 +66,31 @@ INTRO = (
     "each. Target: rlm ≥ 0.95 × boto3.")
 
 
+SERVER: list[int] = []  # the moto server's pid
+
+
+def cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process (all threads) and of the S3 server."""
+    t = os.times()
+    server = 0.0
+    if SERVER:
+        fields = Path(f"/proc/{SERVER[0]}/stat").read_text().rsplit(")", 1)[1].split()
+        server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return t.user + t.system, server
+
+
+class Timed:
+    """Wall and CPU (client, server) seconds of a block."""
+
+    def __enter__(self) -> Timed:
+        self.start, (self.c0, self.s0) = time.perf_counter(), cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        c1, s1 = cpu()
+        self.wall, self.client, self.server = time.perf_counter() - self.start, c1 - self.c0, s1 - self.s0
+
+
 def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
     part = logs / f"{TOPIC}-0"
     marker = part / f".generated-{segments}x{segment_mib}"
@@ -97,28 +122,25 @@ def reset_local(logs: Path, state: Path) -> None:
     shutil.rmtree(state, ignore_errors=True)
 
 
-def run_rlm(work: Path, logs: Path, endpoint: str, prefix: str, args: argparse.Namespace,
-            profile: cProfile.Profile | None = None) -> float:
+def run_rlm(work: Path, logs: Path, backend: Any, args: argparse.Namespace,
+            profile: cProfile.Profile | None = None) -> Timed:
+    """One pass with fresh local state; ``backend`` is long-lived, as in the daemon (and as the
+    boto3 client of the baseline), so client start-up is not part of the timing."""
     state = work / "state"
     reset_local(logs, state)
-    cfg = write_config(work / "rlm.toml", [logs], backend="s3",
-                       options=s3_options(endpoint, prefix, args.part_mib, args.concurrency),
+    cfg = write_config(work / "rlm.toml", [logs], backend="s3", options={"bucket": BUCKET},
                        state_dir=str(state))
-    backend = create_backend("s3", load_settings(cfg).remote.options)
     manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
-    backend.capabilities  # noqa: B018 - probe/connect outside the timed section (both sides)
-    start = time.perf_counter()
-    if profile is not None:
-        profile.enable()
-    results = manager.run_once(gc=False)
-    if profile is not None:
-        profile.disable()
-    elapsed = time.perf_counter() - start
-    backend.close()
+    with Timed() as timed:
+        if profile is not None:
+            profile.enable()
+        results = manager.run_once(gc=False)
+        if profile is not None:
+            profile.disable()
     copied = sum(len(r.copied) for r in results)
     errors = [r.error for r in results if r.error]
     assert copied == args.segments and not errors, (copied, errors)
-    return elapsed
+    return timed
 
 
 def boto_client(endpoint: str, concurrency: int) -> Any:
@@ -131,16 +153,16 @@ def boto_client(endpoint: str, concurrency: int) -> Any:
         response_checksum_validation="when_supported"))
 
 
-def run_boto(client: Any, files: list[Path], prefix: str, args: argparse.Namespace) -> float:
+def run_boto(client: Any, files: list[Path], prefix: str, args: argparse.Namespace) -> Timed:
     from boto3.s3.transfer import TransferConfig
 
     part = args.part_mib << 20
     tc = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=args.concurrency)
-    start = time.perf_counter()
-    for log in files:
-        for f in (log, log.with_suffix(naming.INDEX), log.with_suffix(naming.TIME_INDEX)):
-            client.upload_file(str(f), BUCKET, f"{prefix}{f.name}", Config=tc)
-    return time.perf_counter() - start
+    with Timed() as timed:
+        for log in files:
+            for f in (log, log.with_suffix(naming.INDEX), log.with_suffix(naming.TIME_INDEX)):
+                client.upload_file(str(f), BUCKET, f"{prefix}{f.name}", Config=tc)
+    return timed
 
 
 def empty(client: Any, prefix: str) -> None:
@@ -171,44 +193,55 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
 
     with MotoProcess(work / "moto.log") as moto:
+        SERVER[:] = [moto.proc.pid]
         client = boto_client(moto.endpoint, args.concurrency)
         client.create_bucket(Bucket=BUCKET)
+        backend = create_backend("s3", s3_options(moto.endpoint, "rlm/", args.part_mib, args.concurrency))
         if args.profile:
             prof = cProfile.Profile()
-            run_rlm(work, logs, moto.endpoint, "prof/", args, prof)
-            empty(client, "prof/")
+            run_rlm(work, logs, backend, args, prof)
+            empty(client, "rlm/")
             stats = pstats.Stats(prof)
             stats.sort_stats("tottime").print_stats(18)
             stats.sort_stats("cumulative").print_stats(25)
             return 0
-        # Warm-up (page cache, connections, moto's code paths), not timed.
-        run_boto(client, files[:1], "warm/", args)
-        empty(client, "warm/")
-        rlm_s: list[float] = []
-        boto_s: list[float] = []
+        # Warm-up of both clients (page cache, connections, moto's code paths), not timed.
+        run_boto(client, files[:1], "boto/", args)
+        backend.upload_file("warm/" + files[0].name, files[0])
+        empty(client, "")
+        rlm_t: list[Timed] = []
+        boto_t: list[Timed] = []
         for i in range(args.repeat):
             order = ("rlm", "boto") if i % 2 == 0 else ("boto", "rlm")
             for who in order:
-                prefix = f"{who}-{i}/"
                 if who == "rlm":
-                    rlm_s.append(run_rlm(work, logs, moto.endpoint, prefix, args))
+                    rlm_t.append(t := run_rlm(work, logs, backend, args))
                 else:
-                    boto_s.append(run_boto(client, files, prefix, args))
-                empty(client, prefix)
-                print(f"  round {i} {who}: {size / (rlm_s if who == 'rlm' else boto_s)[-1] / 1e6:.0f} MB/s",
-                      flush=True)
+                    boto_t.append(t := run_boto(client, files, "boto/", args))
+                empty(client, "")
+                print(f"  round {i} {who}: {size / t.wall / 1e6:.0f} MB/s, CPU s client {t.client:.2f} "
+                      f"server {t.server:.2f}", flush=True)
+        backend.close()
         client.close()
+
+    rlm_s = [t.wall for t in rlm_t]
+    boto_s = [t.wall for t in boto_t]
+
+    def cpu_cols(ts: list[Timed]) -> str:
+        best = min(ts, key=lambda t: t.wall)
+        return f"{best.client:.2f} | {best.server:.2f}"
 
     rlm_mbs = size / min(rlm_s) / 1e6
     boto_mbs = size / min(boto_s) / 1e6
     ratio = rlm_mbs / boto_mbs
     table = (
-        "| measurement | best s | MB/s | all runs (s) |\n|---|---|---|---|\n"
+        "| measurement | best s | MB/s | all runs (s) | client CPU s (best run) | S3 server CPU s |\n"
+        "|---|---|---|---|---|---|\n"
         f"| boto3 `upload_file` (.log/.index/.timeindex) | {min(boto_s):.2f} | {boto_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in boto_s)} |\n"
+        f"{', '.join(f'{s:.2f}' for s in boto_s)} | {cpu_cols(boto_t)} |\n"
         f"| rlm pass (scan + upload + index + manifest) | {min(rlm_s):.2f} | {rlm_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in rlm_s)} |\n"
-        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{ratio:.2f}** | |\n"
+        f"{', '.join(f'{s:.2f}' for s in rlm_s)} | {cpu_cols(rlm_t)} |\n"
+        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{ratio:.2f}** | | | |\n"
     )
     print(table)
     if not args.no_record:

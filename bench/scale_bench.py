@@ -111,7 +111,7 @@ def write_cfg(path: Path, logs: Path, store: Path, port: int) -> Path:
 def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], env=rlm_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cfg.parent)
     url = f"http://127.0.0.1:{port}"
     health = done = None
     pattern = re.compile(r'^rlm_partition_task_seconds_count\{[^}]*\} ([0-9.e+]+)$', re.M)
@@ -152,14 +152,15 @@ def measure(partitions: int, segments: int) -> dict[str, float]:
     port = free_port()
     cfg = write_cfg(work / "scale.toml", logs, store, port)
     t = time.perf_counter()
+    # cwd: not the repo, whose rlm/ would shadow a PYTHONPATH-selected one under `python -m`
     first = subprocess.run([sys.executable, "-m", "rlm", "run", "--config", str(cfg), "--once", "--quiet"],
-                           env=rlm_env(), capture_output=True, text=True, check=False)
+                           env=rlm_env(), capture_output=True, text=True, check=False, cwd=work)
     first_s = time.perf_counter() - t
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads(first.stdout)["segments_copied"] == partitions * segments, first.stdout
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", str(cfg)], env=rlm_env(),
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False, cwd=work)
     fresh_total = time.perf_counter() - t
     assert out.returncode == 0, out.stderr[-2000:]
     c = json.loads(out.stdout.strip().splitlines()[-1])
