@@ -147,12 +147,15 @@ def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int,
 def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
     """Upload through the shared token bucket, retrying transient errors from byte 0.
 
-    The CRC-32C is of the bytes as they were streamed to the store (reset when a retry rewinds),
-    so the file is read once: no second pass over it after the upload.
+    The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
+    is normally read once. Bytes read again (a retry rewinds, or a wrapper retries internally) are
+    not counted twice; only if the store read the stream out of order is the file read again.
     """
     shared = ctx.shared
     size = path.stat().st_size
     crc = 0
+    covered = 0  # the CRC covers bytes [0, covered) of the file
+    in_order = True
     sent = 0
     half_reached = False
 
@@ -164,24 +167,30 @@ def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: boo
             half_reached = True
             crash_point("mid_upload")
 
-    def on_data(data: bytes | memoryview) -> None:
-        nonlocal crc
-        crc = crc32c.crc32c(data, crc)
-
     with path.open("rb") as fh:
+
+        def on_data(data: bytes | memoryview) -> None:
+            nonlocal crc, covered, in_order
+            end = fh.tell()
+            start = end - len(data)
+            if start > covered:
+                in_order = False  # a gap: someone seeked forward
+            elif end > covered:
+                crc = crc32c.crc32c(memoryview(data)[covered - start:], crc)
+                covered = end
+
         stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data,
                                                 stop=shared.stop))
 
         def rewind() -> None:
-            nonlocal crc
             stream.seek(0)
-            crc = 0
 
         shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
-        if stream.tell() != size:
-            # The store stopped reading before EOF (or the file grew): what was sent is not the file.
-            raise StorageError(f"upload of {path.name} read {stream.tell()} of {size} bytes",
-                               file=path, position=stream.tell())
+        if not in_order or covered != size:
+            fh.seek(0)
+            crc = 0
+            while chunk := fh.read(1 << 20):
+                crc = crc32c.crc32c(chunk, crc)
     return StoredObject(key, size, crc)
 
 
