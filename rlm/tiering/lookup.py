@@ -40,7 +40,14 @@ from rlm.formats.remote_index import (
     find_entry_for_timestamp,
 )
 from rlm.formats.time_index import TimeIndex
-from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments, partition_state, read_checkpoints
+from rlm.logdir.scan import (
+    LogDirCheckpoints,
+    PartitionDir,
+    SegmentFiles,
+    list_segments,
+    partition_state,
+    read_checkpoints,
+)
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
@@ -129,10 +136,15 @@ class FetchResult:
 
 
 def partition_offsets(part: PartitionDir, progress: Progress,
-                      segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
-    """Where each tier starts and ends now (local from the log dir, remote from ``progress``)."""
+                      segments: Sequence[SegmentFiles] | None = None,
+                      checkpoints: LogDirCheckpoints | None = None) -> PartitionOffsets:
+    """Where each tier starts and ends now (local from the log dir, remote from ``progress``).
+
+    Pass ``checkpoints`` already parsed when asking for many partitions of one log dir: each
+    checkpoint file lists every partition, so re-reading it per partition is quadratic.
+    """
     segments = list_segments(part) if segments is None else segments
-    state = partition_state(part, read_checkpoints(part.log_dir))
+    state = partition_state(part, checkpoints if checkpoints is not None else read_checkpoints(part.log_dir))
     local_start = segments[0].base_offset if segments else None
     if local_start is not None and state.log_start_offset is not None:
         local_start = max(local_start, state.log_start_offset)

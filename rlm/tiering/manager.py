@@ -348,7 +348,8 @@ class RemoteLogManager:
 
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
-        offsets = partition_offsets(ctx.part, ctx.progress, segments)
+        offsets = partition_offsets(ctx.part, ctx.progress, segments,
+                                    self.checkpoints.get(ctx.part.log_dir))
         try:
             pending = self._pending(ctx, segments)
         except RlmError:
