@@ -43,8 +43,11 @@ lint: install
 	$(BIN)/mypy rlm
 	$(BIN)/lint-imports
 
+# The quick benches (minutes); bench-copy and bench-scale take longer. Each appends to BENCHMARKS.md.
 bench: install
 	$(BIN)/python bench/scan_bench.py
+	AWS_DEFAULT_REGION=us-east-1 $(BIN)/python bench/lookup_bench.py
+	$(BIN)/python bench/export_bench.py --partitions 8 --mib 32 --runs 2,4,8
 
 # rlm pass vs boto3 upload_file to a moto S3 server (4 x 256 MiB); partitions x segments scaling.
 bench-copy: install
