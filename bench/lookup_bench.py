@@ -21,10 +21,8 @@ BENCHMARKS.md (``--no-record`` to skip).
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime as dt
 import os
-import platform
 import random
 import statistics
 import sys
@@ -33,68 +31,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "BENCHMARKS.md"
+sys.path.insert(0, str(ROOT))
+
+from bench.benchlib import machine, record  # noqa: E402
+from rlm.testing.counting import CountingBackend  # noqa: E402
+
 SECTION = "## Lookup latency"
 T0 = 1_700_000_000_000
-
-
-def _counting(inner: Any) -> Any:
-    from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
-
-    class Counting(StorageBackend):
-        name = "counting"
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.calls: collections.Counter[str] = collections.Counter()
-            self.lock = threading.Lock()
-
-        def _n(self, op: str) -> None:
-            with self.lock:
-                self.calls[op] += 1
-
-        def total(self) -> int:
-            with self.lock:
-                return sum(self.calls.values())
-
-        def url(self, key: str) -> str:
-            return str(inner.url(key))
-
-        def key_for_url(self, url: str) -> str:
-            return str(inner.key_for_url(url))
-
-        @property
-        def capabilities(self) -> Capabilities:
-            caps: Capabilities = inner.capabilities
-            return caps
-
-        def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
-            self._n("put")
-            info: ObjectInfo = inner.put(key, stream, if_absent=if_absent)
-            return info
-
-        def _read(self, key: str, start: int, end: int | None) -> bytes:
-            self._n("read")
-            return bytes(inner.read(key, start, end))
-
-        def _head(self, key: str) -> ObjectInfo:
-            self._n("head")
-            info: ObjectInfo = inner.head(key)
-            return info
-
-        def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
-            self._n("list")
-            page: ListPage = inner.list_page(prefix, token=start_after, limit=limit)
-            return page
-
-        def _delete(self, key: str) -> None:
-            self._n("delete")
-            inner.delete(key)
-
-    return Counting()
 
 
 def generate(log_dir: Path, batches: int, segment_bytes: int, seed: int = 11) -> None:
@@ -181,7 +127,7 @@ def main() -> int:
             "log": {"dirs": [str(logs)], "eligibility": "rolled"},
             "remote": {"backend": "s3", "options": options},
             "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0}})
-        backend = _counting(create_backend("s3", options))
+        backend = CountingBackend(create_backend("s3", options))
         t = time.perf_counter()
         manager = RemoteLogManager(settings, backend)
         assert all(r.error is None for r in manager.run_once())
@@ -216,18 +162,18 @@ def main() -> int:
             cold, reqs = [], []
             for q in remote_q:
                 reader = readers().reader("bench", 0)
-                before = backend.total()
+                before = backend.total
                 cold.append(timed(lambda q=q, reader=reader: look(reader, q)))
-                reqs.append(backend.total() - before)
+                reqs.append(backend.total - before)
                 res = look(reader, q)
                 assert res.found and res.tier == "remote" and (kind == "timestamp" or res.offset == q[idx])
             rows.append((f"remote {kind}, cold", cold,
                          f"{statistics.mean(reqs):.2f} avg / {max(reqs)} max store requests"))
             for q in remote_q:  # fill the cache
                 look(warm_reader, q)
-            before = backend.total()
+            before = backend.total
             warm = [timed(lambda q=q: look(warm_reader, q)) for q in remote_q]
-            rows.append((f"remote {kind}, warm", warm, f"{backend.total() - before} store requests"))
+            rows.append((f"remote {kind}, warm", warm, f"{backend.total - before} store requests"))
 
         # HTTP
         registry_readers = readers()
@@ -268,23 +214,19 @@ def main() -> int:
         table = "\n".join([header, *lines])
         print(table)
         if not args.no_record:
-            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
             cmd = "AWS_DEFAULT_REGION=us-east-1 .venv/bin/python bench/lookup_bench.py" + (
                 " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
             entry = (f"\n### {dt.date.today().isoformat()} — {len(segments)} segments, "
                      f"{size / 2**20:.1f} MiB, "
                      f"{len(records):,} records; {len(segments) - keep} segments remote only (S3 on moto)\n\n"
-                     f"- machine: {os.cpu_count()} CPUs (nproc), {mem:.1f} GiB RAM; Python "
-                     f"{platform.python_version()} on {platform.system()} {platform.release()}\n"
+                     f"- machine: {machine()}\n"
                      f"- command: `{cmd}`\n"
                      "- cold = a fresh reader (empty range cache) per lookup; moto runs in the same "
                      f"process, so remote latency is a local-HTTP S3, not a WAN one\n\n{table}\n")
-            text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-            if SECTION not in text:
-                text = (text.rstrip("\n") + f"\n\n{SECTION}\n\n`bench/lookup_bench.py`: lookup latency "
-                        "per tier (local, remote cold, remote warm) with the remote tier on S3 (moto), "
-                        "HTTP requests/s, and object-store requests per cold lookup.\n")
-            BENCHMARKS.write_text(text.rstrip("\n") + "\n" + entry)
+            record(SECTION, entry.lstrip("\n"), intro=(
+                "`bench/lookup_bench.py`: lookup latency per tier (local, remote cold, remote warm) "
+                "with the remote tier on S3 (moto), HTTP requests/s, and object-store requests per "
+                "cold lookup."))
     finally:
         moto.stop()
         import shutil

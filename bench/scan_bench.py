@@ -23,7 +23,6 @@ import argparse
 import datetime as dt
 import mmap
 import os
-import platform
 import random
 import struct
 import sys
@@ -34,8 +33,10 @@ from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, build_batch, iter_batches
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "out"
-BENCHMARKS = ROOT / "BENCHMARKS.md"
+sys.path.insert(0, str(ROOT))
+
+from bench.benchlib import BENCHMARKS, OUT, machine, record  # noqa: E402
+
 SECTION = "## Scan throughput"
 CHUNK = 1 << 20
 TARGET_RATIO = 0.5
@@ -127,42 +128,6 @@ def scan(path: Path) -> tuple[float, int]:
     return time.perf_counter() - start, n
 
 
-def machine() -> str:
-    mem_kib = 0
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} CPUs (nproc), {mem_kib / 2**20:.1f} GiB RAM, {cpu}; "
-        f"Python {platform.python_version()} on {platform.system()} {platform.release()}"
-    )
-
-
-def record(entry: str) -> None:
-    """Insert ``entry`` at the end of the Scan section of BENCHMARKS.md (creating what is missing)."""
-    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    lines = text.splitlines(keepends=True)
-    try:
-        head = next(i for i, line in enumerate(lines) if line.startswith(SECTION))
-    except StopIteration:
-        if not text.endswith("\n"):
-            text += "\n"
-        BENCHMARKS.write_text(text + f"\n{SECTION}\n\n" + entry)
-        return
-    nxt = next((i for i in range(head + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
-    after = "".join(lines[nxt:])
-    BENCHMARKS.write_text(before + entry + ("\n" + after if after else ""))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mib", type=int, default=1024, help="segment size to scan (default 1024)")
@@ -220,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- machine: {machine()}\n"
             f"- command: `{cmd}` (best of {args.repeat} per setting)\n\n" + table
         )
-        record(entry)
+        record(SECTION, entry)
         print(f"recorded in {BENCHMARKS}")
     return 0 if max(ratio, cold_ratio) >= TARGET_RATIO else 1
 

@@ -8,71 +8,26 @@ answers by a linear scan.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.logdir.scan import list_segments
-from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
-from rlm.storage.wrapper import WrappingBackend
 
 REPO = Path(__file__).resolve().parents[2]
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 
 
 # --- the store, counted ---------------------------------------------------------------------------
-
-
-class CountingBackend(WrappingBackend):
-    """Passes every call to ``inner`` and counts the requests that reach it, by operation."""
-
-    name = "counting"
-
-    def __init__(self, inner: StorageBackend) -> None:
-        super().__init__()
-        self.inner = inner
-        self.calls: collections.Counter[str] = collections.Counter()
-        self._lock = threading.Lock()
-
-    def _count(self, op: str) -> None:
-        with self._lock:
-            self.calls[op] += 1
-
-    @property
-    def total(self) -> int:
-        with self._lock:
-            return sum(self.calls.values())
-
-    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
-        self._count("put")
-        return super()._put(key, stream, if_absent)
-
-    def _read(self, key: str, start: int, end: int | None) -> bytes:
-        self._count("read")
-        return super()._read(key, start, end)
-
-    def _head(self, key: str) -> ObjectInfo:
-        self._count("head")
-        return super()._head(key)
-
-    def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
-        self._count("list")
-        return super()._list_page(prefix, start_after, limit)
-
-    def _delete(self, key: str) -> None:
-        self._count("delete")
-        super()._delete(key)
 
 
 # --- log dirs ---------------------------------------------------------------------------------------
