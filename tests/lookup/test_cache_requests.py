@@ -15,13 +15,13 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import create_backend
+from rlm.testing.counting import CountingBackend
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import (
     BruteLog,
-    CountingBackend,
     delete_local_segments,
     settings_for,
     write_generated,
