@@ -1,4 +1,5 @@
-"""What Kafka's offset and time index writers share (its ``AbstractIndex``), in memory.
+"""What Kafka's offset and time indexes share (its ``AbstractIndex``): reading a file image of
+fixed-size entries, and an in-memory index being written.
 
 An index being written is a ``bytearray`` of fixed-size big-endian entries plus the decoded
 entries; subclasses define the entry layout and the append rules. Truncation and the file image
@@ -8,8 +9,30 @@ entries; subclasses define the entry layout and the append rules. Truncation and
 from __future__ import annotations
 
 import bisect
+import mmap
 from collections.abc import Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
+
+from rlm.errors import CorruptIndexError
+
+
+def entry_image(buf: bytes | bytearray | memoryview | mmap.mmap, entry_size: int, what: str, *,
+                preallocated: bool) -> bytes:
+    """The bytes of an index file's real entries.
+
+    A length that is not a multiple of ``entry_size`` is :class:`CorruptIndexError` (``position``
+    = where the partial entry starts). With ``preallocated`` (Kafka's own files) the zero tail
+    Kafka leaves in the active segment's index — everything after the last non-zero byte, entry 0
+    included — is not entries; rlm's files are never preallocated, so there every entry is real.
+    """
+    raw = bytes(memoryview(buf))
+    if len(raw) % entry_size:
+        raise CorruptIndexError(
+            f"{what} length {len(raw)} is not a multiple of {entry_size}",
+            position=len(raw) - len(raw) % entry_size,
+        )
+    used = len(raw.rstrip(b"\x00")) if preallocated else len(raw)
+    return raw[: -(-used // entry_size) * entry_size]
 
 
 class _HasOffset(Protocol):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeAlias, overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder
+from rlm.formats.index_builder import IndexBuilder, entry_image
 
 __all__ = [
     "INT32_MAX",
@@ -110,18 +110,8 @@ class OffsetIndex(Sequence[OffsetPosition]):
 
     def __init__(self, base_offset: int, buf: Buffer, *, preallocated: bool = True) -> None:
         self.base_offset = base_offset
-        raw = bytes(memoryview(buf))
-        size = self.ENTRY_SIZE
-        if len(raw) % size:
-            raise CorruptIndexError(
-                f"offset index length {len(raw)} is not a multiple of {size}",
-                position=len(raw) - len(raw) % size,
-            )
-        # Kafka's zero tail: everything after the last non-zero byte (entry 0 included).
-        # rlm's own files are never preallocated, so there every entry is real.
-        used = len(raw.rstrip(b"\x00")) if preallocated else len(raw)
-        count = -(-used // size)
-        self._relative, self._positions = _int32_pairs(raw[: count * size])
+        image = entry_image(buf, self.ENTRY_SIZE, "offset index", preallocated=preallocated)
+        self._relative, self._positions = _int32_pairs(image)
         self._sanity_check()
 
     def _sanity_check(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder
+from rlm.formats.index_builder import IndexBuilder, entry_image
 from rlm.formats.offset_index import INT32_MAX, Buffer
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
@@ -85,20 +85,10 @@ class TimeIndex(Sequence[TimestampOffset]):
 
     def __init__(self, base_offset: int, buf: Buffer, *, preallocated: bool = True) -> None:
         self.base_offset = base_offset
-        raw = bytes(memoryview(buf))
-        size = self.ENTRY_SIZE
-        if len(raw) % size:
-            raise CorruptIndexError(
-                f"time index length {len(raw)} is not a multiple of {size}",
-                position=len(raw) - len(raw) % size,
-            )
-        # Kafka's zero tail: everything after the last non-zero byte (entry 0 included).
-        # rlm's own files are never preallocated, so there every entry is real.
-        used = len(raw.rstrip(b"\x00")) if preallocated else len(raw)
-        count = -(-used // size)
+        image = entry_image(buf, self.ENTRY_SIZE, "time index", preallocated=preallocated)
         self._timestamps = array("q")
         self._relative = array("i")
-        for timestamp, relative in _ENTRY.iter_unpack(raw[: count * size]):
+        for timestamp, relative in _ENTRY.iter_unpack(image):
             self._timestamps.append(timestamp)
             self._relative.append(relative)
         self._sanity_check()
