@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import bisect
 import mmap
+from array import array
 from collections.abc import Sequence
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar, overload
 
-from rlm.errors import CorruptIndexError
+from rlm.errors import CorruptIndexError, InvalidArgumentError
 
 
 def entry_image(buf: bytes | bytearray | memoryview | mmap.mmap, entry_size: int, what: str, *,
@@ -41,6 +42,55 @@ class _HasOffset(Protocol):
 
 
 E = TypeVar("E", bound=_HasOffset)
+
+
+class IndexView(Sequence[E]):
+    """The read-only sequence side of a parsed index: subclasses keep the relative offsets in
+    ``_relative`` and decode entry ``n`` in :meth:`_at`; ``KIND`` names the index in errors."""
+
+    ENTRY_SIZE: ClassVar[int]
+    KIND: ClassVar[str]
+
+    __slots__ = ()
+
+    base_offset: int
+    _relative: array[int]
+
+    def _at(self, n: int) -> E:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._relative)
+
+    @overload
+    def __getitem__(self, n: int) -> E: ...
+
+    @overload
+    def __getitem__(self, n: slice) -> Sequence[E]: ...
+
+    def __getitem__(self, n: int | slice) -> E | Sequence[E]:
+        if isinstance(n, slice):
+            return [self._at(i) for i in range(*n.indices(len(self)))]
+        return self._at(n)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_offset={self.base_offset}, entries={len(self)})"
+
+    @property
+    def entries(self) -> Sequence[E]:
+        """The real entries (zero tail excluded), in file order; decoded lazily."""
+        return self
+
+    def entry(self, n: int) -> E:
+        """The ``n``-th entry, 0-based; :class:`InvalidArgumentError` when ``n`` is not in [0, len)."""
+        if not 0 <= n < len(self):
+            raise InvalidArgumentError(f"entry {n} requested from {self.KIND} of {len(self)} entries")
+        return self._at(n)
+
+    @property
+    def valid_bytes(self) -> int:
+        """Length of the real entries: what Kafka's ``trimToValidSize`` would truncate the file to."""
+        return len(self) * self.ENTRY_SIZE
 
 
 class IndexBuilder(Generic[E]):

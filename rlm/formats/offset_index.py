@@ -10,12 +10,12 @@ import mmap
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeAlias, overload
+from typing import TypeAlias
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder, entry_image
+from rlm.formats.index_builder import IndexBuilder, IndexView, entry_image
 
 __all__ = [
     "INT32_MAX",
@@ -76,7 +76,7 @@ def _int32_pairs(raw: bytes) -> tuple[array[int], array[int]]:
     return values[0::2], values[1::2]
 
 
-class OffsetIndex(Sequence[OffsetPosition]):
+class OffsetIndex(IndexView[OffsetPosition]):
     """A read-only view of an offset index: a sparse map from offset to byte position.
 
     File format: back-to-back 8-byte entries, no header, no checksum::
@@ -105,6 +105,7 @@ class OffsetIndex(Sequence[OffsetPosition]):
     """
 
     ENTRY_SIZE = 8
+    KIND = "an offset index"
 
     __slots__ = ("_positions", "_relative", "base_offset")
 
@@ -142,18 +143,7 @@ class OffsetIndex(Sequence[OffsetPosition]):
                     offset=self.base_offset + rel[n],
                 )
 
-    def __len__(self) -> int:
-        return len(self._relative)
-
-    @overload
-    def __getitem__(self, n: int) -> OffsetPosition: ...
-
-    @overload
-    def __getitem__(self, n: slice) -> Sequence[OffsetPosition]: ...
-
-    def __getitem__(self, n: int | slice) -> OffsetPosition | Sequence[OffsetPosition]:
-        if isinstance(n, slice):
-            return [self[i] for i in range(*n.indices(len(self)))]
+    def _at(self, n: int) -> OffsetPosition:
         return OffsetPosition(self.base_offset + self._relative[n], self._positions[n])
 
     def __iter__(self) -> Iterator[OffsetPosition]:
@@ -161,29 +151,10 @@ class OffsetIndex(Sequence[OffsetPosition]):
         for rel, pos in zip(self._relative, self._positions, strict=True):
             yield OffsetPosition(base + rel, pos)
 
-    def __repr__(self) -> str:
-        return f"OffsetIndex(base_offset={self.base_offset}, entries={len(self)})"
-
-    @property
-    def entries(self) -> Sequence[OffsetPosition]:
-        """The real entries (zero tail excluded), in file order; decoded lazily."""
-        return self
-
-    def entry(self, n: int) -> OffsetPosition:
-        """The ``n``-th entry, 0-based; :class:`InvalidArgumentError` when ``n`` is not in [0, len)."""
-        if not 0 <= n < len(self):
-            raise InvalidArgumentError(f"entry {n} requested from an offset index of {len(self)} entries")
-        return self[n]
-
     @property
     def last_offset(self) -> int:
         """The last entry's offset, or the base offset when the index is empty (as Kafka)."""
         return self.base_offset + self._relative[-1] if self._relative else self.base_offset
-
-    @property
-    def valid_bytes(self) -> int:
-        """Length of the real entries: what Kafka's ``trimToValidSize`` would truncate the file to."""
-        return len(self) * self.ENTRY_SIZE
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """Floor: the entry with the largest offset ``<= target_offset``, else ``(base_offset, 0)``."""

@@ -8,12 +8,11 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder, entry_image
+from rlm.formats.index_builder import IndexBuilder, IndexView, entry_image
 from rlm.formats.offset_index import INT32_MAX, Buffer
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
@@ -51,7 +50,7 @@ def encode_entry(base_offset: int, timestamp: int, offset: int) -> bytes:
     return _ENTRY.pack(timestamp, relative)
 
 
-class TimeIndex(Sequence[TimestampOffset]):
+class TimeIndex(IndexView[TimestampOffset]):
     """A read-only view of a time index: a sparse map from timestamp to offset.
 
     File format: back-to-back 12-byte entries, no header, no checksum::
@@ -80,6 +79,7 @@ class TimeIndex(Sequence[TimestampOffset]):
     """
 
     ENTRY_SIZE = 12
+    KIND = "a time index"
 
     __slots__ = ("_relative", "_timestamps", "base_offset")
 
@@ -119,18 +119,7 @@ class TimeIndex(Sequence[TimestampOffset]):
                     offset=base + rel[n],
                 )
 
-    def __len__(self) -> int:
-        return len(self._relative)
-
-    @overload
-    def __getitem__(self, n: int) -> TimestampOffset: ...
-
-    @overload
-    def __getitem__(self, n: slice) -> Sequence[TimestampOffset]: ...
-
-    def __getitem__(self, n: int | slice) -> TimestampOffset | Sequence[TimestampOffset]:
-        if isinstance(n, slice):
-            return [self[i] for i in range(*n.indices(len(self)))]
+    def _at(self, n: int) -> TimestampOffset:
         return TimestampOffset(self._timestamps[n], self.base_offset + self._relative[n])
 
     def __iter__(self) -> Iterator[TimestampOffset]:
@@ -138,29 +127,10 @@ class TimeIndex(Sequence[TimestampOffset]):
         for ts, rel in zip(self._timestamps, self._relative, strict=True):
             yield TimestampOffset(ts, base + rel)
 
-    def __repr__(self) -> str:
-        return f"TimeIndex(base_offset={self.base_offset}, entries={len(self)})"
-
-    @property
-    def entries(self) -> Sequence[TimestampOffset]:
-        """The real entries (zero tail excluded), in file order; decoded lazily."""
-        return self
-
-    def entry(self, n: int) -> TimestampOffset:
-        """The ``n``-th entry, 0-based; :class:`InvalidArgumentError` when ``n`` is not in [0, len)."""
-        if not 0 <= n < len(self):
-            raise InvalidArgumentError(f"entry {n} requested from a time index of {len(self)} entries")
-        return self[n]
-
     @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or ``(-1, base_offset)`` when empty (Kafka's ``lastEntry``)."""
         return self[-1] if self._relative else TimestampOffset(NO_TIMESTAMP, self.base_offset)
-
-    @property
-    def valid_bytes(self) -> int:
-        """Length of the real entries: what Kafka's ``trimToValidSize`` would truncate the file to."""
-        return len(self) * self.ENTRY_SIZE
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """Floor: the entry with the largest timestamp ``<= target_timestamp``, else ``(-1, base_offset)``."""
