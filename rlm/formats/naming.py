@@ -15,6 +15,7 @@ __all__ = [
     "CLEANED",
     "DELETED",
     "INDEX",
+    "INTERNAL_TOPICS",
     "LOG",
     "REMOTE_LOG_INDEX",
     "REMOTE_OFFSET_INDEX",
@@ -24,6 +25,7 @@ __all__ = [
     "TIME_INDEX",
     "TRANSIENT_SUFFIXES",
     "TXN_INDEX",
+    "is_internal_topic",
     "is_transient",
     "parse_base_offset",
     "parse_partition_dir",
@@ -100,6 +102,23 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     if not sep or not _DIGITS_RE.fullmatch(partition) or int(partition) > 2**31 - 1:
         raise LogDirError(f"directory name {name!r} is not <topic>-<partition>")
     return validate_topic(topic), int(partition)
+
+
+#: Kafka's internal logs. The broker never tiers them (they are compacted state, or the KRaft quorum's
+#: own log, not a topic), so neither does rlm. ``__remote_log_metadata`` is the topic-based remote
+#: log metadata manager's own topic. See docs/visibility.md, "Which logs are tiered".
+INTERNAL_TOPICS = frozenset({
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+    "__remote_log_metadata",
+    "__cluster_metadata",
+})
+
+
+def is_internal_topic(topic: str) -> bool:
+    """True for Kafka's internal logs (:data:`INTERNAL_TOPICS`), which are never tiered."""
+    return topic in INTERNAL_TOPICS
 
 
 def is_transient(name: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
+from rlm.formats import naming
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -135,7 +136,10 @@ class RemoteLogManager:
     # -- partitions ---------------------------------------------------------------------------
 
     def discover(self) -> list[PartitionDir]:
-        return discover_partitions(self.settings.log.dirs)
+        """The partitions rlm manages: every live partition dir except Kafka's internal logs, which
+        the broker never tiers either (consumer offsets, transaction state, the KRaft log, ...)."""
+        found = discover_partitions(self.settings.log.dirs)
+        return [p for p in found if not naming.is_internal_topic(p.topic)]
 
     def _state_dir(self, part: PartitionDir) -> Path:
         root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from rlm.cli.main import main
+from rlm.formats import naming
 from rlm.logdir.scan import list_segments
 from tests.lookup.helpers import (
     ARTHUR,
@@ -27,6 +28,7 @@ from tests.lookup.helpers import (
     rlm_cli,
     write_config,
 )
+from tests.tiering.helpers import copy_partition_as
 
 pytestmark = pytest.mark.integration
 
@@ -100,18 +102,25 @@ def _check_timestamp(env: Env, pname: str, want: int | None, ts: int, doc: dict[
     assert rec is not None and rec.offset == want and doc["timestamp"] == rec.timestamp >= ts, where
 
 
+def _tier_of(topic: str, tier: str) -> str:
+    """Kafka's internal logs are never tiered: after a pass they still answer from the local tier."""
+    return "local" if naming.is_internal_topic(topic) else tier
+
+
 def _all_queries(env: Env, expected: dict[str, Any], tier: str) -> int:
     n = 0
     for src, name, topic, partition, segs in fixture_partitions(expected):
         pname = f"{src}/{name}"
+        part_tier = _tier_of(topic, tier)
         for seg in segs:
             for q in seg["offset_queries"]:
-                _check_offset(env, pname, seg, q, env.lookup(topic, partition, "offset", q["offset"]), tier)
+                doc = env.lookup(topic, partition, "offset", q["offset"])
+                _check_offset(env, pname, seg, q, doc, part_tier)
                 n += 1
             for q in seg["timestamp_queries"]:
                 want = expected_ts_answer(segs, seg, q)
                 doc = env.lookup(topic, partition, "timestamp", q["ts"])
-                _check_timestamp(env, pname, want, q["ts"], doc, tier)
+                _check_timestamp(env, pname, want, q["ts"], doc, part_tier)
                 n += 1
     return n
 
@@ -121,6 +130,7 @@ def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
     for name, kind, value in SUBPROCESS_QUERIES:
         src, topic, partition, segs = parts[name]
         pname = f"{src}/{name}"
+        part_tier = _tier_of(topic, tier)
         proc = rlm_cli("lookup", "--config", env.config, "--topic", topic, "--partition", partition,
                        f"--{kind}", value)
         assert proc.returncode == 0, proc.stderr
@@ -131,9 +141,9 @@ def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
         assert matches, f"{pname} {kind} {value} is not in expected.json"
         seg, q = matches[0]
         if kind == "offset":
-            _check_offset(env, pname, seg, q, doc, tier)
+            _check_offset(env, pname, seg, q, doc, part_tier)
         else:
-            _check_timestamp(env, pname, expected_ts_answer(segs, seg, q), value, doc, tier)
+            _check_timestamp(env, pname, expected_ts_answer(segs, seg, q), value, doc, part_tier)
 
 
 def test_every_expected_answer_from_the_local_tier(fixtures_dir: Path, expected: dict[str, Any],
@@ -151,6 +161,9 @@ def test_every_expected_answer_from_the_remote_tier(fixtures_dir: Path, expected
     assert json.loads(proc.stdout.splitlines()[-1])["errors"] == {}
     for d in env.dirs:
         for part in sorted(p for p in d.iterdir() if p.is_dir() and any(p.glob("*.log"))):
+            if naming.is_internal_topic(naming.parse_partition_dir(part.name)[0]):
+                assert not any(part.glob("*" + naming.REMOTE_LOG_INDEX)), part  # never tiered
+                continue
             deleted = delete_local_segments(part)
             assert deleted, part
             remaining = list_segments(part)
@@ -168,18 +181,27 @@ def test_every_expected_answer_from_the_remote_tier(fixtures_dir: Path, expected
 
 
 def test_compacted_offsets_resolve_to_the_next_existing_offset(fixtures_dir: Path, tmp_path: Path) -> None:
-    """The README's worked answers for the compacted __consumer_offsets-19, both tiers."""
+    """The README's worked answers for the compacted __consumer_offsets-19, both tiers. The
+    internal log itself is never tiered, so the remote tier is shown on a user topic holding a
+    copy of its files (``offsets_copy-19``)."""
     env = Env(fixtures_dir, tmp_path)
+    arthur = env.part_dir("__consumer_offsets-19").parent
+    copy_partition_as(arthur, "__consumer_offsets-19", "offsets_copy-19")
     cases = {0: (186795, 186795), 186796: (258480, 258466), 258466: (258480, 258466),
              258481: (258496, 258466), 258516: (258519, 258516), 258522: (258522, 258516)}
     for tier in ("local", "remote"):
         if tier == "remote":
             assert rlm_cli("run", "--config", env.config, "--once", "--quiet").returncode == 0
+            delete_local_segments(env.part_dir("offsets_copy-19"))
             delete_local_segments(env.part_dir("__consumer_offsets-19"))
-        for offset, (answer, batch_base) in cases.items():
-            doc = env.lookup("__consumer_offsets", 19, "offset", offset)
-            got = (doc["tier"], doc["offset"], doc["batch"]["base_offset"])
-            assert got == (tier, answer, batch_base), doc
-        doc = env.lookup("__consumer_offsets", 19, "offset", 258527)
-        assert doc["found"] is False
+        for topic in ("offsets_copy", "__consumer_offsets"):
+            for offset, (answer, batch_base) in cases.items():
+                doc = env.lookup(topic, 19, "offset", offset)
+                if topic == "__consumer_offsets" and tier == "remote":  # never tiered: deleted is gone
+                    assert doc["found"] is False, doc
+                    continue
+                got = (doc["tier"], doc["offset"], doc["batch"]["base_offset"])
+                assert got == (tier, answer, batch_base), (topic, doc)
+            doc = env.lookup(topic, 19, "offset", 258527)
+            assert doc["found"] is False
     assert ARTHUR in str(env.part_dir("__consumer_offsets-19"))

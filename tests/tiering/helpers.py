@@ -82,6 +82,29 @@ def roll_after_last(partition_dir: Path) -> int:
     return base
 
 
+def copy_partition_as(log_dir: Path, source: str, target: str) -> Path:
+    """Copy partition dir ``source`` of ``log_dir`` to ``target`` (another topic's name), with its
+    entries in the log dir's offset checkpoints; e.g. a compacted internal log as a user topic."""
+    src_topic, _, partition = source.rpartition("-")
+    dst_topic, _, dst_partition = target.rpartition("-")
+    assert partition == dst_partition, (source, target)
+    shutil.copytree(log_dir / source, log_dir / target)
+    for name in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
+                 "log-start-offset-checkpoint"):
+        path = log_dir / name
+        if not path.exists():
+            continue
+        lines = path.read_text().splitlines()
+        if len(lines) < 2:
+            continue
+        copies = [f"{dst_topic} {rest}" for line in lines[2:]
+                  for topic, _, rest in [line.partition(" ")] if topic == src_topic
+                  and rest.split(" ")[0] == partition]
+        body = lines[2:] + copies
+        path.write_text("\n".join([lines[0], str(len(body)), *body]) + "\n")
+    return log_dir / target
+
+
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
@@ -135,6 +158,8 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
         segments = list_segments(part)
         state = partition_state(part, read_checkpoints(part.log_dir))
         eligible = eligible_segments(segments, state, eligibility)  # type: ignore[arg-type]
+        if naming.is_internal_topic(part.topic):
+            eligible = []  # Kafka's internal logs are never tiered: nothing may be remote
         pc.eligible_bases = [s.base_offset for s in eligible]
         by_base = {s.base_offset: s for s in segments}
 

@@ -13,6 +13,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from tests.tiering.helpers import (
     check_store,
+    copy_partition_as,
     local_index_files,
     rlm_cli,
     roll_after_last,
@@ -25,11 +26,14 @@ ARTHUR = "ArthurArutunyan04__Backend_labs"
 
 
 def _fixture_log_dirs(fixtures_dir: Path, tmp_path: Path) -> list[Path]:
-    """A private copy of every fixture log dir, each partition rolled once (empty next segment)."""
+    """A private copy of every fixture log dir, each partition rolled once (empty next segment),
+    plus ``offsets_copy-19``: the compacted ``__consumer_offsets-19`` under a user topic's name."""
     dirs = []
     for src in sorted((fixtures_dir / "kafka-logs").iterdir()):
         dst = tmp_path / "logs" / src.name
         shutil.copytree(src, dst)
+        if src.name == ARTHUR:
+            copy_partition_as(dst, "__consumer_offsets-19", "offsets_copy-19")
         for part in sorted(p for p in dst.iterdir() if p.is_dir()):
             if any(part.glob("*.log")):
                 roll_after_last(part)
@@ -77,18 +81,23 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     # Named expectations (not only "whatever the scanner says"):
     assert check.remote_bases("oms_order_created-1") == [81908]
     assert check.partitions["oms_order_created-1"].manifests[0]["last_offset"] == 94645
-    # Compacted: the file's base is 0 but its first batch is 186795.
-    assert check.remote_bases("__consumer_offsets-19") == [0]
-    assert check.partitions["__consumer_offsets-19"].local_entries[0].first_offset == 186795
+    # Kafka's internal logs are never tiered, whatever their checkpoints say.
+    for internal in ("__consumer_offsets-19", "__consumer_offsets-29", "__transaction_state-44",
+                     "__cluster_metadata-0"):
+        assert check.remote_bases(internal) == [], internal
+        assert not list(backend.list(internal + "/")), internal
+    # A user topic whose name starts with underscores is an ordinary topic.
     assert check.remote_bases("_confluent-ksql-default__command_topic-0") == [0]
-    # Not in replication-offset-checkpoint: nothing is committed under "high-watermark".
-    assert check.remote_bases("__cluster_metadata-0") == []
+    # Compacted (a user topic holding a copy of __consumer_offsets-19): the file's base is 0 but
+    # its first batch is 186795.
+    assert check.remote_bases("offsets_copy-19") == [0]
+    assert check.partitions["offsets_copy-19"].local_entries[0].first_offset == 186795
     assert summary["segments_copied"] == sum(len(p.manifests) for p in check.partitions.values())
     assert not check.unreferenced
 
     dumps = _dump_local_sets(log_dirs)
     arthur = log_dirs[[d.name for d in log_dirs].index(ARTHUR)]
-    for name in ("oms_order_created-1", "oms_order_status_changed-3", "__consumer_offsets-19"):
+    for name in ("oms_order_created-1", "oms_order_status_changed-3", "offsets_copy-19"):
         _assert_dump_contiguous(dumps, arthur / name, check.partitions[name].manifests)
 
     # A second pass changes nothing, locally or remotely.
@@ -100,14 +109,17 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert local_index_files(log_dirs) == before_local
     assert {i.key: i.size for i in backend.list("")} == before_remote
 
-    # "rolled" for the partitions the checkpoint lacks: the KRaft metadata log gets tiered too.
+    # "rolled" makes every rolled segment eligible, but the KRaft metadata log is still no topic.
     rolled_cfg = write_config(tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled")
     proc = rlm_cli("run", "--config", rolled_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     check = check_store(log_dirs, backend, eligibility="rolled", deep=True)
-    assert check.remote_bases("__cluster_metadata-0") == [0, 5151]
-    assert check.partitions["__cluster_metadata-0"].manifests[-1]["last_offset"] == 7319
+    assert check.remote_bases("__cluster_metadata-0") == []
+    assert not list(backend.list("__cluster_metadata-0/"))
     assert not check.unreferenced
+    status = json.loads(rlm_cli("status", "--config", rolled_cfg).stdout)
+    assert {f"{r['topic']}-{r['partition']}" for r in status}.isdisjoint(
+        {"__consumer_offsets-19", "__cluster_metadata-0", "__transaction_state-44"})
 
 
 def test_generated_log_dir_tiers_completely(tmp_path: Path) -> None:
