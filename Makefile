@@ -6,7 +6,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test lint bench bench-copy bench-scale soak clean browser
+.PHONY: install run test test-fast lint bench bench-copy bench-scale soak clean browser
 
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
@@ -24,6 +24,10 @@ run: install
 
 test: install lint browser
 	$(BIN)/python -m pytest -q
+
+# The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites.
+test-fast: install
+	$(BIN)/python -m pytest -q -x -m "not integration and not spark and not s3 and not slow"
 
 # The status-page tests drive a real headless Chromium (tests/ui). Installs Debian's `chromium`
 # when none is on PATH and we are root with apt-get; otherwise says why and those tests skip.
