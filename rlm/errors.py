@@ -14,7 +14,8 @@ Tree::
     │   ├── CompressionError           a payload that does not decompress / unknown codec
     │   ├── CorruptIndexError          .index / .timeindex / remote offset+time index
     │   ├── CorruptRemoteIndexError    .remotelogindex entry: bad magic, length or CRC
-    │   └── CheckpointError            Kafka checkpoint text files
+    │   ├── CheckpointError            Kafka checkpoint text files
+    │   └── CorruptMetadataRecordError a KRaft metadata record value that does not decode
     ├── LogDirError                    layout of a log directory (names, missing files)
     ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
     ├── InvalidArgumentError           invalid API / CLI parameters
@@ -103,6 +104,10 @@ class CorruptRemoteIndexError(FormatError):
 
 class CheckpointError(FormatError):
     """A Kafka checkpoint text file with an unknown version or a wrong entry count."""
+
+
+class CorruptMetadataRecordError(FormatError):
+    """A record of the KRaft metadata log (``__cluster_metadata``) whose value does not decode."""
 
 
 class LogDirError(RlmError):

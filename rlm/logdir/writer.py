@@ -439,6 +439,12 @@ class LogWriter:
         _merge_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT, key, lso)
         self._write_leader_epochs()
 
+    def flush(self) -> None:
+        """Push the active segment's appended bytes to the file (a reader of the live log sees them)."""
+        self._check_open()
+        for handle in (self._active.log, self._active.index, self._active.time_index):
+            handle.flush()
+
     def close(self) -> None:
         """Close the active segment like a clean shutdown (final time-index entry) and write checkpoints."""
         if self._closed:
