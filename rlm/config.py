@@ -62,6 +62,28 @@ class TieringSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicOverride:
+    """One ``[topics.overrides."<glob>"]`` table, in file order; ``None`` = not set here."""
+
+    pattern: str
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    enabled: bool | None = None
+    archive_compacted: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsSettings:
+    """``[topics]``: which topics are tiered and their policy (docs/topic-policy.md)."""
+
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    follow_kafka_configs: bool | None = None  # None: true when a KRaft metadata log is found
+    metadata_log_dir: Path | None = None       # default: <log dir>/__cluster_metadata-0 if present
+    overrides: tuple[TopicOverride, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     """``[server]``: the HTTP API. Loopback by default; a token enables Bearer auth."""
 
@@ -82,6 +104,7 @@ class Settings:
     remote: RemoteSettings = field(default_factory=RemoteSettings)
     tiering: TieringSettings = field(default_factory=TieringSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    topics: TopicsSettings = field(default_factory=TopicsSettings)
     source: str = "<defaults>"
 
 
@@ -134,6 +157,46 @@ def _optional_path(key: str, value: Any) -> Path | None:
     return Path(value).expanduser().absolute()
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(key, value, "must be true or false")
+    return value
+
+
+def _globs(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _fail(key, value, "must be a list of glob patterns on topic names")
+    return tuple(value)
+
+
+#: The keys of one ``[topics.overrides."<glob>"]`` table; ``-1`` disables a retention limit.
+_OVERRIDE_KEYS: dict[str, Validator] = {
+    "retention_ms": _int(0, disabled=-1),
+    "retention_bytes": _int(0, disabled=-1),
+    "enabled": _bool,
+    "archive_compacted": _bool,
+}
+
+
+def _overrides(key: str, value: Any) -> tuple[TopicOverride, ...]:
+    """``{glob: {key: value}}`` in file order (TOML tables keep it): the first match wins."""
+    if not isinstance(value, dict):
+        raise _fail(key, value, 'must be a table of [topics.overrides."<glob>"] tables')
+    out = []
+    for pattern, table in value.items():
+        where = f'{key}."{pattern}"'
+        if not isinstance(table, dict):
+            raise _fail(where, table, "must be a table")
+        extra = sorted(set(table) - set(_OVERRIDE_KEYS))
+        if extra:
+            raise ConfigError(f"unknown key {where}.{extra[0]}; known keys: {', '.join(_OVERRIDE_KEYS)}")
+        values = {k: _OVERRIDE_KEYS[k](f"{where}.{k}", v) for k, v in table.items()}
+        out.append(TopicOverride(pattern, **values))
+    return tuple(out)
+
+
 def _options(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(key, value, "must be a table of backend options")
@@ -161,6 +224,13 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "gc_grace_ms": _int(0),
         "state_dir": _optional_path,
         "remote_cache_bytes": _int(0),
+    }),
+    "topics": (TopicsSettings, {
+        "include": _globs,
+        "exclude": _globs,
+        "follow_kafka_configs": _bool,
+        "metadata_log_dir": _optional_path,
+        "overrides": _overrides,
     }),
     "server": (ServerSettings, {
         "host": _str(non_empty=True),
@@ -257,6 +327,16 @@ KEY_DOCS: dict[str, str] = {
     "tiering.state_dir": "Journal, pins and progress; default `<log dir>.rlm-state` beside each log dir "
                          "(must be on the log dir's file system: pins are hard links).",
     "tiering.remote_cache_bytes": "Byte-bounded LRU of remote ranges read by lookups and fetches.",
+    "topics.include": "Glob patterns on topic names to tier. Internal logs (`__`-prefixed, the KRaft "
+                      "log) are tiered only when a pattern starting with `__` names them.",
+    "topics.exclude": "Glob patterns never tiered; they win over `include`, Kafka configs and overrides.",
+    "topics.follow_kafka_configs": "Honour `remote.storage.enable`, `retention.ms`, `retention.bytes` "
+                                   "and `cleanup.policy` from the KRaft metadata log; unset = true when "
+                                   "a metadata log is found.",
+    "topics.metadata_log_dir": "The `__cluster_metadata-0` directory when it is not in a log dir "
+                               "(Kafka's `metadata.log.dir`).",
+    "topics.overrides": 'Per-pattern tables `[topics.overrides."<glob>"]`, first match in file order '
+                        "wins; keys below.",
     "server.host": "HTTP API / status page / metrics address (loopback unless told otherwise).",
     "server.port": "HTTP port (0 = any free port).",
     "server.token": "When set, every route but `/healthz`, `/` and `/static` needs "
@@ -264,7 +344,20 @@ KEY_DOCS: dict[str, str] = {
     "server.request_timeout_ms": "A request running longer answers 504.",
 }
 
+#: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).
+OVERRIDE_KEY_DOCS: dict[str, str] = {
+    "retention_ms": "Remote retention by time for matching topics (a Kafka topic config wins).",
+    "retention_bytes": "Remote retention by size per partition for matching topics.",
+    "enabled": "Tier matching topics or not (a topic's own `remote.storage.enable` wins).",
+    "archive_compacted": "Tier compacted matching topics as an archive of their pre-compaction history.",
+}
+
 _ALLOWED: dict[str, str] = {
+    "topics.include": "list of glob patterns",
+    "topics.exclude": "list of glob patterns",
+    "topics.follow_kafka_configs": "true, false; unset = auto",
+    "topics.metadata_log_dir": "path or empty",
+    "topics.overrides": "tables",
     "log.dirs": "non-empty list of paths",
     "log.eligibility": "`high-watermark`, `rolled`",
     "remote.backend": "non-empty string",
@@ -280,12 +373,16 @@ def _allowed(key: str) -> str:
     if key in _ALLOWED:
         return _ALLOWED[key]
     section, name = key.split(".")
+    return _constraint(_SCHEMA[section][1][name], key)
+
+
+def _constraint(check: Validator, key: str) -> str:
     try:
-        _SCHEMA[section][1][name](key, "?")
+        check(key, "?")
     except ConfigError as err:
         text = str(err).split(": ", 1)[1]
         return (text.removeprefix("must be an integer in ").replace("9223372036854775807", "2⁶³−1")
-                .replace("2147483647", "2³¹−1"))
+                .replace("2147483647", "2³¹−1").replace("must be true or false", "true, false"))
     return ""
 
 
@@ -303,6 +400,11 @@ def _default_text(value: Any) -> str:
     return str(value)
 
 
+def _override_rows() -> list[str]:
+    return [f'| `overrides."<glob>".{name}` | (unset) | {_constraint(check, name)} | '
+            f"{OVERRIDE_KEY_DOCS[name]} | — |" for name, check in _OVERRIDE_KEYS.items()]
+
+
 def reference_markdown() -> str:
     """Every section, key, default, allowed values and meaning as Markdown tables (README)."""
     out = ["<!-- generated by `python -m rlm.config --reference`; do not edit by hand -->", ""]
@@ -317,7 +419,11 @@ def reference_markdown() -> str:
             env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`"
             if name == "options":
                 env = f"`{ENV_PREFIX}REMOTE__OPTIONS__<NAME>`"
+            if name == "overrides":
+                default, env = "{}", f"`{ENV_PREFIX}TOPICS__OVERRIDES` (TOML inline table)"
             out.append(f"| `{name}` | `{default}` | {_allowed(key)} | {KEY_DOCS.get(key, '')} | {env} |")
+        if section == "topics":
+            out += _override_rows()
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

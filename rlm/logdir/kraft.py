@@ -45,6 +45,7 @@ __all__ = [
     "TopicImage",
     "find_metadata_log",
     "list_snapshots",
+    "read_node_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,22 @@ def find_metadata_log(log_dirs: list[Path] | tuple[Path, ...]) -> Path | None:
         candidate = Path(log_dir) / METADATA_LOG_DIR
         if candidate.is_dir():
             return candidate
+    return None
+
+
+def read_node_id(log_dirs: list[Path] | tuple[Path, ...]) -> str | None:
+    """This broker's id (``node.id``, or ``broker.id`` in ZooKeeper mode) from the first log dir's
+    ``meta.properties``, as the text broker ConfigRecords are keyed by; ``None`` when unknown."""
+    for log_dir in log_dirs:
+        try:
+            text = (Path(log_dir) / "meta.properties").read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+            continue
+        props = dict(line.split("=", 1) for line in text.splitlines()
+                     if "=" in line and not line.lstrip().startswith("#"))
+        for key in ("node.id", "broker.id"):
+            if key in props:
+                return props[key].strip()
     return None
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
-from rlm.formats import naming
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -47,9 +46,10 @@ from rlm.tiering.gc import Orphan, collect_garbage
 from rlm.tiering.journal import Journal
 from rlm.tiering.lookup import partition_offsets
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
-from rlm.tiering.retention import apply_retention
+from rlm.tiering.retention import RetentionPlan, apply_retention
 from rlm.tiering.state import PartitionContext, Progress, SharedResources, default_state_dir
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.watchdog import CopyWatchdog
@@ -132,14 +132,45 @@ class RemoteLogManager:
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._registry_lock = threading.Lock()
         self.checkpoints = CheckpointCache()
+        self.policies = TopicPolicyResolver(settings)
+        self.policy_metrics = PolicyMetrics(self.shared.metrics.registry)
+        self._policy: dict[tuple[str, int], TopicPolicy] = {}
 
     # -- partitions ---------------------------------------------------------------------------
 
+    def classify(self) -> tuple[list[PartitionDir], list[tuple[PartitionDir, TopicPolicy]]]:
+        """Every live partition dir, split by the topic policy (docs/topic-policy.md) into the ones
+        rlm tiers and the ones it leaves alone (with the policy saying why). Re-reads what is new
+        in the KRaft metadata log first and publishes the policy metrics."""
+        self.policies.refresh()
+        by_topic: dict[str, TopicPolicy] = {}
+        policies: dict[tuple[str, int], TopicPolicy] = {}
+        tiered: list[PartitionDir] = []
+        excluded: list[tuple[PartitionDir, TopicPolicy]] = []
+        for part in discover_partitions(self.settings.log.dirs):
+            if part.topic not in by_topic:
+                by_topic[part.topic] = self.policies.policy(part.topic)
+            pol = by_topic[part.topic]
+            policies[(part.topic, part.partition)] = pol
+            if pol.tiered:
+                tiered.append(part)
+            else:
+                excluded.append((part, pol))
+        with self._registry_lock:
+            self._policy = policies
+        self.policy_metrics.publish(policies)
+        return tiered, excluded
+
     def discover(self) -> list[PartitionDir]:
-        """The partitions rlm manages: every live partition dir except Kafka's internal logs, which
-        the broker never tiers either (consumer offsets, transaction state, the KRaft log, ...)."""
-        found = discover_partitions(self.settings.log.dirs)
-        return [p for p in found if not naming.is_internal_topic(p.topic)]
+        """The partitions rlm tiers: what the topic policy selects (never Kafka's internal logs
+        unless named explicitly; see :meth:`classify`)."""
+        return self.classify()[0]
+
+    def policy_for(self, part: PartitionDir) -> TopicPolicy:
+        """The policy of the last :meth:`classify` (resolved now for a partition it did not see)."""
+        with self._registry_lock:
+            pol = self._policy.get((part.topic, part.partition))
+        return pol if pol is not None else self.policies.policy(part.topic)
 
     def _state_dir(self, part: PartitionDir) -> Path:
         root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)
@@ -184,7 +215,7 @@ class RemoteLogManager:
                 recover(ctx)
             self._copy_eligible(ctx, result)
             if retention and not self.shared.stop.is_set():
-                result.deleted = [m.base_offset for m in apply_retention(ctx).expired]
+                result.deleted = [m.base_offset for m in self._retention(ctx).expired]
             ctx.last_error = None
         except UploadAbandoned:
             result.error = "abandoned: shutting down"
@@ -198,6 +229,10 @@ class RemoteLogManager:
             ctx.publish_gauges()
             lock.release()
         return result
+
+    def _retention(self, ctx: PartitionContext) -> RetentionPlan:
+        """Remote retention with the topic's own limits (docs/topic-policy.md)."""
+        return apply_retention(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[tuple[SegmentFiles, int]]:
         """Eligible segments not yet tiered, with each one's next base offset."""
@@ -340,7 +375,8 @@ class RemoteLogManager:
     def status(self) -> list[dict[str, Any]]:
         """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined)."""
         rows = []
-        for ctx in self.contexts():
+        tiered, excluded = self.classify()
+        for ctx in (self.context(part) for part in tiered):
             if not ctx.recovered:
                 with self._locks[(ctx.topic, ctx.partition)]:
                     try:
@@ -348,7 +384,12 @@ class RemoteLogManager:
                     except RlmError as err:
                         ctx.last_error = str(err)
             rows.append(self.partition_status(ctx))
+        rows.extend(self.excluded_status(part, pol) for part, pol in excluded)
         return rows
+
+    def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
+        progress = Progress.load(self._state_dir(part) / "progress.json")
+        return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe())
 
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
@@ -381,6 +422,11 @@ class RemoteLogManager:
             "copy_lag_age_ms": self._lag_age_ms(pending),
             "local_segments": len(segments),
             "local_bytes": sum(s.size for s in segments),
+            # docs/topic-policy.md: the policy in force and where each value came from.
+            "tiered": True,
+            "excluded_reason": None,
+            "policy": self.policy_for(ctx.part).as_dict(),
+            "kafka_configs": self.policies.describe(),
         }
 
     def _lag_age_ms(self, pending: list[tuple[SegmentFiles, int]]) -> int:

@@ -34,9 +34,11 @@ class RetentionPlan:
 
 
 def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retention_ms: int,
-                   retention_bytes: int) -> RetentionPlan:
-    """Which committed segments retention deletes now (pure; ``-1`` disables a limit)."""
-    remaining = sum(m.size_bytes for m in manifests)
+                   retention_bytes: int, local_only_bytes: int = 0) -> RetentionPlan:
+    """Which committed segments retention deletes now (pure; ``-1`` disables a limit).
+    ``local_only_bytes`` (local data not yet tiered) counts towards ``retention_bytes`` when the
+    limit covers the whole log, as Kafka's ``retention.bytes`` does (docs/topic-policy.md)."""
+    remaining = local_only_bytes + sum(m.size_bytes for m in manifests)
     expired: list[SegmentManifest] = []
     reason: dict[int, str] = {}
     for m in sorted(manifests, key=lambda m: m.base_offset):
@@ -62,12 +64,16 @@ def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     ctx.journal.append("DELETE_FINISHED", manifest.base_offset, manifest.attempt_id)
 
 
-def apply_retention(ctx: PartitionContext) -> RetentionPlan:
+def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
+                    retention_bytes: int | None = None, local_only_bytes: int = 0) -> RetentionPlan:
     """Delete what :func:`plan_retention` selects; advance the remote log start; drop local sets
-    entirely below it."""
+    entirely below it. Limits default to ``[tiering]``'s; the topic policy passes its own."""
     settings, metrics = ctx.shared.settings, ctx.shared.metrics
-    plan = plan_retention(ctx.manifests, now_ms=ctx.shared.clock_ms(),
-                          retention_ms=settings.retention_ms, retention_bytes=settings.retention_bytes)
+    plan = plan_retention(
+        ctx.manifests, now_ms=ctx.shared.clock_ms(),
+        retention_ms=settings.retention_ms if retention_ms is None else retention_ms,
+        retention_bytes=settings.retention_bytes if retention_bytes is None else retention_bytes,
+        local_only_bytes=local_only_bytes)
     metrics.delete_lag_segments.labels(**ctx.labels).set(len(plan.expired))
     metrics.delete_lag_bytes.labels(**ctx.labels).set(plan.bytes)
     if not plan.expired:

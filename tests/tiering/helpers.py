@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, backend: str = "local",
                  options: dict[str, Any] | None = None, eligibility: str = "high-watermark",
-                 server_port: int | None = None, **tiering: Any) -> Path:
-    """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0)."""
+                 server_port: int | None = None, topics: dict[str, Any] | None = None,
+                 **tiering: Any) -> Path:
+    """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
+    ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables)."""
     tiering.setdefault("gc_grace_ms", 0)
 
     def val(v: Any) -> str:
@@ -56,6 +58,11 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
     lines += ["[tiering]"] + [f"{k} = {val(v)}" for k, v in tiering.items()]
     if server_port is not None:
         lines += ["[server]", f"port = {server_port}"]
+    if topics:
+        lines += ["[topics]"] + [f"{k} = {val(v)}" for k, v in topics.items() if k != "overrides"]
+        for pattern, table in (topics.get("overrides") or {}).items():
+            lines += [f"[topics.overrides.{json.dumps(pattern)}]"]
+            lines += [f"{k} = {val(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -140,11 +147,13 @@ def _manifests(backend: StorageBackend, name: str) -> list[tuple[str, dict[str, 
 
 def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: str = "high-watermark",
                 complete: bool = True, deep: bool = False, local_may_lag: bool = False,
-                url_backend: StorageBackend | None = None) -> StoreCheck:
+                url_backend: StorageBackend | None = None,
+                not_tiered: frozenset[str] = frozenset()) -> StoreCheck:
     """Assert every invariant; ``complete``: every eligible segment must be remote; ``deep``: compare
     uploaded bytes with the local .log and decode every entry's byte range; ``local_may_lag``: the
     local index may be a strict prefix of the committed entries (only right after a failed pass);
-    ``url_backend``: the backend that wrote the RDIs (a wrapper names objects its own way).
+    ``url_backend``: the backend that wrote the RDIs (a wrapper names objects its own way);
+    ``not_tiered``: topics the topic policy excludes (nothing of theirs may be remote).
 
     Retention may have removed a prefix of the remote segments; the local index must then start at
     the first remaining manifest.
@@ -158,7 +167,7 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
         segments = list_segments(part)
         state = partition_state(part, read_checkpoints(part.log_dir))
         eligible = eligible_segments(segments, state, eligibility)  # type: ignore[arg-type]
-        if naming.is_internal_topic(part.topic):
+        if naming.is_internal_topic(part.topic) or part.topic in not_tiered:
             eligible = []  # Kafka's internal logs are never tiered: nothing may be remote
         pc.eligible_bases = [s.base_offset for s in eligible]
         by_base = {s.base_offset: s for s in segments}

@@ -71,7 +71,11 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     log_dirs = _fixture_log_dirs(fixtures_dir, tmp_path)
     store = tmp_path / "store"
     backend = LocalBackend(root=str(store))
-    hw_cfg = write_config(tmp_path / "hw.toml", log_dirs, root=store)
+    # Engine invariants over every user topic: Arthur's KRaft log gives oms_order_* a 1-day
+    # retention.ms that would delete them right after the copy (tests/tiering/test_policy.py covers
+    # following Kafka's configs).
+    no_kafka = {"follow_kafka_configs": False}
+    hw_cfg = write_config(tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka)
 
     proc = rlm_cli("run", "--config", hw_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
@@ -110,7 +114,8 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert {i.key: i.size for i in backend.list("")} == before_remote
 
     # "rolled" makes every rolled segment eligible, but the KRaft metadata log is still no topic.
-    rolled_cfg = write_config(tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled")
+    rolled_cfg = write_config(tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled",
+                              topics=no_kafka)
     proc = rlm_cli("run", "--config", rolled_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     check = check_store(log_dirs, backend, eligibility="rolled", deep=True)
@@ -118,8 +123,14 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert not list(backend.list("__cluster_metadata-0/"))
     assert not check.unreferenced
     status = json.loads(rlm_cli("status", "--config", rolled_cfg).stdout)
-    assert {f"{r['topic']}-{r['partition']}" for r in status}.isdisjoint(
-        {"__consumer_offsets-19", "__cluster_metadata-0", "__transaction_state-44"})
+    # Internal logs are listed as not tiered, with the reason (docs/topic-policy.md), never silently.
+    rows = {f"{r['topic']}-{r['partition']}": r for r in status}
+    for name in ("__consumer_offsets-19", "__cluster_metadata-0", "__transaction_state-44"):
+        assert rows[name]["tiered"] is False and rows[name]["remote_segments"] == 0, name
+        assert rows[name]["policy"]["source"] == "selection", name
+    assert "KRaft metadata log" in rows["__cluster_metadata-0"]["excluded_reason"]
+    assert "internal topic" in rows["__consumer_offsets-19"]["excluded_reason"]
+    assert rows["oms_order_created-1"]["tiered"] is True
 
 
 def test_generated_log_dir_tiers_completely(tmp_path: Path) -> None:
