@@ -8,7 +8,9 @@ Contracts:
   Opening a ``.log`` that is already gone raises :class:`FileNotFoundError` — callers that scan a
   live log dir skip that segment.
 * Index files are optional: absent, vanished or empty → ``None`` / no entries, and lookups fall back
-  to scanning from position 0 (Kafka's ``(base, 0)`` floor). They are read when first needed.
+  to scanning from position 0 (Kafka's ``(base, 0)`` floor). They are read when first needed and
+  checked before use (:mod:`rlm.logdir.indexcheck`, docs/broker-files.md): one that fails is
+  rebuilt from the ``.log`` with Kafka's rules (``index_interval_bytes``) and the rebuild is used.
 * Every :class:`rlm.errors.RlmError` raised by the pure formats layer is re-raised with
   ``.in_file(path)`` so it names the ``.log`` (or index) file.
 """
@@ -27,7 +29,16 @@ from rlm.errors import CorruptIndexError, RlmError
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
+from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
 from rlm.formats.time_index import TimeIndex
+from rlm.logdir.indexcheck import (
+    IndexKind,
+    cached_rebuild,
+    file_version,
+    fstat_version,
+    note_rebuilt,
+    parse_checked,
+)
 from rlm.logdir.scan import SegmentFiles
 
 __all__ = ["LogSegment", "TimestampLookupResult"]
@@ -59,6 +70,7 @@ class LogSegment:
         time_index_path: Path | str | None = None,
         base_offset: int | None = None,
         use_indexes: bool = True,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
         self.path = Path(log_path)
         self.base_offset = naming.parse_base_offset(self.path.name) if base_offset is None else base_offset
@@ -79,16 +91,20 @@ class LogSegment:
             size = os.fstat(handle.fileno()).st_size
             if size > 0:
                 self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            self._log_version = fstat_version(handle.fileno())
+        self.index_interval_bytes = index_interval_bytes
         self._buf: mmap.mmap | bytes = self._mmap if self._mmap is not None else b""
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._indexes_loaded = False
 
     @classmethod
-    def open(cls, files: SegmentFiles) -> LogSegment:
+    def open(cls, files: SegmentFiles, *,
+             index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> LogSegment:
         """Open a segment found by :func:`rlm.logdir.scan.list_segments` (only its listed indexes)."""
         segment = cls(
-            files.log, index_path=files.index, time_index_path=files.time_index, base_offset=files.base_offset
+            files.log, index_path=files.index, time_index_path=files.time_index,
+            base_offset=files.base_offset, index_interval_bytes=index_interval_bytes,
         )
         # An index missing from the listing must not be picked up by name later.
         if files.index is None:
@@ -154,49 +170,134 @@ class LogSegment:
     def _load_indexes(self) -> None:
         if self._indexes_loaded:
             return
-        raw = _read_optional(self.index_path)
-        if raw:
-            assert self.index_path is not None
-            try:
-                self._offset_index = OffsetIndex(self.base_offset, raw)
-            except RlmError as exc:
-                raise exc.in_file(self.index_path) from exc
-        raw = _read_optional(self.time_index_path)
-        if raw:
-            assert self.time_index_path is not None
-            try:
-                self._time_index = TimeIndex(self.base_offset, raw)
-            except RlmError as exc:
-                raise exc.in_file(self.time_index_path) from exc
+        loaded = self._load_checked("index", self.index_path)
+        assert loaded is None or isinstance(loaded, OffsetIndex)
+        self._offset_index = loaded
+        times = self._load_checked("timeindex", self.time_index_path)
+        assert times is None or isinstance(times, TimeIndex)
+        self._time_index = times
         self._indexes_loaded = True
+
+    def _load_checked(self, kind: IndexKind, path: Path | None) -> OffsetIndex | TimeIndex | None:
+        """Parse and check one index file; a failed one is rebuilt from the ``.log`` (and reported
+        once per file version by :func:`~rlm.logdir.indexcheck.note_rebuilt`)."""
+        raw = _read_optional(path)
+        if not raw:
+            return None
+        assert path is not None
+        try:
+            index = parse_checked(kind, self.base_offset, raw)
+            return self._within_log(index, raw)
+        except CorruptIndexError as err:
+            return self._rebuilt(kind, path, err)
+
+    def _rebuilt(self, kind: IndexKind, path: Path, err: RlmError) -> OffsetIndex | TimeIndex:
+        version = file_version(path)
+        note_rebuilt(path, err, version)
+
+        def build() -> bytes:
+            batches: list[RecordBatch] = []
+            with contextlib.suppress(RlmError):  # a corrupt .log: index what precedes the damage
+                batches.extend(iter_batches(self._buf, verify_crc=False))
+            return rebuild_indexes(self.base_offset, batches, self.index_interval_bytes)[
+                0 if kind == "index" else 1]
+
+        key = (kind, version, self._log_version, self.size, self.index_interval_bytes)
+        data = cached_rebuild(key, build)
+        # A rebuilt index is exactly its entries: no zero tail to strip.
+        if kind == "index":
+            return OffsetIndex(self.base_offset, data, preallocated=False)
+        return TimeIndex(self.base_offset, data, preallocated=False)
+
+    def _grew(self) -> bool:
+        """Whether the ``.log`` on disk is longer than the mapping (the active segment): index
+        entries past the mapped data are then new, not corrupt."""
+        try:
+            return self.path.stat().st_size > self.size
+        except OSError:
+            return False
+
+    def _within_log(self, index: OffsetIndex | TimeIndex, raw: bytes) -> OffsetIndex | TimeIndex:
+        """Kafka's sanity check covers the index alone; a reader also needs its last entry inside
+        the mapped ``.log``: an offset entry at a batch start holding offsets up to its offset, a
+        time entry at an offset the log holds. Entries past the mapping of a growing log are
+        dropped (they describe data appended after the mapping was taken)."""
+        if not index:
+            return index
+        if isinstance(index, OffsetIndex):
+            last = index[len(index) - 1]
+            if last.position >= self.size and self._grew():
+                keep = sum(1 for e in index if e.position < self.size)
+                return OffsetIndex(self.base_offset, raw[: keep * index.ENTRY_SIZE])
+            self._check_entry(last.offset, last.position, (len(index) - 1) * index.ENTRY_SIZE)
+            return index
+        last_offset = self._last_offset()
+        final = index[len(index) - 1]
+        if last_offset is not None and final.offset > last_offset:
+            if self._grew():
+                keep = sum(1 for e in index if e.offset <= last_offset)
+                return TimeIndex(self.base_offset, raw[: keep * index.ENTRY_SIZE])
+            raise CorruptIndexError(
+                f"last entry ({final.timestamp}, {final.offset}) names an offset past the end of the "
+                f"log (last offset {last_offset})", position=(len(index) - 1) * index.ENTRY_SIZE,
+                offset=final.offset)
+        return index
+
+    def _check_entry(self, offset: int, position: int, entry_position: int) -> None:
+        """An offset-index entry ``(offset, position)`` must point at a batch start inside the log
+        whose last offset is at most ``offset`` (Kafka: the last offset of the append there)."""
+        batch = None
+        with contextlib.suppress(RlmError):
+            batch = next(iter_batches(self._buf, position, verify_crc=False), None)
+        if batch is None or batch.last_offset > offset:
+            raise CorruptIndexError(
+                f"entry ({offset}, {position}) does not point at a batch holding offsets up to "
+                f"{offset} (the log has {self.size} bytes)", position=entry_position, offset=offset)
+
+    def _last_offset(self) -> int | None:
+        """The mapped log's last offset, scanning from the offset index's last entry (None when
+        the log is empty or unreadable there)."""
+        index = self._offset_index
+        start = index[len(index) - 1].position if index else 0
+        last = None
+        try:
+            for batch in iter_batches(self._buf, start, verify_crc=False):
+                last = batch.last_offset
+        except RlmError:
+            return None
+        return last
 
     @property
     def offset_index(self) -> OffsetIndex | None:
-        """The parsed ``.index``; ``None`` when absent or empty."""
+        """The parsed and checked ``.index`` (rebuilt from the log when it failed a check);
+        ``None`` when absent or empty."""
         self._load_indexes()
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex | None:
-        """The parsed ``.timeindex``; ``None`` when absent or empty."""
+        """The parsed and checked ``.timeindex`` (rebuilt when it failed); ``None`` when absent or empty."""
         self._load_indexes()
         return self._time_index
 
     def _floor_position(self, offset: int) -> int:
-        """Byte position of the offset-index floor of ``offset`` (0 without an index)."""
+        """Byte position of the offset-index floor of ``offset`` (0 without an index). The entry
+        used is checked against the log first; an index that fails is rebuilt from the log."""
         index = self.offset_index
         if index is None:
             return 0
-        position = index.lookup(offset).position
-        if position > self.size:
-            # An index pointing past the data would silently skip batches: that is corruption.
-            raise CorruptIndexError(
-                f"offset index floor of {offset} points at byte {position}, "
-                f"past the end of the log ({self.size} bytes)",
-                file=self.index_path,
-                offset=offset,
-            )
-        return position
+        floor = index.lookup(offset)
+        if floor.position == 0:
+            return 0
+        try:
+            self._check_entry(floor.offset, floor.position, 0)
+        except CorruptIndexError as err:
+            assert self.index_path is not None
+            rebuilt = self._rebuilt("index", self.index_path, err)
+            assert isinstance(rebuilt, OffsetIndex)
+            self._offset_index = rebuilt
+            return rebuilt.lookup(offset).position
+        return floor.position
 
     # -- lookups -------------------------------------------------------------------------------
 

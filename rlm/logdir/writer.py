@@ -45,8 +45,8 @@ from rlm.formats.checkpoint import (
     parse_offset_checkpoint,
 )
 from rlm.formats.compression import Compression
-from rlm.formats.offset_index import OffsetIndexBuilder
 from rlm.formats.records import Record, RecordBatch, RecordSpec, TimestampType, build_batch, iter_batches
+from rlm.formats.segment_index import SegmentIndexer
 from rlm.formats.time_index import TimeIndexBuilder
 from rlm.logdir.scan import (
     LEADER_EPOCH_CHECKPOINT,
@@ -97,7 +97,6 @@ class _Segment:
     ) -> None:
         self.base_offset = base_offset
         self.created_ms = created_ms
-        self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / naming.segment_file_name(base_offset, naming.LOG)
         self.index_path = directory / naming.segment_file_name(base_offset, naming.INDEX)
         self.time_index_path = directory / naming.segment_file_name(base_offset, naming.TIME_INDEX)
@@ -105,15 +104,13 @@ class _Segment:
         self.log: BinaryIO = open(self.log_path, "xb")  # noqa: SIM115 - lives as long as the segment
         self.index: BinaryIO = open(self.index_path, "xb")  # noqa: SIM115
         self.time_index: BinaryIO = open(self.time_index_path, "xb")  # noqa: SIM115
-        # The builders carry Kafka's append rules and full checks; their bytes go straight to disk,
-        # so the files are always exactly their entries (trimmed).
-        self.offsets = OffsetIndexBuilder(base_offset, max_index_size=max_index_bytes)
-        self.times = TimeIndexBuilder(base_offset, max_index_size=max_index_bytes)
+        # The indexer carries Kafka's index rules and full checks (shared with the rebuild of a
+        # broken index); its bytes go straight to disk, so the files are always exactly their entries.
+        self.indexer = SegmentIndexer(base_offset, index_interval_bytes, max_index_bytes=max_index_bytes)
+        self.offsets = self.indexer.offsets
+        self.times = self.indexer.times
         self.size = 0
         self.rolling_based_timestamp: int | None = None
-        self.max_timestamp_so_far = -1  # Kafka's TimestampOffset.UNKNOWN
-        self.offset_of_max_timestamp = -1
-        self.bytes_since_last_index_entry = 0
 
     def can_hold_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT32_MAX
@@ -134,29 +131,15 @@ class _Segment:
             self.rolling_based_timestamp = batch.max_timestamp
         self.log.write(data)
         self.size += len(data)
-        if batch.max_timestamp > self.max_timestamp_so_far:
-            # v2: the "shallow" offset of the max timestamp is the batch's last offset, which is
-            # what real brokers put in the time index (FORMATS §3.2).
-            self.max_timestamp_so_far = batch.max_timestamp
-            self.offset_of_max_timestamp = batch.last_offset
-        # The check precedes counting this append: the entry points at where this append starts.
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.index.write(self.offsets.append(batch.last_offset, position))
-            self.time_index.write(
-                self.times.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-            )
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += len(data)
+        offset_entry, time_entry = self.indexer.on_append(position, len(data), batch.last_offset,
+                                                          batch.max_timestamp)
+        self.index.write(offset_entry)
+        self.time_index.write(time_entry)
         return position
 
     def become_inactive(self) -> None:
         """Kafka's ``onBecomeInactiveSegment`` / ``close``: final time entry, then flush and close."""
-        if self.max_timestamp_so_far >= 0:
-            self.time_index.write(
-                self.times.maybe_append(
-                    self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
-                )
-            )
+        self.time_index.write(self.indexer.on_inactive())
         for handle in (self.log, self.index, self.time_index):
             handle.flush()
             handle.close()
