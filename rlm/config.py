@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.errors import ConfigError
+from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 
 Eligibility = Literal["high-watermark", "rolled"]
 ENV_PREFIX = "RLM_"
@@ -34,6 +35,7 @@ class LogSettings:
 
     dirs: tuple[Path, ...] = (Path("/var/lib/kafka/data"),)
     eligibility: Eligibility = "high-watermark"
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES  # rebuilding a broken broker index
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +209,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
     "log": (LogSettings, {
         "dirs": _dirs,
         "eligibility": _str(("high-watermark", "rolled")),
+        "index_interval_bytes": _int(0, _INT32_MAX),
     }),
     "remote": (RemoteSettings, {
         "backend": _str(non_empty=True),
@@ -309,6 +312,8 @@ KEY_DOCS: dict[str, str] = {
     "log.eligibility": "`high-watermark`: a rolled segment is eligible once the next segment's base "
                        "offset ≤ the high watermark in `replication-offset-checkpoint`; `rolled`: every "
                        "rolled segment (stores without checkpoints).",
+    "log.index_interval_bytes": "The brokers' `index.interval.bytes`: a broker `.index`/`.timeindex` that "
+                                "fails its check is rebuilt from the `.log` with it (docs/broker-files.md).",
     "remote.backend": "Storage backend entry-point name (`local`, `memory`, `s3`, `hdfs`, `fsspec`, "
                       "third-party); unknown names fail at startup with an install hint.",
     "remote.options": "Table handed verbatim to the backend, which validates it (`local`: `root`; "

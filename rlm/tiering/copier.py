@@ -28,10 +28,19 @@ from typing import BinaryIO, cast
 
 import crc32c
 
-from rlm.errors import FormatError, ObjectExistsError, RlmError, StorageError
+from rlm.errors import CorruptIndexError, FormatError, ObjectExistsError, RlmError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries, iter_entries
+from rlm.formats.segment_index import rebuild_indexes
+from rlm.logdir.indexcheck import (
+    FileVersion,
+    IndexKind,
+    file_version,
+    fstat_version,
+    note_rebuilt,
+    parse_checked,
+)
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.storage.retry import put_if_absent_idempotent
 from rlm.tiering import keys
@@ -44,7 +53,18 @@ log = logging.getLogger(__name__)
 
 
 class SegmentQuarantined(RlmError):
-    """The segment failed verification; it is not uploaded and blocks its partition's tiering."""
+    """The segment failed verification; it is not uploaded and blocks its partition's tiering.
+
+    ``cause`` says why in one word (docs/broker-files.md): ``empty`` (a rolled ``.log`` of 0
+    bytes), ``torn_tail`` (it ends inside a batch) or ``corrupt`` (a CRC or framing error).
+    """
+
+    def __init__(self, reason: str, *, cause: str = "corrupt", file: str | os.PathLike[str] | None = None,
+                 position: int | None = None, offset: int | None = None,
+                 version: FileVersion | None = None) -> None:
+        super().__init__(reason, file=file, position=position, offset=offset)
+        self.cause = cause
+        self.version = version  # of the .log that failed: the quarantine lasts while it is unchanged
 
 
 class SegmentVanished(RlmError):
@@ -109,24 +129,67 @@ class ScannedSegment:
 
 
 def scan(log_path: Path) -> ScannedSegment:
-    """CRC-verify every batch; a rolled segment with a torn tail or bad CRC is corrupt."""
+    """CRC-verify every batch; a rolled segment that is empty, ends with a torn tail or has a bad
+    CRC is corrupt (:class:`SegmentQuarantined`, naming the byte position)."""
     with log_path.open("rb") as fh:
+        version = fstat_version(fh.fileno())
         size = fh.seek(0, 2)
         if size == 0:
-            return ScannedSegment([], 0, 0)
+            # Kafka never rolls an empty segment (it replaces one at the same base), so a rolled
+            # .log of 0 bytes was truncated on disk: its offsets exist nowhere else.
+            raise SegmentQuarantined("rolled segment's .log is empty (0 bytes)", cause="empty",
+                                     file=log_path, position=0, version=version)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
                 batches = list(iter_batches(buf, verify_crc=True))
             except FormatError as err:
                 raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=log_path,
-                                         position=err.position, offset=err.offset) from err
+                                         position=err.position, offset=err.offset, version=version) from err
             valid = batches[-1].position + batches[-1].size if batches else 0
             if valid != size:
                 raise SegmentQuarantined(
                     f"rolled segment ends with {size - valid} bytes that are not a complete batch",
-                    file=log_path, position=valid)
+                    cause="torn_tail", file=log_path, position=valid, version=version)
             checksum = crc32c.crc32c(buf)
     return ScannedSegment(batches, size, checksum)
+
+
+_INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
+    (keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"))
+
+
+def check_indexes(ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path],
+                  scanned: ScannedSegment) -> None:
+    """Check the pinned ``.index`` / ``.timeindex`` against the scanned batches (docs/broker-files.md);
+    a failed or missing one is replaced in the pin dir by the index Kafka's ``recover`` would
+    build, so the rebuild is what gets uploaded. The broker's own files are never written."""
+    rebuilt: tuple[bytes, bytes] | None = None
+    interval = ctx.shared.index_interval_bytes
+    for n, (role, kind) in enumerate(_INDEX_ROLES):
+        path = pinned.get(role)
+        original = segment.index if kind == "index" else segment.time_index
+        try:
+            if path is None:
+                raise FileNotFoundError(role)
+            raw = path.read_bytes()
+            index = parse_checked(kind, segment.base_offset, raw, scanned.batches)
+            if index.valid_bytes == len(raw):
+                continue
+            data = raw[: index.valid_bytes]  # a rolled index is trimmed (Kafka's trimToValidSize)
+        except FileNotFoundError:
+            log.info("%s: no %s file; uploading one rebuilt from the .log", segment.log, kind)
+            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
+            data = rebuilt[n]
+        except CorruptIndexError as err:
+            assert path is not None
+            note_rebuilt(original or path, err, file_version(path))
+            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
+            data = rebuilt[n]
+        target = path or pinned[keys.LOG].with_name(role)
+        tmp = target.with_name(target.name + ".rebuilt")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)  # a new inode: the hard link to the broker's file is dropped, not written
+        pinned[role] = target
 
 
 def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
@@ -235,7 +298,11 @@ def prepare_segment(ctx: PartitionContext, segment: SegmentFiles) -> PreparedSeg
     pinned = pin(segment, ctx.part.path, pin_dir)
     crash_point("after_pin")
     try:
-        scanned = scan(pinned[keys.LOG])
+        try:
+            scanned = scan(pinned[keys.LOG])
+        except SegmentQuarantined as err:
+            raise err.in_file(segment.log) from err  # name the broker's file, not the pin
+        check_indexes(ctx, segment, pinned, scanned)
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
         raise

@@ -20,6 +20,7 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
+from rlm.logdir.indexcheck import file_version
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -50,7 +51,7 @@ from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, 
 from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import RetentionPlan, apply_retention
-from rlm.tiering.state import PartitionContext, Progress, SharedResources, default_state_dir
+from rlm.tiering.state import PartitionContext, Progress, Quarantine, SharedResources, default_state_dir
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.watchdog import CopyWatchdog
 
@@ -126,6 +127,7 @@ class RemoteLogManager:
             upload_slots=threading.BoundedSemaphore(t.max_concurrent_uploads),
             stop=threading.Event(), retry=retry or RetryPolicy(),
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
+            index_interval_bytes=settings.log.index_interval_bytes,
         )
         self.watchdog = CopyWatchdog(self.shared.metrics)
         self._contexts: dict[tuple[str, int], PartitionContext] = {}
@@ -256,6 +258,7 @@ class RemoteLogManager:
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
         m = self.shared.metrics
         segments = list_segments(ctx.part)
+        self._reexamine_quarantine(ctx, segments)
         pending = self._pending(ctx, segments)
         self._publish_lag(ctx, pending)
         if pending and ctx.progress.highest_tiered_offset >= 0 and (
@@ -270,6 +273,7 @@ class RemoteLogManager:
         ahead: concurrent.futures.Future[PreparedSegment] | None = None
         try:
             for index, (seg, _next_base) in enumerate(pending):
+                # A quarantined segment stops its partition: tiering past it would leave a gap.
                 if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
                     break
                 current, ahead = ahead, None
@@ -277,7 +281,8 @@ class RemoteLogManager:
                     current = scanner.submit(prepare_segment, ctx, seg)
                 if scanner is not None and index + 1 < len(pending):
                     ahead = scanner.submit(prepare_segment, ctx, pending[index + 1][0])
-                self._copy_one(ctx, result, seg, current)
+                if not self._copy_one(ctx, result, seg, current):
+                    break
                 self._publish_lag(ctx, pending[index + 1:])
         finally:
             if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
@@ -287,7 +292,8 @@ class RemoteLogManager:
                 scanner.shutdown(wait=True)
 
     def _copy_one(self, ctx: PartitionContext, result: PassResult, seg: SegmentFiles,
-                  prepared: concurrent.futures.Future[PreparedSegment] | None) -> None:
+                  prepared: concurrent.futures.Future[PreparedSegment] | None) -> bool:
+        """Copy one segment; False when it was quarantined (the partition's pass stops there)."""
         m = self.shared.metrics
         try:
             with self.watchdog.watch(ctx, seg):
@@ -295,11 +301,12 @@ class RemoteLogManager:
         except SegmentVanished as err:
             log.warning("%s", err)
             m.skipped_deleted.labels(**ctx.labels).inc()
-            return
+            return True
         except SegmentQuarantined as err:
-            ctx.quarantined[seg.base_offset] = str(err)
+            self._quarantine(ctx, seg, err)
             m.copy_errors.labels(**ctx.labels).inc()
-            raise
+            result.error = f"quarantined: {err}"
+            return False
         except (RlmError, OSError) as err:
             m.copy_errors.labels(**ctx.labels).inc()
             if isinstance(err, OSError):
@@ -313,6 +320,31 @@ class RemoteLogManager:
             ctx.save_progress()
             result.copied.append(seg.base_offset)
             result.copied_bytes += copied.manifest.size_bytes
+        return True
+
+    # -- quarantine (docs/broker-files.md) ----------------------------------------------------
+
+    def _quarantine(self, ctx: PartitionContext, seg: SegmentFiles, err: SegmentQuarantined) -> None:
+        q = Quarantine(seg.base_offset, err.file or str(seg.log), err.position, err.cause, str(err),
+                       self.shared.clock_ms(), err.version)
+        ctx.quarantined[seg.base_offset] = q
+        self.shared.metrics.quarantine_set(ctx.labels, q)
+        log.error("%s: segment %d quarantined, tiering of the partition waits until the broker fixes "
+                  "or removes the file: %s", ctx.part.name, seg.base_offset, err)
+
+    def _reexamine_quarantine(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> None:
+        """Lift a quarantine once its ``.log`` is gone or another version (inode, size, mtime):
+        the broker removed or replaced it; a replaced file is scanned again like any other."""
+        listed = {s.base_offset: s for s in segments}
+        for base, q in list(ctx.quarantined.items()):
+            seg = listed.get(base)
+            version = file_version(seg.log) if seg is not None else None
+            if version is not None and version == q.version:
+                continue
+            del ctx.quarantined[base]
+            self.shared.metrics.quarantine_clear(ctx.labels, q)
+            log.warning("%s: segment %d %s; lifting its quarantine", ctx.part.name, base,
+                        "was removed" if version is None else "changed on disk, examining it again")
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
         m = self.shared.metrics
@@ -412,7 +444,9 @@ class RemoteLogManager:
             "remote_bytes": ctx.remote_bytes,
             "copy_lag_segments": len(pending),
             "copy_lag_bytes": sum(s.size for s, _ in pending),
-            "quarantined": dict(ctx.quarantined),
+            "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
+            # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
+            "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
             "last_error": ctx.last_error,
             # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
             # committed segments (eligible to tier); how long the oldest pending segment has waited

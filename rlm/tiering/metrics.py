@@ -9,9 +9,42 @@ managers (tests) never collide.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from rlm.logdir.indexcheck import rebuild_counts
 
 _TP = ("topic", "partition")
+
+
+class _QuarantineFacts(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def cause(self) -> str: ...
+
+
+class _IndexRebuilds:
+    """``rlm_local_index_rebuilds_total``: broker index file versions that failed their check and
+    were rebuilt from the ``.log``, counted once each by :func:`rlm.logdir.indexcheck.note_rebuilt`
+    (whoever found it: a copy, a lookup, a reader)."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "rlm_local_index_rebuilds", "Broker .index/.timeindex files that failed Kafka's sanity "
+            "check and were rebuilt from the .log (Kafka logs 'Found a corrupted index file' and "
+            "rebuilds it)", labels=(*_TP, "index"))
+        for (topic, partition, kind), count in sorted(rebuild_counts().items()):
+            family.add_metric([topic, str(partition), kind], count)
+        yield family
 
 
 class TieringMetrics:
@@ -46,6 +79,11 @@ class TieringMetrics:
                                        "store deleted before rlm copied them", _TP, registry=r)
         self.quarantined = Gauge("rlm_segments_quarantined", "Segments that failed CRC verification "
                                  "and block tiering of their partition", _TP, registry=r)
+        self.quarantine_info = Gauge("rlm_segment_quarantine_info", "1 per quarantined segment: its "
+                                     ".log file, the byte position of the damage and the cause "
+                                     "(empty, torn_tail, corrupt)",
+                                     (*_TP, "base_offset", "file", "position", "cause"), registry=r)
+        r.register(_IndexRebuilds())
         self.slow_copies = Counter("rlm_copy_watchdog_slow", "Copies that took far longer than their "
                                    "size warrants", _TP, registry=r)
         self.orphans_deleted = Counter("rlm_gc_orphan_objects_deleted", "Objects of abandoned "
@@ -59,3 +97,16 @@ class TieringMetrics:
 
     def labels(self, topic: str, partition: int) -> dict[str, str]:
         return {"topic": topic, "partition": str(partition)}
+
+    @staticmethod
+    def _quarantine_labels(labels: dict[str, str], q: _QuarantineFacts) -> dict[str, str]:
+        position = "" if q.position is None else str(q.position)
+        return {**labels, "base_offset": str(q.base_offset), "file": q.file, "position": position,
+                "cause": q.cause}
+
+    def quarantine_set(self, labels: dict[str, str], q: _QuarantineFacts) -> None:
+        self.quarantine_info.labels(**self._quarantine_labels(labels, q)).set(1)
+
+    def quarantine_clear(self, labels: dict[str, str], q: _QuarantineFacts) -> None:
+        with contextlib.suppress(KeyError):  # never set in this registry (e.g. another manager)
+            self.quarantine_info.remove(*self._quarantine_labels(labels, q).values())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlm.config import TieringSettings
+from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
@@ -65,6 +66,27 @@ class SharedResources:
     stop: threading.Event
     retry: RetryPolicy
     clock_ms: Callable[[], int]
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES  # [log] index_interval_bytes: rebuilds
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """A rolled segment rlm refuses to tier (docs/broker-files.md): its ``.log`` ``file``, the byte
+    ``position`` of the damage, ``cause`` (``empty``/``torn_tail``/``corrupt``), the full ``message``,
+    when it was found (``since_ms``) and the ``.log``'s version (device, inode, size, mtime) then:
+    the quarantine is re-examined as soon as that version changes or the file is gone."""
+
+    base_offset: int
+    file: str
+    position: int | None
+    cause: str
+    message: str
+    since_ms: int
+    version: tuple[int, int, int, int] | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"base_offset": self.base_offset, "file": self.file, "position": self.position,
+                "cause": self.cause, "reason": self.message, "since_ms": self.since_ms}
 
 
 @dataclass
@@ -78,7 +100,7 @@ class PartitionContext:
     journal: Journal
     progress: Progress = field(default_factory=Progress)
     manifests: list[SegmentManifest] = field(default_factory=list)
-    quarantined: dict[int, str] = field(default_factory=dict)
+    quarantined: dict[int, Quarantine] = field(default_factory=dict)  # by segment base offset
     in_flight: set[str] = field(default_factory=set)
     last_error: str | None = None
     recovered: bool = False
