@@ -328,6 +328,7 @@ class RemoteLogManager:
         q = Quarantine(seg.base_offset, err.file or str(seg.log), err.position, err.cause, str(err),
                        self.shared.clock_ms(), err.version)
         ctx.quarantined[seg.base_offset] = q
+        Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)
         self.shared.metrics.quarantine_set(ctx.labels, q)
         log.error("%s: segment %d quarantined, tiering of the partition waits until the broker fixes "
                   "or removes the file: %s", ctx.part.name, seg.base_offset, err)
@@ -336,15 +337,22 @@ class RemoteLogManager:
         """Lift a quarantine once its ``.log`` is gone or another version (inode, size, mtime):
         the broker removed or replaced it; a replaced file is scanned again like any other."""
         listed = {s.base_offset: s for s in segments}
+        if not ctx.quarantined:  # found by an earlier process
+            ctx.quarantined.update(Quarantine.load_all(ctx.quarantine_path))
+        lifted = False
         for base, q in list(ctx.quarantined.items()):
             seg = listed.get(base)
             version = file_version(seg.log) if seg is not None else None
             if version is not None and version == q.version:
+                self.shared.metrics.quarantine_set(ctx.labels, q)
                 continue
             del ctx.quarantined[base]
+            lifted = True
             self.shared.metrics.quarantine_clear(ctx.labels, q)
             log.warning("%s: segment %d %s; lifting its quarantine", ctx.part.name, base,
                         "was removed" if version is None else "changed on disk, examining it again")
+        if lifted:
+            Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
         m = self.shared.metrics
@@ -492,3 +500,4 @@ def _observe(ctx: PartitionContext) -> None:
     remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
     start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset
     ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start)
+    ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)

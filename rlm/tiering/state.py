@@ -88,6 +88,31 @@ class Quarantine:
         return {"base_offset": self.base_offset, "file": self.file, "position": self.position,
                 "cause": self.cause, "reason": self.message, "since_ms": self.since_ms}
 
+    @staticmethod
+    def save_all(path: Path, quarantined: dict[int, Quarantine]) -> None:
+        """Persist (``rlm status`` in another process shows what the daemon found)."""
+        docs = [{**q.to_json(), "version": q.version} for _, q in sorted(quarantined.items())]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(docs).encode())
+
+    @classmethod
+    def load_all(cls, path: Path) -> dict[int, Quarantine]:
+        """What :meth:`save_all` wrote; an absent or unreadable file is no quarantine (the next
+        pass scans the segment again and finds the damage again)."""
+        try:
+            docs = json.loads(path.read_text())
+            found = {}
+            for d in docs:
+                version = d["version"]
+                q = cls(int(d["base_offset"]), str(d["file"]), d["position"], str(d["cause"]),
+                        str(d["reason"]), int(d["since_ms"]),
+                        None if version is None else (int(version[0]), int(version[1]),
+                                                      int(version[2]), int(version[3])))
+                found[q.base_offset] = q
+            return found
+        except (FileNotFoundError, ValueError, KeyError, TypeError, IndexError):
+            return {}
+
 
 @dataclass
 class PartitionContext:
@@ -127,6 +152,10 @@ class PartitionContext:
 
     def save_progress(self) -> None:
         self.progress.save(self.progress_path)
+
+    @property
+    def quarantine_path(self) -> Path:
+        return self.state_dir / "quarantine.json"
 
     @property
     def remote_bytes(self) -> int:
