@@ -261,7 +261,8 @@ def test_quarantine_in_the_http_status_api(tmp_path: Path) -> None:
     manager.run_once()
     settings = _settings(logs, store)
     readers = TieredReaders(settings, LocalBackend(root=str(store)), progress=manager.live_progress)
-    app = create_app(readers, settings.server, status=manager.status, registry=manager.shared.metrics.registry)
+    app = create_app(readers, settings.server, status=manager.status,
+                     registry=manager.shared.metrics.registry)
     server = ApiServer(app, "127.0.0.1", 0).start()
     try:
         [row] = httpx.get(server.url + "/v1/partitions", timeout=30).json()
