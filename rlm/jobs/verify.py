@@ -17,6 +17,10 @@ entries of the committed segments; a gap between consecutive manifests is an err
 shows a segment was there (a local index entry, a local segment or an orphan attempt in the gap),
 else a warning (a compacted topic's cleaner may leave such gaps).
 
+Also on the driver, the broker's own files (:mod:`rlm.jobs.verify_local`): every rolled local
+segment's ``.log`` is CRC-checked and its ``.index``/``.timeindex`` checked against it, exactly as
+tiering checks them before upload (docs/broker-files.md).
+
 Every problem names what it can: topic, partition, segment base offset, object key or file,
 byte position, Kafka offset.
 """
@@ -28,8 +32,8 @@ import itertools
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import crc32c as _crc32c
 
@@ -39,44 +43,15 @@ from rlm.formats import naming
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
 from rlm.jobs.plan import BackendSpec, pack_entries, select_partitions
+from rlm.jobs.problem import Problem, Severity
+from rlm.jobs.verify_local import check_local_segments
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.manifest import SegmentManifest
 
-Severity = Literal["error", "warning"]
 DEEP_CHUNK_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One finding. ``key`` is an object key (remote) or a file path (local)."""
-
-    check: str
-    topic: str
-    partition: int
-    message: str
-    severity: Severity = "error"
-    base_offset: int | None = None
-    key: str | None = None
-    position: int | None = None
-    offset: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    def line(self) -> str:
-        where = [f"{self.topic}-{self.partition}"]
-        if self.base_offset is not None:
-            where.append(f"segment {self.base_offset}")
-        if self.key is not None:
-            where.append(self.key)
-        if self.position is not None:
-            where.append(f"byte {self.position}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        return f"{self.severity}: {self.check}: {', '.join(where)}: {self.message}"
 
 
 @dataclass
@@ -517,6 +492,8 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
         report.objects += f.objects
         report.problems += f.problems
         report.problems += _check_local(parts[(f.topic, f.partition)], f, manifests)
+        report.problems += check_local_segments(parts[(f.topic, f.partition)],
+                                                settings.log.index_interval_bytes)
         deep_jobs += [(m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests,
                                                                                      strict=True)]
     if deep and deep_jobs:

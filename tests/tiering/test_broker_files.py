@@ -273,3 +273,33 @@ def test_quarantine_in_the_http_status_api(tmp_path: Path) -> None:
     assert row["quarantine"][0]["file"] == str(victim.log)
     assert (row["quarantine"][0]["position"], row["quarantine"][0]["cause"]) == (position, cause)
     assert "rlm_segment_quarantine_info{" in metrics and f'position="{position}"' in metrics
+
+
+# --- rlm verify reports the same local findings ---------------------------------------------------
+
+
+def test_verify_reports_broken_indexes_and_quarantine_worthy_logs(tmp_path: Path) -> None:
+    from rlm.jobs.verify_local import check_local_segments
+    from rlm.logdir.scan import discover_partitions
+
+    logs = tmp_path / "logs"
+    _write(logs, TOPIC, 0, seed=1)
+    _write(logs, "other", 0, seed=2)
+    segments = list_segments(logs / f"{TOPIC}-0")
+    assert segments[0].time_index is not None and segments[3].index is not None
+    _damage_index(segments[0].time_index, 12, "backwards")
+    position, cause = _damage_log(segments[2], "bitflip")
+    (logs / f"{TOPIC}-0" / segments[3].index.name).write_bytes(b"\x07" * 13)
+    found = {}
+    for part in discover_partitions([logs]):
+        found[part.name] = check_local_segments(part, INTERVAL)
+    assert found["other-0"] == []
+    by_key = {(p.check, p.key): p for p in found[f"{TOPIC}-0"]}
+    assert set(by_key) == {("local_broken_index", str(segments[0].time_index)),
+                           ("local_segment_quarantine", str(segments[2].log)),
+                           ("local_broken_index", str(segments[3].index))}
+    q = by_key[("local_segment_quarantine", str(segments[2].log))]
+    assert (q.base_offset, q.position, q.severity) == (segments[2].base_offset, position, "error")
+    assert cause in q.message
+    bad_length = by_key[("local_broken_index", str(segments[3].index))]
+    assert bad_length.position == 8 and "multiple of 8" in bad_length.message

@@ -1,0 +1,59 @@
+"""``rlm verify`` on the broker's own files: the same checks tiering makes before it uses or
+uploads a segment (docs/broker-files.md), run over every rolled local segment.
+
+* ``local_segment_quarantine`` (error): a rolled ``.log`` that is empty, ends inside a batch or
+  fails a CRC — tiering quarantines it and the partition's later segments wait.
+* ``local_broken_index`` (error): a ``.index``/``.timeindex`` that fails Kafka's sanity check or
+  does not match its ``.log`` — rlm uses and uploads a rebuild, but the broker itself reads the
+  broken file until it rebuilds it.
+
+The active (last) segment is skipped: it is being written, and Kafka checks it on recovery.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlm.errors import CorruptIndexError
+from rlm.jobs.problem import Problem
+from rlm.logdir.indexcheck import IndexKind, parse_checked
+from rlm.logdir.scan import PartitionDir, list_segments
+from rlm.tiering.copier import SegmentQuarantined, scan
+
+__all__ = ["check_local_segments"]
+
+
+def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[Problem]:
+    """Findings for the rolled segments of ``part`` (``index_interval_bytes`` is named in the
+    message of a broken index: the rebuild follows it)."""
+    topic, partition = part.topic, part.partition
+    problems: list[Problem] = []
+    for seg in list_segments(part)[:-1]:
+        try:
+            scanned = scan(seg.log)
+        except FileNotFoundError:
+            continue  # deleted by the broker meanwhile
+        except SegmentQuarantined as err:
+            problems.append(Problem(
+                "local_segment_quarantine", topic, partition,
+                f"{err.reason} ({err.cause}): tiering quarantines this segment and waits for the broker "
+                "to replace or remove it", base_offset=seg.base_offset, key=str(seg.log),
+                position=err.position, offset=err.offset))
+            continue
+        checks: tuple[tuple[IndexKind, Path | None], ...] = (("index", seg.index),
+                                                             ("timeindex", seg.time_index))
+        for kind, file in checks:
+            if file is None:
+                continue
+            try:
+                parse_checked(kind, seg.base_offset, file.read_bytes(), scanned.batches)
+            except FileNotFoundError:
+                continue
+            except CorruptIndexError as err:
+                problems.append(Problem(
+                    "local_broken_index", topic, partition,
+                    f"{err.reason}: rlm uses and uploads an index rebuilt from the .log "
+                    f"(index.interval.bytes {index_interval_bytes}); the broker reads this file "
+                    "until it rebuilds it", base_offset=seg.base_offset, key=str(file),
+                    position=err.position, offset=err.offset))
+    return problems
