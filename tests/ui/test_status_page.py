@@ -115,6 +115,13 @@ def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
     assert "CRC" in rows["payments-0"]["error"]
     assert rows["orders-0"]["state"] == "lagging" and rows["orders-1"]["state"] == "ok"
     status = {f"{r['topic']}-{r['partition']}": r for r in served.manager.status()}
+    # The quarantine's file, byte position and cause (docs/broker-files.md) are in the DOM.
+    shown = json.loads(page.evaluate(
+        "JSON.stringify({...document.querySelector('.partition[data-topic=\"payments\"]').dataset})"))
+    [q] = status["payments-0"]["quarantine"]
+    assert (shown["quarantineFile"], shown["quarantinePosition"], shown["quarantineCause"]) == (
+        q["file"], str(q["position"]), "corrupt")
+    assert q["file"].endswith(".log")
     for name, row in rows.items():
         assert row["lag_bytes"] == status[name]["copy_lag_bytes"], name
     totals = page.evaluate("""JSON.stringify(Object.fromEntries([...document.querySelectorAll('[data-total]')]

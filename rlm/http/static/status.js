@@ -128,9 +128,14 @@
         : "" }));
 
     const quarantined = Object.keys(r.quarantined || {}).map(Number).sort((a, b) => a - b);
+    // r.quarantine (docs/broker-files.md): the file, byte position and cause of each quarantine.
+    const q = (r.quarantine || [])[0] || null;
+    const where = q ? q.file.split("/").pop() + (q.position !== null ? " @ byte " + fmtNum(q.position) : "")
+      + " (" + q.cause.replace("_", " ") + ")" : "";
     const problem = r.last_error || (quarantined.length ? r.quarantined[String(quarantined[0])] : null);
     const headline = quarantined.length
-      ? "Quarantined: segment " + quarantined.map(fmtNum).join(", ") : "Copy failing";
+      ? "Quarantined: segment " + quarantined.map(fmtNum).join(", ") + (where ? " · " + where : "")
+      : "Copy failing";
     const status = el("div", { class: "status" }, problem
       ? el("div", {}, el("div", { class: "err", text: headline }),
         el("div", { class: "errmsg", title: problem, text: problem.replace(/^\/\S*?: /, "") }))
@@ -145,7 +150,9 @@
       "data-log-end": r.log_end_offset, "data-hw": r.high_watermark,
       "data-remote-start": r.remote_log_start_offset, "data-highest-tiered": r.highest_tiered_offset,
       "data-eligible-end": r.eligible_end_offset, "data-lag-bytes": r.copy_lag_bytes,
-      "data-lag-segments": lagSegs, "data-lag-age-ms": r.copy_lag_age_ms, "data-error": r.last_error,
+      "data-lag-segments": lagSegs, "data-lag-age-ms": r.copy_lag_age_ms, "data-error": problem,
+      "data-quarantine-file": q ? q.file : null, "data-quarantine-position": q ? q.position : null,
+      "data-quarantine-cause": q ? q.cause : null,
     }, name, el("div", {}, bar, offsets), lag, status);
   }
 
