@@ -20,7 +20,6 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
-from rlm.logdir.indexcheck import file_version
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -48,6 +47,7 @@ from rlm.tiering.journal import Journal
 from rlm.tiering.lookup import partition_offsets
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
+from rlm.tiering.quarantine import quarantine, reexamine_quarantine
 from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import RetentionPlan, apply_retention
@@ -258,7 +258,7 @@ class RemoteLogManager:
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
         m = self.shared.metrics
         segments = list_segments(ctx.part)
-        self._reexamine_quarantine(ctx, segments)
+        reexamine_quarantine(ctx, segments)
         pending = self._pending(ctx, segments)
         self._publish_lag(ctx, pending)
         if pending and ctx.progress.highest_tiered_offset >= 0 and (
@@ -303,7 +303,7 @@ class RemoteLogManager:
             m.skipped_deleted.labels(**ctx.labels).inc()
             return True
         except SegmentQuarantined as err:
-            self._quarantine(ctx, seg, err)
+            quarantine(ctx, seg, err)
             m.copy_errors.labels(**ctx.labels).inc()
             result.error = f"quarantined: {err}"
             return False
@@ -321,38 +321,6 @@ class RemoteLogManager:
             result.copied.append(seg.base_offset)
             result.copied_bytes += copied.manifest.size_bytes
         return True
-
-    # -- quarantine (docs/broker-files.md) ----------------------------------------------------
-
-    def _quarantine(self, ctx: PartitionContext, seg: SegmentFiles, err: SegmentQuarantined) -> None:
-        q = Quarantine(seg.base_offset, err.file or str(seg.log), err.position, err.cause, str(err),
-                       self.shared.clock_ms(), err.version)
-        ctx.quarantined[seg.base_offset] = q
-        Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)
-        self.shared.metrics.quarantine_set(ctx.labels, q)
-        log.error("%s: segment %d quarantined, tiering of the partition waits until the broker fixes "
-                  "or removes the file: %s", ctx.part.name, seg.base_offset, err)
-
-    def _reexamine_quarantine(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> None:
-        """Lift a quarantine once its ``.log`` is gone or another version (inode, size, mtime):
-        the broker removed or replaced it; a replaced file is scanned again like any other."""
-        listed = {s.base_offset: s for s in segments}
-        if not ctx.quarantined:  # found by an earlier process
-            ctx.quarantined.update(Quarantine.load_all(ctx.quarantine_path))
-        lifted = False
-        for base, q in list(ctx.quarantined.items()):
-            seg = listed.get(base)
-            version = file_version(seg.log) if seg is not None else None
-            if version is not None and version == q.version:
-                self.shared.metrics.quarantine_set(ctx.labels, q)
-                continue
-            del ctx.quarantined[base]
-            lifted = True
-            self.shared.metrics.quarantine_clear(ctx.labels, q)
-            log.warning("%s: segment %d %s; lifting its quarantine", ctx.part.name, base,
-                        "was removed" if version is None else "changed on disk, examining it again")
-        if lifted:
-            Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
         m = self.shared.metrics
