@@ -38,8 +38,8 @@ from typing import Any, Literal
 from rlm.config import Settings
 from rlm.errors import FormatError, InvalidArgumentError, RlmError
 from rlm.formats import naming
-from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
+from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.logdir.scan import (
     PartitionDir,
     SegmentFiles,
@@ -48,6 +48,7 @@ from rlm.logdir.scan import (
     partition_state,
     read_checkpoints,
 )
+from rlm.logdir.segment import LogSegment
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
@@ -240,12 +241,14 @@ def pack_entries(entries: Sequence[RemoteLogIndexEntry], target_bytes: int,
     return ranges
 
 
-def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int) -> list[tuple[int, int]]:
+def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int,
+                index_interval_bytes: int) -> list[tuple[int, int]]:
     """Split ``[first_pos, size)`` of a local segment at ``.index`` positions (batch starts)."""
     cuts = [first_pos]
     if size - first_pos > target_bytes and seg.index is not None:
-        try:
-            index = OffsetIndex(seg.base_offset, seg.index.read_bytes())
+        try:  # broker indexes are checked before use (docs/broker-files.md)
+            with LogSegment.open(seg, index_interval_bytes=index_interval_bytes) as local:
+                index = local.verified_offset_index()
         except (OSError, RlmError):
             index = None
         if index is not None:
@@ -261,7 +264,8 @@ def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:
     if seg.index is None or min_offset <= seg.base_offset:
         return 0
     try:
-        return OffsetIndex(seg.base_offset, seg.index.read_bytes()).lookup(min_offset).position
+        with LogSegment.open(seg) as local:
+            return local.floor_position(min_offset)
     except (OSError, RlmError):
         return 0
 
@@ -269,8 +273,10 @@ def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:
 def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | None = None,
                    end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
                    include_local: bool = True, ordered_timestamps: bool = False,
-                   retry: RetryPolicy | None = None) -> PartitionPlan:
-    """Plan one partition (see the module doc for the tier split and the pruning rules)."""
+                   retry: RetryPolicy | None = None,
+                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> PartitionPlan:
+    """Plan one partition (see the module doc for the tier split and the pruning rules);
+    ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md)."""
     plan = PartitionPlan(part.topic, part.partition)
     manifests = load_manifests(backend, part.topic, part.partition, retry)
     plan.manifests = manifests
@@ -306,7 +312,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
         if seg.size == 0 or seg_last < plan.local_min_offset or seg.base_offset > plan.local_max_offset:
             continue
         first = _local_first_position(seg, plan.local_min_offset)
-        for s, t in _local_cuts(seg, first, seg.size, target_bytes):
+        for s, t in _local_cuts(seg, first, seg.size, target_bytes, index_interval_bytes):
             plan.tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
                                        plan.local_min_offset, plan.local_max_offset, start, end,
                                        seg.base_offset))
@@ -326,5 +332,6 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
         plans = list(pool.map(lambda p: plan_partition(
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
-            ordered_timestamps=ordered_timestamps), parts))
+            ordered_timestamps=ordered_timestamps,
+            index_interval_bytes=settings.log.index_interval_bytes), parts))
     return ReadPlan(plans)

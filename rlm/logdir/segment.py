@@ -280,7 +280,7 @@ class LogSegment:
         self._load_indexes()
         return self._time_index
 
-    def _floor_position(self, offset: int) -> int:
+    def floor_position(self, offset: int) -> int:
         """Byte position of the offset-index floor of ``offset`` (0 without an index). The entry
         used is checked against the log first; an index that fails is rebuilt from the log."""
         index = self.offset_index
@@ -299,6 +299,23 @@ class LogSegment:
             return rebuilt.lookup(offset).position
         return floor.position
 
+    def verified_offset_index(self) -> OffsetIndex | None:
+        """The ``.index`` with every entry checked against the log (one batch header each; a
+        planner cuts the log at these positions), rebuilt from the log when one fails."""
+        index = self.offset_index
+        if index is None:
+            return None
+        for n, entry in enumerate(index):
+            try:
+                self._check_entry(entry.offset, entry.position, n * index.ENTRY_SIZE)
+            except CorruptIndexError as err:
+                assert self.index_path is not None
+                rebuilt = self._rebuilt("index", self.index_path, err)
+                assert isinstance(rebuilt, OffsetIndex)
+                self._offset_index = rebuilt
+                return rebuilt
+        return index
+
     # -- lookups -------------------------------------------------------------------------------
 
     def find_batch(self, offset: int) -> RecordBatch | None:
@@ -307,7 +324,7 @@ class LogSegment:
         Like Kafka's ``translateOffset``: an offset that was compacted away, or lies before the
         first batch, resolves to the next batch; ``None`` when ``offset`` is past the last batch.
         """
-        for batch in self.batches(self._floor_position(offset)):
+        for batch in self.batches(self.floor_position(offset)):
             if batch.last_offset >= offset:
                 return batch
         return None
@@ -326,7 +343,7 @@ class LogSegment:
         start = self.base_offset if starting_offset is None else starting_offset
         time_index = self.time_index
         floor_offset = time_index.lookup(timestamp).offset if time_index is not None else self.base_offset
-        for batch in self.batches(self._floor_position(max(floor_offset, start))):
+        for batch in self.batches(self.floor_position(max(floor_offset, start))):
             if batch.max_timestamp < timestamp:
                 continue
             for record in self.read_records(batch):

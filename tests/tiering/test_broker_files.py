@@ -303,3 +303,32 @@ def test_verify_reports_broken_indexes_and_quarantine_worthy_logs(tmp_path: Path
     assert cause in q.message
     bad_length = by_key[("local_broken_index", str(segments[3].index))]
     assert bad_length.position == 8 and "multiple of 8" in bad_length.message
+
+
+def test_spark_planner_cuts_local_segments_only_at_real_batch_starts(tmp_path: Path) -> None:
+    """The read planner splits local segments at .index positions: a broken index (here a
+    structurally valid one whose middle entries point between batches) must not become a cut."""
+    import struct
+
+    from rlm.jobs.plan import plan_partition
+    from rlm.logdir.scan import discover_partitions
+
+    clean, broken = tmp_path / "clean", tmp_path / "broken"
+    _write(clean, TOPIC, 0, seed=6)
+    shutil.copytree(clean, broken)
+    victim = list_segments(broken / f"{TOPIC}-0")[0]
+    assert victim.index is not None
+    entries = [list(e) for e in struct.iter_unpack(">ii", victim.index.read_bytes())]
+    for e in entries[1:-1]:
+        e[1] += 1  # still increasing, inside the file: only the batches show it is wrong
+    victim.index.write_bytes(b"".join(struct.pack(">ii", *e) for e in entries))
+
+    def local_tasks(logs: Path) -> list[tuple[str, int, int]]:
+        [part] = discover_partitions([logs])
+        plan = plan_partition(part, LocalBackend(root=str(tmp_path / "none")), target_bytes=1_200,
+                              index_interval_bytes=INTERVAL)
+        return [(Path(t.location).name, t.start, t.end) for t in plan.tasks if t.source == "local"]
+
+    assert local_tasks(broken) == local_tasks(clean)
+    starts = {b.position for b in iter_batches(victim.log.read_bytes())}
+    assert all(s in starts for name, s, _ in local_tasks(broken) if name == victim.log.name)
