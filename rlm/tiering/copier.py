@@ -311,7 +311,8 @@ def prepare_segment(ctx: PartitionContext, segment: SegmentFiles) -> PreparedSeg
 
 def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
                  prepared: PreparedSegment | None = None) -> CopyResult | None:
-    """Copy one rolled segment; None for an empty segment (nothing to tier).
+    """Copy one rolled segment; None when it holds no batch (an empty .log is quarantined by the
+    scan instead, docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
     consumed (its pin dropped) either way. Raises :class:`SegmentVanished`,

@@ -77,8 +77,9 @@ class TieringMetrics:
                                     "storage: the store may delete local data up to it", _TP, registry=r)
         self.skipped_deleted = Counter("rlm_segments_deleted_before_copy", "Eligible segments the log "
                                        "store deleted before rlm copied them", _TP, registry=r)
-        self.quarantined = Gauge("rlm_segments_quarantined", "Segments that failed CRC verification "
-                                 "and block tiering of their partition", _TP, registry=r)
+        self.quarantined = Gauge("rlm_segments_quarantined", "Rolled segments whose .log is empty, "
+                                 "torn or fails CRC verification; they block tiering of their "
+                                 "partition", _TP, registry=r)
         self.quarantine_info = Gauge("rlm_segment_quarantine_info", "1 per quarantined segment: its "
                                      ".log file, the byte position of the damage and the cause "
                                      "(empty, torn_tail, corrupt)",
