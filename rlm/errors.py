@@ -19,6 +19,7 @@ Tree::
     ├── LogDirError                    layout of a log directory (names, missing files)
     ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
     ├── InvalidArgumentError           invalid API / CLI parameters
+    │   └── OffsetOutOfRangeError      a fetch below the log start / above the high watermark
     └── StorageError                   remote store failures, translated once from SDK/OS errors
         ├── ObjectNotFoundError
         ├── ObjectExistsError          a conditional "create only if absent" lost
@@ -120,6 +121,12 @@ class ConfigError(RlmError):
 
 class InvalidArgumentError(RlmError):
     """An invalid parameter given to the CLI or the API; the CLI exits with code 2."""
+
+
+class OffsetOutOfRangeError(InvalidArgumentError):
+    """A fetch offset below the log start offset or above the high watermark (Kafka's
+    OFFSET_OUT_OF_RANGE): HTTP 416, CLI exit code 2. A fetch AT the high watermark is not an
+    error (no records)."""
 
 
 class StorageError(RlmError):

@@ -61,8 +61,9 @@ def lookup(config_path: Path, topic: str, partition: int, offset: int | None, ti
 def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...], minus: str) -> None:
     """CSV topic,partition,offset for `kafka-consumer-groups --reset-offsets --from-file`.
 
-    Each offset is the first record with timestamp >= TS - MINUS in either tier; a partition
-    with no record that recent gets its log end offset (consumers resume at the end).
+    Each offset is the first visible record with timestamp >= TS - MINUS in either tier; a
+    partition with no record that recent gets its high watermark (consumers resume at the end of
+    what is committed, docs/visibility.md).
     """
     rows = _readers(config_path).offsets_for_times(timestamp, list(topics) or None,
                                                    parse_duration_ms(minus))
@@ -81,7 +82,8 @@ def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...]
               help="json: decoded records (base64 keys/values); raw: the batches' bytes to stdout")
 @handle_errors
 def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes: int, fmt: str) -> None:
-    """Records from OFFSET on, from whichever tier holds them (Kafka fetch semantics)."""
+    """Records from OFFSET on, from whichever tier holds them (Kafka fetch semantics), below the
+    high watermark only; OFFSET = the high watermark prints nothing (docs/visibility.md)."""
     result = _readers(config_path).reader(topic, partition).fetch(offset, max_bytes)
     if fmt == "raw":
         sys.stdout.buffer.write(result.data)
@@ -92,7 +94,7 @@ def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes:
 
     for batch in result.batches:
         for r in decode_records(result.data, batch):
-            if r.offset < offset:
+            if r.offset < max(offset, result.log_start_offset or 0):
                 continue
             sys.stdout.write(json.dumps({
                 "offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key), "value": b64(r.value),

@@ -14,8 +14,11 @@ Routes (contract)::
                                                            API calls send the token)
 
 Errors are JSON ``{"error": {"field": ..., "reason": ...}}``: 400 bad input, 401 missing/wrong
-token, 404 unknown partition, 416 offset out of range for a fetch, 504 request timeout, 502
-remote store failure. Topic names are checked against Kafka's rules before any file access.
+token, 404 unknown partition, 416 offset out of range for a fetch (:class:`OffsetOutOfRangeError`:
+below the log start or above the high watermark; a fetch AT it answers 200 with no records), 504
+request timeout, 502 remote store failure. Topic names are checked against Kafka's rules before any
+file access. Nothing at or above the high watermark, nor below the log start, is ever returned
+(docs/visibility.md).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlm import __version__
 from rlm.config import ServerSettings
-from rlm.errors import InvalidArgumentError, RlmError, StorageError
+from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError, StorageError
 from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
 
@@ -99,6 +102,10 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     @app.exception_handler(PartitionNotFoundError)
     async def on_not_found(_: Request, exc: PartitionNotFoundError) -> JSONResponse:
         return _error(404, "partition", exc.reason)
+
+    @app.exception_handler(OffsetOutOfRangeError)
+    async def on_out_of_range(_: Request, exc: OffsetOutOfRangeError) -> JSONResponse:
+        return _error(416, "offset", exc.reason)
 
     @app.exception_handler(InvalidArgumentError)
     async def on_invalid(_: Request, exc: InvalidArgumentError) -> JSONResponse:
@@ -171,12 +178,7 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
         reader = readers.reader(topic, partition)
         if max_bytes <= 0 or max_bytes > 64 << 20:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, 67108864]")
-        try:
-            fetched = await run_in_threadpool(reader.fetch, offset, max_bytes)
-        except InvalidArgumentError as err:
-            if "out of range" in err.reason:
-                return _error(416, "offset", err.reason)
-            raise
+        fetched = await run_in_threadpool(reader.fetch, offset, max_bytes)
         if format == "json":
             return _fetch_json(fetched)
         headers = {"X-Rlm-Tier": fetched.tier, "X-Rlm-Next-Offset": str(fetched.next_offset),
@@ -208,11 +210,13 @@ def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
     return {
         "topic": fetched.topic, "partition": fetched.partition, "tier": fetched.tier,
         "next_offset": fetched.next_offset, "high_watermark": fetched.high_watermark,
+        "log_start_offset": fetched.log_start_offset,
         "batches": [{
             "base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control,
             "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key),
                          "value": b64(r.value),
                          "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers]}
-                        for r in decode_records(fetched.data, b)],
+                        for r in decode_records(fetched.data, b)
+                        if r.offset >= (fetched.log_start_offset or 0)],
         } for b in fetched.batches],
     }

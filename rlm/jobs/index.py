@@ -54,6 +54,7 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
         manifests = [SegmentManifest.from_json(d) for d in manifest_docs]
         ctx.family.open()
         ctx.family.delete_all()
+        deleted_below = Progress.load(ctx.progress_path).delete_records_offset
         ctx.progress_path.unlink(missing_ok=True)
         count = 0
         for manifest, blob in zip(manifests, entry_blobs, strict=True):
@@ -65,7 +66,7 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
         highest = manifests[-1].last_offset if manifests else -1
         start = manifests[0].base_offset if manifests else -1
         ctx.manifests = manifests
-        ctx.progress = Progress(highest, start)
+        ctx.progress = Progress(highest, start, deleted_below)
         if ctx.family.sets and start >= 0:
             ctx.family.remove_below(start)
         ctx.save_progress()

@@ -4,16 +4,18 @@ Pure Python (no pyspark): a plan is a list of :class:`ReadTask`, each a half-ope
 remote object or one local segment file, cut at batch boundaries, so every task can be read with
 ONE ranged request and decoded on its own.
 
-Tiers never overlap in a plan. Per partition, with ``H`` = the last offset of the last remote
-manifest (-1 when nothing is remote):
+Tiers never overlap in a plan, and only visible offsets ``[log start, visible end)`` are planned
+(docs/visibility.md: nothing at or above the high watermark, nothing below a DeleteRecords point).
+Per partition, with ``H`` = the last offset of the last remote manifest (-1 when nothing is remote):
 
-* **remote** — every manifest (committed segment), records ``base_offset ≤ o ≤ last_offset``;
+* **remote** — every manifest (committed segment), records ``base_offset ≤ o ≤ last_offset``
+  clamped to the visible range;
   the byte ranges come from the segment's ``.remotelogindex`` entries, taken from the local index
   sets when they hold the segment's entries and else from the segment's uploaded entries object
   (``keys.REMOTE_LOG_INDEX``). Entries are packed into tasks of consecutive entries of one object
   up to ``target_bytes``;
-* **local** — records ``max(H + 1, log start offset) ≤ o < high watermark`` (no upper bound when
-  the log dir has no ``replication-offset-checkpoint``), from the local segments by byte ranges cut
+* **local** — records ``max(H + 1, log start offset) ≤ o < visible end`` (the high watermark, or
+  what docs/visibility.md assumes without one), from the local segments by byte ranges cut
   at ``.index`` positions. Local tasks read files on the sidecar host: run them with executors on
   that host (``local[*]``), or export only what is tiered.
 
@@ -41,12 +43,11 @@ from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.logdir.scan import (
+    EligibilityPolicy,
     PartitionDir,
     SegmentFiles,
     discover_partitions,
     list_segments,
-    partition_state,
-    read_checkpoints,
 )
 from rlm.logdir.segment import LogSegment
 from rlm.storage.api import StorageBackend
@@ -54,6 +55,8 @@ from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.state import Progress, default_state_dir
+from rlm.tiering.visibility import partition_offsets
 
 MAX_OFFSET = 2**63 - 1
 DEFAULT_TARGET_BYTES = 32 * 1024 * 1024
@@ -274,15 +277,30 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
                    end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
                    include_local: bool = True, ordered_timestamps: bool = False,
                    retry: RetryPolicy | None = None,
-                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> PartitionPlan:
+                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                   policy: EligibilityPolicy = "high-watermark",
+                   progress: Progress | None = None) -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
-    ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md)."""
+    ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
+
+    Only visible offsets are planned (docs/visibility.md): ``policy`` (``log.eligibility``) says
+    what is visible without a high watermark; ``progress`` (what the daemon persisted) brings the
+    DeleteRecords point the broker may have forgotten.
+    """
     plan = PartitionPlan(part.topic, part.partition)
     manifests = load_manifests(backend, part.topic, part.partition, retry)
     plan.manifests = manifests
     plan.highest_tiered_offset = highest = manifests[-1].last_offset if manifests else -1
+    segments = list_segments(part)
+    deleted = progress.delete_records_offset if progress is not None else -1
+    ranges = partition_offsets(part, Progress(highest, manifests[0].base_offset if manifests else -1,
+                                              deleted), segments, policy=policy)
+    lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
+    highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
 
     def keep_entry(e: RemoteLogIndexEntry) -> bool:
+        if e.last_offset < lowest or e.first_offset > highest_visible:
+            return False
         if start is not None and e.last_timestamp < start:
             return False
         return not (ordered_timestamps and end is not None and e.first_timestamp >= end)
@@ -290,23 +308,23 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     local_by_key = _group_by_object(backend, read_local_entries(part.path)) if manifests else {}
     for m in manifests:
         if (start is not None and m.max_timestamp < start) or (
-                ordered_timestamps and end is not None and m.first_timestamp >= end):
+                ordered_timestamps and end is not None and m.first_timestamp >= end) or (
+                m.last_offset < lowest or m.base_offset > highest_visible):
             plan.pruned_segments += 1
             continue
         entries = local_by_key.get(m.log.key, [])
         if len(entries) != m.index_entries:
             entries = fetch_segment_entries(backend, m, retry)
-        ranges = pack_entries(entries, target_bytes, keep_entry)
+        ranges_ = pack_entries(entries, target_bytes, keep_entry)
         plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
-        plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t, m.base_offset,
-                                m.last_offset, start, end, m.base_offset) for s, t in ranges]
+        plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t,
+                                max(m.base_offset, lowest), min(m.last_offset, highest_visible),
+                                start, end, m.base_offset) for s, t in ranges_]
 
-    state = partition_state(part, read_checkpoints(part.log_dir))
-    plan.local_min_offset = max(highest + 1, state.log_start_offset or 0)
-    plan.local_max_offset = MAX_OFFSET if state.high_watermark is None else state.high_watermark - 1
+    plan.local_min_offset = max(highest + 1, lowest)
+    plan.local_max_offset = highest_visible
     if not include_local or plan.local_max_offset < plan.local_min_offset:
         return plan
-    segments = list_segments(part)
     for i, seg in enumerate(segments):
         seg_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else MAX_OFFSET
         if seg.size == 0 or seg_last < plan.local_min_offset or seg.base_offset > plan.local_max_offset:
@@ -329,9 +347,15 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
         raise InvalidArgumentError(f"target_bytes {target_bytes} must be positive")
     backend = backend or BackendSpec.from_settings(settings).create()
     parts = select_partitions(settings, topics, partitions)
+    policy = settings.log.eligibility
+
+    def progress(part: PartitionDir) -> Progress:
+        root = settings.tiering.state_dir or default_state_dir(part.log_dir)
+        return Progress.load(root / part.name / "progress.json")
+
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
         plans = list(pool.map(lambda p: plan_partition(
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
-            ordered_timestamps=ordered_timestamps,
-            index_interval_bytes=settings.log.index_interval_bytes), parts))
+            ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
+            policy=policy, progress=progress(p)), parts))
     return ReadPlan(plans)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rlm.errors import FormatError, InvalidArgumentError, RlmError
+from rlm.errors import FormatError, InvalidArgumentError, OffsetOutOfRangeError, RlmError
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
@@ -40,19 +40,18 @@ from rlm.formats.remote_index import (
     find_entry_for_timestamp,
 )
 from rlm.formats.time_index import TimeIndex
-from rlm.logdir.scan import (
-    LogDirCheckpoints,
-    PartitionDir,
-    SegmentFiles,
-    list_segments,
-    partition_state,
-    read_checkpoints,
-)
-from rlm.logdir.segment import LogSegment, log_end_offset
+from rlm.logdir.scan import EligibilityPolicy, PartitionDir, SegmentFiles, list_segments
+from rlm.logdir.segment import LogSegment
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.state import Progress
+from rlm.tiering.visibility import (
+    PartitionOffsets,
+    batches_max_timestamp,
+    local_max_timestamp,
+    partition_offsets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +59,6 @@ Tier = Literal["local", "remote"]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 SPECIAL_TIMESTAMPS = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "max-timestamp",
                       EARLIEST_LOCAL: "earliest-local", LATEST_TIERED: "latest-tiered"}
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOffsets:
-    """The offsets that bound each tier (FORMATS §5); None when unknown/empty, -1 = nothing tiered."""
-
-    log_start_offset: int | None
-    local_log_start_offset: int | None
-    high_watermark: int | None
-    log_end_offset: int | None
-    highest_tiered_offset: int
-    remote_log_start_offset: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "log_start_offset": self.log_start_offset,
-            "local_log_start_offset": self.local_log_start_offset,
-            "high_watermark": self.high_watermark,
-            "log_end_offset": self.log_end_offset,
-            "highest_tiered_offset": self.highest_tiered_offset,
-            "remote_log_start_offset": self.remote_log_start_offset,
-            "local": [self.local_log_start_offset, self.log_end_offset],  # half-open
-            "remote": ([self.remote_log_start_offset, self.highest_tiered_offset]  # inclusive
-                       if self.remote_log_start_offset is not None else None),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,32 +102,14 @@ class FetchResult:
     tier: Tier
     data: bytes
     batches: list[RecordBatch]
-    high_watermark: int | None
+    high_watermark: int | None  # the visible end applied (docs/visibility.md)
+    requested_offset: int | None = None
+    log_start_offset: int | None = None  # decoded views drop the boundary batch's records below it
 
     @property
     def next_offset(self) -> int | None:
-        return self.batches[-1].last_offset + 1 if self.batches else None
-
-
-def partition_offsets(part: PartitionDir, progress: Progress,
-                      segments: Sequence[SegmentFiles] | None = None,
-                      checkpoints: LogDirCheckpoints | None = None) -> PartitionOffsets:
-    """Where each tier starts and ends now (local from the log dir, remote from ``progress``).
-
-    Pass ``checkpoints`` already parsed when asking for many partitions of one log dir: each
-    checkpoint file lists every partition, so re-reading it per partition is quadratic.
-    """
-    segments = list_segments(part) if segments is None else segments
-    state = partition_state(part, checkpoints if checkpoints is not None else read_checkpoints(part.log_dir))
-    local_start = segments[0].base_offset if segments else None
-    if local_start is not None and state.log_start_offset is not None:
-        local_start = max(local_start, state.log_start_offset)
-    highest = progress.highest_tiered_offset
-    remote_start = (progress.remote_log_start_offset
-                    if highest >= 0 and 0 <= progress.remote_log_start_offset <= highest else None)
-    starts = [o for o in (remote_start, local_start) if o is not None]
-    return PartitionOffsets(min(starts) if starts else None, local_start, state.high_watermark,
-                            log_end_offset(segments), highest, remote_start)
+        """Where the next fetch starts: after the last batch; the requested offset when empty."""
+        return self.batches[-1].last_offset + 1 if self.batches else self.requested_offset
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,6 +201,8 @@ class ReaderResources:
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "rlm-read"))
     sets: _SetCache = field(default_factory=_SetCache)
     read_ahead: bool = True
+    #: ``log.eligibility``: what is visible when the high watermark is unknown (docs/visibility.md)
+    eligibility: EligibilityPolicy = "high-watermark"
 
     def read_range(self, url: str, start: int, end: int) -> bytes:
         key = self.backend.key_for_url(url)
@@ -282,7 +240,7 @@ class PartitionReader:
         return [v for v in views if v is not None]
 
     def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
-        return partition_offsets(self.part, self.progress, segments)
+        return partition_offsets(self.part, self.progress, segments, policy=self.res.eligibility)
 
     def _not_found(self, ranges: PartitionOffsets, reason: str) -> LookupResult:
         return LookupResult(self.part.topic, self.part.partition, False, ranges, reason=reason)
@@ -290,24 +248,39 @@ class PartitionReader:
     # -- offset -------------------------------------------------------------------------------
 
     def lookup_offset(self, offset: int, *, tier: Tier | None = None) -> LookupResult:
-        """The first record with offset ≥ ``offset``; ``tier`` forces one tier."""
+        """The first visible record with offset ≥ ``offset``; ``tier`` forces one tier.
+
+        Only offsets in ``[log start, visible end)`` are answered (docs/visibility.md).
+        """
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative")
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
+        if not ranges.visible(offset):
+            return self._not_found(ranges, _invisible_reason(offset, ranges))
         in_local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
                     and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
         in_remote = (ranges.remote_log_start_offset is not None
                      and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+        found: LookupResult | None = None
         if in_local and tier != "remote":
             found = self._local_offset(segments, offset, ranges)
-            if found is not None:
-                return found
-        if in_remote and tier != "local":
+        if found is None and in_remote and tier != "local":
             found = self._remote_offset(offset, ranges)
-            if found is not None:
-                return found
-        return self._not_found(ranges, f"offset {offset} is out of range")
+        if found is None:
+            return self._not_found(ranges, f"offset {offset} is out of range")
+        return self._visible_only(found, f"no record below the high watermark at or after {offset}")
+
+    def _visible_only(self, found: LookupResult, reason: str) -> LookupResult:
+        """``found`` unless its record is at or above the visible end (then not found)."""
+        if found.found and found.offset is not None and not found.ranges.visible(found.offset):
+            return self._not_found(found.ranges, reason)
+        return found
+
+    def _offset_only(self, ranges: PartitionOffsets, offset: int, tier: Tier | None) -> LookupResult:
+        """A ListOffsets answer naming an offset without a record (timestamp -1), as Kafka's
+        latest / earliest answers on an empty visible range."""
+        return LookupResult(self.part.topic, self.part.partition, True, ranges, tier, offset, -1)
 
     def _local_offset(self, segments: Sequence[SegmentFiles], offset: int,
                       ranges: PartitionOffsets) -> LookupResult | None:
@@ -372,37 +345,52 @@ class PartitionReader:
     # -- timestamp ----------------------------------------------------------------------------
 
     def lookup_timestamp(self, timestamp: int) -> LookupResult:
-        """Kafka ListOffsets semantics, incl. the special values −1…−5."""
+        """Kafka ListOffsets semantics, incl. the special values −1…−5, over visible records only
+        (docs/visibility.md): −1 is the visible end (the high watermark), −2 the log start."""
         if timestamp < LATEST_TIERED:
             raise InvalidArgumentError(f"timestamp {timestamp} is invalid: use ms since the epoch or "
                                        "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered")
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
+        end = ranges.visible_end_offset
+        if timestamp in SPECIAL_TIMESTAMPS and timestamp != MAX_TIMESTAMP:
+            return self._special(timestamp, ranges)
+        if timestamp == MAX_TIMESTAMP:
+            max_ts = self._max_timestamp(segments, ranges)
+            if max_ts is None:
+                return self._not_found(ranges, "the partition has no visible records")
+            timestamp = max_ts
+        found = (self._remote_timestamp(timestamp, ranges)
+                 or self._local_timestamp(segments, timestamp, ranges))
+        if found is None or end is None:
+            return self._not_found(ranges, f"no record has a timestamp >= {timestamp}")
+        return self._visible_only(found, f"no record below the high watermark {end} has a timestamp "
+                                         f">= {timestamp}")
+
+    def _special(self, timestamp: int, ranges: PartitionOffsets) -> LookupResult:
+        """−1, −2, −4, −5: offsets clamped to the visible range (docs/visibility.md)."""
+        end = ranges.visible_end_offset
+        if end is None or ranges.log_start_offset is None:
+            return self._not_found(ranges, "the partition is empty in both tiers")
         if timestamp == LATEST:
-            if ranges.log_end_offset is None:
-                return self._not_found(ranges, "the partition has no segments")
-            return LookupResult(self.part.topic, self.part.partition, True, ranges, "local",
-                                ranges.log_end_offset, -1)
+            return self._offset_only(ranges, end, "local")
         if timestamp == EARLIEST:
-            if ranges.log_start_offset is None:
-                return self._not_found(ranges, "the partition is empty in both tiers")
-            return self.lookup_offset(ranges.log_start_offset)
+            start = ranges.log_start_offset
+            return self._or_offset(self.lookup_offset(start), ranges, start, None)
         if timestamp == EARLIEST_LOCAL:
             if ranges.local_log_start_offset is None:
                 return self._not_found(ranges, "no local segments")
-            return self.lookup_offset(ranges.local_log_start_offset, tier="local")
-        if timestamp == LATEST_TIERED:
-            if ranges.remote_log_start_offset is None:
-                return self._not_found(ranges, "nothing is tiered")
-            return self.lookup_offset(ranges.highest_tiered_offset, tier="remote")
-        if timestamp == MAX_TIMESTAMP:
-            max_ts = self._max_timestamp(segments)
-            if max_ts is None:
-                return self._not_found(ranges, "the partition has no records")
-            timestamp = max_ts
-        return (self._remote_timestamp(timestamp, ranges)
-                or self._local_timestamp(segments, timestamp, ranges)
-                or self._not_found(ranges, f"no record has a timestamp >= {timestamp}"))
+            start = min(ranges.local_log_start_offset, end)
+            return self._or_offset(self.lookup_offset(start, tier="local"), ranges, start, "local")
+        # LATEST_TIERED: the highest tiered offset a consumer may see
+        last = min(ranges.highest_tiered_offset, end - 1)
+        if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:
+            return self._not_found(ranges, "nothing visible is tiered")
+        return self._or_offset(self.lookup_offset(last, tier="remote"), ranges, last, "remote")
+
+    def _or_offset(self, found: LookupResult, ranges: PartitionOffsets, offset: int,
+                   tier: Tier | None) -> LookupResult:
+        return found if found.found else self._offset_only(ranges, offset, tier)
 
     def _remote_timestamp(self, ts: int, ranges: PartitionOffsets) -> LookupResult | None:
         if ranges.remote_log_start_offset is None:
@@ -447,47 +435,93 @@ class PartitionReader:
                                     {"file": str(files.log), "position": hit.batch.position})
         return None
 
-    def _max_timestamp(self, segments: Sequence[SegmentFiles]) -> int | None:
+    def _max_timestamp(self, segments: Sequence[SegmentFiles], ranges: PartitionOffsets) -> int | None:
+        """The max record timestamp among the visible offsets ``[log start, visible end)``."""
+        start, end = ranges.log_start_offset, ranges.visible_end_offset
+        if start is None or end is None or start >= end:
+            return None
+        found = [self._remote_max_timestamp(ranges.remote_log_start_offset, end)
+                 if ranges.remote_log_start_offset is not None else None]
+        if ranges.local_log_start_offset is not None:
+            found.append(local_max_timestamp(segments, ranges.local_log_start_offset, end))
+        return max((ts for ts in found if ts is not None), default=None)
+
+    def _remote_max_timestamp(self, start: int, end: int) -> int | None:
         best: int | None = None
         for view in self._sets():
-            if view.times:
-                ts = view.times[len(view.times) - 1].timestamp
-                best = ts if best is None else max(best, ts)
-        for files in segments:
-            try:
-                with LogSegment.open(files) as seg:
-                    times = seg.time_index
-                    start = 0
-                    if times:  # the last entry bounds every record up to its offset: scan after it
-                        last = times[len(times) - 1]
-                        best = last.timestamp if best is None else max(best, last.timestamp)
-                        at = seg.find_batch(last.offset)
-                        start = at.position if at is not None else seg.size
-                    for batch in seg.batches(start, verify_crc=False):
-                        best = batch.max_timestamp if best is None else max(best, batch.max_timestamp)
-            except FileNotFoundError:
+            if view.first is None or view.last is None or view.last.entry.last_offset < start:
                 continue
+            if view.first.entry.first_offset >= end:
+                break
+            candidates: list[int | None] = []
+            if view.first.entry.first_offset >= start and view.last.entry.last_offset < end and view.times:
+                candidates.append(view.times[len(view.times) - 1].timestamp)  # the set's running max
+            else:  # a boundary set: entries wholly inside by their max, boundary ones decoded
+                for current in view.entries_from(view.first):
+                    e = current.entry
+                    if e.first_offset >= end:
+                        break
+                    if e.last_offset < start:
+                        continue
+                    if e.first_offset >= start and e.last_offset < end:
+                        candidates.append(e.last_timestamp)
+                        continue
+                    data, batches = self._entry_batches(current)
+                    candidates.append(batches_max_timestamp(data, batches, start, end))
+            for ts in candidates:
+                if ts is not None:
+                    best = ts if best is None else max(best, ts)
         return best
 
     # -- fetch --------------------------------------------------------------------------------
 
     def fetch(self, offset: int, max_bytes: int) -> FetchResult:
-        """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (≥ 1 batch)."""
+        """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (≥ 1 batch),
+        each with its last offset below the visible end (docs/visibility.md).
+
+        ``offset`` = the visible end (or a visible offset with no whole visible batch at or after
+        it) → no batches; below the log start or above the visible end →
+        :class:`OffsetOutOfRangeError`.
+        """
         if max_bytes <= 0:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be positive")
         found = self.lookup_offset(offset)
+        ranges = found.ranges
+        end = ranges.visible_end_offset
         if not found.found or found.batch is None:
-            raise InvalidArgumentError(f"offset {offset} is out of range: {found.ranges.to_json()}")
+            if end is not None and (offset == end or (ranges.visible(offset) and self._held(offset, ranges))):
+                return self._empty(offset, ranges)
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}",
+                                        offset=offset)
+        assert end is not None
         if found.tier == "local":
             assert found.location is not None
             with LogSegment(Path(found.location["file"])) as seg:
-                batches = _take(seg.batches(found.batch.position, verify_crc=True), max_bytes)
+                batches = _take(_below(seg.batches(found.batch.position, verify_crc=True), end), max_bytes)
+                if not batches:
+                    return self._empty(offset, ranges)
                 data = bytes(seg.buffer[batches[0].position: batches[-1].end_position])
             return FetchResult(self.part.topic, self.part.partition, "local", data,
-                               _rebased(batches, batches[0].position), found.ranges.high_watermark)
-        return self._remote_fetch(found, max_bytes)
+                               _rebased(batches, batches[0].position), end, offset,
+                               ranges.log_start_offset)
+        return self._remote_fetch(found, max_bytes, end)
 
-    def _remote_fetch(self, found: LookupResult, max_bytes: int) -> FetchResult:
+    @staticmethod
+    def _held(offset: int, ranges: PartitionOffsets) -> bool:
+        """Whether a tier holds ``offset`` (a gap in neither tier is out of range, not empty)."""
+        local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
+                 and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
+        remote = (ranges.remote_log_start_offset is not None
+                  and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+        return local or remote
+
+    def _empty(self, offset: int, ranges: PartitionOffsets) -> FetchResult:
+        tier: Tier = ("remote" if ranges.local_log_start_offset is None
+                      or offset < ranges.local_log_start_offset else "local")
+        return FetchResult(self.part.topic, self.part.partition, tier, b"", [],
+                           ranges.visible_end_offset, offset, ranges.log_start_offset)
+
+    def _remote_fetch(self, found: LookupResult, max_bytes: int, end: int) -> FetchResult:
         assert found.batch is not None
         located = self._remote_entry_for_offset(found.batch.base_offset)
         assert located is not None
@@ -503,18 +537,37 @@ class PartitionReader:
                 break
             group.append(nxt)
         start = group[0].entry.rdi.position
-        end = group[-1].entry.rdi.position + group[-1].entry.data_length
-        data = self.res.read_range(url, start, end)
+        stop = group[-1].entry.rdi.position + group[-1].entry.data_length
+        data = self.res.read_range(url, start, stop)
         batches = [b for b in iter_batches(data) if b.last_offset >= found.batch.base_offset]
-        taken = _take(iter(batches), max_bytes)
+        taken = _take(_below(iter(batches), end), max_bytes)
+        if not taken:
+            return self._empty(found.batch.base_offset, found.ranges)
         # Read ahead what a sequential consumer asks next: the following entry range.
         after = view.entry_after(group[-1])
-        if after is not None:
+        if after is not None and after.entry.first_offset < end:
             a_start, a_end = after.entry.byte_range
             self.res.prefetch(after.entry.rdi.url, a_start, a_end)
         out = bytes(data[taken[0].position: taken[-1].end_position])
         return FetchResult(self.part.topic, self.part.partition, "remote", out,
-                           _rebased(taken, taken[0].position), found.ranges.high_watermark)
+                           _rebased(taken, taken[0].position), end, found.offset,
+                           found.ranges.log_start_offset)
+
+
+def _below(batches: Iterator[RecordBatch], end: int) -> Iterator[RecordBatch]:
+    """The batches up to the first one reaching ``end``: a fetch returns whole visible batches."""
+    for batch in batches:
+        if batch.last_offset >= end:
+            return
+        yield batch
+
+
+def _invisible_reason(offset: int, ranges: PartitionOffsets) -> str:
+    end = ranges.visible_end_offset
+    if end is not None and offset >= end:
+        return (f"offset {offset} is out of range: at or above the high watermark {end} "
+                f"({ranges.high_watermark_source})")
+    return f"offset {offset} is out of range"
 
 
 def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
@@ -546,4 +599,5 @@ __all__ = [
     "PartitionReader",
     "ReaderResources",
     "load_progress",
+    "partition_offsets",
 ]

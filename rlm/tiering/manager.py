@@ -44,7 +44,6 @@ from rlm.tiering.copier import (
 )
 from rlm.tiering.gc import Orphan, collect_garbage
 from rlm.tiering.journal import Journal
-from rlm.tiering.lookup import partition_offsets
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
@@ -53,6 +52,7 @@ from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import RetentionPlan, apply_retention
 from rlm.tiering.state import PartitionContext, Progress, Quarantine, SharedResources, default_state_dir
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
+from rlm.tiering.visibility import delete_records_point, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,7 @@ class RemoteLogManager:
         try:
             if not ctx.recovered:
                 recover(ctx)
+            self._note_delete_records(ctx)
             self._copy_eligible(ctx, result)
             if retention and not self.shared.stop.is_set():
                 result.deleted = [m.base_offset for m in self._retention(ctx).expired]
@@ -236,8 +237,20 @@ class RemoteLogManager:
         """Remote retention with the topic's own limits (docs/topic-policy.md)."""
         return apply_retention(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
 
+    def _note_delete_records(self, ctx: PartitionContext) -> None:
+        """Persist a DeleteRecords point the checkpoint shows (docs/visibility.md): the broker
+        forgets it once its own retention passes it, rlm must not. It never moves backwards."""
+        state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
+        point = delete_records_point(state, list_segments(ctx.part))
+        if point is not None and point > ctx.progress.delete_records_offset:
+            log.info("%s: records below offset %d were deleted (DeleteRecords): no longer served, "
+                     "remote segments wholly below it will be deleted", ctx.part.name, point)
+            ctx.progress.delete_records_offset = point
+            ctx.save_progress()
+
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[tuple[SegmentFiles, int]]:
-        """Eligible segments not yet tiered, with each one's next base offset."""
+        """Eligible segments not yet tiered, with each one's next base offset (a segment wholly
+        below the DeleteRecords point is deleted data: never copied)."""
         state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
         eligible = eligible_segments(segments, state, self.settings.log.eligibility)
         bases = [s.base_offset for s in segments]
@@ -245,8 +258,8 @@ class RemoteLogManager:
         pending = []
         for seg in eligible:
             next_base = bases[bases.index(seg.base_offset) + 1]
-            if next_base - 1 <= highest:
-                continue  # already remote
+            if next_base - 1 <= highest or next_base <= ctx.progress.delete_records_offset:
+                continue  # already remote, or deleted by DeleteRecords
             if seg.base_offset <= highest:
                 raise RlmError(
                     f"segment {seg.base_offset}-{next_base - 1} overlaps the tiered offsets (highest "
@@ -367,7 +380,9 @@ class RemoteLogManager:
             with self._locks[(ctx.topic, ctx.partition)]:
                 ctx.family.open()
                 ctx.family.delete_all()
-                ctx.progress_path.unlink(missing_ok=True)
+                # Forget what was tiered, never the DeleteRecords point (the store cannot tell it).
+                Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset
+                         ).save(ctx.progress_path)
                 ctx.recovered = False
                 recover(ctx)
                 rebuilt[ctx.part.name] = sum(m.index_entries for m in ctx.manifests)
@@ -402,7 +417,7 @@ class RemoteLogManager:
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
         offsets = partition_offsets(ctx.part, ctx.progress, segments,
-                                    self.checkpoints.get(ctx.part.log_dir))
+                                    self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
         try:
             pending = self._pending(ctx, segments)
         except RlmError:
@@ -437,6 +452,11 @@ class RemoteLogManager:
             "excluded_reason": None,
             "policy": self.policy_for(ctx.part).as_dict(),
             "kafka_configs": self.policies.describe(),
+            # docs/visibility.md: readers serve [log_start_offset, visible_end_offset); the source
+            # says whether that end is the checkpointed high watermark or an assumption.
+            "visible_end_offset": offsets.visible_end_offset,
+            "high_watermark_source": offsets.high_watermark_source,
+            "delete_records_offset": offsets.delete_records_offset,
         }
 
     def _lag_age_ms(self, pending: list[tuple[SegmentFiles, int]]) -> int:
@@ -467,5 +487,6 @@ def _observe(ctx: PartitionContext) -> None:
     saved = Progress.load(ctx.progress_path)
     remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
     start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset
-    ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start)
+    ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start,
+                            saved.delete_records_offset)
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)

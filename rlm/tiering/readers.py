@@ -32,7 +32,7 @@ class PartitionNotFoundError(RlmError):
 class OffsetForTime:
     topic: str
     partition: int
-    offset: int           # the reset target: first offset with timestamp >= ts, else the log end
+    offset: int           # the reset target: first visible offset with timestamp >= ts, else the HW
     timestamp: int | None  # that record's timestamp; None when no record is that recent
     tier: str | None
 
@@ -55,7 +55,8 @@ class TieredReaders:
                  progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None) -> None:
         self.settings = settings
         self.resources = ReaderResources(
-            backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes))
+            backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
+            eligibility=settings.log.eligibility)
         self._progress = progress or self._persisted_progress
 
     def _persisted_progress(self, part: PartitionDir) -> Progress:
@@ -80,7 +81,8 @@ class TieredReaders:
     def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,
                           minus_ms: int = 0) -> list[OffsetForTime]:
         """Per partition: where a consumer should resume to read from ``timestamp - minus_ms`` on
-        (KIP-33 failover). A partition with no record that recent resumes at its log end."""
+        (KIP-33 failover). A partition with no visible record that recent resumes at its visible
+        end (the high watermark, docs/visibility.md), never at the log end above it."""
         if minus_ms < 0:
             raise InvalidArgumentError(f"minus {minus_ms} ms must not be negative")
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
@@ -94,7 +96,7 @@ class TieredReaders:
                 rows.append(OffsetForTime(part.topic, part.partition, found.offset, found.timestamp,
                                           found.tier))
             else:
-                end = found.ranges.log_end_offset
+                end = found.ranges.visible_end_offset
                 rows.append(OffsetForTime(part.topic, part.partition, end if end is not None else 0,
                                           None, None))
         return rows

@@ -105,7 +105,7 @@ def recover(ctx: PartitionContext) -> None:
     ctx.manifests = manifests
     highest = max(remote_highest, saved.highest_tiered_offset, ctx.family.last_offset)
     start = manifests[0].base_offset if manifests else (highest + 1 if highest >= 0 else -1)
-    ctx.progress = Progress(highest, start)
+    ctx.progress = Progress(highest, start, saved.delete_records_offset)
     if ctx.family.sets and start >= 0:  # also when retention had deleted every remote segment
         ctx.family.remove_below(start)
     ctx.save_progress()

@@ -6,6 +6,10 @@ size retention does, only while what remains is still at least ``retention_bytes
 below the limit). Deletion only ever removes a prefix: a segment younger than its successor's
 deadline blocks nothing, but an undeletable oldest segment stops the walk, so the remote log
 stays contiguous. Each delete: DELETE_STARTED → manifest → data → DELETE_FINISHED, idempotent.
+
+Log start (Kafka's "log start offset breach"): a segment wholly below the DeleteRecords point
+(``progress.delete_records_offset``, docs/visibility.md) is deleted whatever its age or the size
+limit, reason ``"log-start"``; the boundary segment stays (readers never serve its earlier records).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class RetentionPlan:
     expired: list[SegmentManifest]
-    reason: dict[int, str]  # base offset → "time" | "size"
+    reason: dict[int, str]  # base offset → "log-start" | "time" | "size"
 
     @property
     def bytes(self) -> int:
@@ -34,15 +38,19 @@ class RetentionPlan:
 
 
 def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retention_ms: int,
-                   retention_bytes: int, local_only_bytes: int = 0) -> RetentionPlan:
-    """Which committed segments retention deletes now (pure; ``-1`` disables a limit).
+                   retention_bytes: int, local_only_bytes: int = 0,
+                   log_start_offset: int = -1) -> RetentionPlan:
+    """Which committed segments retention deletes now (pure; ``-1`` disables a limit): first
+    those wholly below ``log_start_offset`` (the DeleteRecords point; -1 = none).
     ``local_only_bytes`` (local data not yet tiered) counts towards ``retention_bytes`` when the
     limit covers the whole log, as Kafka's ``retention.bytes`` does (docs/topic-policy.md)."""
     remaining = local_only_bytes + sum(m.size_bytes for m in manifests)
     expired: list[SegmentManifest] = []
     reason: dict[int, str] = {}
     for m in sorted(manifests, key=lambda m: m.base_offset):
-        if retention_ms >= 0 and m.max_timestamp < now_ms - retention_ms:
+        if m.last_offset < log_start_offset:
+            reason[m.base_offset] = "log-start"
+        elif retention_ms >= 0 and m.max_timestamp < now_ms - retention_ms:
             reason[m.base_offset] = "time"
         elif retention_bytes >= 0 and remaining - m.size_bytes >= retention_bytes:
             reason[m.base_offset] = "size"
@@ -73,7 +81,7 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
         ctx.manifests, now_ms=ctx.shared.clock_ms(),
         retention_ms=settings.retention_ms if retention_ms is None else retention_ms,
         retention_bytes=settings.retention_bytes if retention_bytes is None else retention_bytes,
-        local_only_bytes=local_only_bytes)
+        local_only_bytes=local_only_bytes, log_start_offset=ctx.progress.delete_records_offset)
     metrics.delete_lag_segments.labels(**ctx.labels).set(len(plan.expired))
     metrics.delete_lag_bytes.labels(**ctx.labels).set(plan.bytes)
     if not plan.expired:

@@ -3,7 +3,9 @@
 Remote truth is the set of manifests in the store; local truth is the remote index family in the
 partition directory. Only two numbers cannot be derived from either after retention has deleted
 everything remote: the highest offset ever tiered (copying must not restart from the oldest local
-segment) and the remote log start. They live in ``<state dir>/<topic>-<partition>/progress.json``.
+segment) and the remote log start. They live in ``<state dir>/<topic>-<partition>/progress.json``,
+with the DeleteRecords point (docs/visibility.md): the broker's checkpoint forgets it once its own
+retention passes it, but remote data below it must stay unserved and deleted.
 """
 
 from __future__ import annotations
@@ -35,23 +37,30 @@ def default_state_dir(log_dir: Path) -> Path:
 
 @dataclass
 class Progress:
-    """Persisted per partition. -1 = nothing tiered yet."""
+    """Persisted per partition. -1 = nothing tiered yet / no DeleteRecords point seen.
+
+    ``delete_records_offset``: the highest DeleteRecords log start offset seen (offsets below it
+    are never served, remote segments wholly below it are deleted); it never moves backwards.
+    """
 
     highest_tiered_offset: int = -1
     remote_log_start_offset: int = -1
+    delete_records_offset: int = -1
 
     @classmethod
     def load(cls, path: Path) -> Progress:
         try:
             doc = json.loads(path.read_text())
-            return cls(int(doc["highest_tiered_offset"]), int(doc["remote_log_start_offset"]))
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return cls(int(doc["highest_tiered_offset"]), int(doc["remote_log_start_offset"]),
+                       int(doc.get("delete_records_offset", -1)))
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
             return cls()
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps({"highest_tiered_offset": self.highest_tiered_offset,
-                                       "remote_log_start_offset": self.remote_log_start_offset}).encode())
+                                       "remote_log_start_offset": self.remote_log_start_offset,
+                                       "delete_records_offset": self.delete_records_offset}).encode())
 
 
 @dataclass

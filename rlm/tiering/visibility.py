@@ -1,0 +1,207 @@
+"""What a reader may see of one partition: Kafka's visibility rule (docs/visibility.md).
+
+Every read surface (lookups, fetch, offsets-for-times, the Spark reader and export) serves only
+offsets in ``[log_start_offset, visible_end_offset)``:
+
+* **visible end** — the high watermark from ``replication-offset-checkpoint`` when the log dir
+  records one (source ``"checkpoint"``). Without one, what is assumed depends on
+  ``log.eligibility``: ``"rolled"`` declares rolled segments committed, so the end of the last
+  rolled segment (= the active segment's base offset, or past the highest tiered offset if that is
+  higher) is visible (``"rolled-segments"``); ``"high-watermark"`` serves only what was provably
+  committed, i.e. tiered while a high watermark was known: ``highest tiered + 1``
+  (``"tiered"``; nothing at all when nothing is tiered).
+* **log start** — the first local segment's base, raised by ``log-start-offset-checkpoint``,
+  and by the DeleteRecords point: a checkpointed log start ABOVE the first local segment's base
+  (Kafka writes the entry only then), remembered in the progress file once the daemon has seen
+  it (:attr:`Progress.delete_records_offset`), because the broker forgets it when its own
+  retention passes it. The remote tier starts at ``max(remote log start, DeleteRecords point)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlm.formats.records import RecordBatch, decode_records
+from rlm.logdir.scan import (
+    EligibilityPolicy,
+    LogDirCheckpoints,
+    PartitionDir,
+    PartitionState,
+    SegmentFiles,
+    list_segments,
+    partition_state,
+    read_checkpoints,
+)
+from rlm.logdir.segment import LogSegment, log_end_offset
+from rlm.tiering.state import Progress
+
+HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """The offsets that bound each tier (FORMATS §5); None when unknown/empty, -1 = nothing tiered.
+
+    ``high_watermark`` is the checkpointed value (None when the log dir has none);
+    ``visible_end_offset`` is the exclusive bound every read surface applies and
+    ``high_watermark_source`` says where it comes from. ``delete_records_offset`` is the
+    DeleteRecords point (-1 = none seen).
+    """
+
+    log_start_offset: int | None
+    local_log_start_offset: int | None
+    high_watermark: int | None
+    log_end_offset: int | None
+    highest_tiered_offset: int
+    remote_log_start_offset: int | None
+    visible_end_offset: int | None = None
+    high_watermark_source: HighWatermarkSource = "checkpoint"
+    delete_records_offset: int = -1
+
+    def visible(self, offset: int) -> bool:
+        """Whether ``offset`` may be served: ``log_start ≤ offset < visible_end``."""
+        return (self.log_start_offset is not None and self.visible_end_offset is not None
+                and self.log_start_offset <= offset < self.visible_end_offset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_start_offset": self.log_start_offset,
+            "local_log_start_offset": self.local_log_start_offset,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log_end_offset,
+            "highest_tiered_offset": self.highest_tiered_offset,
+            "remote_log_start_offset": self.remote_log_start_offset,
+            "local": [self.local_log_start_offset, self.log_end_offset],  # half-open
+            "remote": ([self.remote_log_start_offset, self.highest_tiered_offset]  # inclusive
+                       if self.remote_log_start_offset is not None else None),
+            "visible_end_offset": self.visible_end_offset,
+            "high_watermark_source": self.high_watermark_source,
+            "delete_records_offset": self.delete_records_offset,
+            "visible": [self.log_start_offset, self.visible_end_offset],  # half-open
+        }
+
+
+def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]) -> int | None:
+    """The checkpointed log start when it is a DeleteRecords point, else None.
+
+    Kafka writes ``log-start-offset-checkpoint`` entries only for logs whose log start offset is
+    above their first local segment's base: anything else (local retention moving the first
+    segment forward, no local segment to compare with) is not a deletion.
+    """
+    lso = state.log_start_offset
+    if lso is None or not segments:
+        return None
+    return lso if lso > segments[0].base_offset else None
+
+
+def visible_end(state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int,
+                policy: EligibilityPolicy) -> tuple[int | None, HighWatermarkSource]:
+    """The exclusive end of what may be served and where it comes from (module doc)."""
+    if state.high_watermark is not None:
+        return state.high_watermark, "checkpoint"
+    tiered_end = highest_tiered + 1 if highest_tiered >= 0 else None
+    if policy == "rolled":
+        rolled_end = segments[-1].base_offset if segments else None
+        ends = [e for e in (rolled_end, tiered_end) if e is not None]
+        return (max(ends) if ends else None), "rolled-segments"
+    return tiered_end, "tiered"
+
+
+def partition_offsets(part: PartitionDir, progress: Progress,
+                      segments: Sequence[SegmentFiles] | None = None,
+                      checkpoints: LogDirCheckpoints | None = None,
+                      policy: EligibilityPolicy = "high-watermark") -> PartitionOffsets:
+    """Where each tier starts and ends now (local from the log dir, remote from ``progress``)
+    and the visible range (module doc); ``policy`` is ``log.eligibility``.
+
+    Pass ``checkpoints`` already parsed when asking for many partitions of one log dir: each
+    checkpoint file lists every partition, so re-reading it per partition is quadratic.
+    """
+    segments = list_segments(part) if segments is None else segments
+    state = partition_state(part, checkpoints if checkpoints is not None else read_checkpoints(part.log_dir))
+    deleted = max(progress.delete_records_offset, delete_records_point(state, segments) or -1)
+    local_start = segments[0].base_offset if segments else None
+    if local_start is not None:
+        local_start = max(local_start, state.log_start_offset or 0, deleted)
+    highest = progress.highest_tiered_offset
+    remote_start: int | None = None
+    if highest >= 0 and 0 <= progress.remote_log_start_offset <= highest:
+        remote_start = max(progress.remote_log_start_offset, deleted)
+        if remote_start > highest:
+            remote_start = None  # DeleteRecords passed everything tiered
+    starts = [o for o in (remote_start, local_start) if o is not None]
+    log_start = min(starts) if starts else None
+    end, source = visible_end(state, segments, highest, policy)
+    if end is not None and log_start is not None:
+        end = max(end, log_start)  # an empty visible range, never one that ends before it starts
+    elif end is None and source == "tiered" and log_start is not None:
+        end = log_start  # nothing is provably committed: nothing is visible
+    return PartitionOffsets(log_start, local_start, state.high_watermark, log_end_offset(segments),
+                            highest, remote_start, end, source, deleted)
+
+
+def batches_max_timestamp(data: bytes | Any, batches: Iterable[RecordBatch], start: int,
+                          end: int) -> int | None:
+    """The max record timestamp (ms) of ``batches`` (decoded from ``data``) among the offsets in
+    ``[start, end)``: a batch wholly inside counts by its max timestamp, a boundary batch record
+    by record, so a deleted or invisible record never contributes."""
+    best: int | None = None
+    for batch in batches:
+        if batch.base_offset >= end:
+            break  # offsets only grow within a segment or an entry
+        if batch.last_offset < start:
+            continue
+        if batch.base_offset >= start and batch.last_offset < end:
+            candidates = [batch.max_timestamp]
+        else:
+            candidates = [r.timestamp for r in decode_records(data, batch) if start <= r.offset < end]
+        for ts in candidates:
+            best = ts if best is None else max(best, ts)
+    return best
+
+
+def local_max_timestamp(segments: Sequence[SegmentFiles], start: int, end: int) -> int | None:
+    """The max record timestamp among the local offsets in ``[start, end)`` (None: no record).
+
+    A segment wholly inside the range answers from its ``.timeindex`` (its last entry bounds
+    every record up to that entry's offset) plus a scan of the batches after it; a boundary
+    segment is scanned batch by batch from ``start``.
+    """
+    best: int | None = None
+    for i, files in enumerate(segments):
+        seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if (seg_end is not None and seg_end <= start) or files.base_offset >= end:
+            continue
+        try:
+            with LogSegment.open(files) as seg:
+                found = _segment_max(seg, files.base_offset >= start and seg_end is not None
+                                     and seg_end <= end, start, end)
+        except FileNotFoundError:
+            continue  # deleted by the log store meanwhile
+        if found is not None:
+            best = found if best is None else max(best, found)
+    return best
+
+
+def _segment_max(seg: LogSegment, inside: bool, start: int, end: int) -> int | None:
+    best: int | None = None
+    position = 0
+    times = seg.time_index if inside else None
+    if times:
+        last = times[len(times) - 1]
+        best = last.timestamp
+        at = seg.find_batch(last.offset)
+        position = at.position if at is not None else seg.size
+    elif not inside:
+        at = seg.find_batch(start)
+        position = at.position if at is not None else seg.size
+    found = batches_max_timestamp(seg.buffer, seg.batches(position, verify_crc=False), start, end)
+    if found is not None:
+        best = found if best is None else max(best, found)
+    return best
+
+
+__all__ = ["HighWatermarkSource", "PartitionOffsets", "batches_max_timestamp", "delete_records_point",
+           "local_max_timestamp", "partition_offsets", "visible_end"]
