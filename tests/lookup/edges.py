@@ -11,13 +11,23 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlm.config import Settings
 from rlm.formats import naming
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec
 from rlm.logdir.scan import LOG_START_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import AppendInfo, LogWriter
-from tests.lookup.helpers import BruteBatch, BruteLog, BruteRecord, expected_fetch
+from rlm.storage.local import LocalBackend
+from rlm.tiering.manager import PassResult, RemoteLogManager
+from tests.lookup.helpers import (
+    BruteBatch,
+    BruteLog,
+    BruteRecord,
+    delete_local_segments,
+    expected_fetch,
+    settings_for,
+)
 
 T0 = 1_700_000_000_000
 #: A timestamp no other record reaches: carried by a record that must never be visible.
@@ -141,3 +151,55 @@ def _unlink_segments(part: Path, bases: list[int]) -> None:
     for base in bases:
         for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX, naming.TXN_INDEX, naming.SNAPSHOT):
             (part / naming.segment_file_name(base, suffix)).unlink(missing_ok=True)
+
+
+@dataclass
+class EdgeLogs:
+    """The three edge partitions, tiered (see :func:`build_edge_logs`)."""
+
+    logs: Path
+    store: Path
+    settings: Settings
+    manager: RemoteLogManager
+    visible: dict[str, Visible]
+    log_end: dict[str, int]
+    point: int                    # del-0's DeleteRecords point
+    records_deleted: list[int]    # del-0 segments the broker deleted (wholly below the point)
+    delete_pass: PassResult       # the pass right after DeleteRecords
+    highest_tiered: dict[str, int]
+
+
+def build_edge_logs(tmp: Path) -> EdgeLogs:
+    """``vis-0``: HW in the middle of a batch of a rolled, not-last segment, tiered
+    (``log.eligibility = rolled`` tiers above the HW) then deleted locally: records above the HW
+    exist only remotely. ``vis-1``: HW at a batch boundary inside the active segment.
+    ``del-0``: DeleteRecords in the middle of a batch of a tiered segment, a pass, then local
+    retention past the point (the broker's checkpoint forgets it) and another pass."""
+    logs, store = tmp / "logs", tmp / "store"
+    hw = {"vis-0": write_hw_partition(logs, "vis", 0, batches=160, seed=11, hw_batch=0.6, mid_batch=True),
+          "vis-1": write_hw_partition(logs, "vis", 1, batches=80, seed=12, hw_batch=None, mid_batch=False)}
+    point = write_delete_records_partition(logs, "del", 0, batches=160, seed=13, segment_index=3)
+    brute = {p.name: BruteLog.scan(p) for p in sorted(logs.iterdir()) if p.is_dir()}
+    log_end = {name: b.records[-1].offset + 1 for name, b in brute.items()}
+    bases = {name: [s.base_offset for s in list_segments(logs / name)] for name in brute}
+    assert bases["vis-0"][1] <= hw["vis-0"] < bases["vis-0"][-2] and hw["vis-1"] > bases["vis-1"][-1]
+    assert hw["vis-0"] < log_end["vis-0"] and hw["vis-1"] < log_end["vis-1"]
+    settings = settings_for([logs], options={"root": str(store)}, eligibility="rolled",
+                            server={"host": "127.0.0.1", "port": 0})
+    manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
+    assert all(r.error is None for r in manager.run_once())
+    parts = {p.name: p for p in manager.discover()}
+    highest = {name: manager.live_progress(parts[name]).highest_tiered_offset for name in brute}
+    assert highest["vis-0"] >= hw["vis-0"]  # records above the HW were tiered: readers must hide them
+    delete_local_segments(logs / "vis-0", keep_last=1)
+    deleted = delete_records(logs, "del", 0, point)
+    assert len(deleted) >= 3 and all(b < point for b in deleted)
+    delete_pass = next(r for r in manager.run_once() if (r.topic, r.partition) == ("del", 0))
+    local_retention(logs, "del", 0, keep_last=2)
+    assert list_segments(logs / "del-0")[0].base_offset > point
+    assert all(r.error is None for r in manager.run_once())
+    visible = {"vis-0": Visible(brute["vis-0"], 0, hw["vis-0"]),
+               "vis-1": Visible(brute["vis-1"], 0, hw["vis-1"]),
+               "del-0": Visible(brute["del-0"], point, log_end["del-0"])}
+    return EdgeLogs(logs, store, settings, manager, visible, log_end, point, deleted, delete_pass,
+                    highest)

@@ -30,33 +30,21 @@ from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering import keys
-from rlm.tiering.manager import PassResult, RemoteLogManager
+from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.state import Progress, default_state_dir
-from tests.lookup.edges import (
-    HOT_TS,
-    Visible,
-    delete_records,
-    local_retention,
-    write_delete_records_partition,
-    write_hw_partition,
-)
-from tests.lookup.helpers import BruteLog, delete_local_segments, rlm_cli, settings_for, write_config
+from tests.lookup.edges import HOT_TS, EdgeLogs, build_edge_logs
+from tests.lookup.helpers import rlm_cli, write_config
 
 
 @dataclass
 class Edge:
     url: str
     config: Path
-    logs: Path
-    backend: LocalBackend
-    manager: RemoteLogManager
-    visible: dict[str, Visible]
-    log_end: dict[str, int]
-    point: int
-    records_deleted: list[int]           # del-0 segments the broker deleted (wholly below the point)
-    delete_pass: PassResult              # the pass right after DeleteRecords
-    highest_tiered: dict[str, int]
+    built: EdgeLogs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.built, name)
 
     def get(self, path: str, **params: Any) -> httpx.Response:
         return httpx.get(self.url + path, params=params or None, timeout=30)
@@ -76,44 +64,16 @@ class Edge:
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     tmp = tmp_path_factory.mktemp("visibility")
-    logs, store = tmp / "logs", tmp / "store"
-    hw = {"vis-0": write_hw_partition(logs, "vis", 0, batches=160, seed=11, hw_batch=0.6, mid_batch=True),
-          "vis-1": write_hw_partition(logs, "vis", 1, batches=80, seed=12, hw_batch=None, mid_batch=False)}
-    point = write_delete_records_partition(logs, "del", 0, batches=160, seed=13, segment_index=3)
-    brute = {p.name: BruteLog.scan(p) for p in sorted(logs.iterdir()) if p.is_dir()}
-    log_end = {name: b.records[-1].offset + 1 for name, b in brute.items()}
-    bases = {name: [s.base_offset for s in list_segments(logs / name)] for name in brute}
-    # vis-0: the HW is in a rolled segment that is not the last rolled one; vis-1: in the active one.
-    assert bases["vis-0"][1] <= hw["vis-0"] < bases["vis-0"][-2] and hw["vis-1"] > bases["vis-1"][-1]
-    assert hw["vis-0"] < log_end["vis-0"] and hw["vis-1"] < log_end["vis-1"]
-    settings = settings_for([logs], options={"root": str(store)}, eligibility="rolled")
-    backend = LocalBackend(root=str(store))
-    manager = RemoteLogManager(settings, backend)
-    assert all(r.error is None for r in manager.run_once())
-    highest = {name: manager.live_progress(_part(manager, name)).highest_tiered_offset for name in brute}
-    assert highest["vis-0"] >= hw["vis-0"]  # records above the HW were tiered: readers must hide them
-    delete_local_segments(logs / "vis-0", keep_last=1)
-    deleted = delete_records(logs, "del", 0, point)
-    assert len(deleted) >= 3 and all(b < point for b in deleted)
-    delete_pass = next(r for r in manager.run_once() if (r.topic, r.partition) == ("del", 0))
-    local_retention(logs, "del", 0, keep_last=2)  # past the point: the checkpoint forgets it
-    assert list_segments(logs / "del-0")[0].base_offset > point
-    assert all(r.error is None for r in manager.run_once())
-    visible = {"vis-0": Visible(brute["vis-0"], 0, hw["vis-0"]),
-               "vis-1": Visible(brute["vis-1"], 0, hw["vis-1"]),
-               "del-0": Visible(brute["del-0"], point, log_end["del-0"])}
+    built = build_edge_logs(tmp)
     # A fresh reader side (persisted progress only), as `rlm run` serves after a restart.
-    fresh = settings_for([logs], options={"root": str(store)}, eligibility="rolled",
-                         server={"host": "127.0.0.1", "port": 0})
-    readers = TieredReaders(fresh, LocalBackend(root=str(store)))
-    status_manager = RemoteLogManager(fresh, LocalBackend(root=str(store)))
-    app = create_app(readers, fresh.server, status=status_manager.status,
+    readers = TieredReaders(built.settings, LocalBackend(root=str(built.store)))
+    status_manager = RemoteLogManager(built.settings, LocalBackend(root=str(built.store)))
+    app = create_app(readers, built.settings.server, status=status_manager.status,
                      registry=status_manager.shared.metrics.registry)
     server = ApiServer(app, "127.0.0.1", 0).start()
-    config = write_config(tmp / "rlm.toml", [logs], store=store, eligibility="rolled")
+    config = write_config(tmp / "rlm.toml", [built.logs], store=built.store, eligibility="rolled")
     try:
-        yield Edge(server.url, config, logs, backend, manager, visible, log_end, point, deleted,
-                   delete_pass, highest)
+        yield Edge(server.url, config, built)
     finally:
         server.stop()
 
@@ -246,13 +206,14 @@ def test_status_says_which_bound_applies(edge: Edge) -> None:
 def test_delete_records_removes_wholly_deleted_remote_segments(edge: Edge) -> None:
     assert edge.delete_pass.error is None
     assert edge.delete_pass.deleted == edge.records_deleted  # exactly the segments wholly below
-    remaining = sorted(b for info in edge.backend.list(keys.manifests_prefix("del", 0))
+    backend = edge.manager.shared.backend
+    remaining = sorted(b for info in backend.list(keys.manifests_prefix("del", 0))
                        if (b := keys.parse_manifest_key("del", 0, info.key)) is not None)
     assert remaining and not set(remaining) & set(edge.records_deleted)
     assert remaining[0] < edge.point  # the boundary segment stays (its earlier records unserved)
     for base in edge.records_deleted:  # data objects too
-        assert not list(edge.backend.list(f"{keys.data_prefix('del', 0)}{base:020d}-"))
-    ctx = edge.manager.context(_part(edge.manager, "del-0"))
+        assert not list(backend.list(f"{keys.data_prefix('del', 0)}{base:020d}-"))
+    ctx = edge.manager.context(_part(edge.manager, "del-0"))  # the manager that ran the passes
     finished = [e.base_offset for e in ctx.journal.events() if e.type == "DELETE_FINISHED"]
     assert finished == edge.records_deleted
 
