@@ -83,12 +83,8 @@ def _lookup_partitions(settings: Settings, spec: BackendSpec, target: int,
 
     readers = TieredReaders(settings, spec.create())
     for topic, partition in rows:
-        found = readers.reader(topic, partition).lookup_timestamp(target)
-        if found.found and found.offset is not None:
-            yield topic, partition, found.offset, found.timestamp, found.tier
-        else:
-            end = found.ranges.log_end_offset
-            yield topic, partition, end if end is not None else 0, None, None
+        row = readers.offset_for_time(topic, partition, target)
+        yield row.topic, row.partition, row.offset, row.timestamp, row.tier
 
 
 def offsets_for_times(spark: Any, settings: Settings, timestamp: int,
@@ -97,7 +93,8 @@ def offsets_for_times(spark: Any, settings: Settings, timestamp: int,
     (Kafka ListOffsets, incl. the special values -1…-5), as a DataFrame
     ``topic string, partition int, offset long, timestamp long, tier string`` — row for row what
     the in-process :meth:`rlm.tiering.readers.TieredReaders.offsets_for_times` returns
-    (a partition with no record that recent → its log end offset, timestamp/tier null).
+    (a partition with no visible record that recent → its high watermark, timestamp/tier null;
+    docs/visibility.md).
 
     One lookup task per partition; lookups read the local index sets and segments, so executors
     run on the sidecar host (``local[*]``).

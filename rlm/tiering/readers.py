@@ -88,15 +88,19 @@ class TieredReaders:
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
         if timestamp >= 0 and target < 0:
             target = 0
-        rows = []
-        for part in self.partitions(topics):
-            reader = PartitionReader(part, self.resources, self._progress(part))
-            found = reader.lookup_timestamp(target)
-            if found.found and found.offset is not None:
-                rows.append(OffsetForTime(part.topic, part.partition, found.offset, found.timestamp,
-                                          found.tier))
-            else:
-                end = found.ranges.visible_end_offset
-                rows.append(OffsetForTime(part.topic, part.partition, end if end is not None else 0,
-                                          None, None))
-        return rows
+        return [self._offset_for_time(PartitionReader(part, self.resources, self._progress(part)), target)
+                for part in self.partitions(topics)]
+
+    def offset_for_time(self, topic: str, partition: int, target: int) -> OffsetForTime:
+        """One partition's row of :meth:`offsets_for_times` (``target`` already has the margin
+        subtracted): the first visible offset with timestamp >= target, else the visible end."""
+        return self._offset_for_time(self.reader(topic, partition), target)
+
+    @staticmethod
+    def _offset_for_time(reader: PartitionReader, target: int) -> OffsetForTime:
+        part = reader.part
+        found = reader.lookup_timestamp(target)
+        if found.found and found.offset is not None:
+            return OffsetForTime(part.topic, part.partition, found.offset, found.timestamp, found.tier)
+        end = found.ranges.visible_end_offset
+        return OffsetForTime(part.topic, part.partition, end if end is not None else 0, None, None)

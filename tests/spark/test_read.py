@@ -45,7 +45,7 @@ def test_fixtures_both_tiers_equal_kafka_python(spark: Any, fixture_env: Env) ->
     assert set(got) == set(expected)
     for tp, recs in expected.items():
         assert got[tp] == recs, tp
-    assert sum(len(v) for v in got.values()) > 30_000
+    assert sum(len(v) for v in got.values()) > 25_000  # the KRaft metadata log (no HW) excluded
 
 
 def test_generated_every_codec_split_tasks_no_duplicates(spark: Any, gen_env: Env) -> None:
