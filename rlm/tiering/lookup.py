@@ -1,28 +1,24 @@
-"""Lookups and fetches across tiers (FORMATS §5): local when the data is still local, else remote.
+"""Lookups and fetches across tiers (FORMATS §5), over the visible offsets only: ``[log start,
+high watermark)`` (docs/visibility.md).
 
 * **offset t** — ``local_log_start ≤ t < log_end`` → the local segment (``.index`` floor → scan);
   else ``remote_log_start ≤ t ≤ highest_tiered`` → the remote index set (``.remoteoffsetindex``
   floor → the entry → ONE ranged read of that entry's bytes); else not found, with the valid
   ranges. Offsets in compaction gaps resolve to the next existing offset, as Kafka does.
-* **timestamp ts ≥ 0** — Kafka ListOffsets: the first offset whose record timestamp ≥ ts,
-  searching the remote tier first (``.remotetimeindex`` → entry → one ranged read), then the
-  local segments. Special values: −1 latest (log end offset), −2 earliest (log start, maybe
-  remote), −3 the record with the max timestamp, −4 earliest local, −5 latest tiered.
-* **fetch** — Kafka fetch semantics: from the batch holding the offset, whole batches while they
-  fit in ``max_bytes``, at least one. Remote fetches read consecutive entries of one object with
-  one ranged request, objects in parallel, and read ahead the next range for sequential readers.
+* **timestamp ts ≥ 0** — Kafka ListOffsets: the first visible offset whose timestamp ≥ ts, remote
+  tier first (``.remotetimeindex`` → entry → one ranged read), then the local segments. −1 latest
+  (the HW), −2 earliest (log start), −3 max timestamp, −4 earliest local, −5 latest tiered.
+* **fetch** — from the batch holding the offset, whole batches below the HW while they fit in
+  ``max_bytes``, at least one; at the HW none. Remote fetches read consecutive entries of one
+  object with one ranged request and read ahead the next range for sequential readers.
 
-Readers never write: they use the local remote-index files as they are (a torn tail being
-appended by the daemon is simply not visible yet) and the progress the daemon persisted.
+Readers never write: they use the local remote-index files as they are and the persisted progress.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,24 +27,23 @@ from typing import Any, Literal
 
 from rlm.errors import FormatError, InvalidArgumentError, OffsetOutOfRangeError, RlmError
 from rlm.formats import naming
-from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.formats.remote_index import (
     DecodedEntry,
-    decode_entry,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )
-from rlm.formats.time_index import TimeIndex
 from rlm.logdir.scan import EligibilityPolicy, PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.remote_sets import SetCache, SetView, remote_max_timestamp
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
-    batches_max_timestamp,
+    batches_below,
+    invisible_reason,
     local_max_timestamp,
     partition_offsets,
 )
@@ -113,82 +108,6 @@ class FetchResult:
 
 
 # --------------------------------------------------------------------------------------------
-# remote index sets, parsed once per file version
-
-
-@dataclass
-class _SetView:
-    base_offset: int
-    offsets: OffsetIndex
-    times: TimeIndex
-    log_index: bytes | mmap.mmap
-    first: DecodedEntry | None
-    last: DecodedEntry | None
-
-    def entry_after(self, entry: DecodedEntry) -> DecodedEntry | None:
-        if entry.end_position >= len(self.log_index):
-            return None
-        return decode_entry(self.log_index, entry.end_position)
-
-    def entries_from(self, entry: DecodedEntry) -> Iterator[DecodedEntry]:
-        current: DecodedEntry | None = entry
-        while current is not None:
-            yield current
-            current = self.entry_after(current)
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
-
-
-def _load_set(directory: Path, base: int) -> _SetView | None:
-    # Derived files first, then the entries: anything they reference was appended before them.
-    offsets_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX))
-    times_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_TIME_INDEX))
-    log_raw = _read(directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX))
-    # A concurrent append may have left partial trailing entries in any file: keep whole ones.
-    offsets_raw = offsets_raw[: len(offsets_raw) - len(offsets_raw) % OffsetIndex.ENTRY_SIZE]
-    times_raw = times_raw[: len(times_raw) - len(times_raw) % TimeIndex.ENTRY_SIZE]
-    offsets = OffsetIndex(base, offsets_raw, preallocated=False)
-    times = TimeIndex(base, times_raw, preallocated=False)
-    if not offsets or not log_raw:
-        return None
-    first = decode_entry(log_raw, 0)
-    last = decode_entry(log_raw, offsets[len(offsets) - 1].position)
-    return _SetView(base, offsets, times, log_raw, first, last)
-
-
-class _SetCache:
-    """Parsed sets keyed by (path, size, mtime): a file that changed is parsed again."""
-
-    def __init__(self, max_sets: int = 256) -> None:
-        self._views: OrderedDict[tuple[str, int, int], _SetView | None] = OrderedDict()
-        self._lock = threading.Lock()
-        self.max_sets = max_sets
-
-    def get(self, directory: Path, base: int) -> _SetView | None:
-        path = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        with self._lock:
-            if key in self._views:
-                self._views.move_to_end(key)
-                return self._views[key]
-        view = _load_set(directory, base)
-        with self._lock:
-            self._views[key] = view
-            while len(self._views) > self.max_sets:
-                self._views.popitem(last=False)
-        return view
-
-
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -199,7 +118,7 @@ class ReaderResources:
     cache: RemoteRangeCache
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "rlm-read"))
-    sets: _SetCache = field(default_factory=_SetCache)
+    sets: SetCache = field(default_factory=SetCache)
     read_ahead: bool = True
     #: ``log.eligibility``: what is visible when the high watermark is unknown (docs/visibility.md)
     eligibility: EligibilityPolicy = "high-watermark"
@@ -235,7 +154,7 @@ class PartitionReader:
                     continue
         return sorted(bases)
 
-    def _sets(self) -> list[_SetView]:
+    def _sets(self) -> list[SetView]:
         views = [self.res.sets.get(self.part.path, b) for b in self._set_bases()]
         return [v for v in views if v is not None]
 
@@ -257,11 +176,8 @@ class PartitionReader:
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
         if not ranges.visible(offset):
-            return self._not_found(ranges, _invisible_reason(offset, ranges))
-        in_local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
-                    and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
-        in_remote = (ranges.remote_log_start_offset is not None
-                     and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+            return self._not_found(ranges, invisible_reason(offset, ranges))
+        in_local, in_remote = _tiers_holding(offset, ranges)
         found: LookupResult | None = None
         if in_local and tier != "remote":
             found = self._local_offset(segments, offset, ranges)
@@ -302,7 +218,7 @@ class PartitionReader:
                 continue  # deleted by the log store meanwhile: the next segment or the remote tier
         return None
 
-    def _remote_entry_for_offset(self, offset: int) -> tuple[_SetView, DecodedEntry] | None:
+    def _remote_entry_for_offset(self, offset: int) -> tuple[SetView, DecodedEntry] | None:
         views = self._sets()
         for i, view in enumerate(views):
             if view.last is None or view.last.entry.last_offset < offset:
@@ -440,38 +356,11 @@ class PartitionReader:
         start, end = ranges.log_start_offset, ranges.visible_end_offset
         if start is None or end is None or start >= end:
             return None
-        found = [self._remote_max_timestamp(ranges.remote_log_start_offset, end)
+        found = [remote_max_timestamp(self._sets(), ranges.remote_log_start_offset, end, self._entry_batches)
                  if ranges.remote_log_start_offset is not None else None]
         if ranges.local_log_start_offset is not None:
             found.append(local_max_timestamp(segments, ranges.local_log_start_offset, end))
         return max((ts for ts in found if ts is not None), default=None)
-
-    def _remote_max_timestamp(self, start: int, end: int) -> int | None:
-        best: int | None = None
-        for view in self._sets():
-            if view.first is None or view.last is None or view.last.entry.last_offset < start:
-                continue
-            if view.first.entry.first_offset >= end:
-                break
-            candidates: list[int | None] = []
-            if view.first.entry.first_offset >= start and view.last.entry.last_offset < end and view.times:
-                candidates.append(view.times[len(view.times) - 1].timestamp)  # the set's running max
-            else:  # a boundary set: entries wholly inside by their max, boundary ones decoded
-                for current in view.entries_from(view.first):
-                    e = current.entry
-                    if e.first_offset >= end:
-                        break
-                    if e.last_offset < start:
-                        continue
-                    if e.first_offset >= start and e.last_offset < end:
-                        candidates.append(e.last_timestamp)
-                        continue
-                    data, batches = self._entry_batches(current)
-                    candidates.append(batches_max_timestamp(data, batches, start, end))
-            for ts in candidates:
-                if ts is not None:
-                    best = ts if best is None else max(best, ts)
-        return best
 
     # -- fetch --------------------------------------------------------------------------------
 
@@ -489,7 +378,8 @@ class PartitionReader:
         ranges = found.ranges
         end = ranges.visible_end_offset
         if not found.found or found.batch is None:
-            if end is not None and (offset == end or (ranges.visible(offset) and self._held(offset, ranges))):
+            held = ranges.visible(offset) and any(_tiers_holding(offset, ranges))
+            if end is not None and (offset == end or held):
                 return self._empty(offset, ranges)
             raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}",
                                         offset=offset)
@@ -497,7 +387,8 @@ class PartitionReader:
         if found.tier == "local":
             assert found.location is not None
             with LogSegment(Path(found.location["file"])) as seg:
-                batches = _take(_below(seg.batches(found.batch.position, verify_crc=True), end), max_bytes)
+                visible = batches_below(seg.batches(found.batch.position, verify_crc=True), end)
+                batches = _take(visible, max_bytes)
                 if not batches:
                     return self._empty(offset, ranges)
                 data = bytes(seg.buffer[batches[0].position: batches[-1].end_position])
@@ -505,15 +396,6 @@ class PartitionReader:
                                _rebased(batches, batches[0].position), end, offset,
                                ranges.log_start_offset)
         return self._remote_fetch(found, max_bytes, end)
-
-    @staticmethod
-    def _held(offset: int, ranges: PartitionOffsets) -> bool:
-        """Whether a tier holds ``offset`` (a gap in neither tier is out of range, not empty)."""
-        local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
-                 and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
-        remote = (ranges.remote_log_start_offset is not None
-                  and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
-        return local or remote
 
     def _empty(self, offset: int, ranges: PartitionOffsets) -> FetchResult:
         tier: Tier = ("remote" if ranges.local_log_start_offset is None
@@ -540,7 +422,7 @@ class PartitionReader:
         stop = group[-1].entry.rdi.position + group[-1].entry.data_length
         data = self.res.read_range(url, start, stop)
         batches = [b for b in iter_batches(data) if b.last_offset >= found.batch.base_offset]
-        taken = _take(_below(iter(batches), end), max_bytes)
+        taken = _take(batches_below(iter(batches), end), max_bytes)
         if not taken:
             return self._empty(found.batch.base_offset, found.ranges)
         # Read ahead what a sequential consumer asks next: the following entry range.
@@ -554,20 +436,13 @@ class PartitionReader:
                            found.ranges.log_start_offset)
 
 
-def _below(batches: Iterator[RecordBatch], end: int) -> Iterator[RecordBatch]:
-    """The batches up to the first one reaching ``end``: a fetch returns whole visible batches."""
-    for batch in batches:
-        if batch.last_offset >= end:
-            return
-        yield batch
-
-
-def _invisible_reason(offset: int, ranges: PartitionOffsets) -> str:
-    end = ranges.visible_end_offset
-    if end is not None and offset >= end:
-        return (f"offset {offset} is out of range: at or above the high watermark {end} "
-                f"({ranges.high_watermark_source})")
-    return f"offset {offset} is out of range"
+def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
+    """Whether the local and the remote tier hold ``offset`` (neither: a gap, out of range)."""
+    local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
+             and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
+    remote = (ranges.remote_log_start_offset is not None
+              and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+    return local, remote
 
 
 def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:

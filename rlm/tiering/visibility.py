@@ -19,7 +19,7 @@ offsets in ``[log_start_offset, visible_end_offset)``:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,6 +81,23 @@ class PartitionOffsets:
             "delete_records_offset": self.delete_records_offset,
             "visible": [self.log_start_offset, self.visible_end_offset],  # half-open
         }
+
+
+def batches_below(batches: Iterator[RecordBatch], end: int) -> Iterator[RecordBatch]:
+    """The batches up to the first one reaching ``end``: a fetch returns whole visible batches."""
+    for batch in batches:
+        if batch.last_offset >= end:
+            return
+        yield batch
+
+
+def invisible_reason(offset: int, ranges: PartitionOffsets) -> str:
+    """Why ``offset`` is not served (for a not-found answer or an out-of-range error)."""
+    end = ranges.visible_end_offset
+    if end is not None and offset >= end:
+        return (f"offset {offset} is out of range: at or above the high watermark {end} "
+                f"({ranges.high_watermark_source})")
+    return f"offset {offset} is out of range"
 
 
 def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]) -> int | None:
@@ -203,5 +220,6 @@ def _segment_max(seg: LogSegment, inside: bool, start: int, end: int) -> int | N
     return best
 
 
-__all__ = ["HighWatermarkSource", "PartitionOffsets", "batches_max_timestamp", "delete_records_point",
-           "local_max_timestamp", "partition_offsets", "visible_end"]
+__all__ = ["HighWatermarkSource", "PartitionOffsets", "batches_below", "batches_max_timestamp",
+           "delete_records_point", "invisible_reason", "local_max_timestamp", "partition_offsets",
+           "visible_end"]
