@@ -412,7 +412,8 @@ class RemoteLogManager:
 
     def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
         progress = Progress.load(self._state_dir(part) / "progress.json")
-        return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe())
+        return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe(),
+                            self.settings.log.eligibility)
 
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)

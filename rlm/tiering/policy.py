@@ -38,9 +38,9 @@ from rlm.logdir.kraft import (
     find_metadata_log,
     read_node_id,
 )
-from rlm.logdir.scan import LogDirCheckpoints, PartitionDir, list_segments
-from rlm.tiering.lookup import partition_offsets
+from rlm.logdir.scan import EligibilityPolicy, LogDirCheckpoints, PartitionDir, list_segments
 from rlm.tiering.state import PartitionContext, Progress
+from rlm.tiering.visibility import partition_offsets
 
 __all__ = ["PolicyMetrics", "Setting", "TopicPolicy", "TopicPolicyResolver", "excluded_row",
            "retention_limits"]
@@ -308,11 +308,11 @@ def retention_limits(pol: TopicPolicy, ctx: PartitionContext) -> dict[str, int]:
 
 
 def excluded_row(part: PartitionDir, pol: TopicPolicy, progress: Progress, checkpoints: LogDirCheckpoints,
-                 kafka: dict[str, Any]) -> dict[str, Any]:
+                 kafka: dict[str, Any], eligibility: EligibilityPolicy = "high-watermark") -> dict[str, Any]:
     """The status row of a partition the policy leaves alone: the same keys as a tiered one, from
     local facts and the persisted progress (the store is not asked), plus why it is not tiered."""
     segments = list_segments(part)
-    offsets = partition_offsets(part, progress, segments, checkpoints)
+    offsets = partition_offsets(part, progress, segments, checkpoints, eligibility)
     return {
         "topic": part.topic, "partition": part.partition,
         "log_start_offset": offsets.log_start_offset,
@@ -324,4 +324,7 @@ def excluded_row(part: PartitionDir, pol: TopicPolicy, progress: Progress, check
         "quarantined": {}, "last_error": None, "eligible_end_offset": None, "copy_lag_age_ms": 0,
         "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
         "tiered": False, "excluded_reason": pol.reason, "policy": pol.as_dict(), "kafka_configs": kafka,
+        "visible_end_offset": offsets.visible_end_offset,  # docs/visibility.md
+        "high_watermark_source": offsets.high_watermark_source,
+        "delete_records_offset": offsets.delete_records_offset,
     }
