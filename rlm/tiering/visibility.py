@@ -182,9 +182,10 @@ def batches_max_timestamp(data: bytes | Any, batches: Iterable[RecordBatch], sta
 def local_max_timestamp(segments: Sequence[SegmentFiles], start: int, end: int) -> int | None:
     """The max record timestamp among the local offsets in ``[start, end)`` (None: no record).
 
-    A segment wholly inside the range answers from its ``.timeindex`` (its last entry bounds
-    every record up to that entry's offset) plus a scan of the batches after it; a boundary
-    segment is scanned batch by batch from ``start``.
+    A segment starting inside the range answers from its ``.timeindex`` up to the last entry
+    below ``end`` (an entry bounds every record up to its offset) plus a scan of the batch
+    headers after it, up to ``end``; the segment holding ``start`` is scanned from ``start``.
+    Batches straddling either bound are decoded record by record.
     """
     best: int | None = None
     for i, files in enumerate(segments):
@@ -193,8 +194,7 @@ def local_max_timestamp(segments: Sequence[SegmentFiles], start: int, end: int) 
             continue
         try:
             with LogSegment.open(files) as seg:
-                found = _segment_max(seg, files.base_offset >= start and seg_end is not None
-                                     and seg_end <= end, start, end)
+                found = _segment_max(seg, files.base_offset >= start, start, end)
         except FileNotFoundError:
             continue  # deleted by the log store meanwhile
         if found is not None:
@@ -202,18 +202,21 @@ def local_max_timestamp(segments: Sequence[SegmentFiles], start: int, end: int) 
     return best
 
 
-def _segment_max(seg: LogSegment, inside: bool, start: int, end: int) -> int | None:
+def _segment_max(seg: LogSegment, starts_inside: bool, start: int, end: int) -> int | None:
     best: int | None = None
-    position = 0
-    times = seg.time_index if inside else None
-    if times:
-        last = times[len(times) - 1]
-        best = last.timestamp
-        at = seg.find_batch(last.offset)
-        position = at.position if at is not None else seg.size
-    elif not inside:
+    times = seg.time_index if starts_inside else None
+    lo, hi = 0, len(times) if times else 0
+    while lo < hi:  # the number of time index entries whose offset is below end
+        mid = (lo + hi) // 2
+        assert times is not None
+        lo, hi = (mid + 1, hi) if times[mid].offset < end else (lo, mid)
+    if times and lo:
+        entry = times[lo - 1]
+        best = entry.timestamp
+        at = seg.find_batch(entry.offset)
+    else:
         at = seg.find_batch(start)
-        position = at.position if at is not None else seg.size
+    position = at.position if at is not None else seg.size
     found = batches_max_timestamp(seg.buffer, seg.batches(position, verify_crc=False), start, end)
     if found is not None:
         best = found if best is None else max(best, found)
