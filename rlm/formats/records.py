@@ -522,11 +522,10 @@ def _inner_offset_shift(wrapper: _LegacyMessage, inner: list[_LegacyMessage]) ->
 
 def _legacy_batch(buf: Buffer, pos: int, total: int, verify_crc: bool) -> RecordBatch:
     msg = _parse_legacy(buf, pos, total, verify_crc=verify_crc, where=pos)
-    codec = _CODECS[msg.attributes & _ATTR_CODEC_MASK]
+    codec_id = msg.attributes & _ATTR_CODEC_MASK
+    codec = _CODECS[codec_id]
     if codec is None:
-        raise CompressionError(
-            f"unknown compression codec id {msg.attributes & _ATTR_CODEC_MASK}", position=pos, offset=msg.offset
-        )
+        raise CompressionError(f"unknown compression codec id {codec_id}", position=pos, offset=msg.offset)
     if msg.magic == 0:
         ts_type = TimestampType.NO_TIMESTAMP
     else:
