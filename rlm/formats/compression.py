@@ -24,7 +24,11 @@ Wire formats accepted by :func:`decompress`:
 * **zstd** — zstd frames; frames without a content size (streaming writers, Java ``ZstdOutputStream``)
   are decoded by streaming.
 
-Every failure surfaces as :class:`~rlm.errors.CompressionError`. Codecs come from ``cramjam``
+Every failure surfaces as :class:`~rlm.errors.CompressionError`. Output is bounded: a block that
+would inflate past ``max_size`` (default :data:`MAX_DECOMPRESSED_BYTES`) is refused before the
+memory is allocated — gzip is inflated incrementally up to the limit, snappy's length preamble and
+the LZ4/zstd framing give an upper bound up front (:mod:`rlm.formats.inflate_bounds`,
+docs/fuzzing.md). Codecs come from ``cramjam``
 (snappy, lz4, zstd; verified for raw snappy, lz4 frames with linked/independent blocks and zstd
 frames without content size) and ``zlib`` (gzip).
 """
@@ -38,8 +42,15 @@ import zlib
 import cramjam
 
 from rlm.errors import CompressionError
+from rlm.formats.inflate_bounds import lz4_bound, snappy_raw_length, zstd_bound
 
-__all__ = ["XERIAL_MAGIC", "Compression", "compress", "decompress", "xxh32"]
+__all__ = ["MAX_DECOMPRESSED_BYTES", "XERIAL_MAGIC", "Compression", "compress", "decompress", "xxh32"]
+
+#: Largest decompressed size of one compressed block (a v2 batch's records, a v0/v1 wrapper's
+#: value) rlm accepts, in bytes. Kafka's own limit is on the compressed batch (message.max.bytes,
+#: 1 MiB by default); 256 MiB leaves real batches two orders of magnitude of headroom while a
+#: "decompression bomb" (KiB that claim GiB) is refused instead of exhausting memory.
+MAX_DECOMPRESSED_BYTES = 256 << 20
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 #: snappy-java's ``SnappyOutputStream`` default block size (what Java producers emit).
@@ -139,7 +150,17 @@ def _lz4_descriptor_end(frame: bytes | bytearray | memoryview) -> int:
     return end
 
 
-def _decompress_lz4(data: bytes | bytearray | memoryview, legacy: bool) -> bytes:
+def _too_large(codec: str, size: int, max_size: int) -> CompressionError:
+    return CompressionError(
+        f"{codec}: decompresses to {size} bytes or more, over the limit of {max_size} bytes "
+        "(a corrupt or hostile batch)"
+    )
+
+
+def _decompress_lz4(data: bytes | bytearray | memoryview, legacy: bool, max_size: int) -> bytes:
+    bound = lz4_bound(data)
+    if bound > max_size:
+        raise _too_large("lz4", bound, max_size)
     if legacy:
         # Patch the header checksum to the correct one so the standard decoder accepts the frame:
         # the same effect as Kafka skipping the check for pre-KIP-57 frames.
@@ -150,9 +171,17 @@ def _decompress_lz4(data: bytes | bytearray | memoryview, legacy: bool) -> bytes
     return bytes(cramjam.lz4.decompress(data))
 
 
-def _decompress_snappy(data: bytes | bytearray | memoryview) -> bytes:
+def _snappy_block(block: bytes | bytearray | memoryview, budget: int, max_size: int) -> bytes:
+    # The decoder allocates the length the preamble declares: check it against what is left.
+    declared = snappy_raw_length(block)
+    if declared > budget:
+        raise _too_large("snappy", max_size - budget + declared, max_size)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _decompress_snappy(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
     if bytes(data[:8]) != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_block(data, max_size, max_size)
     view = memoryview(data)
     if len(view) < 16:
         raise CompressionError("snappy: truncated xerial header")
@@ -165,17 +194,20 @@ def _decompress_snappy(data: bytes | bytearray | memoryview) -> bytes:
         pos += 4
         if length < 0 or pos + length > len(view):
             raise CompressionError(f"snappy: xerial block length {length} at {pos - 4} runs past the end")
-        out += cramjam.snappy.decompress_raw(view[pos : pos + length])
+        out += _snappy_block(view[pos : pos + length], max_size - len(out), max_size)
         pos += length
     return bytes(out)
 
 
-def _decompress_gzip(data: bytes | bytearray | memoryview) -> bytes:
+def _decompress_gzip(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
     out = bytearray()
     rest = bytes(data)
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16+: gzip container only, like GZIPInputStream
-        out += d.decompress(rest)
+        # At most one byte past the limit is inflated: enough to know the limit is exceeded.
+        out += d.decompress(rest, max_size - len(out) + 1)
+        if len(out) > max_size:
+            raise _too_large("gzip", len(out), max_size)
         if not d.eof:
             raise CompressionError("gzip: truncated stream")
         rest = d.unused_data
@@ -183,26 +215,38 @@ def _decompress_gzip(data: bytes | bytearray | memoryview) -> bytes:
             return bytes(out)
 
 
+def _decompress_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    bound = zstd_bound(data)
+    if bound > max_size:
+        raise _too_large("zstd", bound, max_size)
+    # cramjam streams frames without a content size (verified), so no size hint is needed.
+    return bytes(cramjam.zstd.decompress(data))
+
+
 def decompress(
-    codec: Compression, data: bytes | bytearray | memoryview, *, legacy_lz4: bool = False
+    codec: Compression,
+    data: bytes | bytearray | memoryview,
+    *,
+    legacy_lz4: bool = False,
+    max_size: int = MAX_DECOMPRESSED_BYTES,
 ) -> bytes:
     """Decompress one Kafka compressed block (see module docstring for accepted framings).
 
     ``legacy_lz4`` (magic 0/1 messages) ignores the LZ4 frame header checksum. ``NONE`` returns
-    the bytes unchanged. Any decoder failure → :class:`CompressionError`.
+    the bytes unchanged. Output larger than ``max_size`` bytes, or framing that could inflate
+    past it, is refused before it is allocated. Any failure → :class:`CompressionError`.
     """
     try:
         if codec == Compression.NONE:
             return bytes(data)
         if codec == Compression.GZIP:
-            return _decompress_gzip(data)
+            return _decompress_gzip(data, max_size)
         if codec == Compression.SNAPPY:
-            return _decompress_snappy(data)
+            return _decompress_snappy(data, max_size)
         if codec == Compression.LZ4:
-            return _decompress_lz4(data, legacy_lz4)
+            return _decompress_lz4(data, legacy_lz4, max_size)
         if codec == Compression.ZSTD:
-            # cramjam streams frames without a content size (verified), so no size hint is needed.
-            return bytes(cramjam.zstd.decompress(data))
+            return _decompress_zstd(data, max_size)
     except CompressionError:
         raise
     except (zlib.error, cramjam.DecompressionError, ValueError, TypeError, struct.error) as exc:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rlm.errors import CompressionError
+from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import iter_batches
 from tests.formats.test_records import legacy_message
+from tests.fuzz.bombs import BOMBS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_legacy_unknown_codec_error_names_position_and_offset() -> None:
@@ -18,3 +26,40 @@ def test_legacy_unknown_codec_error_names_position_and_offset() -> None:
     assert info.value.position == len(legacy_message(0, 1, None, b"v"))
     assert info.value.offset == 7
     assert "codec id 7" in str(info.value)
+
+
+# Finding: a batch of 2 MiB (gzip), 8 MiB (lz4) or 64 KiB (zstd RLE blocks) inflated to 2 GiB and
+# decode_records allocated ~4 GiB (output + copy) before the record framing failed. Measured in a
+# fresh interpreter (tests/fuzz/bombs.py): peak RSS growth now stays near the 256 MiB limit for gzip
+# (inflated incrementally up to it) and near nothing for the codecs whose framing bounds the output.
+_RSS_BUDGET_KIB = {"gzip": (MAX_DECOMPRESSED_BYTES >> 10) * 7 // 4}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_decompression_bomb_is_refused_with_bounded_memory(name: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz.bombs", name], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    size, grown_kib, outcome = proc.stdout.split(" ", 2)
+    assert int(size) < 9 << 20  # a small batch ...
+    assert outcome.startswith("CompressionError: byte 0: offset 0: "), outcome  # ... refused, located
+    assert int(grown_kib) < _RSS_BUDGET_KIB.get(name, 64 << 10), f"{name}: peak RSS grew {grown_kib} KiB"
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY], ids=lambda c: c.label)
+def test_decompression_limit_is_exact_for_gzip_and_snappy(codec: Compression) -> None:
+    data = compress(codec, b"x" * 5000)
+    assert decompress(codec, data, max_size=5000) == b"x" * 5000
+    with pytest.raises(CompressionError, match="over the limit of 4999 bytes"):
+        decompress(codec, data, max_size=4999)
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD], ids=lambda c: c.label)
+def test_decompression_limit_bounds_lz4_and_zstd_by_their_framing(codec: Compression) -> None:
+    # The bound is the framing's (a compressed block counts as its maximum size): a payload of
+    # whole blocks is accepted at exactly its size, one byte less is refused before decoding.
+    payload = b"y" * (256 << 10)  # 4 Kafka lz4 blocks of 64 KiB, 2 zstd blocks of 128 KiB
+    data = compress(codec, payload)
+    assert decompress(codec, data, max_size=len(payload)) == payload
+    with pytest.raises(CompressionError, match="over the limit"):
+        decompress(codec, data, max_size=len(payload) - 1)
