@@ -77,8 +77,10 @@ def _line_starts(lines: list[str]) -> list[int]:
 
 
 def _parse_int(token: str, bounds: tuple[int, int]) -> int | None:
-    # Strict decimal (Python's int() would also take "+1", "1_0" and non-ASCII digits).
-    if not _INT_RE.fullmatch(token):
+    # Strict decimal (Python's int() would also take "+1", "1_0" and non-ASCII digits). No int64
+    # has more than 20 characters; longer tokens are refused before int(), which raises a
+    # ValueError of its own past 4300 digits (and is quadratic below that).
+    if len(token) > 20 or not _INT_RE.fullmatch(token):
         return None
     value = int(token)
     return value if bounds[0] <= value <= bounds[1] else None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from rlm.errors import CompressionError
+from rlm.errors import CheckpointError, CompressionError
+from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import iter_batches
 from tests.formats.test_records import legacy_message
@@ -63,3 +65,15 @@ def test_decompression_limit_bounds_lz4_and_zstd_by_their_framing(codec: Compres
     assert decompress(codec, data, max_size=len(payload)) == payload
     with pytest.raises(CompressionError, match="over the limit"):
         decompress(codec, data, max_size=len(payload) - 1)
+
+
+@pytest.mark.parametrize("parse", [parse_offset_checkpoint, parse_leader_epoch_checkpoint])
+def test_checkpoint_with_a_5000_digit_number_is_a_checkpoint_error(parse: Callable[[str], object]) -> None:
+    # Finding: int() raised ValueError ("Exceeds the limit (4300 digits)") out of the parser.
+    huge = "9" * 5000
+    text = f"0\n1\norders 0 {huge}\n" if parse is parse_offset_checkpoint else f"0\n1\n0 {huge}\n"
+    with pytest.raises(CheckpointError, match="line 3: malformed entry") as info:
+        parse(text)
+    assert info.value.position == 4
+    with pytest.raises(CheckpointError, match="line 1: version"):
+        parse(f"{huge}\n0\n")
