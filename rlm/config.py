@@ -247,7 +247,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
 def _env_value(text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
         return text
 
 
@@ -297,7 +297,9 @@ def load_settings(path: str | os.PathLike[str], environ: Mapping[str, str] | Non
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as err:
         raise ConfigError(f"config file {path} cannot be read: {err.strerror}") from err
-    except tomllib.TOMLDecodeError as err:
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8: byte {err.start}: {err.reason}") from err
+    except ValueError as err:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
     _apply_env(raw, os.environ if environ is None else environ)
     return settings_from_mapping(raw, source=str(path))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import CheckpointError, CompressionError
+from rlm.config import load_settings
+from rlm.errors import CheckpointError, CompressionError, ConfigError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import iter_batches
@@ -77,3 +78,23 @@ def test_checkpoint_with_a_5000_digit_number_is_a_checkpoint_error(parse: Callab
     assert info.value.position == 4
     with pytest.raises(CheckpointError, match="line 1: version"):
         parse(f"{huge}\n0\n")
+
+
+def test_config_file_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    # Finding: a config file with a non-UTF-8 byte raised UnicodeDecodeError (a traceback at startup).
+    path = tmp_path / "rlm.toml"
+    path.write_bytes(b'[server]\nhost = "\x80"\n')
+    with pytest.raises(ConfigError, match=r"rlm.toml is not UTF-8: byte 17"):
+        load_settings(path, {})
+
+
+def test_config_integer_past_4300_digits_is_a_config_error(tmp_path: Path) -> None:
+    # Finding: tomllib raised a plain ValueError for an integer longer than Python's 4300-digit
+    # limit, in the file and in an RLM_* override alike.
+    path = tmp_path / "rlm.toml"
+    path.write_bytes(b"[tiering]\nretention_ms = " + b"9" * 5000 + b"\n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_settings(path, {})
+    path.write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"config key tiering\.retention_ms = '999"):
+        load_settings(path, {"RLM_TIERING__RETENTION_MS": "9" * 5000})
