@@ -17,6 +17,44 @@ from rlm.errors import FormatError
 
 FORMAT_VERSION = 1
 
+_INT_FIELDS = ("partition", "base_offset", "last_offset", "first_timestamp", "max_timestamp", "size_bytes",
+               "record_batches", "index_entries", "created_ms")
+_NON_NEGATIVE = frozenset(("partition", "base_offset", "last_offset", "size_bytes", "record_batches",
+                           "index_entries"))
+_OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_fields(doc: dict[str, Any], key: str) -> None:
+    """Every known field has the type readers rely on, so a damaged manifest fails here, once, as
+    a FormatError naming the object and the field, instead of as a TypeError somewhere later."""
+
+    def bad(name: str, value: Any, allowed: str) -> FormatError:
+        return FormatError(f"{key}: manifest field {name} = {repr(value)[:60]}: {allowed}")
+
+    for name in ("topic", "attempt_id"):
+        if not isinstance(doc.get(name), str):
+            raise bad(name, doc.get(name), "must be a string")
+    for name in _INT_FIELDS:
+        value: Any = doc.get(name)
+        if not _is_int(value) or (name in _NON_NEGATIVE and value < 0):
+            raise bad(name, value, "must be a non-negative integer" if name in _NON_NEGATIVE else
+                      "must be an integer")
+    objects = doc.get("objects")
+    if not isinstance(objects, dict) or "log" not in objects:
+        raise bad("objects", objects, "must be an object with a 'log' entry")
+    for name, obj in objects.items():
+        if not isinstance(obj, dict) or set(obj) != set(_OBJECT_FIELDS) or not all(
+                isinstance(obj[f], t) and not isinstance(obj[f], bool) for f, t in _OBJECT_FIELDS.items()):
+            raise bad(f"objects.{name}", obj, "must be {key: string, size: integer, crc32c: integer}")
+    epochs = doc.get("leader_epochs", [])
+    if not isinstance(epochs, list) or not all(
+            isinstance(e, list) and len(e) == 2 and all(_is_int(v) for v in e) for e in epochs):
+        raise bad("leader_epochs", epochs, "must be a list of [epoch, start offset] integer pairs")
+
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
@@ -78,12 +116,16 @@ class SegmentManifest:
 
     @classmethod
     def from_json(cls, data: bytes, *, key: str = "<manifest>") -> SegmentManifest:
+        """Parse and type-check a manifest; anything malformed → :class:`FormatError` naming ``key``."""
         try:
             doc = json.loads(data)
+            if not isinstance(doc, dict):
+                raise FormatError(f"{key}: manifest is not a JSON object")
             version = doc.get("format_version")
             if version != FORMAT_VERSION:
                 raise FormatError(f"{key}: manifest format_version {version!r} is not supported "
                                   f"(this rlm reads {FORMAT_VERSION})")
+            _check_fields(doc, key)
             known = {f for f in cls.__dataclass_fields__ if f != "extra"}
             values = {k: doc[k] for k in known if k in doc}
             values["objects"] = {name: StoredObject(**o) for name, o in doc["objects"].items()}
@@ -92,5 +134,7 @@ class SegmentManifest:
             return cls(**values, extra=extra)
         except FormatError:
             raise
+        except RecursionError:
+            raise FormatError(f"{key}: malformed manifest: JSON nested too deeply") from None
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise FormatError(f"{key}: malformed manifest: {err}") from err

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlm.config import load_settings
-from rlm.errors import CheckpointError, CompressionError, ConfigError
+from rlm.errors import CheckpointError, CompressionError, ConfigError, FormatError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import iter_batches
+from rlm.tiering.manifest import SegmentManifest, StoredObject
 from tests.formats.test_records import legacy_message
 from tests.fuzz.bombs import BOMBS
 
@@ -98,3 +101,37 @@ def test_config_integer_past_4300_digits_is_a_config_error(tmp_path: Path) -> No
     path.write_bytes(b"")
     with pytest.raises(ConfigError, match=r"config key tiering\.retention_ms = '999"):
         load_settings(path, {"RLM_TIERING__RETENTION_MS": "9" * 5000})
+
+
+def _manifest_doc() -> dict[str, Any]:
+    log = StoredObject("t/0/100.log", 4096, 1)
+    m = SegmentManifest("t", 0, 100, 199, 5, 9, 4096, 7, 2, "a1", 11, {"log": log}, ((0, 0),))
+    doc: dict[str, Any] = json.loads(m.to_json())
+    return doc
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("last_offset", None, "manifest field last_offset = None: must be a non-negative integer"),
+    ("max_timestamp", "9", "manifest field max_timestamp = '9': must be an integer"),
+    ("topic", None, "manifest field topic = None: must be a string"),
+    ("partition", True, "manifest field partition = True"),
+    ("objects", {"index": {"key": "k", "size": 1, "crc32c": 2}}, "manifest field objects = "),
+    ("objects", {"log": {"key": "k", "size": None, "crc32c": 2}}, "manifest field objects.log = "),
+    ("leader_epochs", [[0, "x"]], "manifest field leader_epochs = "),
+])
+def test_manifest_with_a_mistyped_field_is_a_format_error(field: str, value: Any, says: str) -> None:
+    # Finding: from_json accepted null / string / bool values for integer fields (and a missing
+    # log object), and the copier, retention or lookups later failed with a TypeError.
+    doc = _manifest_doc()
+    doc[field] = value
+    with pytest.raises(FormatError) as info:
+        SegmentManifest.from_json(json.dumps(doc).encode(), key="t/0/100.manifest")
+    assert str(info.value).startswith(f"t/0/100.manifest: {says}")
+
+
+def test_manifest_nested_too_deeply_is_a_format_error() -> None:
+    # Finding: json.loads raised RecursionError for 100 000 nested arrays.
+    with pytest.raises(FormatError, match="m: malformed manifest: JSON nested too deeply"):
+        SegmentManifest.from_json(b"[" * 100_000, key="m")
+    with pytest.raises(FormatError, match="m: manifest is not a JSON object"):
+        SegmentManifest.from_json(b"[1]", key="m")
