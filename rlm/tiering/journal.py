@@ -4,7 +4,8 @@ Events: ``COPY_STARTED`` / ``COPY_FINISHED`` / ``COPY_ABORTED`` and ``DELETE_STA
 ``DELETE_FINISHED``, each with the segment base offset and the attempt id. A started attempt with
 no matching end is *open*: after a crash, recovery resolves it (resume, or discard its objects).
 Every append is fsynced before the step it announces begins. A torn last line (crash mid-write)
-is ignored: the step it announced never started. The journal is compacted (rewritten atomically
+is ignored: the step it announced never started; so is any line that is not a complete event
+(bad UTF-8 or JSON, a wrong type; see statefiles). The journal is compacted (rewritten atomically
 with only open attempts) when it grows past :data:`COMPACT_BYTES`.
 """
 
@@ -15,13 +16,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 from rlm.fsutil import atomic_write, fsync_dir
+from rlm.tiering.statefiles import int_field, loads_or_none
 
 EventType = Literal[
     "COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"
 ]
+_TYPES = frozenset(("COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"))
 _ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}
 COMPACT_BYTES = 1 << 20
 
@@ -34,6 +37,19 @@ class JournalEvent:
     at_ms: int
 
 
+def _event(doc: Any) -> JournalEvent | None:
+    """The event a parsed journal line holds, or None when it is not a complete one."""
+    if not isinstance(doc, dict):
+        return None
+    type_, attempt = doc.get("type"), doc.get("attempt")
+    base, at = int_field(doc, "base"), int_field(doc, "at")
+    if not isinstance(type_, str) or type_ not in _TYPES or not isinstance(attempt, str):
+        return None
+    if base is None or at is None:
+        return None
+    return JournalEvent(cast(EventType, type_), base, attempt, at)
+
+
 class Journal:
     """The journal file of one partition; not thread-safe (one writer per partition)."""
 
@@ -43,16 +59,14 @@ class Journal:
 
     def events(self) -> list[JournalEvent]:
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
             return []
         events = []
         for line in lines:
-            try:
-                doc = json.loads(line)
-                events.append(JournalEvent(doc["type"], int(doc["base"]), doc["attempt"], int(doc["at"])))
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line: its step never began
+            event = _event(loads_or_none(line))
+            if event is not None:  # else a torn line: its step never began
+                events.append(event)
         return events
 
     def open_attempts(self) -> list[JournalEvent]:

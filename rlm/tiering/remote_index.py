@@ -43,6 +43,7 @@ from rlm.formats.remote_index import (
 )
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
 from rlm.tiering.crash import crash_point
+from rlm.tiering.statefiles import int_field, loads_or_none
 
 log = logging.getLogger(__name__)
 
@@ -252,9 +253,12 @@ class RemoteIndexFamily:
 
     def _load_meta(self) -> dict[int, int]:
         try:
-            return {int(k): int(v) for k, v in json.loads(self.meta_path.read_text()).items()}
-        except (FileNotFoundError, ValueError):
+            doc = loads_or_none(self.meta_path.read_bytes())
+        except FileNotFoundError:
             return {}
+        # Unreadable entries are absent: that set's age restarts now (statefiles).
+        return {int(k): v for k in (doc if isinstance(doc, dict) else {})
+                if k.isascii() and k.isdigit() and len(k) <= 20 and (v := int_field(doc, k)) is not None}
 
     def _save_meta(self) -> None:
         self.meta_path.parent.mkdir(parents=True, exist_ok=True)

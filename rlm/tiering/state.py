@@ -26,6 +26,7 @@ from rlm.tiering.journal import Journal
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.statefiles import int_field, loads_or_none
 from rlm.tiering.throttle import TokenBucket
 
 
@@ -49,12 +50,19 @@ class Progress:
 
     @classmethod
     def load(cls, path: Path) -> Progress:
+        """The saved progress; a missing or unreadable file (statefiles) is "nothing tiered yet":
+        recovery then derives the offsets from the manifests in the store."""
         try:
-            doc = json.loads(path.read_text())
-            return cls(int(doc["highest_tiered_offset"]), int(doc["remote_log_start_offset"]),
-                       int(doc.get("delete_records_offset", -1)))
-        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
+            doc = loads_or_none(path.read_bytes())
+        except FileNotFoundError:
             return cls()
+        highest, start = int_field(doc, "highest_tiered_offset"), int_field(doc, "remote_log_start_offset")
+        # Absent in files written before DeleteRecords support: none seen yet.
+        absent = not isinstance(doc, dict) or "delete_records_offset" not in doc
+        deleted = -1 if absent else int_field(doc, "delete_records_offset")
+        if highest is None or start is None or deleted is None:
+            return cls()
+        return cls(highest, start, deleted)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,11 @@ from rlm.errors import CheckpointError, CompressionError, ConfigError, FormatErr
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import iter_batches
+from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
+from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.state import Progress
 from tests.formats.test_records import legacy_message
 from tests.fuzz.bombs import BOMBS
 
@@ -135,3 +139,56 @@ def test_manifest_nested_too_deeply_is_a_format_error() -> None:
         SegmentManifest.from_json(b"[" * 100_000, key="m")
     with pytest.raises(FormatError, match="m: manifest is not a JSON object"):
         SegmentManifest.from_json(b"[1]", key="m")
+
+
+_TORN_JOURNAL = [
+    b'{"type": ["COPY_STARTED"], "base": 0, "attempt": "a", "at": 1}',  # unhashable type
+    b'{"type": "COPY_STARTED", "base": Infinity, "attempt": "a", "at": 1}',  # OverflowError
+    b'{"type": "COPY_STARTED", "base": 0, "attempt": "\x80", "at": 1}',  # bad UTF-8
+    b"[" * 100_000,  # RecursionError
+    b'{"type": "COPY_STARTED", "base": true, "attempt": "a", "at": 1}',  # a bool is not an offset
+    b'{"type": "NOT_AN_EVENT", "base": 0, "attempt": "a", "at": 1}',
+]
+
+
+@pytest.mark.parametrize("bad", _TORN_JOURNAL, ids=range(len(_TORN_JOURNAL)))
+def test_journal_line_of_any_shape_is_a_torn_line(tmp_path: Path, bad: bytes) -> None:
+    # Finding: a journal line with a list "type", an Infinity offset, invalid UTF-8 or deep
+    # nesting raised TypeError / OverflowError / UnicodeDecodeError / RecursionError out of
+    # recovery; such a line is torn like any other and its neighbours are kept.
+    good = b'{"type": "COPY_STARTED", "base": 7, "attempt": "b", "at": 2}'
+    (tmp_path / "journal").write_bytes(bad + b"\n" + good + b"\n")
+    assert Journal(tmp_path / "journal").open_attempts() == [JournalEvent("COPY_STARTED", 7, "b", 2)]
+
+
+@pytest.mark.parametrize("bad", [b'{"highest_tiered_offset": Infinity, "remote_log_start_offset": 0}',
+                                 b"[" * 100_000, b"\x80", b"[1, 2]",
+                                 b'{"highest_tiered_offset": 5.5, "remote_log_start_offset": 0}',
+                                 b'{"highest_tiered_offset": 5, "remote_log_start_offset": 0, '
+                                 b'"delete_records_offset": null}'])
+def test_progress_file_of_any_shape_reads_as_nothing_tiered(tmp_path: Path, bad: bytes) -> None:
+    # Finding: Progress.load raised OverflowError (Infinity) and RecursionError (deep nesting).
+    (tmp_path / "progress.json").write_bytes(bad)
+    assert Progress.load(tmp_path / "progress.json") == Progress()
+    Progress(12, 3, 7).save(tmp_path / "progress.json")
+    assert Progress.load(tmp_path / "progress.json") == Progress(12, 3, 7)
+    (tmp_path / "progress.json").write_bytes(b'{"highest_tiered_offset": 5, "remote_log_start_offset": 0}')
+    assert Progress.load(tmp_path / "progress.json") == Progress(5, 0, -1)  # written before DeleteRecords
+
+
+@pytest.mark.parametrize("meta", [b"[]", b'{"1000": Infinity}', b"[" * 100_000, b'{"x": 1, "1000": "5"}'])
+def test_remote_index_meta_of_any_shape_is_ignored(tmp_path: Path, meta: bytes) -> None:
+    # Finding: RemoteIndexFamily.open raised AttributeError for a JSON list and OverflowError for
+    # Infinity in meta.json (which only holds set creation times for rotation by age).
+    (tmp_path / "meta.json").write_bytes(meta)
+    family = RemoteIndexFamily(tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40,
+                               clock_ms=lambda: 42)
+    entry = RemoteLogIndexEntry(1000, 1009, 1, 2, 10, RemoteDataIdentifier("s3://b/k", 0))
+    family.open()
+    family.append_segment([entry])
+    assert family.last_offset == 1009
+    (tmp_path / "meta.json").write_bytes(meta)
+    reopened = RemoteIndexFamily(tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40,
+                                 clock_ms=lambda: 77)
+    reopened.open()
+    assert [s.created_ms for s in reopened.sets] == [77]  # unreadable age: restarts now
