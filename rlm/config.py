@@ -247,7 +247,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
 def _env_value(text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except ValueError:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
+    except (ValueError, RecursionError):  # not TOML, a 4300+ digit integer, arrays nested too deeply
         return text
 
 
@@ -301,6 +301,8 @@ def load_settings(path: str | os.PathLike[str], environ: Mapping[str, str] | Non
         raise ConfigError(f"config file {path} is not UTF-8: byte {err.start}: {err.reason}") from err
     except ValueError as err:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    except RecursionError:  # tomllib parses nested arrays/tables recursively
+        raise ConfigError(f"config file {path} is not valid TOML: nested too deeply") from None
     _apply_env(raw, os.environ if environ is None else environ)
     return settings_from_mapping(raw, source=str(path))
 

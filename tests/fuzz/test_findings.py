@@ -192,3 +192,14 @@ def test_remote_index_meta_of_any_shape_is_ignored(tmp_path: Path, meta: bytes) 
                                  clock_ms=lambda: 77)
     reopened.open()
     assert [s.created_ms for s in reopened.sets] == [77]  # unreadable age: restarts now
+
+
+def test_config_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    # Finding: tomllib raised RecursionError for 3000 nested arrays, in the file and in an override.
+    path = tmp_path / "rlm.toml"
+    path.write_bytes(b"x = " + b"[" * 3000)
+    with pytest.raises(ConfigError, match=r"rlm\.toml is not valid TOML: nested too deeply"):
+        load_settings(path, {})
+    path.write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"config key server\.port = .*must be an integer"):
+        load_settings(path, {"RLM_SERVER__PORT": "[" * 3000})
