@@ -588,17 +588,19 @@ def decode_records(buf: Buffer, batch: RecordBatch) -> list[Record]:
     if batch.magic != 2:
         return _decode_legacy_records(buf, batch)
     body_start = batch.position + V2_HEADER_SIZE
-    view = memoryview(buf)[body_start : batch.position + batch.size]
+    # A copy, never a view kept in a local: the frames of an error raised below would keep an
+    # export of the caller's buffer alive, and closing an mmap then raises BufferError in place
+    # of the real error (found by fuzzing `rlm dump`, docs/fuzzing.md).
+    body = bytes(memoryview(buf)[body_start : batch.position + batch.size])
     if batch.compression is Compression.NONE:
-        data = bytes(view)
+        data = body
         report_base: int | None = body_start
     else:
         try:
-            data = decompress(batch.compression, view)
+            data = decompress(batch.compression, body)
         except CompressionError as exc:
             raise CompressionError(exc.reason, position=batch.position, offset=batch.base_offset) from exc
         report_base = None
-    view.release()
     try:
         return _parse_v2_records(data, batch)
     except CorruptRecordError as exc:

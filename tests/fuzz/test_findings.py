@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from rlm.config import load_settings
 from rlm.errors import CheckpointError, CompressionError, ConfigError, FormatError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
-from rlm.formats.records import iter_batches
+from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
@@ -23,6 +24,7 @@ from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.state import Progress
 from tests.formats.test_records import legacy_message
 from tests.fuzz.bombs import BOMBS
+from tests.fuzz.harness import fix_crcs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -203,3 +205,26 @@ def test_config_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
     path.write_bytes(b"")
     with pytest.raises(ConfigError, match=r"config key server\.port = .*must be an integer"):
         load_settings(path, {"RLM_SERVER__PORT": "[" * 3000})
+
+
+def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
+    # Finding: `rlm dump --records` on a segment with a corrupt compressed batch printed
+    # "BufferError: cannot close exported pointers exist" instead of the error: the failed
+    # decoder's frames (kept by the error) held a memoryview of the mapped file.
+    spec = RecordSpec(1, None, b"v" * 100)
+    batch = bytearray(build_batch([spec], base_offset=0, compression=Compression.ZSTD))
+    batch[-3] ^= 0xFF
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(fix_crcs(bytes(batch)))
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        (parsed,) = iter_batches(mm)
+        with pytest.raises(CompressionError) as info:
+            decode_records(mm, parsed)
+        error = info.value  # still referenced, as dump keeps it to report after the listing
+        mm.close()  # would raise BufferError while a view is alive
+    assert error.position == 0
+    proc = subprocess.run([sys.executable, "-m", "rlm", "dump", "--records", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=REPO)
+    assert proc.returncode == 1
+    expected = f"rlm: error: {path}: byte 0: offset 0: zstd: cannot decompress"
+    assert proc.stderr.startswith(expected), proc.stderr
