@@ -201,7 +201,7 @@ def dump_remote_log_index(path: Path) -> DumpResult:
 
 def dump_checkpoint(path: Path) -> DumpResult:
     """Kafka's text checkpoints: offset checkpoints and ``leader-epoch-checkpoint``."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_bytes()  # the parser decodes: bad UTF-8 is a CheckpointError naming the byte
     try:
         if path.name == "leader-epoch-checkpoint":
             lec = parse_leader_epoch_checkpoint(text)

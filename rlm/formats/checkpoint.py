@@ -93,7 +93,7 @@ def _parse(
         try:
             text = text.decode()
         except UnicodeDecodeError as exc:
-            raise CheckpointError(f"{what} is not UTF-8: {exc}") from exc
+            raise CheckpointError(f"{what} is not UTF-8: {exc.reason}", position=exc.start) from None
     if text == "":
         return CHECKPOINT_VERSION, []  # Kafka reads an empty file as no entries
     # Kafka's readLine: "\n", "\r\n" or "\r" end a line; the final terminator does not add a line.

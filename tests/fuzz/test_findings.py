@@ -228,3 +228,14 @@ def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
     assert proc.returncode == 1
     expected = f"rlm: error: {path}: byte 0: offset 0: zstd: cannot decompress"
     assert proc.stderr.startswith(expected), proc.stderr
+
+
+def test_dump_of_a_non_utf8_checkpoint_names_the_file_and_byte(tmp_path: Path) -> None:
+    # Finding: `rlm dump` read checkpoints with read_text, so a bad byte printed
+    # "rlm: error: UnicodeDecodeError: ..." without the file; the parser now decodes and says where.
+    path = tmp_path / "replication-offset-checkpoint"
+    path.write_bytes(b"0\n1\n\x80 0 1\n")
+    proc = subprocess.run([sys.executable, "-m", "rlm", "dump", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=REPO)
+    assert proc.returncode == 1
+    assert proc.stderr == f"rlm: error: {path}: byte 4: offset checkpoint is not UTF-8: invalid start byte\n"
