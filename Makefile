@@ -6,7 +6,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test test-fast lint bench bench-copy bench-scale soak clean browser
+.PHONY: install run test test-fast lint bench bench-copy bench-scale soak fuzz clean browser
 
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
@@ -64,6 +64,11 @@ bench-scale: install
 SOAK_MINUTES ?= 10
 soak: install
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES)
+
+# The fuzz suite (tests/fuzz) with the large Hypothesis profile (minutes; `make test` runs it with a
+# bounded budget). Prints each parser's example count; see docs/fuzzing.md.
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/fuzz --hypothesis-show-statistics
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
