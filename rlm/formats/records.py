@@ -96,6 +96,9 @@ V2_HEADER_SIZE: Final = 61
 _V1_MIN_SIZE: Final = 22  # crc 4 + magic 1 + attributes 1 + timestamp 8 + keyLen 4 + valueLen 4
 _CRC_START_V2: Final = 21  # CRC-32C covers attributes..end
 _CRC_START_LEGACY: Final = 16  # CRC-32 covers magic..end
+#: Smallest v2 record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
+#: headerCount, one byte each.
+_MIN_RECORD_SIZE: Final = 7
 
 # Precompiled: the scan loop calls these once per batch.
 _OFFSET_SIZE = struct.Struct(">qi")
@@ -620,6 +623,14 @@ def _parse_v2_records(data: bytes, batch: RecordBatch) -> list[Record]:
     base_offset = batch.base_offset
     if count < 0:
         raise CorruptRecordError(f"negative record count {count}", position=0, offset=base_offset)
+    if count > len(data) // _MIN_RECORD_SIZE:
+        # Checked against the bytes present before any work: the header's count is not trusted.
+        raise CorruptRecordError(
+            f"record count {count} cannot fit in {len(data)} bytes of records "
+            f"(a record takes at least {_MIN_RECORD_SIZE})",
+            position=0,
+            offset=base_offset,
+        )
     log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
     base_ts = batch.base_timestamp
     max_ts = batch.max_timestamp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlm.config import load_settings
-from rlm.errors import CheckpointError, CompressionError, ConfigError, FormatError
+from rlm.errors import CheckpointError, CompressionError, ConfigError, CorruptRecordError, FormatError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
@@ -239,3 +240,17 @@ def test_dump_of_a_non_utf8_checkpoint_names_the_file_and_byte(tmp_path: Path) -
                           timeout=60, check=False, cwd=REPO)
     assert proc.returncode == 1
     assert proc.stderr == f"rlm: error: {path}: byte 4: offset checkpoint is not UTF-8: invalid start byte\n"
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD], ids=lambda c: c.label)
+def test_record_count_beyond_the_bytes_present_is_refused_before_parsing(codec: Compression) -> None:
+    # Hardening asked by issue #20: a header's record count is checked against the bytes present
+    # (a record takes at least 7) before any record is parsed.
+    batch = bytearray(build_batch([RecordSpec(1, None, b"v")] * 3, base_offset=5, compression=codec))
+    struct.pack_into(">i", batch, 57, 2**31 - 1)
+    data = fix_crcs(bytes(batch))
+    (parsed,) = iter_batches(data)
+    with pytest.raises(CorruptRecordError, match=r"record count 2147483647 cannot fit in \d+ bytes") as info:
+        decode_records(data, parsed)
+    assert info.value.offset == 5
+    assert info.value.position == (61 if codec is Compression.NONE else 0)
