@@ -48,6 +48,7 @@ def test_legacy_unknown_codec_error_names_position_and_offset() -> None:
 _RSS_BUDGET_KIB = {"gzip": (MAX_DECOMPRESSED_BYTES >> 10) * 7 // 4}
 
 
+@pytest.mark.integration  # a fresh interpreter per bomb
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_decompression_bomb_is_refused_with_bounded_memory(name: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "tests.fuzz.bombs", name], capture_output=True, text=True,
@@ -208,6 +209,7 @@ def test_config_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
         load_settings(path, {"RLM_SERVER__PORT": "[" * 3000})
 
 
+@pytest.mark.integration  # ends with `rlm dump` as a subprocess
 def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
     # Finding: `rlm dump --records` on a segment with a corrupt compressed batch printed
     # "BufferError: cannot close exported pointers exist" instead of the error: the failed
@@ -231,6 +233,7 @@ def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
     assert proc.stderr.startswith(expected), proc.stderr
 
 
+@pytest.mark.integration  # `rlm dump` as a subprocess
 def test_dump_of_a_non_utf8_checkpoint_names_the_file_and_byte(tmp_path: Path) -> None:
     # Finding: `rlm dump` read checkpoints with read_text, so a bad byte printed
     # "rlm: error: UnicodeDecodeError: ..." without the file; the parser now decodes and says where.

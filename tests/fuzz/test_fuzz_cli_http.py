@@ -58,6 +58,7 @@ def dump_cases(draw: st.DrawFn) -> tuple[str, bytes]:
     return name, data
 
 
+@pytest.mark.integration
 @fuzz_settings(0.15, cap=250)  # a subprocess each: ~0.5 s
 @given(dump_cases())
 def test_rlm_dump_on_mutated_files(case: tuple[str, bytes]) -> None:
