@@ -40,7 +40,7 @@ _COMMON: dict[str, Any] = {
 }
 # deadline: a per-example bound (generous: a shared 2-core machine); the SIGALRM guard below
 # catches true hangs, which a Hypothesis deadline only reports after the example returns.
-settings.register_profile("fuzz-ci", max_examples=60, deadline=timedelta(seconds=5), **_COMMON)
+settings.register_profile("fuzz-ci", max_examples=100, deadline=timedelta(seconds=5), **_COMMON)
 settings.register_profile("fuzz", max_examples=4_000, deadline=timedelta(seconds=5), **_COMMON)
 
 
