@@ -15,8 +15,10 @@ Tree::
     │   ├── CorruptIndexError          .index / .timeindex / remote offset+time index
     │   ├── CorruptRemoteIndexError    .remotelogindex entry: bad magic, length or CRC
     │   ├── CheckpointError            Kafka checkpoint text files
-    │   └── CorruptMetadataRecordError a KRaft metadata record value that does not decode
+    │   ├── CorruptMetadataRecordError a KRaft metadata record value that does not decode
+    │   └── PartitionMetadataError     a partition dir's ``partition.metadata`` (topic id)
     ├── LogDirError                    layout of a log directory (names, missing files)
+    │   └── IdentityConflictError      the tiered data is not this partition's log (re-created topic)
     ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
     ├── InvalidArgumentError           invalid API / CLI parameters
     │   └── OffsetOutOfRangeError      a fetch below the log start / above the high watermark
@@ -111,8 +113,18 @@ class CorruptMetadataRecordError(FormatError):
     """A record of the KRaft metadata log (``__cluster_metadata``) whose value does not decode."""
 
 
+class PartitionMetadataError(FormatError):
+    """A ``partition.metadata`` file (version and topic id) that does not follow Kafka's format."""
+
+
 class LogDirError(RlmError):
     """A log directory that does not have Kafka's layout (bad names, missing files)."""
+
+
+class IdentityConflictError(LogDirError):
+    """The data tiered for a partition cannot belong to its local log (a topic re-created under the
+    same name without a topic id, or a log truncated below what was tiered): nothing is tiered or
+    served for it until resolved (docs/topic-identity.md)."""
 
 
 class ConfigError(RlmError):

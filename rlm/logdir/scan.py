@@ -30,10 +30,12 @@ from typing import Literal, TypeAlias
 from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_offset_checkpoint
+from rlm.formats.partition_metadata import MAX_FILE_BYTES, parse_partition_metadata
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
+    "PARTITION_METADATA",
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "EligibilityPolicy",
@@ -46,8 +48,10 @@ __all__ = [
     "discover_partitions",
     "eligible_segments",
     "list_segments",
+    "partition_dir",
     "partition_state",
     "read_checkpoints",
+    "read_topic_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,8 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+#: The topic id of a partition directory (brokers since 2.8): see docs/topic-identity.md.
+PARTITION_METADATA = "partition.metadata"
 
 #: Kafka renames a replica dir to ``<topic>-<partition>.<uuid>-<suffix>`` while deleting it,
 #: moving it between log dirs (``-future``) or after finding it unassigned (``-stray``).
@@ -74,12 +80,20 @@ def _log_skip(path: Path, reason: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class PartitionDir:
-    """One ``<topic>-<partition>`` directory inside ``log_dir`` (``path`` = log_dir / name)."""
+    """One ``<topic>-<partition>`` directory inside ``log_dir`` (``path`` = log_dir / name).
+
+    ``topic_id`` is the id in its ``partition.metadata`` when discovery read one (None: a broker
+    before 2.8 or no file; the partition then has a name-only identity). ``identity_error`` is the
+    one-line reason when that file exists but is malformed: the partition's identity is then
+    unknown and nothing may be tiered or served for it (docs/topic-identity.md).
+    """
 
     log_dir: Path
     topic: str
     partition: int
     path: Path
+    topic_id: str | None = None
+    identity_error: str | None = None
 
     @property
     def name(self) -> str:
@@ -152,6 +166,34 @@ def _classify_dir_name(name: str) -> tuple[str, int] | str:
         return f"not a <topic>-<partition> directory: {exc}"
 
 
+def read_topic_id(path: Path) -> str | None:
+    """The topic id in ``path / partition.metadata``; None when the file does not exist.
+
+    A malformed file raises :class:`~rlm.errors.PartitionMetadataError` naming the file.
+    """
+    meta = path / PARTITION_METADATA
+    try:
+        with meta.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise LogDirError(f"cannot read: {exc.strerror or exc}", file=meta) from exc
+    try:
+        return parse_partition_metadata(data).topic_id
+    except RlmError as exc:
+        raise exc.in_file(meta) from exc
+
+
+def partition_dir(log_dir: Path, topic: str, partition: int, path: Path | None = None) -> PartitionDir:
+    """A :class:`PartitionDir` with its identity read now from ``partition.metadata``."""
+    path = path if path is not None else log_dir / f"{topic}-{partition}"
+    try:
+        return PartitionDir(log_dir, topic, partition, path, read_topic_id(path))
+    except RlmError as exc:
+        return PartitionDir(log_dir, topic, partition, path, None, str(exc))
+
+
 def discover_partitions(
     log_dirs: Sequence[Path | str], *, on_skip: SkipCallback | None = None
 ) -> list[PartitionDir]:
@@ -189,7 +231,7 @@ def discover_partitions(
             if key in found:
                 skip(path, f"duplicate of {found[key].path}")
                 continue
-            found[key] = PartitionDir(log_dir=log_dir, topic=topic, partition=partition, path=path)
+            found[key] = partition_dir(log_dir, topic, partition, path)
     return [found[key] for key in sorted(found)]
 
 

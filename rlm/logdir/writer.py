@@ -45,12 +45,14 @@ from rlm.formats.checkpoint import (
     parse_offset_checkpoint,
 )
 from rlm.formats.compression import Compression
+from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import Record, RecordBatch, RecordSpec, TimestampType, build_batch, iter_batches
 from rlm.formats.segment_index import SegmentIndexer
 from rlm.formats.time_index import TimeIndexBuilder
 from rlm.logdir.scan import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
@@ -204,7 +206,7 @@ class LogWriter:
                 "partition directory already has segments; LogWriter does not resume", file=self.path
             )
         if topic_id is not None:
-            _atomic_write(self.path / "partition.metadata", f"version: 0\ntopic_id: {topic_id}\n")
+            _atomic_write(self.path / PARTITION_METADATA, format_partition_metadata(topic_id).decode())
         self._segment_bases: list[int] = []
         self._log_end_offset = start_offset
         self._active = self._new_segment(start_offset)

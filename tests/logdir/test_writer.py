@@ -256,7 +256,7 @@ def test_index_full_rolls(tmp_path: Path) -> None:
 def test_checkpoints_parse_back_and_merge(tmp_path: Path) -> None:
     with (
         LogWriter(tmp_path, "a", 0) as a,
-        LogWriter(tmp_path, "b-c.d", 1, topic_id="AAAAAAAAAAAAAAAAAAAAAA") as b,
+        LogWriter(tmp_path, "b-c.d", 1, topic_id="h21Hd1FxRjC-20k1lF5oYA") as b,
     ):
         for i in range(10):
             a.append([_spec(i, i)])
@@ -277,7 +277,7 @@ def test_checkpoints_parse_back_and_merge(tmp_path: Path) -> None:
     assert lso == {("b-c.d", 1): 4}  # Kafka records it only above the first segment's base
     epochs = parse_leader_epoch_checkpoint((tmp_path / "b-c.d-1" / "leader-epoch-checkpoint").read_text())
     assert [(e.epoch, e.start_offset) for e in epochs.entries] == [(0, 0), (3, 10)]
-    assert "topic_id: AAAAAAAAAAAAAAAAAAAAAA" in (tmp_path / "b-c.d-1" / "partition.metadata").read_text()
+    assert "topic_id: h21Hd1FxRjC-20k1lF5oYA" in (tmp_path / "b-c.d-1" / "partition.metadata").read_text()
     # And the scanner sees the same state.
     cps = read_checkpoints(tmp_path)
     parts = {p.name: p for p in discover_partitions([tmp_path])}
