@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import shutil
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,14 @@ class LocalBackend(StorageBackend):
 
     def url(self, key: str) -> str:
         return (self.root / validate_key(key)).as_uri()
+
+    def key_for_url(self, url: str) -> str:
+        # as_uri() percent-encodes characters outside RFC 3986's unreserved set, such as the "=" of
+        # a topic-id root (docs/topic-identity.md): decode the key part so this stays url()'s inverse.
+        root = self.url("x")[:-1]
+        if not url.startswith(root):
+            raise ValueError(f"{url!r} is not an object URL of this {self.name} store ({root}...)")
+        return validate_key(urllib.parse.unquote(url[len(root):]))
 
     @property
     def capabilities(self) -> Capabilities:
