@@ -61,6 +61,10 @@ class TieringSettings:
     gc_grace_ms: int = 3_600_000         # abandoned attempts younger than this are left alone
     state_dir: Path | None = None        # journal, pins, progress; default: <log dir>.rlm-state
     remote_cache_bytes: int = 268_435_456  # byte-bounded LRU of remote ranges read by lookups
+    # A re-created topic's predecessor (docs/topic-identity.md): deleted this long after it is first
+    # seen retired, unless kept.
+    old_incarnation_grace_ms: int = 86_400_000
+    keep_old_incarnations: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "gc_grace_ms": _int(0),
         "state_dir": _optional_path,
         "remote_cache_bytes": _int(0),
+        "old_incarnation_grace_ms": _int(0),
+        "keep_old_incarnations": _bool,
     }),
     "topics": (TopicsSettings, {
         "include": _globs,
@@ -336,6 +342,12 @@ KEY_DOCS: dict[str, str] = {
     "tiering.state_dir": "Journal, pins and progress; default `<log dir>.rlm-state` beside each log dir "
                          "(must be on the log dir's file system: pins are hard links).",
     "tiering.remote_cache_bytes": "Byte-bounded LRU of remote ranges read by lookups and fetches.",
+    "tiering.old_incarnation_grace_ms": "Remote data and local state of a deleted topic's old "
+                                        "incarnation (the same name re-created with a new topic id) "
+                                        "are deleted this long after rlm first sees them retired "
+                                        "(Kafka deletes remote data with the topic).",
+    "tiering.keep_old_incarnations": "Keep old incarnations' remote data and state instead (still "
+                                     "shown in `rlm status` and `rlm gc --dry-run`).",
     "topics.include": "Glob patterns on topic names to tier. Internal logs (`__`-prefixed, the KRaft "
                       "log) are tiered only when a pattern starting with `__` names them.",
     "topics.exclude": "Glob patterns never tiered; they win over `include`, Kafka configs and overrides.",
@@ -372,6 +384,7 @@ _ALLOWED: dict[str, str] = {
     "remote.backend": "non-empty string",
     "remote.options": "table",
     "tiering.state_dir": "path or empty",
+    "tiering.keep_old_incarnations": "`true`, `false`",
     "server.host": "non-empty string",
     "server.token": "string",
 }
@@ -402,6 +415,8 @@ def _default_text(value: Any) -> str:
         return f'"{value}"'
     if value is None:
         return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, dict):

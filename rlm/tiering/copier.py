@@ -329,7 +329,7 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
         first, last = scanned.batches[0], scanned.batches[-1]
 
         def key(name: str) -> str:
-            return keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name)
+            return keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name, ctx.key_id)
 
         log_key = key(keys.LOG)
         entries = build_entries(scanned.batches, object_url=shared.backend.url(log_key),
@@ -365,7 +365,7 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
             leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset,
                                          last.last_offset),
         )
-        manifest_key = keys.manifest_key(ctx.topic, ctx.partition, segment.base_offset)
+        manifest_key = keys.manifest_key(ctx.topic, ctx.partition, segment.base_offset, ctx.key_id)
         adopted = False
         try:
             put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)

@@ -33,8 +33,9 @@ def find_orphans(ctx: PartitionContext) -> list[Orphan]:
     """Abandoned attempts of the partition past the grace period (manifests re-listed first)."""
     backend, retry, now = ctx.shared.backend, ctx.shared.retry, ctx.shared.clock_ms()
     groups: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
-    for info in retry.call(lambda: list(backend.list(keys.data_prefix(ctx.topic, ctx.partition)))):
-        ref = keys.parse_data_key(ctx.topic, ctx.partition, info.key)
+    prefix = keys.data_prefix(ctx.topic, ctx.partition, ctx.key_id)
+    for info in retry.call(lambda: list(backend.list(prefix))):
+        ref = keys.parse_data_key(ctx.topic, ctx.partition, info.key, ctx.key_id)
         if ref is not None:
             groups[ref].append(info)
     # Manifests are listed *after* the data: an attempt that commits in between is then seen live.

@@ -1,15 +1,27 @@
 """The remote key layout — the one place that says where rlm puts things in the store.
 
 Keys are relative to the backend's root (its bucket/prefix/directory). Offsets are 20-digit
-zero-padded so lexical key order is offset order (FORMATS §6)::
+zero-padded so lexical key order is offset order (FORMATS §6). All keys of one *incarnation* of a
+partition live under one root (docs/topic-identity.md)::
 
-    <topic>-<partition>/manifests/<base>.json                   commit point, one per segment
-    <topic>-<partition>/data/<base>-<attempt>/segment.log       the segment's bytes
-    <topic>-<partition>/data/<base>-<attempt>/segment.index     Kafka's offset index (if present)
-    <topic>-<partition>/data/<base>-<attempt>/segment.timeindex
-    <topic>-<partition>/data/<base>-<attempt>/leader-epoch-checkpoint
-    <topic>-<partition>/data/<base>-<attempt>/producer.snapshot
-    <topic>-<partition>/data/<base>-<attempt>/segment.remotelogindex   the segment's own entries
+    <topic>-<partition>/                 name-only root: partitions without a topic id (brokers
+                                         before 2.8), and an incarnation that adopted it
+    <topic>-<partition>=<topic id>/      the root of the incarnation with that topic id
+
+``=`` cannot occur in a topic name (Kafka allows ``[a-zA-Z0-9._-]``) nor in a topic id (22
+base64url characters), so a root parses unambiguously (:func:`parse_root`): the text before the
+first ``/`` is split at its ``=``, the name part at its last ``-``. Two incarnations never share a
+root, and the name-only root ``t-0/`` is no prefix of ``t-0=<id>/``. Under a root::
+
+    manifests/<base>.json                   commit point, one per segment
+    data/<base>-<attempt>/segment.log       the segment's bytes
+    data/<base>-<attempt>/segment.index     Kafka's offset index (if present)
+    data/<base>-<attempt>/segment.timeindex
+    data/<base>-<attempt>/leader-epoch-checkpoint
+    data/<base>-<attempt>/producer.snapshot
+    data/<base>-<attempt>/segment.remotelogindex   the segment's own entries
+    owner.json                              name-only root only: the topic id that adopted it
+    retired.json                            the root's incarnation is gone (topic re-created)
 
 Data keys are unique per copy *attempt*, so a retry never overwrites bytes a reader trusts; only
 a manifest makes an attempt visible. An attempt id starts with its creation time (ms, hex) so GC
@@ -24,6 +36,11 @@ from dataclasses import dataclass
 
 MANIFESTS = "manifests"
 DATA = "data"
+#: Separates the partition from the topic id in a root; illegal in topic names and topic ids.
+ID_SEPARATOR = "="
+#: Marker objects at a root (small JSON, written with create-only-if-absent).
+OWNER_MARKER = "owner.json"
+RETIRED_MARKER = "retired.json"
 
 #: File names inside an attempt directory, by the role of the file.
 LOG = "segment.log"
@@ -49,28 +66,73 @@ def attempt_created_ms(attempt_id: str) -> int | None:
         return None
 
 
-def partition_prefix(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}/"
+def root(topic: str, partition: int, topic_id: str | None = None) -> str:
+    """The root of one incarnation: ``<topic>-<partition>/`` (name-only) or ``…=<topic id>/``."""
+    return f"{topic}-{partition}/" if topic_id is None else f"{topic}-{partition}{ID_SEPARATOR}{topic_id}/"
 
 
-def manifests_prefix(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}/{MANIFESTS}/"
+def partition_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return root(topic, partition, topic_id)
 
 
-def manifest_key(topic: str, partition: int, base_offset: int) -> str:
-    return f"{topic}-{partition}/{MANIFESTS}/{base_offset:020d}.json"
+def id_roots_prefix(topic: str, partition: int) -> str:
+    """What every id'd root of the partition starts with (and no other partition's keys)."""
+    return f"{topic}-{partition}{ID_SEPARATOR}"
 
 
-def data_prefix(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}/{DATA}/"
+def manifests_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return f"{root(topic, partition, topic_id)}{MANIFESTS}/"
 
 
-def attempt_prefix(topic: str, partition: int, base_offset: int, attempt_id: str) -> str:
-    return f"{topic}-{partition}/{DATA}/{base_offset:020d}-{attempt_id}/"
+def manifest_key(topic: str, partition: int, base_offset: int, topic_id: str | None = None) -> str:
+    return f"{manifests_prefix(topic, partition, topic_id)}{base_offset:020d}.json"
 
 
-def data_key(topic: str, partition: int, base_offset: int, attempt_id: str, name: str) -> str:
-    return attempt_prefix(topic, partition, base_offset, attempt_id) + name
+def data_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return f"{root(topic, partition, topic_id)}{DATA}/"
+
+
+def attempt_prefix(topic: str, partition: int, base_offset: int, attempt_id: str,
+                   topic_id: str | None = None) -> str:
+    return f"{data_prefix(topic, partition, topic_id)}{base_offset:020d}-{attempt_id}/"
+
+
+def data_key(topic: str, partition: int, base_offset: int, attempt_id: str, name: str,
+             topic_id: str | None = None) -> str:
+    return attempt_prefix(topic, partition, base_offset, attempt_id, topic_id) + name
+
+
+def marker_key(topic: str, partition: int, name: str, topic_id: str | None = None) -> str:
+    """``<root>/<name>`` for :data:`OWNER_MARKER` / :data:`RETIRED_MARKER`."""
+    return root(topic, partition, topic_id) + name
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A parsed root: which partition and which incarnation (``topic_id`` None = name-only)."""
+
+    topic: str
+    partition: int
+    topic_id: str | None
+
+    @property
+    def prefix(self) -> str:
+        return root(self.topic, self.partition, self.topic_id)
+
+
+def parse_root(key: str) -> Root | None:
+    """The root a key lies under, or None when its first component is not one (see module doc)."""
+    head, slash, _ = key.partition("/")
+    if not slash:
+        return None
+    name, sep, topic_id = head.partition(ID_SEPARATOR)
+    topic, dash, number = name.rpartition("-")
+    if not dash or not topic or not number.isascii() or not number.isdigit() or len(number) > 10:
+        return None
+    if sep and (len(topic_id) != 22 or not topic_id.isascii()
+                or not all(c.isalnum() or c in "_-" for c in topic_id)):
+        return None
+    return Root(topic, int(number), topic_id if sep else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +147,9 @@ class AttemptRef:
         return f"{self.base_offset:020d}-{self.attempt_id}"
 
 
-def parse_data_key(topic: str, partition: int, key: str) -> AttemptRef | None:
+def parse_data_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> AttemptRef | None:
     """The attempt a key under :func:`data_prefix` belongs to, or None for a foreign key."""
-    prefix = data_prefix(topic, partition)
+    prefix = data_prefix(topic, partition, topic_id)
     if not key.startswith(prefix):
         return None
     dir_name = key[len(prefix):].split("/", 1)[0]
@@ -97,9 +159,9 @@ def parse_data_key(topic: str, partition: int, key: str) -> AttemptRef | None:
     return AttemptRef(int(base), attempt)
 
 
-def parse_manifest_key(topic: str, partition: int, key: str) -> int | None:
+def parse_manifest_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> int | None:
     """The base offset named by a manifest key, or None for a foreign key."""
-    prefix = manifests_prefix(topic, partition)
+    prefix = manifests_prefix(topic, partition, topic_id)
     name = key[len(prefix):] if key.startswith(prefix) else ""
     stem, dot, ext = name.partition(".")
     if ext != "json" or not dot or len(stem) != 20 or not stem.isdigit():

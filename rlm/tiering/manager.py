@@ -30,11 +30,13 @@ from rlm.logdir.scan import (
     discover_partitions,
     eligible_segments,
     list_segments,
+    partition_dir,
     partition_state,
     read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
+from rlm.tiering import identity
 from rlm.tiering.copier import (
     PreparedSegment,
     SegmentQuarantined,
@@ -43,6 +45,7 @@ from rlm.tiering.copier import (
     prepare_segment,
 )
 from rlm.tiering.gc import Orphan, collect_garbage
+from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations, find_old_incarnations
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
@@ -50,7 +53,7 @@ from rlm.tiering.quarantine import quarantine, reexamine_quarantine
 from rlm.tiering.recovery import load_manifests, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import RetentionPlan, apply_retention
-from rlm.tiering.state import PartitionContext, Progress, Quarantine, SharedResources, default_state_dir
+from rlm.tiering.state import PartitionContext, Progress, Quarantine, SharedResources
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import delete_records_point, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
@@ -130,7 +133,7 @@ class RemoteLogManager:
             index_interval_bytes=settings.log.index_interval_bytes,
         )
         self.watchdog = CopyWatchdog(self.shared.metrics)
-        self._contexts: dict[tuple[str, int], PartitionContext] = {}
+        self._contexts: dict[tuple[str, int, str | None, bool], PartitionContext] = {}
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._registry_lock = threading.Lock()
         self.checkpoints = CheckpointCache()
@@ -175,11 +178,11 @@ class RemoteLogManager:
         return pol if pol is not None else self.policies.policy(part.topic)
 
     def _state_dir(self, part: PartitionDir) -> Path:
-        root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)
-        return root / part.name
+        return identity.state_dir(self.settings.tiering, part)
 
     def context(self, part: PartitionDir) -> PartitionContext:
-        key = (part.topic, part.partition)
+        """The context of ``part``'s incarnation: a re-created topic (new id) gets a new one."""
+        key = (part.topic, part.partition, part.topic_id, part.identity_error is not None)
         with self._registry_lock:
             ctx = self._contexts.get(key)
             if ctx is None:
@@ -191,7 +194,8 @@ class RemoteLogManager:
                 journal = Journal(state_dir / "journal.jsonl")
                 ctx = PartitionContext(part, state_dir, self.shared, family, journal)
                 self._contexts[key] = ctx
-                self._locks[key] = threading.Lock()
+                # One lock per name: passes of two incarnations of a partition never overlap.
+                self._locks.setdefault(key[:2], threading.Lock())
             return ctx
 
     def contexts(self) -> Iterator[PartitionContext]:
@@ -205,6 +209,8 @@ class RemoteLogManager:
     # -- one pass -----------------------------------------------------------------------------
 
     def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
+        # The directory may have been re-created (new topic id) since it was discovered.
+        part = partition_dir(part.log_dir, part.topic, part.partition, part.path)
         ctx = self.context(part)
         result = PassResult(part.topic, part.partition)
         lock = self._locks[(part.topic, part.partition)]
@@ -213,13 +219,15 @@ class RemoteLogManager:
             return result
         started = time.monotonic()
         try:
+            if part.identity_error is not None:
+                raise RlmError(part.identity_error)
             if not ctx.recovered:
                 recover(ctx)
             self._note_delete_records(ctx)
             self._copy_eligible(ctx, result)
             if retention and not self.shared.stop.is_set():
                 result.deleted = [m.base_offset for m in self._retention(ctx).expired]
-            ctx.last_error = None
+            ctx.last_error = ctx.identity_conflict = None
         except UploadAbandoned:
             result.error = "abandoned: shutting down"
             ctx.recovered = False
@@ -272,6 +280,7 @@ class RemoteLogManager:
         m = self.shared.metrics
         segments = list_segments(ctx.part)
         reexamine_quarantine(ctx, segments)
+        identity.check_log_end(ctx, segments)
         pending = self._pending(ctx, segments)
         self._publish_lag(ctx, pending)
         if pending and ctx.progress.highest_tiered_offset >= 0 and (
@@ -354,6 +363,7 @@ class RemoteLogManager:
                 on_result(res)
         if gc and not self.shared.stop.is_set():
             self.collect_garbage()
+            self.collect_old_incarnations()
         return results
 
     # -- maintenance --------------------------------------------------------------------------
@@ -368,8 +378,23 @@ class RemoteLogManager:
             # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
             # recovery aborts (deletes) every open attempt regardless of the grace period.
             with lock:
+                if ctx.part.identity_error is not None:
+                    continue
+                identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
         return orphans
+
+    def collect_old_incarnations(self, *, dry_run: bool = False) -> list[OldIncarnation]:
+        """Delete old incarnations past ``tiering.old_incarnation_grace_ms`` (unless kept); return
+        every old incarnation seen (docs/topic-identity.md)."""
+        found: list[OldIncarnation] = []
+        for ctx in self.contexts():
+            if ctx.part.identity_error is not None:
+                continue
+            with self._locks[(ctx.topic, ctx.partition)]:
+                identity.resolve_root(ctx, decide=False)
+                found.extend(collect_old_incarnations(ctx, dry_run=dry_run))
+        return found
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild every local remote-index family from the remote manifests alone."""
@@ -391,9 +416,11 @@ class RemoteLogManager:
     # -- status -------------------------------------------------------------------------------
 
     def live_progress(self, part: PartitionDir) -> Progress:
-        """The in-memory progress once the partition is recovered, else what was persisted."""
+        """The in-memory progress once the partition is recovered, else what was persisted; nothing
+        tiered when the tiered data is not this incarnation's (identity.served_progress)."""
         ctx = self.context(part)
-        return ctx.progress if ctx.recovered else Progress.load(ctx.progress_path)
+        return identity.served_progress(part, ctx.progress if ctx.recovered
+                                        else Progress.load(ctx.progress_path))
 
     def status(self) -> list[dict[str, Any]]:
         """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined)."""
@@ -417,7 +444,8 @@ class RemoteLogManager:
 
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
-        offsets = partition_offsets(ctx.part, ctx.progress, segments,
+        conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
+        offsets = partition_offsets(ctx.part, Progress() if conflict else ctx.progress, segments,
                                     self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
         try:
             pending = self._pending(ctx, segments)
@@ -432,8 +460,8 @@ class RemoteLogManager:
             "log_end_offset": offsets.log_end_offset,
             "highest_tiered_offset": offsets.highest_tiered_offset,
             "remote_log_start_offset": offsets.remote_log_start_offset,
-            "remote_segments": len(ctx.manifests),
-            "remote_bytes": ctx.remote_bytes,
+            "remote_segments": 0 if conflict else len(ctx.manifests),
+            "remote_bytes": 0 if conflict else ctx.remote_bytes,
             "copy_lag_segments": len(pending),
             "copy_lag_bytes": sum(s.size for s, _ in pending),
             "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
@@ -458,6 +486,10 @@ class RemoteLogManager:
             "visible_end_offset": offsets.visible_end_offset,
             "high_watermark_source": offsets.high_watermark_source,
             "delete_records_offset": offsets.delete_records_offset,
+            # docs/topic-identity.md: the incarnation, why tiered data is not its own, its predecessors.
+            "topic_id": ctx.part.topic_id,
+            "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
+            "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
         }
 
     def _lag_age_ms(self, pending: list[tuple[SegmentFiles, int]]) -> int:
@@ -483,7 +515,13 @@ def _eligible_end(highest_tiered: int, local_start: int | None,
 
 def _observe(ctx: PartitionContext) -> None:
     """Load the partition's state read-only (``rlm status`` beside a running daemon): unlike
-    :func:`recover` it resolves no journal attempt, repairs no file and deletes nothing."""
+    :func:`recover` it resolves no journal attempt, repairs no file, writes no marker and deletes
+    nothing."""
+    if ctx.part.identity_error is not None:
+        ctx.last_error = ctx.part.identity_error
+        return
+    identity.resolve_root(ctx, decide=False)
+    ctx.old_incarnations = find_old_incarnations(ctx, mark=False)
     ctx.manifests = load_manifests(ctx)
     saved = Progress.load(ctx.progress_path)
     remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
@@ -491,3 +529,4 @@ def _observe(ctx: PartitionContext) -> None:
     ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start,
                             saved.delete_records_offset)
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
+    identity.check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)

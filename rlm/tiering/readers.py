@@ -15,11 +15,12 @@ from pathlib import Path
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats.naming import validate_topic
-from rlm.logdir.scan import PartitionDir, discover_partitions
+from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.identity import served_progress, state_dir
 from rlm.tiering.lookup import PartitionReader, ReaderResources, load_progress
-from rlm.tiering.state import Progress, default_state_dir
+from rlm.tiering.state import Progress
 
 ProgressSource = Callable[[PartitionDir], Progress]
 
@@ -60,8 +61,8 @@ class TieredReaders:
         self._progress = progress or self._persisted_progress
 
     def _persisted_progress(self, part: PartitionDir) -> Progress:
-        root = self.settings.tiering.state_dir or default_state_dir(part.log_dir)
-        return load_progress(root / part.name)
+        # The incarnation's own state dir; nothing tiered when it is not this log's (topic identity).
+        return served_progress(part, load_progress(state_dir(self.settings.tiering, part)))
 
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
         wanted = {check_topic(t) for t in topics} if topics else None
@@ -74,7 +75,7 @@ class TieredReaders:
         for log_dir in self.settings.log.dirs:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
-                part = PartitionDir(Path(log_dir), topic, partition, path)
+                part = partition_dir(Path(log_dir), topic, partition, path)
                 return PartitionReader(part, self.resources, self._progress(part))
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 

@@ -2,6 +2,8 @@
 
 Runs before a partition's first pass (and again after a pass that failed midway):
 
+0. resolve the incarnation's root in the store — adopt or retire an undecided name-only root —
+   and mark the partition's old incarnations retired (docs/topic-identity.md);
 1. open the local remote-index family — a torn or corrupt tail of the active set is truncated at
    the last good entry and its derived files rewritten;
 2. list the remote manifests: they, and only they, say what is committed;
@@ -13,7 +15,10 @@ Runs before a partition's first pass (and again after a pass that failed midway)
    offset gets its entries appended from its own uploaded entries object (a crash between the
    manifest and the local append, or a replaced disk). Local entries with no manifest above the
    remote's highest offset cannot come from rlm's protocol — that is a wrong bucket or prefix and
-   is refused rather than "repaired".
+   is refused rather than "repaired";
+6. check the lineage: a local log that ends at or below what was tiered, or whose batch differs
+   from the tiered one at the same offset, fails recovery with :class:`IdentityConflictError`
+   (persisted for readers, shown in status) before anything is rebuilt into the partition dir.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from __future__ import annotations
 import logging
 import shutil
 
-from rlm.errors import FormatError, RlmError, StorageError
+from rlm.errors import FormatError, IdentityConflictError, RlmError, StorageError
 from rlm.tiering import keys
 from rlm.tiering.copier import fetch_entries
+from rlm.tiering.identity import check_lineage, read_manifests, resolve_root
+from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress
 
@@ -32,22 +39,13 @@ log = logging.getLogger(__name__)
 
 def load_manifests(ctx: PartitionContext) -> list[SegmentManifest]:
     """Every committed segment of the partition, in offset order."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    prefix = keys.manifests_prefix(ctx.topic, ctx.partition)
-    manifests = []
-    for info in retry.call(lambda: list(backend.list(prefix))):
-        if keys.parse_manifest_key(ctx.topic, ctx.partition, info.key) is None:
-            continue
-        data = retry.call(lambda k=info.key: backend.read(k))
-        manifests.append(SegmentManifest.from_json(data, key=info.key))
-    manifests.sort(key=lambda m: m.base_offset)
-    return manifests
+    return read_manifests(ctx.shared.backend, ctx.shared.retry, ctx.topic, ctx.partition, ctx.key_id)
 
 
 def delete_attempt(ctx: PartitionContext, base_offset: int, attempt_id: str) -> list[str]:
     """Delete every object of one attempt (idempotent); return the keys deleted."""
     backend, retry = ctx.shared.backend, ctx.shared.retry
-    prefix = keys.attempt_prefix(ctx.topic, ctx.partition, base_offset, attempt_id)
+    prefix = keys.attempt_prefix(ctx.topic, ctx.partition, base_offset, attempt_id, ctx.key_id)
     found = [o.key for o in retry.call(lambda: list(backend.list(prefix)))]
     for key in found:
         retry.call(lambda k=key: backend.delete(k))
@@ -67,7 +65,7 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
                      ctx.topic, ctx.partition, ev.attempt_id, ev.base_offset, len(deleted))
             ctx.journal.append("COPY_ABORTED", ev.base_offset, ev.attempt_id)
         else:  # DELETE_STARTED: finish it
-            key = keys.manifest_key(ctx.topic, ctx.partition, ev.base_offset)
+            key = keys.manifest_key(ctx.topic, ctx.partition, ev.base_offset, ctx.key_id)
             if manifest is not None and manifest.attempt_id == ev.attempt_id:
                 retry.call(lambda k=key: backend.delete(k))
                 committed.pop(ev.base_offset, None)
@@ -77,6 +75,8 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
 
 def recover(ctx: PartitionContext) -> None:
     """Make local and remote agree; see the module doc. Idempotent."""
+    resolve_root(ctx, decide=True)
+    ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
     ctx.family.open()
     manifests = load_manifests(ctx)
     committed = {m.base_offset: m for m in manifests}
@@ -86,6 +86,14 @@ def recover(ctx: PartitionContext) -> None:
 
     saved = Progress.load(ctx.progress_path)
     remote_highest = manifests[-1].last_offset if manifests else -1
+    try:
+        check_lineage(ctx, manifests, max(remote_highest, saved.highest_tiered_offset))
+    except IdentityConflictError:
+        ctx.manifests = []  # not this log's: never counted, served or retained as its own
+        ctx.progress = Progress(saved.highest_tiered_offset, saved.remote_log_start_offset,
+                                saved.delete_records_offset)
+        ctx.save_progress()
+        raise
     local_highest = ctx.family.last_offset
     if local_highest > max(remote_highest, saved.highest_tiered_offset):
         raise StorageError(

@@ -65,7 +65,7 @@ def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     """Manifest first (readers stop seeing the segment), then its data; journaled, idempotent."""
     backend, retry = ctx.shared.backend, ctx.shared.retry
     ctx.journal.append("DELETE_STARTED", manifest.base_offset, manifest.attempt_id)
-    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset)
+    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     retry.call(lambda: backend.delete(key))
     crash_point("after_delete_manifest")
     delete_attempt(ctx, manifest.base_offset, manifest.attempt_id)

@@ -3,9 +3,11 @@
 Remote truth is the set of manifests in the store; local truth is the remote index family in the
 partition directory. Only two numbers cannot be derived from either after retention has deleted
 everything remote: the highest offset ever tiered (copying must not restart from the oldest local
-segment) and the remote log start. They live in ``<state dir>/<topic>-<partition>/progress.json``,
-with the DeleteRecords point (docs/visibility.md): the broker's checkpoint forgets it once its own
-retention passes it, but remote data below it must stay unserved and deleted.
+segment) and the remote log start. They live in ``<state dir>/<topic>-<partition>/progress.json``
+(``<topic>-<partition>=<topic id>/`` for a partition with a topic id: one state dir per incarnation,
+docs/topic-identity.md), with the DeleteRecords point (docs/visibility.md): the broker's checkpoint
+forgets it once its own retention passes it, but remote data below it must stay unserved and
+deleted; and with the identity they belong to, so readers can refuse a stale one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rlm.config import TieringSettings
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -22,11 +25,12 @@ from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
 from rlm.tiering.journal import Journal
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_index import RemoteIndexFamily
-from rlm.tiering.statefiles import int_field, loads_or_none
+from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
 
 
@@ -42,11 +46,17 @@ class Progress:
 
     ``delete_records_offset``: the highest DeleteRecords log start offset seen (offsets below it
     are never served, remote segments wholly below it are deleted); it never moves backwards.
+    Identity (docs/topic-identity.md): ``topic_id`` of the incarnation, ``remote_root`` the store
+    prefix holding its data, ``lineage_conflict`` why the tiered data is not this log's (None: no
+    conflict) — readers then serve nothing from the remote tier.
     """
 
     highest_tiered_offset: int = -1
     remote_log_start_offset: int = -1
     delete_records_offset: int = -1
+    topic_id: str | None = None
+    remote_root: str | None = None
+    lineage_conflict: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -62,13 +72,17 @@ class Progress:
         deleted = -1 if absent else int_field(doc, "delete_records_offset")
         if highest is None or start is None or deleted is None:
             return cls()
-        return cls(highest, start, deleted)
+        return cls(highest, start, deleted, str_field(doc, "topic_id"), str_field(doc, "remote_root"),
+                   str_field(doc, "lineage_conflict"))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps({"highest_tiered_offset": self.highest_tiered_offset,
                                        "remote_log_start_offset": self.remote_log_start_offset,
-                                       "delete_records_offset": self.delete_records_offset}).encode())
+                                       "delete_records_offset": self.delete_records_offset,
+                                       "topic_id": self.topic_id, "remote_root": self.remote_root,
+                                       "lineage_conflict": self.lineage_conflict}).encode())
+
 
 
 @dataclass
@@ -146,6 +160,16 @@ class PartitionContext:
     in_flight: set[str] = field(default_factory=set)
     last_error: str | None = None
     recovered: bool = False
+    #: The topic id in this incarnation's keys; None = the name-only root (no id, or adopted it).
+    #: Resolved against the store before use (rlm.tiering.identity.resolve_root).
+    key_id: str | None = None
+    #: Why the tiered data is not this log's (docs/topic-identity.md), None when consistent.
+    identity_conflict: str | None = None
+    #: The partition's old incarnations as last seen (rlm.tiering.incarnations.OldIncarnation).
+    old_incarnations: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.key_id = self.part.topic_id
 
     @property
     def topic(self) -> str:
@@ -168,6 +192,9 @@ class PartitionContext:
         return self.state_dir / "progress.json"
 
     def save_progress(self) -> None:
+        self.progress.topic_id = self.part.topic_id
+        self.progress.remote_root = keys.root(self.topic, self.partition, self.key_id)
+        self.progress.lineage_conflict = self.identity_conflict
         self.progress.save(self.progress_path)
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["int_field", "loads_or_none"]
+__all__ = ["int_field", "loads_or_none", "str_field"]
 
 
 def loads_or_none(data: str | bytes) -> Any:
@@ -27,3 +27,9 @@ def int_field(doc: Any, name: str) -> int | None:
     string), else None."""
     value = doc.get(name) if isinstance(doc, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def str_field(doc: Any, name: str) -> str | None:
+    """``doc[name]`` when ``doc`` is an object and the value a JSON string, else None."""
+    value = doc.get(name) if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else None

@@ -28,6 +28,7 @@ from rlm.logdir.scan import (
     read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
+from rlm.tiering import keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,9 +139,9 @@ class StoreCheck:
         return [m["base_offset"] for m in self.partitions[name].manifests]
 
 
-def _manifests(backend: StorageBackend, name: str) -> list[tuple[str, dict[str, Any]]]:
+def _manifests(backend: StorageBackend, root: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for info in backend.list(f"{name}/manifests/"):
+    for info in backend.list(f"{root}manifests/"):
         out.append((info.key, json.loads(backend.read(info.key))))
     return out
 
@@ -175,8 +176,10 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
         # Remote: manifests parse, name their own base, and every object they name exists.
         remote_entries: list[RemoteLogIndexEntry] = []
         previous_last = -1
-        for key, doc in _manifests(backend, name):
-            assert key == f"{name}/manifests/{doc['base_offset']:020d}.json", key
+        # The incarnation's root: name-only, or <name>=<topic id>/ (docs/topic-identity.md).
+        root = keys.root(part.topic, part.partition, part.topic_id)
+        for key, doc in _manifests(backend, root):
+            assert key == f"{root}manifests/{doc['base_offset']:020d}.json", key
             assert doc["format_version"] == 1
             assert doc["base_offset"] <= doc["last_offset"]
             assert doc["base_offset"] > previous_last, f"{key}: overlaps the previous segment"

@@ -1,0 +1,265 @@
+"""Topic identity: which incarnation of a partition owns remote data, progress and local index.
+
+See docs/topic-identity.md. In short:
+
+* An incarnation is ``(topic id, partition)``; the id comes from ``partition.metadata``. Its remote
+  data lives under ``<topic>-<partition>=<id>/`` and its state under
+  ``<state dir>/<topic>-<partition>=<id>/`` (:func:`state_dir_name`), so a re-created topic (new
+  id, same name) starts from nothing and can never be served the old data.
+* A partition without an id keeps the name-only root ``<topic>-<partition>/`` and state dir, as
+  before. When an id appears on such a partition (a broker upgraded to 2.8+), the incarnation
+  *adopts* what was tiered under the name if it is consistent with the local log
+  (:func:`lineage_conflict`): an ``owner.json`` marker, written create-only-if-absent, records the
+  adopting id in the name-only root, and the name-only state dir is moved to the id's. If it is not
+  consistent, a ``retired.json`` marker records that the name-only data belongs to an older
+  incarnation.
+* Every other root of the same partition is an *old incarnation* (:func:`find_old_incarnations`):
+  shown in status and ``rlm gc --dry-run``, and deleted with its local state once
+  ``tiering.old_incarnation_grace_ms`` passed since it was first seen retired — unless
+  ``tiering.keep_old_incarnations``. The grace clock is the ``retired_ms`` of its ``retired.json``.
+* Without an id, a local log that ends at or below the highest tiered offset, or whose batch at a
+  tiered segment's first offset differs from the tiered bytes, is a *lineage conflict*: shown in
+  status, nothing is tiered, and the tiered records are never served as this log's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlm.config import TieringSettings
+from rlm.errors import FormatError, IdentityConflictError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
+from rlm.logdir.segment import LogSegment, log_end_offset
+from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.state import PartitionContext, Progress, default_state_dir
+
+log = logging.getLogger(__name__)
+
+#: Bytes of a tiered segment's first batch compared with the local batch: a v2 batch header
+#: (61 bytes) holds its CRC, which covers every record of the batch.
+PROBE_BYTES = 61
+
+ReadRange = Callable[[str, int, int], bytes]
+
+
+def state_dir_name(part: PartitionDir) -> str:
+    """``<topic>-<partition>`` without a topic id, ``<topic>-<partition>=<id>`` with one."""
+    return part.name if part.topic_id is None else f"{part.name}{keys.ID_SEPARATOR}{part.topic_id}"
+
+
+def state_root(settings: TieringSettings, part: PartitionDir) -> Path:
+    return settings.state_dir or default_state_dir(part.log_dir)
+
+
+def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
+    """Where the incarnation of ``part`` keeps progress, journal and index-set metadata."""
+    return state_root(settings, part) / state_dir_name(part)
+
+
+def read_manifests(backend: StorageBackend, retry: RetryPolicy, topic: str, partition: int,
+                   topic_id: str | None) -> list[SegmentManifest]:
+    """Every committed segment under one root, in offset order."""
+    prefix = keys.manifests_prefix(topic, partition, topic_id)
+    manifests = []
+    for info in retry.call(lambda: list(backend.list(prefix))):
+        if keys.parse_manifest_key(topic, partition, info.key, topic_id) is None:
+            continue
+        data = retry.call(lambda k=info.key: backend.read(k))
+        manifests.append(SegmentManifest.from_json(data, key=info.key))
+    manifests.sort(key=lambda m: m.base_offset)
+    return manifests
+
+
+# --------------------------------------------------------------------------------------------
+# lineage: is the tiered data this local log's?
+
+
+def _local_bytes(segments: Sequence[SegmentFiles], offset: int, length: int) -> bytes | None:
+    """``length`` bytes of the local log from the batch holding ``offset`` (None: not readable,
+    or the batch there does not start at ``offset``)."""
+    holding = [s for s in segments if s.base_offset <= offset][-1:]
+    for files in holding:
+        try:
+            with LogSegment.open(files) as seg:
+                batch = seg.find_batch(offset)
+                if batch is None or batch.base_offset != offset:
+                    return None
+                return bytes(seg.buffer[batch.position: batch.position + length])
+        except (OSError, RlmError):
+            return None  # unreadable or corrupt: the broken-files checks report that, not this
+    return None
+
+
+def log_end_conflict(leo: int | None, highest_tiered: int) -> str | None:
+    """The cheap half of :func:`lineage_conflict`: the log ends at or below what was tiered."""
+    if highest_tiered < 0 or leo is None or leo > highest_tiered:
+        return None
+    return (f"the local log ends at offset {leo}, at or below the highest tiered offset "
+            f"{highest_tiered}: the partition was re-created (or truncated below what was tiered); "
+            "the tiered data is not this log's and is not served (docs/topic-identity.md)")
+
+
+def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest],
+                     highest_tiered: int, read: ReadRange) -> str | None:
+    """Why the tiered data cannot be this log's, or None when nothing contradicts it.
+
+    Two signals: the log ends at or below ``highest_tiered``; or the first batch of the newest
+    tiered segment that is still local differs, byte for byte over its header (which includes the
+    batch CRC), from the same offset in the local log. One ranged read of the store.
+    """
+    leo = log_end_offset(segments)
+    ended = log_end_conflict(leo, highest_tiered)
+    if ended is not None or leo is None or not segments:
+        return ended
+    local_start = segments[0].base_offset
+    probe = next((m for m in reversed(manifests) if local_start <= m.base_offset < leo), None)
+    if probe is None:
+        return None  # nothing tiered is still local: nothing to compare
+    remote = read(probe.log.key, 0, min(PROBE_BYTES, probe.size_bytes))
+    if len(remote) < 12:
+        return None
+    first = int.from_bytes(remote[:8], "big", signed=True)
+    length = min(len(remote), 12 + int.from_bytes(remote[8:12], "big", signed=True))
+    local = _local_bytes(segments, first, length)
+    if local == remote[:length]:
+        return None
+    return (f"the local batch at offset {first} differs from the tiered one (segment "
+            f"{probe.base_offset}-{probe.last_offset}, {probe.log.key}): the partition was re-created "
+            "under the same name; the tiered data is not this log's and is not served "
+            "(docs/topic-identity.md)")
+
+
+def store_reader(ctx: PartitionContext) -> ReadRange:
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    return lambda key, start, end: retry.call(lambda: backend.read(key, start, end))
+
+
+def check_lineage(ctx: PartitionContext, manifests: Sequence[SegmentManifest], highest: int) -> None:
+    """Set ``ctx.identity_conflict``; raise :class:`IdentityConflictError` when there is one."""
+    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, store_reader(ctx))
+    ctx.identity_conflict = conflict
+    if conflict is not None:
+        raise IdentityConflictError(conflict, file=ctx.part.path)
+
+
+# --------------------------------------------------------------------------------------------
+# which root is ours: adoption of the name-only root
+
+
+def read_marker(ctx: PartitionContext, key: str) -> dict[str, Any] | None:
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    try:
+        doc = json.loads(retry.call(lambda: backend.read(key)))
+    except ObjectNotFoundError:
+        return None
+    except ValueError as err:
+        raise FormatError(f"{key}: malformed marker object: {err}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{key}: malformed marker object: not a JSON object")
+    return doc
+
+
+def create_marker(ctx: PartitionContext, key: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Create ``key`` unless it exists; return the marker that is in the store afterwards."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    try:
+        retry.call(lambda: backend.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True))
+    except ObjectExistsError:
+        return read_marker(ctx, key) or doc
+    return doc
+
+
+def _migrate_state(ctx: PartitionContext) -> None:
+    """Move the name-only state dir to the adopting incarnation's (once; crash-safe by rename)."""
+    legacy = ctx.state_dir.parent / ctx.part.name
+    if legacy == ctx.state_dir or not legacy.is_dir():
+        return
+    target = ctx.state_dir
+    if target.exists():
+        if any(p.is_file() for p in target.rglob("*")):
+            return  # the id's own state already holds something: never overwrite it
+        shutil.rmtree(target)
+    legacy.rename(target)
+    log.info("%s: moved the name-only state %s to %s (adopted by topic id %s)", ctx.part.name,
+             legacy, target, ctx.part.topic_id)
+
+
+def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
+    """Set ``ctx.key_id`` (None = the name-only root holds this incarnation's data).
+
+    With ``decide`` (recovery only) an undecided name-only root is adopted or retired now and the
+    decision written to the store; without it (status, GC) nothing is written or moved.
+    """
+    topic_id = ctx.part.topic_id
+    ctx.key_id = topic_id
+    if topic_id is None:
+        return
+    owner_key = keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER)
+    owner = read_marker(ctx, owner_key)
+    if owner is None and decide:
+        owner = _decide_adoption(ctx)
+    if owner is not None and owner.get("topic_id") == topic_id:
+        ctx.key_id = None
+        if decide:
+            _migrate_state(ctx)
+
+
+def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
+    """Adopt the name-only root when it has data consistent with the local log, else retire it."""
+    retired_key = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER)
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    if retry.call(lambda: backend.exists(retired_key)):
+        return None
+    manifests = read_manifests(backend, retry, ctx.topic, ctx.partition, None)
+    legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / "progress.json")
+    highest = max(manifests[-1].last_offset if manifests else -1, legacy_progress.highest_tiered_offset)
+    if highest < 0:
+        return None  # nothing was tiered under the name: this incarnation uses its own root
+    now = ctx.shared.clock_ms()
+    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, store_reader(ctx))
+    if conflict is None:
+        owner = create_marker(ctx, keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER),
+                               {"topic_id": ctx.part.topic_id, "adopted_ms": now})
+        log.info("%s: topic id %s adopted the data tiered under the name (up to offset %d)",
+                 ctx.part.name, ctx.part.topic_id, highest)
+        return owner
+    create_marker(ctx, retired_key, {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict})
+    log.warning("%s: the data tiered under the name is not topic id %s's: %s", ctx.part.name,
+                ctx.part.topic_id, conflict)
+    return None
+
+
+def served_progress(part: PartitionDir, progress: Progress,
+                    segments: Sequence[SegmentFiles] | None = None) -> Progress:
+    """The progress readers may use for ``part``: nothing tiered when the identity is unknown
+    (malformed ``partition.metadata``), the progress is another incarnation's, a lineage conflict
+    was recorded, or the local log ends at or below what it says was tiered (a re-created
+    partition the daemon has not looked at yet)."""
+    if progress.highest_tiered_offset < 0:
+        return progress
+    if part.identity_error is not None or progress.lineage_conflict is not None or (
+            progress.topic_id is not None and progress.topic_id != part.topic_id):
+        return Progress(topic_id=part.topic_id)
+    segments = list_segments(part) if segments is None else segments
+    if log_end_conflict(log_end_offset(segments), progress.highest_tiered_offset) is not None:
+        return Progress(topic_id=part.topic_id)
+    return progress
+
+
+def check_log_end(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> None:
+    """The per-pass half of :func:`check_lineage` (no store read): a log that now ends at or below
+    the highest tiered offset raises :class:`IdentityConflictError` and needs recovery again."""
+    conflict = log_end_conflict(log_end_offset(segments), ctx.progress.highest_tiered_offset)
+    if conflict is not None:
+        ctx.identity_conflict = conflict
+        ctx.recovered = False
+        ctx.save_progress()
+        raise IdentityConflictError(conflict, file=ctx.part.path)

@@ -1,0 +1,176 @@
+"""Old incarnations of a partition: the data and state of a topic deleted and re-created.
+
+A partition whose directory has topic id X owns exactly one root in the store (its own, or the
+name-only root if it adopted it — :func:`rlm.tiering.identity.resolve_root`). Every other root of
+the same ``<topic>-<partition>`` belongs to an older incarnation:
+
+* ``<topic>-<partition>=<Y>/`` for every Y ≠ X;
+* the name-only root ``<topic>-<partition>/`` once it is decided not to be X's (its ``owner.json``
+  names another id, or a ``retired.json`` says it was not adopted); an undecided name-only root is
+  left for recovery to adopt or retire, never deleted from here;
+* state dirs ``<state dir>/<topic>-<partition>=<Y>/`` (and the name-only one when not adopted).
+
+Kafka deletes a deleted topic's remote data; rlm does the same after a grace period: the first
+pass that sees an old root writes its ``retired.json`` (create-only-if-absent, so the grace clock
+starts once), and GC deletes the root's objects (the marker last) and its local state once
+``retired_ms + tiering.old_incarnation_grace_ms`` passed, unless ``tiering.keep_old_incarnations``.
+Partitions without a topic id have no old incarnations: a name cannot tell them apart
+(docs/topic-identity.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rlm.storage.api import ObjectInfo
+from rlm.tiering import keys
+from rlm.tiering.identity import create_marker, read_marker, state_dir_name
+from rlm.tiering.state import PartitionContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OldIncarnation:
+    """One old incarnation (``topic_id`` None = the name-only root); times in ms since the epoch.
+
+    ``retired_ms`` is when it was first seen retired (None: not marked yet); ``delete_after_ms`` =
+    ``retired_ms`` + grace (None when kept or not marked); ``objects``/``bytes`` count its keys.
+    """
+
+    topic: str
+    partition: int
+    topic_id: str | None
+    prefix: str
+    objects: int
+    bytes: int
+    retired_ms: int | None
+    delete_after_ms: int | None
+    kept: bool
+    state_dir: str | None
+    deleted: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic_id": self.topic_id, "prefix": self.prefix, "objects": self.objects,
+                "bytes": self.bytes, "retired_ms": self.retired_ms,
+                "delete_after_ms": self.delete_after_ms, "kept": self.kept,
+                "state_dir": self.state_dir, "deleted": self.deleted}
+
+
+def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
+    """Objects of every root of this partition that is not this incarnation's."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    roots: dict[str | None, list[ObjectInfo]] = defaultdict(list)
+    for info in retry.call(lambda: list(backend.list(keys.id_roots_prefix(ctx.topic, ctx.partition)))):
+        root = keys.parse_root(info.key)
+        if root is not None and root.topic_id is not None and root.topic_id != ctx.key_id:
+            roots[root.topic_id].append(info)
+    if ctx.key_id is not None and _legacy_decided_old(ctx):
+        legacy = retry.call(lambda: list(backend.list(keys.root(ctx.topic, ctx.partition))))
+        if legacy:
+            roots[None] = legacy
+    return roots
+
+
+def _legacy_decided_old(ctx: PartitionContext) -> bool:
+    owner = read_marker(ctx, keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER))
+    if owner is not None:
+        return owner.get("topic_id") != ctx.part.topic_id
+    return ctx.shared.retry.call(lambda: ctx.shared.backend.exists(
+        keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER)))
+
+
+def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
+    root = ctx.state_dir.parent
+    mine = state_dir_name(ctx.part)
+    found: dict[str | None, Path] = {}
+    try:
+        entries = list(root.iterdir())
+    except FileNotFoundError:
+        return found
+    for path in entries:
+        name = path.name
+        if name == mine or not path.is_dir():
+            continue
+        if name.startswith(keys.id_roots_prefix(ctx.topic, ctx.partition)):
+            found[name.rpartition(keys.ID_SEPARATOR)[2]] = path
+        elif name == ctx.part.name and ctx.key_id is not None and _legacy_decided_old(ctx):
+            found[None] = path
+    return found
+
+
+def _retired_ms(ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool,
+                local: Path | None) -> int | None:
+    key = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER, topic_id)
+    doc = read_marker(ctx, key) if any(i.key == key for i in infos) else None
+    if doc is None and mark and infos:
+        doc = create_marker(ctx, key, {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()})
+    if doc is not None:
+        value = doc.get("retired_ms")
+        return value if isinstance(value, int) else None
+    if not infos and local is not None:  # only local state left: its age is the grace clock
+        try:
+            return int(local.stat().st_mtime * 1000)
+        except OSError:
+            return None
+    return None
+
+
+def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncarnation]:
+    """Every old incarnation of the partition (empty without a topic id); ``mark`` writes the
+    ``retired.json`` of a root seen for the first time (recovery and GC, never status)."""
+    if ctx.part.topic_id is None:
+        return []
+    settings = ctx.shared.settings
+    roots = _list_roots(ctx)
+    states = _old_state_dirs(ctx)
+    out = []
+    for topic_id in sorted(set(roots) | set(states), key=lambda t: (t is not None, t or "")):
+        infos = roots.get(topic_id, [])
+        local = states.get(topic_id)
+        retired = _retired_ms(ctx, topic_id, infos, mark, local)
+        kept = settings.keep_old_incarnations
+        due = None if kept or retired is None else retired + settings.old_incarnation_grace_ms
+        out.append(OldIncarnation(ctx.topic, ctx.partition, topic_id,
+                                  keys.root(ctx.topic, ctx.partition, topic_id), len(infos),
+                                  sum(i.size for i in infos), retired, due, kept,
+                                  str(local) if local is not None else None))
+    return out
+
+
+def _delete(ctx: PartitionContext, old: OldIncarnation) -> None:
+    """Objects first, the ``retired.json`` last (a crash midway is found and finished later),
+    then the local state."""
+    backend, retry = ctx.shared.backend, ctx.shared.retry
+    marker = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER, old.topic_id)
+    found = [i.key for i in retry.call(lambda: list(backend.list(old.prefix)))]
+    for key in sorted(found, key=lambda k: k == marker):
+        retry.call(lambda k=key: backend.delete(k))
+    if old.state_dir is not None:
+        shutil.rmtree(old.state_dir, ignore_errors=True)
+
+
+def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) -> list[OldIncarnation]:
+    """Delete the old incarnations whose grace period passed (``dry_run``: only list them);
+    return every old incarnation, ``deleted`` set on those removed now."""
+    now = ctx.shared.clock_ms()
+    olds = find_old_incarnations(ctx, mark=not dry_run)
+    result = []
+    for old in olds:
+        if not dry_run and old.delete_after_ms is not None and now >= old.delete_after_ms:
+            _delete(ctx, old)
+            log.info("%s: deleted old incarnation %s (%d objects, %d bytes, retired at %d ms)",
+                     ctx.part.name, old.prefix, old.objects, old.bytes, old.retired_ms or 0)
+            ctx.shared.metrics.orphans_deleted.labels(**ctx.labels).inc(old.objects)
+            old = replace(old, deleted=True)
+        result.append(old)
+    ctx.old_incarnations = [o for o in result if not o.deleted]
+    return result
+
+
+__all__ = ["OldIncarnation", "collect_old_incarnations", "find_old_incarnations"]
