@@ -11,15 +11,17 @@ from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec, load_manifests, select_partitions
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.identity import remote_view
 
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 
-def _fetch_partition(spec: BackendSpec, topic: str,
-                     partition: int) -> tuple[str, int, list[bytes], list[bytes]]:
-    """Executor side: the partition's manifests (JSON) and each one's uploaded entries object."""
+def _fetch_partition(spec: BackendSpec, topic: str, partition: int,
+                     key_id: str | None) -> tuple[str, int, list[bytes], list[bytes]]:
+    """Executor side: the manifests (JSON) of the partition's incarnation (``key_id``: its root,
+    docs/topic-identity.md) and each one's uploaded entries object."""
     backend, retry = spec.create(), RetryPolicy()
-    manifests = load_manifests(backend, topic, partition, retry)
+    manifests = load_manifests(backend, topic, partition, retry, key_id)
     entries = [retry.call(lambda m=m: backend.read(m.objects[keys.REMOTE_LOG_INDEX].key))
                for m in manifests]
     return topic, partition, [m.to_json() for m in manifests], entries
@@ -43,14 +45,17 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
     from rlm.tiering.state import Progress
 
     parts = {(p.topic, p.partition): p for p in select_partitions(settings, topics)}
+    views = {tp: remote_view(settings.tiering, p) for tp, p in parts.items()}
+    wanted = sorted((t, p, views[(t, p)].key_id) for t, p in parts if views[(t, p)].servable)
     spec = BackendSpec.from_settings(settings)
-    fetched = (spark.sparkContext.parallelize(sorted(parts), max(1, len(parts)))
-               .map(lambda tp: _fetch_partition(spec, tp[0], tp[1])).collect())
+    fetched = (spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
+               .map(lambda tpk: _fetch_partition(spec, tpk[0], tpk[1], tpk[2])).collect())
     manager = RemoteLogManager(settings, create_backend(spec.name, spec.options))
     rebuilt: dict[str, int] = {}
     for topic, partition, manifest_docs, entry_blobs in sorted(fetched):
         part = parts[(topic, partition)]
         ctx = manager.context(part)
+        ctx.key_id = views[(topic, partition)].key_id
         manifests = [SegmentManifest.from_json(d) for d in manifest_docs]
         ctx.family.open()
         ctx.family.delete_all()

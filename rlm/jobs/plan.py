@@ -49,13 +49,21 @@ from rlm.logdir.scan import (
     discover_partitions,
     list_segments,
 )
-from rlm.logdir.segment import LogSegment
+from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.identity import (
+    RemoteView,
+    log_end_conflict,
+    read_manifests,
+    remote_view,
+    served_progress,
+    state_dir,
+)
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.state import Progress, default_state_dir
+from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
 MAX_OFFSET = 2**63 - 1
@@ -158,19 +166,11 @@ def select_partitions(settings: Settings, topics: Sequence[str] | None,
 
 
 def load_manifests(backend: StorageBackend, topic: str, partition: int,
-                   retry: RetryPolicy | None = None) -> list[SegmentManifest]:
-    """Every committed segment of a partition, in offset order (like ``recovery.load_manifests``
-    but without a partition context, so executors can call it)."""
-    retry = retry or RetryPolicy()
-    prefix = keys.manifests_prefix(topic, partition)
-    out = []
-    for info in retry.call(lambda: list(backend.list(prefix))):
-        if keys.parse_manifest_key(topic, partition, info.key) is None:
-            continue
-        data = retry.call(lambda k=info.key: backend.read(k))
-        out.append(SegmentManifest.from_json(data, key=info.key))
-    out.sort(key=lambda m: m.base_offset)
-    return out
+                   retry: RetryPolicy | None = None, topic_id: str | None = None) -> list[SegmentManifest]:
+    """Every committed segment of a partition's incarnation (``topic_id`` None = the name-only
+    root), in offset order (like ``recovery.load_manifests`` but without a partition context, so
+    executors can call it)."""
+    return read_manifests(backend, retry or RetryPolicy(), topic, partition, topic_id)
 
 
 def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
@@ -279,16 +279,22 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
                    retry: RetryPolicy | None = None,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    policy: EligibilityPolicy = "high-watermark",
-                   progress: Progress | None = None) -> PartitionPlan:
+                   progress: Progress | None = None, view: RemoteView | None = None) -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
     ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
 
     Only visible offsets are planned (docs/visibility.md): ``policy`` (``log.eligibility``) says
     what is visible without a high watermark; ``progress`` (what the daemon persisted) brings the
-    DeleteRecords point the broker may have forgotten.
+    DeleteRecords point the broker may have forgotten. ``view`` says which remote data is this
+    incarnation's (docs/topic-identity.md; default: its own root); remote data is left out when it
+    is not servable or the local log ends at or below it.
     """
     plan = PartitionPlan(part.topic, part.partition)
-    manifests = load_manifests(backend, part.topic, part.partition, retry)
+    view = view or RemoteView(part.identity_error is None, part.topic_id)
+    manifests = (load_manifests(backend, part.topic, part.partition, retry, view.key_id)
+                 if view.servable else [])
+    if manifests and log_end_conflict(log_end_offset(list_segments(part)), manifests[-1].last_offset):
+        manifests = []  # a re-created partition: the tiered records are not this log's
     plan.manifests = manifests
     plan.highest_tiered_offset = highest = manifests[-1].last_offset if manifests else -1
     segments = list_segments(part)
@@ -349,13 +355,12 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
     parts = select_partitions(settings, topics, partitions)
     policy = settings.log.eligibility
 
-    def progress(part: PartitionDir) -> Progress:
-        root = settings.tiering.state_dir or default_state_dir(part.log_dir)
-        return Progress.load(root / part.name / "progress.json")
+    def progress(part: PartitionDir) -> Progress:  # the incarnation's own (docs/topic-identity.md)
+        return served_progress(part, Progress.load(state_dir(settings.tiering, part) / "progress.json"))
 
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
         plans = list(pool.map(lambda p: plan_partition(
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
             ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
-            policy=policy, progress=progress(p)), parts))
+            policy=policy, progress=progress(p), view=remote_view(settings.tiering, p)), parts))
     return ReadPlan(plans)

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlm.config import TieringSettings
 from rlm.errors import FormatError, IdentityConflictError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
@@ -42,6 +45,10 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress, default_state_dir
 
 log = logging.getLogger(__name__)
+
+#: A small file rlm leaves in a partition directory it has checked: a directory deleted and created
+#: again (a re-created topic) lacks it, which a running daemon and readers notice without a store read.
+DIR_MARKER = ".rlm-incarnation"
 
 #: Bytes of a tiered segment's first batch compared with the local batch: a v2 batch header
 #: (61 bytes) holds its CRC, which covers every record of the batch.
@@ -135,6 +142,27 @@ def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[Segme
             f"{probe.base_offset}-{probe.last_offset}, {probe.log.key}): the partition was re-created "
             "under the same name; the tiered data is not this log's and is not served "
             "(docs/topic-identity.md)")
+
+
+def read_dir_token(path: Path) -> str | None:
+    try:
+        return (path / DIR_MARKER).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def mark_dir(ctx: PartitionContext) -> None:
+    """Remember this directory (after its lineage was checked): reuse its token or leave one."""
+    token = read_dir_token(ctx.part.path)
+    if token is None:
+        token = secrets.token_hex(8)
+        atomic_write(ctx.part.path / DIR_MARKER, token.encode("ascii"))
+    ctx.dir_token = token
+
+
+def same_dir(ctx: PartitionContext) -> bool:
+    """False when the directory was replaced since recovery (its token is gone or another)."""
+    return ctx.dir_token is None or read_dir_token(ctx.part.path) == ctx.dir_token
 
 
 def store_reader(ctx: PartitionContext) -> ReadRange:
@@ -246,7 +274,8 @@ def served_progress(part: PartitionDir, progress: Progress,
     if progress.highest_tiered_offset < 0:
         return progress
     if part.identity_error is not None or progress.lineage_conflict is not None or (
-            progress.topic_id is not None and progress.topic_id != part.topic_id):
+            progress.topic_id is not None and progress.topic_id != part.topic_id) or (
+            progress.dir_token is not None and read_dir_token(part.path) != progress.dir_token):
         return Progress(topic_id=part.topic_id)
     segments = list_segments(part) if segments is None else segments
     if log_end_conflict(log_end_offset(segments), progress.highest_tiered_offset) is not None:
@@ -263,3 +292,24 @@ def check_log_end(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> No
         ctx.recovered = False
         ctx.save_progress()
         raise IdentityConflictError(conflict, file=ctx.part.path)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteView:
+    """What a reader outside the daemon (the Spark planner) may treat as ``part``'s remote data:
+    the root's key id (None = name-only), or nothing when ``servable`` is False."""
+
+    servable: bool
+    key_id: str | None
+
+
+def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
+    """From the incarnation's persisted progress (its root after adoption, a recorded conflict);
+    before the daemon ever ran for it, the incarnation's own root."""
+    if part.identity_error is not None:
+        return RemoteView(False, None)
+    progress = Progress.load(state_dir(settings, part) / "progress.json")
+    if progress.lineage_conflict is not None:
+        return RemoteView(False, None)
+    parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None
+    return RemoteView(True, parsed.topic_id if parsed is not None else part.topic_id)

@@ -221,6 +221,8 @@ class RemoteLogManager:
         try:
             if part.identity_error is not None:
                 raise RlmError(part.identity_error)
+            if ctx.recovered and not identity.same_dir(ctx):
+                ctx.recovered = False  # the directory was deleted and created again meanwhile
             if not ctx.recovered:
                 recover(ctx)
             self._note_delete_records(ctx)

@@ -29,7 +29,7 @@ import shutil
 from rlm.errors import FormatError, IdentityConflictError, RlmError, StorageError
 from rlm.tiering import keys
 from rlm.tiering.copier import fetch_entries
-from rlm.tiering.identity import check_lineage, read_manifests, resolve_root
+from rlm.tiering.identity import check_lineage, mark_dir, read_manifests, resolve_root
 from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress
@@ -116,6 +116,7 @@ def recover(ctx: PartitionContext) -> None:
     ctx.progress = Progress(highest, start, saved.delete_records_offset)
     if ctx.family.sets and start >= 0:  # also when retention had deleted every remote segment
         ctx.family.remove_below(start)
+    mark_dir(ctx)
     ctx.save_progress()
     ctx.recovered = True
     ctx.publish_gauges()

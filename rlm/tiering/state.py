@@ -57,6 +57,8 @@ class Progress:
     topic_id: str | None = None
     remote_root: str | None = None
     lineage_conflict: str | None = None
+    #: The token of the partition directory it was written for (identity.DIR_MARKER).
+    dir_token: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -73,7 +75,7 @@ class Progress:
         if highest is None or start is None or deleted is None:
             return cls()
         return cls(highest, start, deleted, str_field(doc, "topic_id"), str_field(doc, "remote_root"),
-                   str_field(doc, "lineage_conflict"))
+                   str_field(doc, "lineage_conflict"), str_field(doc, "dir_token"))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +83,8 @@ class Progress:
                                        "remote_log_start_offset": self.remote_log_start_offset,
                                        "delete_records_offset": self.delete_records_offset,
                                        "topic_id": self.topic_id, "remote_root": self.remote_root,
-                                       "lineage_conflict": self.lineage_conflict}).encode())
+                                       "lineage_conflict": self.lineage_conflict,
+                                       "dir_token": self.dir_token}).encode())
 
 
 
@@ -167,6 +170,8 @@ class PartitionContext:
     identity_conflict: str | None = None
     #: The partition's old incarnations as last seen (rlm.tiering.incarnations.OldIncarnation).
     old_incarnations: list[Any] = field(default_factory=list)
+    #: The token rlm left in this partition directory at recovery (a re-created dir has none).
+    dir_token: str | None = None
 
     def __post_init__(self) -> None:
         self.key_id = self.part.topic_id
@@ -195,6 +200,7 @@ class PartitionContext:
         self.progress.topic_id = self.part.topic_id
         self.progress.remote_root = keys.root(self.topic, self.partition, self.key_id)
         self.progress.lineage_conflict = self.identity_conflict
+        self.progress.dir_token = self.dir_token
         self.progress.save(self.progress_path)
 
     @property
