@@ -24,7 +24,7 @@ from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
-from tests.tiering.helpers import write_config
+from tests.tiering.helpers import rlm_cli, write_config
 
 TOPIC = "re-made.t"
 NAME = f"{TOPIC}-0"
@@ -274,3 +274,43 @@ def test_without_topic_id_a_recreated_log_is_a_conflict_never_served(tmp_path: P
     plan = plan_read(env.settings, [TOPIC])
     assert [t for t in plan.tasks if t.source == "remote"] == []
     assert plan.partitions[0].highest_tiered_offset == -1
+
+
+def _json_lines(text: str) -> list[Any]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_run_once_subprocess_across_recreation(tmp_path: Path) -> None:
+    """`python -m rlm run --once` before and after the topic is deleted and re-created."""
+    env = Env(tmp_path)
+    env.write(ID_A, "A", 400)
+    proc = rlm_cli("run", "--config", env.cfg, "--once", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    [status] = _json_lines(rlm_cli("status", "--config", env.cfg).stdout)
+    highest_a = status[0]["highest_tiered_offset"]
+
+    env.delete_partition()
+    leo_b = env.write(ID_B, "B", 150)
+    proc = rlm_cli("run", "--config", env.cfg, "--once", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _json_lines(proc.stdout)[-1]["errors"] == {}
+    [status] = _json_lines(rlm_cli("status", "--config", env.cfg).stdout)
+    [row] = status
+    assert row["topic_id"] == ID_B and 0 <= row["highest_tiered_offset"] < leo_b <= highest_a
+    assert [o["topic_id"] for o in row["old_incarnations"]] == [ID_A]
+
+    lookup = _json_lines(rlm_cli("lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0",
+                                 "--offset", str(highest_a)).stdout)[0]
+    assert lookup["found"] is False and lookup["valid_ranges"]["highest_tiered_offset"] < leo_b
+    lookup = _json_lines(rlm_cli("lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0",
+                                 "--timestamp", "-2").stdout)[0]
+    assert lookup["found"] and lookup["timestamp"] == TS["B"]
+
+    dry = [r for r in _json_lines(rlm_cli("gc", "--config", env.cfg, "--dry-run", "--quiet").stdout)
+           if "old_incarnation" in r]
+    assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in dry] == [(ID_A, False)]
+    assert env.manifests(ID_A)
+    cfg = write_config(tmp_path / "now.toml", [env.logs], root=tmp_path / "store", old_incarnation_grace_ms=0)
+    done = [r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout) if "old_incarnation" in r]
+    assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in done] == [(ID_A, True)]
+    assert env.keys_under(keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
