@@ -49,6 +49,7 @@ from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.identity import remote_view
 from rlm.tiering.manifest import SegmentManifest
 
 DEEP_CHUNK_BYTES = 16 * 1024 * 1024
@@ -151,15 +152,16 @@ def _check_entries(topic: str, partition: int, backend: StorageBackend, m: Segme
 
 
 def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int,
-                    now_ms: int) -> _PartitionFacts:
-    """Stage 1 for one partition (runs in an executor)."""
+                    now_ms: int, key_id: str | None = None) -> _PartitionFacts:
+    """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
+    (docs/topic-identity.md; None = the name-only root)."""
     backend, retry = spec.create(), RetryPolicy()
     problems: list[Problem] = []
-    listing: dict[str, ObjectInfo] = {
-        i.key: i for i in retry.call(lambda: list(backend.list(keys.partition_prefix(topic, partition))))}
+    prefix = keys.partition_prefix(topic, partition, key_id)
+    listing: dict[str, ObjectInfo] = {i.key: i for i in retry.call(lambda: list(backend.list(prefix)))}
     manifests: list[SegmentManifest] = []
     for key in sorted(listing):
-        base = keys.parse_manifest_key(topic, partition, key)
+        base = keys.parse_manifest_key(topic, partition, key, key_id)
         if base is None:
             continue
         try:
@@ -182,7 +184,7 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
         referenced.add((m.base_offset, m.attempt_id))
         for name, stored in sorted(m.objects.items()):
             objects += 1
-            ref = keys.parse_data_key(topic, partition, stored.key)
+            ref = keys.parse_data_key(topic, partition, stored.key, key_id)
             if ref is None or (ref.base_offset, ref.attempt_id) != (m.base_offset, m.attempt_id):
                 problems.append(Problem("object_foreign", topic, partition,
                                         f"manifest object {name!r} is not under the manifest's attempt "
@@ -212,12 +214,12 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
                                     f"segment {b.base_offset} starts at or below the previous segment's "
                                     f"last offset {a.last_offset} (segment {a.base_offset})",
                                     base_offset=b.base_offset, key=keys.manifest_key(topic, partition,
-                                                                                       b.base_offset),
+                                                                                       b.base_offset, key_id),
                                     offset=b.base_offset))
 
     attempts: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
     for key, info in listing.items():
-        ref = keys.parse_data_key(topic, partition, key)
+        ref = keys.parse_data_key(topic, partition, key, key_id)
         if ref is not None:
             attempts[ref].append(info)
     orphan_bases = []
@@ -234,7 +236,7 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             + (f", {age} ms old" if age is not None else "") + ") is referenced by no manifest"
             + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
             severity="error" if old else "warning", base_offset=ref.base_offset,
-            key=keys.attempt_prefix(topic, partition, ref.base_offset, ref.attempt_id)))
+            key=keys.attempt_prefix(topic, partition, ref.base_offset, ref.attempt_id, key_id)))
     return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
                            orphan_bases, objects)
 
@@ -478,12 +480,13 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
     """
     spec = BackendSpec.from_settings(settings)
     parts = {(p.topic, p.partition): p for p in select_partitions(settings, topics)}
+    roots = sorted((t, p, remote_view(settings.tiering, part).key_id) for (t, p), part in parts.items())
     now = int(time.time() * 1000) if now_ms is None else now_ms
     grace = settings.tiering.gc_grace_ms
     sc = spark.sparkContext
     facts: list[_PartitionFacts] = (
-        sc.parallelize(sorted(parts), max(1, len(parts)))
-        .map(lambda tp: check_partition(spec, tp[0], tp[1], grace, now)).collect()) if parts else []
+        sc.parallelize(roots, max(1, len(roots)))
+        .map(lambda r: check_partition(spec, r[0], r[1], grace, now, r[2])).collect()) if parts else []
     report = VerifyReport(deep, partitions=len(parts))
     deep_jobs = []
     for f in sorted(facts, key=lambda f: (f.topic, f.partition)):

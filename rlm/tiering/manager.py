@@ -387,8 +387,7 @@ class RemoteLogManager:
         return orphans
 
     def collect_old_incarnations(self, *, dry_run: bool = False) -> list[OldIncarnation]:
-        """Delete old incarnations past ``tiering.old_incarnation_grace_ms`` (unless kept); return
-        every old incarnation seen (docs/topic-identity.md)."""
+        """Delete old incarnations past their grace (unless kept); return all (docs/topic-identity.md)."""
         found: list[OldIncarnation] = []
         for ctx in self.contexts():
             if ctx.part.identity_error is not None:
@@ -418,8 +417,7 @@ class RemoteLogManager:
     # -- status -------------------------------------------------------------------------------
 
     def live_progress(self, part: PartitionDir) -> Progress:
-        """The in-memory progress once the partition is recovered, else what was persisted; nothing
-        tiered when the tiered data is not this incarnation's (identity.served_progress)."""
+        """The in-memory progress once recovered, else the persisted one; as readers may use it."""
         ctx = self.context(part)
         return identity.served_progress(part, ctx.progress if ctx.recovered
                                         else Progress.load(ctx.progress_path))

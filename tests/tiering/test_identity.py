@@ -5,6 +5,7 @@ LogWriter partitions, the real local backend and a fake clock."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -76,7 +77,7 @@ class Env:
     def drop_tiered_local_segments(self, highest: int) -> None:
         """Local retention: delete the rolled segments wholly tiered (so reads must go remote)."""
         segments = list_segments(self.logs / NAME)
-        for seg, nxt in zip(segments, segments[1:], strict=False):
+        for seg, nxt in itertools.pairwise(segments):
             if nxt.base_offset - 1 <= highest:
                 for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
                     (self.logs / NAME / naming.segment_file_name(seg.base_offset, suffix)).unlink()
@@ -311,6 +312,7 @@ def test_run_once_subprocess_across_recreation(tmp_path: Path) -> None:
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in dry] == [(ID_A, False)]
     assert env.manifests(ID_A)
     cfg = write_config(tmp_path / "now.toml", [env.logs], root=tmp_path / "store", old_incarnation_grace_ms=0)
-    done = [r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout) if "old_incarnation" in r]
+    done = [r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout)
+            if "old_incarnation" in r]
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in done] == [(ID_A, True)]
     assert env.keys_under(keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
