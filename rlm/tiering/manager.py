@@ -45,15 +45,15 @@ from rlm.tiering.copier import (
     prepare_segment,
 )
 from rlm.tiering.gc import Orphan, collect_garbage
-from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations, find_old_incarnations
+from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
-from rlm.tiering.recovery import load_manifests, recover
+from rlm.tiering.recovery import observe, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.retention import RetentionPlan, apply_retention
-from rlm.tiering.state import PartitionContext, Progress, Quarantine, SharedResources
+from rlm.tiering.state import PartitionContext, Progress, SharedResources
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import delete_records_point, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
@@ -430,7 +430,7 @@ class RemoteLogManager:
             if not ctx.recovered:
                 with self._locks[(ctx.topic, ctx.partition)]:
                     try:
-                        _observe(ctx)
+                        observe(ctx)
                     except RlmError as err:
                         ctx.last_error = str(err)
             rows.append(self.partition_status(ctx))
@@ -511,22 +511,3 @@ def _eligible_end(highest_tiered: int, local_start: int | None,
     if highest_tiered >= 0:
         return highest_tiered + 1
     return local_start
-
-
-def _observe(ctx: PartitionContext) -> None:
-    """Load the partition's state read-only (``rlm status`` beside a running daemon): unlike
-    :func:`recover` it resolves no journal attempt, repairs no file, writes no marker and deletes
-    nothing."""
-    if ctx.part.identity_error is not None:
-        ctx.last_error = ctx.part.identity_error
-        return
-    identity.resolve_root(ctx, decide=False)
-    ctx.old_incarnations = find_old_incarnations(ctx, mark=False)
-    ctx.manifests = load_manifests(ctx)
-    saved = Progress.load(ctx.progress_path)
-    remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
-    start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset
-    ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start,
-                            saved.delete_records_offset)
-    ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
-    identity.check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)

@@ -32,7 +32,7 @@ from rlm.tiering.copier import fetch_entries
 from rlm.tiering.identity import check_lineage, mark_dir, read_manifests, resolve_root
 from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.state import PartitionContext, Progress
+from rlm.tiering.state import PartitionContext, Progress, Quarantine
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +120,22 @@ def recover(ctx: PartitionContext) -> None:
     ctx.save_progress()
     ctx.recovered = True
     ctx.publish_gauges()
+
+
+def observe(ctx: PartitionContext) -> None:
+    """Load the partition's state read-only (``rlm status`` beside a running daemon): unlike
+    :func:`recover` it resolves no journal attempt, repairs no file, writes no marker and deletes
+    nothing."""
+    if ctx.part.identity_error is not None:
+        ctx.last_error = ctx.part.identity_error
+        return
+    resolve_root(ctx, decide=False)
+    ctx.old_incarnations = find_old_incarnations(ctx, mark=False)
+    ctx.manifests = load_manifests(ctx)
+    saved = Progress.load(ctx.progress_path)
+    remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
+    start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset
+    ctx.progress = Progress(max(saved.highest_tiered_offset, remote_highest), start,
+                            saved.delete_records_offset)
+    ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
+    check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)
