@@ -20,6 +20,7 @@ from rlm.cli.common import (
 )
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.daemon.logs import configure
+from rlm.tiering.incarnations import OldIncarnation
 from rlm.tiering.manager import PassResult
 
 
@@ -117,8 +118,8 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
     incarnations older than tiering.old_incarnation_grace_ms (unless kept)."""
     manager = build_manager(settings_for_tool(config_path))
     with partition_progress(manager, "gc", quiet) as step:
-        orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step)
-    old = manager.collect_old_incarnations(dry_run=dry_run)
+        old: list[OldIncarnation] = []
+        orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step, old=old)
     for orphan in orphans:
         _emit({"topic": orphan.topic, "partition": orphan.partition, "base_offset": orphan.base_offset,
                "attempt": orphan.attempt_id, "objects": list(orphan.keys), "bytes": orphan.bytes,

@@ -61,7 +61,6 @@ class TieringDaemon:
         orphans = self.manager.collect_garbage()
         if orphans:
             log.info("gc deleted %d abandoned attempts", len(orphans))
-        self.manager.collect_old_incarnations()
 
     def start(self) -> None:
         self.scheduler.start()

@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import TieringSettings
-from rlm.errors import FormatError, IdentityConflictError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.errors import (
+    FormatError,
+    IdentityConflictError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PartitionMetadataError,
+    RlmError,
+)
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
@@ -281,6 +288,15 @@ def served_progress(part: PartitionDir, progress: Progress,
     if log_end_conflict(log_end_offset(segments), progress.highest_tiered_offset) is not None:
         return Progress(topic_id=part.topic_id)
     return progress
+
+
+def before_pass(ctx: PartitionContext) -> None:
+    """Refuse a partition whose identity is unknown; recover again a directory that was deleted
+    and created again since the last recovery (its :data:`DIR_MARKER` token is gone)."""
+    if ctx.part.identity_error is not None:
+        raise PartitionMetadataError(ctx.part.identity_error)
+    if ctx.recovered and not same_dir(ctx):
+        ctx.recovered = False
 
 
 def check_log_end(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> None:

@@ -180,8 +180,7 @@ class RemoteLogManager:
     def _state_dir(self, part: PartitionDir) -> Path:
         return identity.state_dir(self.settings.tiering, part)
 
-    def context(self, part: PartitionDir) -> PartitionContext:
-        """The context of ``part``'s incarnation: a re-created topic (new id) gets a new one."""
+    def context(self, part: PartitionDir) -> PartitionContext:  # one per incarnation (topic id)
         key = (part.topic, part.partition, part.topic_id, part.identity_error is not None)
         with self._registry_lock:
             ctx = self._contexts.get(key)
@@ -219,10 +218,7 @@ class RemoteLogManager:
             return result
         started = time.monotonic()
         try:
-            if part.identity_error is not None:
-                raise RlmError(part.identity_error)
-            if ctx.recovered and not identity.same_dir(ctx):
-                ctx.recovered = False  # the directory was deleted and created again meanwhile
+            identity.before_pass(ctx)
             if not ctx.recovered:
                 recover(ctx)
             self._note_delete_records(ctx)
@@ -365,13 +361,13 @@ class RemoteLogManager:
                 on_result(res)
         if gc and not self.shared.stop.is_set():
             self.collect_garbage()
-            self.collect_old_incarnations()
         return results
 
     # -- maintenance --------------------------------------------------------------------------
 
-    def collect_garbage(self, *, dry_run: bool = False,
-                        on_partition: Callable[[str], None] | None = None) -> list[Orphan]:
+    def collect_garbage(self, *, dry_run: bool = False, on_partition: Callable[[str], None] | None = None,
+                        old: list[OldIncarnation] | None = None) -> list[Orphan]:
+        """Orphans, and old incarnations (into ``old``; docs/topic-identity.md) past their grace."""
         orphans: list[Orphan] = []
         for ctx in self.contexts():
             if on_partition is not None:
@@ -384,18 +380,8 @@ class RemoteLogManager:
                     continue
                 identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
+                (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
         return orphans
-
-    def collect_old_incarnations(self, *, dry_run: bool = False) -> list[OldIncarnation]:
-        """Delete old incarnations past their grace (unless kept); return all (docs/topic-identity.md)."""
-        found: list[OldIncarnation] = []
-        for ctx in self.contexts():
-            if ctx.part.identity_error is not None:
-                continue
-            with self._locks[(ctx.topic, ctx.partition)]:
-                identity.resolve_root(ctx, decide=False)
-                found.extend(collect_old_incarnations(ctx, dry_run=dry_run))
-        return found
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild every local remote-index family from the remote manifests alone."""

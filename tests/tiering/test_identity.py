@@ -22,6 +22,7 @@ from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.tiering import keys
+from rlm.tiering.incarnations import OldIncarnation
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
@@ -88,6 +89,12 @@ def _row(manager: RemoteLogManager) -> dict[str, Any]:
     return row
 
 
+def _old(manager: RemoteLogManager, *, dry_run: bool = False) -> list[OldIncarnation]:
+    found: list[OldIncarnation] = []
+    manager.collect_garbage(dry_run=dry_run, old=found)
+    return found
+
+
 def _values(data: bytes, batches: list[Any]) -> list[bytes]:
     return [r.value or b"" for b in batches for r in decode_records(data, b)]
 
@@ -149,13 +156,13 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, r
     assert remote_tasks and all(t.location.startswith(keys.root(TOPIC, 0, ID_B)) for t in remote_tasks)
 
     # gc --dry-run lists it, deletes nothing; past the grace period GC deletes data and state.
-    assert [o.topic_id for o in manager.collect_old_incarnations(dry_run=True)] == [ID_A]
+    assert [o.topic_id for o in _old(manager, dry_run=True)] == [ID_A]
     assert env.manifests(ID_A) == old_manifests
     assert (env.state_root / f"{NAME}={ID_A}").is_dir()
     env.now += GRACE_MS - 1
-    assert not any(o.deleted for o in manager.collect_old_incarnations())
+    assert not any(o.deleted for o in _old(manager))
     env.now += 1
-    [gone] = manager.collect_old_incarnations()
+    [gone] = _old(manager)
     assert gone.deleted and env.keys_under(keys.root(TOPIC, 0, ID_A)) == []
     assert not (env.state_root / f"{NAME}={ID_A}").exists()
     assert _row(manager)["old_incarnations"] == []
@@ -176,7 +183,7 @@ def test_kept_old_incarnation_stays_visible(tmp_path: Path) -> None:
     [old] = _row(env.manager())["old_incarnations"]
     assert old["kept"] and old["delete_after_ms"] is None and old["topic_id"] == ID_A
     assert env.manifests(ID_A) == old_manifests
-    assert [o.deleted for o in manager.collect_old_incarnations(dry_run=True)] == [False]
+    assert [o.deleted for o in _old(manager, dry_run=True)] == [False]
 
 
 def _set_high_watermark(env: Env, hw: int) -> None:
@@ -234,7 +241,7 @@ def test_new_id_does_not_adopt_a_different_log_under_the_name(tmp_path: Path) ->
     found = env.readers().reader(TOPIC, 0).lookup_offset(0)
     assert found.found and found.tier == "remote" and found.timestamp == TS["B"]
     env.now += GRACE_MS
-    manager.collect_old_incarnations()
+    _old(manager)
     assert env.manifests(None) == [] and env.keys_under(keys.root(TOPIC, 0)) == []
     assert not (env.state_root / NAME).exists() and env.manifests(ID_B)
 
