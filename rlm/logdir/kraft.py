@@ -177,8 +177,11 @@ def find_metadata_log(log_dirs: list[Path] | tuple[Path, ...]) -> Path | None:
     """The first ``<log dir>/__cluster_metadata-0`` that exists, else ``None``."""
     for log_dir in log_dirs:
         candidate = Path(log_dir) / METADATA_LOG_DIR
-        if candidate.is_dir():
-            return candidate
+        try:
+            if candidate.is_dir():
+                return candidate
+        except OSError:  # a name too long or unreadable: there is no metadata log to follow there
+            continue
     return None
 
 
@@ -188,7 +191,7 @@ def read_node_id(log_dirs: list[Path] | tuple[Path, ...]) -> str | None:
     for log_dir in log_dirs:
         try:
             text = (Path(log_dir) / "meta.properties").read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError):  # missing, a name too long, unreadable: unknown
             continue
         props = dict(line.split("=", 1) for line in text.splitlines()
                      if "=" in line and not line.lstrip().startswith("#"))

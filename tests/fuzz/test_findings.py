@@ -21,6 +21,7 @@ from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_ba
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.state import Progress
 from tests.formats.test_records import legacy_message
@@ -257,3 +258,15 @@ def test_record_count_beyond_the_bytes_present_is_refused_before_parsing(codec: 
         decode_records(data, parsed)
     assert info.value.offset == 5
     assert info.value.position == (61 if codec is Compression.NONE else 0)
+
+
+def test_topic_policy_with_an_impossible_log_dir_path_is_not_an_oserror(tmp_path: Path) -> None:
+    # Finding: a [log] dirs entry longer than the file system allows (here from an RLM_LOG__DIRS
+    # override) made find_metadata_log / read_node_id raise OSError (ENAMETOOLONG) out of the
+    # topic policy resolver; such a directory has no metadata log and no node id.
+    path = tmp_path / "rlm.toml"
+    path.write_bytes(b"")
+    settings = load_settings(path, {"RLM_LOG__DIRS": "9" * 5000})
+    resolver = TopicPolicyResolver(settings)
+    assert resolver.metadata_dir is None and resolver.node_id is None
+    assert resolver.policy("orders").tiered
