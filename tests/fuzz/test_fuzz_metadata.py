@@ -16,10 +16,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlm.config import Settings, settings_from_mapping
 from rlm.formats import metadata as md
 from rlm.formats.records import decode_records, iter_batches
 from rlm.logdir.kraft import KraftMetadataLog, MetadataImage
 from rlm.testing.kraft import encode_metadata_record, metadata_writer, write_records
+from rlm.tiering.policy import TopicPolicyResolver
 from tests.fuzz.harness import expect_clean, fix_crcs, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
 
@@ -30,6 +32,10 @@ _RECORDS: list[md.MetadataRecord] = [
     md.PartitionChangeRecord(_TID, 0, leader=2, isr=(2,), replicas=(2, 3)),
     md.PartitionChangeRecord(_TID, 0),
     md.ConfigRecord(md.RESOURCE_TOPIC, "orders", "retention.ms", "86400000"),
+    md.ConfigRecord(md.RESOURCE_TOPIC, "orders", "retention.bytes", "9" * 30),
+    md.ConfigRecord(md.RESOURCE_TOPIC, "orders", "cleanup.policy", "compact,delete"),
+    md.ConfigRecord(md.RESOURCE_TOPIC, "orders", "remote.storage.enable", "TRUE"),
+    md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.ms", "-7"),
     md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", None),
     md.FeatureLevelRecord("metadata.version", 20),
     md.BeginTransactionRecord("tx"), md.EndTransactionRecord(), md.AbortTransactionRecord("why"),
@@ -50,13 +56,24 @@ def value_seeds() -> list[bytes]:
     return seeds
 
 
+@functools.cache
+def following_settings() -> Settings:
+    return settings_from_mapping({"topics": {"follow_kafka_configs": True, "overrides": {
+        "orders*": {"retention_ms": 5, "archive_compacted": True}}}})
+
+
 def decode_and_apply(values: list[bytes]) -> None:
+    """Decode, replay into an image, then resolve every topic's policy from it (Kafka's configs
+    as the KRaft log holds them: any string for retention.ms, cleanup.policy, ...)."""
     image = MetadataImage()
     for offset, value in enumerate(values):
         record = md.decode_metadata_record(value, offset=offset)
         image.apply(record)
         image.offset = offset
-    image.topic("orders")
+    resolver = TopicPolicyResolver(following_settings())
+    resolver.image = image
+    for name in {*image.topics_by_name, *image.topic_configs, "orders"}:
+        resolver.policy(name).as_dict()
 
 
 @fuzz_settings(3)

@@ -26,6 +26,7 @@ from rlm.formats.checkpoint import (
 )
 from rlm.tiering.journal import Journal
 from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.state import Progress
 from tests.fuzz.harness import expect_clean, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
@@ -113,9 +114,26 @@ def test_manifests(data: bytes) -> None:
 # --- config files and environment overrides -------------------------------------------------------
 
 
+_TOPICS_SECTION = b"""
+[topics]
+include = ["*", "__consumer_offsets"]
+exclude = ["scratch-*", "[a-"]
+follow_kafka_configs = false
+
+[topics.overrides."audit-*"]
+retention_ms = 31536000000
+retention_bytes = -1
+
+[topics.overrides."cdc.*"]
+archive_compacted = true
+enabled = false
+"""
+
+
 @functools.cache
 def config_seeds() -> list[bytes]:
-    return [p.read_bytes() for p in sorted((REPO / "configs").glob("*.toml"))]
+    repo = [p.read_bytes() for p in sorted((REPO / "configs").glob("*.toml"))]
+    return [*repo, repo[0] + _TOPICS_SECTION]  # the [topics] policy (docs/topic-policy.md)
 
 
 _ENV = st.dictionaries(
@@ -130,7 +148,11 @@ def load_config(text: bytes, environ: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rlm.toml"
         path.write_bytes(text)
-        load_settings(path, environ)
+        settings = load_settings(path, environ)
+    # What the engine does with a valid configuration's topic policy: resolve some topics.
+    resolver = TopicPolicyResolver(settings)
+    for topic in ("orders", "audit-1", "cdc.users", "scratch-9", "__consumer_offsets", "[a-"):
+        resolver.policy(topic)
 
 
 @fuzz_settings(3)
