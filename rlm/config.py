@@ -147,12 +147,19 @@ def _str(choices: tuple[str, ...] | None = None, *, non_empty: bool = False) -> 
     return check
 
 
+def _path(key: str, value: Any, text: str) -> Path:
+    # No OS path holds a NUL byte; refused here, os calls would raise ValueError later.
+    if "\x00" in text:
+        raise _fail(key, value, "a path cannot contain a NUL byte")
+    return Path(text).expanduser().absolute()
+
+
 def _dirs(key: str, value: Any) -> tuple[Path, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise _fail(key, value, "must be a non-empty list of directory paths")
-    return tuple(Path(v).expanduser().absolute() for v in value)
+    return tuple(_path(key, value, v) for v in value)
 
 
 def _optional_path(key: str, value: Any) -> Path | None:
@@ -160,7 +167,7 @@ def _optional_path(key: str, value: Any) -> Path | None:
         return None
     if not isinstance(value, str):
         raise _fail(key, value, "must be a directory path")
-    return Path(value).expanduser().absolute()
+    return _path(key, value, value)
 
 
 def _bool(key: str, value: Any) -> bool:

@@ -270,3 +270,15 @@ def test_topic_policy_with_an_impossible_log_dir_path_is_not_an_oserror(tmp_path
     resolver = TopicPolicyResolver(settings)
     assert resolver.metadata_dir is None and resolver.node_id is None
     assert resolver.policy("orders").tiered
+
+
+@pytest.mark.parametrize(("env", "key"), [("RLM_LOG__DIRS", "log.dirs"),
+                                          ("RLM_TIERING__STATE_DIR", "tiering.state_dir"),
+                                          ("RLM_TOPICS__METADATA_LOG_DIR", "topics.metadata_log_dir")])
+def test_config_path_with_a_nul_byte_is_a_config_error(tmp_path: Path, env: str, key: str) -> None:
+    # Finding: a NUL byte in a path (here from an RLM_* override) passed validation and the first
+    # file-system call raised ValueError("embedded null byte") out of the topic policy resolver.
+    path = tmp_path / "rlm.toml"
+    path.write_bytes(b"")
+    with pytest.raises(ConfigError, match=rf"config key {key} = .*: a path cannot contain a NUL byte"):
+        load_settings(path, {env: "/data\x00x"})
