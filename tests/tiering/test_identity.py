@@ -66,8 +66,10 @@ class Env:
     def delete_partition(self) -> None:
         shutil.rmtree(self.logs / NAME)  # Kafka renames it to *-delete, then removes it
 
-    def readers(self) -> TieredReaders:
-        return TieredReaders(self.settings, self.backend)
+    def readers(self, manager: RemoteLogManager | None = None) -> TieredReaders:
+        """Readers as `rlm lookup` builds them, or with a live manager's progress (the daemon's API)."""
+        return TieredReaders(self.settings, self.backend,
+                             progress=manager.live_progress if manager is not None else None)
 
     def keys_under(self, root: str) -> list[str]:
         return [i.key for i in self.backend.list(root)]
@@ -141,6 +143,9 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, r
 
     # Served as its own on both tiers, the old data never: drop B's tiered segments locally first.
     env.drop_tiered_local_segments(highest_b)
+    for reader in (env.readers().reader(TOPIC, 0), env.readers(manager).reader(TOPIC, 0)):
+        assert reader.progress.highest_tiered_offset == highest_b
+        assert not reader.lookup_offset(highest_a).found
     reader = env.readers().reader(TOPIC, 0)
     first_b = reader.lookup_offset(0)
     assert first_b.found and first_b.tier == "remote" and first_b.timestamp == TS["B"]
@@ -271,6 +276,8 @@ def test_without_topic_id_a_recreated_log_is_a_conflict_never_served(tmp_path: P
     assert env.manifests(None) == legacy  # nothing copied over or beside the old data
     assert _row(env.manager())["identity_conflict"] == row["identity_conflict"]  # `rlm status`
 
+    live = env.readers(manager).reader(TOPIC, 0)
+    assert live.progress.highest_tiered_offset == -1 and not live.lookup_offset(0, tier="remote").found
     reader = env.readers().reader(TOPIC, 0)
     assert not reader.lookup_offset(0, tier="remote").found
     assert not reader.lookup_timestamp(-5).found
