@@ -1,5 +1,5 @@
-"""Fuzz the text formats rlm reads: Kafka checkpoints, segment manifests, config files and env
-overrides, and the state files rlm reads back (journal lines, progress.json).
+"""Fuzz the text formats rlm reads: Kafka checkpoints and partition.metadata, segment manifests,
+config files and env overrides, and the state files rlm reads back (journal lines, progress.json).
 
 Seeds: checkpoints written by rlm's formatter and LogWriter plus the real broker ones, a manifest
 from ``SegmentManifest.to_json``, the repo's own configs/*.toml.
@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.config import load_settings
+from rlm.errors import PartitionMetadataError
 from rlm.formats.checkpoint import (
     EpochEntry,
     format_leader_epoch_checkpoint,
@@ -24,6 +25,12 @@ from rlm.formats.checkpoint import (
     parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
+from rlm.formats.partition_metadata import (
+    format_partition_metadata,
+    parse_partition_metadata,
+    validate_topic_id,
+)
+from rlm.logdir.scan import read_topic_id
 from rlm.tiering.journal import Journal
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.policy import TopicPolicyResolver
@@ -198,3 +205,34 @@ def read_state(directory: Path, journal: bytes, progress: bytes) -> None:
 def test_journal_and_progress(journal: bytes, progress: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         expect_clean(read_state, Path(tmp), journal, progress)
+
+
+# --- partition.metadata (docs/topic-identity.md) ---------------------------------------------------
+
+
+@functools.cache
+def partition_metadata_seeds() -> list[bytes]:
+    seeds = [format_partition_metadata("h21Hd1FxRjC-20k1lF5oYA"),
+             b"version: 0\ntopic_id: tN6Lm1YVQuaKXNYm9RWOVg\n"]
+    return seeds + list(fixture_files("partition.metadata", max_bytes=200, limit=4).values())
+
+
+def read_partition_metadata(data: bytes) -> None:
+    """The parser, then the file-level read discovery does (which must name the file)."""
+    try:
+        validate_topic_id(parse_partition_metadata(data).topic_id)
+    except PartitionMetadataError as err:
+        assert err.reason
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "partition.metadata").write_bytes(data)
+        try:
+            read_topic_id(Path(tmp))
+        except PartitionMetadataError as err:
+            assert "partition.metadata" in str(err)
+
+
+@fuzz_settings(3)
+@given(st.sampled_from(partition_metadata_seeds()).flatmap(mutated) | st.binary(max_size=200)
+       | st.text(alphabet="version:topic_id 0123456789AaZz_-\n\r\t", max_size=80).map(str.encode))
+def test_partition_metadata(data: bytes) -> None:
+    expect_clean(read_partition_metadata, data)
