@@ -197,6 +197,8 @@ def read_marker(ctx: PartitionContext, key: str) -> dict[str, Any] | None:
         return None
     except ValueError as err:
         raise FormatError(f"{key}: malformed marker object: {err}") from None
+    except RecursionError:
+        raise FormatError(f"{key}: malformed marker object: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise FormatError(f"{key}: malformed marker object: not a JSON object")
     return doc

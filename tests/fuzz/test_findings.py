@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_c
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
+from rlm.storage.memory import MemoryBackend
+from rlm.tiering.identity import read_marker
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.policy import TopicPolicyResolver
@@ -282,3 +285,13 @@ def test_config_path_with_a_nul_byte_is_a_config_error(tmp_path: Path, env: str,
     path.write_bytes(b"")
     with pytest.raises(ConfigError, match=rf"config key {key} = .*: a path cannot contain a NUL byte"):
         load_settings(path, {env: "/data\x00x"})
+
+
+def test_identity_marker_nested_too_deeply_is_a_format_error() -> None:
+    # Finding (the manifest finding, checked in identity.read_marker by hand): an owner.json /
+    # retired.json object of 100 000 nested arrays in the store raised RecursionError.
+    backend = MemoryBackend()
+    backend.put("t-0/owner.json", b"[" * 100_000)
+    ctx = SimpleNamespace(shared=SimpleNamespace(backend=backend, retry=SimpleNamespace(call=lambda f: f())))
+    with pytest.raises(FormatError, match=r"owner\.json: malformed marker object: JSON nested too deeply"):
+        read_marker(ctx, "t-0/owner.json")  # type: ignore[arg-type]  # only .shared is read
