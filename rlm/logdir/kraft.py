@@ -315,6 +315,8 @@ class KraftMetadataLog:
                 self._edit().gaps.append(
                     f"offsets {self._next_offset}-{seg.base_offset - 1} are in no segment or snapshot "
                     "(deleted before they were read)")
+            if not resume:
+                self._last_batch = None  # the CRC check applies to the segment it was read from
             self._read_one(seg.log, self._position if resume else 0)
             self._segment = seg.base_offset
         if self._work is not None:

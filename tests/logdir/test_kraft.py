@@ -145,6 +145,13 @@ def test_rolled_segments_and_a_torn_tail(tmp_path: Path) -> None:
     active.write_bytes(full)
     assert reader.poll().topic_configs["a"]["retention.ms"] == "100"
     assert active.read_bytes().startswith(head)
+    # A roll leaves an empty active segment: polls read nothing and never mistake it for a truncation.
+    image = reader.poll()
+    writer.roll()
+    assert reader.poll() is image and reader.poll() is image
+    write_records(writer, [[_cfg("a", "retention.ms", "101")]])
+    assert reader.poll().topic_configs["a"]["retention.ms"] == "101"
+    assert reader.poll().topic_configs["a"]["retention.ms"] == "101"
     writer.close()
 
 
