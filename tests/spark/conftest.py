@@ -72,7 +72,9 @@ def make_settings(log_dirs: list[Path], backend: str = "local", options: dict[st
     return settings_from_mapping({
         "log": {"dirs": [str(d) for d in log_dirs]},
         "remote": {"backend": backend, "options": options or {}},
-        "tiering": tiering})
+        "tiering": tiering,
+        # Fixture topics carry a 1-day Kafka retention.ms that would delete what these jobs read.
+        "topics": {"follow_kafka_configs": False}})
 
 
 def tier(settings: Settings) -> None:
