@@ -49,8 +49,10 @@ from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.compaction import rewrite_findings
 from rlm.tiering.identity import remote_view
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.policy import TopicPolicyResolver
 
 DEEP_CHUNK_BYTES = 16 * 1024 * 1024
 
@@ -488,6 +490,8 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
         sc.parallelize(roots, max(1, len(roots)))
         .map(lambda r: check_partition(spec, r[0], r[1], grace, now, r[2])).collect()) if parts else []
     report = VerifyReport(deep, partitions=len(parts))
+    policies = TopicPolicyResolver(settings)
+    policies.refresh()
     deep_jobs = []
     for f in sorted(facts, key=lambda f: (f.topic, f.partition)):
         manifests = [SegmentManifest.from_json(d) for d in f.manifests]
@@ -497,6 +501,12 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
         report.problems += _check_local(parts[(f.topic, f.partition)], f, manifests)
         report.problems += check_local_segments(parts[(f.topic, f.partition)],
                                                 settings.log.index_interval_bytes)
+        # docs/topic-policy.md: a local range the cleaner rewrote after it was tiered is named.
+        pol = policies.policy(f.topic)
+        for severity, message, r in rewrite_findings(list_segments(parts[(f.topic, f.partition)]), manifests,
+                                                     archived=pol.compacted and pol.archive_compacted):
+            report.problems.append(Problem("compacted", f.topic, f.partition, message, severity=severity,
+                                           base_offset=r.base_offset, offset=r.base_offset))
         deep_jobs += [(m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests,
                                                                                      strict=True)]
     if deep and deep_jobs:

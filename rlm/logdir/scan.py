@@ -33,6 +33,7 @@ from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.formats.partition_metadata import MAX_FILE_BYTES, parse_partition_metadata
 
 __all__ = [
+    "CLEANER_OFFSET_CHECKPOINT",
     "LEADER_EPOCH_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
     "PARTITION_METADATA",
@@ -45,6 +46,7 @@ __all__ = [
     "SegmentFiles",
     "SkipCallback",
     "active_segment",
+    "cleaned_partitions",
     "discover_partitions",
     "eligible_segments",
     "list_segments",
@@ -62,6 +64,8 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 #: The topic id of a partition directory (brokers since 2.8): see docs/topic-identity.md.
 PARTITION_METADATA = "partition.metadata"
+#: Kafka's log cleaner records here how far it compacted each partition it cleans.
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 
 #: Kafka renames a replica dir to ``<topic>-<partition>.<uuid>-<suffix>`` while deleting it,
 #: moving it between log dirs (``-future``) or after finding it unassigned (``-stray``).
@@ -336,6 +340,12 @@ def read_checkpoints(log_dir: Path | str) -> LogDirCheckpoints:
         recovery_points=_read_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT),
         log_start_offsets=_read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT),
     )
+
+
+def cleaned_partitions(log_dir: Path | str) -> set[TopicPartition]:
+    """The partitions of ``log_dir`` that Kafka's log cleaner has compacted (its checkpoint lists
+    them): evidence of ``cleanup.policy=compact`` that needs no metadata log."""
+    return set(_read_offset_checkpoint(Path(log_dir) / CLEANER_OFFSET_CHECKPOINT))
 
 
 def partition_state(partition: PartitionDir, checkpoints: LogDirCheckpoints | None = None) -> PartitionState:

@@ -135,7 +135,14 @@ class ReaderResources:
 
 
 class PartitionReader:
-    """Answers lookups and fetches for one partition from both tiers (read-only)."""
+    """Answers lookups and fetches for one partition from both tiers (read-only).
+
+    ``remote_first``: offsets that were tiered are answered from the remote tier even while a local
+    copy exists — set for compacted topics, whose local copy may have been rewritten by the cleaner
+    after tiering (docs/topic-policy.md), so every tiered offset gets one consistent answer.
+    """
+
+    remote_first = False
 
     def __init__(self, part: PartitionDir, resources: ReaderResources, progress: Progress) -> None:
         self.part = part
@@ -178,11 +185,14 @@ class PartitionReader:
         if not ranges.visible(offset):
             return self._not_found(ranges, invisible_reason(offset, ranges))
         in_local, in_remote = _tiers_holding(offset, ranges)
+        remote_first = self.remote_first and in_remote and tier is None
         found: LookupResult | None = None
-        if in_local and tier != "remote":
+        if in_local and tier != "remote" and not remote_first:
             found = self._local_offset(segments, offset, ranges)
         if found is None and in_remote and tier != "local":
             found = self._remote_offset(offset, ranges)
+        if found is None and remote_first and in_local:  # the remote tier could not answer
+            found = self._local_offset(segments, offset, ranges)
         if found is None:
             return self._not_found(ranges, f"offset {offset} is out of range")
         return self._visible_only(found, f"no record below the high watermark at or after {offset}")

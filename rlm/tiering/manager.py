@@ -37,6 +37,7 @@ from rlm.logdir.scan import (
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity
+from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copier import (
     PreparedSegment,
     SegmentQuarantined,
@@ -223,6 +224,7 @@ class RemoteLogManager:
                 recover(ctx)
             self._note_delete_records(ctx)
             self._copy_eligible(ctx, result)
+            self._compaction(ctx, list_segments(ctx.part))
             if retention and not self.shared.stop.is_set():
                 result.deleted = [m.base_offset for m in self._retention(ctx).expired]
             ctx.last_error = ctx.identity_conflict = None
@@ -266,6 +268,8 @@ class RemoteLogManager:
             next_base = bases[bases.index(seg.base_offset) + 1]
             if next_base - 1 <= highest or next_base <= ctx.progress.delete_records_offset:
                 continue  # already remote, or deleted by DeleteRecords
+            if seg.base_offset <= highest and self.policy_for(ctx.part).compacted:
+                continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
             if seg.base_offset <= highest:
                 raise RlmError(
                     f"segment {seg.base_offset}-{next_base - 1} overlaps the tiered offsets (highest "
@@ -428,6 +432,13 @@ class RemoteLogManager:
         return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe(),
                             self.settings.log.eligibility)
 
+    def _compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
+        """Local segments of a compacted (archived) topic rewritten after tiering; published as the
+        ``rlm_compacted_local_segments`` metric (docs/topic-policy.md)."""
+        found = find_rewrites(segments, ctx.manifests) if self.policy_for(ctx.part).compacted else []
+        self.policy_metrics.compacted.labels(**ctx.labels).set(len(found))
+        return found
+
     def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
         segments = list_segments(ctx.part)
         conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
@@ -465,6 +476,7 @@ class RemoteLogManager:
             # docs/topic-policy.md: the policy in force and where each value came from.
             "tiered": True,
             "excluded_reason": None,
+            "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
             "policy": self.policy_for(ctx.part).as_dict(),
             "kafka_configs": self.policies.describe(),
             # docs/visibility.md: readers serve [log_start_offset, visible_end_offset); the source

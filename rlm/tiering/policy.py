@@ -23,6 +23,7 @@ import dataclasses
 import fnmatch
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,13 @@ from rlm.logdir.kraft import (
     find_metadata_log,
     read_node_id,
 )
-from rlm.logdir.scan import EligibilityPolicy, LogDirCheckpoints, PartitionDir, list_segments
+from rlm.logdir.scan import (
+    EligibilityPolicy,
+    LogDirCheckpoints,
+    PartitionDir,
+    cleaned_partitions,
+    list_segments,
+)
 from rlm.tiering.state import PartitionContext, Progress
 from rlm.tiering.visibility import partition_offsets
 
@@ -135,15 +142,34 @@ class TopicPolicyResolver:
         self.node_id = read_node_id(settings.log.dirs)
         self.image: MetadataImage | None = None
         self.error: str | None = None
+        self.cleaned: frozenset[str] = frozenset()  # topics Kafka's log cleaner compacts
+        self._opt_in = False  # some topic sets remote.storage.enable=true
+        self._refreshed: float | None = None
         self._lock = threading.Lock()
 
-    def refresh(self) -> None:
-        if self._log is None:
-            return
+    def refresh(self, *, max_age_s: float = 0.0) -> None:
+        """Re-read what is new: the metadata log, and each log dir's cleaner checkpoint; skipped
+        when the last refresh is younger than ``max_age_s`` (the read path's per-request calls)."""
         with self._lock:
+            now = time.monotonic()
+            if self._refreshed is not None and now - self._refreshed < max_age_s:
+                return
+            self._refreshed = now
+            cleaned: set[str] = set()
+            for log_dir in self.settings.log.dirs:
+                try:
+                    cleaned.update(topic for topic, _ in cleaned_partitions(log_dir))
+                except RlmError as err:
+                    log.warning("%s (ignored)", err)
+            self.cleaned = frozenset(cleaned)
+            if self._log is None:
+                return
             try:
-                self.image = self._log.poll()
-                self.error = None
+                image = self._log.poll()
+                if image is not self.image:  # "tier only those": known once per image, not per topic
+                    self._opt_in = any(c.get("remote.storage.enable", "").strip().lower() == "true"
+                                       for c in image.topic_configs.values())
+                self.image, self.error = image, None
             except RlmError as err:
                 if self.error != str(err):
                     log.error("KRaft metadata log: %s (keeping the last image read)", err)
@@ -175,7 +201,7 @@ class TopicPolicyResolver:
         topic_cfg = image.topic_configs.get(topic, {}) if image is not None else {}
         override = self._override(topic)
         enabled = self._enabled(topic, topic_cfg, override, image)
-        cleanup = self._cleanup(topic_cfg, image)
+        cleanup = self._cleanup(topic, topic_cfg, image)
         archive = bool(override and override.archive_compacted)
         reason = self._selection(topic)
         if reason is None and not enabled.value:
@@ -202,8 +228,7 @@ class TopicPolicyResolver:
             return Setting(value, KAFKA, f"remote.storage.enable={cfg['remote.storage.enable']} on the topic")
         if override is not None and override.enabled is not None:
             return Setting(override.enabled, OVERRIDE, f"override {override.pattern!r} enabled")
-        if image is not None and any(c.get("remote.storage.enable", "").strip().lower() == "true"
-                                     for c in image.topic_configs.values()):
+        if image is not None and self._opt_in:
             return Setting(False, KAFKA, "remote.storage.enable is not set on this topic while other "
                                          "topics set it (only those are tiered)")
         return Setting(True, DEFAULT, "every selected topic is tiered")
@@ -230,9 +255,11 @@ class TopicPolicyResolver:
                 return Setting(value * unit if value >= 0 else -1, KAFKA, f"{key} ({found[1]})")
         return Setting(getattr(self.settings.tiering, rlm_key), DEFAULT, f"[tiering] {rlm_key}")
 
-    def _cleanup(self, cfg: dict[str, str], image: MetadataImage | None) -> Setting:
+    def _cleanup(self, topic: str, cfg: dict[str, str], image: MetadataImage | None) -> Setting:
         if "cleanup.policy" in cfg:
             return Setting(cfg["cleanup.policy"], KAFKA, "cleanup.policy on the topic")
+        if topic in self.cleaned:
+            return Setting("compact", KAFKA, "Kafka's log cleaner compacts it (cleaner-offset-checkpoint)")
         found = self._broker_value(image, "log.cleanup.policy")
         if found is not None:
             return Setting(found[0], KAFKA, f"log.cleanup.policy ({found[1]})")
@@ -259,6 +286,9 @@ class PolicyMetrics:
                                   "(-1 = unlimited)", labels, registry=registry)
         self.retention_bytes = Gauge("rlm_topic_policy_retention_bytes", "Remote retention by size in "
                                      "force (-1 = unlimited)", labels, registry=registry)
+        self.compacted = Gauge("rlm_compacted_local_segments", "Local segments of a compacted topic "
+                               "that the log cleaner rewrote after they were tiered (the remote tier "
+                               "keeps the pre-compaction history)", ("topic", "partition"), registry=registry)
         self.excluded = Gauge("rlm_partitions_excluded", "Partitions in the log dirs that are not "
                               "tiered, per reason", ("reason",), registry=registry)
         self._seen: dict[tuple[str, int], dict[Gauge, tuple[str, ...]]] = {}
@@ -323,7 +353,8 @@ def excluded_row(part: PartitionDir, pol: TopicPolicy, progress: Progress, check
         "remote_segments": 0, "remote_bytes": 0, "copy_lag_segments": 0, "copy_lag_bytes": 0,
         "quarantined": {}, "last_error": None, "eligible_end_offset": None, "copy_lag_age_ms": 0,
         "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
-        "tiered": False, "excluded_reason": pol.reason, "policy": pol.as_dict(), "kafka_configs": kafka,
+        "tiered": False, "excluded_reason": pol.reason, "compaction": [], "policy": pol.as_dict(),
+        "kafka_configs": kafka,
         "visible_end_offset": offsets.visible_end_offset,  # docs/visibility.md
         "high_watermark_source": offsets.high_watermark_source,
         "delete_records_offset": offsets.delete_records_offset,

@@ -20,6 +20,7 @@ from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.identity import served_progress, state_dir
 from rlm.tiering.lookup import PartitionReader, ReaderResources, load_progress
+from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.state import Progress
 
 ProgressSource = Callable[[PartitionDir], Progress]
@@ -59,6 +60,14 @@ class TieredReaders:
             backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
             eligibility=settings.log.eligibility)
         self._progress = progress or self._persisted_progress
+        self.policies = TopicPolicyResolver(settings)
+
+    def _reader(self, part: PartitionDir) -> PartitionReader:
+        """A reader; compacted topics answer tiered offsets from the remote tier (docs/topic-policy.md)."""
+        reader = PartitionReader(part, self.resources, self._progress(part))
+        self.policies.refresh(max_age_s=1.0)
+        reader.remote_first = self.policies.policy(part.topic).compacted
+        return reader
 
     def _persisted_progress(self, part: PartitionDir) -> Progress:
         # The incarnation's own state dir; nothing tiered when it is not this log's (topic identity).
@@ -76,7 +85,7 @@ class TieredReaders:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
                 part = partition_dir(Path(log_dir), topic, partition, path)
-                return PartitionReader(part, self.resources, self._progress(part))
+                return self._reader(part)
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 
     def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,
@@ -89,7 +98,7 @@ class TieredReaders:
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
         if timestamp >= 0 and target < 0:
             target = 0
-        return [self._offset_for_time(PartitionReader(part, self.resources, self._progress(part)), target)
+        return [self._offset_for_time(self._reader(part), target)
                 for part in self.partitions(topics)]
 
     def offset_for_time(self, topic: str, partition: int, target: int) -> OffsetForTime:
