@@ -91,9 +91,6 @@ def write_config(path: Path, log_dirs: Iterable[Path], *, store: Path, eligibili
              "[remote]", 'backend = "local"', "[remote.options]", f"root = {json.dumps(str(store))}",
              "[topics]", f"follow_kafka_configs = {json.dumps(follow_kafka_configs)}",
              "[tiering]"] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
-    # The fixtures' KRaft log sets a 1-day retention.ms on oms_order_*: followed, it would delete the
-    # tiered copies these tests read (tests/tiering/test_policy.py covers following it).
-    lines += ["[topics]", "follow_kafka_configs = false"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
