@@ -44,12 +44,11 @@ from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
 from rlm.jobs.plan import BackendSpec, pack_entries, select_partitions
 from rlm.jobs.problem import Problem, Severity
-from rlm.jobs.verify_local import check_local_segments
+from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
-from rlm.tiering.compaction import rewrite_findings
 from rlm.tiering.identity import remote_view
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
@@ -501,12 +500,8 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
         report.problems += _check_local(parts[(f.topic, f.partition)], f, manifests)
         report.problems += check_local_segments(parts[(f.topic, f.partition)],
                                                 settings.log.index_interval_bytes)
-        # docs/topic-policy.md: a local range the cleaner rewrote after it was tiered is named.
-        pol = policies.policy(f.topic)
-        for severity, message, r in rewrite_findings(list_segments(parts[(f.topic, f.partition)]), manifests,
-                                                     archived=pol.compacted and pol.archive_compacted):
-            report.problems.append(Problem("compacted", f.topic, f.partition, message, severity=severity,
-                                           base_offset=r.base_offset, offset=r.base_offset))
+        report.problems += check_compaction(parts[(f.topic, f.partition)], manifests,
+                                            policies.policy(f.topic))
         deep_jobs += [(m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests,
                                                                                      strict=True)]
     if deep and deep_jobs:

@@ -8,6 +8,9 @@ uploads a segment (docs/broker-files.md), run over every rolled local segment.
   broken file until it rebuilds it.
 
 The active (last) segment is skipped: it is being written, and Kafka checks it on recovery.
+
+* ``compacted``: a local range the log cleaner rewrote after it was tiered (docs/topic-policy.md) —
+  a warning naming it for an ``archive_compacted`` topic, an error otherwise (the tiers disagree).
 """
 
 from __future__ import annotations
@@ -18,9 +21,21 @@ from rlm.errors import CorruptIndexError
 from rlm.jobs.problem import Problem
 from rlm.logdir.indexcheck import IndexKind, parse_checked
 from rlm.logdir.scan import PartitionDir, list_segments
+from rlm.tiering.compaction import rewrite_findings
 from rlm.tiering.copier import SegmentQuarantined, scan
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.policy import TopicPolicy
 
-__all__ = ["check_local_segments"]
+__all__ = ["check_compaction", "check_local_segments"]
+
+
+def check_compaction(part: PartitionDir, manifests: list[SegmentManifest], policy: TopicPolicy
+                     ) -> list[Problem]:
+    """Findings for local segments rewritten by compaction after they were tiered."""
+    archived = policy.compacted and policy.archive_compacted
+    return [Problem("compacted", part.topic, part.partition, message, severity=severity,
+                    base_offset=r.base_offset, offset=r.base_offset)
+            for severity, message, r in rewrite_findings(list_segments(part), manifests, archived=archived)]
 
 
 def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[Problem]:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.policy import PolicyMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana-dashboard.json"
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -19,9 +20,11 @@ _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum",
 
 
 def _live_registry() -> CollectorRegistry:
-    """The registry `rlm run` serves: the manager's metrics plus the range cache's."""
+    """The registry `rlm run` serves: the manager's metrics (with its topic-policy gauges) plus the
+    range cache's."""
     metrics = TieringMetrics()
     RemoteRangeCache(1 << 20, registry=metrics.registry)
+    PolicyMetrics(metrics.registry)
     return metrics.registry
 
 
