@@ -149,19 +149,7 @@ class RemoteLogManager:
         rlm tiers and the ones it leaves alone (with the policy saying why). Re-reads what is new
         in the KRaft metadata log first and publishes the policy metrics."""
         self.policies.refresh()
-        by_topic: dict[str, TopicPolicy] = {}
-        policies: dict[tuple[str, int], TopicPolicy] = {}
-        tiered: list[PartitionDir] = []
-        excluded: list[tuple[PartitionDir, TopicPolicy]] = []
-        for part in discover_partitions(self.settings.log.dirs):
-            if part.topic not in by_topic:
-                by_topic[part.topic] = self.policies.policy(part.topic)
-            pol = by_topic[part.topic]
-            policies[(part.topic, part.partition)] = pol
-            if pol.tiered:
-                tiered.append(part)
-            else:
-                excluded.append((part, pol))
+        tiered, excluded, policies = self.policies.classify(discover_partitions(self.settings.log.dirs))
         with self._registry_lock:
             self._policy = policies
         self.policy_metrics.publish(policies)
@@ -433,8 +421,7 @@ class RemoteLogManager:
                             self.settings.log.eligibility)
 
     def _compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
-        """Local segments of a compacted (archived) topic rewritten after tiering; published as the
-        ``rlm_compacted_local_segments`` metric (docs/topic-policy.md)."""
+        """Rewrites by the cleaner after tiering (compacted topics; docs/topic-policy.md), as a metric."""
         found = find_rewrites(segments, ctx.manifests) if self.policy_for(ctx.part).compacted else []
         self.policy_metrics.compacted.labels(**ctx.labels).set(len(found))
         return found

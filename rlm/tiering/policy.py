@@ -177,6 +177,24 @@ class TopicPolicyResolver:
 
     # -- resolution ------------------------------------------------------------------------------
 
+    def classify(self, parts: list[PartitionDir]) -> tuple[
+            list[PartitionDir], list[tuple[PartitionDir, TopicPolicy]], dict[tuple[str, int], TopicPolicy]]:
+        """``parts`` split into the tiered ones and the others (with their policy), plus every
+        partition's policy (resolved once per topic)."""
+        by_topic: dict[str, TopicPolicy] = {}
+        policies: dict[tuple[str, int], TopicPolicy] = {}
+        tiered: list[PartitionDir] = []
+        excluded: list[tuple[PartitionDir, TopicPolicy]] = []
+        for part in parts:
+            if part.topic not in by_topic:
+                by_topic[part.topic] = self.policy(part.topic)
+            pol = policies[(part.topic, part.partition)] = by_topic[part.topic]
+            if pol.tiered:
+                tiered.append(part)
+            else:
+                excluded.append((part, pol))
+        return tiered, excluded, policies
+
     def _override(self, topic: str) -> TopicOverride | None:
         overrides = self.settings.topics.overrides
         return next((o for o in overrides if fnmatch.fnmatchcase(topic, o.pattern)), None)
