@@ -246,3 +246,42 @@ def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
         ("orders-eu", 5, None), ("orders*", None, False)]
     r = TopicPolicyResolver(settings)
     assert r.policy("orders-eu").tiered and not r.policy("orders").tiered
+
+
+def test_real_kraft_log_drives_tiering_and_retention(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Arthur's broker: its own metadata log says oms_order_* keep 1 day (retention.ms=86400000)."""
+    import shutil
+
+    from tests.tiering.helpers import roll_after_last
+
+    logs = tmp_path / ARTHUR
+    shutil.copytree(fixtures_dir / "kafka-logs" / ARTHUR, logs)
+    for part in sorted(p for p in logs.iterdir() if p.is_dir() and any(p.glob("*.log"))):
+        roll_after_last(part)
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled")
+    backend = LocalBackend(root=str(tmp_path / "store"))
+    newest = 1766802778446  # the last record of oms_order_created-1
+    clock = [newest + 3_600_000]  # an hour later: within the topic's day
+
+    def manager() -> RemoteLogManager:
+        return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics(),
+                                clock_ms=lambda: clock[0])
+
+    results = {f"{r.topic}-{r.partition}": r for r in manager().run_once()}
+    assert set(results) == {"oms_order_created-1"} | {f"oms_order_status_changed-{i}" for i in range(5)}
+    assert all(r.copied and not r.deleted and r.error is None for r in results.values())
+    # Nothing internal reached the store (remote prefixes are <topic>-<partition>[=<topic id>]).
+    assert {i.key.split("/", 1)[0].split("=")[0] for i in backend.list("")} == set(results)
+    # A day after each partition's newest record, Kafka's retention.ms deletes its remote segments.
+    clock[0] = newest + 86_400_000 + 1
+    mgr = manager()
+    deleted = {f"{r.topic}-{r.partition}": r.deleted for r in mgr.run_once()}
+    assert deleted["oms_order_created-1"] == [81908]
+    # oms_order_status_changed-1's newest record is 220 ms younger (fixtures README): not yet.
+    assert deleted["oms_order_status_changed-1"] == []
+    clock[0] = 1766802778666 + 86_400_000 + 1
+    assert {f"{r.topic}-{r.partition}": r.deleted for r in manager().run_once()}[
+        "oms_order_status_changed-1"] == [21236]
+    row = next(r for r in mgr.status() if r["topic"] == "oms_order_created")
+    assert row["remote_segments"] == 0 and row["highest_tiered_offset"] == 94645
+    assert row["policy"]["retention_ms"]["from"] == "retention.ms on the topic"
