@@ -246,3 +246,29 @@ def test_page_and_assets_load_without_token_but_data_needs_it(
     assert second["remote_bytes"] == sum(r["remote_bytes"] for r in status)
     assert second["copy_errors"] == 1                         # payments-0's corrupt segment
     assert second["copy_bytes_per_sec"] is not None and second["copy_bytes_per_sec"] > 0
+
+
+def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium, tmp_path: Path) -> None:
+    """docs/topic-policy.md: an internal log is listed as not tiered, with the reason."""
+    served = serve(tmp_path)
+    try:
+        for topic in ("orders", "__consumer_offsets"):
+            w = writer(served, topic, 0)
+            fill(w, 2)
+            w.high_watermark = w.log_end_offset
+            w.write_checkpoints()
+        served.tier()
+        page = browser.open()
+        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        rows = _rows(page)
+        assert rows["orders-0"]["state"] == "ok"
+        assert rows["__consumer_offsets-0"]["state"] == "excluded"
+        reason = page.evaluate(
+            "document.querySelector('.partition[data-topic=\"__consumer_offsets\"]').dataset.excludedReason")
+        assert reason == served.status("__consumer_offsets", 0)["excluded_reason"]
+        assert "internal topic" in reason
+        sub = page.evaluate("document.querySelector('[data-total=partitions] .sub').textContent")
+        assert "1 not tiered" in sub
+    finally:
+        served.close()

@@ -136,16 +136,25 @@
     const headline = quarantined.length
       ? "Quarantined: segment " + quarantined.map(fmtNum).join(", ") + (where ? " · " + where : "")
       : "Copy failing";
+    // docs/topic-policy.md: a partition the topic policy leaves alone says why; a compacted
+    // (archived) one names the local segments the cleaner rewrote after tiering.
+    const excluded = r.tiered === false;
+    const rewrites = (r.compaction || []).length;
     const status = el("div", { class: "status" }, problem
       ? el("div", {}, el("div", { class: "err", text: headline }),
         el("div", { class: "errmsg", title: problem, text: problem.replace(/^\/\S*?: /, "") }))
-      : el("span", { class: "ok", text: "OK" }));
+      : excluded
+        ? el("div", {}, el("div", { class: "muted", text: "Not tiered" }),
+          el("div", { class: "errmsg", title: r.excluded_reason || "", text: r.excluded_reason || "" }))
+        : el("span", { class: "ok", text: rewrites ? "OK · compacted after tiering: " + rewrites
+          + (rewrites === 1 ? " segment" : " segments") : "OK" }));
 
     const name = el("div", { class: "name" }, r.topic, el("span", { class: "p", text: " / " + r.partition }),
       el("span", { class: "sz", text: fmtBytes(r.remote_bytes) + " remote · " + fmtBytes(r.local_bytes) + " local" }));
     return el("div", {
       class: "partition", "data-topic": r.topic, "data-partition": r.partition,
-      "data-state": problem ? "error" : lagSegs ? "lagging" : "ok",
+      "data-state": problem ? "error" : excluded ? "excluded" : lagSegs ? "lagging" : "ok",
+      "data-excluded-reason": excluded ? r.excluded_reason : null, "data-compacted-segments": rewrites,
       "data-log-start": r.log_start_offset, "data-local-start": r.local_log_start_offset,
       "data-log-end": r.log_end_offset, "data-hw": r.high_watermark,
       "data-remote-start": r.remote_log_start_offset, "data-highest-tiered": r.highest_tiered_offset,
@@ -174,7 +183,9 @@
     const errors = rows.filter((r) => r.last_error || Object.keys(r.quarantined || {}).length).length;
     const lagSegs = sum("copy_lag_segments");
     const oldest = rows.reduce((a, r) => Math.max(a, r.copy_lag_age_ms || 0), 0);
-    card("partitions", fmtNum(rows.length), errors ? errors + " with errors" : "all OK", errors ? "bad" : null)
+    const notTiered = rows.filter((r) => r.tiered === false).length;
+    card("partitions", fmtNum(rows.length), (errors ? errors + " with errors" : "all OK")
+      + (notTiered ? " · " + notTiered + " not tiered" : ""), errors ? "bad" : null)
       .setAttribute("data-value", rows.length);
     card("remote", fmtBytes(sum("remote_bytes")), fmtNum(sum("remote_segments")) + " segments")
       .setAttribute("data-value", sum("remote_bytes"));
