@@ -225,10 +225,14 @@ class TopicPolicyResolver:
         if reason is None and not enabled.value:
             code = "override-disabled" if enabled.source == OVERRIDE else "kafka-disabled"
             reason = code, f"tiering disabled: {enabled.origin}"
+        # Kafka deletes by retention only under cleanup.policy "delete": a compact-only topic's
+        # retention.* (and the broker's log.retention.*) never apply to it, so nor to its archive.
+        kafka_retention = None if "delete" not in str(cleanup.value).split(",") else image
+        topic_retention = topic_cfg if kafka_retention is not None else {}
         policy = TopicPolicy(
             topic, False, None, None, enabled,
-            self._retention(topic_cfg, override, image, "retention.ms", "retention_ms"),
-            self._retention(topic_cfg, override, image, "retention.bytes", "retention_bytes"),
+            self._retention(topic_retention, override, kafka_retention, "retention.ms", "retention_ms"),
+            self._retention(topic_retention, override, kafka_retention, "retention.bytes", "retention_bytes"),
             cleanup, archive,
             image.topics_by_name[topic].topic_id if image is not None and topic in image.topics_by_name
             else None)

@@ -135,11 +135,20 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
 
 
 def test_archive_compacted_per_pattern(tmp_path: Path) -> None:
-    _kraft(tmp_path, _topic_cfg("state", "cleanup.policy", "compact")).close()
-    r = TopicPolicyResolver(_settings(tmp_path, overrides={"st*": {"archive_compacted": True}}))
+    _kraft(tmp_path, _topic_cfg("state", "cleanup.policy", "compact"),
+           _topic_cfg("state", "retention.ms", "1000"), _topic_cfg("audit", "retention.ms", "1000"),
+           _topic_cfg("audit", "cleanup.policy", "compact,delete"),
+           md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "5")).close()
+    r = TopicPolicyResolver(_settings(tmp_path, overrides={"st*": {"archive_compacted": True},
+                                                           "audit": {"archive_compacted": True}}))
     r.refresh()
     state = r.policy("state")
     assert state.tiered and state.compacted and state.archive_compacted
+    # Compact only: Kafka never deletes by retention, so neither the topic's nor the broker's
+    # retention applies to the archive; with "compact,delete" they do.
+    assert (state.retention_ms.source, state.retention_bytes.source) == ("default", "default")
+    audit = r.policy("audit")
+    assert audit.tiered and (audit.retention_ms.value, audit.retention_bytes.value) == (1000, 5)
     plain = TopicPolicyResolver(_settings(tmp_path))
     plain.refresh()
     assert "cleanup.policy=compact" in str(plain.policy("state").reason)
