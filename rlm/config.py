@@ -44,6 +44,8 @@ class RemoteSettings:
 
     backend: str = "local"
     options: Mapping[str, Any] = field(default_factory=dict)
+    unreachable_after_ms: int = 5_000    # failing (or hanging) this long = store unreachable
+    probe_interval_ms: int = 5_000       # while unreachable, one probe call per interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class ServerSettings:
     port: int = 9464
     token: str = ""
     request_timeout_ms: int = 30_000
+    max_body_bytes: int = 1_048_576      # larger request bodies are refused with 413
 
     def __repr__(self) -> str:  # never print the token
         return f"ServerSettings(host={self.host!r}, port={self.port}, token={'***' if self.token else ''!r})"
@@ -225,6 +228,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
     "remote": (RemoteSettings, {
         "backend": _str(non_empty=True),
         "options": _options,
+        "unreachable_after_ms": _int(0),
+        "probe_interval_ms": _int(0),
     }),
     "tiering": (TieringSettings, {
         "task_interval_ms": _int(100),
@@ -253,6 +258,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "port": _int(0, 65535),
         "token": _str(),
         "request_timeout_ms": _int(1),
+        "max_body_bytes": _int(0),
     }),
 }
 
@@ -334,7 +340,14 @@ KEY_DOCS: dict[str, str] = {
     "remote.backend": "Storage backend entry-point name (`local`, `memory`, `s3`, `hdfs`, `fsspec`, "
                       "third-party); unknown names fail at startup with an install hint.",
     "remote.options": "Table handed verbatim to the backend, which validates it (`local`: `root`; "
-                      "`s3`: `bucket`, `prefix`, `endpoint_url`, `region`, …; `hdfs`: `url`).",
+                      "`s3`: `bucket`, `prefix`, `endpoint_url`, `region`, …; `hdfs`: `url`). Per-call "
+                      "network timeouts are backend options (`connect_timeout`, `read_timeout`, seconds; "
+                      "docs/operations.md).",
+    "remote.unreachable_after_ms": "The store is *unreachable* once every call has failed for this long, "
+                                   "or one call has not answered for this long (a frozen store): then "
+                                   "remote reads fail at once with 503 and status/metrics say so.",
+    "remote.probe_interval_ms": "While unreachable, one probe call per interval checks whether the "
+                                "store is back (other calls fail fast meanwhile).",
     "tiering.task_interval_ms": "How often each partition is scanned for eligible segments "
                                 "(Kafka: `remote.log.manager.task.interval.ms`).",
     "tiering.index_entry_bytes": "Max bytes of a segment covered by one `.remotelogindex` entry "
@@ -370,6 +383,8 @@ KEY_DOCS: dict[str, str] = {
     "server.token": "When set, every route but `/healthz`, `/` and `/static` needs "
                     "`Authorization: Bearer <token>`.",
     "server.request_timeout_ms": "A request running longer answers 504.",
+    "server.max_body_bytes": "Request bodies above this size (declared or streamed) answer 413, "
+                             "on every route.",
 }
 
 #: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).

@@ -26,7 +26,9 @@ Tree::
         ├── ObjectNotFoundError
         ├── ObjectExistsError          a conditional "create only if absent" lost
         ├── TransientStorageError      throttling, 5xx, timeouts: safe to retry
+        ├── StoreUnavailableError      the store is known unreachable: fail fast (HTTP 503)
         └── BackendNotFoundError       unknown / uninstalled backend name
+    StateDirLockedError                another `rlm run` owns the state dir (one daemon per dir)
 """
 
 from __future__ import annotations
@@ -157,5 +159,18 @@ class TransientStorageError(StorageError):
     """Throttling (e.g. 503 SlowDown), a 5xx or a timeout: the operation may be retried."""
 
 
+class StoreUnavailableError(StorageError):
+    """The store is known to be unreachable (every call failed for a while, or one hangs).
+
+    Raised without touching the store, until a probe succeeds (see ``rlm/storage/health.py`` and
+    docs/operations.md). Deliberately not a :class:`TransientStorageError`: retry loops must not
+    spin on it. HTTP answers 503; the CLI exits 1 like any store failure.
+    """
+
+
 class BackendNotFoundError(StorageError):
     """No storage backend is installed under the configured name."""
+
+
+class StateDirLockedError(RlmError):
+    """Another ``rlm run`` holds the lock of a state directory (one daemon per state dir)."""

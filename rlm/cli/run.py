@@ -19,9 +19,19 @@ from rlm.cli.common import (
     settings_for_tool,
 )
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.config import Settings
+from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
 from rlm.tiering.incarnations import OldIncarnation
-from rlm.tiering.manager import PassResult
+from rlm.tiering.manager import PassResult, RemoteLogManager
+from rlm.tiering.state import default_state_dir
+
+
+def owned_state_dirs(settings: Settings) -> list[Path]:
+    """The state dirs ``rlm run`` writes: ``tiering.state_dir``, else one beside each log dir."""
+    if settings.tiering.state_dir is not None:
+        return [settings.tiering.state_dir]
+    return [default_state_dir(d) for d in settings.log.dirs]
 
 
 def _human_bytes(n: float) -> str:
@@ -47,30 +57,42 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
     settings = load(config_path)
     configure(log_format, logging.WARNING if once and not quiet and interactive() else logging.INFO)
     require_dirs(settings)
-    manager = build_manager(settings)
-    if not once:
-        from rlm.daemon.scheduler import TieringDaemon
-        from rlm.http.app import create_app
-        from rlm.http.server import ApiServer
-        from rlm.tiering.cache import RemoteRangeCache
-        from rlm.tiering.history import TieringHistory
-        from rlm.tiering.readers import TieredReaders
+    with StateDirLock(owned_state_dirs(settings)):  # one rlm run per state dir: docs/operations.md
+        manager = build_manager(settings)
+        if once:
+            _once(manager, quiet)
+        else:
+            _daemon(settings, manager)
 
-        registry = manager.shared.metrics.registry
-        readers = TieredReaders(
-            settings, manager.shared.backend, progress=manager.live_progress,
-            cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
-        history = TieringHistory(manager.shared.metrics).start()  # the status page's chart
-        app = create_app(readers, settings.server, status=manager.status, registry=registry,
-                         history=history.snapshot)
-        api = ApiServer(app, settings.server.host, settings.server.port).start()
-        logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
-        try:
-            TieringDaemon(manager).run_forever()
-        finally:
-            api.stop()
-            history.stop()
-        return
+
+def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
+    """The scheduler plus the HTTP API, until SIGTERM/SIGINT."""
+    from rlm.daemon.scheduler import TieringDaemon
+    from rlm.http.app import create_app
+    from rlm.http.server import ApiServer
+    from rlm.tiering.cache import RemoteRangeCache
+    from rlm.tiering.history import TieringHistory
+    from rlm.tiering.readers import TieredReaders
+
+    registry = manager.shared.metrics.registry
+    readers = TieredReaders(
+        settings, manager.shared.backend, progress=manager.live_progress,
+        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
+    history = TieringHistory(manager.shared.metrics).start()  # the status page's chart
+    # The API answers status from memory and persisted state, never from the store.
+    app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
+                     registry=registry, history=history.snapshot, store=manager.store_status)
+    api = ApiServer(app, settings.server.host, settings.server.port).start()
+    logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
+    try:
+        TieringDaemon(manager).run_forever()
+    finally:
+        api.stop()
+        history.stop()
+
+
+def _once(manager: RemoteLogManager, quiet: bool) -> None:
+    """One full pass with a progress bar; a JSON summary on stdout, exit 1 if a partition failed."""
     parts = manager.discover()
     from tqdm import tqdm
 
@@ -105,7 +127,12 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
 @handle_errors
 def status(config_path: Path) -> None:
     """Per-partition tiering state as JSON (safe-to-delete point = highest_tiered_offset)."""
-    _emit(build_manager(settings_for_tool(config_path)).status())
+    manager = build_manager(settings_for_tool(config_path))
+    _emit(manager.status())
+    store = manager.health.snapshot()
+    if not store["reachable"]:
+        click.echo(f"rlm: warning: remote store unreachable for {store['unreachable_for_ms'] // 1000} s "
+                   f"(remote_segments/remote_bytes may be stale): {store['last_error']}", err=True)
 
 
 @click.command("gc")

@@ -5,6 +5,8 @@
   lock backs that up;
 * a discovery job adds jobs for partitions that appear (new topics) and removes vanished ones;
 * a GC job runs every ``max(task_interval, gc_grace / 4)``;
+* while the store is unreachable, a probe job checks every ``remote.probe_interval_ms`` whether it
+  is back (docs/operations.md), so status turns green without waiting for a partition pass;
 * a bounded thread pool (``max_concurrent_uploads`` + 2 workers) runs them; uploads additionally
   share the manager's global cap and token bucket.
 
@@ -68,6 +70,8 @@ class TieringDaemon:
                                next_run_time=_now())
         gc_every = max(self.interval_s, self.manager.settings.tiering.gc_grace_ms / 4000)
         self.scheduler.add_job(self._gc, "interval", id="gc", seconds=gc_every)
+        probe_every = max(0.1, self.manager.settings.remote.probe_interval_ms / 1000)
+        self.scheduler.add_job(self.manager.store.probe, "interval", id="store-probe", seconds=probe_every)
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
         if not self.stopped.is_set():

@@ -10,15 +10,17 @@ Routes (contract)::
     GET  /metrics                                          Prometheus text format
     GET  /healthz                                          liveness (no auth)
     GET  /v1/history                                       totals over the last hour (status page)
+    GET  /v1/store                                         the remote store's health (no store I/O)
     GET  /                                                 the status page (static; no auth — its
                                                            API calls send the token)
 
 Errors are JSON ``{"error": {"field": ..., "reason": ...}}``: 400 bad input, 401 missing/wrong
-token, 404 unknown partition, 416 offset out of range for a fetch (:class:`OffsetOutOfRangeError`:
-below the log start or above the high watermark; a fetch AT it answers 200 with no records), 504
-request timeout, 502 remote store failure. Topic names are checked against Kafka's rules before any
-file access. Nothing at or above the high watermark, nor below the log start, is ever returned
-(docs/visibility.md).
+token, 404 unknown partition, 413 request body above ``server.max_body_bytes`` (every route), 416
+offset out of range for a fetch (:class:`OffsetOutOfRangeError`: below the log start or above the
+high watermark; a fetch AT it answers 200 with no records), 504 request timeout, 502 remote store
+failure, 503 remote store unreachable (fails fast, ``Retry-After``; docs/operations.md). Topic
+names are checked against Kafka's rules before any file access. Nothing at or above the high
+watermark, nor below the log start, is ever returned (docs/visibility.md).
 """
 
 from __future__ import annotations
@@ -41,12 +43,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlm import __version__
 from rlm.config import ServerSettings
-from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError, StorageError
+from rlm.errors import (
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    RlmError,
+    StorageError,
+    StoreUnavailableError,
+)
+from rlm.http.limits import BodyLimitMiddleware
 from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
 
 StatusSource = Callable[[], list[dict[str, Any]]]
 HistorySource = Callable[[], dict[str, Any]]
+StoreSource = Callable[[], dict[str, Any]]
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
@@ -69,7 +79,8 @@ def _field_of(err: RlmError) -> str | None:
 
 
 def create_app(readers: TieredReaders, server: ServerSettings, *, status: StatusSource,
-               registry: CollectorRegistry, history: HistorySource | None = None) -> FastAPI:
+               registry: CollectorRegistry, history: HistorySource | None = None,
+               store: StoreSource | None = None) -> FastAPI:
     app = FastAPI(title="rlm", version=__version__,
                   description="Tiered-storage remote log manager: lookups across the local and "
                               "remote tiers of Kafka-format logs.")
@@ -115,6 +126,12 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     async def on_storage(_: Request, exc: StorageError) -> JSONResponse:
         return _error(502, None, f"remote store: {exc}")
 
+    @app.exception_handler(StoreUnavailableError)
+    async def on_unavailable(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+        resp = _error(503, None, f"remote store: {exc}")
+        resp.headers["Retry-After"] = "5"
+        return resp
+
     @app.exception_handler(RlmError)
     async def on_rlm(_: Request, exc: RlmError) -> JSONResponse:
         return _error(500, None, str(exc))
@@ -126,6 +143,7 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
         except TimeoutError:
             return _error(504, None, f"request took longer than {server.request_timeout_ms} ms")
 
+    app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
     auth = [Depends(require_token)]
 
     @app.get("/healthz", tags=["ops"])
@@ -147,6 +165,14 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
         if history is None:
             return {"interval_s": None, "window_s": None, "samples": []}
         return history()
+
+    @app.get("/v1/store", tags=["status"], dependencies=auth)
+    async def store_() -> dict[str, Any]:
+        """Whether the remote store answers: ``status`` up | unreachable | unknown, since when,
+        the last error. Answered from memory: never waits for the store."""
+        if store is None:
+            return {"backend": None, "status": "unknown", "reachable": None}
+        return store()
 
     # The status page: static files only, no build step; its API calls carry the token.
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -70,9 +70,13 @@ def create_backend(name: str, options: Mapping[str, Any] | None = None) -> Stora
 
 def backend_from_config(remote: Mapping[str, Any]) -> StorageBackend:
     """Build the backend of a parsed ``[remote]`` table: ``{"backend": ..., "options": {...}}``."""
-    unknown = sorted(set(remote) - {"backend", "options"})
+    # The health keys (unreachable_after_ms, probe_interval_ms) belong to rlm.storage.health, not
+    # to the backend; rlm.config validates them.
+    allowed = {"backend", "options", "unreachable_after_ms", "probe_interval_ms"}
+    unknown = sorted(set(remote) - allowed)
     if unknown:
-        raise ConfigError(f"unknown key(s) in [remote]: {', '.join(unknown)}; allowed: backend, options")
+        raise ConfigError(f"unknown key(s) in [remote]: {', '.join(unknown)}; "
+                          f"allowed: {', '.join(sorted(allowed))}")
     if "backend" not in remote:
         raise ConfigError("remote.backend is required (e.g. backend = \"local\")")
     return create_backend(remote["backend"], remote.get("options"))

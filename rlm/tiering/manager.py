@@ -21,10 +21,6 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import RlmError
 from rlm.logdir.scan import (
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    LogDirCheckpoints,
     PartitionDir,
     SegmentFiles,
     discover_partitions,
@@ -32,11 +28,12 @@ from rlm.logdir.scan import (
     list_segments,
     partition_dir,
     partition_state,
-    read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
+from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity
+from rlm.tiering.checkpoint_cache import CheckpointCache
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copier import (
     PreparedSegment,
@@ -75,47 +72,6 @@ class PassResult:
     copied_bytes: int = 0                                 # bytes of the copied segments (progress)
 
 
-_CHECKPOINT_FILES = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
-
-
-class CheckpointCache:
-    """A log dir's parsed checkpoints, re-read only when one of the files changed.
-
-    Each file holds every partition of the log dir, so parsing it once per partition pass made a
-    pass over P partitions cost O(P²). The cache is validated per use by ``stat`` of the three
-    files (inode, size, mtime in ns): brokers replace them by rename, so a new version always has
-    a new signature.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], LogDirCheckpoints]] = {}
-
-    @staticmethod
-    def _signature(log_dir: Path) -> tuple[tuple[int, int, int] | None, ...]:
-        sig: list[tuple[int, int, int] | None] = []
-        for name in _CHECKPOINT_FILES:
-            try:
-                st = (log_dir / name).stat()
-            except FileNotFoundError:
-                sig.append(None)
-            else:
-                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(sig)
-
-    def get(self, log_dir: Path) -> LogDirCheckpoints:
-        sig = self._signature(log_dir)
-        with self._lock:
-            hit = self._cache.get(log_dir)
-        if hit is not None and hit[0] == sig:
-            return hit[1]
-        checkpoints = read_checkpoints(log_dir)
-        if self._signature(log_dir) == sig:  # unchanged while parsing: safe to keep
-            with self._lock:
-                self._cache[log_dir] = (sig, checkpoints)
-        return checkpoints
-
-
 class RemoteLogManager:
     """Owns the shared resources and one :class:`PartitionContext` per discovered partition."""
 
@@ -125,8 +81,15 @@ class RemoteLogManager:
                  retry: RetryPolicy | None = None) -> None:
         self.settings = settings
         t = settings.tiering
+        metrics = metrics or TieringMetrics()
+        # Every store call of the process (passes, GC, the readers built on shared.backend) goes
+        # through one health tracker: docs/operations.md.
+        self.health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
+                                  probe_interval_ms=settings.remote.probe_interval_ms,
+                                  registry=metrics.registry)
+        self.store = HealthTrackingBackend(backend, self.health)
         self.shared = SharedResources(
-            backend=backend, settings=t, metrics=metrics or TieringMetrics(),
+            backend=self.store, settings=t, metrics=metrics,
             bucket=TokenBucket(t.upload_bytes_per_sec),
             upload_slots=threading.BoundedSemaphore(t.max_concurrent_uploads),
             stop=threading.Event(), retry=retry or RetryPolicy(),
@@ -244,17 +207,19 @@ class RemoteLogManager:
             ctx.progress.delete_records_offset = point
             ctx.save_progress()
 
-    def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[tuple[SegmentFiles, int]]:
+    def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
+                 progress: Progress | None = None) -> list[tuple[SegmentFiles, int]]:
         """Eligible segments not yet tiered, with each one's next base offset (a segment wholly
         below the DeleteRecords point is deleted data: never copied)."""
         state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
         eligible = eligible_segments(segments, state, self.settings.log.eligibility)
         bases = [s.base_offset for s in segments]
-        highest = ctx.progress.highest_tiered_offset
+        progress = progress or ctx.progress
+        highest = progress.highest_tiered_offset
         pending = []
         for seg in eligible:
             next_base = bases[bases.index(seg.base_offset) + 1]
-            if next_base - 1 <= highest or next_base <= ctx.progress.delete_records_offset:
+            if next_base - 1 <= highest or next_base <= progress.delete_records_offset:
                 continue  # already remote, or deleted by DeleteRecords
             if seg.base_offset <= highest and self.policy_for(ctx.part).compacted:
                 continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
@@ -394,26 +359,46 @@ class RemoteLogManager:
 
     # -- status -------------------------------------------------------------------------------
 
+    def store_status(self) -> dict[str, Any]:
+        """``GET /v1/store``: the backend's name and its health (no store I/O; docs/operations.md)."""
+        return {"backend": self.settings.remote.backend, **self.health.snapshot()}
+
     def live_progress(self, part: PartitionDir) -> Progress:
         """The in-memory progress once recovered, else the persisted one; as readers may use it."""
         ctx = self.context(part)
         return identity.served_progress(part, ctx.progress if ctx.recovered
                                         else Progress.load(ctx.progress_path))
 
-    def status(self) -> list[dict[str, Any]]:
-        """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined)."""
+    def status(self, *, observe: bool = True) -> list[dict[str, Any]]:
+        """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined).
+
+        ``observe=False`` (the daemon's API) never touches the store and never waits for a pass:
+        a partition not yet recovered answers from its persisted progress and what was last
+        known. ``observe=True`` (``rlm status``, a process of its own) loads the remote manifests
+        of such partitions first, skipping one a pass of this process holds.
+        """
         rows = []
         tiered, excluded = self.classify()
         for ctx in (self.context(part) for part in tiered):
-            if not ctx.recovered:
-                with self._locks[(ctx.topic, ctx.partition)]:
-                    try:
-                        observe(ctx)
-                    except RlmError as err:
-                        ctx.last_error = str(err)
-            rows.append(self.partition_status(ctx))
+            if not ctx.recovered and observe:
+                self._try_observe(ctx)
+            # Unobserved and unrecovered: the persisted progress, without touching ctx (a pass
+            # may be recovering it right now).
+            live = ctx.progress if ctx.recovered or observe else Progress.load(ctx.progress_path)
+            rows.append(self.partition_status(ctx, live))
         rows.extend(self.excluded_status(part, pol) for part, pol in excluded)
         return rows
+
+    def _try_observe(self, ctx: PartitionContext) -> None:
+        lock = self._locks[(ctx.topic, ctx.partition)]
+        if not lock.acquire(blocking=False):
+            return
+        try:
+            observe(ctx)
+        except RlmError as err:
+            ctx.last_error = str(err)
+        finally:
+            lock.release()
 
     def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
         progress = Progress.load(self._state_dir(part) / "progress.json")
@@ -426,13 +411,14 @@ class RemoteLogManager:
         self.policy_metrics.compacted.labels(**ctx.labels).set(len(found))
         return found
 
-    def partition_status(self, ctx: PartitionContext) -> dict[str, Any]:
+    def partition_status(self, ctx: PartitionContext, progress: Progress | None = None) -> dict[str, Any]:
+        progress = progress or ctx.progress
         segments = list_segments(ctx.part)
         conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
-        offsets = partition_offsets(ctx.part, Progress() if conflict else ctx.progress, segments,
+        offsets = partition_offsets(ctx.part, Progress() if conflict else progress, segments,
                                     self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
         try:
-            pending = self._pending(ctx, segments)
+            pending = self._pending(ctx, segments, progress)
         except RlmError:
             pending = []
         return {

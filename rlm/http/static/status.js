@@ -283,13 +283,27 @@
     health.textContent = "token needed";
     body.setAttribute("data-state", "unauthorized");
   }
+  // The store's health (GET /v1/store, answered from memory): a banner while it is unreachable.
+  function renderStore(st) {
+    const b = $("#store");
+    const state = st ? st.status : "unknown";
+    b.setAttribute("data-store", state);
+    if (state !== "unreachable") { b.hidden = true; return; }
+    const since = new Date(st.unreachable_since_ms).toLocaleTimeString();
+    b.textContent = "Remote store" + (st.backend ? " (" + st.backend + ")" : "") + " unreachable since " +
+      since + " (" + fmtAge(st.unreachable_for_ms) + "): " + (st.last_error || "no answer") +
+      ". Remote reads fail fast (503); tiering resumes by itself when it answers again.";
+    b.hidden = false;
+  }
   let timer = null;
   async function refresh() {
     clearTimeout(timer);
     try {
-      const [rows, hist] = await Promise.all([api("v1/partitions"), api("v1/history")]);
+      const [rows, hist, st] = await Promise.all([api("v1/partitions"), api("v1/history"),
+        api("v1/store").catch((e) => { if (e instanceof Unauthorized) throw e; return null; })]);
       $("#auth").hidden = true;
       $("#problem").hidden = true;
+      renderStore(st);
       renderPartitions(rows);
       renderChart(hist);
       const now = new Date();
