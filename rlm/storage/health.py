@@ -11,6 +11,8 @@ the process — tiering passes, GC, lookups and fetches — goes through one :cl
 * A call still in flight after ``unreachable_after_ms`` (a frozen store: the TCP connect succeeds,
   no answer comes) makes the store unreachable as well, without waiting for its timeout. Uploads
   are excluded: a large segment legitimately takes long.
+* The daemon calls :meth:`HealthTrackingBackend.probe` every ``probe_interval_ms``: a cheap
+  listing when no other call finished within that interval, so an idle daemon notices an outage.
 * While unreachable, calls fail at once with :class:`~rlm.errors.StoreUnavailableError` (no
   network I/O, not retried by :class:`~rlm.storage.retry.RetryPolicy`), except one *probe* call
   at a time, at most every ``probe_interval_ms``: the first call let through after the interval,
@@ -76,6 +78,7 @@ class StoreHealth:
         self._ids = itertools.count()
         self._probing = False
         self._last_probe = float("-inf")
+        self._last_done = float("-inf")                    # monotonic end of the last answered/failed call
         self._metrics(registry or CollectorRegistry())
 
     def _metrics(self, registry: CollectorRegistry) -> None:
@@ -171,7 +174,7 @@ class StoreHealth:
             if probe:
                 self._probing = False
             self._down, self._streak, self._failures = False, None, 0
-            self._last_success_wall = self._wall()
+            self._last_success_wall, self._last_done = self._wall(), self._clock()
         if was_down:
             log.warning("remote store reachable again")
 
@@ -179,6 +182,7 @@ class StoreHealth:
         """Record a transient failure of a call started at ``started``; True once unreachable."""
         with self._lock:
             now = self._clock()
+            self._last_done = now
             if probe:
                 self._probing, self._last_probe = False, now
             if self._streak is None:
@@ -198,6 +202,15 @@ class StoreHealth:
     def _streak_wall(self) -> float:
         with self._lock:
             return self._streak[1] if self._streak is not None else self._wall()
+
+    def probe_due(self) -> bool:
+        """True when the daemon's timer should call the store: it is unreachable, or no call has
+        finished within ``probe_interval`` (an idle daemon still notices an outage)."""
+        with self._lock:
+            now = self._clock()
+            if self._since_locked(now) is not None:
+                return True
+            return not self._in_flight and now - self._last_done >= self.probe_interval
 
     def released(self, probe: bool) -> None:
         """A call ended neither in an answer nor a transient failure (e.g. a bad key): free the probe."""
@@ -263,9 +276,10 @@ class HealthTrackingBackend(WrappingBackend):
         return self.inner.__reduce__()
 
     def probe(self) -> bool:
-        """One cheap listing when a probe is due (daemon timer); True if the store answered.
-        Does nothing (True) while the store answers: the regular calls are the signal then."""
-        if self.health.unreachable_since() is None:
+        """One cheap listing when :meth:`StoreHealth.probe_due` (daemon timer); True if the store
+        answered or no probe was due. While unreachable the gate still admits one probe per
+        interval, so this never adds load beyond that."""
+        if not self.health.probe_due():
             return True
         try:
             self.list_page(self.PROBE_PREFIX, limit=1)
