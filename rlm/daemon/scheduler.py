@@ -70,6 +70,8 @@ class TieringDaemon:
                                next_run_time=_now())
         gc_every = max(self.interval_s, self.manager.settings.tiering.gc_grace_ms / 4000)
         self.scheduler.add_job(self._gc, "interval", id="gc", seconds=gc_every)
+        # From now on only this timer probes an unreachable store: API requests fail fast.
+        self.manager.health.timer_probes = True
         probe_every = max(0.1, self.manager.settings.remote.probe_interval_ms / 1000)
         self.scheduler.add_job(self.manager.store.probe, "interval", id="store-probe", seconds=probe_every)
 

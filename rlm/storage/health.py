@@ -15,9 +15,11 @@ the process — tiering passes, GC, lookups and fetches — goes through one :cl
   listing when no other call finished within that interval, so an idle daemon notices an outage.
 * While unreachable, calls fail at once with :class:`~rlm.errors.StoreUnavailableError` (no
   network I/O, not retried by :class:`~rlm.storage.retry.RetryPolicy`), except one *probe* call
-  at a time, at most every ``probe_interval_ms``: the first call let through after the interval,
-  or :meth:`HealthTrackingBackend.probe` (the daemon runs it on a timer). A probe that gets an
-  answer makes the store reachable again; nothing is lost, callers simply retry on their next pass.
+  at a time, at most every ``probe_interval_ms``. With :attr:`StoreHealth.timer_probes` (the
+  daemon) only :meth:`HealthTrackingBackend.probe` probes, so an API request never waits on a
+  frozen store; without it (a one-shot process) the first call after the interval is the probe.
+  A probe that gets an answer makes the store reachable again; nothing is lost, callers simply
+  retry on their next pass.
 
 Times: ``*_ms`` fields of :meth:`StoreHealth.snapshot` are epoch milliseconds; durations are ms.
 """
@@ -79,6 +81,7 @@ class StoreHealth:
         self._probing = False
         self._last_probe = float("-inf")
         self._last_done = float("-inf")                    # monotonic end of the last answered/failed call
+        self.timer_probes = False                          # True: only probe() probes (daemon timer)
         self._metrics(registry or CollectorRegistry())
 
     def _metrics(self, registry: CollectorRegistry) -> None:
@@ -149,16 +152,19 @@ class StoreHealth:
 
     # -- the gate and the outcome of each call ----------------------------------------------------
 
-    def admit(self) -> bool:
+    def admit(self, probing: bool = False) -> bool:
         """Before a call: True = go (the call is the probe), False = go (normal call);
-        raises :class:`StoreUnavailableError` while unreachable and no probe is due."""
+        raises :class:`StoreUnavailableError` while unreachable and no probe is due.
+        ``probing``: the call comes from :meth:`HealthTrackingBackend.probe`."""
         with self._lock:
             now = self._clock()
             since = self._since_locked(now)
             if since is None:
                 return False
             stalled = self._stalled_locked(now) is not None
-            if not stalled and not self._probing and now - self._last_probe >= self.probe_interval:
+            may_probe = probing or not self.timer_probes
+            if (may_probe and not stalled and not self._probing
+                    and now - self._last_probe >= self.probe_interval):
                 self._probing, self._last_probe = True, now
                 return True
             error = self._last_error or "a store call has not answered"
@@ -219,9 +225,9 @@ class StoreHealth:
                 self._probing = False
 
     @contextmanager
-    def tracked(self, *, upload: bool = False) -> Iterator[None]:
+    def tracked(self, *, upload: bool = False, probing: bool = False) -> Iterator[None]:
         """Run one store call under the gate; see the module doc for what counts as what."""
-        probe = self.admit()
+        probe = self.admit(probing)
         started = (self._clock(), self._wall())
         call_id = None
         if not upload:
@@ -282,7 +288,8 @@ class HealthTrackingBackend(WrappingBackend):
         if not self.health.probe_due():
             return True
         try:
-            self.list_page(self.PROBE_PREFIX, limit=1)
+            with self.health.tracked(probing=True):
+                self.inner.list_page(self.PROBE_PREFIX, limit=1)
         except StoreUnavailableError:
             return False
         except StorageError:

@@ -54,7 +54,7 @@ def _free_ports(count: int, rng: random.Random) -> list[int]:
 
 
 class SeaweedServer:
-    """``weed server`` with S3 on ``127.0.0.1``; data in ``data_dir`` survives :meth:`kill` + :meth:`start`."""
+    """``weed server`` with S3 on ``127.0.0.1``; ``data_dir`` survives :meth:`kill` + :meth:`start`."""
 
     def __init__(self, data_dir: Path, *, binary: str | None = None) -> None:
         found = binary or weed_binary()
@@ -100,7 +100,7 @@ class SeaweedServer:
     def _answers(self) -> bool:
         try:
             self.client(connect_timeout=1, read_timeout=2).list_buckets()
-        except Exception:  # noqa: BLE001 - not up yet, whatever the error
+        except Exception:  # not up yet, whatever the error
             return False
         return True
 
@@ -127,7 +127,7 @@ class SeaweedServer:
                 if status < 500 or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-            except Exception:  # noqa: BLE001 - connection errors while the filer starts
+            except Exception:  # connection errors while the filer starts
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)

@@ -39,7 +39,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
             path = route.path
             for name, value in PATH_VALUES.items():
                 path = path.replace("{" + name + "}", value)
-            routes += [(method, path) for method in sorted(route.methods)]
+            routes += [(method, path) for method in sorted(route.methods or ())]
     server = ApiServer(app, "127.0.0.1", 0).start()
     try:
         yield server.url, routes

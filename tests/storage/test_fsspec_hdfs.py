@@ -61,7 +61,7 @@ def test_hdfs_options_and_construction_need_no_cluster() -> None:
     assert b.capabilities.conditional_create is True
     assert b.describe() == {"backend": "hdfs", "options": {
         "url": "webhdfs://namenode.example:9870", "root": "/tiered", "user": "kafka", "kerberos": False,
-        "kerb_ticket": None, "replication": None}}
+        "kerb_ticket": None, "replication": None, "connect_timeout": 10.0, "read_timeout": 60.0}}
     assert HdfsBackend(url="hdfs://nn").port == 8020
     assert HdfsBackend(url="swebhdfs://nn").port == 9871
     for opts, message in [
@@ -81,3 +81,23 @@ def test_hdfs_unreachable_namenode_is_a_storage_error() -> None:
     b = HdfsBackend(url="webhdfs://127.0.0.1:9", root="/x")
     with pytest.raises(StorageError):
         b.exists("k")
+
+
+def test_webhdfs_requests_time_out_on_a_namenode_that_never_answers() -> None:
+    """A real listening socket nobody serves (a frozen namenode: the kernel completes the TCP
+    handshake, no byte ever comes back): read_timeout bounds the call, a transient error."""
+    import socket
+    import time
+
+    from rlm.errors import TransientStorageError
+
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(16)
+        port = frozen.getsockname()[1]
+        b = HdfsBackend(url=f"webhdfs://127.0.0.1:{port}", root="/x", connect_timeout=0.5,
+                        read_timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(TransientStorageError, match="timed out"):
+            b.read("k")
+        assert time.monotonic() - started < 5  # without a timeout, requests would wait forever

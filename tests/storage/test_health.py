@@ -61,8 +61,11 @@ class Clock:
         return self.t
 
 
+Rig = tuple[HealthTrackingBackend, Switchable, Clock, CollectorRegistry]
+
+
 @pytest.fixture
-def rig() -> tuple[HealthTrackingBackend, Switchable, Clock, CollectorRegistry]:
+def rig() -> Rig:
     clock, registry = Clock(), CollectorRegistry()
     store = Switchable(MemoryBackend())
     store.put("k", b"value")
@@ -75,7 +78,7 @@ def _sample(registry: CollectorRegistry, name: str) -> float | None:
     return registry.get_sample_value(name)
 
 
-def test_short_failures_pass_through_and_an_answer_resets(rig: tuple) -> None:
+def test_short_failures_pass_through_and_an_answer_resets(rig: Rig) -> None:
     backend, store, clock, registry = rig
     assert backend.health.snapshot()["status"] == "unknown"
     store.down = True
@@ -98,7 +101,7 @@ def test_short_failures_pass_through_and_an_answer_resets(rig: tuple) -> None:
     assert _sample(registry, "rlm_remote_store_errors_total") == 3
 
 
-def test_unreachable_fails_fast_until_a_probe_answers(rig: tuple) -> None:
+def test_unreachable_fails_fast_until_a_probe_answers(rig: Rig) -> None:
     backend, store, clock, registry = rig
     store.down = True
     with pytest.raises(TransientStorageError):
@@ -136,7 +139,7 @@ def test_unreachable_fails_fast_until_a_probe_answers(rig: tuple) -> None:
     assert _sample(registry, "rlm_remote_store_unreachable_seconds") == 0
 
 
-def test_retry_policy_stops_at_the_first_fast_failure(rig: tuple) -> None:
+def test_retry_policy_stops_at_the_first_fast_failure(rig: Rig) -> None:
     backend, store, clock, _ = rig
     store.down = True
 
@@ -149,7 +152,7 @@ def test_retry_policy_stops_at_the_first_fast_failure(rig: tuple) -> None:
     assert store.calls == 3  # 0 s, 1 s, 2 s: tripped; never 50 attempts against a dead store
 
 
-def test_a_hanging_call_makes_the_store_unreachable_and_others_fail_fast(rig: tuple) -> None:
+def test_a_hanging_call_makes_the_store_unreachable_and_others_fail_fast(rig: Rig) -> None:
     backend, store, clock, _ = rig
     store.gate = threading.Event()
     result: dict[str, object] = {}
@@ -174,7 +177,7 @@ def test_a_hanging_call_makes_the_store_unreachable_and_others_fail_fast(rig: tu
     assert backend.head("k").size == 5
 
 
-def test_uploads_are_not_hangs_and_not_found_is_an_answer(rig: tuple) -> None:
+def test_uploads_are_not_hangs_and_not_found_is_an_answer(rig: Rig) -> None:
     backend, store, clock, _ = rig
     store.down = True
     with pytest.raises(TransientStorageError):
@@ -188,7 +191,7 @@ def test_uploads_are_not_hangs_and_not_found_is_an_answer(rig: tuple) -> None:
     assert not backend.health._in_flight
 
 
-def test_idle_probe_notices_an_outage(rig: tuple) -> None:
+def test_idle_probe_notices_an_outage(rig: Rig) -> None:
     backend, store, clock, _ = rig
     assert backend.health.probe_due()  # nothing happened yet
     assert backend.probe() is True
@@ -207,9 +210,28 @@ def test_idle_probe_notices_an_outage(rig: tuple) -> None:
     assert backend.health.snapshot()["status"] == "up"
 
 
-def test_pickles_as_the_inner_backend(rig: tuple) -> None:
+def test_pickles_as_the_inner_backend(rig: Rig) -> None:
     import pickle
 
     backend = HealthTrackingBackend(MemoryBackend(namespace="pickle-health"), StoreHealth())
     clone = pickle.loads(pickle.dumps(backend))
     assert type(clone) is MemoryBackend
+
+
+def test_with_a_probe_timer_only_the_timer_probes(rig: Rig) -> None:
+    backend, store, clock, _ = rig
+    backend.health.timer_probes = True  # the daemon: API requests must never be the probe
+    store.down = True
+    with pytest.raises(TransientStorageError):
+        backend.read("k")
+    clock.t += 3.0
+    with pytest.raises(StoreUnavailableError):
+        backend.read("k")
+    clock.t += 60.0
+    calls = store.calls
+    with pytest.raises(StoreUnavailableError):
+        backend.read("k")  # long past the interval, but not the timer: fails fast
+    assert store.calls == calls
+    store.down = False
+    assert backend.probe() is True and store.calls == calls + 1
+    assert backend.read("k") == b"value"

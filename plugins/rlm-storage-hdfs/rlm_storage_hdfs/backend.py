@@ -8,6 +8,7 @@ Options (``[remote.options]``)::
     kerberos = false                  # webhdfs: SPNEGO via requests-kerberos (pip install '...[kerberos]')
     kerb_ticket = "/tmp/krb5cc_1000"  # hdfs://: Kerberos ticket cache for libhdfs
     replication = 3                   # hdfs://: replication of new files (unset = cluster default)
+    connect_timeout = 10.0  read_timeout = 60.0   # seconds, per request (WebHDFS) / Hadoop client
 
 HDFS renames never replace an existing file, so "create only if absent" (manifests) is atomic: write
 a temp file, rename it to the key, and a failed rename onto an existing key is ObjectExistsError.
@@ -40,6 +41,9 @@ class HdfsBackend(FsspecBackend):
         Option("kerberos", "bool", default=False),
         Option("kerb_ticket", "str"),
         Option("replication", "int", check=at_least(1)),
+        # The same names and defaults as the s3 backend's: one concept (docs/operations.md).
+        Option("connect_timeout", "float", default=10.0, check=at_least(0)),
+        Option("read_timeout", "float", default=60.0, check=at_least(0)),
     )
     atomic_conditional_create: ClassVar[bool] = True
 
@@ -64,14 +68,19 @@ class HdfsBackend(FsspecBackend):
         if self.scheme in ("webhdfs", "swebhdfs"):
             from fsspec.implementations.webhdfs import WebHDFS
 
-            return WebHDFS(host=self.host, port=self.port, user=o["user"], kerberos=o["kerberos"],
-                           use_https=self.scheme == "swebhdfs")
+            fs = WebHDFS(host=self.host, port=self.port, user=o["user"], kerberos=o["kerberos"],
+                         use_https=self.scheme == "swebhdfs")
+            _bound_requests(fs.session, (o["connect_timeout"], o["read_timeout"]))
+            return fs
         from fsspec.implementations.arrow import HadoopFileSystem
 
         kwargs: dict[str, Any] = {"host": self.host, "port": self.port, "user": o["user"],
                                   "kerb_ticket": o["kerb_ticket"]}
         if o["replication"]:
             kwargs["replication"] = o["replication"]
+        # libhdfs takes Hadoop client settings (milliseconds) instead of per-call timeouts.
+        kwargs["extra_conf"] = {"ipc.client.connect.timeout": str(int(o["connect_timeout"] * 1000)),
+                                "dfs.client.socket-timeout": str(int(o["read_timeout"] * 1000))}
         return HadoopFileSystem(**kwargs)
 
     def _publish_if_absent(self, tmp: str, final: str) -> None:
@@ -94,3 +103,19 @@ class HdfsBackend(FsspecBackend):
         if fs.exists(final):
             fs.rm_file(final)
         self._publish_if_absent(tmp, final)
+
+
+def _bound_requests(session: Any, timeout: tuple[float, float]) -> None:
+    """Give every request of fsspec's WebHDFS session ``(connect, read)`` timeouts: fsspec passes
+    none, and requests without one waits forever on a namenode that accepts and never answers."""
+    request = session.request
+    if getattr(request, "_rlm_bounded", False):  # fsspec caches file system instances
+        return
+
+    def bounded(method: str, url: str, **kwargs: Any) -> Any:
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = timeout
+        return request(method, url, **kwargs)
+
+    bounded._rlm_bounded = True  # type: ignore[attr-defined]
+    session.request = bounded
