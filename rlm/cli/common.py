@@ -14,6 +14,8 @@ import click
 from rlm.config import Settings, load_settings
 from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
+from rlm.storage.api import StorageBackend
+from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.registry import create_backend
 from rlm.tiering.manager import RemoteLogManager
 
@@ -39,7 +41,16 @@ def settings_for_tool(config_path: Path) -> Settings:
 
 def build_manager(settings: Settings) -> RemoteLogManager:
     backend = create_backend(settings.remote.backend, settings.remote.options)
-    return RemoteLogManager(settings, backend)
+    return RemoteLogManager(settings, backend)  # wraps it in the store-health tracker
+
+
+def tracked_backend(settings: Settings) -> StorageBackend:
+    """The configured backend behind a store-health tracker, for commands without a manager
+    (``rlm lookup``/``fetch``): an unreachable store ends them after ``remote.unreachable_after_ms``
+    instead of every retry layer's worth of timeouts (docs/operations.md)."""
+    health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
+                         probe_interval_ms=settings.remote.probe_interval_ms)
+    return HealthTrackingBackend(create_backend(settings.remote.backend, settings.remote.options), health)
 
 
 def interactive(quiet: bool = False) -> bool:

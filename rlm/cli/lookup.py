@@ -11,11 +11,10 @@ from pathlib import Path
 
 import click
 
-from rlm.cli.common import config_option, settings_for_tool
+from rlm.cli.common import config_option, settings_for_tool, tracked_backend
 from rlm.cli.errors import handle_errors
 from rlm.errors import InvalidArgumentError
 from rlm.formats.records import decode_records
-from rlm.storage.registry import create_backend
 from rlm.tiering.readers import TieredReaders
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
@@ -32,7 +31,7 @@ def parse_duration_ms(text: str) -> int:
 
 def _readers(config_path: Path) -> TieredReaders:
     settings = settings_for_tool(config_path)
-    return TieredReaders(settings, create_backend(settings.remote.backend, settings.remote.options))
+    return TieredReaders(settings, tracked_backend(settings))
 
 
 @click.command("lookup")

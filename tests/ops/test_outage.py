@@ -12,6 +12,7 @@ segments written meanwhile are tiered and every offset is remote exactly once.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.testing.seaweed import SeaweedServer, weed_binary
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import REPO, check_store, write_config
+from tests.tiering.helpers import REPO, check_store, rlm_cli, write_config
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
 
@@ -45,6 +46,7 @@ class Rig:
     http: httpx.Client
     daemon: subprocess.Popen[bytes]
     stderr: Path
+    config: Path
     ts: int = 1_700_000_000_000
     slowest: float = 0.0  # the longest answer seen (printed; docs/operations.md quotes it)
 
@@ -98,7 +100,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     try:
         weed.make_bucket(BUCKET)
         rig = Rig(weed, writers, logs, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10),
-                  None, stderr)  # type: ignore[arg-type]
+                  None, stderr, cfg)  # type: ignore[arg-type]
         rig.produce(4)
         with stderr.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
             rig.daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
@@ -167,6 +169,17 @@ def _assert_serves_locally(rig: Rig, remote_offset: int) -> None:
     assert "unreachable" in remote.json()["error"]["reason"] and remote.headers["retry-after"]
 
 
+def _assert_cli_lookups(rig: Rig, remote_offset: int) -> None:
+    """`rlm lookup` beside the daemon: local answers, remote fails with one line (exit 1)."""
+    args = ("lookup", "--config", rig.config, "--topic", TOPIC, "--partition", "0", "--offset")
+    local = rlm_cli(*args, str(rig.writers[0].log_end_offset - 3), env=HEALTH_ENV, timeout=60)
+    assert local.returncode == 0 and json.loads(local.stdout)["tier"] == "local", local.stderr
+    remote = rlm_cli(*args, str(remote_offset), env=HEALTH_ENV, timeout=60)
+    lines = [line for line in remote.stderr.splitlines() if line.strip()]
+    assert remote.returncode == 1 and len(lines) == 1, remote.stderr
+    assert lines[0].startswith("rlm: error: ") and f"127.0.0.1:{rig.weed.s3_port}" in lines[0]
+
+
 def _assert_each_offset_remote_once(rig: Rig) -> None:
     from rlm_storage_s3 import S3Backend
 
@@ -208,6 +221,7 @@ def test_store_killed_then_frozen_api_keeps_answering_and_tiering_resumes(rig: R
         time.sleep(0.5)
     row = rig.get("/v1/partitions").json()[0]
     assert row["copy_lag_segments"] > 0
+    _assert_cli_lookups(rig, remote_offset)
     _wait("a pass reports the outage", lambda: any(
         "unreachable" in (r["last_error"] or "") for r in rig.get("/v1/partitions").json()), rig, 30)
     rig.weed.start()
