@@ -81,8 +81,11 @@ class SeaweedServer:
         """Start (or restart on the same dir and ports) and wait until S3 answers a listing."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self._log = open(self.data_dir / "weed.log", "ab")  # noqa: SIM115 - closed in kill()
+        # weed turns AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in its environment into its only
+        # identity (auth on): without them it accepts any credentials, which is what tests want.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
