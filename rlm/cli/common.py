@@ -34,6 +34,9 @@ def load(config_path: Path) -> Settings:
 def settings_for_tool(config_path: Path) -> Settings:
     """For the short-lived commands: warnings-only logs, validated config, log dirs present."""
     configure("text", logging.WARNING)
+    # The store-health transitions are the daemon's log lines; a one-shot command reports a store
+    # failure once, in its own `rlm: error:` / `rlm: warning:` line (docs/operations.md).
+    logging.getLogger("rlm.storage.health").setLevel(logging.CRITICAL)
     settings = load(config_path)
     require_dirs(settings)
     return settings

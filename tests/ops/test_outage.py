@@ -127,7 +127,11 @@ def _wait(what: str, check: Any, rig: Rig, timeout: float = 90) -> Any:
             if last:
                 return last
         time.sleep(0.2)
-    pytest.fail(f"{what} not reached within {timeout} s (last: {last})")
+    try:
+        rows = rig.http.get("/v1/partitions").json()
+    except httpx.HTTPError as err:
+        rows = err
+    pytest.fail(f"{what} not reached within {timeout} s (last: {last}; partitions: {rows})")
 
 
 def _tiered(rig: Rig) -> bool:
