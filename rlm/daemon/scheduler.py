@@ -17,6 +17,7 @@ awaited; the process exits 0.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
@@ -85,6 +86,8 @@ class TieringDaemon:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
+        # `kill -USR1 <pid>`: every thread's stack on stderr — what is a stuck pass waiting on?
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         self.start()
         self.stopped.wait()
         self.scheduler.pause()

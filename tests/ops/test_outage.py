@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -131,7 +132,11 @@ def _wait(what: str, check: Any, rig: Rig, timeout: float = 90) -> Any:
         rows = rig.http.get("/v1/partitions").json()
     except httpx.HTTPError as err:
         rows = err
-    pytest.fail(f"{what} not reached within {timeout} s (last: {last}; partitions: {rows})")
+    rig.daemon.send_signal(signal.SIGUSR1)  # the daemon dumps every thread's stack to stderr
+    time.sleep(1)
+    stacks = rig.stderr.read_text(errors="replace")[-8000:]
+    pytest.fail(f"{what} not reached within {timeout} s (last: {last}; partitions: {rows}); "
+                f"daemon threads: {stacks}")
 
 
 def _tiered(rig: Rig) -> bool:
