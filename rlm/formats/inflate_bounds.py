@@ -24,6 +24,7 @@ Pure: bytes in, an int out.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from rlm.errors import CompressionError
 
@@ -80,20 +81,26 @@ def _lz4_frame(data: memoryview, pos: int) -> tuple[int, int]:
     return bound, p
 
 
-def lz4_bound(data: bytes | bytearray | memoryview) -> int:
-    """Bytes the LZ4 frames in ``data`` can inflate to at most (stored blocks exactly)."""
+def _frames_bound(data: bytes | bytearray | memoryview, codec: str, magic_number: int,
+                  frame: Callable[[memoryview, int], tuple[int, int]]) -> int:
+    """Sum of ``frame``'s bound over the concatenated frames of ``data`` (skippable frames skipped)."""
     view, pos, total = memoryview(data), 0, 0
     while pos < len(view):
-        _need(view, pos, 4, "lz4", "frame magic")
+        _need(view, pos, 4, codec, "frame magic")
         (magic,) = _U32.unpack_from(view, pos)
         if _SKIPPABLE_LOW <= magic <= _SKIPPABLE_HIGH:
-            pos = _skippable(view, pos, "lz4")
+            pos = _skippable(view, pos, codec)
             continue
-        if magic != _LZ4_MAGIC:
-            raise CompressionError(f"lz4: not an LZ4 frame (bad magic at byte {pos})")
-        bound, pos = _lz4_frame(view, pos)
+        if magic != magic_number:
+            raise CompressionError(f"{codec}: not a {codec} frame (bad magic at byte {pos})")
+        bound, pos = frame(view, pos)
         total += bound
     return total
+
+
+def lz4_bound(data: bytes | bytearray | memoryview) -> int:
+    """Bytes the LZ4 frames in ``data`` can inflate to at most (stored blocks exactly)."""
+    return _frames_bound(data, "lz4", _LZ4_MAGIC, _lz4_frame)
 
 
 def _zstd_header(data: memoryview, pos: int) -> tuple[int, int | None, bool, int]:
@@ -150,18 +157,7 @@ def _zstd_frame(data: memoryview, pos: int) -> tuple[int, int]:
 
 def zstd_bound(data: bytes | bytearray | memoryview) -> int:
     """Bytes the zstd frames in ``data`` can inflate to at most (the declared content size if any)."""
-    view, pos, total = memoryview(data), 0, 0
-    while pos < len(view):
-        _need(view, pos, 4, "zstd", "frame magic")
-        (magic,) = _U32.unpack_from(view, pos)
-        if _SKIPPABLE_LOW <= magic <= _SKIPPABLE_HIGH:
-            pos = _skippable(view, pos, "zstd")
-            continue
-        if magic != _ZSTD_MAGIC:
-            raise CompressionError(f"zstd: not a zstd frame (bad magic at byte {pos})")
-        bound, pos = _zstd_frame(view, pos)
-        total += bound
-    return total
+    return _frames_bound(data, "zstd", _ZSTD_MAGIC, _zstd_frame)
 
 
 def snappy_raw_length(block: bytes | bytearray | memoryview) -> int:

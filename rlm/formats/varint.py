@@ -23,6 +23,7 @@ __all__ = [
     "INT64_MIN",
     "decode_varint",
     "decode_varlong",
+    "encode_uvarint",
     "encode_varint",
     "encode_varlong",
     "size_of_varint",
@@ -68,7 +69,11 @@ def decode_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, 
     return _decode(buf, pos, 10, _MASK64, "varlong")
 
 
-def _encode_unsigned(v: int) -> bytes:
+def encode_uvarint(v: int) -> bytes:
+    """Encode a non-negative int as an unsigned LEB128 varint (no zig-zag): Kafka's ``UNSIGNED_VARINT``
+    (compact lengths and tagged fields of flexible versions, the KRaft record frame)."""
+    if v < 0:
+        raise InvalidArgumentError(f"unsigned varint must not be negative: {v}")
     out = bytearray()
     while v > 0x7F:
         out.append((v & 0x7F) | 0x80)
@@ -81,14 +86,14 @@ def encode_varint(value: int) -> bytes:
     """Encode a signed int32 as a zig-zag varint; out of range → :class:`InvalidArgumentError`."""
     if not INT32_MIN <= value <= INT32_MAX:
         raise InvalidArgumentError(f"varint out of int32 range: {value}")
-    return _encode_unsigned(((value << 1) ^ (value >> 31)) & _MASK32)
+    return encode_uvarint(((value << 1) ^ (value >> 31)) & _MASK32)
 
 
 def encode_varlong(value: int) -> bytes:
     """Encode a signed int64 as a zig-zag varlong; out of range → :class:`InvalidArgumentError`."""
     if not INT64_MIN <= value <= INT64_MAX:
         raise InvalidArgumentError(f"varlong out of int64 range: {value}")
-    return _encode_unsigned(((value << 1) ^ (value >> 63)) & _MASK64)
+    return encode_uvarint(((value << 1) ^ (value >> 63)) & _MASK64)
 
 
 def size_of_varint(value: int) -> int:

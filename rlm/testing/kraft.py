@@ -15,38 +15,30 @@ from pathlib import Path
 
 from rlm.formats import metadata as md
 from rlm.formats.records import ControlRecordType, RecordSpec, build_batch, encode_control_key
+from rlm.formats.varint import encode_uvarint
 from rlm.logdir.kraft import METADATA_LOG_DIR
 from rlm.logdir.writer import LogWriter
 
 __all__ = ["encode_metadata_record", "metadata_writer", "snapshot_name", "write_records", "write_snapshot"]
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     raw = value.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 def _int32s(values: Sequence[int] | None) -> bytes:
     if values is None:
         return b"\x00"
-    return _uvarint(len(values) + 1) + struct.pack(f">{len(values)}i", *values)
+    return encode_uvarint(len(values) + 1) + struct.pack(f">{len(values)}i", *values)
 
 
 def _tagged(fields: dict[int, bytes]) -> bytes:
-    out = bytearray(_uvarint(len(fields)))
+    out = bytearray(encode_uvarint(len(fields)))
     for tag in sorted(fields):
-        out += _uvarint(tag) + _uvarint(len(fields[tag])) + fields[tag]
+        out += encode_uvarint(tag) + encode_uvarint(len(fields[tag])) + fields[tag]
     return bytes(out)
 
 
@@ -58,7 +50,7 @@ def _body(record: md.MetadataRecord) -> tuple[int, int, bytes]:
         body = (struct.pack(">i", record.partition) + md.uuid_to_bytes(record.topic_id)
                 + _int32s(record.replicas) + _int32s(record.isr) + _int32s(()) + _int32s(())
                 + struct.pack(">iii", record.leader, record.leader_epoch, record.partition_epoch)
-                + _uvarint(len(record.replicas) + 1) + bytes(16) * len(record.replicas))  # Directories
+                + encode_uvarint(len(record.replicas) + 1) + bytes(16) * len(record.replicas))  # Directories
         return md.PARTITION, 1, body + _tagged({0: b"\x00"})  # LeaderRecoveryState 0
     if isinstance(record, md.PartitionChangeRecord):
         tags: dict[int, bytes] = {}
@@ -91,7 +83,7 @@ def _body(record: md.MetadataRecord) -> tuple[int, int, bytes]:
 def encode_metadata_record(record: md.MetadataRecord) -> bytes:
     """The record value: frame version 1, record type, version, body."""
     api_key, version, body = _body(record)
-    return _uvarint(md.FRAME_VERSION) + _uvarint(api_key) + _uvarint(version) + body
+    return encode_uvarint(md.FRAME_VERSION) + encode_uvarint(api_key) + encode_uvarint(version) + body
 
 
 def _specs(records: Iterable[md.MetadataRecord], timestamp: int) -> list[RecordSpec]:
