@@ -35,15 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c as _crc32c
-
 from rlm.config import Settings
-from rlm.errors import FormatError, RlmError
+from rlm.errors import FormatError
 from rlm.formats import naming
-from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
-from rlm.jobs.plan import BackendSpec, pack_entries, select_partitions
+from rlm.jobs.plan import BackendSpec, select_partitions
 from rlm.jobs.problem import Problem, Severity
+from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
@@ -52,8 +50,6 @@ from rlm.tiering import keys
 from rlm.tiering.identity import remote_view
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
-
-DEEP_CHUNK_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -240,113 +236,6 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             key=keys.attempt_prefix(topic, partition, ref.base_offset, ref.attempt_id, key_id)))
     return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
                            orphan_bases, objects)
-
-
-# --------------------------------------------------------------------------------------------
-# stage 2: one segment, deep (executor)
-
-
-def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
-                       entries_blob: bytes | None) -> tuple[list[Problem], int, int]:
-    """Read every object of the segment; return (problems, bytes read, batches checked)."""
-    backend, retry = spec.create(), RetryPolicy()
-    m = SegmentManifest.from_json(manifest_json)
-    topic, partition, base = m.topic, m.partition, m.base_offset
-    problems: list[Problem] = []
-    read = 0
-    log_key = m.log.key
-    entries: list[RemoteLogIndexEntry] = (
-        [d.entry for d in iter_entries(entries_blob)] if entries_blob is not None else [])
-    chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
-    crc, batches, max_ts = 0, 0, -1
-    pending = list(entries)
-    try:
-        for start, end in chunks:
-            data = retry.call(lambda s=start, t=end: backend.read(log_key, s, t))
-            read += len(data)
-            crc = _crc32c.crc32c(data, crc)
-            ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
-            while pending and pending[0].rdi.position < end:
-                e = pending.pop(0)
-                ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.data_length))
-            if not ranges:
-                ranges = [(None, 0, len(data))]
-            for entry, s, t in ranges:
-                batch_count, entry_max, errs = _check_range(topic, partition, base, log_key, data, s, t,
-                                                            start, entry)
-                batches += batch_count
-                max_ts = max(max_ts, entry_max)
-                problems += errs
-    except RlmError as err:
-        problems.append(Problem("object_read", topic, partition, str(err), base_offset=base, key=log_key))
-        return problems, read, batches
-    if read != m.log.size or crc != m.log.crc32c:
-        problems.append(Problem("object_crc32c", topic, partition,
-                                f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
-                                f"{m.log.size} bytes with {m.log.crc32c:#010x}", base_offset=base,
-                                key=log_key))
-    if batches != m.record_batches:
-        problems.append(Problem("manifest_batches", topic, partition,
-                                f"{batches} batches in the log object, the manifest says {m.record_batches}",
-                                base_offset=base, key=log_key))
-    if batches and max_ts != m.max_timestamp:
-        problems.append(Problem("manifest_timestamp", topic, partition,
-                                f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
-                                base_offset=base, key=log_key))
-    for name, stored in sorted(m.objects.items()):
-        if name == "log":
-            continue
-        try:
-            data = retry.call(lambda k=stored.key: backend.read(k))
-        except RlmError as err:
-            problems.append(Problem("object_read", topic, partition, str(err), base_offset=base,
-                                    key=stored.key))
-            continue
-        read += len(data)
-        actual = _crc32c.crc32c(data)
-        if len(data) != stored.size or actual != stored.crc32c:
-            problems.append(Problem("object_crc32c", topic, partition,
-                                    f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
-                                    f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
-                                    base_offset=base, key=stored.key))
-    return problems, read, batches
-
-
-def _check_range(topic: str, partition: int, base: int, key: str, data: bytes, s: int, t: int,
-                 chunk_start: int, entry: RemoteLogIndexEntry | None) -> tuple[int, int, list[Problem]]:
-    """CRC-check the batches in ``data[s:t]`` (one entry): (batches, max timestamp, problems)."""
-    errs: list[Problem] = []
-    found = []
-    try:
-        found = list(iter_batches(data, s, verify_crc=False, end=t))
-    except FormatError as err:
-        errs.append(Problem("batch_corrupt", topic, partition, err.reason, base_offset=base, key=key,
-                            position=None if err.position is None else chunk_start + err.position,
-                            offset=err.offset))
-    for b in found:
-        if not b.crc_valid:
-            errs.append(Problem("batch_crc", topic, partition,
-                                f"record batch CRC mismatch (stored {b.crc:#010x}, offsets "
-                                f"{b.base_offset}-{b.last_offset})", base_offset=base, key=key,
-                                position=chunk_start + b.position, offset=b.base_offset))
-    covered = found[-1].end_position if found else s
-    if not errs and covered != t:
-        errs.append(Problem("batch_corrupt", topic, partition,
-                            f"batches end at byte {chunk_start + covered}, the entry ends at "
-                            f"{chunk_start + t} (torn or mis-framed)", base_offset=base, key=key,
-                            position=chunk_start + covered))
-    if entry is not None and found and not errs:
-        if (found[0].base_offset, found[-1].last_offset) != (entry.first_offset, entry.last_offset):
-            errs.append(Problem("entry_mismatch", topic, partition,
-                                f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
-                                f"hold {found[0].base_offset}-{found[-1].last_offset}", base_offset=base,
-                                key=key, position=chunk_start + s, offset=entry.first_offset))
-        elif max(b.max_timestamp for b in found) != entry.last_timestamp:
-            errs.append(Problem("entry_mismatch", topic, partition,
-                                f"entry last timestamp {entry.last_timestamp} != max batch timestamp "
-                                f"{max(b.max_timestamp for b in found)}", base_offset=base, key=key,
-                                position=chunk_start + s, offset=entry.first_offset))
-    return len(found), max((b.max_timestamp for b in found), default=-1), errs
 
 
 # --------------------------------------------------------------------------------------------
