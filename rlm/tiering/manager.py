@@ -186,6 +186,12 @@ class RemoteLogManager:
             result.error = ctx.last_error = str(err)
             ctx.recovered = False  # converge again before the next pass
             log.error("%s: %s", part.name, err)
+        except Exception as err:  # a bug or an error no layer translated: still converge next pass
+            # Left recovered, the next pass would skip recovery: the open journal attempt and its
+            # pins would never be resolved and the same failure could repeat on every pass.
+            result.error = ctx.last_error = f"unexpected {type(err).__name__}: {err}"
+            ctx.recovered = False
+            log.exception("%s: pass failed unexpectedly", part.name)
         finally:
             self.shared.metrics.task_seconds.labels(**ctx.labels).observe(time.monotonic() - started)
             ctx.publish_gauges()

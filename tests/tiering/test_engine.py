@@ -248,3 +248,29 @@ def test_torn_tail_is_repaired_and_refilled_from_the_store(tmp_path: Path, damag
     assert [r.error for r in _manager(cfg, backend).run_once()] == [None]
     assert local_index_files([logs]) == good
     check_store([logs], backend)
+
+
+def test_an_unexpected_exception_mid_copy_is_recovered_on_the_next_pass(tmp_path: Path) -> None:
+    """An error no layer translated (here a RuntimeError from the store's upload path, after
+    COPY_STARTED is journaled) fails that pass with a named error; the next pass recovers (the
+    open attempt is aborted, its objects deleted) and copies everything, exactly once."""
+    logs, cfg = _setup(tmp_path)
+    failures: list[str] = []
+
+    def hook(key: str) -> None:
+        if key.endswith("segment.log") and not failures:
+            failures.append(key)
+            raise RuntimeError("connection pool is closed")
+
+    backend = HookedLocal(hook, root=str(tmp_path / "store"))
+    manager = _manager(cfg, backend)
+    first = manager.run_once()
+    assert first[0].error == "unexpected RuntimeError: connection pool is closed", first
+    status = {(r["topic"], r["partition"]): r for r in manager.status()}
+    assert status[(TOPIC, 0)]["last_error"] == first[0].error
+    second = manager.run_once()
+    assert [r.error for r in second] == [None]
+    check = check_store([logs], backend)
+    assert check.partitions[f"{TOPIC}-0"].manifests and not check.unreferenced
+    assert failures and not any(i.key.startswith(failures[0].rsplit("/", 1)[0])
+                                for i in backend.list(f"{TOPIC}-0/"))
