@@ -31,7 +31,7 @@ import crc32c
 from rlm.errors import CorruptIndexError, FormatError, ObjectExistsError, RlmError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries, iter_entries
+from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.logdir.indexcheck import (
     FileVersion,
@@ -46,6 +46,7 @@ from rlm.storage.retry import put_if_absent_idempotent
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.throttle import ThrottledReader
 
@@ -262,16 +263,6 @@ def _upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
     return StoredObject(key, len(data), crc32c.crc32c(data))
 
 
-def fetch_entries(ctx: PartitionContext, manifest: SegmentManifest) -> list[RemoteLogIndexEntry]:
-    """The segment's own entries, as uploaded with it (CRC-verified)."""
-    stored = manifest.objects[keys.REMOTE_LOG_INDEX]
-    data = ctx.shared.retry.call(lambda: ctx.shared.backend.read(stored.key))
-    try:
-        return [d.entry for d in iter_entries(data)]
-    except FormatError as err:
-        raise err.in_file(stored.key) from err
-
-
 @dataclass(slots=True)
 class PreparedSegment:
     """A pinned and scanned segment, ready to upload (steps 1–2 of the protocol; nothing durable
@@ -371,14 +362,15 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
             put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)
         except ObjectExistsError:
             # Another attempt committed this segment first (e.g. a sidecar on another replica).
-            existing = SegmentManifest.from_json(shared.backend.read(manifest_key), key=manifest_key)
+            remote = of_context(ctx)
+            existing = remote.read_manifest(manifest_key)
             if not existing.same_segment_as(manifest):
                 raise StorageError(
                     f"remote already holds a different segment at base offset {segment.base_offset} "
                     f"(last offset {existing.last_offset}, {existing.size_bytes} bytes; local has "
                     f"{manifest.last_offset}, {manifest.size_bytes} bytes)", file=manifest_key) from None
             shared.backend.delete_many(o.key for o in objects.values())
-            manifest, entries, adopted = existing, fetch_entries(ctx, existing), True
+            manifest, entries, adopted = existing, remote.segment_entries(existing), True
         crash_point("after_manifest")
 
         ctx.family.append_segment(entries)

@@ -29,11 +29,9 @@ import logging
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm.config import TieringSettings
 from rlm.errors import (
     FormatError,
     IdentityConflictError,
@@ -45,11 +43,10 @@ from rlm.errors import (
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
-from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.state import PartitionContext, Progress, default_state_dir
+from rlm.tiering.remote_state import RemoteState
+from rlm.tiering.state import PartitionContext, Progress
 
 log = logging.getLogger(__name__)
 
@@ -62,34 +59,6 @@ DIR_MARKER = ".rlm-incarnation"
 PROBE_BYTES = 61
 
 ReadRange = Callable[[str, int, int], bytes]
-
-
-def state_dir_name(part: PartitionDir) -> str:
-    """``<topic>-<partition>`` without a topic id, ``<topic>-<partition>=<id>`` with one."""
-    return part.name if part.topic_id is None else f"{part.name}{keys.ID_SEPARATOR}{part.topic_id}"
-
-
-def state_root(settings: TieringSettings, part: PartitionDir) -> Path:
-    return settings.state_dir or default_state_dir(part.log_dir)
-
-
-def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
-    """Where the incarnation of ``part`` keeps progress, journal and index-set metadata."""
-    return state_root(settings, part) / state_dir_name(part)
-
-
-def read_manifests(backend: StorageBackend, retry: RetryPolicy, topic: str, partition: int,
-                   topic_id: str | None) -> list[SegmentManifest]:
-    """Every committed segment under one root, in offset order."""
-    prefix = keys.manifests_prefix(topic, partition, topic_id)
-    manifests = []
-    for info in retry.call(lambda: list(backend.list(prefix))):
-        if keys.parse_manifest_key(topic, partition, info.key, topic_id) is None:
-            continue
-        data = retry.call(lambda k=info.key: backend.read(k))
-        manifests.append(SegmentManifest.from_json(data, key=info.key))
-    manifests.sort(key=lambda m: m.base_offset)
-    return manifests
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,7 +224,7 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     backend, retry = ctx.shared.backend, ctx.shared.retry
     if retry.call(lambda: backend.exists(retired_key)):
         return None
-    manifests = read_manifests(backend, retry, ctx.topic, ctx.partition, None)
+    manifests = RemoteState(backend, ctx.topic, ctx.partition, None, retry).list_manifests()
     legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / "progress.json")
     highest = max(manifests[-1].last_offset if manifests else -1, legacy_progress.highest_tiered_offset)
     if highest < 0:
@@ -310,24 +279,3 @@ def check_log_end(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> No
         ctx.recovered = False
         ctx.save_progress()
         raise IdentityConflictError(conflict, file=ctx.part.path)
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteView:
-    """What a reader outside the daemon (the Spark planner) may treat as ``part``'s remote data:
-    the root's key id (None = name-only), or nothing when ``servable`` is False."""
-
-    servable: bool
-    key_id: str | None
-
-
-def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
-    """From the incarnation's persisted progress (its root after adoption, a recorded conflict);
-    before the daemon ever ran for it, the incarnation's own root."""
-    if part.identity_error is not None:
-        return RemoteView(False, None)
-    progress = Progress.load(state_dir(settings, part) / "progress.json")
-    if progress.lineage_conflict is not None:
-        return RemoteView(False, None)
-    parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None
-    return RemoteView(True, parsed.topic_id if parsed is not None else part.topic_id)

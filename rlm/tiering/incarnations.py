@@ -29,8 +29,9 @@ from typing import Any
 
 from rlm.storage.api import ObjectInfo
 from rlm.tiering import keys
-from rlm.tiering.identity import create_marker, read_marker, state_dir_name
-from rlm.tiering.state import PartitionContext
+from rlm.tiering.identity import create_marker, read_marker
+from rlm.tiering.remote_state import of_context
+from rlm.tiering.state import PartitionContext, state_dir_name
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +65,14 @@ class OldIncarnation:
 
 def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
     """Objects of every root of this partition that is not this incarnation's."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
+    remote = of_context(ctx)
     roots: dict[str | None, list[ObjectInfo]] = defaultdict(list)
-    for info in retry.call(lambda: list(backend.list(keys.id_roots_prefix(ctx.topic, ctx.partition)))):
+    for info in remote.list_prefix(keys.id_roots_prefix(ctx.topic, ctx.partition)):
         root = keys.parse_root(info.key)
         if root is not None and root.topic_id is not None and root.topic_id != ctx.key_id:
             roots[root.topic_id].append(info)
     if ctx.key_id is not None and _legacy_decided_old(ctx):
-        legacy = retry.call(lambda: list(backend.list(keys.root(ctx.topic, ctx.partition))))
+        legacy = replace(remote, key_id=None).list_partition()
         if legacy:
             roots[None] = legacy
     return roots
@@ -146,11 +147,11 @@ def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncar
 def _delete(ctx: PartitionContext, old: OldIncarnation) -> None:
     """Objects first, the ``retired.json`` last (a crash midway is found and finished later),
     then the local state."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
+    remote = replace(of_context(ctx), key_id=old.topic_id)  # old.prefix is that root
     marker = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER, old.topic_id)
-    found = [i.key for i in retry.call(lambda: list(backend.list(old.prefix)))]
+    found = [i.key for i in remote.list_partition()]
     for key in sorted(found, key=lambda k: k == marker):
-        retry.call(lambda k=key: backend.delete(k))
+        remote.delete(key)
     if old.state_dir is not None:
         shutil.rmtree(old.state_dir, ignore_errors=True)
 

@@ -42,7 +42,7 @@ from rlm.tiering.copier import (
     copy_segment,
     prepare_segment,
 )
-from rlm.tiering.gc import Orphan, collect_garbage
+from rlm.tiering.gc import collect_garbage
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
@@ -50,8 +50,9 @@ from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, 
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
 from rlm.tiering.recovery import observe, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.remote_state import Orphan
 from rlm.tiering.retention import RetentionPlan, apply_retention
-from rlm.tiering.state import PartitionContext, Progress, SharedResources
+from rlm.tiering.state import PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import delete_records_point, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
@@ -130,7 +131,7 @@ class RemoteLogManager:
         return pol if pol is not None else self.policies.policy(part.topic)
 
     def _state_dir(self, part: PartitionDir) -> Path:
-        return identity.state_dir(self.settings.tiering, part)
+        return state_dir(self.settings.tiering, part)
 
     def context(self, part: PartitionDir) -> PartitionContext:  # one per incarnation (topic id)
         key = (part.topic, part.partition, part.topic_id, part.identity_error is not None)

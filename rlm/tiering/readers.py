@@ -18,10 +18,10 @@ from rlm.formats.naming import validate_topic
 from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
-from rlm.tiering.identity import served_progress, state_dir
+from rlm.tiering.identity import served_progress
 from rlm.tiering.lookup import PartitionReader, ReaderResources, load_progress
 from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.state import Progress
+from rlm.tiering.state import Progress, state_dir
 
 ProgressSource = Callable[[PartitionDir], Progress]
 

@@ -27,49 +27,32 @@ import logging
 import shutil
 
 from rlm.errors import FormatError, IdentityConflictError, RlmError, StorageError
-from rlm.tiering import keys
-from rlm.tiering.copier import fetch_entries
-from rlm.tiering.identity import check_lineage, mark_dir, read_manifests, resolve_root
+from rlm.tiering.identity import check_lineage, mark_dir, resolve_root
 from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext, Progress, Quarantine
 
 log = logging.getLogger(__name__)
 
 
-def load_manifests(ctx: PartitionContext) -> list[SegmentManifest]:
-    """Every committed segment of the partition, in offset order."""
-    return read_manifests(ctx.shared.backend, ctx.shared.retry, ctx.topic, ctx.partition, ctx.key_id)
-
-
-def delete_attempt(ctx: PartitionContext, base_offset: int, attempt_id: str) -> list[str]:
-    """Delete every object of one attempt (idempotent); return the keys deleted."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    prefix = keys.attempt_prefix(ctx.topic, ctx.partition, base_offset, attempt_id, ctx.key_id)
-    found = [o.key for o in retry.call(lambda: list(backend.list(prefix)))]
-    for key in found:
-        retry.call(lambda k=key: backend.delete(k))
-    return found
-
-
 def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest]) -> None:
-    backend, retry = ctx.shared.backend, ctx.shared.retry
+    remote = of_context(ctx)
     for ev in ctx.journal.open_attempts():
         manifest = committed.get(ev.base_offset)
         if ev.type == "COPY_STARTED":
             if manifest is not None and manifest.attempt_id == ev.attempt_id:
                 ctx.journal.append("COPY_FINISHED", ev.base_offset, ev.attempt_id)
                 continue
-            deleted = delete_attempt(ctx, ev.base_offset, ev.attempt_id)
+            deleted = remote.delete_attempt(ev.base_offset, ev.attempt_id)
             log.info("%s-%d: aborted copy attempt %s of segment %d (%d objects deleted)",
                      ctx.topic, ctx.partition, ev.attempt_id, ev.base_offset, len(deleted))
             ctx.journal.append("COPY_ABORTED", ev.base_offset, ev.attempt_id)
         else:  # DELETE_STARTED: finish it
-            key = keys.manifest_key(ctx.topic, ctx.partition, ev.base_offset, ctx.key_id)
             if manifest is not None and manifest.attempt_id == ev.attempt_id:
-                retry.call(lambda k=key: backend.delete(k))
+                remote.delete_manifest(ev.base_offset)
                 committed.pop(ev.base_offset, None)
-            delete_attempt(ctx, ev.base_offset, ev.attempt_id)
+            remote.delete_attempt(ev.base_offset, ev.attempt_id)
             ctx.journal.append("DELETE_FINISHED", ev.base_offset, ev.attempt_id)
 
 
@@ -78,7 +61,7 @@ def recover(ctx: PartitionContext) -> None:
     resolve_root(ctx, decide=True)
     ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
     ctx.family.open()
-    manifests = load_manifests(ctx)
+    manifests = of_context(ctx).list_manifests()
     committed = {m.base_offset: m for m in manifests}
     _resolve_journal(ctx, committed)
     manifests = sorted(committed.values(), key=lambda m: m.base_offset)
@@ -105,7 +88,7 @@ def recover(ctx: PartitionContext) -> None:
         if manifest.last_offset <= ctx.family.last_offset:
             continue
         try:
-            entries = fetch_entries(ctx, manifest)
+            entries = of_context(ctx).segment_entries(manifest)
         except FormatError as err:
             raise RlmError(f"cannot rebuild the local index: {err}") from err
         floor = ctx.family.last_offset
@@ -131,7 +114,7 @@ def observe(ctx: PartitionContext) -> None:
         return
     resolve_root(ctx, decide=False)
     ctx.old_incarnations = find_old_incarnations(ctx, mark=False)
-    ctx.manifests = load_manifests(ctx)
+    ctx.manifests = of_context(ctx).list_manifests()
     saved = Progress.load(ctx.progress_path)
     remote_highest = ctx.manifests[-1].last_offset if ctx.manifests else -1
     start = ctx.manifests[0].base_offset if ctx.manifests else saved.remote_log_start_offset

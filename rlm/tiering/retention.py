@@ -18,10 +18,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.recovery import delete_attempt
+from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
 
 log = logging.getLogger(__name__)
@@ -63,12 +62,11 @@ def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retenti
 
 def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     """Manifest first (readers stop seeing the segment), then its data; journaled, idempotent."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
+    remote = of_context(ctx)
     ctx.journal.append("DELETE_STARTED", manifest.base_offset, manifest.attempt_id)
-    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
-    retry.call(lambda: backend.delete(key))
+    remote.delete_manifest(manifest.base_offset)
     crash_point("after_delete_manifest")
-    delete_attempt(ctx, manifest.base_offset, manifest.attempt_id)
+    remote.delete_attempt(manifest.base_offset, manifest.attempt_id)
     ctx.journal.append("DELETE_FINISHED", manifest.base_offset, manifest.attempt_id)
 
 

@@ -40,6 +40,21 @@ def default_state_dir(log_dir: Path) -> Path:
     return log_dir.parent / f"{log_dir.name}.rlm-state"
 
 
+def state_dir_name(part: PartitionDir) -> str:
+    """``<topic>-<partition>`` without a topic id, ``<topic>-<partition>=<id>`` with one."""
+    return part.name if part.topic_id is None else f"{part.name}{keys.ID_SEPARATOR}{part.topic_id}"
+
+
+def state_root(settings: TieringSettings, part: PartitionDir) -> Path:
+    return settings.state_dir or default_state_dir(part.log_dir)
+
+
+def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
+    """Where the incarnation of ``part`` keeps progress, journal and index-set metadata."""
+    return state_root(settings, part) / state_dir_name(part)
+
+
+
 @dataclass
 class Progress:
     """Persisted per partition. -1 = nothing tiered yet / no DeleteRecords point seen.

@@ -1,0 +1,205 @@
+"""The remote state of one partition incarnation: the one place that queries it (docs/remote-state.md).
+
+Manifests (what is committed), a segment's uploaded entries, the highest tiered offset and remote
+log start, copy attempts and which of them are orphans, and which key root an incarnation uses.
+The daemon (copier, recovery, GC, retention, identity) and the Spark jobs (plan, verify, index)
+all ask here.
+
+A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition,
+the root's key id and a :class:`~rlm.storage.retry.RetryPolicy` — so a Spark executor builds one
+from its :class:`~rlm.jobs.plan.BackendSpec` backend just as the daemon builds one from its
+partition context. Every store call goes through that one policy (the daemon's shared one, a
+default one in executors): this module adds no retry layer of its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rlm.config import TieringSettings
+from rlm.errors import FormatError
+from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.logdir.scan import PartitionDir
+from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.state import PartitionContext, Progress, state_dir
+
+__all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view",
+           "tiered_range"]
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A copy attempt no manifest references: its objects, their total size (bytes) and its age
+    (ms, by :func:`attempt_age_ms`)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    attempt_id: str
+    keys: tuple[str, ...]
+    bytes: int
+    age_ms: int
+
+
+def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) -> int:
+    """How old an attempt is (ms): from the creation time in its id; for an id with no readable
+    time, from the newest of its objects' store timestamps; with neither, 0.
+
+    The rule is the safe one: an attempt whose age cannot be read counts as just created, so it is
+    never deleted (nor reported as an error) before the grace period could have passed — a copy
+    in flight under a foreign id is left alone.
+    """
+    created = keys.attempt_created_ms(attempt_id)
+    if created is None:
+        stamps = [i.last_modified for i in infos if i.last_modified is not None]
+        created = int(max(stamps) * 1000) if stamps else now_ms
+    return now_ms - created
+
+
+def tiered_range(manifests: Sequence[SegmentManifest]) -> tuple[int, int]:
+    """``(highest tiered offset, remote log start offset)`` of offset-ordered manifests; (-1, -1)
+    when nothing is committed."""
+    if not manifests:
+        return -1, -1
+    return manifests[-1].last_offset, manifests[0].base_offset
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteState:
+    """Queries of one partition incarnation's root (``key_id`` None = the name-only root)."""
+
+    backend: StorageBackend
+    topic: str
+    partition: int
+    key_id: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def list_prefix(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix`` (one retried listing)."""
+        return self.retry.call(lambda: list(self.backend.list(prefix)))
+
+    def list_partition(self) -> list[ObjectInfo]:
+        """Every object under the incarnation's root (manifests, data and markers)."""
+        return self.list_prefix(keys.partition_prefix(self.topic, self.partition, self.key_id))
+
+    def manifest_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
+        """``(base offset, key)`` of the manifest keys in ``listing``, in key (= offset) order."""
+        found = []
+        for info in listing:
+            base = keys.parse_manifest_key(self.topic, self.partition, info.key, self.key_id)
+            if base is not None:
+                found.append((base, info.key))
+        return sorted(found)
+
+    def read_manifest(self, key: str) -> SegmentManifest:
+        """One manifest; FormatError names ``key`` when it does not parse."""
+        return SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+
+    def manifest_at(self, base_offset: int) -> SegmentManifest:
+        """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""
+        return self.read_manifest(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+
+    def list_manifests(self) -> list[SegmentManifest]:
+        """Every committed segment, in offset order (a manifest that does not parse raises)."""
+        listing = self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
+        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
+        manifests.sort(key=lambda m: m.base_offset)
+        return manifests
+
+    def entries_blob(self, manifest: SegmentManifest) -> bytes:
+        """The segment's uploaded entries object, as stored."""
+        key = manifest.objects[keys.REMOTE_LOG_INDEX].key
+        return self.retry.call(lambda: self.backend.read(key))
+
+    def segment_entries(self, manifest: SegmentManifest) -> list[RemoteLogIndexEntry]:
+        """The segment's own entries, as uploaded with it, CRC-verified (FormatError names the key)."""
+        data = self.entries_blob(manifest)
+        try:
+            return [d.entry for d in iter_entries(data)]
+        except FormatError as err:
+            raise err.in_file(manifest.objects[keys.REMOTE_LOG_INDEX].key) from err
+
+    def attempts(self, listing: Iterable[ObjectInfo]) -> dict[keys.AttemptRef, list[ObjectInfo]]:
+        """The data objects of ``listing`` grouped by copy attempt."""
+        groups: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
+        for info in listing:
+            ref = keys.parse_data_key(self.topic, self.partition, info.key, self.key_id)
+            if ref is not None:
+                groups[ref].append(info)
+        return groups
+
+    def unreferenced(self, attempts: dict[keys.AttemptRef, list[ObjectInfo]],
+                     manifests: Iterable[SegmentManifest], now_ms: int,
+                     in_flight: Iterable[str] = ()) -> list[Orphan]:
+        """The attempts no manifest names and none in ``in_flight`` (attempt ids), whatever their
+        age, ordered by base offset then attempt id."""
+        live = {(m.base_offset, m.attempt_id) for m in manifests}
+        busy = set(in_flight)
+        out = []
+        for ref, infos in sorted(attempts.items(), key=lambda kv: (kv[0].base_offset, kv[0].attempt_id)):
+            if (ref.base_offset, ref.attempt_id) in live or ref.attempt_id in busy:
+                continue
+            out.append(Orphan(self.topic, self.partition, ref.base_offset, ref.attempt_id,
+                              tuple(i.key for i in infos), sum(i.size for i in infos),
+                              attempt_age_ms(ref.attempt_id, infos, now_ms)))
+        return out
+
+    def orphans(self, now_ms: int, grace_ms: int, in_flight: Iterable[str] = ()) -> list[Orphan]:
+        """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`)."""
+        attempts = self.attempts(self.list_prefix(keys.data_prefix(self.topic, self.partition, self.key_id)))
+        # Manifests are listed *after* the data: an attempt that commits in between is then seen live.
+        found = self.unreferenced(attempts, self.list_manifests(), now_ms, in_flight)
+        return [o for o in found if o.age_ms >= grace_ms]
+
+    def delete_attempt(self, base_offset: int, attempt_id: str) -> list[str]:
+        """Delete every object of one attempt (idempotent); return the keys deleted."""
+        prefix = keys.attempt_prefix(self.topic, self.partition, base_offset, attempt_id, self.key_id)
+        found = [o.key for o in self.list_prefix(prefix)]
+        for key in found:
+            self.delete(key)
+        return found
+
+    def delete_manifest(self, base_offset: int) -> None:
+        """Uncommit the segment at ``base_offset`` (idempotent): readers stop seeing it."""
+        self.delete(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+
+    def delete(self, key: str) -> None:
+        self.retry.call(lambda: self.backend.delete(key))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteView:
+    """What a reader outside the daemon (the Spark planner) may treat as ``part``'s remote data:
+    the root's key id (None = name-only), or nothing when ``servable`` is False."""
+
+    servable: bool
+    key_id: str | None
+
+    def state(self, backend: StorageBackend, part: PartitionDir,
+              retry: RetryPolicy | None = None) -> RemoteState:
+        """The :class:`RemoteState` of that root."""
+        return RemoteState(backend, part.topic, part.partition, self.key_id, retry or RetryPolicy())
+
+
+def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
+    """Which root the incarnation of ``part`` uses, from its persisted progress (its root after
+    adoption, a recorded conflict); before the daemon ever ran for it, the incarnation's own root
+    (docs/topic-identity.md). The daemon decides the root in ``identity.resolve_root``."""
+    if part.identity_error is not None:
+        return RemoteView(False, None)
+    progress = Progress.load(state_dir(settings, part) / "progress.json")
+    if progress.lineage_conflict is not None:
+        return RemoteView(False, None)
+    parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None
+    return RemoteView(True, parsed.topic_id if parsed is not None else part.topic_id)
+
+
+def of_context(ctx: PartitionContext) -> RemoteState:
+    """The daemon's view of a partition: its current root (``ctx.key_id``, which recovery may
+    change) and the shared retry policy."""
+    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry)
