@@ -8,10 +8,8 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
-from rlm.jobs.plan import BackendSpec, load_manifests, select_partitions
-from rlm.storage.retry import RetryPolicy
-from rlm.tiering import keys
-from rlm.tiering.identity import remote_view
+from rlm.jobs.plan import BackendSpec, select_partitions
+from rlm.tiering.remote_state import RemoteState, remote_view, tiered_range
 
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
@@ -20,11 +18,9 @@ def _fetch_partition(spec: BackendSpec, topic: str, partition: int,
                      key_id: str | None) -> tuple[str, int, list[bytes], list[bytes]]:
     """Executor side: the manifests (JSON) of the partition's incarnation (``key_id``: its root,
     docs/topic-identity.md) and each one's uploaded entries object."""
-    backend, retry = spec.create(), RetryPolicy()
-    manifests = load_manifests(backend, topic, partition, retry, key_id)
-    entries = [retry.call(lambda m=m: backend.read(m.objects[keys.REMOTE_LOG_INDEX].key))
-               for m in manifests]
-    return topic, partition, [m.to_json() for m in manifests], entries
+    remote = RemoteState(spec.create(), topic, partition, key_id)
+    manifests = remote.list_manifests()
+    return topic, partition, [m.to_json() for m in manifests], [remote.entries_blob(m) for m in manifests]
 
 
 def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None = None) -> dict[str, int]:
@@ -68,8 +64,7 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
             kept = [e for e in entries if e.first_offset > floor]
             ctx.family.append_segment(kept)
             count += manifest.index_entries
-        highest = manifests[-1].last_offset if manifests else -1
-        start = manifests[0].base_offset if manifests else -1
+        highest, start = tiered_range(manifests)
         ctx.manifests = manifests
         ctx.progress = Progress(highest, start, deleted_below)
         if ctx.family.sets and start >= 0:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config import Settings
-from rlm.errors import FormatError, InvalidArgumentError, RlmError
+from rlm.errors import InvalidArgumentError, RlmError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -53,17 +53,10 @@ from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering import keys
-from rlm.tiering.identity import (
-    RemoteView,
-    log_end_conflict,
-    read_manifests,
-    remote_view,
-    served_progress,
-    state_dir,
-)
+from rlm.tiering.identity import log_end_conflict, served_progress
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.state import Progress
+from rlm.tiering.remote_state import RemoteView, remote_view, tiered_range
+from rlm.tiering.state import Progress, state_dir
 from rlm.tiering.visibility import partition_offsets
 
 MAX_OFFSET = 2**63 - 1
@@ -165,14 +158,6 @@ def select_partitions(settings: Settings, topics: Sequence[str] | None,
             and (partitions is None or p.partition in set(partitions))]
 
 
-def load_manifests(backend: StorageBackend, topic: str, partition: int,
-                   retry: RetryPolicy | None = None, topic_id: str | None = None) -> list[SegmentManifest]:
-    """Every committed segment of a partition's incarnation (``topic_id`` None = the name-only
-    root), in offset order (like ``recovery.load_manifests`` but without a partition context, so
-    executors can call it)."""
-    return read_manifests(backend, retry or RetryPolicy(), topic, partition, topic_id)
-
-
 def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
     """Every readable entry of the local ``.remotelogindex`` sets of a partition, oldest first.
 
@@ -193,19 +178,6 @@ def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
             out.append(decoded.entry)
             pos = decoded.end_position
     return out
-
-
-def fetch_segment_entries(backend: StorageBackend, manifest: SegmentManifest,
-                          retry: RetryPolicy | None = None) -> list[RemoteLogIndexEntry]:
-    """The segment's own entries object, CRC-verified (FormatError names the key)."""
-    from rlm.formats.remote_index import iter_entries
-
-    stored = manifest.objects[keys.REMOTE_LOG_INDEX]
-    data = (retry or RetryPolicy()).call(lambda: backend.read(stored.key))
-    try:
-        return [d.entry for d in iter_entries(data)]
-    except FormatError as err:
-        raise err.in_file(stored.key) from err
 
 
 def _group_by_object(backend: StorageBackend,
@@ -291,16 +263,16 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     """
     plan = PartitionPlan(part.topic, part.partition)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
-    manifests = (load_manifests(backend, part.topic, part.partition, retry, view.key_id)
-                 if view.servable else [])
+    remote = view.state(backend, part, retry)
+    manifests = remote.list_manifests() if view.servable else []
     if manifests and log_end_conflict(log_end_offset(list_segments(part)), manifests[-1].last_offset):
         manifests = []  # a re-created partition: the tiered records are not this log's
     plan.manifests = manifests
-    plan.highest_tiered_offset = highest = manifests[-1].last_offset if manifests else -1
+    highest, remote_start = tiered_range(manifests)
+    plan.highest_tiered_offset = highest
     segments = list_segments(part)
     deleted = progress.delete_records_offset if progress is not None else -1
-    ranges = partition_offsets(part, Progress(highest, manifests[0].base_offset if manifests else -1,
-                                              deleted), segments, policy=policy)
+    ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
 
@@ -320,7 +292,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
             continue
         entries = local_by_key.get(m.log.key, [])
         if len(entries) != m.index_entries:
-            entries = fetch_segment_entries(backend, m, retry)
+            entries = remote.segment_entries(m)
         ranges_ = pack_entries(entries, target_bytes, keep_entry)
         plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
         plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t,

@@ -31,7 +31,7 @@ import bisect
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,11 +45,10 @@ from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
-from rlm.tiering.identity import remote_view
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
+from rlm.tiering.remote_state import Orphan, RemoteState, remote_view
 
 
 @dataclass
@@ -148,21 +147,15 @@ def _check_entries(topic: str, partition: int, backend: StorageBackend, m: Segme
     return out
 
 
-def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int,
-                    now_ms: int, key_id: str | None = None) -> _PartitionFacts:
-    """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
-    (docs/topic-identity.md; None = the name-only root)."""
-    backend, retry = spec.create(), RetryPolicy()
-    problems: list[Problem] = []
-    prefix = keys.partition_prefix(topic, partition, key_id)
-    listing: dict[str, ObjectInfo] = {i.key: i for i in retry.call(lambda: list(backend.list(prefix)))}
+def _read_manifests(remote: RemoteState, listing: Iterable[ObjectInfo],
+                    problems: list[Problem]) -> list[SegmentManifest]:
+    """The listed manifests that parse and name their own key, in offset order; a problem for
+    each other one."""
+    topic, partition = remote.topic, remote.partition
     manifests: list[SegmentManifest] = []
-    for key in sorted(listing):
-        base = keys.parse_manifest_key(topic, partition, key, key_id)
-        if base is None:
-            continue
+    for base, key in remote.manifest_keys(listing):
         try:
-            m = SegmentManifest.from_json(retry.call(lambda k=key: backend.read(k)), key=key)
+            m = remote.read_manifest(key)
         except FormatError as err:
             problems.append(Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base,
                                     key=key))
@@ -173,12 +166,20 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
                                     base_offset=base, key=key))
             continue
         manifests.append(m)
+    return manifests
 
-    referenced: set[tuple[int, str]] = set()
+
+def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int,
+                    now_ms: int, key_id: str | None = None) -> _PartitionFacts:
+    """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
+    (docs/topic-identity.md; None = the name-only root)."""
+    remote = RemoteState(spec.create(), topic, partition, key_id)
+    problems: list[Problem] = []
+    listing: dict[str, ObjectInfo] = {i.key: i for i in remote.list_partition()}
+    manifests = _read_manifests(remote, listing.values(), problems)
     entries: dict[int, bytes] = {}
     objects = 0
     for m in manifests:
-        referenced.add((m.base_offset, m.attempt_id))
         for name, stored in sorted(m.objects.items()):
             objects += 1
             ref = keys.parse_data_key(topic, partition, stored.key, key_id)
@@ -200,8 +201,8 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             problems.append(Problem("entries_object", topic, partition,
                                     "manifest names no uploaded entries object", base_offset=m.base_offset))
         elif entries_obj.key in listing:
-            blob = retry.call(lambda k=entries_obj.key: backend.read(k))
-            found = _check_entries(topic, partition, backend, m, blob, entries_obj.key)
+            blob = remote.entries_blob(m)
+            found = _check_entries(topic, partition, remote.backend, m, blob, entries_obj.key)
             problems += found
             if not found:
                 entries[m.base_offset] = blob
@@ -214,28 +215,23 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
                                                                                        b.base_offset, key_id),
                                     offset=b.base_offset))
 
-    attempts: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
-    for key, info in listing.items():
-        ref = keys.parse_data_key(topic, partition, key, key_id)
-        if ref is not None:
-            attempts[ref].append(info)
-    orphan_bases = []
-    for ref, infos in sorted(attempts.items(), key=lambda kv: (kv[0].base_offset, kv[0].attempt_id)):
-        if (ref.base_offset, ref.attempt_id) in referenced:
-            continue
-        created = keys.attempt_created_ms(ref.attempt_id)
-        age = None if created is None else now_ms - created
-        old = age is None or age >= grace_ms
-        orphan_bases.append(ref.base_offset)
-        problems.append(Problem(
-            "orphan", topic, partition,
-            f"copy attempt {ref.attempt_id} ({len(infos)} objects, {sum(i.size for i in infos)} bytes"
-            + (f", {age} ms old" if age is not None else "") + ") is referenced by no manifest"
-            + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
-            severity="error" if old else "warning", base_offset=ref.base_offset,
-            key=keys.attempt_prefix(topic, partition, ref.base_offset, ref.attempt_id, key_id)))
+    orphans = remote.unreferenced(remote.attempts(listing.values()), manifests, now_ms)
+    problems += [_orphan_problem(o, grace_ms, key_id) for o in orphans]
     return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
-                           orphan_bases, objects)
+                           [o.base_offset for o in orphans], objects)
+
+
+def _orphan_problem(o: Orphan, grace_ms: int, key_id: str | None) -> Problem:
+    """An error once the attempt is ``grace_ms`` old (by ``attempt_age_ms``: an attempt of unknown
+    age counts as new, docs/remote-state.md), else a warning: the copy may be in flight."""
+    old = o.age_ms >= grace_ms
+    return Problem(
+        "orphan", o.topic, o.partition,
+        f"copy attempt {o.attempt_id} ({len(o.keys)} objects, {o.bytes} bytes, {o.age_ms} ms old) "
+        "is referenced by no manifest"
+        + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
+        severity="error" if old else "warning", base_offset=o.base_offset,
+        key=keys.attempt_prefix(o.topic, o.partition, o.base_offset, o.attempt_id, key_id))
 
 
 # --------------------------------------------------------------------------------------------

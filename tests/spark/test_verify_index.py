@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from rlm.cli.main import main
 from rlm.formats.records import iter_batches
 from rlm.jobs import offsets_for_times, rebuild_index, verify
-from rlm.jobs.plan import load_manifests
 from rlm.tiering import keys
 from rlm.tiering.readers import TieredReaders
+from rlm.tiering.remote_state import RemoteState
 from tests.spark.conftest import BASE_TS, Env, generated_env
 from tests.tiering.helpers import local_index_files, write_config
 
@@ -33,15 +33,15 @@ def _all_manifests(env: Env) -> list[Any]:
     from rlm.logdir.scan import discover_partitions
 
     return [m for p in discover_partitions(env.log_dirs)
-            for m in load_manifests(env.backend, p.topic, p.partition)]
+            for m in RemoteState(env.backend, p.topic, p.partition).list_manifests()]
 
 
 def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None:
     env = generated_env(tmp_path)
     store, backend = tmp_path / "store", env.backend
-    m0 = load_manifests(backend, "gen", 0)
-    m1 = load_manifests(backend, "gen", 1)
-    m3 = load_manifests(backend, "gen", 3)
+    m0 = RemoteState(backend, "gen", 0).list_manifests()
+    m1 = RemoteState(backend, "gen", 1).list_manifests()
+    m3 = RemoteState(backend, "gen", 3).list_manifests()
     assert len(m0) >= 2 and len(m1) >= 2 and len(m3) >= 3
 
     # 1. a flipped byte inside the third batch of gen-0's first remote log object
@@ -107,7 +107,8 @@ def test_rebuild_index_and_cli_export(spark: Any, tmp_path: Path) -> None:
         path.unlink()
     counts = rebuild_index(spark, env.settings)
     assert local_index_files(env.log_dirs) == before
-    assert counts["gen-0"] == sum(m.index_entries for m in load_manifests(env.backend, "gen", 0))
+    manifests = RemoteState(env.backend, "gen", 0).list_manifests()
+    assert counts["gen-0"] == sum(m.index_entries for m in manifests)
     # and a clean verify afterwards
     assert verify(spark, env.settings).ok
 
