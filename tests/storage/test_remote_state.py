@@ -1,0 +1,193 @@
+"""rlm.tiering.remote_state against real stores: the in-memory backend and moto's S3 server.
+
+The store is filled by the real copy protocol (a generated log dir tiered by RemoteLogManager), then
+stray attempts are added the way a crashed copier would leave them; the queries are checked
+against what the manager itself recorded and against the raw listing.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm.cli.generate import generate_log_dir
+from rlm.config import load_settings
+from rlm.errors import FormatError, ObjectNotFoundError, TransientStorageError
+from rlm.jobs.plan import BackendSpec
+from rlm.jobs.verify import check_partition
+from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.storage.faults import FaultyBackend
+from rlm.storage.memory import MemoryBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.remote_state import RemoteState, attempt_age_ms, tiered_range
+from tests.storage.conftest import BUCKET
+from tests.tiering.helpers import write_config
+
+TOPIC = "rs"
+NO_WAIT = RetryPolicy(sleep=lambda s: None)
+
+
+@pytest.fixture(params=["memory", "s3"])
+def store(request: pytest.FixtureRequest) -> Iterator[tuple[StorageBackend, BackendSpec]]:
+    """A fresh, empty store and the plain-data spec an executor would build it from."""
+    if request.param == "memory":
+        spec = BackendSpec("memory", {"namespace": f"rs-{uuid.uuid4().hex}"})
+    else:
+        pytest.importorskip("rlm_storage_s3")
+        endpoint = request.getfixturevalue("moto_endpoint")
+        spec = BackendSpec("s3", {"bucket": BUCKET, "prefix": f"rs-{uuid.uuid4().hex[:8]}",
+                                  "endpoint_url": endpoint, "path_style": True})
+    yield spec.create(), spec
+
+
+@pytest.fixture
+def tiered(tmp_path: Path, store: tuple[StorageBackend, BackendSpec]) -> tuple[StorageBackend, BackendSpec,
+                                                                              RemoteLogManager]:
+    """``rs-0`` generated and tiered into ``store`` by the real daemon pass."""
+    backend, spec = store
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [(TOPIC, 1)], seed=3, records=400, segment_bytes=8 * 1024)
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "unused", index_entry_bytes=2048,
+                       gc_grace_ms=60_000)
+    manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
+    result = manager.run_once()[0]
+    assert result.error is None and len(result.copied) >= 3
+    return backend, spec, manager
+
+
+def _put_attempt(backend: StorageBackend, base: int, attempt: str) -> list[str]:
+    """Objects of an attempt no manifest references (a copier that died before its manifest)."""
+    put = [keys.data_key(TOPIC, 0, base, attempt, name) for name in (keys.LOG, keys.REMOTE_LOG_INDEX)]
+    for n, key in enumerate(put):
+        backend.put(key, b"x" * (10 + n))
+    return put
+
+
+def test_manifests_entries_and_tiered_range(tiered: tuple[StorageBackend, BackendSpec,
+                                                          RemoteLogManager]) -> None:
+    backend, _, manager = tiered
+    ctx = next(manager.contexts())
+    remote = RemoteState(backend, TOPIC, 0, None, NO_WAIT)
+    manifests = remote.list_manifests()
+    assert [m.to_json() for m in manifests] == [m.to_json() for m in ctx.manifests]
+    assert [m.base_offset for m in manifests] == sorted(m.base_offset for m in manifests)
+    assert tiered_range(manifests) == (ctx.progress.highest_tiered_offset,
+                                       ctx.progress.remote_log_start_offset)
+    assert tiered_range([]) == (-1, -1)
+    for m in manifests:
+        entries = remote.segment_entries(m)
+        assert len(entries) == m.index_entries
+        assert entries[0].first_offset >= m.base_offset and entries[-1].last_offset == m.last_offset
+        assert remote.entries_blob(m) == b"".join(e.encode() for e in entries)
+        assert remote.manifest_at(m.base_offset).to_json() == m.to_json()
+    with pytest.raises(ObjectNotFoundError):
+        remote.manifest_at(manifests[-1].last_offset + 1)
+
+
+def test_corrupt_entries_object_names_its_key(tiered: tuple[StorageBackend, BackendSpec,
+                                                            RemoteLogManager]) -> None:
+    backend = tiered[0]
+    remote = RemoteState(backend, TOPIC, 0)
+    m = remote.list_manifests()[0]
+    key = m.objects[keys.REMOTE_LOG_INDEX].key
+    blob = bytearray(backend.read(key))
+    blob[-1] ^= 0xFF
+    backend.put(key, bytes(blob))
+    with pytest.raises(FormatError) as err:
+        remote.segment_entries(m)
+    assert key in str(err.value)
+
+
+def test_orphans_by_age_grace_and_in_flight(tiered: tuple[StorageBackend, BackendSpec,
+                                                          RemoteLogManager]) -> None:
+    backend = tiered[0]
+    remote = RemoteState(backend, TOPIC, 0)
+    committed = remote.list_manifests()
+    now = int(time.time() * 1000)
+    old_keys = _put_attempt(backend, committed[0].base_offset, keys.new_attempt_id(now - 100_000))
+    young = keys.new_attempt_id(now - 1_000)
+    _put_attempt(backend, 999_999, young)
+    busy = keys.new_attempt_id(now - 200_000)
+    _put_attempt(backend, 999_998, busy)
+    assert remote.orphans(now, 0, ()) and len(remote.orphans(now, 0, ())) == 3  # committed ones never
+    found = remote.orphans(now, 50_000, in_flight=[busy])
+    assert [(o.base_offset, o.keys, o.bytes, o.age_ms) for o in found] == [
+        (committed[0].base_offset, tuple(sorted(old_keys)), 21, 100_000)]
+    everything = remote.unreferenced(remote.attempts(remote.list_partition()), committed, now)
+    assert {o.attempt_id: o.age_ms for o in everything}[young] == 1_000
+
+
+def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
+        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    """The one rule (docs/remote-state.md): an id with no readable time is aged by its objects'
+    store timestamps; GC keeps it and verify only warns while that is within the grace period."""
+    backend, spec, manager = tiered
+    before = time.time()
+    put = _put_attempt(backend, 5, "manual-copy")
+    now = int(time.time() * 1000) + 10_000
+    remote = RemoteState(backend, TOPIC, 0)
+    (orphan,) = remote.unreferenced(remote.attempts(backend.list(keys.data_prefix(TOPIC, 0))),
+                                    remote.list_manifests(), now)
+    # S3 keeps LastModified in whole seconds: the store's time may be up to 1 s before the put.
+    assert 10_000 <= orphan.age_ms <= now - int(before * 1000) + 1_000
+    assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s: GC keeps it
+    timed = keys.new_attempt_id(int(time.time() * 1000) - 100_000)
+    _put_attempt(backend, 6, timed)
+    assert [o.attempt_id for o in manager.collect_garbage(dry_run=True)] == [timed]
+    facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=now)
+    problem = next(p for p in facts.problems if p.check == "orphan" and p.base_offset == 5)
+    assert problem.severity == "warning" and problem.base_offset == 5
+    facts = check_partition(spec, TOPIC, 0, grace_ms=5_000, now_ms=now)
+    assert [(p.base_offset, p.severity) for p in facts.problems if p.check == "orphan"] == [
+        (5, "error"), (6, "error")]
+    assert all(backend.exists(k) for k in put)
+
+
+def test_attempt_age_rule() -> None:
+    assert attempt_age_ms(keys.new_attempt_id(1_000), [], 5_000) == 4_000
+    stamps = [ObjectInfo("a", 1, None, 2.0), ObjectInfo("b", 1, None, 3.5), ObjectInfo("c", 1)]
+    assert attempt_age_ms("manual", stamps, 10_000) == 6_500  # the newest object counts
+    assert attempt_age_ms("manual", [ObjectInfo("c", 1)], 10_000) == 0  # no time at all: new
+
+
+def test_delete_attempt_and_manifest_are_idempotent(
+        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    backend = tiered[0]
+    remote = RemoteState(backend, TOPIC, 0)
+    put = _put_attempt(backend, 7, "stray")
+    assert sorted(remote.delete_attempt(7, "stray")) == sorted(put)
+    assert remote.delete_attempt(7, "stray") == []
+    last = remote.list_manifests()[-1]
+    remote.delete_manifest(last.base_offset)
+    remote.delete_manifest(last.base_offset)
+    assert [m.base_offset for m in remote.list_manifests()][-1] < last.base_offset
+
+
+def test_picklable_for_executors(tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    backend = tiered[0]
+    remote = RemoteState(backend, TOPIC, 0, None, RetryPolicy(max_attempts=3))
+    copy = pickle.loads(pickle.dumps(remote))
+    assert [m.to_json() for m in copy.list_manifests()] == [m.to_json() for m in remote.list_manifests()]
+
+
+def test_the_given_retry_policy_is_the_only_one() -> None:
+    inner = MemoryBackend()
+    inner.put(keys.manifest_key(TOPIC, 0, 0), b"{}")
+    opts: dict[str, Any] = {"error_rate": 1.0, "max_faults": 2, "operations": ["list"]}
+    flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
+    with pytest.raises(TransientStorageError):
+        RemoteState(flaky, TOPIC, 0, None, RetryPolicy(max_attempts=2, sleep=lambda s: None)).list_prefix("")
+    assert flaky.injected["error"] == 2
+    flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
+    retry = RetryPolicy(max_attempts=3, sleep=lambda s: None)
+    listed = RemoteState(flaky, TOPIC, 0, None, retry).list_prefix("")
+    assert [i.key for i in listed] == [keys.manifest_key(TOPIC, 0, 0)]
