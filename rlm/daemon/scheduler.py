@@ -82,12 +82,20 @@ class TieringDaemon:
                      signal.Signals(signum).name if signum else "requested")
         self.stopped.set()
 
+    def _dump_state(self, _signum: int | None = None, _frame: FrameType | None = None) -> None:
+        faulthandler.dump_traceback(all_threads=True)
+        for job in self.scheduler.get_jobs():
+            log.warning("job %s: next run %s", job.id, job.next_run_time)
+        for name, held in self.manager.pass_locks_held().items():
+            log.warning("partition %s: pass lock %s", name, "held" if held else "free")
+
     def run_forever(self) -> None:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
-        # `kill -USR1 <pid>`: every thread's stack on stderr — what is a stuck pass waiting on?
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        # `kill -USR1 <pid>`: every thread's stack, each job's next run and each partition's pass
+        # lock on stderr — what is a stuck partition waiting on?
+        signal.signal(signal.SIGUSR1, self._dump_state)
         self.start()
         self.stopped.wait()
         self.scheduler.pause()

@@ -154,6 +154,11 @@ class RemoteLogManager:
         for part in self.discover():
             yield self.context(part)
 
+    def pass_locks_held(self) -> dict[str, bool]:
+        """``<topic>-<partition>`` → whether its pass lock is held now (diagnostics only)."""
+        with self._registry_lock:
+            return {f"{t}-{p}": lock.locked() for (t, p), lock in self._locks.items()}
+
     def stop(self) -> None:
         """Ask in-flight uploads to abandon at the next chunk (shutdown)."""
         self.shared.stop.set()

@@ -134,7 +134,7 @@ def _wait(what: str, check: Any, rig: Rig, timeout: float = 90) -> Any:
         rows = err
     rig.daemon.send_signal(signal.SIGUSR1)  # the daemon dumps every thread's stack to stderr
     time.sleep(1)
-    stacks = rig.stderr.read_text(errors="replace")[-8000:]
+    stacks = rig.stderr.read_text(errors="replace")[-20000:]
     pytest.fail(f"{what} not reached within {timeout} s (last: {last}; partitions: {rows}); "
                 f"daemon threads: {stacks}")
 
