@@ -104,6 +104,7 @@ class _PartitionFacts:
     entries: dict[int, bytes]           # base offset -> the uploaded entries object (when valid)
     orphan_bases: list[int]
     objects: int
+    key_id: str | None = None           # the incarnation's root (docs/topic-identity.md)
 
 
 def _check_entries(topic: str, partition: int, backend: StorageBackend, m: SegmentManifest,
@@ -218,7 +219,7 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
     orphans = remote.unreferenced(remote.attempts(listing.values()), manifests, now_ms)
     problems += [_orphan_problem(o, grace_ms, key_id) for o in orphans]
     return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
-                           [o.base_offset for o in orphans], objects)
+                           [o.base_offset for o in orphans], objects, key_id)
 
 
 def _orphan_problem(o: Orphan, grace_ms: int, key_id: str | None) -> Problem:
@@ -354,7 +355,7 @@ def _gaps(part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentMan
             + (f"a committed segment is missing ({'; '.join(evidence)})" if evidence else
                "no sign of a missing segment (normal after compaction)"),
             severity="error" if evidence else "warning", base_offset=b.base_offset,
-            key=keys.manifest_key(part.topic, part.partition, b.base_offset), offset=lo))
+            key=keys.manifest_key(part.topic, part.partition, b.base_offset, facts.key_id), offset=lo))
     return out
 
 

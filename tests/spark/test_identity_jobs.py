@@ -36,6 +36,11 @@ def test_jobs_see_only_the_live_incarnation(spark: Any, tmp_path: Path) -> None:
     assert set(counts) == {NAME} and counts[NAME] > 0
     found = env.readers().reader(TOPIC, 0).lookup_offset(0)
     assert found.tier == "remote" and found.timestamp == TS["B"]
+    # A gap in the live incarnation names that incarnation's manifest key, not the name-only one.
+    middle = env.manifests(ID_B)[1]
+    env.backend.delete(middle)
+    gaps = [p for p in verify(spark, env.settings).problems if p.check == "gap"]
+    assert [g.key for g in gaps] == [env.manifests(ID_B)[1]], [p.line() for p in gaps]
 
 
 def test_name_only_conflict_is_read_from_the_local_log_only(spark: Any, tmp_path: Path) -> None:
