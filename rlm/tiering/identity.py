@@ -24,7 +24,6 @@ See docs/topic-identity.md. In short:
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -33,10 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.errors import (
-    FormatError,
     IdentityConflictError,
-    ObjectExistsError,
-    ObjectNotFoundError,
     PartitionMetadataError,
     RlmError,
 )
@@ -141,14 +137,14 @@ def same_dir(ctx: PartitionContext) -> bool:
     return ctx.dir_token is None or read_dir_token(ctx.part.path) == ctx.dir_token
 
 
-def store_reader(ctx: PartitionContext) -> ReadRange:
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    return lambda key, start, end: retry.call(lambda: backend.read(key, start, end))
+def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
+    """The remote state of the partition's root ``topic_id`` (None = the name-only root)."""
+    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry)
 
 
 def check_lineage(ctx: PartitionContext, manifests: Sequence[SegmentManifest], highest: int) -> None:
     """Set ``ctx.identity_conflict``; raise :class:`IdentityConflictError` when there is one."""
-    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, store_reader(ctx))
+    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, _root(ctx, None).read_range)
     ctx.identity_conflict = conflict
     if conflict is not None:
         raise IdentityConflictError(conflict, file=ctx.part.path)
@@ -156,31 +152,6 @@ def check_lineage(ctx: PartitionContext, manifests: Sequence[SegmentManifest], h
 
 # --------------------------------------------------------------------------------------------
 # which root is ours: adoption of the name-only root
-
-
-def read_marker(ctx: PartitionContext, key: str) -> dict[str, Any] | None:
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    try:
-        doc = json.loads(retry.call(lambda: backend.read(key)))
-    except ObjectNotFoundError:
-        return None
-    except ValueError as err:
-        raise FormatError(f"{key}: malformed marker object: {err}") from None
-    except RecursionError:
-        raise FormatError(f"{key}: malformed marker object: JSON nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{key}: malformed marker object: not a JSON object")
-    return doc
-
-
-def create_marker(ctx: PartitionContext, key: str, doc: dict[str, Any]) -> dict[str, Any]:
-    """Create ``key`` unless it exists; return the marker that is in the store afterwards."""
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    try:
-        retry.call(lambda: backend.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True))
-    except ObjectExistsError:
-        return read_marker(ctx, key) or doc
-    return doc
 
 
 def _migrate_state(ctx: PartitionContext) -> None:
@@ -208,8 +179,7 @@ def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
     ctx.key_id = topic_id
     if topic_id is None:
         return
-    owner_key = keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER)
-    owner = read_marker(ctx, owner_key)
+    owner = _root(ctx, None).read_marker(keys.OWNER_MARKER)
     if owner is None and decide:
         owner = _decide_adoption(ctx)
     if owner is not None and owner.get("topic_id") == topic_id:
@@ -220,24 +190,24 @@ def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
 
 def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     """Adopt the name-only root when it has data consistent with the local log, else retire it."""
-    retired_key = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER)
-    backend, retry = ctx.shared.backend, ctx.shared.retry
-    if retry.call(lambda: backend.exists(retired_key)):
+    legacy = _root(ctx, None)
+    if legacy.has_marker(keys.RETIRED_MARKER):
         return None
-    manifests = RemoteState(backend, ctx.topic, ctx.partition, None, retry).list_manifests()
+    manifests = legacy.list_manifests()
     legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / "progress.json")
     highest = max(manifests[-1].last_offset if manifests else -1, legacy_progress.highest_tiered_offset)
     if highest < 0:
         return None  # nothing was tiered under the name: this incarnation uses its own root
     now = ctx.shared.clock_ms()
-    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, store_reader(ctx))
+    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, _root(ctx, None).read_range)
     if conflict is None:
-        owner = create_marker(ctx, keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER),
+        owner = legacy.create_marker(keys.OWNER_MARKER,
                                {"topic_id": ctx.part.topic_id, "adopted_ms": now})
         log.info("%s: topic id %s adopted the data tiered under the name (up to offset %d)",
                  ctx.part.name, ctx.part.topic_id, highest)
         return owner
-    create_marker(ctx, retired_key, {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict})
+    legacy.create_marker(keys.RETIRED_MARKER,
+                         {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict})
     log.warning("%s: the data tiered under the name is not topic id %s's: %s", ctx.part.name,
                 ctx.part.topic_id, conflict)
     return None

@@ -29,8 +29,7 @@ from typing import Any
 
 from rlm.storage.api import ObjectInfo
 from rlm.tiering import keys
-from rlm.tiering.identity import create_marker, read_marker
-from rlm.tiering.remote_state import of_context
+from rlm.tiering.remote_state import RemoteState, of_context
 from rlm.tiering.state import PartitionContext, state_dir_name
 
 log = logging.getLogger(__name__)
@@ -78,12 +77,16 @@ def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
     return roots
 
 
+def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
+    return replace(of_context(ctx), key_id=topic_id)
+
+
 def _legacy_decided_old(ctx: PartitionContext) -> bool:
-    owner = read_marker(ctx, keys.marker_key(ctx.topic, ctx.partition, keys.OWNER_MARKER))
+    legacy = _root(ctx, None)
+    owner = legacy.read_marker(keys.OWNER_MARKER)
     if owner is not None:
         return owner.get("topic_id") != ctx.part.topic_id
-    return ctx.shared.retry.call(lambda: ctx.shared.backend.exists(
-        keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER)))
+    return legacy.has_marker(keys.RETIRED_MARKER)
 
 
 def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
@@ -107,10 +110,12 @@ def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
 
 def _retired_ms(ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool,
                 local: Path | None) -> int | None:
-    key = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER, topic_id)
-    doc = read_marker(ctx, key) if any(i.key == key for i in infos) else None
+    root = _root(ctx, topic_id)
+    key = root.marker_key(keys.RETIRED_MARKER)
+    doc = root.read_marker(keys.RETIRED_MARKER) if any(i.key == key for i in infos) else None
     if doc is None and mark and infos:
-        doc = create_marker(ctx, key, {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()})
+        doc = root.create_marker(keys.RETIRED_MARKER,
+                                 {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()})
     if doc is not None:
         value = doc.get("retired_ms")
         return value if isinstance(value, int) else None

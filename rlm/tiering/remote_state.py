@@ -14,12 +14,14 @@ default one in executors): this module adds no retry layer of its own.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlm.config import TieringSettings
-from rlm.errors import FormatError
+from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import ObjectInfo, StorageBackend
@@ -170,6 +172,42 @@ class RemoteState:
 
     def delete(self, key: str) -> None:
         self.retry.call(lambda: self.backend.delete(key))
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of one object (one retried ranged read)."""
+        return self.retry.call(lambda: self.backend.read(key, start, end))
+
+    # -- markers: small JSON objects in the root saying who owns it (docs/topic-identity.md) ----
+
+    def marker_key(self, name: str) -> str:
+        return keys.marker_key(self.topic, self.partition, name, self.key_id)
+
+    def has_marker(self, name: str) -> bool:
+        return self.retry.call(lambda: self.backend.exists(self.marker_key(name)))
+
+    def read_marker(self, name: str) -> dict[str, Any] | None:
+        """The marker object ``name`` of this root, None when absent; malformed → FormatError."""
+        key = self.marker_key(name)
+        try:
+            doc = json.loads(self.retry.call(lambda: self.backend.read(key)))
+        except ObjectNotFoundError:
+            return None
+        except ValueError as err:
+            raise FormatError(f"{key}: malformed marker object: {err}") from None
+        except RecursionError:
+            raise FormatError(f"{key}: malformed marker object: JSON nested too deeply") from None
+        if not isinstance(doc, dict):
+            raise FormatError(f"{key}: malformed marker object: not a JSON object")
+        return doc
+
+    def create_marker(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """Create the marker unless it exists (conditional create); return the one in the store."""
+        data = json.dumps(doc, sort_keys=True).encode()
+        try:
+            self.retry.call(lambda: self.backend.put(self.marker_key(name), data, if_absent=True))
+        except ObjectExistsError:
+            return self.read_marker(name) or doc
+        return doc
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,11 +20,11 @@ from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compres
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.storage.memory import MemoryBackend
-from rlm.tiering.identity import read_marker
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.remote_index import RemoteIndexFamily
+from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.state import Progress
 from tests.formats.test_records import legacy_message
 from tests.fuzz.bombs import BOMBS
@@ -288,10 +287,9 @@ def test_config_path_with_a_nul_byte_is_a_config_error(tmp_path: Path, env: str,
 
 
 def test_identity_marker_nested_too_deeply_is_a_format_error() -> None:
-    # Finding (the manifest finding, checked in identity.read_marker by hand): an owner.json /
+    # Finding (the manifest finding, checked in RemoteState.read_marker by hand): an owner.json /
     # retired.json object of 100 000 nested arrays in the store raised RecursionError.
     backend = MemoryBackend()
     backend.put("t-0/owner.json", b"[" * 100_000)
-    ctx = SimpleNamespace(shared=SimpleNamespace(backend=backend, retry=SimpleNamespace(call=lambda f: f())))
     with pytest.raises(FormatError, match=r"owner\.json: malformed marker object: JSON nested too deeply"):
-        read_marker(ctx, "t-0/owner.json")  # type: ignore[arg-type]  # only .shared is read
+        RemoteState(backend, "t", 0).read_marker("owner.json")
