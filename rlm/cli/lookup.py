@@ -14,7 +14,6 @@ import click
 from rlm.cli.common import config_option, settings_for_tool, tracked_backend
 from rlm.cli.errors import handle_errors
 from rlm.errors import InvalidArgumentError
-from rlm.formats.records import decode_records
 from rlm.tiering.readers import TieredReaders
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
@@ -92,9 +91,7 @@ def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes:
         return None if v is None else base64.b64encode(v).decode()
 
     for batch in result.batches:
-        for r in decode_records(result.data, batch):
-            if r.offset < max(offset, result.log_start_offset or 0):
-                continue
+        for r in result.records(batch, from_requested=True):
             sys.stdout.write(json.dumps({
                 "offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key), "value": b64(r.value),
                 "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers],

@@ -24,14 +24,12 @@ from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
 from rlm.tiering.incarnations import OldIncarnation
 from rlm.tiering.manager import PassResult, RemoteLogManager
-from rlm.tiering.state import default_state_dir
+from rlm.tiering.state import state_root_of
 
 
 def owned_state_dirs(settings: Settings) -> list[Path]:
-    """The state dirs ``rlm run`` writes: ``tiering.state_dir``, else one beside each log dir."""
-    if settings.tiering.state_dir is not None:
-        return [settings.tiering.state_dir]
-    return [default_state_dir(d) for d in settings.log.dirs]
+    """The state roots ``rlm run`` writes (the manager's own rule, once per distinct root)."""
+    return list(dict.fromkeys(state_root_of(settings.tiering, Path(d)) for d in settings.log.dirs))
 
 
 def _human_bytes(n: float) -> str:

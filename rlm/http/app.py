@@ -228,8 +228,6 @@ class _Unauthorized(Exception):
 
 
 def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
-    from rlm.formats.records import decode_records
-
     def b64(v: bytes | None) -> str | None:
         return None if v is None else base64.b64encode(v).decode()
 
@@ -242,7 +240,6 @@ def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
             "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key),
                          "value": b64(r.value),
                          "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers]}
-                        for r in decode_records(fetched.data, b)
-                        if r.offset >= (fetched.log_start_offset or 0)],
+                        for r in fetched.records(b)],
         } for b in fetched.batches],
     }

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from rlm.errors import FormatError, InvalidArgumentError, OffsetOutOfRangeError, RlmError
 from rlm.formats import naming
-from rlm.formats.records import RecordBatch, decode_records, iter_batches
+from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
 from rlm.formats.remote_index import (
     DecodedEntry,
     find_entry_for_offset,
@@ -105,6 +105,15 @@ class FetchResult:
     def next_offset(self) -> int | None:
         """Where the next fetch starts: after the last batch; the requested offset when empty."""
         return self.batches[-1].last_offset + 1 if self.batches else self.requested_offset
+
+    def records(self, batch: RecordBatch, *, from_requested: bool = False) -> Iterator[Record]:
+        """The decoded records of one fetched batch a reader may see: never below the log start
+        (a raw fetch returns the boundary batch whole, as Kafka does; docs/visibility.md), and with
+        ``from_requested`` none below the requested offset either."""
+        floor = self.log_start_offset or 0
+        if from_requested and self.requested_offset is not None:
+            floor = max(floor, self.requested_offset)
+        return (r for r in decode_records(self.data, batch) if r.offset >= floor)
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,7 +46,12 @@ def state_dir_name(part: PartitionDir) -> str:
 
 
 def state_root(settings: TieringSettings, part: PartitionDir) -> Path:
-    return settings.state_dir or default_state_dir(part.log_dir)
+    return state_root_of(settings, part.log_dir)
+
+
+def state_root_of(settings: TieringSettings, log_dir: Path) -> Path:
+    """The state root of every partition of ``log_dir``: ``tiering.state_dir``, else beside it."""
+    return settings.state_dir or default_state_dir(log_dir)
 
 
 def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:

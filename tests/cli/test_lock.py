@@ -31,7 +31,7 @@ def _free_port() -> int:
 def _wait_healthy(port: int, daemon: subprocess.Popen[str], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        assert daemon.poll() is None, daemon.communicate()
+        assert daemon.poll() is None, f"the daemon exited {daemon.returncode}"
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
                 if resp.status == 200:
@@ -52,8 +52,10 @@ def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) ->
     other_cfg = write_config(tmp_path / "b.toml", [logs], root=store, server_port=_free_port(),
                              state_dir=str(default_state_dir(logs)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(first_cfg)], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Its log goes to a file, not a pipe nobody reads: a full pipe would block the daemon.
+    with (tmp_path / "daemon.stderr").open("w") as err:
+        daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(first_cfg)],
+                                  cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         _wait_healthy(port, daemon)
         lock_file = default_state_dir(logs) / LOCK_NAME
@@ -76,14 +78,14 @@ def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) ->
         assert json.loads(status.stdout)[0]["topic"] == "lock.t"
         # SIGKILL: no cleanup runs, yet the kernel drops the flock and a new run may start.
         daemon.send_signal(signal.SIGKILL)
-        daemon.communicate(timeout=30)
+        daemon.wait(timeout=30)
         once = rlm_cli("run", "--config", other_cfg, "--once")
         assert once.returncode == 0, once.stderr
         assert json.loads(once.stdout)["partitions"] == 1
     finally:
         if daemon.poll() is None:
             daemon.kill()
-            daemon.communicate()
+            daemon.wait(timeout=30)
 
 
 def test_lock_is_per_state_dir_in_process(tmp_path: Path) -> None:

