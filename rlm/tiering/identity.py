@@ -176,16 +176,17 @@ def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
     decision written to the store; without it (status, GC) nothing is written or moved.
     """
     topic_id = ctx.part.topic_id
-    ctx.key_id = topic_id
     if topic_id is None:
+        ctx.key_id = None
         return
+    # Decided in a local first: a store error below must not leave ctx on a half-decided root.
     owner = _root(ctx, None).read_marker(keys.OWNER_MARKER)
     if owner is None and decide:
         owner = _decide_adoption(ctx)
-    if owner is not None and owner.get("topic_id") == topic_id:
-        ctx.key_id = None
-        if decide:
-            _migrate_state(ctx)
+    adopted = owner is not None and owner.get("topic_id") == topic_id
+    ctx.key_id = None if adopted else topic_id
+    if adopted and decide:
+        _migrate_state(ctx)
 
 
 def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
@@ -199,10 +200,16 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     if highest < 0:
         return None  # nothing was tiered under the name: this incarnation uses its own root
     now = ctx.shared.clock_ms()
-    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, _root(ctx, None).read_range)
+    own = _root(ctx, ctx.part.topic_id)
+    if own.manifest_keys(own.list_prefix(keys.manifests_prefix(ctx.topic, ctx.partition, own.key_id))):
+        # This incarnation already tiered under its own root: adopting now would split one log
+        # over two roots (and make its own root look like an old incarnation to GC).
+        conflict: str | None = (f"topic id {ctx.part.topic_id} already has segments under its own root; "
+                                "the data tiered under the name is another log's")
+    else:
+        conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, legacy.read_range)
     if conflict is None:
-        owner = legacy.create_marker(keys.OWNER_MARKER,
-                               {"topic_id": ctx.part.topic_id, "adopted_ms": now})
+        owner = legacy.create_marker(keys.OWNER_MARKER, {"topic_id": ctx.part.topic_id, "adopted_ms": now})
         log.info("%s: topic id %s adopted the data tiered under the name (up to offset %d)",
                  ctx.part.name, ctx.part.topic_id, highest)
         return owner

@@ -68,7 +68,8 @@ def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
     roots: dict[str | None, list[ObjectInfo]] = defaultdict(list)
     for info in remote.list_prefix(keys.id_roots_prefix(ctx.topic, ctx.partition)):
         root = keys.parse_root(info.key)
-        if root is not None and root.topic_id is not None and root.topic_id != ctx.key_id:
+        # Never the partition's own id root, even when its data lives under the adopted name.
+        if root is not None and root.topic_id is not None and root.topic_id != ctx.part.topic_id:
             roots[root.topic_id].append(info)
     if ctx.key_id is not None and _legacy_decided_old(ctx):
         legacy = replace(remote, key_id=None).list_partition()

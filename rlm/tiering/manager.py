@@ -347,7 +347,8 @@ class RemoteLogManager:
             with lock:
                 if ctx.part.identity_error is not None:
                     continue
-                identity.resolve_root(ctx, decide=False)
+                if not ctx.recovered:  # recovery decided the root of a recovered partition
+                    identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
                 (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
         return orphans

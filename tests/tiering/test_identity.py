@@ -251,6 +251,28 @@ def test_new_id_does_not_adopt_a_different_log_under_the_name(tmp_path: Path) ->
     assert not (env.state_root / NAME).exists() and env.manifests(ID_B)
 
 
+def test_an_id_that_already_tiered_under_its_own_root_never_adopts_the_name_later(tmp_path: Path) -> None:
+    """Name-only data appearing after this incarnation tiered under its own root (another replica
+    on a broker without partition.metadata, mid rolling upgrade) is retired, not adopted: adopting
+    would split one log over two roots and make its own root look old to GC."""
+    env = Env(tmp_path)
+    env.write(ID_A, "A", 200)
+    assert [r.error for r in env.manager().run_once()] == [None]
+    own = env.manifests(ID_A)
+    assert own and env.manifests(None) == []
+    for key in env.keys_under(keys.root(TOPIC, 0, ID_A)):  # the same log, now under the name too
+        env.backend.put(key.replace(keys.root(TOPIC, 0, ID_A), keys.root(TOPIC, 0), 1), env.backend.read(key))
+    manager = env.manager()  # a restart: recovery decides the name-only root now
+    assert [r.error for r in manager.run_once()] == [None]
+    retired = json.loads(env.backend.read(keys.marker_key(TOPIC, 0, keys.RETIRED_MARKER)))
+    assert retired["retired_by"] == ID_A and "own root" in retired["reason"]
+    assert not env.backend.exists(keys.marker_key(TOPIC, 0, keys.OWNER_MARKER))
+    assert [o["topic_id"] for o in _row(manager)["old_incarnations"]] == [None]
+    env.now += GRACE_MS
+    _old(manager)
+    assert env.manifests(ID_A) == own and env.manifests(None) == []
+
+
 @pytest.mark.parametrize("records", [60, 500], ids=["ends-below", "records-differ"])
 @pytest.mark.parametrize("restart", [True, False], ids=["restarted", "running"])
 def test_without_topic_id_a_recreated_log_is_a_conflict_never_served(tmp_path: Path, records: int,
