@@ -265,12 +265,12 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     view = view or RemoteView(part.identity_error is None, part.topic_id)
     remote = view.state(backend, part, retry)
     manifests = remote.list_manifests() if view.servable else []
-    if manifests and log_end_conflict(log_end_offset(list_segments(part)), manifests[-1].last_offset):
+    segments = list_segments(part)  # one listing: the conflict check and the ranges agree
+    if manifests and log_end_conflict(log_end_offset(segments), manifests[-1].last_offset):
         manifests = []  # a re-created partition: the tiered records are not this log's
     plan.manifests = manifests
     highest, remote_start = tiered_range(manifests)
     plan.highest_tiered_offset = highest
-    segments = list_segments(part)
     deleted = progress.delete_records_offset if progress is not None else -1
     ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlm.errors import CorruptRecordError, RlmError
+from rlm.errors import CorruptRecordError, LogDirError, RlmError
 from rlm.formats import metadata as md
 from rlm.formats.records import Buffer, ControlRecordType, decode_records, iter_batches, parse_control_record
 from rlm.logdir.scan import list_segments
@@ -220,7 +220,10 @@ def _records(buf: Buffer, path: Path, start: int, after: int
 def _snapshot_image(path: Path) -> MetadataImage:
     """A fresh image from one ``.checkpoint`` (header, data batches, footer)."""
     image = MetadataImage(snapshot=path.name)
-    buf = path.read_bytes()
+    try:
+        buf = path.read_bytes()
+    except OSError as err:  # removed by the controller's cleaner meanwhile, unreadable, ...
+        raise LogDirError(f"cannot read the metadata snapshot: {err}", file=path) from err
     kinds: list[int] = []
     try:
         for batch in iter_batches(buf):
@@ -343,6 +346,8 @@ class KraftMetadataLog:
                 raw = fh.read(4)
         except FileNotFoundError:
             return True  # deleted after a snapshot: the next segment continues
+        except OSError as err:
+            raise LogDirError(f"cannot read the metadata log: {err}", file=path) from err
         return len(raw) == 4 and _U32.unpack(raw)[0] == crc
 
     def _read_one(self, path: Path, start: int) -> None:
@@ -360,6 +365,8 @@ class KraftMetadataLog:
                         self._position, self._last_batch = end, (pos, crc)
         except FileNotFoundError:
             log.debug("%s vanished while reading the metadata log", path)
+        except OSError as err:  # unreadable: an RlmError, so the reader keeps its last image
+            raise LogDirError(f"cannot read the metadata log: {err}", file=path) from err
 
     def _replay(self, image: MetadataImage, offset: int, record: md.MetadataRecord) -> None:
         if isinstance(record, md.BeginTransactionRecord):
