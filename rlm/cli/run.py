@@ -75,7 +75,8 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     registry = manager.shared.metrics.registry
     readers = TieredReaders(
         settings, manager.shared.backend, progress=manager.live_progress,
-        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
+        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
+        policies=manager.policies)
     history = TieringHistory(manager.shared.metrics).start()  # the status page's chart
     # The API answers status from memory and persisted state, never from the store.
     app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),

@@ -315,9 +315,10 @@ class KraftMetadataLog:
             if resume and not self._still_there(seg.log, seg.size):
                 return False
             if not resume and seg.base_offset > self._next_offset:
-                self._edit().gaps.append(
-                    f"offsets {self._next_offset}-{seg.base_offset - 1} are in no segment or snapshot "
-                    "(deleted before they were read)")
+                gap = (f"offsets {self._next_offset}-{seg.base_offset - 1} are in no segment or snapshot "
+                       "(deleted before they were read)")
+                self._edit().gaps.append(gap)
+                log.warning("%s: %s: topic configs changed there are not known", self.directory, gap)
             if not resume:
                 self._last_batch = None  # the CRC check applies to the segment it was read from
             self._read_one(seg.log, self._position if resume else 0)

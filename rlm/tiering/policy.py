@@ -292,7 +292,8 @@ class TopicPolicyResolver:
         return {"follow_kafka_configs": self.follow,
                 "metadata_log": str(self.metadata_dir) if self.metadata_dir else None,
                 "metadata_offset": self.image.offset if self.image is not None else None,
-                "metadata_error": self.error}
+                "metadata_error": self.error,
+                "metadata_gaps": list(self.image.gaps) if self.image is not None else []}
 
 
 class PolicyMetrics:

@@ -54,13 +54,16 @@ def check_partition(partition: int) -> int:
 
 class TieredReaders:
     def __init__(self, settings: Settings, backend: StorageBackend, *,
-                 progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None) -> None:
+                 progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None,
+                 policies: TopicPolicyResolver | None = None) -> None:
+        """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
+        process reads the metadata log once; a one-shot command gets its own."""
         self.settings = settings
         self.resources = ReaderResources(
             backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
             eligibility=settings.log.eligibility)
         self._progress = progress or self._persisted_progress
-        self.policies = TopicPolicyResolver(settings)
+        self.policies = policies or TopicPolicyResolver(settings)
 
     def _reader(self, part: PartitionDir) -> PartitionReader:
         """A reader; compacted topics answer tiered offsets from the remote tier (docs/topic-policy.md)."""

@@ -213,11 +213,12 @@ def test_truncation_reloads(tmp_path: Path) -> None:
     assert image.topic_configs["a"] == {"retention.ms": "1"} and reader.next_offset == 4
 
 
-def test_a_gap_without_a_snapshot_is_reported(tmp_path: Path) -> None:
+def test_a_gap_without_a_snapshot_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     writer = LogWriter(tmp_path, "__cluster_metadata", 0, start_offset=100)
     write_records(writer, [_create("a", T1)])
     image = KraftMetadataLog(tmp_path / METADATA_LOG_DIR).poll()
     assert image.gaps == ["offsets 0-99 are in no segment or snapshot (deleted before they were read)"]
+    assert "offsets 0-99 are in no segment or snapshot" in caplog.text  # a warning, not silence
     assert "a" in image.topics_by_name
     writer.close()
 
