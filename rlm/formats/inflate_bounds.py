@@ -26,7 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from rlm.errors import CompressionError
+from rlm.errors import CompressionError, CorruptRecordError
+from rlm.formats.varint import decode_uvarint
 
 __all__ = ["lz4_bound", "snappy_raw_length", "zstd_bound"]
 
@@ -162,14 +163,10 @@ def zstd_bound(data: bytes | bytearray | memoryview) -> int:
 
 def snappy_raw_length(block: bytes | bytearray | memoryview) -> int:
     """The uncompressed length a raw snappy block declares (its uvarint preamble, <= 2^32-1)."""
-    view = memoryview(block)
-    value = 0
-    for i in range(5):
-        if i >= len(view):
-            break
-        value |= (view[i] & 0x7F) << (7 * i)
-        if not view[i] & 0x80:
-            if value >= 1 << 32:
-                break
-            return value
-    raise CompressionError("snappy: invalid length preamble")
+    try:
+        value, _ = decode_uvarint(block, 0, 5, "snappy length preamble")
+    except CorruptRecordError:
+        raise CompressionError("snappy: invalid length preamble") from None
+    if value >= 1 << 32:
+        raise CompressionError("snappy: invalid length preamble")
+    return value

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from rlm.errors import CorruptMetadataRecordError
+from rlm.errors import CorruptMetadataRecordError, CorruptRecordError
+from rlm.formats.varint import decode_uvarint
 
 __all__ = [
     "ABORT_TRANSACTION",
@@ -206,14 +207,12 @@ class _Reader:
         return out
 
     def uvarint(self, what: str) -> int:
-        result = shift = 0
-        for _ in range(_MAX_UVARINT_BYTES):
-            b = self.take(1, what)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-        raise self.fail(f"overlong unsigned varint for {what}")
+        try:
+            value, self.pos = decode_uvarint(self.buf, self.pos, _MAX_UVARINT_BYTES,
+                                             f"unsigned varint for {what}")
+        except CorruptRecordError as err:
+            raise self.fail(err.reason) from None
+        return value
 
     def int8(self, what: str) -> int:
         return int(_I8.unpack(self.take(1, what))[0])

@@ -21,6 +21,7 @@ __all__ = [
     "INT32_MIN",
     "INT64_MAX",
     "INT64_MIN",
+    "decode_uvarint",
     "decode_varint",
     "decode_varlong",
     "encode_uvarint",
@@ -38,8 +39,17 @@ _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
 
 
+def decode_uvarint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 5,
+                   kind: str = "unsigned varint") -> tuple[int, int]:
+    """Decode an unsigned LEB128 varint (no zig-zag; Kafka's ``UNSIGNED_VARINT``) of at most
+    ``max_bytes`` bytes at ``pos``; return ``(value, position after it)``. Truncated or overlong
+    input → :class:`CorruptRecordError` with the start position."""
+    return _decode(buf, pos, max_bytes, -1, kind, zigzag=False)
+
+
 def _decode(
-    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, mask: int, kind: str
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, mask: int, kind: str,
+    *, zigzag: bool = True,
 ) -> tuple[int, int]:
     start = pos
     end = len(buf)
@@ -52,6 +62,8 @@ def _decode(
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
+            if not zigzag:
+                return result, pos
             # Unsigned wire value; drop bits Java would shift out, then undo zig-zag.
             result &= mask
             return (result >> 1) ^ -(result & 1), pos

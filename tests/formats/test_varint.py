@@ -14,8 +14,10 @@ from rlm.formats.varint import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    decode_uvarint,
     decode_varint,
     decode_varlong,
+    encode_uvarint,
     encode_varint,
     encode_varlong,
     size_of_varint,
@@ -108,3 +110,17 @@ def test_varlong_round_trip_at_offset(value: int, prefix: bytes) -> None:
     enc = encode_varlong(value)
     assert decode_varlong(prefix + enc + b"\xff", len(prefix)) == (value, len(prefix) + len(enc))
     assert len(enc) <= 10
+
+
+@given(st.integers(min_value=0, max_value=2**35 - 1))
+def test_unsigned_varint_round_trip(value: int) -> None:
+    data = encode_uvarint(value)
+    assert decode_uvarint(data + b"\x7f", 0) == (value, len(data))
+
+
+def test_unsigned_varint_truncated_and_overlong_name_the_start() -> None:
+    with pytest.raises(CorruptRecordError, match="truncated unsigned varint") as truncated:
+        decode_uvarint(b"\x00\x80\x80", 1)
+    assert truncated.value.position == 1
+    with pytest.raises(CorruptRecordError, match="overlong unsigned varint: more than 5 bytes"):
+        decode_uvarint(b"\x80" * 6, 0)
