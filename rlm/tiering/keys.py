@@ -88,6 +88,24 @@ def manifest_key(topic: str, partition: int, base_offset: int, topic_id: str | N
     return f"{manifests_prefix(topic, partition, topic_id)}{base_offset:020d}.json"
 
 
+#: Lineage markers live beside the manifests (one listing finds both): ``lineage-<epoch:010d>.json``.
+LINEAGE_MARKER_PREFIX = "lineage-"
+
+
+def lineage_marker_key(topic: str, partition: int, epoch: int, topic_id: str | None = None) -> str:
+    return f"{manifests_prefix(topic, partition, topic_id)}{LINEAGE_MARKER_PREFIX}{epoch:010d}.json"
+
+
+def parse_lineage_marker_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> int | None:
+    """The leader epoch named by a lineage marker key, or None for any other key."""
+    prefix = manifests_prefix(topic, partition, topic_id) + LINEAGE_MARKER_PREFIX
+    name = key[len(prefix):] if key.startswith(prefix) else ""
+    stem, dot, ext = name.partition(".")
+    if ext != "json" or not dot or len(stem) != 10 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
 def data_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
     return f"{root(topic, partition, topic_id)}{DATA}/"
 

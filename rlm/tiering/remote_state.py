@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import TieringSettings
-from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError
-from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.formats.records import iter_batches
+from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.lineage import LineageMarker, Link
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress, state_dir
 
@@ -89,6 +91,10 @@ class RemoteState:
         """Every object under the incarnation's root (manifests, data and markers)."""
         return self.list_prefix(keys.partition_prefix(self.topic, self.partition, self.key_id))
 
+    def list_manifests_prefix(self) -> list[ObjectInfo]:
+        """Every object under ``manifests/`` (manifests and lineage markers): one retried listing."""
+        return self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
+
     def manifest_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
         """``(base offset, key)`` of the manifest keys in ``listing``, in key (= offset) order."""
         found = []
@@ -125,6 +131,70 @@ class RemoteState:
             return [d.entry for d in iter_entries(data)]
         except FormatError as err:
             raise err.in_file(manifest.objects[keys.REMOTE_LOG_INDEX].key) from err
+
+    def link_entries(self, link: Link) -> list[RemoteLogIndexEntry]:
+        """The entries of ``link``'s offsets (docs/cluster.md): the segment's own entries, the ones
+        at its clipped ends re-cut at a batch boundary (one ranged read of the data each)."""
+        entries = self.segment_entries(link.manifest)
+        if link.whole:
+            return entries
+        out: list[RemoteLogIndexEntry] = []
+        for entry in entries:
+            if entry.last_offset < link.first_offset or entry.first_offset > link.last_offset:
+                continue
+            if link.first_offset <= entry.first_offset and entry.last_offset <= link.last_offset:
+                out.append(entry)
+            else:
+                out.extend(self._clip_entry(link, entry))
+        return out
+
+    def _clip_entry(self, link: Link, entry: RemoteLogIndexEntry) -> list[RemoteLogIndexEntry]:
+        """The part of ``entry`` inside ``link``: its whole batches there, as one entry."""
+        key = link.manifest.log.key
+        pos = entry.rdi.position
+        data = self.read_range(key, pos, pos + entry.data_length)
+        kept = []
+        for batch in iter_batches(data):
+            inside = link.first_offset <= batch.base_offset and batch.last_offset <= link.last_offset
+            outside = batch.last_offset < link.first_offset or batch.base_offset > link.last_offset
+            if not (inside or outside):
+                raise RlmError(f"batch {batch.base_offset}-{batch.last_offset} straddles the served range "
+                               f"{link.first_offset}-{link.last_offset} of the segment: the replicas' "
+                               "batches differ (docs/cluster.md)", file=key, position=pos + batch.position)
+            if inside:
+                kept.append(batch)
+        if not kept:
+            return []
+        first, last = kept[0], kept[-1]
+        return [RemoteLogIndexEntry(
+            first_offset=first.base_offset, last_offset=last.last_offset,
+            first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+            last_timestamp=max(b.max_timestamp for b in kept),
+            data_length=last.position + last.size - first.position,
+            rdi=RemoteDataIdentifier(entry.rdi.url, pos + first.position))]
+
+    # -- lineage markers (docs/cluster.md) -------------------------------------------------------
+
+    def lineage_marker_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
+        """``(epoch, key)`` of the lineage markers in a listing of the manifests prefix."""
+        found = []
+        for info in listing:
+            epoch = keys.parse_lineage_marker_key(self.topic, self.partition, info.key, self.key_id)
+            if epoch is not None:
+                found.append((epoch, info.key))
+        return sorted(found)
+
+    def read_lineage_marker(self, key: str) -> LineageMarker:
+        return LineageMarker.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+
+    def create_lineage_marker(self, marker: LineageMarker) -> LineageMarker:
+        """Write ``marker`` unless one for its epoch exists; return the one in the store."""
+        key = keys.lineage_marker_key(self.topic, self.partition, marker.epoch, self.key_id)
+        try:
+            self.retry.call(lambda: self.backend.put(key, marker.to_json(), if_absent=True))
+        except ObjectExistsError:
+            return self.read_lineage_marker(key)
+        return marker
 
     def attempts(self, listing: Iterable[ObjectInfo]) -> dict[keys.AttemptRef, list[ObjectInfo]]:
         """The data objects of ``listing`` grouped by copy attempt."""

@@ -27,6 +27,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.journal import Journal
+from rlm.tiering.lineage import StoreView
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_index import RemoteIndexFamily
@@ -121,6 +122,11 @@ class SharedResources:
     retry: RetryPolicy
     clock_ms: Callable[[], int]
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES  # [log] index_interval_bytes: rebuilds
+    #: This broker's node id (``[cluster] node_id``), recorded in lineage markers; None = unknown.
+    node_id: int | None = None
+    #: Several sidecars share the store (docs/cluster.md): every pass syncs from it, and the
+    #: single-broker lineage checks (log end, first-batch probe) give way to leader epochs.
+    cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +198,8 @@ class PartitionContext:
     old_incarnations: list[Any] = field(default_factory=list)
     #: The token rlm left in this partition directory at recovery (a re-created dir has none).
     dir_token: str | None = None
+    #: What was last read from the store's manifests prefix and what the local index holds (sync).
+    store: StoreView = field(default_factory=StoreView)
 
     def __post_init__(self) -> None:
         self.key_id = self.part.topic_id

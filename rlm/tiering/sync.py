@@ -1,0 +1,231 @@
+"""Learn a partition's remote state from the store and keep the local index equal to it (docs/cluster.md).
+
+Every sidecar beside a replica of a partition answers for everything any sidecar tiered, so each
+one syncs from the store: one listing of the partition's ``manifests/`` prefix per call, a read of
+each manifest or lineage marker not seen before (manifests are immutable; a key deleted and
+created again is told apart by its listing's size/etag/time), :func:`~rlm.tiering.lineage.resolve_chain`,
+then the local ``.remotelogindex`` family is brought to that chain:
+
+* links already held locally are kept — after a restart this is checked entry by entry (each local
+  entry's object must be its link's segment object and the link's last offset must end it);
+* the first link that differs and everything after it are rebuilt from their segments' uploaded
+  entries (clipped to the link's offsets), so an overlap or divergence found later rewinds the local
+  index exactly to where it stops matching;
+* sets wholly below the remote log start are dropped, as retention does.
+
+The leader also records what its own ``leader-epoch-checkpoint`` says: when that lineage cuts tiered
+data no marker cuts yet, it writes a :class:`~rlm.tiering.lineage.LineageMarker` (create only if
+absent), so every sidecar stops serving the diverged offsets, and it uncommits (deletes the manifests
+of) segments that are wholly diverged or wholly superseded — their data objects become orphans for GC,
+after its grace, so a sidecar still reading them is not cut off mid-read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlm.errors import FormatError, RlmError
+from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
+from rlm.formats.remote_index import RemoteLogIndexEntry
+from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
+from rlm.storage.api import ObjectInfo
+from rlm.tiering.lineage import (
+    Chain,
+    Lineage,
+    LineageMarker,
+    Link,
+    Stamp,
+    StoreView,
+    lineage_of,
+    resolve_chain,
+)
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.remote_state import RemoteState, of_context
+from rlm.tiering.state import PartitionContext
+
+__all__ = ["SyncResult", "local_lineage", "reconcile", "refresh", "resolve", "settle", "sync"]
+
+log = logging.getLogger(__name__)
+
+def _stamp(info: ObjectInfo) -> Stamp:
+    return info.size, info.etag, info.last_modified
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    chain: Chain
+    new_manifests: int        # manifests read this time
+    rebuilt_from: int | None  # first offset re-indexed after a rewind, None when only appended/kept
+    appended_links: int
+    marker_written: LineageMarker | None = None
+    uncommitted: tuple[int, ...] = ()  # base offsets whose manifests the leader deleted
+
+
+def local_lineage(ctx: PartitionContext) -> Lineage | None:
+    """The local ``leader-epoch-checkpoint`` as a lineage; None when absent or unreadable."""
+    path = ctx.part.path / LEADER_EPOCH_CHECKPOINT
+    try:
+        return lineage_of(parse_leader_epoch_checkpoint(path.read_text()).entries) or None
+    except FileNotFoundError:
+        return None
+    except (OSError, FormatError, UnicodeDecodeError) as err:
+        log.warning("%s: ignoring unreadable %s: %s", ctx.part.name, path, err)
+        return None
+
+
+def _refresh(remote: RemoteState, view: StoreView, listing: Sequence[ObjectInfo]) -> int:
+    """Update ``view`` from a listing of the manifests prefix; return how many manifests were read."""
+    infos = {i.key: i for i in listing}
+    read = 0
+    manifests: dict[str, tuple[Stamp, SegmentManifest]] = {}
+    for _base, key in remote.manifest_keys(listing):
+        stamp = _stamp(infos[key])
+        known = view.manifests.get(key)
+        if known is None or known[0] != stamp:
+            known = (stamp, remote.read_manifest(key))
+            read += 1
+        manifests[key] = known
+    markers: dict[str, tuple[Stamp, LineageMarker]] = {}
+    for _epoch, key in remote.lineage_marker_keys(listing):
+        stamp = _stamp(infos[key])
+        old = view.markers.get(key)
+        if old is None or old[0] != stamp:
+            old = (stamp, remote.read_lineage_marker(key))
+        markers[key] = old
+    view.manifests, view.markers = manifests, markers
+    return read
+
+
+def _lineages(view: StoreView) -> list[Lineage]:
+    return [m.lineage for _s, m in sorted(view.markers.values(), key=lambda sm: sm[1].epoch)]
+
+
+def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
+    """How many leading links the local index holds exactly (read from the local entry files)."""
+    entries: list[RemoteLogIndexEntry] = [d.entry for s in ctx.family.sets for d in s.entries()]
+    start = links[0].first_offset if links else 0
+    i = 0
+    while i < len(entries) and entries[i].last_offset < start:
+        i += 1  # sets partly below the remote log start (retention drops whole sets only)
+    held = 0
+    for link in links:
+        key, end = link.manifest.log.key, None
+        while i < len(entries) and entries[i].first_offset <= link.last_offset:
+            e = entries[i]
+            if not e.rdi.url.endswith(key) or e.first_offset < link.first_offset:
+                return held
+            end = e.last_offset
+            i += 1
+        if end != link.last_offset:
+            return held
+        held += 1
+    return held
+
+
+def reconcile(ctx: PartitionContext, view: StoreView, chain: Chain) -> tuple[int | None, int]:
+    """Bring the local index to ``chain``; return (first offset re-indexed after a rewind or None,
+    links appended)."""
+    links = chain.links
+    signatures = tuple(link.signature for link in links)
+    if view.held is None:
+        held = _held_prefix(ctx, links)
+    else:
+        old = view.held
+        try:
+            at = old.index(signatures[0]) if signatures else len(old)
+        except ValueError:
+            at = len(old)
+        held = 0
+        while held < len(signatures) and at + held < len(old) and old[at + held] == signatures[held]:
+            held += 1
+    keep_last = links[held - 1].last_offset if held else (links[0].first_offset - 1 if links else -1)
+    rewound = None
+    if ctx.family.last_offset > keep_last:
+        dropped = ctx.family.truncate_after(keep_last)
+        if dropped or held < len(links):
+            rewound = keep_last + 1
+    remote = of_context(ctx)
+    for link in links[held:]:
+        floor = ctx.family.last_offset
+        ctx.family.append_segment([e for e in remote.link_entries(link) if e.first_offset > floor])
+    if links:
+        ctx.family.remove_below(chain.start)
+    view.held, view.chain = signatures, chain
+    return rewound, len(links) - held
+
+
+def _leader_marks(ctx: PartitionContext, remote: RemoteState, view: StoreView, lineage: Lineage,
+                  node_id: int | None) -> LineageMarker | None:
+    """Write a lineage marker when the local lineage cuts what the markers alone do not."""
+    manifests = [m for _s, m in view.manifests.values()]
+    by_markers = resolve_chain(manifests, _lineages(view)).first_diverged
+    with_local = resolve_chain(manifests, [*_lineages(view), lineage]).first_diverged
+    if with_local is None or (by_markers is not None and by_markers <= with_local):
+        return None
+    marker = remote.create_lineage_marker(LineageMarker(
+        epoch=lineage[-1][0], lineage=lineage, diverged_from=with_local, node_id=node_id,
+        written_ms=ctx.shared.clock_ms()))
+    log.warning("%s: tiered data from offset %d is not on this leader's lineage (leader epochs %s): "
+                "diverged after an unclean election; it is no longer served and will be removed",
+                ctx.part.name, with_local, list(lineage))
+    return marker
+
+
+def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple[int, ...]:
+    """Leader only: delete the manifests nobody may serve (wholly diverged or superseded)."""
+    done = []
+    dead = [(m, "diverged") for m, _cut in chain.diverged]
+    dead += [(m, "wholly overlapped by an earlier segment") for m in chain.superseded]
+    for manifest, why in dead:
+        remote.delete_manifest(manifest.base_offset)
+        done.append(manifest.base_offset)
+        log.warning("%s: uncommitted remote segment %d-%d (attempt %s): %s", ctx.part.name,
+                    manifest.base_offset, manifest.last_offset, manifest.attempt_id, why)
+    return tuple(done)
+
+
+def refresh(ctx: PartitionContext, listing: Sequence[ObjectInfo] | None = None) -> int:
+    """List the manifests prefix (unless ``listing`` is given) and read what is new into
+    ``ctx.store``; return how many manifests were read."""
+    remote = of_context(ctx)
+    if listing is None:
+        listing = remote.list_manifests_prefix()
+    return _refresh(remote, ctx.store, listing)
+
+
+def resolve(ctx: PartitionContext, lineage: Lineage | None = None) -> Chain:
+    """The chain of what ``ctx.store`` holds, under its markers' lineages and the local one."""
+    lineage = lineage if lineage is not None else local_lineage(ctx)
+    lineages = _lineages(ctx.store) + ([lineage] if lineage else [])
+    return resolve_chain([m for _s, m in ctx.store.manifests.values()], lineages)
+
+
+def settle(ctx: PartitionContext, *, leader: bool, read: int = 0) -> SyncResult:
+    """Resolve the chain of what :func:`refresh` read and bring the local index to it; the leader
+    records its lineage and uncommits what nobody may serve. Sets ``ctx.manifests``."""
+    remote, view = of_context(ctx), ctx.store
+    lineage = local_lineage(ctx)
+    node_id = ctx.shared.node_id
+    marker = _leader_marks(ctx, remote, view, lineage, node_id) if leader and lineage else None
+    if marker is not None:
+        view.markers[f"written:{marker.epoch}"] = ((0, None, None), marker)
+    resolved = chain = resolve(ctx, lineage)
+    uncommitted: tuple[int, ...] = ()
+    if leader and (chain.diverged or chain.superseded):
+        uncommitted = _uncommit(ctx, remote, chain)
+        dead = set(uncommitted)
+        view.manifests = {k: sm for k, sm in view.manifests.items() if sm[1].base_offset not in dead}
+        chain = Chain(chain.links)
+    try:
+        rewound, appended = reconcile(ctx, view, chain)
+    except FormatError as err:
+        raise RlmError(f"cannot index the remote segments: {err}") from err
+    ctx.manifests = chain.manifests
+    return SyncResult(resolved, read, rewound, appended, marker, uncommitted)
+
+
+def sync(ctx: PartitionContext, *, leader: bool) -> SyncResult:
+    """One listing of the store, then :func:`settle` (a pass in cluster mode; docs/cluster.md)."""
+    return settle(ctx, leader=leader, read=refresh(ctx))
