@@ -78,11 +78,26 @@ def epoch_ranges(manifest: SegmentManifest) -> list[tuple[int, int, int]]:
 
 
 def first_diverged(manifest: SegmentManifest, lineage: Lineage) -> int | None:
-    """The first offset of ``manifest`` that ``lineage`` contradicts, None when none is."""
+    """The first offset of ``manifest`` that ``lineage`` contradicts, None when none is.
+
+    Per epoch range of the manifest: an epoch newer than the lineage's newest is not judged; one
+    older than its oldest entry (Kafka trims the cache from the start) is valid below that entry's
+    start; one the lineage holds is valid below :func:`epoch_end`; one between its oldest and
+    newest that it does not hold never had data on this lineage, so all of it diverged (Kafka's
+    follower truncates to the end of the epoch before it, which ends where this data begins).
+    """
+    if not lineage:
+        return None
+    held = {epoch for epoch, _ in lineage}
     for epoch, first, last in epoch_ranges(manifest):
-        end = epoch_end(lineage, epoch)
-        if end is not None and end <= last:
-            return max(first, end)
+        if epoch > lineage[-1][0]:
+            continue
+        if epoch < lineage[0][0] or epoch in held:
+            end = epoch_end(lineage, epoch)
+            if end is not None and end <= last:
+                return max(first, end)
+        else:
+            return first
     return None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
 from rlm.errors import RlmError
 from rlm.logdir.scan import (
@@ -48,11 +49,13 @@ from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
-from rlm.tiering.recovery import observe, recover
+from rlm.tiering.recovery import observe, rebuild_local_index, recover
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import Orphan
 from rlm.tiering.retention import RetentionPlan, apply_retention
+from rlm.tiering.roles import Roles
 from rlm.tiering.state import PartitionContext, Progress, SharedResources, state_dir
+from rlm.tiering.status import eligible_end, lag_age_ms
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import delete_records_point, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
@@ -104,6 +107,12 @@ class RemoteLogManager:
         self.checkpoints = CheckpointCache()
         self.policies = TopicPolicyResolver(settings)
         self.policy_metrics = PolicyMetrics(self.shared.metrics.registry)
+        # One KRaft reader: leadership reads the image the policy resolver polls (docs/cluster.md).
+        self.roles = Roles(leadership_source(settings, image=lambda: self.policies.image,
+                                             refresh_image=self.policies.refresh),
+                           self.shared.metrics.registry)
+        self.shared.cluster = self.roles.cluster
+        self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
 
     # -- partitions ---------------------------------------------------------------------------
@@ -177,12 +186,18 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             identity.before_pass(ctx)
+            leader = self.roles.of(ctx).role == "leader"
             if not ctx.recovered:
-                recover(ctx)
+                recover(ctx, leader=leader)
+            elif self.roles.cluster:  # other sidecars may have changed the store (docs/cluster.md)
+                self.roles.sync(ctx, leader=leader)
             self._note_delete_records(ctx)
-            self._copy_eligible(ctx, result)
+            if leader:
+                self._copy_eligible(ctx, result)
+            else:
+                self._publish_lag(ctx, self._waiting(ctx, list_segments(ctx.part))[0])
             self._compaction(ctx, list_segments(ctx.part))
-            if retention and not self.shared.stop.is_set():
+            if leader and retention and not self.shared.stop.is_set():
                 result.deleted = [m.base_offset for m in self._retention(ctx).expired]
             ctx.last_error = ctx.identity_conflict = None
         except UploadAbandoned:
@@ -243,6 +258,20 @@ class RemoteLogManager:
             pending.append((seg, next_base))
         return pending
 
+    def _waiting(self, ctx: PartitionContext, segments: list[SegmentFiles],
+                 progress: Progress | None = None) -> tuple[list[tuple[SegmentFiles, int]], str | None]:
+        """:meth:`_pending`, or when it refuses, every eligible segment above the highest tiered
+        offset with the reason: a partition that cannot be tiered shows its real lag and error."""
+        try:
+            return self._pending(ctx, segments, progress), None
+        except RlmError as err:
+            state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
+            highest = (progress or ctx.progress).highest_tiered_offset
+            bases = [s.base_offset for s in segments]
+            waiting = [(seg, bases[bases.index(seg.base_offset) + 1])
+                       for seg in eligible_segments(segments, state, self.settings.log.eligibility)]
+            return [(seg, nxt) for seg, nxt in waiting if nxt - 1 > highest], str(err)
+
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
         m = self.shared.metrics
         segments = list_segments(ctx.part)
@@ -265,6 +294,8 @@ class RemoteLogManager:
                 # A quarantined segment stops its partition: tiering past it would leave a gap.
                 if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
                     break
+                if index > 0 and not self.roles.still_leads(ctx):
+                    break  # leadership moved: the new leader continues from what is committed
                 current, ahead = ahead, None
                 if current is None and scanner is not None:  # FIFO: pinned before the next one
                     current = scanner.submit(prepare_segment, ctx, seg)
@@ -312,9 +343,8 @@ class RemoteLogManager:
         return True
 
     def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
-        m = self.shared.metrics
-        m.copy_lag_segments.labels(**ctx.labels).set(len(pending))
-        m.copy_lag_bytes.labels(**ctx.labels).set(sum(s.size for s, _ in pending))
+        self.shared.metrics.copy_lag_segments.labels(**ctx.labels).set(len(pending))
+        self.shared.metrics.copy_lag_bytes.labels(**ctx.labels).set(sum(s.size for s, _ in pending))
 
     def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
                  gc: bool = True) -> list[PassResult]:
@@ -345,8 +375,8 @@ class RemoteLogManager:
             # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
             # recovery aborts (deletes) every open attempt regardless of the grace period.
             with lock:
-                if ctx.part.identity_error is not None:
-                    continue
+                if ctx.part.identity_error is not None or self.roles.of(ctx).role != "leader":
+                    continue  # only the leader collects garbage (docs/cluster.md)
                 if not ctx.recovered:  # recovery decided the root of a recovered partition
                     identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
@@ -360,14 +390,7 @@ class RemoteLogManager:
             if on_partition is not None:
                 on_partition(ctx.part.name)
             with self._locks[(ctx.topic, ctx.partition)]:
-                ctx.family.open()
-                ctx.family.delete_all()
-                # Forget what was tiered, never the DeleteRecords point (the store cannot tell it).
-                Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset
-                         ).save(ctx.progress_path)
-                ctx.recovered = False
-                recover(ctx)
-                rebuilt[ctx.part.name] = sum(m.index_entries for m in ctx.manifests)
+                rebuilt[ctx.part.name] = rebuild_local_index(ctx, leader=self.roles.of(ctx).role == "leader")
         return rebuilt
 
     # -- status -------------------------------------------------------------------------------
@@ -393,6 +416,7 @@ class RemoteLogManager:
         rows = []
         tiered, excluded = self.classify()
         for ctx in (self.context(part) for part in tiered):
+            self.roles.of(ctx)
             if not ctx.recovered and observe:
                 self._try_observe(ctx)
             # Unobserved and unrecovered: the persisted progress, without touching ctx (a pass
@@ -430,10 +454,7 @@ class RemoteLogManager:
         conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
         offsets = partition_offsets(ctx.part, Progress() if conflict else progress, segments,
                                     self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
-        try:
-            pending = self._pending(ctx, segments, progress)
-        except RlmError:
-            pending = []
+        pending, waiting_error = self._waiting(ctx, segments, progress)
         return {
             "topic": ctx.topic,
             "partition": ctx.partition,
@@ -450,13 +471,13 @@ class RemoteLogManager:
             "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
             # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
             "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
-            "last_error": ctx.last_error,
+            "last_error": ctx.last_error or waiting_error,
             # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
             # committed segments (eligible to tier); how long the oldest pending segment has waited
             # (now − its .log mtime); what the local tier holds.
-            "eligible_end_offset": _eligible_end(offsets.highest_tiered_offset,
-                                                 offsets.local_log_start_offset, pending),
-            "copy_lag_age_ms": self._lag_age_ms(pending),
+            "eligible_end_offset": eligible_end(offsets.highest_tiered_offset,
+                                                offsets.local_log_start_offset, pending),
+            "copy_lag_age_ms": lag_age_ms(pending, self.shared.clock_ms()),
             "local_segments": len(segments),
             "local_bytes": sum(s.size for s in segments),
             # docs/topic-policy.md: the policy in force and where each value came from.
@@ -474,24 +495,6 @@ class RemoteLogManager:
             "topic_id": ctx.part.topic_id,
             "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
             "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
+            # docs/cluster.md: this node's role, the leader, and the store's chain vs the local index.
+            **self.roles.status(ctx),
         }
-
-    def _lag_age_ms(self, pending: list[tuple[SegmentFiles, int]]) -> int:
-        if not pending:
-            return 0
-        try:
-            mtime_ms = int(pending[0][0].log.stat().st_mtime * 1000)
-        except OSError:
-            return 0
-        return max(0, self.shared.clock_ms() - mtime_ms)
-
-
-def _eligible_end(highest_tiered: int, local_start: int | None,
-                  pending: list[tuple[SegmentFiles, int]]) -> int | None:
-    """Exclusive end of the offsets eligible for tiering: the next base after the newest pending
-    segment; with nothing pending, everything eligible is already remote (highest tiered + 1)."""
-    if pending:
-        return pending[-1][1]
-    if highest_tiered >= 0:
-        return highest_tiered + 1
-    return local_start

@@ -102,6 +102,19 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> None:
     ctx.publish_gauges()
 
 
+def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
+    """``rlm rebuild-index``: the local remote-index family rebuilt from the store alone; returns
+    the entries indexed. Forgets what was tiered, never the DeleteRecords point (the store cannot
+    tell it)."""
+    ctx.family.open()
+    ctx.family.delete_all()
+    Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset
+             ).save(ctx.progress_path)
+    ctx.recovered = False
+    recover(ctx, leader=leader)
+    return sum(m.index_entries for m in ctx.manifests)
+
+
 def progress_after(chain: Chain, saved: Progress) -> tuple[int, int]:
     """``(highest tiered, remote log start)`` once the store's chain is known: the chain's when it
     serves anything; else what was saved (retention may have deleted everything), but never above

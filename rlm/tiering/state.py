@@ -200,6 +200,8 @@ class PartitionContext:
     dir_token: str | None = None
     #: What was last read from the store's manifests prefix and what the local index holds (sync).
     store: StoreView = field(default_factory=StoreView)
+    #: This node's role for the partition as last asked (rlm.cluster.leadership.Leadership).
+    leadership: Any = None
 
     def __post_init__(self) -> None:
         self.key_id = self.part.topic_id

@@ -1,0 +1,128 @@
+"""This node's role for each partition in a replicated cluster, per pass (docs/cluster.md).
+
+Kafka copies a partition to remote storage only on its leader; rlm does the same from outside the
+broker. :class:`Roles` asks the configured leadership source (``[cluster] leadership``) once per
+pass and again before every segment a leader copies, remembers the answer on the partition context
+(status shows it), syncs followers — and leaders — from the store, and publishes what it found:
+
+======================================  ==========================================================
+``rlm_partition_leader``                the leader's node id (-1 unknown / none)
+``rlm_partition_is_leader``             1 when this node leads the partition (copies, retention, GC)
+``rlm_remote_store_highest_offset``     highest offset the store's chain serves, as last synced
+``rlm_remote_sync_lag_offsets``         that minus the local index's highest offset (0 when in step)
+``rlm_lineage_uncommitted_segments``    segments the leader uncommitted: diverged or overlapped
+``rlm_leadership_lost_total``           passes that stopped copying because leadership moved
+======================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rlm.cluster.leadership import Leadership, LeadershipSource
+from rlm.tiering.recovery import progress_after
+from rlm.tiering.state import PartitionContext
+from rlm.tiering.sync import SyncResult, sync
+
+__all__ = ["Roles"]
+
+log = logging.getLogger(__name__)
+
+_TP = ("topic", "partition")
+_LEADS = Leadership(role="leader", leader=None, leader_epoch=None, source="always")
+
+
+class Roles:
+    """Leadership per partition and the follower/leader sync of each pass."""
+
+    def __init__(self, source: LeadershipSource, registry: CollectorRegistry) -> None:
+        self.source = source
+        r = registry
+        self.leader = Gauge("rlm_partition_leader", "Node id of the partition's leader (-1: unknown)",
+                            _TP, registry=r)
+        self.is_leader = Gauge("rlm_partition_is_leader", "1 when this node leads the partition: it "
+                               "copies, applies retention and collects garbage", _TP, registry=r)
+        self.store_highest = Gauge("rlm_remote_store_highest_offset", "Highest offset served from the "
+                                   "store (its chain of manifests), as last synced", _TP, registry=r)
+        self.sync_lag = Gauge("rlm_remote_sync_lag_offsets", "Store highest offset minus the local "
+                              "remote index's highest offset", _TP, registry=r)
+        self.uncommitted = Counter("rlm_lineage_uncommitted_segments", "Remote segments the leader "
+                                   "uncommitted because they diverged from its lineage or were "
+                                   "overlapped by another sidecar's", (*_TP, "reason"), registry=r)
+        self.lost = Counter("rlm_leadership_lost", "Passes that stopped copying because leadership "
+                            "moved away", _TP, registry=r)
+
+    @property
+    def cluster(self) -> bool:
+        """True unless every partition is led here (``leadership = "always"``)."""
+        return self.source.name != "always"
+
+    def refresh(self) -> None:
+        self.source.refresh()
+
+    def of(self, ctx: PartitionContext) -> Leadership:
+        """This node's role for ``ctx`` now (remembered on the context for status)."""
+        found = self.source.leadership(ctx.topic, ctx.partition) if self.cluster else _LEADS
+        ctx.leadership = found
+        self.leader.labels(**ctx.labels).set(-1 if found.leader is None else found.leader)
+        self.is_leader.labels(**ctx.labels).set(1 if found.role == "leader" else 0)
+        return found
+
+    def still_leads(self, ctx: PartitionContext) -> bool:
+        """Re-check before copying another segment: a node that lost leadership stops."""
+        if not self.cluster:
+            return True
+        before = ctx.leadership
+        self.source.refresh()
+        now = self.of(ctx)
+        if now.role == "leader":
+            return True
+        self.lost.labels(**ctx.labels).inc()
+        log.info("%s: no longer the leader (now %s, leader epoch %s; was epoch %s): stopping copies",
+                 ctx.part.name, now.leader if now.leader is not None else "unknown", now.leader_epoch,
+                 getattr(before, "leader_epoch", None))
+        return False
+
+    def sync(self, ctx: PartitionContext, *, leader: bool) -> SyncResult:
+        """The per-pass sync with the store (recovery already did it on a pass that recovered)."""
+        result = sync(ctx, leader=leader)
+        self.note(ctx, result)
+        highest, start = progress_after(result.chain, ctx.progress)
+        if (highest, start) != (ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset):
+            ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset = highest, start
+            ctx.save_progress()
+        return result
+
+    def note(self, ctx: PartitionContext, result: SyncResult) -> None:
+        """Publish what a sync found."""
+        lb = ctx.labels
+        self.store_highest.labels(**lb).set(result.chain.highest)
+        self.sync_lag.labels(**lb).set(max(0, result.chain.highest - ctx.family.last_offset))
+        diverged = {m.base_offset for m, _cut in result.chain.diverged}
+        for base in result.uncommitted:
+            reason = "diverged" if base in diverged else "overlapped"
+            self.uncommitted.labels(**lb, reason=reason).inc()
+        if result.rebuilt_from is not None:
+            log.info("%s: local remote index rewound to offset %d to match the store", ctx.part.name,
+                     result.rebuilt_from)
+
+    def status(self, ctx: PartitionContext) -> dict[str, Any]:
+        """Status fields of ``ctx`` (docs/cluster.md); no store I/O."""
+        lead = ctx.leadership if isinstance(ctx.leadership, Leadership) else None
+        chain = ctx.store.chain
+        local = ctx.family.last_offset
+        diverged_from = chain.first_diverged
+        return {
+            "role": lead.role if lead is not None else ("leader" if not self.cluster else "unknown"),
+            "leader": lead.leader if lead is not None else None,
+            "leader_epoch": lead.leader_epoch if lead is not None else None,
+            "leadership_source": self.source.name,
+            "store_highest_offset": chain.highest,
+            "local_index_highest_offset": local,
+            "sync_lag_offsets": max(0, chain.highest - local),
+            "diverged_from_offset": diverged_from,
+            "lineage_markers": sorted(m.epoch for _s, m in ctx.store.markers.values()),
+        }
