@@ -21,10 +21,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, LogDirError
+from rlm.formats.naming import parse_partition_dir
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 
 Eligibility = Literal["high-watermark", "rolled"]
+LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 ENV_PREFIX = "RLM_"
 _INT32_MAX = 2**31 - 1
 
@@ -106,6 +110,22 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """``[cluster]``: which partitions this broker leads, so only their leader copies (docs/cluster.md)."""
+
+    node_id: int | None = None           # None: node.id / broker.id from meta.properties
+    leadership: LeadershipMode = "auto"
+    bootstrap_servers: tuple[str, ...] = ()
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str = ""
+    sasl_password_file: Path | None = None  # the password itself is never in the config file
+    ssl_cafile: Path | None = None
+    metadata_refresh_ms: int = 30_000    # kafka-admin: at most one Metadata request per period
+    leaders: Mapping[str, int] = field(default_factory=dict)  # static: "<topic>-<partition>" -> node id
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated configuration."""
 
@@ -114,6 +134,7 @@ class Settings:
     tiering: TieringSettings = field(default_factory=TieringSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     topics: TopicsSettings = field(default_factory=TopicsSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
     source: str = "<defaults>"
 
 
@@ -173,6 +194,14 @@ def _optional_path(key: str, value: Any) -> Path | None:
     return _path(key, value, value)
 
 
+def _optional_file(key: str, value: Any) -> Path | None:
+    if value in ("", None):
+        return None
+    if not isinstance(value, str):
+        raise _fail(key, value, "must be a file path")
+    return _path(key, value, value)
+
+
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _fail(key, value, "must be true or false")
@@ -211,6 +240,49 @@ def _overrides(key: str, value: Any) -> tuple[TopicOverride, ...]:
         values = {k: _OVERRIDE_KEYS[k](f"{where}.{k}", v) for k, v in table.items()}
         out.append(TopicOverride(pattern, **values))
     return tuple(out)
+
+
+def _servers(key: str, value: Any) -> tuple[str, ...]:
+    """``"host:port"`` strings (IPv6 hosts in brackets, ``[::1]:9092``)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise _fail(key, value, 'must be a list of "host:port" strings')
+    for server in value:
+        host, sep, port = server.rpartition(":") if isinstance(server, str) else ("", "", "")
+        if not (host and sep and port.isdigit() and 0 < int(port) <= 65535):
+            raise _fail(key, value, f'{server!r} is not "host:port"')
+    return tuple(value)
+
+
+def _leaders(key: str, value: Any) -> dict[str, int]:
+    """``{"<topic>-<partition>": node_id}``; the names follow Kafka's partition directory rule."""
+    if not isinstance(value, dict):
+        raise _fail(key, value, 'must be a table of "<topic>-<partition>" = node_id')
+    node = _int(0, _INT32_MAX)
+    out = {}
+    for name, node_id in value.items():
+        try:
+            parse_partition_dir(name)
+        except LogDirError:
+            raise _fail(f'{key}."{name}"', node_id, 'the key must be "<topic>-<partition>"') from None
+        out[name] = node(f'{key}."{name}"', node_id)
+    return out
+
+
+def _check_cluster(c: ClusterSettings) -> None:
+    """The keys each leadership source needs (checked once the whole section is read)."""
+    if c.leadership == "static" and not c.leaders:
+        raise ConfigError('config key cluster.leaders is empty: leadership = "static" needs a '
+                          '[cluster.leaders] table of "<topic>-<partition>" = node_id')
+    if c.leadership == "kafka-admin" and not c.bootstrap_servers:
+        raise ConfigError('config key cluster.bootstrap_servers is empty: leadership = "kafka-admin" '
+                          'needs the brokers to ask ("host:port", ...)')
+    if c.security_protocol.startswith("SASL_") and c.leadership == "kafka-admin" and not (
+            c.sasl_username and c.sasl_password_file):
+        missing = "cluster.sasl_username" if not c.sasl_username else "cluster.sasl_password_file"
+        raise ConfigError(f"config key {missing} is empty: security_protocol = "
+                          f"{c.security_protocol!r} needs a user name and a password file")
 
 
 def _options(key: str, value: Any) -> dict[str, Any]:
@@ -260,7 +332,22 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "request_timeout_ms": _int(1),
         "max_body_bytes": _int(0),
     }),
+    "cluster": (ClusterSettings, {
+        "node_id": _int(0, _INT32_MAX),
+        "leadership": _str(("auto", "kraft", "kafka-admin", "static", "always")),
+        "bootstrap_servers": _servers,
+        "security_protocol": _str(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        "sasl_mechanism": _str(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        "sasl_username": _str(),
+        "sasl_password_file": _optional_file,
+        "ssl_cafile": _optional_file,
+        "metadata_refresh_ms": _int(100),
+        "leaders": _leaders,
+    }),
 }
+
+#: Checks across the keys of one section, run once it is complete.
+_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster}
 
 
 def _env_value(text: str) -> Any:
@@ -304,6 +391,8 @@ def settings_from_mapping(raw: Mapping[str, Any], *, source: str = "<mapping>") 
         values = {k: validators[k](f"{section}.{k}", v) for k, v in table.items()}
         assert {f.name for f in fields(cls)} >= set(values)
         sections[section] = cls(**values)
+        if section in _SECTION_CHECKS:
+            _SECTION_CHECKS[section](sections[section])
     return Settings(**sections, source=source)
 
 
@@ -385,6 +474,25 @@ KEY_DOCS: dict[str, str] = {
     "server.request_timeout_ms": "A request running longer answers 504.",
     "server.max_body_bytes": "Request bodies above this size (declared or streamed) answer 413, "
                              "on every route.",
+    "cluster.node_id": "This broker's `node.id`; unset = `node.id` (or `broker.id`) from `meta.properties` "
+                       "in the log dirs. Needed by every leadership source but `always`.",
+    "cluster.leadership": "Who copies a partition: only its leader (docs/cluster.md). `auto`: `kraft` when "
+                          "a `__cluster_metadata-0` dir is in the log dirs or `[topics] metadata_log_dir` is "
+                          "set, else `always`; `kraft`: the broker's own KRaft metadata log; `kafka-admin`: "
+                          "Metadata requests to `bootstrap_servers`; `static`: `[cluster.leaders]`; "
+                          "`always`: every partition is led here (a single broker).",
+    "cluster.bootstrap_servers": '`kafka-admin`: brokers to ask, `"host:port"` (a string or a list).',
+    "cluster.security_protocol": "`kafka-admin`: Kafka's `security.protocol` for those connections.",
+    "cluster.sasl_mechanism": "`kafka-admin` with `SASL_*`: the SASL mechanism.",
+    "cluster.sasl_username": "`kafka-admin` with `SASL_*`: the user name.",
+    "cluster.sasl_password_file": "`kafka-admin` with `SASL_*`: a file holding the password (read at "
+                                  "startup, one line; the password is never in the config file).",
+    "cluster.ssl_cafile": "`kafka-admin` with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify the brokers; "
+                          "unset = the system's CAs.",
+    "cluster.metadata_refresh_ms": "`kafka-admin`: at most one Metadata request per period (a failed one "
+                                   "too); `kraft` reads the local log on every refresh instead.",
+    "cluster.leaders": '`static`: a table `[cluster.leaders]` of `"<topic>-<partition>" = node_id`; '
+                       "partitions not listed are not led here.",
 }
 
 #: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).
@@ -409,6 +517,14 @@ _ALLOWED: dict[str, str] = {
     "tiering.keep_old_incarnations": "`true`, `false`",
     "server.host": "non-empty string",
     "server.token": "string",
+    "cluster.leadership": "`auto`, `kraft`, `kafka-admin`, `static`, `always`",
+    "cluster.bootstrap_servers": '`"host:port"` list',
+    "cluster.security_protocol": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
+    "cluster.sasl_mechanism": "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
+    "cluster.sasl_username": "string",
+    "cluster.sasl_password_file": "path or empty",
+    "cluster.ssl_cafile": "path or empty",
+    "cluster.leaders": "table",
 }
 
 
@@ -465,8 +581,8 @@ def reference_markdown() -> str:
             env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`"
             if name == "options":
                 env = f"`{ENV_PREFIX}REMOTE__OPTIONS__<NAME>`"
-            if name == "overrides":
-                default, env = "{}", f"`{ENV_PREFIX}TOPICS__OVERRIDES` (TOML inline table)"
+            if name in ("overrides", "leaders"):  # keys are case-sensitive names: one inline table
+                default, env = "{}", f"`{ENV_PREFIX}{section.upper()}__{name.upper()}` (TOML inline table)"
             out.append(f"| `{name}` | `{default}` | {_allowed(key)} | {KEY_DOCS.get(key, '')} | {env} |")
         if section == "topics":
             out += _override_rows()
