@@ -56,8 +56,9 @@ from rlm.tiering.retention import RetentionPlan, apply_retention
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import eligible_end, lag_age_ms
+from rlm.tiering.sync import note_committed
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
-from rlm.tiering.visibility import delete_records_point, partition_offsets
+from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class RemoteLogManager:
                 recover(ctx, leader=leader)
             elif self.roles.cluster:  # other sidecars may have changed the store (docs/cluster.md)
                 self.roles.sync(ctx, leader=leader)
-            self._note_delete_records(ctx)
+            note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)))
             if leader:
                 self._copy_eligible(ctx, result)
             else:
@@ -222,17 +223,6 @@ class RemoteLogManager:
     def _retention(self, ctx: PartitionContext) -> RetentionPlan:
         """Remote retention with the topic's own limits (docs/topic-policy.md)."""
         return apply_retention(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
-
-    def _note_delete_records(self, ctx: PartitionContext) -> None:
-        """Persist a DeleteRecords point the checkpoint shows (docs/visibility.md): the broker
-        forgets it once its own retention passes it, rlm must not. It never moves backwards."""
-        state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
-        point = delete_records_point(state, list_segments(ctx.part))
-        if point is not None and point > ctx.progress.delete_records_offset:
-            log.info("%s: records below offset %d were deleted (DeleteRecords): no longer served, "
-                     "remote segments wholly below it will be deleted", ctx.part.name, point)
-            ctx.progress.delete_records_offset = point
-            ctx.save_progress()
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
                  progress: Progress | None = None) -> list[tuple[SegmentFiles, int]]:
@@ -334,6 +324,7 @@ class RemoteLogManager:
             raise
         if copied is not None:
             ctx.manifests.append(copied.manifest)
+            note_committed(ctx, copied.manifest)
             ctx.progress.highest_tiered_offset = copied.manifest.last_offset
             if ctx.progress.remote_log_start_offset < 0:
                 ctx.progress.remote_log_start_offset = copied.manifest.base_offset

@@ -22,6 +22,7 @@ from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
+from rlm.tiering.sync import note_deleted
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
             metrics.delete_errors.labels(**ctx.labels).inc()
             raise
         ctx.manifests.remove(manifest)
+        note_deleted(ctx, manifest)
         ctx.progress.remote_log_start_offset = (
             ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1)
         ctx.save_progress()

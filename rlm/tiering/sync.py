@@ -31,6 +31,7 @@ from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
 from rlm.storage.api import ObjectInfo
+from rlm.tiering import keys
 from rlm.tiering.lineage import (
     Chain,
     Lineage,
@@ -45,7 +46,8 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState, of_context
 from rlm.tiering.state import PartitionContext
 
-__all__ = ["SyncResult", "local_lineage", "reconcile", "refresh", "resolve", "settle", "sync"]
+__all__ = ["SyncResult", "local_lineage", "note_committed", "note_deleted", "reconcile", "refresh", "resolve",
+           "settle", "sync"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,29 @@ def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple
         log.warning("%s: uncommitted remote segment %d-%d (attempt %s): %s", ctx.part.name,
                     manifest.base_offset, manifest.last_offset, manifest.attempt_id, why)
     return tuple(done)
+
+
+def note_committed(ctx: PartitionContext, manifest: SegmentManifest) -> None:
+    """This node committed (or adopted) ``manifest`` and indexed all of it: extend the view's chain
+    and what the local index holds (the next listing reads the manifest once to learn its stamp)."""
+    view = ctx.store
+    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    view.manifests[key] = ((-1, None, None), manifest)
+    first = max(manifest.base_offset, view.chain.highest + 1)
+    link = Link(manifest, first, manifest.last_offset)
+    view.chain = Chain((*view.chain.links, link))
+    if view.held is not None:
+        view.held = (*view.held, link.signature)
+
+
+def note_deleted(ctx: PartitionContext, manifest: SegmentManifest) -> None:
+    """Retention on this node deleted ``manifest``: drop it from the view's chain."""
+    view = ctx.store
+    view.manifests = {k: sm for k, sm in view.manifests.items() if sm[1] is not manifest}
+    links = tuple(lk for lk in view.chain.links if lk.manifest is not manifest)
+    view.chain = Chain(links, view.chain.superseded, view.chain.diverged)
+    if view.held is not None:
+        view.held = tuple(lk.signature for lk in links)
 
 
 def refresh(ctx: PartitionContext, listing: Sequence[ObjectInfo] | None = None) -> int:

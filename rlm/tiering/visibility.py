@@ -19,6 +19,7 @@ offsets in ``[log_start_offset, visible_end_offset)``:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,7 +36,9 @@ from rlm.logdir.scan import (
     read_checkpoints,
 )
 from rlm.logdir.segment import LogSegment, log_end_offset
-from rlm.tiering.state import Progress
+from rlm.tiering.state import PartitionContext, Progress
+
+log = logging.getLogger(__name__)
 
 HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered"]
 
@@ -111,6 +114,17 @@ def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]
     if lso is None or not segments:
         return None
     return lso if lso > segments[0].base_offset else None
+
+
+def note_delete_records(ctx: PartitionContext, state: PartitionState) -> None:
+    """Persist a DeleteRecords point the checkpoint shows: the broker forgets it once its own
+    retention passes it, rlm must not. It never moves backwards."""
+    point = delete_records_point(state, list_segments(ctx.part))
+    if point is not None and point > ctx.progress.delete_records_offset:
+        log.info("%s: records below offset %d were deleted (DeleteRecords): no longer served, "
+                 "remote segments wholly below it will be deleted", ctx.part.name, point)
+        ctx.progress.delete_records_offset = point
+        ctx.save_progress()
 
 
 def visible_end(state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int,
