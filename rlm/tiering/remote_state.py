@@ -51,18 +51,19 @@ class Orphan:
 
 
 def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) -> int:
-    """How old an attempt is (ms): from the creation time in its id; for an id with no readable
-    time, from the newest of its objects' store timestamps; with neither, 0.
+    """How long ago an attempt last wrote (ms): from the latest of the creation time in its id and
+    its objects' store timestamps; with neither readable, 0.
 
-    The rule is the safe one: an attempt whose age cannot be read counts as just created, so it is
-    never deleted (nor reported as an error) before the grace period could have passed — a copy
-    in flight under a foreign id is left alone.
+    The rule is the safe one: an attempt is as young as its newest object, so a slow copy still
+    uploading — by any sidecar on the store, not only this process — is never deleted before the
+    grace period has passed since its own last write; an attempt whose age cannot be read counts
+    as just created (docs/remote-state.md).
     """
+    stamps = [int(i.last_modified * 1000) for i in infos if i.last_modified is not None]
     created = keys.attempt_created_ms(attempt_id)
-    if created is None:
-        stamps = [i.last_modified for i in infos if i.last_modified is not None]
-        created = int(max(stamps) * 1000) if stamps else now_ms
-    return now_ms - created
+    if created is not None:
+        stamps.append(created)
+    return now_ms - max(stamps) if stamps else 0
 
 
 def tiered_range(manifests: Sequence[SegmentManifest]) -> tuple[int, int]:

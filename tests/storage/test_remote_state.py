@@ -112,18 +112,36 @@ def test_orphans_by_age_grace_and_in_flight(tiered: tuple[StorageBackend, Backen
     backend = tiered[0]
     remote = RemoteState(backend, TOPIC, 0)
     committed = remote.list_manifests()
-    now = int(time.time() * 1000)
-    old_keys = _put_attempt(backend, committed[0].base_offset, keys.new_attempt_id(now - 100_000))
-    young = keys.new_attempt_id(now - 1_000)
+    put_ms = int(time.time() * 1000)
+    # Ages run from an attempt's last write: the newest of its id's time and its objects' stamps
+    # (written now). "young" carries a later id, as a sidecar writing a minute later would.
+    old_keys = _put_attempt(backend, committed[0].base_offset, keys.new_attempt_id(put_ms - 100_000))
+    young = keys.new_attempt_id(put_ms + 60_000)
     _put_attempt(backend, 999_999, young)
-    busy = keys.new_attempt_id(now - 200_000)
+    busy = keys.new_attempt_id(put_ms - 200_000)
     _put_attempt(backend, 999_998, busy)
+    now = put_ms + 100_000
     assert remote.orphans(now, 0, ()) and len(remote.orphans(now, 0, ())) == 3  # committed ones never
     found = remote.orphans(now, 50_000, in_flight=[busy])
-    assert [(o.base_offset, o.keys, o.bytes, o.age_ms) for o in found] == [
-        (committed[0].base_offset, tuple(sorted(old_keys)), 21, 100_000)]
+    assert [(o.base_offset, o.keys, o.bytes) for o in found] == [
+        (committed[0].base_offset, tuple(sorted(old_keys)), 21)]
+    # S3 keeps LastModified in whole seconds: a stamp may read up to 1 s early.
+    assert 100_000 - (int(time.time() * 1000) - put_ms) <= found[0].age_ms <= 101_000
     everything = remote.unreferenced(remote.attempts(remote.list_partition()), committed, now)
-    assert {o.attempt_id: o.age_ms for o in everything}[young] == 1_000
+    assert {o.attempt_id: o.age_ms for o in everything}[young] == 40_000
+
+
+def test_an_attempt_still_writing_is_young_whatever_its_id_says(
+        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    """Another sidecar's slow copy: its id is old, but it wrote an object just now, so the grace
+    period runs from that write (docs/remote-state.md) and GC leaves it alone."""
+    backend, _spec, manager = tiered
+    slow = keys.new_attempt_id(int(time.time() * 1000) - 3_600_000)
+    _put_attempt(backend, 7, slow)  # objects written now, id an hour old
+    assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s
+    now = int(time.time() * 1000) + 61_000
+    remote = RemoteState(backend, TOPIC, 0)
+    assert [o.attempt_id for o in remote.orphans(now, 60_000)] == [slow]
 
 
 def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
@@ -142,7 +160,7 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
     assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s: GC keeps it
     timed = keys.new_attempt_id(int(time.time() * 1000) - 100_000)
     _put_attempt(backend, 6, timed)
-    assert [o.attempt_id for o in manager.collect_garbage(dry_run=True)] == [timed]
+    assert manager.collect_garbage(dry_run=True) == []  # an old id, but its objects were just written
     facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=now)
     problem = next(p for p in facts.problems if p.check == "orphan" and p.base_offset == 5)
     assert problem.severity == "warning" and problem.base_offset == 5
@@ -156,6 +174,8 @@ def test_attempt_age_rule() -> None:
     assert attempt_age_ms(keys.new_attempt_id(1_000), [], 5_000) == 4_000
     stamps = [ObjectInfo("a", 1, None, 2.0), ObjectInfo("b", 1, None, 3.5), ObjectInfo("c", 1)]
     assert attempt_age_ms("manual", stamps, 10_000) == 6_500  # the newest object counts
+    assert attempt_age_ms(keys.new_attempt_id(1_000), stamps, 10_000) == 6_500  # a write after the id
+    assert attempt_age_ms(keys.new_attempt_id(4_000), stamps, 10_000) == 6_000  # the id is newer
     assert attempt_age_ms("manual", [ObjectInfo("c", 1)], 10_000) == 0  # no time at all: new
 
 
