@@ -9,18 +9,20 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec, select_partitions
-from rlm.tiering.remote_state import RemoteState, remote_view, tiered_range
+from rlm.tiering.remote_state import RemoteState, remote_view
 
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 
 def _fetch_partition(spec: BackendSpec, topic: str, partition: int,
                      key_id: str | None) -> tuple[str, int, list[bytes], list[bytes]]:
-    """Executor side: the manifests (JSON) of the partition's incarnation (``key_id``: its root,
-    docs/topic-identity.md) and each one's uploaded entries object."""
+    """Executor side: the manifests (JSON) of what the partition's incarnation serves (``key_id``:
+    its root, docs/topic-identity.md; the store's chain, docs/cluster.md) and each one's entries
+    for the offsets it serves, encoded."""
     remote = RemoteState(spec.create(), topic, partition, key_id)
-    manifests = remote.list_manifests()
-    return topic, partition, [m.to_json() for m in manifests], [remote.entries_blob(m) for m in manifests]
+    links = remote.chain().links
+    return (topic, partition, [lk.manifest.to_json() for lk in links],
+            [b"".join(e.encode() for e in remote.link_entries(lk)) for lk in links])
 
 
 def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None = None) -> dict[str, int]:
@@ -58,13 +60,15 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
         deleted_below = Progress.load(ctx.progress_path).delete_records_offset
         ctx.progress_path.unlink(missing_ok=True)
         count = 0
-        for manifest, blob in zip(manifests, entry_blobs, strict=True):
+        for _manifest, blob in zip(manifests, entry_blobs, strict=True):
             entries: list[RemoteLogIndexEntry] = [d.entry for d in iter_entries(blob)]
             floor = ctx.family.last_offset
             kept = [e for e in entries if e.first_offset > floor]
             ctx.family.append_segment(kept)
-            count += manifest.index_entries
-        highest, start = tiered_range(manifests)
+            count += len(entries)
+        # The served range: a link may start after its manifest's base (docs/cluster.md).
+        highest = ctx.family.last_offset
+        start = ctx.family.first_offset if ctx.family.first_offset is not None else -1
         ctx.manifests = manifests
         ctx.progress = Progress(highest, start, deleted_below)
         if ctx.family.sets and start >= 0:

@@ -55,7 +55,7 @@ from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, served_progress
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.remote_state import RemoteView, remote_view, tiered_range
+from rlm.tiering.remote_state import RemoteView, remote_view
 from rlm.tiering.state import Progress, state_dir
 from rlm.tiering.visibility import partition_offsets
 
@@ -264,12 +264,13 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     plan = PartitionPlan(part.topic, part.partition)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
     remote = view.state(backend, part, retry)
-    manifests = remote.list_manifests() if view.servable else []
+    links = remote.chain().links if view.servable else ()  # what the store serves (docs/cluster.md)
     segments = list_segments(part)  # one listing: the conflict check and the ranges agree
-    if manifests and log_end_conflict(log_end_offset(segments), manifests[-1].last_offset):
-        manifests = []  # a re-created partition: the tiered records are not this log's
-    plan.manifests = manifests
-    highest, remote_start = tiered_range(manifests)
+    if links and part.topic_id is None and log_end_conflict(log_end_offset(segments), links[-1].last_offset):
+        links = ()  # a re-created partition without an id: the tiered records are not this log's
+    plan.manifests = manifests = [lk.manifest for lk in links]
+    highest = links[-1].last_offset if links else -1
+    remote_start = links[0].first_offset if links else -1
     plan.highest_tiered_offset = highest
     deleted = progress.delete_records_offset if progress is not None else -1
     ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
@@ -284,19 +285,20 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
         return not (ordered_timestamps and end is not None and e.first_timestamp >= end)
 
     local_by_key = _group_by_object(backend, read_local_entries(part.path)) if manifests else {}
-    for m in manifests:
+    for link in links:
+        m = link.manifest
         if (start is not None and m.max_timestamp < start) or (
                 ordered_timestamps and end is not None and m.first_timestamp >= end) or (
-                m.last_offset < lowest or m.base_offset > highest_visible):
+                link.last_offset < lowest or link.first_offset > highest_visible):
             plan.pruned_segments += 1
             continue
         entries = local_by_key.get(m.log.key, [])
-        if len(entries) != m.index_entries:
-            entries = remote.segment_entries(m)
+        if not link.whole or len(entries) != m.index_entries:
+            entries = remote.link_entries(link)
         ranges_ = pack_entries(entries, target_bytes, keep_entry)
         plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
         plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t,
-                                max(m.base_offset, lowest), min(m.last_offset, highest_visible),
+                                max(link.first_offset, lowest), min(link.last_offset, highest_visible),
                                 start, end, m.base_offset) for s, t in ranges_]
 
     plan.local_min_offset = max(highest + 1, lowest)

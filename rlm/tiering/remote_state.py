@@ -28,7 +28,7 @@ from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
-from rlm.tiering.lineage import LineageMarker, Link
+from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress, state_dir
 
@@ -119,6 +119,15 @@ class RemoteState:
         manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
         manifests.sort(key=lambda m: m.base_offset)
         return manifests
+
+    def chain(self, lineage: Lineage | None = None) -> Chain:
+        """What the store serves (docs/cluster.md): every manifest under the lineage markers (and
+        ``lineage``, e.g. the local leader-epoch-checkpoint), overlaps and diverged offsets left out.
+        One listing of ``manifests/`` plus one read per manifest and marker."""
+        listing = self.list_manifests_prefix()
+        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
+        lineages = [self.read_lineage_marker(key).lineage for _, key in self.lineage_marker_keys(listing)]
+        return resolve_chain(manifests, lineages + ([lineage] if lineage else []))
 
     def entries_blob(self, manifest: SegmentManifest) -> bytes:
         """The segment's uploaded entries object, as stored."""
