@@ -232,6 +232,10 @@ def served_progress(part: PartitionDir, progress: Progress,
             progress.topic_id is not None and progress.topic_id != part.topic_id) or (
             progress.dir_token is not None and read_dir_token(part.path) != progress.dir_token):
         return Progress(topic_id=part.topic_id)
+    if part.topic_id is not None:
+        # A re-created partition has a new id (caught above); a replica whose log ends below what
+        # another replica's leader tiered is normal in a cluster (docs/cluster.md).
+        return progress
     segments = list_segments(part) if segments is None else segments
     if log_end_conflict(log_end_offset(segments), progress.highest_tiered_offset) is not None:
         return Progress(topic_id=part.topic_id)
@@ -250,6 +254,8 @@ def before_pass(ctx: PartitionContext) -> None:
 def check_log_end(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> None:
     """The per-pass half of :func:`check_lineage` (no store read): a log that now ends at or below
     the highest tiered offset raises :class:`IdentityConflictError` and needs recovery again."""
+    if ctx.shared.cluster:
+        return  # a replica's log may end below what a leader tiered; epochs decide (docs/cluster.md)
     conflict = log_end_conflict(log_end_offset(segments), ctx.progress.highest_tiered_offset)
     if conflict is not None:
         ctx.identity_conflict = conflict

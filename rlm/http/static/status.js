@@ -149,8 +149,14 @@
         : el("span", { class: "ok", text: rewrites ? "OK · compacted after tiering: " + rewrites
           + (rewrites === 1 ? " segment" : " segments") : "OK" }));
 
+    // docs/cluster.md: this node's role; a follower shows who copies and how far its index lags.
+    const cluster = r.leadership_source && r.leadership_source !== "always";
+    const roleText = !cluster ? "" : r.role === "leader" ? "leader"
+      : (r.role === "follower" ? "follower of node " + r.leader : "leader unknown")
+        + (r.sync_lag_offsets ? " · index " + fmtNum(r.sync_lag_offsets) + " behind the store" : "");
     const name = el("div", { class: "name" }, r.topic, el("span", { class: "p", text: " / " + r.partition }),
-      el("span", { class: "sz", text: fmtBytes(r.remote_bytes) + " remote · " + fmtBytes(r.local_bytes) + " local" }));
+      el("span", { class: "sz", text: fmtBytes(r.remote_bytes) + " remote · " + fmtBytes(r.local_bytes) + " local" }),
+      cluster ? el("span", { class: "role", "data-role": r.role, text: roleText }) : null);
     return el("div", {
       class: "partition", "data-topic": r.topic, "data-partition": r.partition,
       "data-state": problem ? "error" : excluded ? "excluded" : lagSegs ? "lagging" : "ok",
@@ -162,6 +168,8 @@
       "data-lag-segments": lagSegs, "data-lag-age-ms": r.copy_lag_age_ms, "data-error": problem,
       "data-quarantine-file": q ? q.file : null, "data-quarantine-position": q ? q.position : null,
       "data-quarantine-cause": q ? q.cause : null,
+      "data-role": r.role || null, "data-leader": r.leader, "data-sync-lag": r.sync_lag_offsets,
+      "data-diverged-from": r.diverged_from_offset,
     }, name, el("div", {}, bar, offsets), lag, status);
   }
 
