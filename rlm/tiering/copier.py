@@ -24,11 +24,18 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import cast
 
 import crc32c
 
-from rlm.errors import CorruptIndexError, FormatError, ObjectExistsError, RlmError, StorageError
+from rlm.errors import (
+    CorruptIndexError,
+    FormatError,
+    LogDirError,
+    ObjectExistsError,
+    RlmError,
+    StorageError,
+)
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
@@ -48,7 +55,7 @@ from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
-from rlm.tiering.throttle import ThrottledReader
+from rlm.tiering.upload import upload_bytes, upload_file
 
 log = logging.getLogger(__name__)
 
@@ -208,102 +215,168 @@ def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int,
     return tuple((e.epoch, e.start_offset) for e in in_force + later)
 
 
-def _upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
-    """Upload through the shared token bucket, retrying transient errors from byte 0.
-
-    The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
-    is normally read once. Bytes read again (a retry rewinds, or a wrapper retries internally) are
-    not counted twice; only if the store read the stream out of order is the file read again.
-    """
-    shared = ctx.shared
-    size = path.stat().st_size
-    crc = 0
-    covered = 0  # the CRC covers bytes [0, covered) of the file
-    in_order = True
-    sent = 0
-    half_reached = False
-
-    def on_bytes(n: int) -> None:
-        nonlocal sent, half_reached
-        sent += n
-        shared.metrics.copy_bytes.labels(**ctx.labels).inc(n)
-        if watch_half and not half_reached and sent >= size // 2:
-            half_reached = True
-            crash_point("mid_upload")
-
-    with path.open("rb") as fh:
-
-        def on_data(data: bytes | memoryview) -> None:
-            nonlocal crc, covered, in_order
-            end = fh.tell()
-            start = end - len(data)
-            if start > covered:
-                in_order = False  # a gap: someone seeked forward
-            elif end > covered:
-                crc = crc32c.crc32c(memoryview(data)[covered - start:], crc)
-                covered = end
-
-        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data,
-                                                stop=shared.stop))
-
-        def rewind() -> None:
-            stream.seek(0)
-
-        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
-        if not in_order or covered != size:
-            fh.seek(0)
-            crc = 0
-            while chunk := fh.read(1 << 20):
-                crc = crc32c.crc32c(chunk, crc)
-    return StoredObject(key, size, crc)
-
-
-def _upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
-    ctx.shared.retry.call(lambda: ctx.shared.backend.put(key, data))
-    return StoredObject(key, len(data), crc32c.crc32c(data))
-
-
 @dataclass(slots=True)
 class PreparedSegment:
     """A pinned and scanned segment, ready to upload (steps 1–2 of the protocol; nothing durable
-    yet besides the pin, which recovery drops). :func:`prepare_segment` makes one."""
+    yet besides the pin, which recovery drops). :func:`prepare_segment` makes one.
+
+    ``source_position`` is set for a partial copy (docs/cluster-copy.md): the pinned ``.log`` is
+    then the tail of the segment file from that byte, and ``scanned`` describes the tail only.
+    """
 
     segment: SegmentFiles
     attempt: str
     pin_dir: Path
     pinned: dict[str, Path]
     scanned: ScannedSegment
+    source_position: int | None = None
+
+    @property
+    def base_offset(self) -> int:
+        """The base offset the copy is named by: the segment file's, or for a partial copy the
+        first uploaded batch's (a whole segment keeps its file base even when compaction left its
+        first batch above it)."""
+        if self.source_position is None or not self.scanned.batches:
+            return self.segment.base_offset
+        return self.scanned.batches[0].base_offset
 
     def discard(self) -> None:
         shutil.rmtree(self.pin_dir, ignore_errors=True)
 
 
-def prepare_segment(ctx: PartitionContext, segment: SegmentFiles) -> PreparedSegment:
+def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) -> tuple[int, FileVersion]:
+    """Replace the pinned ``.log`` by its tail from the first batch whose base offset is at least
+    ``from_offset``; return that byte position and the version of the segment file.
+
+    The tail is written to a new file in the pin dir (the broker's file, hard-linked there, is only
+    read). A batch holding ``from_offset - 1`` and ``from_offset`` both means this replica's batches
+    are not the ones that were tiered: :class:`LogDirError`, never a silent skip. Framing errors
+    before the cut quarantine the segment like any corrupt segment.
+    """
+    highest = from_offset - 1
+    src = pinned[keys.LOG]
+    with src.open("rb") as fh:
+        version = fstat_version(fh.fileno())
+        size = fh.seek(0, 2)
+        if size == 0:
+            raise SegmentQuarantined("rolled segment's .log is empty (0 bytes)", cause="empty",
+                                     file=segment.log, position=0, version=version)
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            position = size
+            try:
+                for batch in iter_batches(buf, verify_crc=False):
+                    if batch.base_offset > highest:
+                        position = batch.position
+                        break
+                    if batch.last_offset > highest:
+                        raise LogDirError(
+                            f"batch {batch.base_offset}-{batch.last_offset} holds both the highest tiered "
+                            f"offset {highest} and the offsets after it: this replica's batches are not "
+                            "the ones that were tiered (the lineages disagree); not copying from it",
+                            file=segment.log, position=batch.position, offset=batch.base_offset)
+            except FormatError as err:
+                raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=segment.log,
+                                         position=err.position, offset=err.offset, version=version) from err
+            tail = src.with_name(src.name + ".tail")
+            with tail.open("wb") as out:
+                out.write(buf[position:])
+    os.replace(tail, src)  # a new inode: the hard link to the broker's file is dropped, not written
+    return position, version
+
+
+def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], scanned: ScannedSegment) -> None:
+    """``.index`` / ``.timeindex`` for the uploaded tail, rebuilt as Kafka's ``recover`` would for a
+    segment holding exactly those batches (the broker's indexes describe the whole file)."""
+    if not scanned.batches:
+        return
+    built = rebuild_indexes(scanned.batches[0].base_offset, scanned.batches, ctx.shared.index_interval_bytes)
+    for (role, _), data in zip(_INDEX_ROLES, built, strict=True):
+        target = pinned[keys.LOG].with_name(role)
+        tmp = target.with_name(target.name + ".rebuilt")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)  # replaces the pinned hard link (if any): the broker's file is untouched
+        pinned[role] = target
+
+
+def prepare_segment(ctx: PartitionContext, segment: SegmentFiles,
+                    from_offset: int | None = None) -> PreparedSegment:
     """Pin and scan one segment. The manager runs this for the next segment while the current one
     uploads, so the CRC-verifying scan overlaps the network instead of adding to it.
 
-    Raises :class:`SegmentVanished` or :class:`SegmentQuarantined` (the pin is then dropped).
+    ``from_offset`` above the segment's base makes a partial copy (docs/cluster-copy.md): only the
+    batches from the first one with base offset ≥ ``from_offset`` are scanned and uploaded, with
+    indexes rebuilt for them. Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or
+    :class:`LogDirError` (a batch straddles ``from_offset``); the pin is then dropped.
     """
     attempt = keys.new_attempt_id(ctx.shared.clock_ms())
     pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
     pinned = pin(segment, ctx.part.path, pin_dir)
     crash_point("after_pin")
+    position: int | None = None
     try:
+        version = None
+        if from_offset is not None and from_offset > segment.base_offset:
+            position, version = _cut_tail(segment, pinned, from_offset)
         try:
-            scanned = scan(pinned[keys.LOG])
+            if position is not None and pinned[keys.LOG].stat().st_size == 0:
+                scanned = ScannedSegment([], 0, 0)  # no batch at or above from_offset: nothing to copy
+            else:
+                scanned = scan(pinned[keys.LOG])
         except SegmentQuarantined as err:
-            raise err.in_file(segment.log) from err  # name the broker's file, not the pin
-        check_indexes(ctx, segment, pinned, scanned)
+            named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
+            if version is not None:
+                cast(SegmentQuarantined, named).version = version  # the quarantine follows the broker's file
+            raise named from err
+        if position is None:
+            check_indexes(ctx, segment, pinned, scanned)
+        else:
+            _tail_indexes(ctx, pinned, scanned)
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
         raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned)
+    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position)
 
 
-def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
-                 prepared: PreparedSegment | None = None) -> CopyResult | None:
-    """Copy one rolled segment; None when it holds no batch (an empty .log is quarantined by the
-    scan instead, docs/broker-files.md, so this is defensive).
+def _describe(m: SegmentManifest) -> str:
+    """What a conflict message compares: offsets, size, checksum and leader epochs of a segment."""
+    epochs = ", ".join(f"{e}@{o}" for e, o in m.leader_epochs) or "none"
+    return (f"offsets {m.base_offset}-{m.last_offset}, {m.size_bytes} bytes, log CRC-32C "
+            f"{m.log.crc32c:#010x}, leader epochs [{epochs}], attempt {m.attempt_id}")
+
+
+def _commit(ctx: PartitionContext, manifest: SegmentManifest, objects: dict[str, StoredObject],
+            entries: list[RemoteLogIndexEntry]) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
+    """Create the manifest only if absent (the commit); ``(manifest, entries, adopted)``.
+
+    When another attempt (e.g. the sidecar of another replica) committed the same bytes first, its
+    manifest is adopted and this attempt's objects deleted; a different segment at that base is a
+    :class:`StorageError` saying what differs.
+    """
+    shared = ctx.shared
+    manifest_key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    try:
+        put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)
+        return manifest, entries, False
+    except ObjectExistsError:
+        remote = of_context(ctx)
+        existing = remote.read_manifest(manifest_key)
+    if not existing.same_segment_as(manifest):
+        raise StorageError(
+            f"remote already holds a different segment at base offset {manifest.base_offset} "
+            f"(remote: {_describe(existing)}; local: {_describe(manifest)})", file=manifest_key)
+    shared.backend.delete_many(o.key for o in objects.values())
+    log.info("%s-%d: segment %d-%d was already tiered by another sidecar (attempt %s); dropped this "
+             "node's duplicate upload (attempt %s, %d bytes)", ctx.topic, ctx.partition,
+             existing.base_offset, existing.last_offset, existing.attempt_id, manifest.attempt_id,
+             sum(o.size for o in objects.values()))
+    return existing, remote.segment_entries(existing), True
+
+
+def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: PreparedSegment | None = None,
+                 from_offset: int | None = None) -> CopyResult | None:
+    """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
+    it holds no batch to copy (an empty .log is quarantined by the scan instead,
+    docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
     consumed (its pin dropped) either way. Raises :class:`SegmentVanished`,
@@ -312,70 +385,59 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles,
     """
     shared = ctx.shared
     started = time.monotonic()
-    prep = prepared if prepared is not None else prepare_segment(ctx, segment)
+    prep = prepared if prepared is not None else prepare_segment(ctx, segment, from_offset)
     attempt, pinned, scanned = prep.attempt, prep.pinned, prep.scanned
+    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
+    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
+    # partial copy is named by its first batch (docs/cluster-copy.md).
+    base = prep.base_offset
     try:
         if not scanned.batches:
             return None
         first, last = scanned.batches[0], scanned.batches[-1]
 
         def key(name: str) -> str:
-            return keys.data_key(ctx.topic, ctx.partition, segment.base_offset, attempt, name, ctx.key_id)
+            return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
         log_key = key(keys.LOG)
         entries = build_entries(scanned.batches, object_url=shared.backend.url(log_key),
                                 index_entry_bytes=shared.settings.index_entry_bytes)
         entries_blob = b"".join(e.encode() for e in entries)
 
-        ctx.journal.append("COPY_STARTED", segment.base_offset, attempt)
+        ctx.journal.append("COPY_STARTED", base, attempt)
         ctx.in_flight.add(attempt)
         crash_point("after_journal_start")
         objects: dict[str, StoredObject] = {}
         with shared.upload_slots:
-            objects["log"] = _upload_file(ctx, log_key, pinned[keys.LOG], watch_half=True)
+            objects["log"] = upload_file(ctx, log_key, pinned[keys.LOG], watch_half=True)
             for role, name in ((keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"),
                                (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"),
                                (keys.PRODUCER_SNAPSHOT, "producer_snapshot")):
                 if role in pinned:
-                    objects[name] = _upload_file(ctx, key(role), pinned[role])
-            objects[keys.REMOTE_LOG_INDEX] = _upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), entries_blob)
+                    objects[name] = upload_file(ctx, key(role), pinned[role])
+            objects[keys.REMOTE_LOG_INDEX] = upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), entries_blob)
         if objects["log"].crc32c != scanned.crc32c:
             raise StorageError("segment changed while it was uploaded (CRC-32C differs)",
-                               file=pinned[keys.LOG], offset=segment.base_offset)
+                               file=pinned[keys.LOG], offset=base)
         crash_point("after_data")
 
         manifest = SegmentManifest(
-            # The segment's base (its file name), not its first batch's: they differ after
-            # compaction, and keys, journal, retention and GC all name a segment by this base.
-            topic=ctx.topic, partition=ctx.partition, base_offset=segment.base_offset,
-            last_offset=last.last_offset,
+            topic=ctx.topic, partition=ctx.partition, base_offset=base, last_offset=last.last_offset,
             first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
             max_timestamp=max(b.max_timestamp for b in scanned.batches),
             size_bytes=scanned.size, record_batches=len(scanned.batches), index_entries=len(entries),
             attempt_id=attempt, created_ms=shared.clock_ms(), objects=objects,
             leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset,
                                          last.last_offset),
+            source_base_offset=segment.base_offset if prep.source_position is not None else None,
+            source_position=prep.source_position,
         )
-        manifest_key = keys.manifest_key(ctx.topic, ctx.partition, segment.base_offset, ctx.key_id)
-        adopted = False
-        try:
-            put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)
-        except ObjectExistsError:
-            # Another attempt committed this segment first (e.g. a sidecar on another replica).
-            remote = of_context(ctx)
-            existing = remote.read_manifest(manifest_key)
-            if not existing.same_segment_as(manifest):
-                raise StorageError(
-                    f"remote already holds a different segment at base offset {segment.base_offset} "
-                    f"(last offset {existing.last_offset}, {existing.size_bytes} bytes; local has "
-                    f"{manifest.last_offset}, {manifest.size_bytes} bytes)", file=manifest_key) from None
-            shared.backend.delete_many(o.key for o in objects.values())
-            manifest, entries, adopted = existing, remote.segment_entries(existing), True
+        manifest, entries, adopted = _commit(ctx, manifest, objects, entries)
         crash_point("after_manifest")
 
         ctx.family.append_segment(entries)
         crash_point("before_journal_finish")
-        ctx.journal.append("COPY_FINISHED", segment.base_offset, attempt)
+        ctx.journal.append("COPY_FINISHED", base, attempt)
         ctx.in_flight.discard(attempt)
         shared.metrics.copy_requests.labels(**ctx.labels).inc()
         shared.metrics.copy_seconds.labels(**ctx.labels).observe(time.monotonic() - started)

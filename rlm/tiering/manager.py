@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
@@ -62,6 +62,15 @@ from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 
 log = logging.getLogger(__name__)
+
+
+class PendingSegment(NamedTuple):
+    """A segment waiting to be tiered: its next segment's base (exclusive end of its offsets) and
+    the offset it is copied from (its base, or above it for a partial copy)."""
+
+    segment: SegmentFiles
+    next_base: int
+    from_offset: int
 
 
 @dataclass
@@ -225,9 +234,12 @@ class RemoteLogManager:
         return apply_retention(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
-                 progress: Progress | None = None) -> list[tuple[SegmentFiles, int]]:
-        """Eligible segments not yet tiered, with each one's next base offset (a segment wholly
-        below the DeleteRecords point is deleted data: never copied)."""
+                 progress: Progress | None = None) -> list[PendingSegment]:
+        """Eligible segments not yet tiered: each with its next base offset and the offset to copy
+        from — its base, or the highest tiered offset + 1 for a segment that straddles it (a
+        replica that rolled elsewhere than the one whose sidecar tiered so far: only its tail is
+        copied, docs/cluster-copy.md). A segment wholly below the DeleteRecords point is deleted
+        data: never copied."""
         state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
         eligible = eligible_segments(segments, state, self.settings.log.eligibility)
         bases = [s.base_offset for s in segments]
@@ -240,16 +252,11 @@ class RemoteLogManager:
                 continue  # already remote, or deleted by DeleteRecords
             if seg.base_offset <= highest and self.policy_for(ctx.part).compacted:
                 continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
-            if seg.base_offset <= highest:
-                raise RlmError(
-                    f"segment {seg.base_offset}-{next_base - 1} overlaps the tiered offsets (highest "
-                    f"{highest}): the log was truncated or rewritten below what was tiered; "
-                    "not copying it", file=seg.log, offset=seg.base_offset)
-            pending.append((seg, next_base))
+            pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
         return pending
 
     def _waiting(self, ctx: PartitionContext, segments: list[SegmentFiles],
-                 progress: Progress | None = None) -> tuple[list[tuple[SegmentFiles, int]], str | None]:
+                 progress: Progress | None = None) -> tuple[list[PendingSegment], str | None]:
         """:meth:`_pending`, or when it refuses, every eligible segment above the highest tiered
         offset with the reason: a partition that cannot be tiered shows its real lag and error."""
         try:
@@ -260,7 +267,8 @@ class RemoteLogManager:
             bases = [s.base_offset for s in segments]
             waiting = [(seg, bases[bases.index(seg.base_offset) + 1])
                        for seg in eligible_segments(segments, state, self.settings.log.eligibility)]
-            return [(seg, nxt) for seg, nxt in waiting if nxt - 1 > highest], str(err)
+            return [PendingSegment(seg, nxt, max(seg.base_offset, highest + 1)) for seg, nxt in waiting
+                    if nxt - 1 > highest], str(err)
 
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
         m = self.shared.metrics
@@ -270,9 +278,9 @@ class RemoteLogManager:
         pending = self._pending(ctx, segments)
         self._publish_lag(ctx, pending)
         if pending and ctx.progress.highest_tiered_offset >= 0 and (
-                pending[0][0].base_offset > ctx.progress.highest_tiered_offset + 1):
+                pending[0].from_offset > ctx.progress.highest_tiered_offset + 1):
             log.warning("%s: offsets %d-%d were deleted locally before they were tiered", ctx.part.name,
-                        ctx.progress.highest_tiered_offset + 1, pending[0][0].base_offset - 1)
+                        ctx.progress.highest_tiered_offset + 1, pending[0].from_offset - 1)
             m.skipped_deleted.labels(**ctx.labels).inc()
         # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
         # current one uploads: the scan overlaps the network instead of adding to it.
@@ -280,7 +288,7 @@ class RemoteLogManager:
                    if len(pending) > 1 else None)
         ahead: concurrent.futures.Future[PreparedSegment] | None = None
         try:
-            for index, (seg, _next_base) in enumerate(pending):
+            for index, (seg, _next_base, from_offset) in enumerate(pending):
                 # A quarantined segment stops its partition: tiering past it would leave a gap.
                 if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
                     break
@@ -288,10 +296,11 @@ class RemoteLogManager:
                     break  # leadership moved: the new leader continues from what is committed
                 current, ahead = ahead, None
                 if current is None and scanner is not None:  # FIFO: pinned before the next one
-                    current = scanner.submit(prepare_segment, ctx, seg)
+                    current = scanner.submit(prepare_segment, ctx, seg, from_offset)
                 if scanner is not None and index + 1 < len(pending):
-                    ahead = scanner.submit(prepare_segment, ctx, pending[index + 1][0])
-                if not self._copy_one(ctx, result, seg, current):
+                    ahead = scanner.submit(prepare_segment, ctx, pending[index + 1].segment,
+                                           pending[index + 1].from_offset)
+                if not self._copy_one(ctx, result, seg, current, from_offset):
                     break
                 self._publish_lag(ctx, pending[index + 1:])
         finally:
@@ -302,12 +311,14 @@ class RemoteLogManager:
                 scanner.shutdown(wait=True)
 
     def _copy_one(self, ctx: PartitionContext, result: PassResult, seg: SegmentFiles,
-                  prepared: concurrent.futures.Future[PreparedSegment] | None) -> bool:
-        """Copy one segment; False when it was quarantined (the partition's pass stops there)."""
+                  prepared: concurrent.futures.Future[PreparedSegment] | None, from_offset: int) -> bool:
+        """Copy one segment from ``from_offset``; False when it was quarantined (the partition's
+        pass stops there)."""
         m = self.shared.metrics
         try:
             with self.watchdog.watch(ctx, seg):
-                copied = copy_segment(ctx, seg, prepared.result() if prepared is not None else None)
+                copied = copy_segment(ctx, seg, prepared.result() if prepared is not None else None,
+                                      from_offset)
         except SegmentVanished as err:
             log.warning("%s", err)
             m.skipped_deleted.labels(**ctx.labels).inc()
@@ -329,13 +340,14 @@ class RemoteLogManager:
             if ctx.progress.remote_log_start_offset < 0:
                 ctx.progress.remote_log_start_offset = copied.manifest.base_offset
             ctx.save_progress()
-            result.copied.append(seg.base_offset)
+            result.copied.append(copied.manifest.base_offset)
             result.copied_bytes += copied.manifest.size_bytes
         return True
 
-    def _publish_lag(self, ctx: PartitionContext, pending: list[tuple[SegmentFiles, int]]) -> None:
-        self.shared.metrics.copy_lag_segments.labels(**ctx.labels).set(len(pending))
-        self.shared.metrics.copy_lag_bytes.labels(**ctx.labels).set(sum(s.size for s, _ in pending))
+    def _publish_lag(self, ctx: PartitionContext, pending: list[PendingSegment]) -> None:
+        m = self.shared.metrics
+        m.copy_lag_segments.labels(**ctx.labels).set(len(pending))
+        m.copy_lag_bytes.labels(**ctx.labels).set(sum(p.segment.size for p in pending))
 
     def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
                  gc: bool = True) -> list[PassResult]:
@@ -458,7 +470,7 @@ class RemoteLogManager:
             "remote_segments": 0 if conflict else len(ctx.manifests),
             "remote_bytes": 0 if conflict else ctx.remote_bytes,
             "copy_lag_segments": len(pending),
-            "copy_lag_bytes": sum(s.size for s, _ in pending),
+            "copy_lag_bytes": sum(p.segment.size for p in pending),
             "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
             # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
             "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],

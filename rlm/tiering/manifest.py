@@ -22,6 +22,8 @@ _INT_FIELDS = ("partition", "base_offset", "last_offset", "first_timestamp", "ma
 _NON_NEGATIVE = frozenset(("partition", "base_offset", "last_offset", "size_bytes", "record_batches",
                            "index_entries"))
 _OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
+#: Present only in the manifest of a partial copy (docs/cluster-copy.md); absent in older manifests.
+_OPTIONAL_NON_NEGATIVE = ("source_base_offset", "source_position")
 
 
 def _is_int(value: Any) -> bool:
@@ -43,6 +45,9 @@ def _check_fields(doc: dict[str, Any], key: str) -> None:
         if not _is_int(value) or (name in _NON_NEGATIVE and value < 0):
             raise bad(name, value, "must be a non-negative integer" if name in _NON_NEGATIVE else
                       "must be an integer")
+    for name in _OPTIONAL_NON_NEGATIVE:
+        if name in doc and (not _is_int(doc[name]) or doc[name] < 0):
+            raise bad(name, doc[name], "must be a non-negative integer when present")
     objects = doc.get("objects")
     if not isinstance(objects, dict) or "log" not in objects:
         raise bad("objects", objects, "must be an object with a 'log' entry")
@@ -73,6 +78,14 @@ class SegmentManifest:
     first batch's base timestamp (-1 for magic 0/1), ``max_timestamp`` the largest batch max
     timestamp; ``leader_epochs`` are the ``(epoch, start_offset)`` entries of the partition's
     leader-epoch cache that apply to the segment's offsets.
+
+    A *partial copy* (docs/cluster-copy.md) uploads only the tail of a local segment file: the
+    batches above the highest offset another replica's sidecar had tiered. Its ``base_offset`` is
+    then the first uploaded batch's base offset (keys, journal and chain name it by that), and two
+    more fields say where the bytes came from: ``source_base_offset``, the base offset of the local
+    segment file (its name), and ``source_position``, the byte position in that file where the
+    uploaded ``.log`` object starts. Both are None (absent from the JSON) for a whole-segment copy
+    and in manifests written before partial copies existed.
     """
 
     topic: str
@@ -88,12 +101,19 @@ class SegmentManifest:
     created_ms: int
     objects: dict[str, StoredObject]
     leader_epochs: tuple[tuple[int, int], ...] = ()
+    source_base_offset: int | None = None
+    source_position: int | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def log(self) -> StoredObject:
         return self.objects["log"]
+
+    @property
+    def partial(self) -> bool:
+        """True when the ``.log`` object is a tail of a local segment file (see the class doc)."""
+        return self.source_position is not None
 
     @property
     def next_offset(self) -> int:
@@ -111,6 +131,9 @@ class SegmentManifest:
         doc = asdict(self)
         doc.pop("extra")
         doc["leader_epochs"] = [list(e) for e in self.leader_epochs]
+        for name in _OPTIONAL_NON_NEGATIVE:
+            if doc[name] is None:
+                del doc[name]  # a whole-segment copy: the manifest reads as before partial copies
         doc.update(self.extra)
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlm.logdir.scan import SegmentFiles
 
 __all__ = ["eligible_end", "lag_age_ms"]
 
 
 def eligible_end(highest_tiered: int, local_start: int | None,
-                 pending: list[tuple[SegmentFiles, int]]) -> int | None:
+                 pending: Sequence[tuple[SegmentFiles, int, int]]) -> int | None:
     """Exclusive end of the offsets eligible for tiering: the next base after the newest pending
     segment; with nothing pending, everything eligible is already remote (highest tiered + 1)."""
     if pending:
@@ -18,7 +20,7 @@ def eligible_end(highest_tiered: int, local_start: int | None,
     return local_start
 
 
-def lag_age_ms(pending: list[tuple[SegmentFiles, int]], now_ms: int) -> int:
+def lag_age_ms(pending: Sequence[tuple[SegmentFiles, int, int]], now_ms: int) -> int:
     """How long the oldest pending segment has waited (ms): now − its ``.log`` mtime; 0 when none."""
     if not pending:
         return 0

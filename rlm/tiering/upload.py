@@ -1,0 +1,71 @@
+"""Uploads of one copy attempt's objects (step 3 of :mod:`rlm.tiering.copier`): through the shared
+token bucket and upload retry policy, each object's CRC-32C computed as it is streamed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO, cast
+
+import crc32c
+
+from rlm.tiering.crash import crash_point
+from rlm.tiering.manifest import StoredObject
+from rlm.tiering.state import PartitionContext
+from rlm.tiering.throttle import ThrottledReader
+
+__all__ = ["upload_bytes", "upload_file"]
+
+
+def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
+    """Upload through the shared token bucket, retrying transient errors from byte 0.
+
+    The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
+    is normally read once. Bytes read again (a retry rewinds, or a wrapper retries internally) are
+    not counted twice; only if the store read the stream out of order is the file read again.
+    """
+    shared = ctx.shared
+    size = path.stat().st_size
+    crc = 0
+    covered = 0  # the CRC covers bytes [0, covered) of the file
+    in_order = True
+    sent = 0
+    half_reached = False
+
+    def on_bytes(n: int) -> None:
+        nonlocal sent, half_reached
+        sent += n
+        shared.metrics.copy_bytes.labels(**ctx.labels).inc(n)
+        if watch_half and not half_reached and sent >= size // 2:
+            half_reached = True
+            crash_point("mid_upload")
+
+    with path.open("rb") as fh:
+
+        def on_data(data: bytes | memoryview) -> None:
+            nonlocal crc, covered, in_order
+            end = fh.tell()
+            start = end - len(data)
+            if start > covered:
+                in_order = False  # a gap: someone seeked forward
+            elif end > covered:
+                crc = crc32c.crc32c(memoryview(data)[covered - start:], crc)
+                covered = end
+
+        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data,
+                                                stop=shared.stop))
+
+        def rewind() -> None:
+            stream.seek(0)
+
+        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
+        if not in_order or covered != size:
+            fh.seek(0)
+            crc = 0
+            while chunk := fh.read(1 << 20):
+                crc = crc32c.crc32c(chunk, crc)
+    return StoredObject(key, size, crc)
+
+
+def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
+    ctx.shared.retry.call(lambda: ctx.shared.backend.put(key, data))
+    return StoredObject(key, len(data), crc32c.crc32c(data))
