@@ -21,6 +21,7 @@ from rlm.formats import naming
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
 from rlm.logdir.scan import (
+    SegmentFiles,
     discover_partitions,
     eligible_segments,
     list_segments,
@@ -139,6 +140,22 @@ class StoreCheck:
         return [m["base_offset"] for m in self.partitions[name].manifests]
 
 
+def local_batches(segments: list[SegmentFiles], first: int, last: int) -> bytes | None:
+    """The bytes of the local batches with base offsets in ``[first, last]``, or None unless they
+    end exactly at ``last`` and none of the range was deleted locally."""
+    out, covered_from, end = bytearray(), None, -1
+    for seg in segments:
+        data = seg.log.read_bytes()
+        for b in iter_batches(data):
+            if first <= b.base_offset <= last:
+                covered_from = b.base_offset if covered_from is None else covered_from
+                out += data[b.position:b.end_position]
+                end = b.last_offset
+    if covered_from is None or end != last or segments[0].base_offset > first:
+        return None
+    return bytes(out)
+
+
 def _manifests(backend: StorageBackend, root: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for info in backend.list(f"{root}manifests/"):
@@ -171,7 +188,6 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
         if naming.is_internal_topic(part.topic) or part.topic in not_tiered:
             eligible = []  # Kafka's internal logs are never tiered: nothing may be remote
         pc.eligible_bases = [s.base_offset for s in eligible]
-        by_base = {s.base_offset: s for s in segments}
 
         # Remote: manifests parse, name their own base, and every object they name exists.
         remote_entries: list[RemoteLogIndexEntry] = []
@@ -202,9 +218,10 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
             assert entries[0].first_offset >= doc["base_offset"]
             assert entries[-1].last_offset == doc["last_offset"]
             if deep:
-                local = by_base.get(doc["base_offset"])
+                # The local log's batches of the same offsets (wherever this replica rolled).
+                local = local_batches(segments, doc["base_offset"], doc["last_offset"])
                 if local is not None:
-                    assert backend.read(log_key) == local.log.read_bytes(), f"{key}: bytes differ"
+                    assert backend.read(log_key) == local, f"{key}: bytes differ"
                 for e in entries:
                     start, end = e.byte_range
                     batches = list(iter_batches(backend.read(log_key, start, end)))
