@@ -12,6 +12,11 @@ Order is what makes it crash-safe:
 
 A crash anywhere converges on restart (:mod:`rlm.tiering.recovery`). Crash points
 (:mod:`rlm.tiering.crash`) mark each step for the crash tests.
+
+A segment that straddles the highest tiered offset (a replica that rolled elsewhere than the one
+whose sidecar tiered so far) is copied *partially*: step 2 cuts the pinned ``.log`` at the first
+batch above it and rebuilds the indexes for that tail; the copy is then named by that batch's
+base offset (docs/cluster-copy.md).
 """
 
 from __future__ import annotations

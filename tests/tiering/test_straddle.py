@@ -26,14 +26,16 @@ from rlm.errors import FormatError, StorageError
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.formats.segment_index import rebuild_indexes
+from rlm.jobs.verify_local import check_compaction
 from rlm.logdir.indexcheck import parse_checked
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.scan import SegmentFiles, discover_partitions, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.tiering.copier import copy_segment
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.recovery import recover
 from tests.tiering.helpers import assert_manifests_complete, check_store, rlm_cli, write_config
@@ -283,6 +285,41 @@ def test_a_duplicate_upload_is_dropped_and_logged(tmp_path: Path, caplog: pytest
     assert assert_manifests_complete(cluster.backend) == set()
     for d in logs:
         check_store([d], cluster.backend, deep=True)
+
+
+def _compaction_findings(cfg: Path, manifests: list[SegmentManifest]) -> list[tuple[str, int | None]]:
+    settings = load_settings(cfg)
+    part = discover_partitions(settings.log.dirs)[0]
+    policy = TopicPolicyResolver(settings).policy(TOPIC)
+    return [(p.severity, p.base_offset) for p in check_compaction(part, manifests, policy)]
+
+
+def test_verify_tells_a_replica_rolled_elsewhere_from_a_rewrite(tmp_path: Path) -> None:
+    """``rlm verify``'s compaction check: other roll points (and a partial copy, and local
+    retention cutting a tiered segment) are no rewrite; batches missing locally are one."""
+    cluster = _cluster(tmp_path)
+    tier_replica_a(cluster)
+    part_b = write_replica(tmp_path / "b", ROLLS_B)
+    cfg_b = cluster.config("b", tmp_path / "b")
+    assert cluster.manager(cfg_b).run_once()[0].error is None
+    manifests = cluster.manifests()
+    assert _compaction_findings(cfg_b, manifests) == []
+    # Local retention removed B's first two segments: A's tiered 100-149 now begins before B's log.
+    for seg in list_segments(part_b)[:2]:
+        for path in (seg.log, seg.index, seg.time_index):
+            assert path is not None
+            path.unlink()
+    assert _compaction_findings(cfg_b, manifests) == []
+
+    # The cleaner drops a batch of the segment holding 125-219: the tiers now disagree there.
+    seg = _segment(part_b, first_offset(25))
+    data = seg.log.read_bytes()
+    dropped = next(b for b in iter_batches(data) if b.base_offset == first_offset(33))
+    seg.log.write_bytes(data[:dropped.position] + data[dropped.end_position:])
+    assert seg.index is not None and seg.time_index is not None
+    seg.index.unlink()
+    seg.time_index.unlink()
+    assert _compaction_findings(cfg_b, manifests) == [("error", first_offset(25))]
 
 
 # --- crash safety of a partial copy (a real `rlm run --once`, SIGKILLed at each crash point) -------
