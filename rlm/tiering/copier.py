@@ -282,9 +282,10 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
             except FormatError as err:
                 raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=segment.log,
                                          position=err.position, offset=err.offset, version=version) from err
-            tail = src.with_name(src.name + ".tail")
-            with tail.open("wb") as out:
-                out.write(buf[position:])
+        tail = src.with_name(src.name + ".tail")
+        fh.seek(position)
+        with tail.open("wb") as out:
+            shutil.copyfileobj(fh, out, 1 << 20)  # streamed: a segment may be 1 GiB
     os.replace(tail, src)  # a new inode: the hard link to the broker's file is dropped, not written
     return position, version
 

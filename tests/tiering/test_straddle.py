@@ -232,7 +232,33 @@ def test_a_batch_across_the_highest_tiered_offset_is_refused(tmp_path: Path) -> 
     assert {i.key for i in cluster.backend.list("")} == before  # nothing uploaded
     row = mgr.status()[0]
     assert row["last_error"] == result.error and row["copy_lag_segments"] == 2
+    assert (tmp_path / "c.rlm-state").is_dir()
     assert not list((tmp_path / "c.rlm-state").rglob("*.log*"))  # no pin left behind
+
+
+def test_a_corrupt_tail_is_quarantined_as_the_brokers_file(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    cluster = _cluster(tmp_path)
+    tier_replica_a(cluster)
+    part_b = write_replica(tmp_path / "b", ROLLS_B)
+    seg = part_b / f"{first_offset(25):020d}.log"
+    data = bytearray(seg.read_bytes())
+    bad = next(b for b in iter_batches(bytes(data)) if b.base_offset == first_offset(36))
+    data[bad.end_position - 3] ^= 0xFF  # a record byte: the batch CRC no longer matches
+    seg.write_bytes(bytes(data))
+    before = {i.key for i in cluster.backend.list("")}
+    cfg = cluster.config("b", tmp_path / "b")
+    for n in range(2):  # the quarantine holds (is not lifted) while the broker's file is unchanged
+        mgr = cluster.manager(cfg)
+        result = mgr.run_once()[0]
+        assert result.copied == []
+        if n == 0:
+            assert result.error is not None and result.error.startswith("quarantined:")
+        q = mgr.status()[0]["quarantine"]
+        assert [(x["base_offset"], x["file"], x["position"], x["cause"]) for x in q] == [
+            (first_offset(25), str(seg), bad.position, "corrupt")]
+    assert not [r for r in caplog.records if "lifting its quarantine" in r.getMessage()]
+    assert {i.key for i in cluster.backend.list("")} == before
 
 
 def _segment(part: Path, base: int) -> SegmentFiles:
@@ -326,7 +352,8 @@ def test_verify_tells_a_replica_rolled_elsewhere_from_a_rewrite(tmp_path: Path) 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("point", ["after_pin", "after_data", "after_manifest", "mid_local_append"])
+@pytest.mark.parametrize("point", ["after_pin", "mid_upload", "after_data", "after_manifest",
+                                   "mid_local_append"])
 def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point: str) -> None:
     cluster = _cluster(tmp_path)
     tier_replica_a(cluster)
