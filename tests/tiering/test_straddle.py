@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import shutil
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pytest
 
 from rlm.config import Settings, load_settings
 from rlm.errors import FormatError, StorageError
+from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.formats.segment_index import rebuild_indexes
@@ -357,11 +357,23 @@ def test_verify_tells_a_replica_rolled_elsewhere_from_a_rewrite(tmp_path: Path) 
 def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point: str) -> None:
     cluster = _cluster(tmp_path)
     tier_replica_a(cluster)
-    part_b = write_replica(tmp_path / "b", ROLLS_B)
+    # B's sidecar first learns the store's state (its index family catches up with A's segments)
+    # while nothing of B's is committed yet; then the high watermark moves and the copy is killed.
+    part_b = write_replica(tmp_path / "b", ROLLS_B, hw_batch=30)
     cfg = cluster.config("b", tmp_path / "b", index_entry_bytes=512)
+    assert rlm_cli("run", "--config", cfg, "--once").returncode == 0
+    (tmp_path / "b" / "replication-offset-checkpoint").write_text(
+        format_offset_checkpoint({(TOPIC, 0): first_offset(BATCHES)}))
     proc = rlm_cli("run", "--config", cfg, "--once", env={"RLM_CRASH_AT": f"{point}:1"})
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
-    assert assert_manifests_complete(cluster.backend) is not None  # no visible segment without data
+    orphans = assert_manifests_complete(cluster.backend)  # no visible segment without its data
+    bases = [m.base_offset for m in cluster.manifests()]
+    if point in ("after_manifest", "mid_local_append"):  # killed in the partial copy, after its commit
+        assert bases == [0, 50, 100, first_offset(30)]
+    else:
+        assert bases == [0, 50, 100]
+    if point == "after_data":
+        assert orphans and all(f"/data/{first_offset(30):020d}-" in k for k in orphans)
 
     proc = rlm_cli("run", "--config", cfg, "--once")
     assert proc.returncode == 0, proc.stderr
@@ -375,7 +387,6 @@ def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point:
     reference = batch_bytes(part_b)
     assert all(data == reference[o - o % PER_BATCH] for o, data in fetched.items())
     assert not any(p.name.endswith(".tail") for p in tmp_path.rglob("*"))
-    shutil.rmtree(tmp_path / "b.rlm-state", ignore_errors=True)
 
 
 # --- the manifest fields ----------------------------------------------------------------------------
