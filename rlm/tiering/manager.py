@@ -118,9 +118,10 @@ class RemoteLogManager:
         self.policies = TopicPolicyResolver(settings)
         self.policy_metrics = PolicyMetrics(self.shared.metrics.registry)
         # One KRaft reader: leadership reads the image the policy resolver polls (docs/cluster.md).
-        self.roles = Roles(leadership_source(settings, image=lambda: self.policies.image,
-                                             refresh_image=self.policies.refresh),
-                           self.shared.metrics.registry)
+        shared = self.policies.follow and self.policies.metadata_dir is not None
+        source = leadership_source(settings, image=(lambda: self.policies.image) if shared else None,
+                                   refresh_image=self.policies.refresh if shared else None)
+        self.roles = Roles(source, self.shared.metrics.registry)
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
@@ -132,6 +133,8 @@ class RemoteLogManager:
         rlm tiers and the ones it leaves alone (with the policy saying why). Re-reads what is new
         in the KRaft metadata log first and publishes the policy metrics."""
         self.policies.refresh()
+        if self.roles.cluster:
+            self.roles.refresh()  # who leads what: re-read with the pass (docs/cluster.md)
         tiered, excluded, policies = self.policies.classify(discover_partitions(self.settings.log.dirs))
         with self._registry_lock:
             self._policy = policies
@@ -198,7 +201,7 @@ class RemoteLogManager:
             identity.before_pass(ctx)
             leader = self.roles.of(ctx).role == "leader"
             if not ctx.recovered:
-                recover(ctx, leader=leader)
+                self.roles.note(ctx, recover(ctx, leader=leader))
             elif self.roles.cluster:  # other sidecars may have changed the store (docs/cluster.md)
                 self.roles.sync(ctx, leader=leader)
             note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)))

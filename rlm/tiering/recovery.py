@@ -35,7 +35,7 @@ from rlm.tiering.lineage import Chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext, Progress, Quarantine
-from rlm.tiering.sync import refresh, resolve, settle
+from rlm.tiering.sync import SyncResult, refresh, resolve, settle
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
             ctx.journal.append("DELETE_FINISHED", ev.base_offset, ev.attempt_id)
 
 
-def recover(ctx: PartitionContext, *, leader: bool = True) -> None:
+def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     """Make local and remote agree; see the module doc. Idempotent. A ``leader=False`` recovery
     (a follower in cluster mode, docs/cluster.md) writes nothing to the store but its own
-    journal's clean-up."""
-    resolve_root(ctx, decide=True)
-    ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
+    journal's clean-up: no adoption decision, no retired markers, no marker or uncommit."""
+    resolve_root(ctx, decide=leader)
+    ctx.old_incarnations = find_old_incarnations(ctx, mark=leader)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
     read = refresh(ctx)
@@ -100,6 +100,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> None:
     ctx.save_progress()
     ctx.recovered = True
     ctx.publish_gauges()
+    return result
 
 
 def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:

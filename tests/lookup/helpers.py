@@ -81,15 +81,18 @@ def settings_for(log_dirs: Iterable[Path], *, backend: str = "local", options: d
 
 
 def write_config(path: Path, log_dirs: Iterable[Path], *, store: Path, eligibility: str = "rolled",
-                 follow_kafka_configs: bool = False, **tiering: Any) -> Path:
+                 follow_kafka_configs: bool = False, leadership: str = "always", **tiering: Any) -> Path:
     """A TOML config with the local backend rooted at ``store``. Kafka's topic configs in the
     fixtures' metadata logs are not followed by default: their retention.ms (one day, from 2025)
-    would let remote retention delete what these lookup tests read back."""
+    would let remote retention delete what these lookup tests read back. Every partition is led
+    here by default (``[cluster] leadership``): the fixtures come from three clusters whose
+    brokers were stopped (no leaders in their metadata logs)."""
     tiering.setdefault("gc_grace_ms", 0)
     lines = ["[log]", f"dirs = {json.dumps([str(d) for d in log_dirs])}",
              f"eligibility = {json.dumps(eligibility)}",
              "[remote]", 'backend = "local"', "[remote.options]", f"root = {json.dumps(str(store))}",
              "[topics]", f"follow_kafka_configs = {json.dumps(follow_kafka_configs)}",
+             "[cluster]", f"leadership = {json.dumps(leadership)}",
              "[tiering]"] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, backend: str = "local",
                  options: dict[str, Any] | None = None, eligibility: str = "high-watermark",
                  server_port: int | None = None, topics: dict[str, Any] | None = None,
-                 **tiering: Any) -> Path:
+                 cluster: dict[str, Any] | None = None, **tiering: Any) -> Path:
     """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
     ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables)."""
     tiering.setdefault("gc_grace_ms", 0)
@@ -65,6 +65,10 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
         for pattern, table in (topics.get("overrides") or {}).items():
             lines += [f"[topics.overrides.{json.dumps(pattern)}]"]
             lines += [f"{k} = {val(v)}" for k, v in table.items()]
+    if cluster:  # docs/cluster.md; a "leaders" dict becomes [cluster.leaders]
+        lines += ["[cluster]"] + [f"{k} = {val(v)}" for k, v in cluster.items() if k != "leaders"]
+        if "leaders" in cluster:
+            lines += ["[cluster.leaders]"] + [f"{json.dumps(k)} = {v}" for k, v in cluster["leaders"].items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

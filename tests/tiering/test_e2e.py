@@ -75,7 +75,9 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     # retention.ms that would delete them right after the copy (tests/tiering/test_policy.py covers
     # following Kafka's configs).
     no_kafka = {"follow_kafka_configs": False}
-    hw_cfg = write_config(tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka)
+    # The fixtures come from three different clusters: no one metadata log says who leads them all.
+    hw_cfg = write_config(tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka,
+                          cluster={"leadership": "always"})
 
     proc = rlm_cli("run", "--config", hw_cfg, "--once")
     assert proc.returncode == 0, proc.stderr

@@ -190,7 +190,8 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
                     _topic_cfg("orders", "retention.bytes", "30000"),
                     _topic_cfg("audit", "remote.storage.enable", "true"))
     cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store",
-                       topics={"overrides": {"audit": {"retention_bytes": 20_000}}})
+                       topics={"overrides": {"audit": {"retention_bytes": 20_000}}},
+                       cluster={"leadership": "always"})  # the metadata log here holds configs only
     backend = LocalBackend(root=str(tmp_path / "store"))
     mgr = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
     results = mgr.run_once()
@@ -267,7 +268,9 @@ def test_real_kraft_log_drives_tiering_and_retention(fixtures_dir: Path, tmp_pat
     shutil.copytree(fixtures_dir / "kafka-logs" / ARTHUR, logs)
     for part in sorted(p for p in logs.iterdir() if p.is_dir() and any(p.glob("*.log"))):
         roll_after_last(part)
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled")
+    # The broker was stopped when the fixture was taken: its metadata log names no leaders.
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled",
+                       cluster={"leadership": "always"})
     backend = LocalBackend(root=str(tmp_path / "store"))
     newest = 1766802778446  # the last record of oms_order_created-1
     clock = [newest + 3_600_000]  # an hour later: within the topic's day
