@@ -74,7 +74,9 @@ def make_settings(log_dirs: list[Path], backend: str = "local", options: dict[st
         "remote": {"backend": backend, "options": options or {}},
         "tiering": tiering,
         # Fixture topics carry a 1-day Kafka retention.ms that would delete what these jobs read.
-        "topics": {"follow_kafka_configs": False}})
+        "topics": {"follow_kafka_configs": False},
+        # The fixtures come from three clusters whose brokers were stopped: no leaders recorded.
+        "cluster": {"leadership": "always"}})
 
 
 def tier(settings: Settings) -> None:
