@@ -3,8 +3,10 @@
 Stage 1, one executor task per partition (one listing of ``<topic>-<partition>/``):
 manifests parse and name their own key; every object a manifest names exists under the manifest's
 attempt with the recorded size; the uploaded entries object is CRC-valid, covers the log object
-back to back and agrees with the manifest; consecutive manifests do not overlap; data attempts no
-manifest references are **orphans** (an error once older than ``tiering.gc_grace_ms``, else a
+back to back and agrees with the manifest. Only what the store serves is checked: the chain of
+manifests under the lineage markers (docs/cluster.md); a segment another sidecar's overlapping
+copy covers, or one diverged from the lineage, is a warning until the leader uncommits it. Data
+attempts no manifest references are **orphans** (an error once older than ``tiering.gc_grace_ms``, else a
 warning: the copy may be in flight).
 
 Stage 2 (``deep``), one executor task per segment: every object is read in full and its size and
@@ -46,6 +48,7 @@ from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering import keys
+from rlm.tiering.lineage import Chain, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.remote_state import Orphan, RemoteState, remote_view
@@ -105,6 +108,10 @@ class _PartitionFacts:
     orphan_bases: list[int]
     objects: int
     key_id: str | None = None           # the incarnation's root (docs/topic-identity.md)
+    #: base offset -> the offsets [first, last] the store's chain serves of it (docs/cluster.md)
+    links: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: base offset -> the served entries of a segment served only in part, encoded
+    clipped: dict[int, bytes] = field(default_factory=dict)
 
 
 def _check_entries(topic: str, partition: int, backend: StorageBackend, m: SegmentManifest,
@@ -178,9 +185,10 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
     problems: list[Problem] = []
     listing: dict[str, ObjectInfo] = {i.key: i for i in remote.list_partition()}
     manifests = _read_manifests(remote, listing.values(), problems)
+    chain = _resolve(remote, listing.values(), manifests, problems)  # only what is served is checked
     entries: dict[int, bytes] = {}
     objects = 0
-    for m in manifests:
+    for m in chain.manifests:
         for name, stored in sorted(m.objects.items()):
             objects += 1
             ref = keys.parse_data_key(topic, partition, stored.key, key_id)
@@ -207,19 +215,42 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             problems += found
             if not found:
                 entries[m.base_offset] = blob
-    for a, b in itertools.pairwise(manifests):
-        if b.base_offset <= a.last_offset:
-            problems.append(Problem("overlap", topic, partition,
-                                    f"segment {b.base_offset} starts at or below the previous segment's "
-                                    f"last offset {a.last_offset} (segment {a.base_offset})",
-                                    base_offset=b.base_offset, key=keys.manifest_key(topic, partition,
-                                                                                       b.base_offset, key_id),
-                                    offset=b.base_offset))
-
+    clipped = {}
+    for link in chain.links:
+        if not link.whole and link.manifest.base_offset in entries:
+            clipped[link.manifest.base_offset] = b"".join(e.encode() for e in remote.link_entries(link))
     orphans = remote.unreferenced(remote.attempts(listing.values()), manifests, now_ms)
     problems += [_orphan_problem(o, grace_ms, key_id) for o in orphans]
-    return _PartitionFacts(topic, partition, problems, [m.to_json() for m in manifests], entries,
-                           [o.base_offset for o in orphans], objects, key_id)
+    return _PartitionFacts(topic, partition, problems, [lk.manifest.to_json() for lk in chain.links], entries,
+                           [o.base_offset for o in orphans], objects, key_id,
+                           {lk.manifest.base_offset: (lk.first_offset, lk.last_offset) for lk in chain.links},
+                           clipped)
+
+
+def _resolve(remote: RemoteState, listing: Iterable[ObjectInfo], manifests: list[SegmentManifest],
+             problems: list[Problem]) -> Chain:
+    """The store's chain under its lineage markers (docs/cluster.md). What it leaves out is a
+    warning: the partition's leader uncommits such segments on its next pass."""
+    topic, partition = remote.topic, remote.partition
+    lineages = []
+    for epoch, key in remote.lineage_marker_keys(listing):
+        try:
+            lineages.append(remote.read_lineage_marker(key).lineage)
+        except FormatError as err:
+            problems.append(Problem("lineage_marker", topic, partition, err.reason, key=key, offset=epoch))
+    chain = resolve_chain(manifests, lineages)
+    for m in chain.superseded:
+        problems.append(Problem("overlap", topic, partition,
+                                f"segment {m.base_offset}-{m.last_offset} is wholly covered by earlier "
+                                "segments (another sidecar's copy): not served; the leader uncommits it",
+                                severity="warning", base_offset=m.base_offset, offset=m.base_offset))
+    for m, cut in chain.diverged:
+        problems.append(Problem("diverged", topic, partition,
+                                f"segment {m.base_offset}-{m.last_offset} is not on the partition's lineage "
+                                f"from offset {cut} (leader epochs {list(m.leader_epochs)}): not served; "
+                                "the leader uncommits it", severity="warning", base_offset=m.base_offset,
+                                offset=cut))
+    return chain
 
 
 def _orphan_problem(o: Orphan, grace_ms: int, key_id: str | None) -> Problem:
@@ -279,19 +310,20 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
                                     "local index entries exist but the store has no committed segment",
                                     key=f, position=pos, offset=e.first_offset))
         return problems
-    remote_start = manifests[0].base_offset
+    spans = [facts.links.get(m.base_offset, (m.base_offset, m.last_offset)) for m in manifests]
+    remote_start = spans[0][0]
     live = [x for x in local if x[2].last_offset >= remote_start]
     by_segment: dict[int, list[tuple[str, int, RemoteLogIndexEntry]]] = defaultdict(list)
-    bases = [m.base_offset for m in manifests]
+    firsts = [first for first, _ in spans]
     unowned: list[tuple[str, int, RemoteLogIndexEntry]] = []
     for x in live:
-        i = bisect.bisect_right(bases, x[2].first_offset) - 1
-        if i >= 0 and x[2].first_offset <= manifests[i].last_offset:
-            by_segment[bases[i]].append(x)
+        i = bisect.bisect_right(firsts, x[2].first_offset) - 1
+        if i >= 0 and x[2].first_offset <= spans[i][1]:
+            by_segment[manifests[i].base_offset].append(x)
         else:
             unowned.append(x)
     for m in manifests:
-        blob = facts.entries.get(m.base_offset)
+        blob = facts.clipped.get(m.base_offset, facts.entries.get(m.base_offset))
         got = by_segment.pop(m.base_offset, [])
         if blob is None:
             continue
@@ -341,7 +373,8 @@ def _gaps(part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentMan
     out = []
     segment_bases = [s.base_offset for s in list_segments(part)]
     for a, b in itertools.pairwise(manifests):
-        lo, hi = a.last_offset + 1, b.base_offset - 1
+        lo = facts.links.get(a.base_offset, (a.base_offset, a.last_offset))[1] + 1
+        hi = facts.links.get(b.base_offset, (b.base_offset, b.last_offset))[0] - 1
         if hi < lo:
             continue
         evidence = [f"local index entry at offset {e.first_offset}" for e in local
