@@ -10,6 +10,7 @@ batch, data batches, a SnapshotFooter control batch, offsets from 0.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from rlm.formats.varint import encode_uvarint
 from rlm.logdir.kraft import METADATA_LOG_DIR
 from rlm.logdir.writer import LogWriter
 
-__all__ = ["encode_metadata_record", "metadata_writer", "snapshot_name", "write_records", "write_snapshot"]
+__all__ = ["MetadataLogBuilder", "encode_metadata_record", "metadata_writer", "new_topic_id", "snapshot_name",
+           "topic_records", "write_records", "write_snapshot"]
 
 
 def _string(value: str | None) -> bytes:
@@ -134,3 +136,61 @@ def write_snapshot(directory: Path, end_offset: int, epoch: int, records: Sequen
     tmp.write_bytes(data)
     tmp.rename(path)
     return path
+
+
+def new_topic_id() -> str:
+    """A random topic id in Kafka's text form."""
+    return md.uuid_from_bytes(uuid.uuid4().bytes)
+
+
+def topic_records(name: str, topic_id: str, replicas: Sequence[Sequence[int]]) -> list[md.MetadataRecord]:
+    """A TopicRecord and one PartitionRecord per entry of ``replicas`` (partition = index), each led
+    by its first replica at leader epoch 0, every replica in sync — what CreateTopics writes."""
+    out: list[md.MetadataRecord] = [md.TopicRecord(name, topic_id)]
+    for partition, nodes in enumerate(replicas):
+        out.append(md.PartitionRecord(topic_id, partition, tuple(nodes), tuple(nodes), nodes[0], 0, 0))
+    return out
+
+
+class MetadataLogBuilder:
+    """Writes one KRaft metadata log, the same batches into every log dir given (each broker keeps
+    its own replica of ``__cluster_metadata-0``), for tests that create topics and move leaders.
+
+    Each call appends one batch and flushes, so a reader polling in between sees every step.
+    """
+
+    def __init__(self, log_dirs: Path | Sequence[Path], **writer_kwargs: object) -> None:
+        dirs = [log_dirs] if isinstance(log_dirs, Path) else list(log_dirs)
+        self.writers = [metadata_writer(d, **writer_kwargs) for d in dirs]
+        self.topic_ids: dict[str, str] = {}
+
+    def append(self, records: Sequence[md.MetadataRecord]) -> None:
+        """One batch of ``records`` in every replica."""
+        for writer in self.writers:
+            write_records(writer, [records])
+
+    def create_topic(self, name: str, replicas: Sequence[Sequence[int]], *,
+                     topic_id: str | None = None) -> str:
+        """Create ``name`` (see :func:`topic_records`); returns its topic id."""
+        self.topic_ids[name] = topic_id or new_topic_id()
+        self.append(topic_records(name, self.topic_ids[name], replicas))
+        return self.topic_ids[name]
+
+    def move_leader(self, topic: str, partition: int, leader: int, *,
+                    isr: Sequence[int] | None = None) -> None:
+        """A PartitionChangeRecord electing ``leader`` (-1: no leader); the epoch goes up by one."""
+        self.append([md.PartitionChangeRecord(self.topic_ids[topic], partition, leader=leader,
+                                              isr=tuple(isr) if isr is not None else None)])
+
+    def delete_topic(self, topic: str) -> None:
+        self.append([md.RemoveTopicRecord(self.topic_ids.pop(topic))])
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+
+    def __enter__(self) -> MetadataLogBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
