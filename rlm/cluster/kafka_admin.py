@@ -41,6 +41,7 @@ _TIMEOUT_FLOOR_MS = 1_000
 class PartitionLeader:
     leader: int
     leader_epoch: int | None   # None: the broker's Metadata version has none (< v7) or sent -1
+    replicas: tuple[int, ...] | None = None
 
 
 def _kafka() -> ModuleType:
@@ -108,9 +109,11 @@ def parse_metadata(topics: list[dict[str, Any]]) -> tuple[dict[tuple[str, int], 
             index = part.get("partition_index", part.get("partition"))
             leader = part.get("leader_id", part.get("leader"))
             epoch = part.get("leader_epoch")
+            replicas = part.get("replica_nodes", part.get("replicas"))
             if isinstance(index, int) and isinstance(leader, int):
                 leaders[(name, index)] = PartitionLeader(
-                    leader, epoch if isinstance(epoch, int) and epoch >= 0 else None)
+                    leader, epoch if isinstance(epoch, int) and epoch >= 0 else None,
+                    tuple(replicas) if isinstance(replicas, list) else None)
     return leaders, errors
 
 
@@ -183,7 +186,7 @@ class KafkaAdminSource:
             detail = f"topic error in the Metadata response: {why}" if why else (
                 "partition not in the cluster metadata")
             return Leadership("unknown", None, None, self.name, detail)
-        return from_leader(self.name, self.node_id, found.leader, found.leader_epoch)
+        return from_leader(self.name, self.node_id, found.leader, found.leader_epoch, found.replicas)
 
     def describe(self) -> dict[str, Any]:
         leaders = self._leaders

@@ -75,9 +75,18 @@ class LeadershipSource(Protocol):
         """For status output: ``source``, ``node_id``, ``error`` (None when healthy) and more."""
 
 
-def from_leader(source: str, node_id: int | None, leader: int, epoch: int | None) -> Leadership:
-    """The role of ``node_id`` when ``leader`` leads (-1 or below: nobody leads, e.g. offline)."""
+def from_leader(source: str, node_id: int | None, leader: int, epoch: int | None,
+                replicas: tuple[int, ...] | None = None) -> Leadership:
+    """The role of ``node_id`` when ``leader`` leads (-1 or below: nobody leads, e.g. offline).
+
+    A partition without a leader whose only replica is this node (a single broker that is down,
+    or shut down cleanly: the controller then records leader -1) is led here: no other replica,
+    so no other sidecar, exists to copy it, and its data cannot change until the broker is back.
+    """
     if leader < 0:
+        if node_id is not None and replicas == (node_id,):
+            return Leadership("leader", None, epoch, source,
+                              "the partition has no leader; this node holds its only replica")
         return Leadership("follower", None, epoch, source, "the partition has no leader (offline)")
     return Leadership("leader" if leader == node_id else "follower", leader, epoch, source)
 
@@ -174,7 +183,7 @@ class KraftSource:
             what = "topic" if found is None else "partition"
             return Leadership("unknown", None, None, self.name,
                               f"{what} not in the metadata image (offset {image.offset})")
-        return from_leader(self.name, self.node_id, part.leader, part.leader_epoch)
+        return from_leader(self.name, self.node_id, part.leader, part.leader_epoch, part.replicas)
 
     def describe(self) -> dict[str, Any]:
         image = self._image()

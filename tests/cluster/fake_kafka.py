@@ -48,6 +48,7 @@ class FakeCluster:
     partitions: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     topic_errors: dict[str, int] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    replicas: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 class FakeKafkaBroker:
@@ -77,10 +78,13 @@ class FakeKafkaBroker:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def set_leader(self, topic: str, partition: int, leader: int, epoch: int) -> None:
+    def set_leader(self, topic: str, partition: int, leader: int, epoch: int,
+                   replicas: tuple[int, ...] | None = None) -> None:
+        """``replicas`` default: every broker."""
         with self._lock:
             self.cluster.topic_ids.setdefault(topic, uuid.uuid4())
             self.cluster.partitions[(topic, partition)] = (leader, epoch)
+            self.cluster.replicas[(topic, partition)] = replicas or self.cluster.brokers
 
     def metadata_requests(self) -> int:
         return sum(1 for name, _ in self.requests if name == "MetadataRequest")
@@ -167,7 +171,8 @@ class FakeKafkaBroker:
                 by_topic.setdefault(topic, []).append(r.MetadataResponseTopic.MetadataResponsePartition(
                     error_code=0 if leader >= 0 else 5,  # LEADER_NOT_AVAILABLE
                     partition_index=partition, leader_id=leader, leader_epoch=epoch,
-                    replica_nodes=list(self.cluster.brokers), isr_nodes=list(self.cluster.brokers),
+                    replica_nodes=list(self.cluster.replicas[(topic, partition)]),
+                    isr_nodes=list(self.cluster.replicas[(topic, partition)]),
                     offline_replicas=[]))
             topics = [r.MetadataResponseTopic(
                 error_code=0, name=name, topic_id=self.cluster.topic_ids[name], is_internal=False,

@@ -52,6 +52,7 @@ def test_leaders_and_epochs_from_metadata() -> None:
         broker.set_leader("orders", 0, 2, 5)
         broker.set_leader("orders", 1, 1, 7)
         broker.set_leader("offline", 0, -1, 3)
+        broker.set_leader("offline", 1, -1, 2, replicas=(2,))  # only replica here: led here
         clock = Clock()
         source = KafkaAdminSource(admin_settings(broker.address).cluster, 2, clock=clock)
         before = source.leadership("orders", 0)
@@ -63,6 +64,8 @@ def test_leaders_and_epochs_from_metadata() -> None:
         assert (other.role, other.leader, other.leader_epoch) == ("follower", 1, 7)
         offline = source.leadership("offline", 0)
         assert (offline.role, offline.leader, offline.leader_epoch) == ("follower", None, 3)
+        sole = source.leadership("offline", 1)
+        assert (sole.role, sole.leader, sole.leader_epoch) == ("leader", None, 2)
         missing = source.leadership("orders", 9)
         assert missing.role == "unknown" and missing.detail == "partition not in the cluster metadata"
         # At most one Metadata request per period, however often the manager refreshes.
@@ -80,7 +83,7 @@ def test_leaders_and_epochs_from_metadata() -> None:
         assert (moved.role, moved.leader, moved.leader_epoch) == ("follower", 3, 6)
         assert broker.metadata_requests() == asked + 1
         described = source.describe()
-        assert [described[k] for k in ("error", "partitions", "requests", "failures")] == [None, 3, 2, 0]
+        assert [described[k] for k in ("error", "partitions", "requests", "failures")] == [None, 4, 2, 0]
         assert described["bootstrap_servers"] == [broker.address]
         source.close()
 

@@ -226,17 +226,23 @@ def test_kraft_on_itumeleng_fixture(fixtures_dir: Path) -> None:
 
 
 def test_kraft_on_arthur_fixture(fixtures_dir: Path) -> None:
-    """Arthur's broker shut down cleanly: the controller moved leadership off it (leader -1) and
-    bumped each epoch once past the broker's own last epoch."""
+    """Arthur's single broker shut down cleanly: the controller moved leadership off it (leader -1)
+    and bumped each epoch once past the broker's own last epoch. It holds the only replica, so it
+    still leads (nobody else can copy); a node that is not the replica does not."""
     log_dir = fixtures_dir / "kafka-logs" / ARTHUR
     source = leadership_source(settings(log_dir, leadership="kraft"))
+    stranger = leadership_source(settings(log_dir, leadership="kraft", node_id=2))
     source.refresh()
+    stranger.refresh()
     local = _local_epochs(log_dir)
     assert len(local) == 7
     for (topic, partition), epoch in local.items():
         answer = source.leadership(topic, partition)
-        assert (answer.role, answer.leader, answer.leader_epoch) == ("follower", None, epoch + 1)
-        assert answer.detail == "the partition has no leader (offline)"
+        assert (answer.role, answer.leader, answer.leader_epoch) == ("leader", None, epoch + 1)
+        assert answer.detail == "the partition has no leader; this node holds its only replica"
+        other = stranger.leadership(topic, partition)
+        assert (other.role, other.leader, other.leader_epoch) == ("follower", None, epoch + 1)
+        assert other.detail == "the partition has no leader (offline)"
     assert source.leadership("nope", 0).detail == "topic not in the metadata image (offset 7319)"
 
 
@@ -268,6 +274,13 @@ def test_kraft_follows_leader_changes_on_three_brokers(tmp_path: Path) -> None:
     assert roles(0) == [("follower", None, 3)] * 3
     meta.move_leader("orders", 0, 1)
     assert roles(0) == [("leader", 1, 4), ("follower", 1, 4), ("follower", 1, 4)]
+    # A partition whose only replica is broker 2: without a leader, broker 2 still leads it.
+    meta.create_topic("solo", [(2,)])
+    meta.move_leader("solo", 0, -1, isr=(2,))
+    for source in sources:
+        source.refresh()
+    solo = [(s.leadership("solo", 0).role, s.leadership("solo", 0).leader_epoch) for s in sources]
+    assert solo == [("follower", 1), ("leader", 1), ("follower", 1)]
     unknown = sources[0].leadership("orders", 2)
     assert unknown.role == "unknown" and unknown.leader is None
     assert unknown.detail is not None and "partition not in the metadata image" in unknown.detail
