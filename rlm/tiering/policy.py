@@ -29,7 +29,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from rlm.cluster import leadership_mode
 from rlm.config import Settings, TopicOverride
 from rlm.errors import RlmError
 from rlm.formats import naming
@@ -139,10 +138,7 @@ class TopicPolicyResolver:
         self.metadata_dir = t.metadata_log_dir or find_metadata_log(settings.log.dirs)
         self.follow = t.follow_kafka_configs if t.follow_kafka_configs is not None else (
             self.metadata_dir is not None)
-        # Also read for kraft leadership (docs/cluster.md), which uses this resolver's image: with
-        # follow_kafka_configs off the image then serves leaders only, never topic configs.
-        reads = self.follow or leadership_mode(settings) == "kraft"
-        self._log = KraftMetadataLog(self.metadata_dir) if reads and self.metadata_dir else None
+        self._log = KraftMetadataLog(self.metadata_dir) if self.follow and self.metadata_dir else None
         self.node_id = read_node_id(settings.log.dirs)
         self.image: MetadataImage | None = None
         self.error: str | None = None
