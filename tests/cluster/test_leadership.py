@@ -292,30 +292,48 @@ def test_kraft_follows_leader_changes_on_three_brokers(tmp_path: Path) -> None:
 
 
 def test_kraft_uses_the_policy_resolvers_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given ``image``/``refresh_image`` (the manager passes the topic-policy resolver's), the source
-    opens no reader of its own — even with follow_kafka_configs off, where the resolver reads the
-    log for leaders only and its topic policy ignores the Kafka configs."""
+    """Given ``image``/``refresh_image`` (the topic-policy resolver's), the source opens no reader
+    of its own and answers from that image as the resolver polls it."""
     log_dir = broker_dir(tmp_path, 2)
     meta = MetadataLogBuilder(log_dir)
     meta.create_topic("orders", [(1, 2)])
-    meta.append([md.ConfigRecord(md.RESOURCE_TOPIC, "orders", "retention.ms", "1000")])
-    s = settings(log_dir, follow_kafka_configs=False)
+    s = settings(log_dir)
     resolver = TopicPolicyResolver(s)
 
     def no_second_reader(*_: object) -> None:
         raise AssertionError("a second KraftMetadataLog was opened")
 
-    monkeypatch.setattr("rlm.cluster.leadership.KraftMetadataLog", no_second_reader)
-    source = leadership_source(s, image=lambda: resolver.image, refresh_image=resolver.refresh)
+    with monkeypatch.context() as patch:
+        patch.setattr("rlm.cluster.leadership.KraftMetadataLog", no_second_reader)
+        source = leadership_source(s, image=lambda: resolver.image, refresh_image=resolver.refresh)
     assert source.leadership("orders", 0).role == "unknown"  # nothing read yet
     assert source.describe()["error"] == "the metadata log has not been read"
     source.refresh()
     assert (source.leadership("orders", 0).role, source.leadership("orders", 0).leader) == ("follower", 1)
-    assert resolver.policy("orders").retention_ms.source == "default"  # configs not followed
     meta.move_leader("orders", 0, 2)
     source.refresh()
     answer = source.leadership("orders", 0)
     assert (answer.role, answer.leader, answer.leader_epoch) == ("leader", 2, 1)
+    assert resolver.image is not None and resolver.image.offset == source.describe()["metadata_offset"]
+    meta.close()
+
+
+def test_the_manager_shares_the_reader_only_when_it_follows_kafka_configs(tmp_path: Path) -> None:
+    """The daemon's wiring: one reader when the policy resolver reads the log anyway; kraft
+    leadership reads the log itself when Kafka's topic configs are not followed."""
+    from rlm.storage.local import LocalBackend
+    from rlm.tiering.manager import RemoteLogManager
+
+    log_dir = broker_dir(tmp_path, 2)
+    meta = MetadataLogBuilder(log_dir)
+    meta.create_topic("orders", [(2, 1)])
+    backend = LocalBackend(root=str(tmp_path / "store"))
+    for follow, own_reader in ((True, False), (False, True)):
+        mgr = RemoteLogManager(settings(log_dir, follow_kafka_configs=follow), backend)
+        source = mgr.roles.source
+        assert isinstance(source, KraftSource) and (source._own is not None) is own_reader
+        mgr.run_once()
+        assert source.leadership("orders", 0).role == "leader"
     meta.close()
 
 
