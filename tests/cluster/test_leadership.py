@@ -14,7 +14,6 @@ from rlm.cluster import leadership_mode, leadership_source
 from rlm.cluster.leadership import KraftSource
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import ConfigError
-from rlm.formats import metadata as md
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.naming import parse_partition_dir
 from rlm.formats.records import RecordSpec
