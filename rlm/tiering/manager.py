@@ -55,7 +55,7 @@ from rlm.tiering.remote_state import Orphan
 from rlm.tiering.retention import RetentionPlan, apply_retention
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PartitionContext, Progress, SharedResources, state_dir
-from rlm.tiering.status import eligible_end, lag_age_ms
+from rlm.tiering.status import partition_row
 from rlm.tiering.sync import note_committed
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import note_delete_records, partition_offsets
@@ -199,6 +199,8 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             identity.before_pass(ctx)
+            if self.roles.cluster:
+                self.roles.refresh(max_age_s=1.0)
             leader = self.roles.of(ctx).role == "leader"
             if not ctx.recovered:
                 self.roles.note(ctx, recover(ctx, leader=leader))
@@ -461,46 +463,8 @@ class RemoteLogManager:
         offsets = partition_offsets(ctx.part, Progress() if conflict else progress, segments,
                                     self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
         pending, waiting_error = self._waiting(ctx, segments, progress)
-        return {
-            "topic": ctx.topic,
-            "partition": ctx.partition,
-            "log_start_offset": offsets.log_start_offset,
-            "local_log_start_offset": offsets.local_log_start_offset,
-            "high_watermark": offsets.high_watermark,
-            "log_end_offset": offsets.log_end_offset,
-            "highest_tiered_offset": offsets.highest_tiered_offset,
-            "remote_log_start_offset": offsets.remote_log_start_offset,
-            "remote_segments": 0 if conflict else len(ctx.manifests),
-            "remote_bytes": 0 if conflict else ctx.remote_bytes,
-            "copy_lag_segments": len(pending),
-            "copy_lag_bytes": sum(p.segment.size for p in pending),
-            "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
-            # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
-            "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
-            "last_error": ctx.last_error or waiting_error,
-            # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
-            # committed segments (eligible to tier); how long the oldest pending segment has waited
-            # (now − its .log mtime); what the local tier holds.
-            "eligible_end_offset": eligible_end(offsets.highest_tiered_offset,
-                                                offsets.local_log_start_offset, pending),
-            "copy_lag_age_ms": lag_age_ms(pending, self.shared.clock_ms()),
-            "local_segments": len(segments),
-            "local_bytes": sum(s.size for s in segments),
-            # docs/topic-policy.md: the policy in force and where each value came from.
-            "tiered": True,
-            "excluded_reason": None,
-            "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
-            "policy": self.policy_for(ctx.part).as_dict(),
-            "kafka_configs": self.policies.describe(),
-            # docs/visibility.md: readers serve [log_start_offset, visible_end_offset); the source
-            # says whether that end is the checkpointed high watermark or an assumption.
-            "visible_end_offset": offsets.visible_end_offset,
-            "high_watermark_source": offsets.high_watermark_source,
-            "delete_records_offset": offsets.delete_records_offset,
-            # docs/topic-identity.md: the incarnation, why tiered data is not its own, its predecessors.
-            "topic_id": ctx.part.topic_id,
-            "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
-            "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
-            # docs/cluster.md: this node's role, the leader, and the store's chain vs the local index.
-            **self.roles.status(ctx),
-        }
+        extra = {"compaction": [r.to_json() for r in self._compaction(ctx, segments)],
+                 "policy": self.policy_for(ctx.part).as_dict(), "kafka_configs": self.policies.describe(),
+                 **self.roles.status(ctx)}
+        return partition_row(ctx, offsets, segments, pending, waiting_error, conflict=conflict,
+                             now_ms=self.shared.clock_ms(), extra=extra)

@@ -18,6 +18,7 @@ pass and again before every segment a leader copies, remembers the answer on the
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -40,6 +41,7 @@ class Roles:
 
     def __init__(self, source: LeadershipSource, registry: CollectorRegistry) -> None:
         self.source = source
+        self._refreshed: float | None = None
         r = registry
         self.leader = Gauge("rlm_partition_leader", "Node id of the partition's leader (-1: unknown)",
                             _TP, registry=r)
@@ -60,7 +62,13 @@ class Roles:
         """True unless every partition is led here (``leadership = "always"``)."""
         return self.source.name != "always"
 
-    def refresh(self) -> None:
+    def refresh(self, *, max_age_s: float = 0.0) -> None:
+        """Re-read the source; skipped when it was read less than ``max_age_s`` ago (the per-pass
+        call: a daemon runs thousands of passes per interval, leadership changes far less often)."""
+        now = time.monotonic()
+        if self._refreshed is not None and now - self._refreshed < max_age_s:
+            return
+        self._refreshed = now
         self.source.refresh()
 
     def of(self, ctx: PartitionContext) -> Leadership:

@@ -1,16 +1,69 @@
-"""Small derived status values of a partition (``rlm status``, ``GET /v1/partitions``)."""
+"""A tiered partition's status row (``rlm status``, ``GET /v1/partitions``): DESIGN §4's fields and
+the ones added since, each commented with the doc that defines it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rlm.logdir.scan import SegmentFiles
+from rlm.tiering.state import PartitionContext
+from rlm.tiering.visibility import PartitionOffsets
 
-__all__ = ["eligible_end", "lag_age_ms"]
+__all__ = ["eligible_end", "lag_age_ms", "partition_row"]
+
+Pending = Sequence[tuple[SegmentFiles, int, int]]
+
+
+def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Sequence[SegmentFiles],
+                  pending: Pending, waiting_error: str | None, *, conflict: bool, now_ms: int,
+                  extra: dict[str, Any]) -> dict[str, Any]:
+    """The row; ``pending``: the manager's pending segments; ``extra``: the policy and cluster
+    fields the manager resolves."""
+    return {
+        "topic": ctx.topic,
+        "partition": ctx.partition,
+        "log_start_offset": offsets.log_start_offset,
+        "local_log_start_offset": offsets.local_log_start_offset,
+        "high_watermark": offsets.high_watermark,
+        "log_end_offset": offsets.log_end_offset,
+        "highest_tiered_offset": offsets.highest_tiered_offset,
+        "remote_log_start_offset": offsets.remote_log_start_offset,
+        "remote_segments": 0 if conflict else len(ctx.manifests),
+        "remote_bytes": 0 if conflict else ctx.remote_bytes,
+        "copy_lag_segments": len(pending),
+        "copy_lag_bytes": sum(p[0].size for p in pending),
+        "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
+        # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
+        "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
+        "last_error": ctx.last_error or waiting_error,
+        # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
+        # committed segments (eligible to tier); how long the oldest pending segment has waited
+        # (now − its .log mtime); what the local tier holds.
+        "eligible_end_offset": eligible_end(offsets.highest_tiered_offset,
+                                            offsets.local_log_start_offset, pending),
+        "copy_lag_age_ms": lag_age_ms(pending, now_ms),
+        "local_segments": len(segments),
+        "local_bytes": sum(s.size for s in segments),
+        # docs/topic-policy.md: the policy in force and where each value came from.
+        "tiered": True,
+        "excluded_reason": None,
+        # docs/visibility.md: readers serve [log_start_offset, visible_end_offset); the source
+        # says whether that end is the checkpointed high watermark or an assumption.
+        "visible_end_offset": offsets.visible_end_offset,
+        "high_watermark_source": offsets.high_watermark_source,
+        "delete_records_offset": offsets.delete_records_offset,
+        # docs/topic-identity.md: the incarnation, why tiered data is not its own, its predecessors.
+        "topic_id": ctx.part.topic_id,
+        "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
+        "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
+        # compaction, policy, kafka_configs (docs/topic-policy.md); role, leader, ... (docs/cluster.md)
+        **extra,
+    }
 
 
 def eligible_end(highest_tiered: int, local_start: int | None,
-                 pending: Sequence[tuple[SegmentFiles, int, int]]) -> int | None:
+                 pending: Pending) -> int | None:
     """Exclusive end of the offsets eligible for tiering: the next base after the newest pending
     segment; with nothing pending, everything eligible is already remote (highest tiered + 1)."""
     if pending:
@@ -20,7 +73,7 @@ def eligible_end(highest_tiered: int, local_start: int | None,
     return local_start
 
 
-def lag_age_ms(pending: Sequence[tuple[SegmentFiles, int, int]], now_ms: int) -> int:
+def lag_age_ms(pending: Pending, now_ms: int) -> int:
     """How long the oldest pending segment has waited (ms): now − its ``.log`` mtime; 0 when none."""
     if not pending:
         return 0
