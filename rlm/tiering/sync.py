@@ -23,8 +23,9 @@ after its grace, so a sidecar still reading them is not cut off mid-read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rlm.errors import FormatError, RlmError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
@@ -50,6 +51,8 @@ __all__ = ["SyncResult", "local_lineage", "note_committed", "note_deleted", "rec
            "settle", "sync"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 def _stamp(info: ObjectInfo) -> Stamp:
     return info.size, info.etag, info.last_modified
@@ -77,26 +80,29 @@ def local_lineage(ctx: PartitionContext) -> Lineage | None:
         return None
 
 
+def _reuse(keys_: Iterable[str], infos: dict[str, ObjectInfo], known: dict[str, tuple[Stamp, T]],
+           read: Callable[[str], T]) -> tuple[dict[str, tuple[Stamp, T]], int]:
+    """``key -> (stamp, parsed)`` for ``keys_``: what ``known`` holds under the same stamp, the rest
+    read now; and how many were read."""
+    out: dict[str, tuple[Stamp, T]] = {}
+    fresh = 0
+    for key in keys_:
+        stamp = _stamp(infos[key])
+        held = known.get(key)
+        if held is None or held[0] != stamp:
+            held = (stamp, read(key))
+            fresh += 1
+        out[key] = held
+    return out, fresh
+
+
 def _refresh(remote: RemoteState, view: StoreView, listing: Sequence[ObjectInfo]) -> int:
     """Update ``view`` from a listing of the manifests prefix; return how many manifests were read."""
     infos = {i.key: i for i in listing}
-    read = 0
-    manifests: dict[str, tuple[Stamp, SegmentManifest]] = {}
-    for _base, key in remote.manifest_keys(listing):
-        stamp = _stamp(infos[key])
-        known = view.manifests.get(key)
-        if known is None or known[0] != stamp:
-            known = (stamp, remote.read_manifest(key))
-            read += 1
-        manifests[key] = known
-    markers: dict[str, tuple[Stamp, LineageMarker]] = {}
-    for _epoch, key in remote.lineage_marker_keys(listing):
-        stamp = _stamp(infos[key])
-        old = view.markers.get(key)
-        if old is None or old[0] != stamp:
-            old = (stamp, remote.read_lineage_marker(key))
-        markers[key] = old
-    view.manifests, view.markers = manifests, markers
+    view.manifests, read = _reuse((k for _, k in remote.manifest_keys(listing)), infos, view.manifests,
+                                  remote.read_manifest)
+    view.markers, _ = _reuse((k for _, k in remote.lineage_marker_keys(listing)), infos, view.markers,
+                             remote.read_lineage_marker)
     return read
 
 
