@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlm.config import _SCHEMA, KEY_DOCS, reference_markdown
+from rlm.config import _SCHEMA
+from rlm.config.reference import KEY_DOCS, reference_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"

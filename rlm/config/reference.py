@@ -1,0 +1,189 @@
+"""The configuration reference: what each key means and allows, rendered as the README's table
+(``python -m rlm.config --reference``; a test keeps the README equal to it). The keys themselves,
+their defaults and validators are declared in :mod:`rlm.config`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlm.config import _OVERRIDE_KEYS, _SCHEMA, ENV_PREFIX, Settings, Validator
+from rlm.errors import ConfigError
+
+KEY_DOCS: dict[str, str] = {
+    "log.dirs": "Kafka `log.dirs`: the log directories to tier (a string or a list).",
+    "log.eligibility": "`high-watermark`: a rolled segment is eligible once the next segment's base "
+                       "offset ≤ the high watermark in `replication-offset-checkpoint`; `rolled`: every "
+                       "rolled segment (stores without checkpoints).",
+    "log.index_interval_bytes": "The brokers' `index.interval.bytes`: a broker `.index`/`.timeindex` that "
+                                "fails its check is rebuilt from the `.log` with it (docs/broker-files.md).",
+    "remote.backend": "Storage backend entry-point name (`local`, `memory`, `s3`, `hdfs`, `fsspec`, "
+                      "third-party); unknown names fail at startup with an install hint.",
+    "remote.options": "Table handed verbatim to the backend, which validates it (`local`: `root`; "
+                      "`s3`: `bucket`, `prefix`, `endpoint_url`, `region`, …; `hdfs`: `url`). Per-call "
+                      "network timeouts are backend options (`connect_timeout`, `read_timeout`, seconds; "
+                      "docs/operations.md).",
+    "remote.unreachable_after_ms": "The store is *unreachable* once every call has failed for this long, "
+                                   "or one call has not answered for this long (a frozen store): then "
+                                   "remote reads fail at once with 503 and status/metrics say so.",
+    "remote.probe_interval_ms": "While unreachable, one probe call per interval checks whether the "
+                                "store is back (other calls fail fast meanwhile).",
+    "tiering.task_interval_ms": "How often each partition is scanned for eligible segments "
+                                "(Kafka: `remote.log.manager.task.interval.ms`).",
+    "tiering.index_entry_bytes": "Max bytes of a segment covered by one `.remotelogindex` entry "
+                                 "(one ranged read per lookup).",
+    "tiering.index_rotate_bytes": "Rotate the active remote index set past this size …",
+    "tiering.index_rotate_ms": "… or this age.",
+    "tiering.retention_ms": "Remote retention by time; -1 keeps remote data forever.",
+    "tiering.retention_bytes": "Remote retention by size per partition; -1 = unlimited.",
+    "tiering.upload_bytes_per_sec": "One token bucket shared by all upload streams; -1 = unthrottled.",
+    "tiering.max_concurrent_uploads": "Segments uploaded at once across all partitions.",
+    "tiering.gc_grace_ms": "Objects of abandoned copy attempts younger than this are left alone by GC.",
+    "tiering.state_dir": "Journal, pins and progress; default `<log dir>.rlm-state` beside each log dir "
+                         "(must be on the log dir's file system: pins are hard links).",
+    "tiering.remote_cache_bytes": "Byte-bounded LRU of remote ranges read by lookups and fetches.",
+    "tiering.old_incarnation_grace_ms": "Remote data and local state of a deleted topic's old "
+                                        "incarnation (the same name re-created with a new topic id) "
+                                        "are deleted this long after rlm first sees them retired "
+                                        "(Kafka deletes remote data with the topic).",
+    "tiering.keep_old_incarnations": "Keep old incarnations' remote data and state instead (still "
+                                     "shown in `rlm status` and `rlm gc --dry-run`).",
+    "topics.include": "Glob patterns on topic names to tier. Internal logs (`__`-prefixed, the KRaft "
+                      "log) are tiered only when a pattern starting with `__` names them.",
+    "topics.exclude": "Glob patterns never tiered; they win over `include`, Kafka configs and overrides.",
+    "topics.follow_kafka_configs": "Honour `remote.storage.enable`, `retention.ms`, `retention.bytes` "
+                                   "and `cleanup.policy` from the KRaft metadata log; unset = true when "
+                                   "a metadata log is found.",
+    "topics.metadata_log_dir": "The `__cluster_metadata-0` directory when it is not in a log dir "
+                               "(Kafka's `metadata.log.dir`).",
+    "topics.overrides": 'Per-pattern tables `[topics.overrides."<glob>"]`, first match in file order '
+                        "wins; keys below.",
+    "server.host": "HTTP API / status page / metrics address (loopback unless told otherwise).",
+    "server.port": "HTTP port (0 = any free port).",
+    "server.token": "When set, every route but `/healthz`, `/` and `/static` needs "
+                    "`Authorization: Bearer <token>`.",
+    "server.request_timeout_ms": "A request running longer answers 504.",
+    "server.max_body_bytes": "Request bodies above this size (declared or streamed) answer 413, "
+                             "on every route.",
+    "cluster.node_id": "This broker's `node.id`; unset = `node.id` (or `broker.id`) from `meta.properties` "
+                       "in the log dirs. Needed by every leadership source but `always`.",
+    "cluster.leadership": "Who copies a partition: only its leader (docs/cluster.md). `auto`: `kraft` when "
+                          "a `__cluster_metadata-0` dir is in the log dirs or `[topics] metadata_log_dir` is "
+                          "set, else `always`; `kraft`: the broker's own KRaft metadata log; `kafka-admin`: "
+                          "Metadata requests to `bootstrap_servers`; `static`: `[cluster.leaders]`; "
+                          "`always`: every partition is led here (a single broker).",
+    "cluster.bootstrap_servers": '`kafka-admin`: brokers to ask, `"host:port"` (a string or a list).',
+    "cluster.security_protocol": "`kafka-admin`: Kafka's `security.protocol` for those connections.",
+    "cluster.sasl_mechanism": "`kafka-admin` with `SASL_*`: the SASL mechanism.",
+    "cluster.sasl_username": "`kafka-admin` with `SASL_*`: the user name.",
+    "cluster.sasl_password_file": "`kafka-admin` with `SASL_*`: a file holding the password (read at "
+                                  "startup, one line; the password is never in the config file).",
+    "cluster.ssl_cafile": "`kafka-admin` with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify the brokers; "
+                          "unset = the system's CAs.",
+    "cluster.metadata_refresh_ms": "`kafka-admin`: at most one Metadata request per period (a failed one "
+                                   "too); `kraft` reads the local log on every refresh instead.",
+    "cluster.leaders": '`static`: a table `[cluster.leaders]` of `"<topic>-<partition>" = node_id`; '
+                       "partitions not listed are not led here.",
+}
+
+#: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).
+OVERRIDE_KEY_DOCS: dict[str, str] = {
+    "retention_ms": "Remote retention by time for matching topics (a Kafka topic config wins).",
+    "retention_bytes": "Remote retention by size per partition for matching topics.",
+    "enabled": "Tier matching topics or not (a topic's own `remote.storage.enable` wins).",
+    "archive_compacted": "Tier compacted matching topics as an archive of their pre-compaction history.",
+}
+
+_ALLOWED: dict[str, str] = {
+    "topics.include": "list of glob patterns",
+    "topics.exclude": "list of glob patterns",
+    "topics.follow_kafka_configs": "true, false; unset = auto",
+    "topics.metadata_log_dir": "path or empty",
+    "topics.overrides": "tables",
+    "log.dirs": "non-empty list of paths",
+    "log.eligibility": "`high-watermark`, `rolled`",
+    "remote.backend": "non-empty string",
+    "remote.options": "table",
+    "tiering.state_dir": "path or empty",
+    "tiering.keep_old_incarnations": "`true`, `false`",
+    "server.host": "non-empty string",
+    "server.token": "string",
+    "cluster.leadership": "`auto`, `kraft`, `kafka-admin`, `static`, `always`",
+    "cluster.bootstrap_servers": '`"host:port"` list',
+    "cluster.security_protocol": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
+    "cluster.sasl_mechanism": "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
+    "cluster.sasl_username": "string",
+    "cluster.sasl_password_file": "path or empty",
+    "cluster.ssl_cafile": "path or empty",
+    "cluster.leaders": "table",
+}
+
+
+def _allowed(key: str) -> str:
+    """The validator's constraint as text: probe it with values just out of range."""
+    if key in _ALLOWED:
+        return _ALLOWED[key]
+    section, name = key.split(".")
+    return _constraint(_SCHEMA[section][1][name], key)
+
+
+def _constraint(check: Validator, key: str) -> str:
+    try:
+        check(key, "?")
+    except ConfigError as err:
+        text = str(err).split(": ", 1)[1]
+        return (text.removeprefix("must be an integer in ").replace("9223372036854775807", "2⁶³−1")
+                .replace("2147483647", "2³¹−1").replace("must be true or false", "true, false"))
+    return ""
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    if isinstance(value, Path):
+        return f'"{value}"'
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "{}"
+    return str(value)
+
+
+def _override_rows() -> list[str]:
+    return [f'| `overrides."<glob>".{name}` | (unset) | {_constraint(check, name)} | '
+            f"{OVERRIDE_KEY_DOCS[name]} | — |" for name, check in _OVERRIDE_KEYS.items()]
+
+
+def reference_markdown() -> str:
+    """Every section, key, default, allowed values and meaning as Markdown tables (README)."""
+    out = ["<!-- generated by `python -m rlm.config --reference`; do not edit by hand -->", ""]
+    defaults = Settings()
+    for section, (cls, validators) in _SCHEMA.items():
+        out += [f"**`[{section}]`** — {(cls.__doc__ or '').split(':', 1)[-1].strip()}", "",
+                "| key | default | allowed | meaning | env override |", "|---|---|---|---|---|"]
+        instance = getattr(defaults, section)
+        for name in validators:
+            key = f"{section}.{name}"
+            default = _default_text(getattr(instance, name))
+            env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`"
+            if name == "options":
+                env = f"`{ENV_PREFIX}REMOTE__OPTIONS__<NAME>`"
+            if name in ("overrides", "leaders"):  # keys are case-sensitive names: one inline table
+                default, env = "{}", f"`{ENV_PREFIX}{section.upper()}__{name.upper()}` (TOML inline table)"
+            out.append(f"| `{name}` | `{default}` | {_allowed(key)} | {KEY_DOCS.get(key, '')} | {env} |")
+        if section == "topics":
+            out += _override_rows()
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--reference"]:
+        print("usage: python -m rlm.config --reference   (Markdown configuration reference)")
+        return 2
+    print(reference_markdown(), end="")
+    return 0
