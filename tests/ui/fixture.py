@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlm.config import LogSettings, RemoteSettings, ServerSettings, Settings, TieringSettings
+from rlm.config import ClusterSettings, LogSettings, RemoteSettings, ServerSettings, Settings, TieringSettings
 from rlm.formats.records import RecordSpec
 from rlm.http.app import create_app
 from rlm.http.server import ApiServer
@@ -58,7 +58,7 @@ class Served:
             w.close()
 
 
-def serve(tmp: Path, *, token: str = TOKEN) -> Served:
+def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = None) -> Served:
     logs, store = tmp / "kafka-logs", tmp / "tiered"
     logs.mkdir()
     settings = Settings(
@@ -66,7 +66,7 @@ def serve(tmp: Path, *, token: str = TOKEN) -> Served:
         remote=RemoteSettings("local", {"root": str(store)}),
         tiering=TieringSettings(gc_grace_ms=0, index_entry_bytes=4096),
         server=ServerSettings(host="127.0.0.1", port=0, token=token),
-        source="<ui test>")
+        cluster=cluster or ClusterSettings(), source="<ui test>")
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
     history = TieringHistory(manager.shared.metrics, interval_s=1, window_s=3600)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rlm.config import ClusterSettings
 from tests.ui.chromium import Chromium, dump_dom, find_browser
 from tests.ui.fixture import TOKEN, Served, fill, serve, writer
 
@@ -270,5 +271,30 @@ def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium,
         assert "internal topic" in reason
         sub = page.evaluate("document.querySelector('[data-total=partitions] .sub').textContent")
         assert "1 not tiered" in sub
+    finally:
+        served.close()
+
+
+def test_status_page_shows_each_partitions_role(browser: Chromium, tmp_path: Path) -> None:
+    """docs/cluster.md: beside a replicated cluster each row says whether this node leads the
+    partition, and a follower's row names the leader."""
+    served = serve(tmp_path, cluster=ClusterSettings(node_id=1, leadership="static",
+                                                     leaders={"orders-0": 1, "orders-1": 2}))
+    try:
+        for partition in (0, 1):
+            w = writer(served, "orders", partition)
+            fill(w, 2)
+            w.high_watermark = w.log_end_offset
+            w.write_checkpoints()
+        served.tier()
+        page = browser.open()
+        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        roles = json.loads(page.evaluate(
+            "JSON.stringify([...document.querySelectorAll('.partition')].map(p => "
+            "[p.dataset.partition, p.dataset.role, p.dataset.leader, "
+            "(p.querySelector('.role') || {}).textContent]))"))
+        assert sorted(roles) == [["0", "leader", "1", "leader"], ["1", "follower", "2", "follower of node 2"]]
+        assert served.status("orders", 1)["highest_tiered_offset"] == -1  # node 2 copies it, not this one
     finally:
         served.close()
