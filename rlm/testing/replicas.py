@@ -269,7 +269,10 @@ class ReplicaSet:
         self._metadata: dict[int, LogWriter] = {}
         if kraft:
             self._metadata = {b: metadata_writer(d, clock=lambda: EPOCH_MS) for b, d in self.log_dirs.items()}
-            records: list[md.MetadataRecord] = [md.TopicRecord(topic, self.topic_id)]
+            # remote.storage.enable=true, as a topic tiered by Kafka's own remote log manager sets it.
+            records: list[md.MetadataRecord] = [
+                md.TopicRecord(topic, self.topic_id),
+                md.ConfigRecord(md.RESOURCE_TOPIC, topic, "remote.storage.enable", "true")]
             records += [md.PartitionRecord(self.topic_id, p.partition, self.brokers, self.brokers, p.leader,
                                            p.leader_epoch, 0) for p in self.partitions]
             self._metadata_append(records)

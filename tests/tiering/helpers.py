@@ -39,7 +39,8 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
                  server_port: int | None = None, topics: dict[str, Any] | None = None,
                  cluster: dict[str, Any] | None = None, **tiering: Any) -> Path:
     """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
-    ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables)."""
+    ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables),
+    ``cluster`` values ``[cluster]`` keys (``leaders`` becomes the ``[cluster.leaders]`` table)."""
     tiering.setdefault("gc_grace_ms", 0)
 
     def val(v: Any) -> str:
