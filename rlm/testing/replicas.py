@@ -104,6 +104,11 @@ class Replica:
     def log_end_offset(self) -> int:
         return self.writer.log_end_offset
 
+    @property
+    def closed_end(self) -> int:
+        """The last offset in a closed (rolled) segment, -1 if none: what is eligible at HW = LEO."""
+        return self.writer.segment_base_offsets[-1] - 1
+
     def append(self, batch: Batch) -> None:
         self.writer.append_raw(batch.data, assign_offsets=False)
         self.batches.append(batch)
@@ -301,12 +306,15 @@ class ReplicaSet:
         for p in self._select(partitions):
             p.roll()
 
-    def grow(self, batches: int, partitions: Iterable[int] | None = None) -> None:
-        """Append ``batches`` batches to each (selected) partition, then roll: every offset so far
-        is in a closed segment (eligible), while each broker rolled by size at its own points."""
+    def grow(self, batches: int, partitions: Iterable[int] | None = None, *, roll: bool = True) -> None:
+        """Append ``batches`` batches to each (selected) partition (each broker rolls by size at its
+        own points), then, with ``roll``, roll every replica: all offsets so far are in closed
+        segments. Without it each replica's active segment stays open where its own rolls left it,
+        so a new leader's segment straddles what the old one tiered."""
         for p in self._select(partitions):
             p.append(batches)
-            p.roll()
+            if roll:
+                p.roll()
 
     def move_leader(self, partition: int, broker: int) -> None:
         """A clean leader change to in-sync ``broker``: the leader epoch goes up by one."""

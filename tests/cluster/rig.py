@@ -125,6 +125,9 @@ class ClusterRig:
     env: dict[str, str]
     rng: random.Random
     daemons: dict[int, Daemon] = field(default_factory=dict)
+    #: partition → the highest offset known tiered (an earlier leader may have tiered beyond the
+    #: current leader's closed segments); lowered only by an unclean election.
+    floor: dict[int, int] = field(default_factory=dict)
 
     # -- configs and daemons -------------------------------------------------------------------
 
