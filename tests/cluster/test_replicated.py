@@ -56,12 +56,15 @@ def _target(rig: ClusterRig, p: ReplicatedPartition) -> int:
 
 def _synced(rig: ClusterRig, brokers: tuple[int, ...] | None = None) -> bool:
     """Every (selected) daemon reports each partition tiered to its target, without an error."""
+    behind = []
     for b in brokers or rig.rs.brokers:
         rows = rig.partition_rows(b)
         for p in rig.rs.partitions:
             row = rows[p.partition]
             if row["highest_tiered_offset"] != _target(rig, p) or row["last_error"] is not None:
-                return False
+                behind.append(f"broker {b} {p.name}: tiered {row['highest_tiered_offset']} (want "
+                              f"{_target(rig, p)}), role {row.get('role')}, error {row['last_error']}")
+    assert not behind, "; ".join(behind)  # settle() keeps the last reason for its failure message
     return True
 
 
