@@ -7,7 +7,8 @@ rolling at its own points), on one S3 store (moto in its own process). Leadershi
 daemons restarted; each replica's active segment open where its own rolls left it, so the new
 leader's segment straddles what the old one tiered) and the log grows (then rolls). Reported:
 bytes stored (every ``segment.log`` object) and bytes uploaded (``rlm_remote_copy_bytes_total``
-summed over the daemons and their restarts), each divided by one replica's tiered bytes. 1.0 is ideal; the bound is one segment per leader change.
+summed over the daemons and their restarts), each divided by one replica's tiered bytes. 1.0 is
+ideal; the bound is one segment per leader change.
 
 **Follower sync cost** — 1000 partitions (tiny segments) on two brokers, a ``local`` store: the
 leader tiers everything (``rlm run --once``), then a follower's manager runs in this process on a
