@@ -291,7 +291,8 @@ def _raise_small(size: int, pos: int, offset: int) -> NoReturn:
 
 
 def iter_batches(
-    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None
+    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None,
+    skip_crc: bool = False,
 ) -> Iterator[RecordBatch]:
     """Yield the entries of ``buf`` from byte ``start`` up to ``end`` (exclusive; default ``len(buf)``).
 
@@ -301,6 +302,9 @@ def iter_batches(
     ``crc_valid=False``); :class:`UnsupportedMagicError` for a magic other than 0, 1, 2;
     :class:`CompressionError` for an unknown codec id. Records of v2 batches are not decoded; a
     v0/v1 compressed wrapper is decompressed to learn its first offset and record count.
+
+    ``skip_crc``: v2 batch CRCs are not computed at all and ``crc_valid`` is True — only for bytes
+    whose CRCs were already verified (remote ranges were verified when uploaded; docs/read-path.md).
 
     No buffer export outlives a single step, so an ``mmap`` may be closed as soon as iteration
     stops (even if the generator is left suspended).
@@ -337,7 +341,7 @@ def iter_batches(
             if pos + total > limit:
                 return  # torn tail: the last append did not complete
             # memoryview slice: CRC over the mapped bytes without copying; dropped right away.
-            crc_ok = crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
+            crc_ok = skip_crc or crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
             if not crc_ok and verify_crc:
                 raise CorruptRecordError(
                     f"record batch CRC-32C mismatch: stored {crc:#010x}, computed "
