@@ -143,7 +143,7 @@ def test_cache_respects_its_byte_bound_and_counts_evictions(tmp_path: Path) -> N
     assert evictions > 0
     # Every range loaded was kept until evicted: loads = evictions + ranges still held (≥ 1).
     held = stored - evictions
-    assert held >= 1 and held == len(cache._data)
+    assert held >= 1 and held == cache.ranges_held
     # LRU: the newest range is still there, the oldest is gone (costs a store read again).
     assert t.cost(reader.lookup_offset, offsets[-1]) == 0
     assert t.cost(reader.lookup_offset, offsets[0]) == 1
