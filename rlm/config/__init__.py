@@ -67,6 +67,11 @@ class TieringSettings:
     gc_grace_ms: int = 3_600_000         # abandoned attempts younger than this are left alone
     state_dir: Path | None = None        # journal, pins, progress; default: <log dir>.rlm-state
     remote_cache_bytes: int = 268_435_456  # byte-bounded LRU of remote ranges read by lookups
+    # Read-ahead of sequential remote readers (docs/read-path.md); 0 bytes disables it.
+    read_ahead_bytes: int = 16_777_216        # per reader: prefetched + in flight
+    read_ahead_total_bytes: int = 134_217_728  # all readers together
+    read_ahead_idle_ms: int = 30_000          # a reader idle this long is dropped, its window freed
+    read_ahead_threads: int = 8               # ranged GETs in parallel (all readers)
     # A re-created topic's predecessor (docs/topic-identity.md): deleted this long after it is first
     # seen retired, unless kept.
     old_incarnation_grace_ms: int = 86_400_000
@@ -315,6 +320,10 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "gc_grace_ms": _int(0),
         "state_dir": _optional_path,
         "remote_cache_bytes": _int(0),
+        "read_ahead_bytes": _int(0),
+        "read_ahead_total_bytes": _int(0),
+        "read_ahead_idle_ms": _int(1),
+        "read_ahead_threads": _int(1, 256),
         "old_incarnation_grace_ms": _int(0),
         "keep_old_incarnations": _bool,
     }),

@@ -41,7 +41,16 @@ KEY_DOCS: dict[str, str] = {
     "tiering.gc_grace_ms": "Objects of abandoned copy attempts younger than this are left alone by GC.",
     "tiering.state_dir": "Journal, pins and progress; default `<log dir>.rlm-state` beside each log dir "
                          "(must be on the log dir's file system: pins are hard links).",
-    "tiering.remote_cache_bytes": "Byte-bounded LRU of remote ranges read by lookups and fetches.",
+    "tiering.remote_cache_bytes": "Byte-bounded LRU of remote ranges read by lookups and fetches; "
+                                  "ranges of sequential readers are admitted with low priority "
+                                  "(evicted first, never evicting lookups' ranges; docs/read-path.md).",
+    "tiering.read_ahead_bytes": "Per sequential remote reader (a client on one partition): index "
+                                "entries read ahead in parallel, landed plus in flight; 0 disables "
+                                "read-ahead (docs/read-path.md).",
+    "tiering.read_ahead_total_bytes": "Read-ahead bytes of all readers together (landed plus in flight).",
+    "tiering.read_ahead_idle_ms": "A reader that has not fetched for this long is dropped: its "
+                                  "queued reads are cancelled, its read-ahead bytes freed.",
+    "tiering.read_ahead_threads": "Ranged GETs the read-ahead issues in parallel, all readers together.",
     "tiering.old_incarnation_grace_ms": "Remote data and local state of a deleted topic's old "
                                         "incarnation (the same name re-created with a new topic id) "
                                         "are deleted this long after rlm first sees them retired "
