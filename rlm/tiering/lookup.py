@@ -9,8 +9,9 @@ high watermark)`` (docs/visibility.md).
   tier first (``.remotetimeindex`` → entry → one ranged read), then the local segments. −1 latest
   (the HW), −2 earliest (log start), −3 max timestamp, −4 earliest local, −5 latest tiered.
 * **fetch** — from the batch holding the offset, whole batches below the HW while they fit in
-  ``max_bytes``, at least one; at the HW none. Remote fetches read consecutive entries of one
-  object with one ranged request and read ahead the next range for sequential readers.
+  ``max_bytes``, at least one; at the HW none. Remote fetches read whole index entries along the
+  store's chain, without a second CRC walk unless asked, and read ahead for sequential readers
+  (rlm/tiering/readahead.py, docs/read-path.md).
 
 Readers never write: they use the local remote-index files as they are and the persisted progress.
 """
@@ -19,26 +20,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from rlm.errors import FormatError, InvalidArgumentError, OffsetOutOfRangeError, RlmError
+from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError
 from rlm.formats import naming
-from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
+from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import (
     DecodedEntry,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )
-from rlm.logdir.scan import EligibilityPolicy, PartitionDir, SegmentFiles, list_segments
+from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
-from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
-from rlm.tiering.cache import RemoteRangeCache
-from rlm.tiering.remote_sets import SetCache, SetView, remote_max_timestamp
+from rlm.tiering.readahead import EntrySource, FetchBytes, ReaderResources, remote_fetch
+from rlm.tiering.remote_sets import SetView, chain_from, remote_max_timestamp
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
@@ -95,7 +93,7 @@ class FetchResult:
     topic: str
     partition: int
     tier: Tier
-    data: bytes
+    data: FetchBytes  # remote: a zero-copy memoryview when the answer lies in one index entry
     batches: list[RecordBatch]
     high_watermark: int | None  # the visible end applied (docs/visibility.md)
     requested_offset: int | None = None
@@ -117,30 +115,6 @@ class FetchResult:
 
 
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ReaderResources:
-    """Shared by every partition reader: the store, the byte cache, the read-ahead pool."""
-
-    backend: StorageBackend
-    cache: RemoteRangeCache
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "rlm-read"))
-    sets: SetCache = field(default_factory=SetCache)
-    read_ahead: bool = True
-    #: ``log.eligibility``: what is visible when the high watermark is unknown (docs/visibility.md)
-    eligibility: EligibilityPolicy = "high-watermark"
-
-    def read_range(self, url: str, start: int, end: int) -> bytes:
-        key = self.backend.key_for_url(url)
-        return self.cache.get_or_load(
-            (key, start, end), lambda: self.retry.call(lambda: self.backend.read(key, start, end)))
-
-    def prefetch(self, url: str, start: int, end: int) -> Future[bytes] | None:
-        if not self.read_ahead:
-            return None
-        return self.pool.submit(self.read_range, url, start, end)
 
 
 class PartitionReader:
@@ -182,10 +156,12 @@ class PartitionReader:
 
     # -- offset -------------------------------------------------------------------------------
 
-    def lookup_offset(self, offset: int, *, tier: Tier | None = None) -> LookupResult:
+    def lookup_offset(self, offset: int, *, tier: Tier | None = None,
+                      source: EntrySource | None = None) -> LookupResult:
         """The first visible record with offset ≥ ``offset``; ``tier`` forces one tier.
 
         Only offsets in ``[log start, visible end)`` are answered (docs/visibility.md).
+        ``source``: where remote entry bytes come from (a fetch passes its own, docs/read-path.md).
         """
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative")
@@ -199,7 +175,7 @@ class PartitionReader:
         if in_local and tier != "remote" and not remote_first:
             found = self._local_offset(segments, offset, ranges)
         if found is None and in_remote and tier != "local":
-            found = self._remote_offset(offset, ranges)
+            found = self._remote_offset(offset, ranges, source or EntrySource(self.res))
         if found is None and remote_first and in_local:  # the remote tier could not answer
             found = self._local_offset(segments, offset, ranges)
         if found is None:
@@ -237,35 +213,14 @@ class PartitionReader:
                 continue  # deleted by the log store meanwhile: the next segment or the remote tier
         return None
 
-    def _remote_entry_for_offset(self, offset: int) -> tuple[SetView, DecodedEntry] | None:
-        views = self._sets()
-        for i, view in enumerate(views):
-            if view.last is None or view.last.entry.last_offset < offset:
-                continue
-            entry = find_entry_for_offset(view.offsets, view.log_index, offset)
-            if entry is not None:
-                return view, entry
-            following = views[i + 1].first if i + 1 < len(views) else None
-            if following is not None:
-                return views[i + 1], following
-        return None
-
     def _entry_batches(self, entry: DecodedEntry) -> tuple[bytes, list[RecordBatch]]:
-        e = entry.entry
-        start, end = e.byte_range
-        data = self.res.read_range(e.rdi.url, start, end)
-        try:
-            return data, list(iter_batches(data))
-        except FormatError as err:
-            raise err.in_file(f"{e.rdi}", base_position=start) from err
+        """One entry's bytes and CRC-checked batches, for timestamp lookups (cached)."""
+        return EntrySource(self.res).batches(entry)
 
-    def _remote_offset(self, offset: int, ranges: PartitionOffsets) -> LookupResult | None:
-        found = self._remote_entry_for_offset(max(offset, ranges.remote_log_start_offset or 0))
-        if found is None:
-            return None
-        view, entry = found
-        for current in view.entries_from(entry):
-            data, batches = self._entry_batches(current)
+    def _remote_offset(self, offset: int, ranges: PartitionOffsets,
+                       source: EntrySource) -> LookupResult | None:
+        for current in chain_from(self._sets(), max(offset, ranges.remote_log_start_offset or 0)):
+            data, batches = source.batches(current)
             for batch in batches:
                 if batch.last_offset < offset:
                     continue
@@ -383,17 +338,23 @@ class PartitionReader:
 
     # -- fetch --------------------------------------------------------------------------------
 
-    def fetch(self, offset: int, max_bytes: int) -> FetchResult:
+    def fetch(self, offset: int, max_bytes: int, *, verify: bool = False,
+              reader_key: Hashable | None = None) -> FetchResult:
         """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (≥ 1 batch),
         each with its last offset below the visible end (docs/visibility.md).
 
         ``offset`` = the visible end (or a visible offset with no whole visible batch at or after
         it) → no batches; below the log start or above the visible end →
-        :class:`OffsetOutOfRangeError`.
+        :class:`OffsetOutOfRangeError`. ``verify``: CRC-check remote batches again (they were
+        checked before upload; local ones always are). ``reader_key``: who reads (opaque; e.g. a
+        client's connection): its sequential fetches are read ahead (docs/read-path.md).
         """
         if max_bytes <= 0:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be positive")
-        found = self.lookup_offset(offset)
+        rid = None if reader_key is None else (reader_key, self.part.topic, self.part.partition)
+        source = EntrySource(self.res, rid, verify=verify)
+        source.begin(offset)
+        found = self.lookup_offset(offset, source=source)
         ranges = found.ranges
         end = ranges.visible_end_offset
         if not found.found or found.batch is None:
@@ -414,45 +375,17 @@ class PartitionReader:
             return FetchResult(self.part.topic, self.part.partition, "local", data,
                                _rebased(batches, batches[0].position), end, offset,
                                ranges.log_start_offset)
-        return self._remote_fetch(found, max_bytes, end)
+        answer, taken = remote_fetch(self._sets(), source, found.batch.base_offset, max_bytes, end)
+        if not taken:
+            return self._empty(found.batch.base_offset, ranges)
+        return FetchResult(self.part.topic, self.part.partition, "remote", answer, taken, end,
+                           found.offset, ranges.log_start_offset)
 
     def _empty(self, offset: int, ranges: PartitionOffsets) -> FetchResult:
         tier: Tier = ("remote" if ranges.local_log_start_offset is None
                       or offset < ranges.local_log_start_offset else "local")
         return FetchResult(self.part.topic, self.part.partition, tier, b"", [],
                            ranges.visible_end_offset, offset, ranges.log_start_offset)
-
-    def _remote_fetch(self, found: LookupResult, max_bytes: int, end: int) -> FetchResult:
-        assert found.batch is not None
-        located = self._remote_entry_for_offset(found.batch.base_offset)
-        assert located is not None
-        view, entry = located
-        # Entries of one object are contiguous: one ranged read covers as many as max_bytes needs.
-        group = [entry]
-        url = entry.entry.rdi.url
-        for nxt in view.entries_from(entry):
-            if nxt is entry:
-                continue
-            span = sum(e.entry.data_length for e in group)
-            if nxt.entry.rdi.url != url or span >= max_bytes + entry.entry.data_length:
-                break
-            group.append(nxt)
-        start = group[0].entry.rdi.position
-        stop = group[-1].entry.rdi.position + group[-1].entry.data_length
-        data = self.res.read_range(url, start, stop)
-        batches = [b for b in iter_batches(data) if b.last_offset >= found.batch.base_offset]
-        taken = _take(batches_below(iter(batches), end), max_bytes)
-        if not taken:
-            return self._empty(found.batch.base_offset, found.ranges)
-        # Read ahead what a sequential consumer asks next: the following entry range.
-        after = view.entry_after(group[-1])
-        if after is not None and after.entry.first_offset < end:
-            a_start, a_end = after.entry.byte_range
-            self.res.prefetch(after.entry.rdi.url, a_start, a_end)
-        out = bytes(data[taken[0].position: taken[-1].end_position])
-        return FetchResult(self.part.topic, self.part.partition, "remote", out,
-                           _rebased(taken, taken[0].position), end, found.offset,
-                           found.ranges.log_start_offset)
 
 
 def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
@@ -476,8 +409,6 @@ def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
 
 
 def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
-    from dataclasses import replace
-
     return [replace(b, position=b.position - origin) for b in batches]
 
 

@@ -19,8 +19,9 @@ from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.identity import served_progress
-from rlm.tiering.lookup import PartitionReader, ReaderResources, load_progress
+from rlm.tiering.lookup import PartitionReader, load_progress
 from rlm.tiering.policy import TopicPolicyResolver
+from rlm.tiering.readahead import ReadAheadLimits, ReaderResources
 from rlm.tiering.state import Progress, state_dir
 
 ProgressSource = Callable[[PartitionDir], Progress]
@@ -61,7 +62,7 @@ class TieredReaders:
         self.settings = settings
         self.resources = ReaderResources(
             backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
-            eligibility=settings.log.eligibility)
+            eligibility=settings.log.eligibility, limits=ReadAheadLimits.from_settings(settings.tiering))
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch
-from rlm.formats.remote_index import DecodedEntry, decode_entry
+from rlm.formats.remote_index import DecodedEntry, decode_entry, find_entry_for_offset
 from rlm.formats.time_index import TimeIndex
 from rlm.tiering.visibility import batches_max_timestamp
 
@@ -91,6 +91,24 @@ class SetCache:
         return view
 
 
+def chain_from(views: Sequence[SetView], offset: int) -> Iterator[DecodedEntry]:
+    """The remote entries from the one holding ``offset`` (or the first after it) on, in the local
+    sets' order — the store's chain (docs/cluster.md) — across entries, objects and sets; an entry
+    whose offsets all lie below what was already yielded is skipped (never read twice)."""
+    floor = offset
+    for view in views:
+        if view.last is None or view.last.entry.last_offset < floor:
+            continue
+        begin = find_entry_for_offset(view.offsets, view.log_index, floor) or view.first
+        if begin is None:
+            continue
+        for entry in view.entries_from(begin):
+            if entry.entry.last_offset < floor:
+                continue
+            yield entry
+            floor = entry.entry.last_offset + 1
+
+
 def remote_max_timestamp(views: Sequence[SetView], start: int, end: int,
                          entry_batches: Callable[[DecodedEntry], tuple[bytes, list[RecordBatch]]]
                          ) -> int | None:
@@ -124,4 +142,4 @@ def remote_max_timestamp(views: Sequence[SetView], start: int, end: int,
     return best
 
 
-__all__ = ["SetCache", "SetView", "load_set", "remote_max_timestamp"]
+__all__ = ["SetCache", "SetView", "chain_from", "load_set", "remote_max_timestamp"]
