@@ -78,11 +78,13 @@ def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...]
 @click.option("--max-bytes", default=1 << 20, show_default=True, type=click.IntRange(min=1))
 @click.option("--format", "fmt", type=click.Choice(["json", "raw"]), default="json", show_default=True,
               help="json: decoded records (base64 keys/values); raw: the batches' bytes to stdout")
+@click.option("--verify", is_flag=True, help="CRC-check remote batches again (checked before upload)")
 @handle_errors
-def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes: int, fmt: str) -> None:
+def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes: int, fmt: str,
+          verify: bool) -> None:
     """Records from OFFSET on, from whichever tier holds them (Kafka fetch semantics), below the
     high watermark only; OFFSET = the high watermark prints nothing (docs/visibility.md)."""
-    result = _readers(config_path).reader(topic, partition).fetch(offset, max_bytes)
+    result = _readers(config_path).reader(topic, partition).fetch(offset, max_bytes, verify=verify)
     if fmt == "raw":
         sys.stdout.buffer.write(result.data)
         return

@@ -5,7 +5,7 @@ Routes (contract)::
     GET  /v1/partitions                                    status of every partition
     GET  /v1/topics/{t}/partitions/{p}/offsets/{o}         lookup by offset
     GET  /v1/topics/{t}/partitions/{p}/timestamps/{ts}     lookup by timestamp (−1…−5 special)
-    GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json
+    GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json&verify=
     POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
     GET  /metrics                                          Prometheus text format
     GET  /healthz                                          liveness (no auth)
@@ -198,13 +198,16 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/records", tags=["fetch"], dependencies=auth,
              response_model=None)
-    async def records(topic: str, partition: int, offset: int,
+    async def records(request: Request, topic: str, partition: int, offset: int,
                       max_bytes: int = 1_048_576,
-                      format: Literal["raw", "json"] = "raw") -> Response | dict[str, Any]:
+                      format: Literal["raw", "json"] = "raw",
+                      verify: bool = False) -> Response | dict[str, Any]:
+        """``verify``: CRC-check remote batches again (they were checked before upload)."""
         reader = readers.reader(topic, partition)
         if max_bytes <= 0 or max_bytes > 64 << 20:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, 67108864]")
-        fetched = await run_in_threadpool(reader.fetch, offset, max_bytes)
+        fetched = await run_in_threadpool(reader.fetch, offset, max_bytes, verify=verify,
+                                          reader_key=reader_key(request))
         if format == "json":
             return _fetch_json(fetched)
         headers = {"X-Rlm-Tier": fetched.tier, "X-Rlm-Next-Offset": str(fetched.next_offset),
@@ -221,6 +224,15 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
                  "timestamp": r.timestamp, "tier": r.tier} for r in rows]
 
     return app
+
+
+def reader_key(request: Request) -> tuple[str, str]:
+    """Who reads, for read-ahead (docs/read-path.md): the client's ``X-Rlm-Reader`` header (one
+    reader across connections) or else its connection (address and port)."""
+    client = request.client
+    host, port = (client.host, str(client.port)) if client is not None else ("", "")
+    named = request.headers.get("x-rlm-reader")
+    return (host, "reader:" + named) if named else (host, port)
 
 
 class _Unauthorized(Exception):
