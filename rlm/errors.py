@@ -29,6 +29,7 @@ Tree::
         ├── StoreUnavailableError      the store is known unreachable: fail fast (HTTP 503)
         └── BackendNotFoundError       unknown / uninstalled backend name
     StateDirLockedError                another `rlm run` owns the state dir (one daemon per dir)
+    StreamInterruptedError             a streamed read ended without its end (rlm.http.client)
 """
 
 from __future__ import annotations
@@ -174,3 +175,9 @@ class BackendNotFoundError(StorageError):
 
 class StateDirLockedError(RlmError):
     """Another ``rlm run`` holds the lock of a state directory (one daemon per state dir)."""
+
+
+class StreamInterruptedError(RlmError):
+    """A streamed read (``GET .../records/stream``) ended before its terminating chunk: the server
+    failed mid-stream or the connection broke. What was yielded before is whole and valid; resume
+    from the offset after the last batch received (docs/streaming.md)."""

@@ -71,7 +71,8 @@ KEY_DOCS: dict[str, str] = {
     "server.port": "HTTP port (0 = any free port).",
     "server.token": "When set, every route but `/healthz`, `/` and `/static` needs "
                     "`Authorization: Bearer <token>`.",
-    "server.request_timeout_ms": "A request running longer answers 504.",
+    "server.request_timeout_ms": "A request whose response has not started by then answers 504; a "
+                                 "stream is cut when one chunk read or write takes longer.",
     "server.max_body_bytes": "Request bodies above this size (declared or streamed) answer 413, "
                              "on every route.",
     "cluster.node_id": "This broker's `node.id`; unset = `node.id` (or `broker.id`) from `meta.properties` "

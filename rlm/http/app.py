@@ -6,6 +6,9 @@ Routes (contract)::
     GET  /v1/topics/{t}/partitions/{p}/offsets/{o}         lookup by offset
     GET  /v1/topics/{t}/partitions/{p}/timestamps/{ts}     lookup by timestamp (−1…−5 special)
     GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json&verify=
+    GET  /v1/topics/{t}/partitions/{p}/records/stream?offset=&max_bytes=&verify=
+                                                           raw batches, chunked, up to the visible
+                                                           end (docs/streaming.md)
     POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
     GET  /metrics                                          Prometheus text format
     GET  /healthz                                          liveness (no auth)
@@ -17,7 +20,8 @@ Routes (contract)::
 Errors are JSON ``{"error": {"field": ..., "reason": ...}}``: 400 bad input, 401 missing/wrong
 token, 404 unknown partition, 413 request body above ``server.max_body_bytes`` (every route), 416
 offset out of range for a fetch (:class:`OffsetOutOfRangeError`: below the log start or above the
-high watermark; a fetch AT it answers 200 with no records), 504 request timeout, 502 remote store
+high watermark; a fetch AT it answers 200 with no records), 504 request timeout (no response started
+within ``server.request_timeout_ms``; a stream is bounded per chunk instead), 502 remote store
 failure, 503 remote store unreachable (fails fast, ``Retry-After``; docs/operations.md). Topic
 names are checked against Kafka's rules before any file access. Nothing at or above the high
 watermark, nor below the log start, is ever returned (docs/visibility.md).
@@ -25,10 +29,10 @@ watermark, nor below the log start, is ever returned (docs/visibility.md).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,7 +54,16 @@ from rlm.errors import (
     StorageError,
     StoreUnavailableError,
 )
-from rlm.http.limits import BodyLimitMiddleware
+from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
+from rlm.http.stream import (
+    DEFAULT_STREAM_BYTES,
+    MAX_STREAM_BYTES,
+    BatchStream,
+    StreamMetrics,
+    first_chunk,
+    stream_body,
+    stream_headers,
+)
 from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
 
@@ -85,6 +98,7 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
                   description="Tiered-storage remote log manager: lookups across the local and "
                               "remote tiers of Kafka-format logs.")
     timeout_s = server.request_timeout_ms / 1000
+    stream_metrics = StreamMetrics(registry)
 
     async def require_token(request: Request) -> None:
         if not server.token:
@@ -136,13 +150,7 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     async def on_rlm(_: Request, exc: RlmError) -> JSONResponse:
         return _error(500, None, str(exc))
 
-    @app.middleware("http")
-    async def deadline(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        try:
-            return await asyncio.wait_for(call_next(request), timeout_s)
-        except TimeoutError:
-            return _error(504, None, f"request took longer than {server.request_timeout_ms} ms")
-
+    app.add_middleware(DeadlineMiddleware, timeout_ms=server.request_timeout_ms)
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
     auth = [Depends(require_token)]
 
@@ -214,7 +222,29 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
                    "X-Rlm-Batches": str(len(fetched.batches))}
         if fetched.high_watermark is not None:
             headers["X-Rlm-High-Watermark"] = str(fetched.high_watermark)
+        # The fetched bytes go to the socket as they are (no re-encoding, no join).
         return Response(fetched.data, media_type="application/octet-stream", headers=headers)
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/records/stream", tags=["fetch"],
+             dependencies=auth, response_class=Response)
+    async def records_stream(request: Request, topic: str, partition: int, offset: int,
+                             max_bytes: int = DEFAULT_STREAM_BYTES, verify: bool = False) -> Response:
+        """Raw record batches back to back from the batch holding ``offset`` (chunked) while they
+        fit ``max_bytes`` (≥ 1 batch), ending at the visible end; the same bytes as successive
+        ``/records`` calls (docs/streaming.md)."""
+        reader = readers.reader(topic, partition)
+        if not 0 < max_bytes <= MAX_STREAM_BYTES:
+            raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, {MAX_STREAM_BYTES}]")
+        fetch = partial(reader.fetch, verify=verify, reader_key=reader_key(request))
+        first = await first_chunk(fetch, offset, max_bytes)
+        headers = stream_headers(first, offset)
+        if not first.batches:  # at the visible end: as /records there, 200 and no records
+            headers.update({"X-Rlm-Batches": "0", "X-Rlm-Next-Offset": str(first.next_offset)})
+            return Response(b"", media_type="application/octet-stream", headers=headers)
+        where = f"{topic}-{partition} stream from {offset}"
+        body = stream_body(first, fetch, max_bytes, stall_s=timeout_s, metrics=stream_metrics,
+                           where=where)
+        return BatchStream(body, media_type="application/octet-stream", headers=headers)
 
     @app.post("/v1/offsets-for-times", tags=["lookup"], dependencies=auth)
     async def offsets_for_times(body: OffsetsForTimesRequest) -> list[dict[str, Any]]:

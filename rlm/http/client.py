@@ -1,12 +1,23 @@
-"""A small Python client for the rlm HTTP API (httpx), mirroring the routes one to one."""
+"""A small Python client for the rlm HTTP API (httpx), mirroring the routes one to one.
+
+:meth:`RlmClient.iter_batches` / :meth:`RlmClient.iter_records` read a partition through the
+streaming route (docs/streaming.md): one request per ``request_bytes`` (256 MiB by default) instead
+of one per MiB, batches yielded as soon as they are whole.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from rlm.errors import RlmError
+from rlm.errors import RlmError, StreamInterruptedError
+from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
+
+#: a v0-v2 batch / message set entry starts with offset (8 bytes) and size (4 bytes)
+_ENTRY_HEADER = 12
 
 
 class RlmHttpError(RlmError):
@@ -18,9 +29,31 @@ class RlmHttpError(RlmError):
         self.field = field
 
 
+@dataclass(frozen=True, slots=True)
+class StreamedBatch:
+    """One record batch of a stream: ``batch`` positions are relative to ``chunk`` (the bytes
+    received with it, shared by the batches of that chunk: no copy per batch)."""
+
+    batch: RecordBatch
+    chunk: bytes
+
+    @property
+    def data(self) -> bytes:
+        """The batch's own bytes (Kafka's on-disk format)."""
+        return self.chunk[self.batch.position: self.batch.end_position]
+
+    def records(self) -> list[Record]:
+        return decode_records(self.chunk, self.batch)
+
+
 class RlmClient:
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0,
+                 reader: str | None = None) -> None:
+        """``reader``: a name the server's read engine knows this client by (``X-Rlm-Reader``),
+        for sequential-read detection across connections; default: the connection."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if reader:
+            headers["X-Rlm-Reader"] = reader
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -83,3 +116,85 @@ class RlmClient:
 
     def metrics(self) -> str:
         return self._check(self._http.get("/metrics")).text
+
+    # -- streaming --------------------------------------------------------------------------------
+
+    def iter_batches(self, topic: str, partition: int, offset: int, *, request_bytes: int = 256 << 20,
+                     verify_crc: bool = False) -> Iterator[StreamedBatch]:
+        """Every batch from the one holding ``offset`` up to the visible end as the server sees it,
+        over as many streaming requests as ``request_bytes`` (per request) needs.
+
+        Errors of the first request of each stream are :class:`RlmHttpError` (416 out of range…);
+        a stream that breaks mid-way raises :class:`StreamInterruptedError` after yielding every
+        whole batch received. ``verify_crc`` re-checks each batch's CRC here (TCP and the server's
+        upload check already cover the bytes). Closing the generator closes the connection's
+        stream at once (the server stops reading).
+        """
+        while True:
+            last: RecordBatch | None = None
+            high_watermark: int | None = None
+            for item in self._stream(topic, partition, offset, request_bytes, verify_crc):
+                if isinstance(item, int):
+                    high_watermark = item
+                    continue
+                last = item.batch
+                yield item
+            if last is None:
+                return  # at the visible end
+            offset = last.last_offset + 1
+            if high_watermark is not None and offset >= high_watermark:
+                return
+
+    def iter_records(self, topic: str, partition: int, offset: int, *,
+                     request_bytes: int = 256 << 20) -> Iterator[Record]:
+        """The records a consumer reading from ``offset`` sees: none below ``offset`` (the first
+        batch may start before it), none of a control batch (transaction markers)."""
+        for streamed in self.iter_batches(topic, partition, offset, request_bytes=request_bytes):
+            if streamed.batch.is_control:
+                continue
+            for record in streamed.records():
+                if record.offset >= offset:
+                    yield record
+
+    def _stream(self, topic: str, partition: int, offset: int, max_bytes: int,
+                verify_crc: bool) -> Iterator[StreamedBatch | int]:
+        """One streaming request: the high watermark header (an int) first, then the batches."""
+        path = f"/v1/topics/{topic}/partitions/{partition}/records/stream"
+        with self._http.stream("GET", path, params={"offset": offset, "max_bytes": max_bytes}) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._check(resp)
+            hw = resp.headers.get("x-rlm-high-watermark")
+            if hw is not None:
+                yield int(hw)
+            pending = bytearray()
+            try:
+                for piece in resp.iter_raw():
+                    pending += piece
+                    whole = _whole_entries(pending)
+                    if not whole:
+                        continue
+                    chunk = bytes(pending[:whole])
+                    del pending[:whole]
+                    for batch in iter_batches(chunk, verify_crc=verify_crc):
+                        yield StreamedBatch(batch, chunk)
+            except httpx.TransportError as err:
+                raise StreamInterruptedError(f"stream of {topic}-{partition} from offset {offset} broke "
+                                             f"after the last whole batch: {err}") from err
+            if pending:
+                raise StreamInterruptedError(f"stream of {topic}-{partition} from offset {offset} ended "
+                                             f"inside a batch ({len(pending)} bytes left over)")
+
+
+def _whole_entries(buf: bytearray) -> int:
+    """How many leading bytes of ``buf`` are whole batches (offset, size, then size bytes)."""
+    pos = 0
+    while pos + _ENTRY_HEADER <= len(buf):
+        size = int.from_bytes(buf[pos + 8: pos + _ENTRY_HEADER], "big", signed=True)
+        end = pos + _ENTRY_HEADER + max(size, 0)
+        if end > len(buf):
+            break
+        pos = end
+        if size <= 0:
+            break  # corrupt: hand it to iter_batches, which names it
+    return pos

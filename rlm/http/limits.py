@@ -1,14 +1,24 @@
-"""Bounded request bodies on every route (``server.max_body_bytes``; docs/operations.md).
+"""Limits every request is held to: bounded request bodies (``server.max_body_bytes``) and the
+request deadline (``server.request_timeout_ms``); docs/operations.md, docs/streaming.md.
 
-A pure ASGI middleware, so it sits in front of routing, auth and FastAPI's body parsing: a request
-whose ``Content-Length`` exceeds the limit is answered 413 before a byte of the body is read; a body
-without a length (chunked) is read up to the limit plus one byte — memory stays bounded by the
-limit — and refused the same way once it exceeds it, else replayed to the app unchanged.
+Both are pure ASGI middlewares (no per-request task group and body streams as Starlette's
+``BaseHTTPMiddleware`` has), so they sit in front of routing, auth and FastAPI's body parsing.
+
+* **Bodies**: a request whose ``Content-Length`` exceeds the limit is answered 413 before a byte of
+  the body is read; a body without a length (chunked) is read up to the limit plus one byte —
+  memory stays bounded by the limit — and refused the same way once it exceeds it, else replayed
+  to the app unchanged.
+* **Deadline**: until the response starts, the whole request must finish within the timeout (else
+  504). Once it has started — a streamed body — each write of the body must be taken by the client
+  within the timeout, so a stream lives as long as it makes progress and a client that stops
+  reading is cut off (the connection is closed; the body is visibly incomplete).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -17,6 +27,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger(__name__)
 
 
 class BodyLimitMiddleware:
@@ -73,6 +85,58 @@ class BodyLimitMiddleware:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class DeadlineMiddleware:
+    """504 ``{"error": {"field": null, ...}}`` when no response started within ``timeout_s``;
+    afterwards every body write must complete within ``timeout_s`` (else the connection closes)."""
+
+    def __init__(self, app: ASGIApp, timeout_ms: int) -> None:
+        self.app = app
+        self.timeout_ms = timeout_ms
+        self.timeout_s = timeout_ms / 1000
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        timeout_s = self.timeout_s
+
+        async def timed_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                await send(message)
+                return
+            try:
+                await asyncio.wait_for(send(message), timeout_s)
+            except TimeoutError:
+                log.warning("%s: the client took no bytes for %.1f s; closing the stream",
+                            scope.get("path"), timeout_s)
+                raise
+
+        task = asyncio.ensure_future(self.app(scope, receive, timed_send))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done or started:
+            await task  # finished, or streaming: the per-write bound above applies from here on
+            return
+        task.cancel()
+        await asyncio.wait({task})  # let it unwind; its outcome no longer matters
+        if not task.cancelled():
+            task.exception()  # retrieved: no "exception was never retrieved" noise
+        if started:  # it started while being cancelled: nothing more can be said to this client
+            return
+        body = json.dumps({"error": {"field": None, "reason": (
+            f"request took longer than {self.timeout_ms} ms")}}).encode()
+        await send({"type": "http.response.start", "status": 504,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -1,4 +1,9 @@
-"""Run the API with uvicorn in a background thread of ``rlm run`` (or of a test)."""
+"""Run the API with uvicorn in a background thread of ``rlm run`` (or of a test).
+
+uvicorn picks httptools (HTTP parsing in C; a response body is written to the transport as it is,
+where h11 joins it into a new buffer) and uvloop when they are installed (the ``http`` extra
+installs both); ``http``/``loop`` name one explicitly (bench/catchup_bench.py compares them).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ from rlm.errors import RlmError
 class ApiServer:
     """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, *, http: str = "auto",
+                 loop: str = "auto") -> None:
         # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the
         # socket says it is TCP (proto 0 does not), and without it every response whose headers and
         # body are written separately waits out the client's delayed ACK (~40 ms per request).
@@ -29,7 +35,7 @@ class ApiServer:
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5,
-                                lifespan="off")
+                                lifespan="off", http=http, loop=loop)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="rlm-http", daemon=True)
