@@ -8,7 +8,8 @@ Admission has two classes (docs/read-path.md): ``lookup`` ranges (point lookups,
 live in the main LRU segment; ``sequential`` ranges (what a catch-up reader read or had read
 ahead) live in a low-priority segment that is evicted first, so a catch-up scan only ever uses free
 space and evicts its own ranges, never another reader's hot entries. A ``lookup`` hit on a
-sequential range promotes it to the main segment. Thread-safe; loads of the same range by
+sequential range promotes it to the main segment; a ``sequential`` admission of a range the main
+segment holds (a catch-up passing a hot entry) leaves it there. Thread-safe; loads of the same range by
 concurrent callers are not coalesced (both fetch). Loads (the reads that reach the store) are
 counted as Kafka's RemoteFetch{Requests,Bytes,Errors}.
 """
@@ -87,11 +88,14 @@ class RemoteRangeCache:
         if len(data) > self.max_bytes:
             return
         with self._lock:
+            # A catch-up reading through a range a lookup already holds must not demote it to the
+            # scan segment (evicted first): the hot range stays in the main one.
+            keep_main = admission == "lookup" or key in self._main
             for segment in (self._main, self._scan):
                 old = segment.pop(key, None)
                 if old is not None:
                     self._bytes -= len(old)
-            (self._main if admission == "lookup" else self._scan)[key] = data
+            (self._main if keep_main else self._scan)[key] = data
             self._bytes += len(data)
             while self._bytes > self.max_bytes:
                 _, evicted = (self._scan or self._main).popitem(last=False)
