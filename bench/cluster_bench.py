@@ -44,6 +44,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 
 from bench.benchlib import FAKE_AWS, OUT, MotoProcess, free_port, machine, record
 from rlm.testing.replicas import ReplicaSet
+from rlm.testing.toml import toml_value
 
 SECTION = "## Cluster"
 INTRO = ("`bench/cluster_bench.py`: three `rlm run` daemons beside three replicas (byte-identical "
@@ -55,24 +56,15 @@ BUCKET = "rlm-cluster-bench"
 COPY_BYTES = re.compile(r"^rlm_remote_copy_bytes_total(?:\{[^}]*\})? ([0-9.e+]+)$", re.M)
 
 
-def _val(v: Any) -> str:
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return "[" + ", ".join(_val(x) for x in v) + "]"
-    return str(v)
-
-
 def write_cfg(path: Path, log_dir: Path, backend: str, options: dict[str, Any], port: int,
               cluster: dict[str, Any] | None, **tiering: Any) -> Path:
     """A TOML config; ``cluster`` None writes no ``[cluster]`` section (the baseline)."""
-    lines = ["[log]", f"dirs = {_val([str(log_dir)])}", "[remote]", f"backend = {_val(backend)}",
-             "[remote.options]", *[f"{k} = {_val(v)}" for k, v in options.items()],
-             "[tiering]", *[f"{k} = {_val(v)}" for k, v in tiering.items()], "[server]", f"port = {port}"]
+    lines = ["[log]", f"dirs = {toml_value([str(log_dir)])}", "[remote]", f"backend = {toml_value(backend)}",
+             "[remote.options]", *[f"{k} = {toml_value(v)}" for k, v in options.items()],
+             "[tiering]", *[f"{k} = {toml_value(v)}" for k, v in tiering.items()],
+             "[server]", f"port = {port}"]
     if cluster is not None:
-        lines += ["[cluster]", *[f"{k} = {_val(v)}" for k, v in cluster.items() if k != "leaders"]]
+        lines += ["[cluster]", *[f"{k} = {toml_value(v)}" for k, v in cluster.items() if k != "leaders"]]
         lines += ["[cluster.leaders]", *[f"{json.dumps(n)} = {b}" for n, b in cluster["leaders"].items()]]
     path.write_text("\n".join(lines) + "\n")
     return path

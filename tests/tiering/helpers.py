@@ -29,6 +29,7 @@ from rlm.logdir.scan import (
     read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
+from rlm.testing.toml import toml_value
 from rlm.tiering import keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,31 +44,21 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
     ``cluster`` values ``[cluster]`` keys (``leaders`` becomes the ``[cluster.leaders]`` table)."""
     tiering.setdefault("gc_grace_ms", 0)
 
-    def val(v: Any) -> str:
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, list):
-            return "[" + ", ".join(val(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + "}"
-        return str(v)
-
     opts = dict(options) if options is not None else {"root": str(root)}
-    lines = ["[log]", f"dirs = {val([str(d) for d in log_dirs])}", f"eligibility = {val(eligibility)}",
-             "[remote]", f"backend = {val(backend)}", "[remote.options]"]
-    lines += [f"{k} = {val(v)}" for k, v in opts.items()]
-    lines += ["[tiering]"] + [f"{k} = {val(v)}" for k, v in tiering.items()]
+    lines = ["[log]", f"dirs = {toml_value([str(d) for d in log_dirs])}",
+             f"eligibility = {toml_value(eligibility)}",
+             "[remote]", f"backend = {toml_value(backend)}", "[remote.options]"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in opts.items()]
+    lines += ["[tiering]"] + [f"{k} = {toml_value(v)}" for k, v in tiering.items()]
     if server_port is not None:
         lines += ["[server]", f"port = {server_port}"]
     if topics:
-        lines += ["[topics]"] + [f"{k} = {val(v)}" for k, v in topics.items() if k != "overrides"]
+        lines += ["[topics]"] + [f"{k} = {toml_value(v)}" for k, v in topics.items() if k != "overrides"]
         for pattern, table in (topics.get("overrides") or {}).items():
             lines += [f"[topics.overrides.{json.dumps(pattern)}]"]
-            lines += [f"{k} = {val(v)}" for k, v in table.items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     if cluster:  # docs/cluster.md; a "leaders" dict becomes [cluster.leaders]
-        lines += ["[cluster]"] + [f"{k} = {val(v)}" for k, v in cluster.items() if k != "leaders"]
+        lines += ["[cluster]"] + [f"{k} = {toml_value(v)}" for k, v in cluster.items() if k != "leaders"]
         if "leaders" in cluster:
             lines += ["[cluster.leaders]"] + [f"{json.dumps(k)} = {v}" for k, v in cluster["leaders"].items()]
     path.write_text("\n".join(lines) + "\n")

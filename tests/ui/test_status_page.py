@@ -249,19 +249,25 @@ def test_page_and_assets_load_without_token_but_data_needs_it(
     assert second["copy_bytes_per_sec"] is not None and second["copy_bytes_per_sec"] > 0
 
 
+def _tiered_page(browser: Chromium, served: Served, partitions: list[tuple[str, int]]) -> Any:
+    """Two committed segments per partition, tiered once, and the page loaded with them."""
+    for topic, partition in partitions:
+        w = writer(served, topic, partition)
+        fill(w, 2)
+        w.high_watermark = w.log_end_offset
+        w.write_checkpoints()
+    served.tier()
+    page = browser.open()
+    page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+    page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+    return page
+
+
 def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium, tmp_path: Path) -> None:
     """docs/topic-policy.md: an internal log is listed as not tiered, with the reason."""
     served = serve(tmp_path)
     try:
-        for topic in ("orders", "__consumer_offsets"):
-            w = writer(served, topic, 0)
-            fill(w, 2)
-            w.high_watermark = w.log_end_offset
-            w.write_checkpoints()
-        served.tier()
-        page = browser.open()
-        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
-        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        page = _tiered_page(browser, served, [("orders", 0), ("__consumer_offsets", 0)])
         rows = _rows(page)
         assert rows["orders-0"]["state"] == "ok"
         assert rows["__consumer_offsets-0"]["state"] == "excluded"
@@ -281,15 +287,7 @@ def test_status_page_shows_each_partitions_role(browser: Chromium, tmp_path: Pat
     served = serve(tmp_path, cluster=ClusterSettings(node_id=1, leadership="static",
                                                      leaders={"orders-0": 1, "orders-1": 2}))
     try:
-        for partition in (0, 1):
-            w = writer(served, "orders", partition)
-            fill(w, 2)
-            w.high_watermark = w.log_end_offset
-            w.write_checkpoints()
-        served.tier()
-        page = browser.open()
-        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
-        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        page = _tiered_page(browser, served, [("orders", 0), ("orders", 1)])
         roles = json.loads(page.evaluate(
             "JSON.stringify([...document.querySelectorAll('.partition')].map(p => "
             "[p.dataset.partition, p.dataset.role, p.dataset.leader, "
