@@ -128,6 +128,8 @@ class Roles:
             "leader": lead.leader if lead is not None else None,
             "leader_epoch": lead.leader_epoch if lead is not None else None,
             "leadership_source": self.source.name,
+            # why the role is what it is when it is not plain (no leader, source unreadable, ...)
+            "leadership_detail": lead.detail if lead is not None else None,
             "store_highest_offset": chain.highest,
             "local_index_highest_offset": local,
             "sync_lag_offsets": max(0, chain.highest - local),

@@ -50,6 +50,7 @@ def test_only_the_leader_copies_retains_and_collects(tmp_path: Path) -> None:
     assert not store.exists() or not any(store.rglob("*.json"))  # nothing is led there: nothing copied
     row = follower.status(observe=False)[0]
     assert (row["role"], row["leader"], row["leadership_source"]) == ("follower", 1, "static")
+    assert row["leadership_detail"] is None  # a plain follower: nothing to explain
     assert row["copy_lag_segments"] > 0  # what waits for the leader, not a false 0
 
     leader = _manager(_cluster_config(tmp_path, "a", a_dir, store, node=1, leader=1), store)
