@@ -23,6 +23,8 @@ class CountingBackend(WrappingBackend):
         super().__init__()
         self.inner = inner
         self.calls: collections.Counter[str] = collections.Counter()
+        #: reads by (key, start, end): a range read twice shows a count of 2
+        self.ranges: collections.Counter[tuple[str, int, int | None]] = collections.Counter()
         self._lock = threading.Lock()
 
     def _count(self, op: str) -> None:
@@ -41,6 +43,8 @@ class CountingBackend(WrappingBackend):
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         self._count("read")
+        with self._lock:
+            self.ranges[(key, start, end)] += 1
         return super()._read(key, start, end)
 
     def _head(self, key: str) -> ObjectInfo:

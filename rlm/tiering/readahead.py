@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from rlm.config import TieringSettings
@@ -56,6 +56,7 @@ class ReadAheadLimits:
 class _Ahead:
     size: int
     future: Future[bytes]
+    kept: bool = False  # read by a fetch (not ahead): never counted as wasted
 
 
 @dataclass(slots=True)
@@ -147,7 +148,7 @@ class ReadAhead:
                 return
             done: Future[bytes] = Future()
             done.set_result(data)
-            self._reserve(st, key, _Ahead(len(data), done))
+            self._reserve(st, key, _Ahead(len(data), done, kept=True))
             st.window.move_to_end(key, last=False)
 
     def ahead(self, rid: Hashable, next_offset: int | None, upcoming: Iterable[tuple[RangeKey, int]]
@@ -174,6 +175,16 @@ class ReadAhead:
         with self._lock:
             self._expire(self._clock(), dropped)
         self._discard(dropped)
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until every read ahead now in a window has landed (tests, benches)."""
+        with self._lock:
+            futures = [a.future for st in self._readers.values() for a in st.window.values()]
+        for future in futures:
+            try:
+                future.exception(timeout)
+            except CancelledError:
+                continue
 
     def close(self) -> None:
         """Cancel everything; later calls read nothing ahead."""
@@ -228,7 +239,7 @@ class ReadAhead:
     def _discard(self, dropped: list[_Ahead]) -> None:
         """Cancel what has not started; what was (or is being) read counts as wasted bytes."""
         for ahead in dropped:
-            if not ahead.future.cancel():
+            if not ahead.kept and not ahead.future.cancel():
                 ahead.future.add_done_callback(self._wasted)
 
     def _wasted(self, future: Future[bytes]) -> None:
@@ -319,7 +330,8 @@ class EntrySource:
         """After a fetch: keep what it read but did not use up, read ahead what comes next."""
         if self.rid is None:
             return
-        for entry in unused:
+        # A reader not (yet) sequential finds them in the cache, where they were admitted as lookups.
+        for entry in unused if self.sequential else ():
             key = self.res.key_of(entry)
             self.res.ahead.keep(self.rid, key, self._memo[key][0])
         nxt = itertools.takewhile(lambda e: e.entry.first_offset < end, upcoming)
