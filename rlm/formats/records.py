@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import enum
 import mmap
+import operator
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -211,6 +212,11 @@ class RecordBatch:
         """``last_offset + 1``: the offset the next batch in the log would start at (at least)."""
         return self.last_offset + 1
 
+    def moved(self, delta: int) -> RecordBatch:
+        """The same batch at ``position + delta`` (a fetch answer's positions; ~10x cheaper than
+        ``dataclasses.replace``, which a catch-up calls per batch)."""
+        return RecordBatch(self.position + delta, *_BATCH_REST(self))
+
     @property
     def end_position(self) -> int:
         """``position + size`` (exclusive): where the next entry starts."""
@@ -220,6 +226,10 @@ class RecordBatch:
     def has_delete_horizon(self) -> bool:
         """v2 attribute bit 6 (KIP-534): ``base_timestamp`` holds the tombstone delete horizon."""
         return self.magic >= 2 and bool(self.attributes & _ATTR_DELETE_HORIZON)
+
+
+#: every field of a RecordBatch but ``position``, in order (for :meth:`RecordBatch.moved`)
+_BATCH_REST = operator.attrgetter(*[f.name for f in fields(RecordBatch)][1:])
 
 
 def _fast_constructor(cls: type[RecordBatch]) -> Callable[..., RecordBatch]:
