@@ -375,12 +375,26 @@ def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:
         return None
     active = segments[-1]
     try:
+        st = os.stat(active.log)
+        # Readers ask on every request: the answer is kept while the active .log is unchanged.
+        memo_key = (str(active.log), st.st_ino, st.st_size, st.st_mtime_ns)
+        known = _LOG_END_MEMO.get(memo_key)
+        if known is not None:
+            return known
         with LogSegment.open(active) as seg:
             index = seg.offset_index
             start = index[len(index) - 1].position if index else 0
             last = None
             for batch in seg.batches(start, verify_crc=False):
                 last = batch
-            return last.last_offset + 1 if last is not None else active.base_offset
+            end = last.last_offset + 1 if last is not None else active.base_offset
     except (OSError, RlmError):
         return None
+    if len(_LOG_END_MEMO) >= 4096:
+        _LOG_END_MEMO.clear()  # a bound, not an LRU: a miss only costs the scan again
+    _LOG_END_MEMO[memo_key] = end
+    return end
+
+
+#: log_end_offset's answers by (path, inode, size, mtime ns) of the active .log
+_LOG_END_MEMO: dict[tuple[str, int, int, int], int] = {}
