@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -409,7 +409,7 @@ def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
 
 
 def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
-    return [replace(b, position=b.position - origin) for b in batches]
+    return [b.moved(-origin) for b in batches]
 
 
 def load_progress(state_dir: Path) -> Progress:

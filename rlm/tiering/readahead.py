@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rlm.config import TieringSettings
 from rlm.errors import FormatError
@@ -274,6 +274,7 @@ class ReaderResources:
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
+        self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 
     def read(self, key: RangeKey) -> bytes:
         """One ranged GET (with retries); neither counted nor cached."""
@@ -285,7 +286,13 @@ class ReaderResources:
 
     def key_of(self, entry: DecodedEntry) -> RangeKey:
         start, end = entry.entry.byte_range
-        return self.backend.key_for_url(entry.entry.rdi.url), start, end
+        url = entry.entry.rdi.url
+        key = self._keys.get(url)
+        if key is None:
+            if len(self._keys) >= 65_536:
+                self._keys.clear()  # a bound, not an LRU: re-parsing is only slower
+            key = self._keys[url] = self.backend.key_for_url(url)
+        return key, start, end
 
     def read_range(self, url: str, start: int, end: int, admission: Admission = "lookup") -> bytes:
         key = (self.backend.key_for_url(url), start, end)
@@ -363,7 +370,7 @@ def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max
         if taken:
             lo, hi = taken[0].position, taken[-1].end_position
             origin = total - lo
-            out += [replace(b, position=b.position + origin) for b in taken]
+            out += taken if origin == 0 else [b.moved(origin) for b in taken]
             parts.append(data if (lo, hi) == (0, len(data)) else memoryview(data)[lo:hi])
             total += hi - lo
         if full:
