@@ -38,7 +38,7 @@ def build(root: Path, mib: int, segment_mib: int = 16) -> Path:
     return part
 
 
-def tier(root: Path, part: Path, backend: str, options: dict[str, Any], read_ahead: bool) -> Any:
+def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: argparse.Namespace) -> Any:
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
     from rlm.logdir.scan import list_segments
@@ -47,8 +47,8 @@ def tier(root: Path, part: Path, backend: str, options: dict[str, Any], read_ahe
     from rlm.tiering.readers import TieredReaders
 
     tiering: dict[str, Any] = {"state_dir": str(root / "state"), "gc_grace_ms": 0}
-    if not read_ahead:
-        tiering["read_ahead_bytes"] = 0
+    tiering["read_ahead_threads"] = args.threads
+    tiering["read_ahead_bytes"] = 0 if args.no_read_ahead else args.ahead_mib << 20
     settings = settings_from_mapping({
         "log": {"dirs": [str(part.parent)], "eligibility": "rolled"},
         "remote": {"backend": backend, "options": options},
@@ -113,13 +113,15 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--verify", action="store_true", help="CRC-verify every fetched batch again")
     ap.add_argument("--no-read-ahead", action="store_true")
+    ap.add_argument("--threads", type=int, default=8, help="[tiering] read_ahead_threads")
+    ap.add_argument("--ahead-mib", type=int, default=16, help="[tiering] read_ahead_bytes in MiB")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rlm-read-profile-") as tmp:
         root = Path(tmp)
         if args.store in ("local", "both"):
             part = build(root / "l", args.mib)
             readers = tier(root / "l", part, "local", {"root": str(root / "l" / "store")},
-                           not args.no_read_ahead)
+                           args)
             run("local store", readers, args)
         if args.store in ("s3", "both"):
             from rlm.testing.seaweed import SeaweedServer
@@ -128,7 +130,7 @@ def main() -> int:
             try:
                 weed.make_bucket("rlm-profile")
                 part = build(root / "s", args.mib)
-                readers = tier(root / "s", part, "s3", weed.options("rlm-profile"), not args.no_read_ahead)
+                readers = tier(root / "s", part, "s3", weed.options("rlm-profile"), args)
                 run("SeaweedFS", readers, args)
                 total, secs = raw_boto3(weed.client(), "rlm-profile")
                 print(f"SeaweedFS raw boto3 ranged GETs: {total / 1e6:.1f} MB in {secs:.2f} s = "
