@@ -42,9 +42,14 @@ def _quiet_py4j() -> None:
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (default: refuse).")
 @click.option("--task-mib", type=click.IntRange(1, 1024), default=32, show_default=True,
               help="Target bytes read per Spark task.")
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="read_committed: leave out aborted transactions, stop at the last stable offset "
+              "(docs/transactions.md).")
 @handle_errors
 def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ...], start: int | None,
-           end: int | None, out: Path, spark_master: str, overwrite: bool, task_mib: int) -> None:
+           end: int | None, out: Path, spark_master: str, overwrite: bool, task_mib: int,
+           isolation: str) -> None:
     """Export records of both tiers to Parquet with Spark's Kafka source schema, partitioned by
     topic/partition, time range [--from-timestamp, --to-timestamp)."""
     configure("text", logging.WARNING)
@@ -59,7 +64,7 @@ def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ..
     spark = spark_session(spark_master, "rlm export")
     result = run_export(spark, settings, list(topics), str(out), partitions=list(partitions) or None,
                         start=start, end=end, target_bytes=task_mib * 1024 * 1024,
-                        mode="overwrite" if overwrite else "errorifexists")
+                        mode="overwrite" if overwrite else "errorifexists", isolation=isolation)
     _emit(result.to_json())
 
 

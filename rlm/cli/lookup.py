@@ -14,6 +14,7 @@ import click
 from rlm.cli.common import config_option, settings_for_tool, tracked_backend
 from rlm.cli.errors import handle_errors
 from rlm.errors import InvalidArgumentError
+from rlm.tiering import isolation as txn
 from rlm.tiering.readers import TieredReaders
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
@@ -79,12 +80,16 @@ def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...]
 @click.option("--format", "fmt", type=click.Choice(["json", "raw"]), default="json", show_default=True,
               help="json: decoded records (base64 keys/values); raw: the batches' bytes to stdout")
 @click.option("--verify", is_flag=True, help="CRC-check remote batches again (checked before upload)")
+@click.option("--isolation", type=click.Choice(txn.ISOLATION_LEVELS), default="read_uncommitted",
+              show_default=True, help="read_committed: below the last stable offset, without aborted "
+              "transactions or control batches (docs/transactions.md)")
 @handle_errors
 def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes: int, fmt: str,
-          verify: bool) -> None:
+          verify: bool, isolation: str) -> None:
     """Records from OFFSET on, from whichever tier holds them (Kafka fetch semantics), below the
     high watermark only; OFFSET = the high watermark prints nothing (docs/visibility.md)."""
-    result = _readers(config_path).reader(topic, partition).fetch(offset, max_bytes, verify=verify)
+    reader = _readers(config_path).reader(topic, partition)
+    result = txn.fetch(reader, offset, max_bytes, txn.check_isolation(isolation), verify=verify)
     if fmt == "raw":
         sys.stdout.buffer.write(result.data)
         return

@@ -6,6 +6,7 @@ Routes (contract)::
     GET  /v1/topics/{t}/partitions/{p}/offsets/{o}         lookup by offset
     GET  /v1/topics/{t}/partitions/{p}/timestamps/{ts}     lookup by timestamp (−1…−5 special)
     GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json&verify=
+                                                   &isolation=read_uncommitted|read_committed
     GET  /v1/topics/{t}/partitions/{p}/records/stream?offset=&max_bytes=&verify=
                                                            raw batches, chunked, up to the visible
                                                            end (docs/streaming.md)
@@ -64,6 +65,7 @@ from rlm.http.stream import (
     stream_body,
     stream_headers,
 )
+from rlm.tiering import isolation as txn
 from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders, check_topic
 
@@ -209,17 +211,19 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     async def records(request: Request, topic: str, partition: int, offset: int,
                       max_bytes: int = 1_048_576,
                       format: Literal["raw", "json"] = "raw",
-                      verify: bool = False) -> Response | dict[str, Any]:
-        """``verify``: CRC-check remote batches again (they were checked before upload)."""
+                      verify: bool = False,
+                      isolation: txn.Isolation = "read_uncommitted") -> Response | dict[str, Any]:
+        """``verify``: CRC-check remote batches again (they were checked before upload).
+        ``isolation``: Kafka's; read_committed answers only committed records (docs/transactions.md)."""
         reader = readers.reader(topic, partition)
         if max_bytes <= 0 or max_bytes > 64 << 20:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, 67108864]")
-        fetched = await run_in_threadpool(reader.fetch, offset, max_bytes, verify=verify,
+        fetched = await run_in_threadpool(txn.fetch, reader, offset, max_bytes, isolation, verify=verify,
                                           reader_key=reader_key(request))
         if format == "json":
             return _fetch_json(fetched)
         headers = {"X-Rlm-Tier": fetched.tier, "X-Rlm-Next-Offset": str(fetched.next_offset),
-                   "X-Rlm-Batches": str(len(fetched.batches))}
+                   "X-Rlm-Batches": str(len(fetched.batches)), **_txn_headers(fetched)}
         if fetched.high_watermark is not None:
             headers["X-Rlm-High-Watermark"] = str(fetched.high_watermark)
         # The fetched bytes go to the socket as they are (no re-encoding, no join).
@@ -269,6 +273,18 @@ class _Unauthorized(Exception):
     pass
 
 
+def _txn_headers(fetched: FetchResult) -> dict[str, str]:
+    """read_committed raw answers (docs/transactions.md): only committed data batches are in the
+    body; these say the LSO applied and how many aborted transactions the range had."""
+    if fetched.isolation != "read_committed":
+        return {}
+    out = {"X-Rlm-Isolation": fetched.isolation,
+           "X-Rlm-Aborted-Transactions": str(len(fetched.aborted_transactions))}
+    if fetched.last_stable_offset is not None:
+        out["X-Rlm-Last-Stable-Offset"] = str(fetched.last_stable_offset)
+    return out
+
+
 def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
     def b64(v: bytes | None) -> str | None:
         return None if v is None else base64.b64encode(v).decode()
@@ -277,6 +293,10 @@ def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
         "topic": fetched.topic, "partition": fetched.partition, "tier": fetched.tier,
         "next_offset": fetched.next_offset, "high_watermark": fetched.high_watermark,
         "log_start_offset": fetched.log_start_offset,
+        **({"isolation": fetched.isolation, "last_stable_offset": fetched.last_stable_offset,
+            "aborted_transactions": [a.to_json() for a in fetched.aborted_transactions],
+            "scanned_segments": len(fetched.txn_scanned)}
+           if fetched.isolation == "read_committed" else {}),
         "batches": [{
             "base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control,
             "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key),

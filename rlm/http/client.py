@@ -97,17 +97,22 @@ class RlmClient:
     def lookup_timestamp(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
         return self._object(f"/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}")
 
-    def fetch_raw(self, topic: str, partition: int, offset: int,
-                  max_bytes: int = 1 << 20) -> tuple[bytes, dict[str, str]]:
-        """Raw batches and the X-Rlm-* headers (tier, next offset, high watermark)."""
+    def fetch_raw(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, *,
+                  isolation: str = "read_uncommitted") -> tuple[bytes, dict[str, str]]:
+        """Raw batches and the X-Rlm-* headers (tier, next offset, high watermark); with
+        ``isolation="read_committed"`` only committed data batches (docs/transactions.md)."""
+        params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
+        if isolation != "read_uncommitted":
+            params["isolation"] = isolation
         resp = self._check(self._http.get(f"/v1/topics/{topic}/partitions/{partition}/records",
-                                          params={"offset": offset, "max_bytes": max_bytes}))
+                                          params=params))
         return resp.content, {k: v for k, v in resp.headers.items() if k.lower().startswith("x-rlm-")}
 
-    def fetch_json(self, topic: str, partition: int, offset: int,
-                   max_bytes: int = 1 << 20) -> dict[str, Any]:
+    def fetch_json(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, *,
+                   isolation: str = "read_uncommitted") -> dict[str, Any]:
+        extra = {"isolation": isolation} if isolation != "read_uncommitted" else {}
         return self._object(f"/v1/topics/{topic}/partitions/{partition}/records",
-                         offset=offset, max_bytes=max_bytes, format="json")
+                            offset=offset, max_bytes=max_bytes, format="json", **extra)
 
     def offsets_for_times(self, timestamp: int, topics: list[str] | None = None,
                           minus_ms: int = 0) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 No pyspark here (pyarrow only), so the same code serves the Spark job and the single-process
 baseline of ``bench/export_bench.py``. Records come out as Spark's Kafka source produces them:
-control batches skipped, ``timestampType`` = Kafka's id (-1 none, 0 CreateTime, 1 LogAppendTime),
+control batches skipped (and, for a read_committed task, aborted transactions), ``timestampType``
+= Kafka's id (-1 none, 0 CreateTime, 1 LogAppendTime),
 ``headers`` null when a record has none (Spark's ``includeHeaders`` behaviour).
 """
 
@@ -13,7 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlm.errors import RlmError
-from rlm.formats.records import decode_records, iter_batches
+from rlm.formats.records import RecordBatch, decode_records, iter_batches
+from rlm.formats.transactions import committed_batches
+from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.plan import BackendSpec, ReadTask
 from rlm.storage.retry import RetryPolicy
 
@@ -60,7 +63,7 @@ def iter_task_records(task: ReadTask, data: bytes) -> Iterator[Row]:
     object/file, byte position and offset)."""
     lo, hi, ts_lo, ts_hi = task.min_offset, task.max_offset, task.start_ts, task.end_ts
     try:
-        for batch in iter_batches(data):
+        for batch in _task_batches(task, data):
             if batch.is_control or batch.last_offset < lo or batch.base_offset > hi:
                 continue
             if ts_lo is not None and batch.max_timestamp < ts_lo:
@@ -78,6 +81,15 @@ def iter_task_records(task: ReadTask, data: bytes) -> Iterator[Row]:
         where = (f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at "
                  f"{task.start})")
         raise RlmError(f"{where}: {err}") from err
+
+
+def _task_batches(task: ReadTask, data: bytes) -> list[RecordBatch]:
+    """The task's batches (CRC-verified); read_committed: without aborted ones (docs/transactions.md)."""
+    batches = list(iter_batches(data))
+    if task.isolation != "read_committed":
+        return batches
+    aborted = [AbortedTxn(first, last, pid, -1) for pid, first, last in task.aborted]
+    return committed_batches(data, batches, aborted)[0]
 
 
 def task_to_arrow(task: ReadTask, data: bytes, rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Any]:

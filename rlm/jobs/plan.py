@@ -33,7 +33,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +54,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, served_progress
+from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteView, remote_view
 from rlm.tiering.state import Progress, state_dir
@@ -110,6 +111,10 @@ class ReadTask:
     start_ts: int | None = None
     end_ts: int | None = None
     base_offset: int = -1  # the segment's base offset (for error messages)
+    #: read_committed (docs/transactions.md): the aborted transactions overlapping the task's
+    #: offsets as ``(producer id, first offset, last offset)``; the reader filters with them.
+    isolation: str = "read_uncommitted"
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def size(self) -> int:
@@ -251,7 +256,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
                    retry: RetryPolicy | None = None,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    policy: EligibilityPolicy = "high-watermark",
-                   progress: Progress | None = None, view: RemoteView | None = None) -> PartitionPlan:
+                   progress: Progress | None = None, view: RemoteView | None = None,
+                   isolation: Isolation = "read_uncommitted") -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
     ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
 
@@ -259,7 +265,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     what is visible without a high watermark; ``progress`` (what the daemon persisted) brings the
     DeleteRecords point the broker may have forgotten. ``view`` says which remote data is this
     incarnation's (docs/topic-identity.md; default: its own root); remote data is left out when it
-    is not servable or the local log ends at or below it.
+    is not servable or the local log ends at or below it. ``read_committed`` plans only offsets
+    below the last stable offset and gives each task its aborted transactions (docs/transactions.md).
     """
     plan = PartitionPlan(part.topic, part.partition)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
@@ -276,6 +283,10 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
+    txns: PartitionTxns | None = None
+    if isolation == "read_committed" and highest_visible >= 0:
+        txns = PartitionTxns(plan_sources(links, segments, highest_visible + 1, highest), backend, retry)
+        highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
 
     def keep_entry(e: RemoteLogIndexEntry) -> bool:
         if e.last_offset < lowest or e.first_offset > highest_visible:
@@ -314,13 +325,22 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
             plan.tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
                                        plan.local_min_offset, plan.local_max_offset, start, end,
                                        seg.base_offset))
+    if txns is not None:
+        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
     return plan
+
+
+def _with_aborted(task: ReadTask, txns: PartitionTxns) -> ReadTask:
+    found = txns.aborted(task.min_offset, task.max_offset + 1).entries
+    return replace(task, isolation="read_committed",
+                   aborted=tuple((a.producer_id, a.first_offset, a.last_offset) for a in found))
 
 
 def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequence[int] | None = None,
               *, start: int | None = None, end: int | None = None,
               target_bytes: int = DEFAULT_TARGET_BYTES, include_local: bool = True,
-              ordered_timestamps: bool = False, backend: StorageBackend | None = None) -> ReadPlan:
+              ordered_timestamps: bool = False, backend: StorageBackend | None = None,
+              isolation: Isolation = "read_uncommitted") -> ReadPlan:
     """Plan every selected partition (manifests and entries fetched with a few threads)."""
     check_time_range(start, end)
     if target_bytes < 1:
@@ -336,5 +356,6 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
         plans = list(pool.map(lambda p: plan_partition(
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
             ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
-            policy=policy, progress=progress(p), view=remote_view(settings.tiering, p)), parts))
+            policy=policy, progress=progress(p), view=remote_view(settings.tiering, p),
+            isolation=isolation), parts))
     return ReadPlan(plans)

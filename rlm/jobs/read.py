@@ -10,6 +10,7 @@ from typing import Any
 from rlm.config import Settings
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL, read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
+from rlm.tiering.isolation import check_isolation
 
 
 def tasks_dataframe(spark: Any, tasks: Sequence[Any]) -> Any:
@@ -39,7 +40,8 @@ def tiered_dataframe(spark: Any, settings: Settings, plan: ReadPlan) -> Any:
 def read_tiered(spark: Any, settings: Settings, topics: Sequence[str] | None,
                 partitions: Sequence[int] | None = None, start: int | None = None,
                 end: int | None = None, *, target_bytes: int = DEFAULT_TARGET_BYTES,
-                include_local: bool = True, ordered_timestamps: bool = False) -> Any:
+                include_local: bool = True, ordered_timestamps: bool = False,
+                isolation: str = "read_uncommitted") -> Any:
     """Every record of ``topics`` (all discovered topics when None; only ``partitions`` when
     given) from both tiers, as a DataFrame with Spark's Kafka source schema
     (``key, value, topic, partition, offset, timestamp, timestampType, headers``).
@@ -47,7 +49,9 @@ def read_tiered(spark: Any, settings: Settings, topics: Sequence[str] | None,
     ``start``/``end``: ms timestamps, half-open ``[start, end)`` on record timestamps (None =
     unbounded). Remote offsets ≤ the last manifest's last offset are read from the store, higher
     ones from local segments (up to the high watermark): no record twice. Control batches are
-    skipped; aborted transactional records are included (Kafka's ``read_uncommitted``).
+    skipped; ``isolation`` is Kafka's: ``read_uncommitted`` (default) includes aborted
+    transactional records, ``read_committed`` reads below the last stable offset and leaves them
+    out (docs/transactions.md).
 
     The plan (manifests, entries, byte ranges) is made now, on the driver; the returned
     DataFrame reads lazily, one ranged read per task, with backends rebuilt on the executors
@@ -56,7 +60,8 @@ def read_tiered(spark: Any, settings: Settings, topics: Sequence[str] | None,
     :mod:`rlm.jobs.plan` for ``target_bytes`` and ``ordered_timestamps``.
     """
     plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
-                     include_local=include_local, ordered_timestamps=ordered_timestamps)
+                     include_local=include_local, ordered_timestamps=ordered_timestamps,
+                     isolation=check_isolation(isolation))
     return tiered_dataframe(spark, settings, plan)
 
 
@@ -76,13 +81,14 @@ class ExportResult:
 def export(spark: Any, settings: Settings, topics: Sequence[str] | None, out: str, *,
            partitions: Sequence[int] | None = None, start: int | None = None, end: int | None = None,
            target_bytes: int = DEFAULT_TARGET_BYTES, mode: str = "errorifexists",
-           compression: str = "snappy") -> ExportResult:
+           compression: str = "snappy", isolation: str = "read_uncommitted") -> ExportResult:
     """Write :func:`read_tiered` as Parquet under ``out``, partitioned by ``topic``/``partition``
     (Spark's ``partitionBy`` layout: ``out/topic=T/partition=P/part-*.parquet``; read it back
     with ``spark.sql.sources.partitionColumnTypeInference.enabled=false`` if topic names look
     numeric). ``mode`` is Spark's save mode. Returns what was planned and the records written
-    (counted from the Parquet footers)."""
-    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes)
+    (counted from the Parquet footers). ``isolation`` as in :func:`read_tiered`."""
+    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
+                     isolation=check_isolation(isolation))
     df = tiered_dataframe(spark, settings, plan)
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # not legacy INT96
     (df.write.mode(mode).option("compression", compression)

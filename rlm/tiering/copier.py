@@ -60,6 +60,7 @@ from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
+from rlm.tiering.txn_capture import TxnCapture, capture_txn_index
 from rlm.tiering.upload import upload_bytes, upload_file
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, 
         keys.OFFSET_INDEX: segment.index,
         keys.TIME_INDEX: segment.time_index,
         keys.PRODUCER_SNAPSHOT: segment.snapshot,
+        keys.TXN_INDEX: segment.txn_index,
         keys.LEADER_EPOCHS: partition_dir / LEADER_EPOCH_CHECKPOINT,
     }
     pinned: dict[str, Path] = {}
@@ -235,6 +237,7 @@ class PreparedSegment:
     pinned: dict[str, Path]
     scanned: ScannedSegment
     source_position: int | None = None
+    txn: TxnCapture | None = None  # the aborted transactions to upload (docs/transactions.md)
 
     @property
     def base_offset(self) -> int:
@@ -337,10 +340,11 @@ def prepare_segment(ctx: PartitionContext, segment: SegmentFiles,
             check_indexes(ctx, segment, pinned, scanned)
         else:
             _tail_indexes(ctx, pinned, scanned)
+        txn = capture_txn_index(segment, pinned, scanned.batches, position) if scanned.batches else None
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
         raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position)
+    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position, txn)
 
 
 def _describe(m: SegmentManifest) -> str:
@@ -421,6 +425,8 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
                                (keys.PRODUCER_SNAPSHOT, "producer_snapshot")):
                 if role in pinned:
                     objects[name] = upload_file(ctx, key(role), pinned[role])
+            if prep.txn is not None and prep.txn.path is not None:
+                objects["txn_index"] = upload_file(ctx, key(keys.TXN_INDEX), prep.txn.path)
             objects[keys.REMOTE_LOG_INDEX] = upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), entries_blob)
         if objects["log"].crc32c != scanned.crc32c:
             raise StorageError("segment changed while it was uploaded (CRC-32C differs)",
@@ -437,6 +443,7 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
                                          last.last_offset),
             source_base_offset=segment.base_offset if prep.source_position is not None else None,
             source_position=prep.source_position,
+            txn_index=prep.txn.manifest_field() if prep.txn is not None else None,
         )
         manifest, entries, adopted = _commit(ctx, manifest, objects, entries)
         crash_point("after_manifest")

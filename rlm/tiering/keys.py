@@ -20,6 +20,7 @@ root, and the name-only root ``t-0/`` is no prefix of ``t-0=<id>/``. Under a roo
     data/<base>-<attempt>/leader-epoch-checkpoint
     data/<base>-<attempt>/producer.snapshot
     data/<base>-<attempt>/segment.remotelogindex   the segment's own entries
+    data/<base>-<attempt>/segment.txnindex  aborted transactions (docs/transactions.md; if any)
     owner.json                              name-only root only: the topic id that adopted it
     retired.json                            the root's incarnation is gone (topic re-created)
 
@@ -49,6 +50,8 @@ TIME_INDEX = "segment.timeindex"
 LEADER_EPOCHS = "leader-epoch-checkpoint"
 PRODUCER_SNAPSHOT = "producer.snapshot"
 REMOTE_LOG_INDEX = "segment.remotelogindex"
+#: Kafka's ``.txnindex`` of the segment (aborted transactions), when it lists any (docs/transactions.md).
+TXN_INDEX = "segment.txnindex"
 
 
 def new_attempt_id(now_ms: int | None = None) -> str:

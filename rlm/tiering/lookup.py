@@ -98,10 +98,19 @@ class FetchResult:
     high_watermark: int | None  # the visible end applied (docs/visibility.md)
     requested_offset: int | None = None
     log_start_offset: int | None = None  # decoded views drop the boundary batch's records below it
+    # read_committed (rlm.tiering.isolation, docs/transactions.md): the LSO applied, the aborted
+    # transactions of the range, where to resume (after skipped batches too), segments scanned.
+    isolation: str = "read_uncommitted"
+    last_stable_offset: int | None = None
+    aborted_transactions: tuple[Any, ...] = ()
+    resume_offset: int | None = None
+    txn_scanned: tuple[str, ...] = ()
 
     @property
     def next_offset(self) -> int | None:
         """Where the next fetch starts: after the last batch; the requested offset when empty."""
+        if self.resume_offset is not None:
+            return self.resume_offset
         return self.batches[-1].last_offset + 1 if self.batches else self.requested_offset
 
     def records(self, batch: RecordBatch, *, from_requested: bool = False) -> Iterator[Record]:

@@ -24,6 +24,8 @@ _NON_NEGATIVE = frozenset(("partition", "base_offset", "last_offset", "size_byte
 _OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
 #: Present only in the manifest of a partial copy (docs/cluster-copy.md); absent in older manifests.
 _OPTIONAL_NON_NEGATIVE = ("source_base_offset", "source_position")
+#: ``txn_index.source``: the broker's ``.txnindex`` as checked, or one rebuilt from the batches.
+TXN_INDEX_SOURCES = ("broker", "rebuilt")
 
 
 def _is_int(value: Any) -> bool:
@@ -48,6 +50,10 @@ def _check_fields(doc: dict[str, Any], key: str) -> None:
     for name in _OPTIONAL_NON_NEGATIVE:
         if name in doc and (not _is_int(doc[name]) or doc[name] < 0):
             raise bad(name, doc[name], "must be a non-negative integer when present")
+    txn = doc.get("txn_index")
+    if txn is not None and (not isinstance(txn, dict) or txn.get("source") not in TXN_INDEX_SOURCES
+                            or not _is_int(txn.get("entries")) or txn["entries"] < 0):
+        raise bad("txn_index", txn, "must be {source: broker|rebuilt, entries: non-negative integer}")
     objects = doc.get("objects")
     if not isinstance(objects, dict) or "log" not in objects:
         raise bad("objects", objects, "must be an object with a 'log' entry")
@@ -86,6 +92,11 @@ class SegmentManifest:
     segment file (its name), and ``source_position``, the byte position in that file where the
     uploaded ``.log`` object starts. Both are None (absent from the JSON) for a whole-segment copy
     and in manifests written before partial copies existed.
+
+    ``txn_index`` says the segment's aborted transactions were captured (docs/transactions.md):
+    ``{"source": "broker" | "rebuilt", "entries": n}``, with the entries in the ``txn_index``
+    object when ``n > 0``; ``entries: 0`` means the segment aborts nothing. None (absent) is a
+    segment tiered before rlm captured them: readers must scan its control batches.
     """
 
     topic: str
@@ -103,6 +114,7 @@ class SegmentManifest:
     leader_epochs: tuple[tuple[int, int], ...] = ()
     source_base_offset: int | None = None
     source_position: int | None = None
+    txn_index: dict[str, Any] | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -131,7 +143,7 @@ class SegmentManifest:
         doc = asdict(self)
         doc.pop("extra")
         doc["leader_epochs"] = [list(e) for e in self.leader_epochs]
-        for name in _OPTIONAL_NON_NEGATIVE:
+        for name in (*_OPTIONAL_NON_NEGATIVE, "txn_index"):
             if doc[name] is None:
                 del doc[name]  # a whole-segment copy: the manifest reads as before partial copies
         doc.update(self.extra)
@@ -153,6 +165,8 @@ class SegmentManifest:
             values = {k: doc[k] for k in known if k in doc}
             values["objects"] = {name: StoredObject(**o) for name, o in doc["objects"].items()}
             values["leader_epochs"] = tuple((int(e), int(o)) for e, o in doc.get("leader_epochs", []))
+            if values.get("txn_index") is not None:
+                values["txn_index"] = dict(values["txn_index"])
             extra = {k: v for k, v in doc.items() if k not in known}
             return cls(**values, extra=extra)
         except FormatError:

@@ -1,0 +1,397 @@
+"""``isolation = read_committed | read_uncommitted`` for every read surface (docs/transactions.md).
+
+One partition's transaction knowledge is a list of :class:`TxnSource` — the segments of both tiers
+in offset order, each with its aborted transactions from, in order of preference:
+
+* a remote segment's uploaded ``.txnindex`` (its manifest says ``txn_index``; ``entries: 0`` needs
+  no read at all);
+* a local segment's ``.txnindex`` written by the broker (trusted as Kafka trusts it);
+* otherwise the segment's control batches, scanned (remote segments tiered before rlm captured the
+  index: one whole-object read, cached per process), with the first offset of a transaction that
+  began earlier found in the earlier segments' batches.
+
+A read_committed fetch is (1) bounded by the last stable offset (:meth:`PartitionTxns.last_stable_offset`),
+(2) given the aborted transactions Kafka's broker would list for it (:func:`collect_aborted` from
+the fetch's segment on, until an entry proves the list complete), (3) filtered with a Kafka
+consumer's rules (:func:`committed_batches`): aborted batches and control batches are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from rlm.errors import CorruptIndexError, InvalidArgumentError, ObjectNotFoundError, RlmError
+from rlm.formats.offset_index import Buffer
+from rlm.formats.records import iter_batches
+from rlm.formats.transactions import (
+    REBUILT_LAST_STABLE_OFFSET,
+    PendingAbort,
+    TxnSummary,
+    committed_batches,
+    open_after,
+    resolve_first,
+    summarize,
+)
+from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
+from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.tiering import keys
+from rlm.tiering.lineage import Link
+from rlm.tiering.lookup import FetchResult, PartitionReader
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.visibility import PartitionOffsets
+
+__all__ = [
+    "ISOLATION_LEVELS",
+    "Isolation",
+    "PartitionTxns",
+    "TxnLookup",
+    "TxnSource",
+    "apply_isolation",
+    "check_isolation",
+    "fetch",
+    "local_sources",
+    "plan_sources",
+    "reader_txns",
+]
+
+log = logging.getLogger(__name__)
+
+Isolation = Literal["read_uncommitted", "read_committed"]
+ISOLATION_LEVELS: tuple[Isolation, ...] = ("read_uncommitted", "read_committed")
+_CACHE_ENTRIES = 4096
+
+
+def check_isolation(value: str) -> Isolation:
+    """``value`` as an :data:`Isolation` (Kafka's ``isolation.level`` names), else
+    :class:`InvalidArgumentError` naming the field."""
+    if value == "read_committed":
+        return "read_committed"
+    if value == "read_uncommitted":
+        return "read_uncommitted"
+    raise InvalidArgumentError(f"isolation {value!r} must be read_uncommitted or read_committed")
+
+
+class _Lru:
+    """A small thread-safe LRU of immutable facts about immutable bytes (keys say which bytes)."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.size = size
+
+    def get(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = load()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+
+_FACTS = _Lru(_CACHE_ENTRIES)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnSource:
+    """One segment's batches with offsets in ``[first_offset, last_offset]`` (inclusive).
+
+    ``tier`` local: ``location`` is the ``.log`` path, ``txn_index`` the broker's ``.txnindex``
+    path (None when absent). Remote: ``location`` is the log object's key; ``captured`` says its
+    manifest has ``txn_index`` (then ``txn_index`` is the entries object's key, None for none).
+    ``identity`` tells one version of the bytes from another (cache key).
+    """
+
+    first_offset: int
+    last_offset: int
+    tier: Literal["local", "remote"]
+    location: str
+    txn_index: str | None = None
+    captured: bool = False
+    identity: tuple[Any, ...] = ()
+
+    @property
+    def scanned(self) -> bool:
+        """Whether its aborted transactions come from scanning its batches."""
+        return self.txn_index is None and not (self.tier == "remote" and self.captured)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnLookup:
+    """The aborted transactions of one fetch and the segments whose batches had to be scanned
+    (no index stored: tiered before rlm captured it, or no local ``.txnindex``)."""
+
+    entries: list[AbortedTxn]
+    scanned: list[str] = field(default_factory=list)
+
+
+class PartitionTxns:
+    """Aborted transactions and the last stable offset of one partition, over ``sources``."""
+
+    def __init__(self, sources: Sequence[TxnSource], backend: StorageBackend | None,
+                 retry: RetryPolicy | None = None) -> None:
+        self.sources = list(sources)
+        self.backend = backend
+        self.retry = retry or RetryPolicy()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _with_bytes(self, src: TxnSource, use: Callable[[Buffer], Any]) -> Any:
+        if src.tier == "local":
+            with open(src.location, "rb") as fh:
+                if fh.seek(0, 2) == 0:
+                    return use(b"")
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                    return use(buf)
+        if self.backend is None:
+            raise RlmError("a remote transaction source needs a backend")
+        backend = self.backend
+        return use(self.retry.call(lambda: backend.read(src.location)))
+
+    def summary(self, i: int) -> TxnSummary:
+        """The source's :class:`TxnSummary` (its batches read once per process)."""
+        src = self.sources[i]
+
+        def load() -> TxnSummary:
+            def run(buf: Buffer) -> TxnSummary:
+                mine = (b for b in iter_batches(buf, verify_crc=False)
+                        if b.base_offset >= src.first_offset and b.last_offset <= src.last_offset)
+                return summarize(buf, mine)
+            try:
+                return self._with_bytes(src, run)  # type: ignore[no-any-return]
+            except RlmError as err:
+                raise err.in_file(src.location) if err.file is None else err from err
+
+        found: TxnSummary = _FACTS.get(
+            ("summary", src.location, src.identity, src.first_offset, src.last_offset), load)
+        return found
+
+    def _earlier(self, i: int) -> Iterator[TxnSummary]:
+        for j in range(i - 1, -1, -1):
+            yield self.summary(j)
+
+    def _stored(self, src: TxnSource) -> list[AbortedTxn] | None:
+        if src.txn_index is None:
+            return [] if src.tier == "remote" and src.captured else None
+        index_key = src.txn_index
+
+        def load() -> list[AbortedTxn] | None:
+            try:
+                if src.tier == "local":
+                    raw = Path(index_key).read_bytes()
+                else:
+                    assert self.backend is not None
+                    backend = self.backend
+                    raw = self.retry.call(lambda: backend.read(index_key))
+                return parse_txn_index(raw)
+            except FileNotFoundError:
+                return None
+            except CorruptIndexError as err:
+                log.warning("%s: %s; scanning the segment's control batches instead", index_key, err)
+                return None
+
+        found: list[AbortedTxn] | None = _FACTS.get(("txnindex", index_key, src.identity), load)
+        if found is None:
+            return None
+        return [e for e in found if src.first_offset <= e.last_offset <= src.last_offset]
+
+    def entries(self, i: int) -> tuple[list[AbortedTxn], bool]:
+        """Source ``i``'s aborted transactions and whether they came from a stored index."""
+        src = self.sources[i]
+        stored = self._stored(src)
+        if stored is not None:
+            return stored, True
+        summary = self.summary(i)
+        return [AbortedTxn(resolve_first(p, self._earlier(i)), p.marker_offset, p.producer_id,
+                           REBUILT_LAST_STABLE_OFFSET) for p in summary.aborts], False
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _index_of(self, offset: int) -> int:
+        found = 0
+        for i, src in enumerate(self.sources):
+            if src.first_offset <= offset:
+                found = i
+        return found
+
+    def aborted(self, fetch_offset: int, upper_bound: int) -> TxnLookup:
+        """What Kafka's broker lists for a fetch of ``[fetch_offset, upper_bound)``: from the
+        segment holding ``fetch_offset`` on, until an entry proves the list complete (Kafka's
+        rule; entries rlm rebuilt carry :data:`REBUILT_LAST_STABLE_OFFSET` and never do)."""
+        out = TxnLookup([])
+        for i in range(self._index_of(fetch_offset), len(self.sources)):
+            src = self.sources[i]
+            if src.last_offset < fetch_offset:
+                continue
+            entries, stored = self.entries(i)
+            if not stored:
+                out.scanned.append(src.location)
+            found, complete = collect_aborted(entries, fetch_offset, upper_bound)
+            out.entries.extend(found)
+            if complete:
+                break
+        return out
+
+    def last_stable_offset(self, visible_end: int) -> int:
+        """The first offset of the oldest transaction still open below ``visible_end``, or
+        ``visible_end`` when none is: producer state replayed over the local sources (all sources
+        when there is no local one), each summarized once per version of its bytes."""
+        local = [i for i, s in enumerate(self.sources) if s.tier == "local"]
+        chosen = local or list(range(len(self.sources)))
+        if not chosen:
+            return visible_end
+        summaries = [self.summary(i) for i in chosen]
+        state = open_after(summaries)
+        marked = set().union(*(s.marked for s in summaries))
+        for pid, first in state.items():
+            if pid not in marked:  # may have begun before the local log: the earlier batches say
+                pending = PendingAbort(pid, first, first, False)
+                state[pid] = resolve_first(pending, self._earlier(chosen[0]))
+        return min([visible_end, *state.values()])
+
+
+def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
+                  from_offset: int = 0) -> list[TxnSource]:
+    """Sources for the local segments holding offsets in ``[from_offset, visible_end)``."""
+    out: list[TxnSource] = []
+    for n, seg in enumerate(segments):
+        last = (segments[n + 1].base_offset if n + 1 < len(segments) else visible_end) - 1
+        last = min(last, visible_end - 1)
+        if seg.base_offset >= visible_end or last < from_offset or last < seg.base_offset:
+            continue
+        try:
+            st = seg.log.stat()
+        except FileNotFoundError:
+            continue
+        out.append(TxnSource(seg.base_offset, last, "local", str(seg.log),
+                             str(seg.txn_index) if seg.txn_index is not None else None,
+                             identity=(st.st_ino, st.st_size, st.st_mtime_ns)))
+    return out
+
+
+def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> Any:
+    """A :class:`~rlm.tiering.lookup.FetchResult` as ``isolation`` returns it: unchanged for
+    read_uncommitted; for read_committed only batches below the last stable offset, without
+    aborted or control batches, with the aborted transactions Kafka would list and the offset to
+    resume from (after the last batch examined, kept or not)."""
+    if isolation == "read_uncommitted":
+        return fetched
+    end = fetched.high_watermark
+    lso = txns.last_stable_offset(end) if end is not None else None
+    examined = [b for b in fetched.batches if lso is None or b.last_offset < lso]
+    if lso is not None:  # whole batches: stop at the first one reaching the LSO
+        examined = examined[: next((n for n, b in enumerate(fetched.batches) if b.last_offset >= lso),
+                                   len(fetched.batches))]
+    if not examined:
+        return replace(fetched, data=b"", batches=[], isolation=isolation, last_stable_offset=lso,
+                       resume_offset=fetched.requested_offset)
+    upper = examined[-1].last_offset + 1
+    found = txns.aborted(examined[0].base_offset, upper)
+    if found.scanned:
+        log.info("read_committed %s-%s [%d, %d): no transaction index stored for %d segment(s); "
+                 "scanned their control batches", fetched.topic, fetched.partition,
+                 examined[0].base_offset, upper, len(found.scanned))
+    kept, _skipped = committed_batches(fetched.data, examined, found.entries)
+    data = b"".join(fetched.data[b.position: b.end_position] for b in kept)
+    rebased, origin = [], 0
+    for b in kept:
+        rebased.append(replace(b, position=origin))
+        origin += b.size
+    return replace(fetched, data=data, batches=rebased, isolation=isolation, last_stable_offset=lso,
+                   resume_offset=upper, aborted_transactions=tuple(found.entries),
+                   txn_scanned=tuple(found.scanned))
+
+
+# -- the partition readers' view (HTTP, CLI) ---------------------------------------------------
+
+
+def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> tuple[bool, str | None]:
+    """Whether the manifest committing the log object ``key`` captured its aborted transactions,
+    and the key of the stored entries (None: none stored)."""
+    root = keys.parse_root(key)
+    ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
+    if root is None or ref is None:
+        return False, None
+    mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
+    try:
+        manifest = SegmentManifest.from_json(retry.call(lambda: backend.read(mkey)), key=mkey)
+    except ObjectNotFoundError:
+        return False, None  # deleted by retention meanwhile: scan what is still readable
+    if manifest.attempt_id != ref.attempt_id or manifest.txn_index is None:
+        return False, None
+    stored = manifest.objects.get("txn_index")
+    return True, stored.key if stored is not None else None
+
+
+def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
+    """``(object url, first offset, last offset)`` of every remote segment in the reader's sets."""
+    out: list[tuple[str, int, int]] = []
+    for view in reader._sets():
+        current = view.first
+        while current is not None:
+            e = current.entry
+            if out and out[-1][0] == e.rdi.url:
+                out[-1] = (e.rdi.url, out[-1][1], e.last_offset)
+            else:
+                out.append((e.rdi.url, e.first_offset, e.last_offset))
+            current = view.entry_after(current)
+    return out
+
+
+def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionTxns:
+    """The sources a partition reader serves: remote segments below the local log start, then
+    the local segments, up to the visible end."""
+    end = ranges.visible_end_offset if ranges.visible_end_offset is not None else 0
+    local_start = ranges.local_log_start_offset
+    res = reader.res
+    sources: list[TxnSource] = []
+    for url, first, last in _remote_groups(reader):
+        if (local_start is not None and first >= local_start) or first >= end:
+            continue
+        key = res.backend.key_for_url(url)
+        captured, txn_key = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
+            res.backend, res.retry, k))
+        last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
+        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,)))
+    sources += local_sources(list_segments(reader.part), end, local_start or 0)
+    return PartitionTxns(sources, res.backend, res.retry)
+
+
+def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isolation = "read_uncommitted",
+          **options: Any) -> FetchResult:
+    """:meth:`PartitionReader.fetch` (``options``: its keyword options) under ``isolation``
+    (see :func:`apply_isolation`)."""
+    fetched = reader.fetch(offset, max_bytes, **options)
+    if isolation == "read_uncommitted":
+        return fetched
+    txns = reader_txns(reader, reader.offsets())
+    result: FetchResult = apply_isolation(fetched, txns, isolation)
+    return result
+
+
+def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int,
+                 highest_tiered: int) -> list[TxnSource]:
+    """The sources of a read plan (rlm.jobs.plan): the chain's links (their manifests say what
+    was captured), then the local segments above the highest tiered offset."""
+    sources: list[TxnSource] = []
+    for link in links:
+        m = link.manifest
+        if link.first_offset >= visible_end:
+            continue
+        stored = m.objects.get("txn_index")
+        sources.append(TxnSource(link.first_offset, min(link.last_offset, visible_end - 1), "remote",
+                                 m.log.key, stored.key if stored is not None else None,
+                                 m.txn_index is not None, (m.log.key,)))
+    return sources + local_sources(segments, visible_end, highest_tiered + 1)
