@@ -88,7 +88,12 @@ def _task_batches(task: ReadTask, data: bytes) -> list[RecordBatch]:
     batches = list(iter_batches(data))
     if task.isolation != "read_committed":
         return batches
-    aborted = [AbortedTxn(first, last, pid, -1) for pid, first, last in task.aborted]
+    if not batches:
+        return batches
+    # The task's list covers its planned offsets; like a fetch response, only the transactions
+    # whose marker is at or after the first batch read count (an earlier ABORT closed its own).
+    start = batches[0].base_offset
+    aborted = [AbortedTxn(first, last, pid, -1) for pid, first, last in task.aborted if last >= start]
     return committed_batches(data, batches, aborted)[0]
 
 

@@ -285,7 +285,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
-        txns = PartitionTxns(plan_sources(links, segments, highest_visible + 1, highest), backend, retry)
+        sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
+        txns = PartitionTxns(sources, backend, retry)
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
 
     def keep_entry(e: RemoteLogIndexEntry) -> bool:
@@ -314,20 +315,26 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
 
     plan.local_min_offset = max(highest + 1, lowest)
     plan.local_max_offset = highest_visible
-    if not include_local or plan.local_max_offset < plan.local_min_offset:
-        return plan
+    if include_local and plan.local_max_offset >= plan.local_min_offset:
+        plan.tasks += _local_tasks(part, segments, plan, start, end, target_bytes, index_interval_bytes)
+    if txns is not None:
+        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
+    return plan
+
+
+def _local_tasks(part: PartitionDir, segments: Sequence[SegmentFiles], plan: PartitionPlan, start: int | None,
+                 end: int | None, target_bytes: int, index_interval_bytes: int) -> list[ReadTask]:
+    tasks: list[ReadTask] = []
     for i, seg in enumerate(segments):
         seg_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else MAX_OFFSET
         if seg.size == 0 or seg_last < plan.local_min_offset or seg.base_offset > plan.local_max_offset:
             continue
         first = _local_first_position(seg, plan.local_min_offset)
         for s, t in _local_cuts(seg, first, seg.size, target_bytes, index_interval_bytes):
-            plan.tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
-                                       plan.local_min_offset, plan.local_max_offset, start, end,
-                                       seg.base_offset))
-    if txns is not None:
-        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
-    return plan
+            tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
+                                  plan.local_min_offset, plan.local_max_offset, start, end,
+                                  seg.base_offset))
+    return tasks
 
 
 def _with_aborted(task: ReadTask, txns: PartitionTxns) -> ReadTask:

@@ -382,16 +382,18 @@ def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isola
 
 
 def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int,
-                 highest_tiered: int) -> list[TxnSource]:
-    """The sources of a read plan (rlm.jobs.plan): the chain's links (their manifests say what
-    was captured), then the local segments above the highest tiered offset."""
+                 local_start: int | None) -> list[TxnSource]:
+    """The sources of a read plan (rlm.jobs.plan): the chain's links below the local log start
+    (their manifests say what was captured), then the local segments — the same split as a
+    reader's, so the last stable offset is replayed over the same local batches."""
     sources: list[TxnSource] = []
+    below = min(visible_end, local_start if local_start is not None else visible_end)
     for link in links:
         m = link.manifest
-        if link.first_offset >= visible_end:
+        if link.first_offset >= below:
             continue
         stored = m.objects.get("txn_index")
-        sources.append(TxnSource(link.first_offset, min(link.last_offset, visible_end - 1), "remote",
+        sources.append(TxnSource(link.first_offset, min(link.last_offset, below - 1), "remote",
                                  m.log.key, stored.key if stored is not None else None,
                                  m.txn_index is not None, (m.log.key,)))
-    return sources + local_sources(segments, visible_end, highest_tiered + 1)
+    return sources + local_sources(segments, visible_end, local_start or 0)

@@ -1,0 +1,148 @@
+"""Transactional logs and an independent read_committed oracle (docs/transactions.md).
+
+The generator writes, with rlm's LogWriter, interleaved transactions of several producers (COMMIT
+and ABORT markers as Kafka's coordinator writes them), plain and idempotent batches between them,
+small segments so transactions straddle segment boundaries, and optionally transactions still open
+at the end (so the last stable offset is below the high watermark).
+
+The oracle never touches rlm's readers or codecs: it decodes every batch of every ``.log`` file with
+kafka-python, replays the markers (a producer's transactional batches up to its next control
+record share that record's fate), and answers what a read_committed consumer sees: the records of
+committed transactions and non-transactional batches below the LSO (the first offset of the oldest
+transaction still open, else the high watermark).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlm.formats.compression import Compression
+from rlm.formats.records import RecordSpec, encode_control_key, encode_end_txn_marker
+from rlm.logdir.writer import LogWriter
+
+T0 = 1_700_000_000_000
+ABORT, COMMIT = 0, 1
+PRODUCERS = (1001, 1002, 1003, 1004)
+IDEMPOTENT = 2001  # a producer id that writes without transactions
+
+
+@dataclass
+class Written:
+    """What the generator did (for test sanity, never as the expected answer)."""
+
+    aborted: int = 0
+    committed: int = 0
+    open_at_end: list[int] = field(default_factory=list)
+
+
+def write_txn_log(log_dir: Path, topic: str = "txn", partition: int = 0, *, seed: int = 5,
+                  steps: int = 500, segment_bytes: int = 6_000, leave_open: bool = True) -> Written:
+    """Write a transactional partition (see the module doc); returns counts of what it wrote."""
+    rnd = random.Random(seed)
+    codecs = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD, Compression.SNAPPY]
+    open_txn: set[int] = set()
+    out = Written()
+    ts = T0
+    seq = dict.fromkeys((*PRODUCERS, IDEMPOTENT), 0)
+
+    def marker(w: LogWriter, pid: int, kind: int) -> None:
+        w.append([RecordSpec(ts, encode_control_key(kind), encode_end_txn_marker(3))], producer_id=pid,
+                 producer_epoch=0, is_transactional=True, is_control=True)
+        open_txn.discard(pid)
+        if kind == ABORT:
+            out.aborted += 1
+        else:
+            out.committed += 1
+
+    with LogWriter(log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=512,
+                   clock=lambda: T0) as w:
+        for i in range(steps):
+            ts += rnd.randint(1, 50)
+            pid = rnd.choice(PRODUCERS)
+            roll = rnd.random()
+            if pid in open_txn and roll < 0.25:
+                marker(w, pid, ABORT if rnd.random() < 0.45 else COMMIT)
+                continue
+            recs = [RecordSpec(ts, f"k{i}-{n}".encode(), rnd.randbytes(rnd.randint(5, 60)))
+                    for n in range(rnd.randint(1, 6))]
+            codec = codecs[i % len(codecs)]
+            if roll > 0.9:
+                w.append(recs, compression=codec)  # a plain producer
+            elif roll > 0.82:
+                w.append(recs, compression=codec, producer_id=IDEMPOTENT, producer_epoch=0,
+                         base_sequence=seq[IDEMPOTENT])
+                seq[IDEMPOTENT] += len(recs)
+            else:
+                w.append(recs, compression=codec, producer_id=pid, producer_epoch=0,
+                         base_sequence=seq[pid], is_transactional=True)
+                seq[pid] += len(recs)
+                open_txn.add(pid)
+        if not leave_open:
+            for pid in sorted(open_txn):
+                marker(w, pid, ABORT if pid % 2 else COMMIT)
+        out.open_at_end = sorted(open_txn)
+    return out
+
+
+@dataclass(frozen=True)
+class OracleRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass
+class Oracle:
+    """The brute-force answers for one partition directory."""
+
+    committed: list[OracleRecord]     # what read_committed returns, in offset order
+    uncommitted: list[OracleRecord]   # what read_uncommitted returns (every data record < HW)
+    aborted_offsets: set[int]
+    last_stable_offset: int
+    high_watermark: int
+    aborted_txns: list[tuple[int, int, int]]  # (producer id, first data offset, ABORT marker offset)
+
+    @classmethod
+    def of(cls, partition_dir: Path, high_watermark: int | None = None) -> Oracle:
+        from kafka.record.memory_records import MemoryRecords
+
+        batches = []
+        for log in sorted(partition_dir.glob("*.log")):
+            records = MemoryRecords(log.read_bytes())
+            while (batch := records.next_batch()) is not None:
+                batches.append((batch, [OracleRecord(r.offset, r.key, r.value) for r in batch]))
+        hw = high_watermark if high_watermark is not None else (
+            batches[-1][0].base_offset + batches[-1][0].last_offset_delta + 1 if batches else 0)
+        fate: dict[int, str] = {}
+        pending: dict[int, list[int]] = {}
+        aborted_txns: list[tuple[int, int, int]] = []
+        for n, (batch, recs) in enumerate(batches):
+            if batch.base_offset >= hw:
+                break
+            if batch.is_control_batch:
+                kind = struct.unpack(">hh", recs[0].key[:4])[1] if recs and recs[0].key else -1
+                if kind in (ABORT, COMMIT):
+                    mine = pending.get(batch.producer_id, [])
+                    if kind == ABORT:
+                        first = batches[mine[0]][0].base_offset if mine else batch.base_offset
+                        aborted_txns.append((batch.producer_id, first, batch.base_offset))
+                    for j in pending.pop(batch.producer_id, []):
+                        fate[j] = "aborted" if kind == ABORT else "committed"
+            elif batch.is_transactional:
+                pending.setdefault(batch.producer_id, []).append(n)
+            else:
+                fate[n] = "committed"
+        lso = min([hw, *(batches[js[0]][0].base_offset for js in pending.values() if js)])
+        committed, uncommitted, aborted = [], [], set()
+        for n, (batch, recs) in enumerate(batches):
+            if batch.is_control_batch or batch.base_offset >= hw:
+                continue
+            uncommitted += [r for r in recs if r.offset < hw]
+            if fate.get(n) == "committed" and batch.base_offset < lso:
+                committed += recs
+            if fate.get(n) == "aborted":
+                aborted |= {r.offset for r in recs}
+        return cls(committed, uncommitted, aborted, lso, hw, aborted_txns)
