@@ -47,6 +47,7 @@ from rlm.tiering import keys
 from rlm.tiering.lineage import Link
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.remote_sets import SetView
 from rlm.tiering.visibility import PartitionOffsets
 
 __all__ = [
@@ -211,11 +212,24 @@ class PartitionTxns:
         """Source ``i``'s aborted transactions and whether they came from a stored index."""
         src = self.sources[i]
         stored = self._stored(src)
+        if stored is not None and src.tier == "local":
+            stored = self._checked(i, stored)  # the summary is read for the LSO anyway
         if stored is not None:
             return stored, True
         summary = self.summary(i)
         return [AbortedTxn(resolve_first(p, self._earlier(i)), p.marker_offset, p.producer_id,
                            REBUILT_LAST_STABLE_OFFSET) for p in summary.aborts], False
+
+    def _checked(self, i: int, stored: list[AbortedTxn]) -> list[AbortedTxn] | None:
+        """A broker's local entries if they name the segment's ABORT markers, else None (scan)."""
+        markers = [(p.producer_id, p.marker_offset) for p in self.summary(i).aborts]
+        if [(e.producer_id, e.last_offset) for e in stored] == markers:
+            return stored
+        src = self.sources[i]
+        _FACTS.get(("mismatch", src.txn_index, src.identity), lambda: log.warning(
+            "%s: its entries do not name the segment's %d ABORT markers; scanning the segment's "
+            "control batches instead (docs/transactions.md)", src.txn_index, len(markers)))
+        return None
 
     # -- answers ------------------------------------------------------------------------------
 
@@ -339,14 +353,22 @@ def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
     """``(object url, first offset, last offset)`` of every remote segment in the reader's sets."""
     out: list[tuple[str, int, int]] = []
     for view in reader._sets():
-        current = view.first
-        while current is not None:
-            e = current.entry
-            if out and out[-1][0] == e.rdi.url:
-                out[-1] = (e.rdi.url, out[-1][1], e.last_offset)
-            else:
-                out.append((e.rdi.url, e.first_offset, e.last_offset))
-            current = view.entry_after(current)
+        last = view.last.entry.rdi.url if view.last is not None else ""
+        out += _FACTS.get(("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
+                          lambda v=view: _set_groups(v))  # type: ignore[misc]
+    return out
+
+
+def _set_groups(view: SetView) -> list[tuple[str, int, int]]:
+    out: list[tuple[str, int, int]] = []
+    current = view.first
+    while current is not None:
+        e = current.entry
+        if out and out[-1][0] == e.rdi.url:
+            out[-1] = (e.rdi.url, out[-1][1], e.last_offset)
+        else:
+            out.append((e.rdi.url, e.first_offset, e.last_offset))
+        current = view.entry_after(current)
     return out
 
 

@@ -312,8 +312,15 @@ def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(tmp_path: Path,
         _kafka_entry(first.producer_id + 1, first.first_offset, first.last_offset, 0) + written[wrong][34:])
     settings = settings_for([logs], options={"root": str(store)}, state_dir=str(tmp_path / "state"))
     backend = LocalBackend(root=str(store))
+    manager = RemoteLogManager(settings, backend)
     with caplog.at_level(logging.INFO, logger="rlm.tiering.txn_capture"):
-        assert all(r.error is None for r in RemoteLogManager(settings, backend).run_once())
+        assert all(r.error is None for r in manager.run_once())
+    # Local reads use the broker's files too: the disagreeing one is caught, the torn one scanned.
+    readers = TieredReaders(settings, backend, progress=manager.live_progress)
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.isolation"):
+        got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 2_000), 0)
+    assert got == _expected(o.committed) and stop == o.last_stable_offset
+    assert f"{wrong:020d}.txnindex: its entries do not name" in caplog.text
     sources = {m.base_offset: m.txn_index["source"] for _p, m in _manifests(store) if m.txn_index}
     assert sources[damaged] == sources[wrong] == "rebuilt"
     assert all(sources[b] == "broker" for b in written if b not in (damaged, wrong) and b in sources)
