@@ -48,7 +48,7 @@ from rlm.tiering.lineage import Link
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_sets import SetView
-from rlm.tiering.visibility import PartitionOffsets
+from rlm.tiering.visibility import PartitionOffsets, batches_below
 
 __all__ = [
     "ISOLATION_LEVELS",
@@ -159,7 +159,11 @@ class PartitionTxns:
         if self.backend is None:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
-        return use(self.retry.call(lambda: backend.read(src.location)))
+        data = self.retry.call(lambda: backend.read(src.location))
+        if not src.captured:  # once per segment and process: the summary is cached
+            log.info("%s: tiered before rlm captured its transaction index: scanned its control "
+                     "batches (one read of %d bytes; docs/transactions.md)", src.location, len(data))
+        return use(data)
 
     def summary(self, i: int) -> TxnSummary:
         """The source's :class:`TxnSummary` (its batches read once per process)."""
@@ -304,17 +308,14 @@ def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> 
         return fetched
     end = fetched.high_watermark
     lso = txns.last_stable_offset(end) if end is not None else None
-    examined = [b for b in fetched.batches if lso is None or b.last_offset < lso]
-    if lso is not None:  # whole batches: stop at the first one reaching the LSO
-        examined = examined[: next((n for n, b in enumerate(fetched.batches) if b.last_offset >= lso),
-                                   len(fetched.batches))]
+    examined = list(fetched.batches if lso is None else batches_below(iter(fetched.batches), lso))
     if not examined:
         return replace(fetched, data=b"", batches=[], isolation=isolation, last_stable_offset=lso,
                        resume_offset=fetched.requested_offset)
     upper = examined[-1].last_offset + 1
     found = txns.aborted(examined[0].base_offset, upper)
     if found.scanned:
-        log.info("read_committed %s-%s [%d, %d): no transaction index stored for %d segment(s); "
+        log.debug("read_committed %s-%s [%d, %d): no transaction index stored for %d segment(s); "
                  "scanned their control batches", fetched.topic, fetched.partition,
                  examined[0].base_offset, upper, len(found.scanned))
     kept, _skipped = committed_batches(fetched.data, examined, found.entries)

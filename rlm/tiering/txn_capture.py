@@ -65,17 +65,30 @@ def summarize_file(path: Path, start: int = 0, end: int | None = None) -> TxnSum
 
 def _earlier(segment: SegmentFiles, head_end: int | None) -> Iterator[TxnSummary]:
     """Summaries of the batches before the copied ones, newest first, read lazily."""
-    if head_end:
-        yield summarize_file(segment.log, 0, head_end)
-    older = [s for s in list_segments(segment.log.parent) if s.base_offset < segment.base_offset]
-    for seg in reversed(older):
+    older = [s.log for s in list_segments(segment.log.parent) if s.base_offset < segment.base_offset]
+    runs: list[tuple[Path, int | None]] = [(segment.log, head_end)] if head_end else []
+    for path, end in runs + [(p, None) for p in reversed(older)]:
         try:
-            yield summarize_file(seg.log)
+            yield summarize_file(path, 0, end)
         except (FileNotFoundError, RlmError) as err:
-            log.info("%s: earlier segment %s unreadable while resolving transactions (%s): "
+            log.info("%s: earlier batches in %s unreadable while resolving transactions (%s): "
                      "first offsets of older aborted transactions are taken from later batches",
-                     segment.log, seg.log, err)
+                     segment.log, path, err)
             return
+
+
+class _Replayable:
+    """An iterator's items, read once and replayed to every later walk (each walk stops early)."""
+
+    def __init__(self, source: Iterator[TxnSummary]) -> None:
+        self._source = source
+        self._seen: list[TxnSummary] = []
+
+    def __iter__(self) -> Iterator[TxnSummary]:
+        yield from self._seen
+        for item in self._source:
+            self._seen.append(item)
+            yield item
 
 
 def _matches(entries: list[AbortedTxn], aborts: list[PendingAbort]) -> str | None:
@@ -113,7 +126,7 @@ def capture_txn_index(segment: SegmentFiles, pinned: dict[str, Path], batches: l
             why = str(err)
     if entries is None:
         source = "rebuilt"
-        earlier = list(_earlier(segment, source_position)) if any(not p.resolved for p in tail.aborts) else []
+        earlier = _Replayable(_earlier(segment, source_position))
         entries = [AbortedTxn(resolve_first(p, earlier), p.marker_offset, p.producer_id,
                               REBUILT_LAST_STABLE_OFFSET) for p in tail.aborts]
         if broker is not None or entries:

@@ -275,7 +275,7 @@ def test_old_manifests_without_txn_index_are_scanned(tmp_path: Path,
     with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
         got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 4_000), 0)
     assert got == _expected(o.committed) and stop == o.last_stable_offset
-    assert "scanned their control batches" in caplog.text
+    assert "tiered before rlm captured its transaction index: scanned its control batches" in caplog.text
     res = txn.fetch(readers.reader("txn", 0), 0, 4_000, "read_committed")
     assert any(s.endswith(keys.LOG) for s in res.txn_scanned)  # remote segments, not only local ones
 
