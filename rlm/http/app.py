@@ -7,7 +7,7 @@ Routes (contract)::
     GET  /v1/topics/{t}/partitions/{p}/timestamps/{ts}     lookup by timestamp (−1…−5 special)
     GET  /v1/topics/{t}/partitions/{p}/records?offset=&max_bytes=&format=raw|json&verify=
                                                    &isolation=read_uncommitted|read_committed
-    GET  /v1/topics/{t}/partitions/{p}/records/stream?offset=&max_bytes=&verify=
+    GET  /v1/topics/{t}/partitions/{p}/records/stream?offset=&max_bytes=&verify=&isolation=
                                                            raw batches, chunked, up to the visible
                                                            end (docs/streaming.md)
     POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import hmac
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -232,14 +231,16 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     @app.get("/v1/topics/{topic}/partitions/{partition}/records/stream", tags=["fetch"],
              dependencies=auth, response_class=Response)
     async def records_stream(request: Request, topic: str, partition: int, offset: int,
-                             max_bytes: int = DEFAULT_STREAM_BYTES, verify: bool = False) -> Response:
+                             max_bytes: int = DEFAULT_STREAM_BYTES, verify: bool = False,
+                             isolation: txn.Isolation = "read_uncommitted") -> Response:
         """Raw record batches back to back from the batch holding ``offset`` (chunked) while they
         fit ``max_bytes`` (≥ 1 batch), ending at the visible end; the same bytes as successive
-        ``/records`` calls (docs/streaming.md)."""
+        ``/records`` calls (docs/streaming.md). read_committed: only committed data batches, up to
+        the last stable offset (docs/transactions.md)."""
         reader = readers.reader(topic, partition)
         if not 0 < max_bytes <= MAX_STREAM_BYTES:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, {MAX_STREAM_BYTES}]")
-        fetch = partial(reader.fetch, verify=verify, reader_key=reader_key(request))
+        fetch = txn.fetcher(reader, isolation, verify=verify, reader_key=reader_key(request))
         first = await first_chunk(fetch, offset, max_bytes)
         headers = stream_headers(first, offset)
         if not first.batches:  # at the visible end: as /records there, 200 and no records

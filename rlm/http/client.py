@@ -125,7 +125,8 @@ class RlmClient:
     # -- streaming --------------------------------------------------------------------------------
 
     def iter_batches(self, topic: str, partition: int, offset: int, *, request_bytes: int = 256 << 20,
-                     verify_crc: bool = False) -> Iterator[StreamedBatch]:
+                     verify_crc: bool = False,
+                     isolation: str = "read_uncommitted") -> Iterator[StreamedBatch]:
         """Every batch from the one holding ``offset`` up to the visible end as the server sees it,
         over as many streaming requests as ``request_bytes`` (per request) needs.
 
@@ -133,12 +134,13 @@ class RlmClient:
         a stream that breaks mid-way raises :class:`StreamInterruptedError` after yielding every
         whole batch received. ``verify_crc`` re-checks each batch's CRC here (TCP and the server's
         upload check already cover the bytes). Closing the generator closes the connection's
-        stream at once (the server stops reading).
+        stream at once (the server stops reading). ``isolation="read_committed"``: only committed
+        data batches, up to the last stable offset (docs/transactions.md).
         """
         while True:
             last: RecordBatch | None = None
             high_watermark: int | None = None
-            for item in self._stream(topic, partition, offset, request_bytes, verify_crc):
+            for item in self._stream(topic, partition, offset, request_bytes, verify_crc, isolation):
                 if isinstance(item, int):
                     high_watermark = item
                     continue
@@ -150,11 +152,12 @@ class RlmClient:
             if high_watermark is not None and offset >= high_watermark:
                 return
 
-    def iter_records(self, topic: str, partition: int, offset: int, *,
-                     request_bytes: int = 256 << 20) -> Iterator[Record]:
+    def iter_records(self, topic: str, partition: int, offset: int, *, request_bytes: int = 256 << 20,
+                     isolation: str = "read_uncommitted") -> Iterator[Record]:
         """The records a consumer reading from ``offset`` sees: none below ``offset`` (the first
         batch may start before it), none of a control batch (transaction markers)."""
-        for streamed in self.iter_batches(topic, partition, offset, request_bytes=request_bytes):
+        for streamed in self.iter_batches(topic, partition, offset, request_bytes=request_bytes,
+                                          isolation=isolation):
             if streamed.batch.is_control:
                 continue
             for record in streamed.records():
@@ -162,10 +165,13 @@ class RlmClient:
                     yield record
 
     def _stream(self, topic: str, partition: int, offset: int, max_bytes: int,
-                verify_crc: bool) -> Iterator[StreamedBatch | int]:
+                verify_crc: bool, isolation: str = "read_uncommitted") -> Iterator[StreamedBatch | int]:
         """One streaming request: the high watermark header (an int) first, then the batches."""
         path = f"/v1/topics/{topic}/partitions/{partition}/records/stream"
-        with self._http.stream("GET", path, params={"offset": offset, "max_bytes": max_bytes}) as resp:
+        params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
+        if isolation != "read_uncommitted":
+            params["isolation"] = isolation
+        with self._http.stream("GET", path, params=params) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 self._check(resp)

@@ -59,6 +59,7 @@ __all__ = [
     "apply_isolation",
     "check_isolation",
     "fetch",
+    "fetcher",
     "local_sources",
     "plan_sources",
     "reader_txns",
@@ -420,3 +421,20 @@ def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visibl
                                  m.log.key, stored.key if stored is not None else None,
                                  m.txn_index is not None, (m.log.key,)))
     return sources + local_sources(segments, visible_end, local_start or 0)
+
+
+def fetcher(reader: PartitionReader, isolation: Isolation = "read_uncommitted",
+            **options: Any) -> Callable[[int, int], FetchResult]:
+    """``(offset, max_bytes) → FetchResult`` for a stream of fetches (``/records/stream``): under
+    read_committed a fetch whose batches were all aborted or markers is followed at once by the
+    next one, so an answer has batches unless it reached the last stable offset."""
+    if isolation == "read_uncommitted":
+        return lambda offset, max_bytes: reader.fetch(offset, max_bytes, **options)
+
+    def run(offset: int, max_bytes: int) -> FetchResult:
+        while True:
+            got = fetch(reader, offset, max_bytes, isolation, **options)
+            if got.batches or got.next_offset is None or got.next_offset <= offset:
+                return got
+            offset = got.next_offset
+    return run

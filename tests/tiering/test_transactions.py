@@ -215,6 +215,10 @@ def test_http_json_and_raw_read_committed(tiered: Tiered) -> None:
             for fetch in (json_fetch, raw_fetch):
                 got, stop = _read_all(fetch, 0)
                 assert got == _expected(o.committed) and stop == o.last_stable_offset
+            # the streaming read: whole committed batches back to back, several requests
+            streamed = [(r.offset, r.key, r.value) for r in client.iter_records(
+                topic, int(p), 0, request_bytes=5_000, isolation="read_committed")]
+            assert streamed == _expected(o.committed)
         with pytest.raises(RlmHttpError) as err:
             client.fetch_json("txn", 0, 0, isolation="snapshot")
         assert err.value.status == 400
