@@ -84,6 +84,11 @@ class RemoteRangeCache:
         self.class_reads.labels(admission, "hit" if data is not None else "miss").inc()
         return data
 
+    def note_miss(self, admission: Admission = "lookup") -> None:
+        """A miss found without :meth:`get` (a fetch that checked ``in`` and read ahead itself)."""
+        self.misses.inc()
+        self.class_reads.labels(admission, "miss").inc()
+
     def put(self, key: RangeKey, data: bytes, admission: Admission = "lookup") -> None:
         if len(data) > self.max_bytes:
             return

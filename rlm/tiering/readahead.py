@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from rlm.config import TieringSettings
 from rlm.errors import FormatError
@@ -227,12 +228,35 @@ class ReadAhead:
             dropped += self._clear(self._readers.pop(rid))
         self._m.prefetch_readers.set(len(self._readers))
 
-    def _submit(self, key: RangeKey) -> Future[bytes]:
+    def adopt(self, rid: Hashable, key: RangeKey, size: int, future: Future[bytes]) -> bool:
+        """A read a fetch started but did not need after all: into ``rid``'s window (after what
+        it holds) when it fits; False otherwise."""
+        with self._lock:
+            st = self._readers.get(rid)
+            if st is None or key in st.window or not self._fits(st, size):
+                return False
+            self._reserve(st, key, _Ahead(size, future, kept=True))
+            return True
+
+    def holds(self, rid: Hashable, key: RangeKey) -> bool:
+        with self._lock:
+            st = self._readers.get(rid)
+            return st is not None and key in st.window
+
+    def load_soon(self, key: RangeKey) -> Future[bytes]:
+        """One read on the pool for a fetch that needs several entries (not read-ahead)."""
+        with self._lock:
+            return self._pool_locked().submit(self._load, key)
+
+    def _pool_locked(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.limits.threads, "rlm-read-ahead")
+        return self._pool
+
+    def _submit(self, key: RangeKey) -> Future[bytes]:
         self._m.prefetch_requests.inc()
         self._m.prefetch_in_flight.inc()
-        future = self._pool.submit(self._load, key)
+        future = self._pool_locked().submit(self._load, key)
         future.add_done_callback(lambda _: self._m.prefetch_in_flight.dec())
         return future
 
@@ -308,6 +332,7 @@ class EntrySource:
         self.rid = rid if res.read_ahead and res.ahead.enabled else None
         self.sequential = False
         self._memo: dict[RangeKey, tuple[bytes, list[RecordBatch]]] = {}
+        self._pending: dict[RangeKey, Future[bytes]] = {}  # this fetch's own parallel reads
 
     def begin(self, offset: int) -> None:
         if self.rid is not None:
@@ -321,8 +346,13 @@ class EntrySource:
             return got
         admission: Admission = "sequential" if self.sequential else "lookup"
         data = self.res.ahead.take(self.rid, key) if self.rid is not None else None
+        pending = self._pending.pop(key, None)
         if data is not None:
             self.res.cache.put(key, data, "sequential")  # low priority: only free space
+        elif pending is not None:
+            self.res.cache.note_miss(admission)
+            data = pending.result()  # its error is this fetch's
+            self.res.cache.put(key, data, admission)
         else:
             data = self.res.cache.get_or_load(key, lambda: self.res.read(key), admission)
         try:
@@ -332,15 +362,43 @@ class EntrySource:
         self._memo[key] = (data, batches)
         return data, batches
 
+    def _settle_pending(self, end: int) -> None:
+        """This fetch's parallel reads it did not use: a sequential reader's window takes them,
+        else the cache does once they land (never read twice)."""
+        admission: Admission = "sequential" if self.sequential else "lookup"
+        for key, future in self._pending.items():
+            size = key[2] - key[1]
+            if self.sequential and self.rid is not None and self.res.ahead.adopt(self.rid, key, size, future):
+                continue
+            future.add_done_callback(partial(self._admit, key, admission))
+        self._pending.clear()
+
+    def _admit(self, key: RangeKey, admission: Admission, future: Future[bytes]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.res.cache.put(key, future.result(), admission)
+
+    def load_together(self, entries: Iterable[DecodedEntry]) -> None:
+        """Start reading, in parallel, the entries a fetch will need after its first one that are
+        neither read, read ahead nor cached (one GET each; the fetch waits for them in turn)."""
+        if not (self.res.read_ahead and self.res.ahead.enabled):
+            return
+        for entry in entries:
+            key = self.res.key_of(entry)
+            if key in self._memo or key in self._pending or key in self.res.cache or (
+                    self.rid is not None and self.res.ahead.holds(self.rid, key)):
+                continue
+            self._pending[key] = self.res.ahead.load_soon(key)
+
     def finish(self, next_offset: int | None, unused: Sequence[DecodedEntry],
                upcoming: Iterator[DecodedEntry], end: int) -> None:
         """After a fetch: keep what it read but did not use up, read ahead what comes next."""
-        if self.rid is None:
-            return
         # A reader not (yet) sequential finds them in the cache, where they were admitted as lookups.
-        for entry in unused if self.sequential else ():
+        for entry in unused if self.sequential and self.rid is not None else ():
             key = self.res.key_of(entry)
             self.res.ahead.keep(self.rid, key, self._memo[key][0])
+        self._settle_pending(end)
+        if self.rid is None:
+            return
         nxt = itertools.takewhile(lambda e: e.entry.first_offset < end, upcoming)
         self.res.ahead.ahead(self.rid, next_offset,
                              ((self.res.key_of(e), e.entry.data_length) for e in nxt))
@@ -352,6 +410,10 @@ def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max
     (≥ 1), each with its last offset below ``end``, from one segment (object) as Kafka's fetch;
     batch positions are relative to the answer. Read-ahead crosses segments."""
     chain = chain_from(views, offset)
+    planned = _plan(chain, max_bytes, end)
+    source.load_together(e for e in planned[1:]  # the last may be past the object or the end
+                         if e.entry.rdi.url == planned[0].entry.rdi.url and e.entry.first_offset < end)
+    chain = itertools.chain(planned, chain)
     parts: list[FetchBytes] = []
     out: list[RecordBatch] = []
     total = 0
@@ -379,6 +441,22 @@ def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max
             break
     source.finish(out[-1].last_offset + 1 if out else offset, unused, chain, end)
     return _joined(parts), out
+
+
+def _plan(chain: Iterator[DecodedEntry], max_bytes: int, end: int) -> list[DecodedEntry]:
+    """The entries a fetch of ``max_bytes`` from the chain's first entry surely reads: the first,
+    then the next while the ones before it hold less than ``max_bytes`` (the answer starts inside
+    the first, so at most one more may be read later, never one too many). The last one returned
+    may be past the object or the end: the caller only reads those that are not."""
+    planned: list[DecodedEntry] = []
+    before = 0
+    for entry in chain:
+        planned.append(entry)
+        before += entry.entry.data_length
+        if (before >= max_bytes or entry.entry.first_offset >= end
+                or entry.entry.rdi.url != planned[0].entry.rdi.url):
+            break
+    return planned
 
 
 def _joined(parts: list[FetchBytes]) -> FetchBytes:

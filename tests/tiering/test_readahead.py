@@ -261,6 +261,9 @@ def test_hot_lookups_stay_cached_while_a_catch_up_scans(tmp_path: Path) -> None:
 def test_read_ahead_answers_are_the_bytes_of_the_log(tmp_path: Path, max_bytes: int) -> None:
     t = Catchup(tmp_path)
     with_ahead = t.scan(t.readers(), "catchup", max_bytes)
+    assert max(t.backend.ranges.values()) == 1  # parallel reads within a fetch read nothing twice
+    single = t.readers().reader("orders", 0).fetch(with_ahead[0].requested_offset or 0, max_bytes)
+    assert bytes(single.data) == bytes(with_ahead[0].data)  # one fetch, no reader: its entries at once
     without = t.scan(t.readers(read_ahead=False), None, max_bytes)
     assert [bytes(f.data) for f in with_ahead] == [bytes(f.data) for f in without]
     for got in with_ahead:
