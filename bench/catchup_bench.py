@@ -26,7 +26,9 @@ each contender reading the whole log once, rounds alternating (``--rounds``, bes
 
 Every API contender starts on a fresh server process (empty range cache; its own GIL, as the
 daemon has: ``serve`` builds the app, readers and ``ApiServer`` exactly as ``rlm run`` does).
-Bytes are hashed (SHA-256) after the clock stops and must equal the baseline's. Targets: /records
+Bytes are hashed (SHA-256) after the clock stops and must equal the baseline's. CPU seconds of the
+client side (this process), the API server process and the store (weed) are reported per MB: the
+API path moves every byte through one more process than the baseline does. Targets: /records
 and stream ≥ 0.9 × boto3; 4 API readers ≥ 0.9 × 4 boto3 readers; hot-key hit rate ≥ 0.9.
 
     .venv/bin/python bench/catchup_bench.py                  # 8 × 32 MiB, records to BENCHMARKS.md
@@ -70,12 +72,31 @@ class Rig:
     end_offset: int
 
 
+#: processes whose CPU time each measurement reports: "store" (weed), "server" (the API process)
+CPU_PIDS: dict[str, int] = {}
+
+
+def cpu_snapshot() -> dict[str, float]:
+    """CPU seconds (user + system) so far: this process (the client side) and each of CPU_PIDS."""
+    import os
+
+    out = {"client": time.process_time()}
+    for role, pid in CPU_PIDS.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[role] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 @dataclass
 class Result:
     name: str
     seconds: float
     nbytes: int
     digest: str | None = None
+    cpu: dict[str, float] | None = None  # CPU seconds by role during the measurement
 
     @property
     def mbps(self) -> float:
@@ -194,8 +215,10 @@ def api_process(rig: Rig, *, http: str = "auto", loop: str = "auto") -> Iterator
     try:
         if not ours.poll(60):
             raise RuntimeError("the API server process did not start")
+        CPU_PIDS["server"] = proc.pid or 0
         yield ours.recv()
     finally:
+        CPU_PIDS.pop("server", None)
         ours.send("stop")
         proc.join(30)
         if proc.is_alive():
@@ -248,14 +271,21 @@ def client_read(url: str, offset: int) -> list[bytes]:
     return chunks
 
 
+def _cpu_since(before: dict[str, float]) -> dict[str, float]:
+    after = cpu_snapshot()
+    return {role: after[role] - before[role] for role in before if role in after}
+
+
 def timed(name: str, fn: Callable[[], list[bytes]]) -> Result:
+    cpu = cpu_snapshot()
     t = time.perf_counter()
     chunks = fn()
     seconds = time.perf_counter() - t
+    used = _cpu_since(cpu)
     digest = hashlib.sha256()
     for c in chunks:
         digest.update(c)
-    return Result(name, seconds, sum(len(c) for c in chunks), digest.hexdigest())
+    return Result(name, seconds, sum(len(c) for c in chunks), digest.hexdigest(), used)
 
 
 def parallel(name: str, fns: list[Callable[[], list[bytes]]]) -> Result:
@@ -270,19 +300,21 @@ def parallel(name: str, fns: list[Callable[[], list[bytes]]]) -> Result:
             errors.append(err)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    cpu = cpu_snapshot()
     t = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     seconds = time.perf_counter() - t
+    used = _cpu_since(cpu)
     if errors:
         raise errors[0]
     digest = hashlib.sha256()
     for chunks in outs:
         for c in chunks:
             digest.update(c)
-    return Result(name, seconds, sum(len(c) for o in outs for c in o), digest.hexdigest())
+    return Result(name, seconds, sum(len(c) for o in outs for c in o), digest.hexdigest(), used)
 
 
 # --- one round -------------------------------------------------------------------------------------------
@@ -403,6 +435,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="rlm-catchup-bench-"))
     weed = SeaweedServer(tmp / "weed").start()
     try:
+        assert weed.proc is not None
+        CPU_PIDS["store"] = weed.proc.pid
         weed.make_bucket(BUCKET)
         rig = tier(tmp, weed, args)
         best: dict[str, Result] = {}
@@ -419,21 +453,29 @@ def main() -> int:
     return 0
 
 
+def _cpu_cell(r: Result) -> str:
+    cpu = r.cpu or {}
+    per = {role: cpu.get(role, 0.0) * 1000 / (r.nbytes / 1e6) for role in ("client", "server", "store")}
+    return (f"{per['client']:.1f} + {per['server']:.1f} + {per['store']:.1f} = "
+            f"**{sum(per.values()):.1f}**")
+
+
 def report(rig: Rig, args: argparse.Namespace, results: list[Result],
            hot: tuple[float, float, int]) -> None:
     by = {r.name: r for r in results}
     single, multi = by["boto3 ranged GETs"], by[f"{args.readers} × boto3"]
     digests = {r.digest for r in results}
     assert len(digests) == 1, {r.name: r.digest for r in results}  # bytes identical everywhere
-    rows = ["| measurement | MB | seconds | MB/s | vs boto3 |", "|---|---|---|---|---|"]
+    rows = ["| measurement | MB | seconds | MB/s | vs boto3 | CPU ms/MB: client + server + store |",
+            "|---|---|---|---|---|---|"]
     for r in results:
         base = multi if r.name.startswith(f"{args.readers} ×") else single
         rows.append(f"| {r.name} | {r.nbytes / 1e6:,.0f} | {r.seconds:.2f} | {r.mbps:,.1f} | "
-                    f"**{r.mbps / base.mbps:.2f}** |")
+                    f"**{r.mbps / base.mbps:.2f}** | {_cpu_cell(r)} |")
     alone, during, lookups = hot
     rows.append(f"| hot-key lookups ({args.hot_keys} keys at {args.hot_rate:g}/s, {args.cache_mib} MiB "
                 f"cache): hit rate alone / during a catch-up stream ({lookups} lookups) | | | | "
-                f"**{alone:.2f} / {during:.2f}** |")
+                f"**{alone:.2f} / {during:.2f}** | |")
     table = "\n".join(rows)
     print(table)
     if args.no_record:
