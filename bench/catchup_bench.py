@@ -320,12 +320,13 @@ def parallel(name: str, fns: list[Callable[[], list[bytes]]]) -> Result:
 # --- one round -------------------------------------------------------------------------------------------
 
 
-def single_round(rig: Rig, args: argparse.Namespace) -> list[Result]:
+def single_round(rig: Rig, args: argparse.Namespace, n: int) -> list[Result]:
     import urllib3
 
     total = sum(size for _, size, _ in rig.objects)
     out = [timed("boto3 ranged GETs", lambda: boto3_read(rig.s3, rig.objects, args.range_mib * MIB))]
-    for label, http, loop in (("", "auto", "auto"), (" (h11/asyncio)", "h11", "asyncio")):
+    stacks = [("", "auto", "auto"), (" (h11/asyncio)", "h11", "asyncio")]
+    for label, http, loop in stacks if n % 2 == 0 else stacks[::-1]:  # alternate who goes first
         pool = urllib3.PoolManager(maxsize=4)
         with api_process(rig, http=http, loop=loop) as url:
             out.append(timed(f"/records 1 MiB{label}",
@@ -440,8 +441,8 @@ def main() -> int:
         weed.make_bucket(BUCKET)
         rig = tier(tmp, weed, args)
         best: dict[str, Result] = {}
-        for _ in range(args.rounds):
-            for r in single_round(rig, args) + concurrent_round(rig, args):
+        for n in range(args.rounds):
+            for r in single_round(rig, args, n) + concurrent_round(rig, args):
                 if r.name not in best or r.seconds < best[r.name].seconds:
                     best[r.name] = r
                 print(f"  {r.name}: {r.mbps:.1f} MB/s ({r.seconds:.2f} s)", file=sys.stderr)
