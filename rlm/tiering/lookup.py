@@ -228,7 +228,8 @@ class PartitionReader:
 
     def _remote_offset(self, offset: int, ranges: PartitionOffsets,
                        source: EntrySource) -> LookupResult | None:
-        for current in chain_from(self._sets(), max(offset, ranges.remote_log_start_offset or 0)):
+        source.views = source.views or self._sets()
+        for current in chain_from(source.views, max(offset, ranges.remote_log_start_offset or 0)):
             data, batches = source.batches(current)
             for batch in batches:
                 if batch.last_offset < offset:
@@ -384,7 +385,8 @@ class PartitionReader:
             return FetchResult(self.part.topic, self.part.partition, "local", data,
                                _rebased(batches, batches[0].position), end, offset,
                                ranges.log_start_offset)
-        answer, taken = remote_fetch(self._sets(), source, found.batch.base_offset, max_bytes, end)
+        answer, taken = remote_fetch(source.views or self._sets(), source, found.batch.base_offset,
+                                     max_bytes, end)
         if not taken:
             return self._empty(found.batch.base_offset, ranges)
         return FetchResult(self.part.topic, self.part.partition, "remote", answer, taken, end,

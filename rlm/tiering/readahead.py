@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -274,10 +275,15 @@ class ReadAhead:
         if self._sweeper is not None:
             return
         interval = max(0.05, self.limits.idle_s / 2)
+        me, closed = weakref.ref(self), self._closed  # the thread must not keep its owner alive
 
         def run() -> None:
-            while not self._closed.wait(interval):
-                self.sweep()
+            while not closed.wait(interval):
+                owner = me()
+                if owner is None:
+                    return
+                owner.sweep()
+                del owner
 
         self._sweeper = threading.Thread(target=run, name="rlm-read-ahead-sweep", daemon=True)
         self._sweeper.start()
@@ -333,6 +339,7 @@ class EntrySource:
         self.sequential = False
         self._memo: dict[RangeKey, tuple[bytes, list[RecordBatch]]] = {}
         self._pending: dict[RangeKey, Future[bytes]] = {}  # this fetch's own parallel reads
+        self.views: list[SetView] = []  # the sets as this call found them (listed once per fetch)
 
     def begin(self, offset: int) -> None:
         if self.rid is not None:
