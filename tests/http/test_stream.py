@@ -295,6 +295,21 @@ def test_a_request_past_the_deadline_is_504_and_a_stalled_stream_is_cut(served: 
     assert got and got == want[: len(got)] and len(got) < len(want)
 
 
+def test_a_client_that_stops_reading_is_cut_after_the_deadline(served: Served) -> None:
+    total = sum(b.batch.size for b in served.brute["big-0"].batches)
+    got = 0
+    with httpx.Client(timeout=30) as http, http.stream(
+            "GET", served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0}) as resp:
+        assert resp.status_code == 200
+        pieces = resp.iter_raw()
+        got += len(next(pieces))
+        time.sleep(3.0)  # > request_timeout_ms (1 s): the server's writes wait on full buffers
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            for piece in pieces:  # what was buffered, then the body ends without its last chunk
+                got += len(piece)
+    assert 0 < got < total
+
+
 # --- verify ----------------------------------------------------------------------------------------------
 
 
