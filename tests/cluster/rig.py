@@ -189,7 +189,9 @@ class ClusterRig:
 
     def partition_rows(self, broker: int) -> dict[int, dict[str, Any]]:
         with self.daemons[broker].http() as client:
-            rows = client.get("/v1/partitions").json()
+            resp = client.get("/v1/partitions")
+            resp.raise_for_status()  # an error answer (e.g. a deadline under load) is retried by settle
+            rows = resp.json()
         return {r["partition"]: r for r in rows if r["topic"] == self.rs.topic}
 
     def stop_all(self) -> None:
