@@ -10,9 +10,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from rlm.cluster.leadership import AlwaysSource
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics
+from rlm.tiering.roles import Roles
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana-dashboard.json"
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -25,6 +27,7 @@ def _live_registry() -> CollectorRegistry:
     metrics = TieringMetrics()
     RemoteRangeCache(1 << 20, registry=metrics.registry)
     PolicyMetrics(metrics.registry)
+    Roles(AlwaysSource(None), metrics.registry)
     return metrics.registry
 
 
