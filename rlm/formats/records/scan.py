@@ -1,0 +1,166 @@
+"""Iterate the entries of a log buffer, v2 batches and legacy messages alike, reading headers only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NoReturn
+
+from rlm.errors import CompressionError, CorruptRecordError, UnsupportedMagicError
+from rlm.formats.records.legacy import _legacy_batch
+from rlm.formats.records.types import (
+    _ATTR_CODEC_MASK,
+    _ATTR_CONTROL,
+    _ATTR_TIMESTAMP_TYPE,
+    _ATTR_TRANSACTIONAL,
+    _CODECS,
+    _CRC_START_V2,
+    _HEADER_UP_TO_MAGIC,
+    _OFFSET_SIZE,
+    _TS_BY_BIT,
+    _V2_HEADER,
+    LOG_OVERHEAD,
+    MIN_ENTRY_SIZE,
+    V2_HEADER_SIZE,
+    Buffer,
+    RecordBatch,
+    _crc32c_fn,
+    _make_batch,
+)
+
+# --------------------------------------------------------------------------------------------
+
+
+def _raise_small(size: int, pos: int, offset: int) -> NoReturn:
+    if size < MIN_ENTRY_SIZE:
+        raise CorruptRecordError(
+            f"entry size {size} is smaller than the minimum {MIN_ENTRY_SIZE}", position=pos, offset=offset
+        )
+    raise CorruptRecordError(
+        f"record batch size {size} is smaller than the v2 header ({V2_HEADER_SIZE - LOG_OVERHEAD})",
+        position=pos,
+        offset=offset,
+    )
+
+
+def iter_batches(
+    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None,
+    skip_crc: bool = False,
+) -> Iterator[RecordBatch]:
+    """Yield the entries of ``buf`` from byte ``start`` up to ``end`` (exclusive; default ``len(buf)``).
+
+    Stops cleanly at a torn tail: fewer than 17 bytes left, or an entry whose declared size runs
+    past ``end``. Raises :class:`CorruptRecordError` for ``size < 14`` (or below the v1/v2 header
+    size), and for a CRC mismatch when ``verify_crc`` (else the batch is yielded with
+    ``crc_valid=False``); :class:`UnsupportedMagicError` for a magic other than 0, 1, 2;
+    :class:`CompressionError` for an unknown codec id. Records of v2 batches are not decoded; a
+    v0/v1 compressed wrapper is decompressed to learn its first offset and record count.
+
+    ``skip_crc``: v2 batch CRCs are not computed at all and ``crc_valid`` is True — only for bytes
+    whose CRCs were already verified (remote ranges were verified when uploaded; docs/read-path.md).
+
+    No buffer export outlives a single step, so an ``mmap`` may be closed as soon as iteration
+    stops (even if the generator is left suspended).
+    """
+    limit = len(buf) if end is None else min(end, len(buf))
+    pos = start
+    unpack_prefix = _OFFSET_SIZE.unpack_from
+    unpack_v2 = _V2_HEADER.unpack_from
+    crc32c = _crc32c_fn
+    codecs = _CODECS
+    ts_types = _TS_BY_BIT
+    make = _make_batch
+    while limit - pos >= _HEADER_UP_TO_MAGIC:
+        if limit - pos >= V2_HEADER_SIZE and buf[pos + 16] == 2:
+            # Hot path: one unpack reads the prefix and the whole v2 header.
+            (
+                base_offset,
+                size,
+                ple,
+                _,
+                crc,
+                attrs,
+                last_delta,
+                base_ts,
+                max_ts,
+                pid,
+                epoch,
+                base_seq,
+                count,
+            ) = unpack_v2(buf, pos)
+            total = size + LOG_OVERHEAD
+            if total < V2_HEADER_SIZE:
+                _raise_small(size, pos, base_offset)
+            if pos + total > limit:
+                return  # torn tail: the last append did not complete
+            # memoryview slice: CRC over the mapped bytes without copying; dropped right away.
+            crc_ok = skip_crc or crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
+            if not crc_ok and verify_crc:
+                raise CorruptRecordError(
+                    f"record batch CRC-32C mismatch: stored {crc:#010x}, computed "
+                    f"{crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total]):#010x}",
+                    position=pos,
+                    offset=base_offset,
+                )
+            codec = codecs[attrs & _ATTR_CODEC_MASK]
+            if codec is None:
+                raise CompressionError(
+                    f"unknown compression codec id {attrs & _ATTR_CODEC_MASK}",
+                    position=pos,
+                    offset=base_offset,
+                )
+            yield make(
+                pos,
+                total,
+                base_offset,
+                base_offset + last_delta,
+                2,
+                crc,
+                crc_ok,
+                codec,
+                ts_types[(attrs & _ATTR_TIMESTAMP_TYPE) >> 3],
+                base_ts,
+                max_ts,
+                pid,
+                epoch,
+                base_seq,
+                ple,
+                bool(attrs & _ATTR_TRANSACTIONAL),
+                bool(attrs & _ATTR_CONTROL),
+                count,
+                attrs,
+            )
+            pos += total
+            continue
+        # Legacy messages, unknown magics and entries shorter than a v2 header.
+        base_offset, size = unpack_prefix(buf, pos)
+        if size < MIN_ENTRY_SIZE:
+            _raise_small(size, pos, base_offset)
+        total = size + LOG_OVERHEAD
+        if pos + total > limit:
+            return  # torn tail
+        magic = buf[pos + 16]
+        if magic == 2:  # fewer than 61 bytes left and the entry fits in them: too small for v2
+            _raise_small(size, pos, base_offset)
+        elif magic == 0 or magic == 1:
+            yield _legacy_batch(buf, pos, total, verify_crc)
+        else:
+            raise UnsupportedMagicError(
+                f"unsupported record batch magic {magic} (known: 0, 1, 2)", position=pos, offset=base_offset
+            )
+        pos += total
+
+
+def valid_bytes(buf: Buffer, start: int = 0, *, end: int | None = None) -> int:
+    """End position of the last complete entry at or after ``start`` (``start`` if there is none).
+
+    A torn tail is excluded; corruption before it raises like :func:`iter_batches` (with CRC
+    verification) rather than being silently cut off.
+    """
+    last = start
+    for batch in iter_batches(buf, start, verify_crc=True, end=end):
+        last = batch.position + batch.size
+    return last
+
+
+# --------------------------------------------------------------------------------------------
+# Legacy (magic 0/1)
