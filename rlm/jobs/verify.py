@@ -40,7 +40,8 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import FormatError
 from rlm.formats import naming
-from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
+from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.jobs.plan import BackendSpec, select_partitions
 from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_deep import deep_check_segment

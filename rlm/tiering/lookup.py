@@ -28,11 +28,8 @@ from typing import Any, Literal
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError
 from rlm.formats import naming
 from rlm.formats.records import Record, RecordBatch, decode_records
-from rlm.formats.remote_index import (
-    DecodedEntry,
-    find_entry_for_offset,
-    find_entry_for_timestamp,
-)
+from rlm.formats.remote_index import DecodedEntry
+from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.tiering.readahead import EntrySource, FetchBytes, ReaderResources, remote_fetch

@@ -34,13 +34,12 @@ from rlm.formats import naming
 from rlm.formats.offset_index import INT32_MAX, OffsetIndex
 from rlm.formats.remote_index import (
     DecodedEntry,
-    RemoteIndexSetBuilder,
     RemoteLogIndexEntry,
     decode_entry,
-    derive_remote_indexes,
     iter_entries,
     scan_entries,
 )
+from rlm.formats.remote_index_derived import RemoteIndexSetBuilder, derive_remote_indexes
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
 from rlm.tiering.crash import crash_point
 from rlm.tiering.statefiles import int_field, loads_or_none

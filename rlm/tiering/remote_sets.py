@@ -14,7 +14,8 @@ from pathlib import Path
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch
-from rlm.formats.remote_index import DecodedEntry, decode_entry, find_entry_for_offset
+from rlm.formats.remote_index import DecodedEntry, decode_entry
+from rlm.formats.remote_index_derived import find_entry_for_offset
 from rlm.formats.time_index import TimeIndex
 from rlm.tiering.visibility import batches_max_timestamp
 

@@ -12,9 +12,9 @@ import pytest
 from rlm.formats.checkpoint import EpochEntry, parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.naming import parse_base_offset, parse_partition_dir
 from rlm.formats.offset_index import OffsetIndex, OffsetPosition
-from rlm.formats.remote_index import (
+from rlm.formats.remote_index import build_entries
+from rlm.formats.remote_index_derived import (
     RemoteIndexSetBuilder,
-    build_entries,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )

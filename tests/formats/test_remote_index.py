@@ -14,15 +14,17 @@ from rlm.formats.offset_index import INT32_MAX, OffsetIndex, OffsetPosition
 from rlm.formats.remote_index import (
     ENTRY_HEADER_SIZE,
     RemoteDataIdentifier,
-    RemoteIndexSetBuilder,
     RemoteLogIndexEntry,
     build_entries,
     decode_entry,
+    iter_entries,
+    scan_entries,
+)
+from rlm.formats.remote_index_derived import (
+    RemoteIndexSetBuilder,
     derive_remote_indexes,
     find_entry_for_offset,
     find_entry_for_timestamp,
-    iter_entries,
-    scan_entries,
 )
 from rlm.formats.time_index import TimeIndex, TimestampOffset
 

@@ -20,14 +20,16 @@ from hypothesis import strategies as st
 from rlm.formats.offset_index import OffsetIndex, OffsetIndexBuilder
 from rlm.formats.remote_index import (
     RemoteDataIdentifier,
-    RemoteIndexSetBuilder,
     RemoteLogIndexEntry,
     decode_entry,
+    iter_entries,
+    scan_entries,
+)
+from rlm.formats.remote_index_derived import (
+    RemoteIndexSetBuilder,
     derive_remote_indexes,
     find_entry_for_offset,
     find_entry_for_timestamp,
-    iter_entries,
-    scan_entries,
 )
 from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
 from rlm.tiering.remote_index import RemoteIndexFamily

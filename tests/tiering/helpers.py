@@ -19,7 +19,8 @@ from typing import Any
 
 from rlm.formats import naming
 from rlm.formats.records import iter_batches
-from rlm.formats.remote_index import RemoteLogIndexEntry, derive_remote_indexes, iter_entries
+from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.logdir.scan import (
     SegmentFiles,
     discover_partitions,
