@@ -65,23 +65,13 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
 
 def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     """The scheduler plus the HTTP API, until SIGTERM/SIGINT."""
+    from rlm.cli.wiring import build_api
     from rlm.daemon.scheduler import TieringDaemon
-    from rlm.http.app import create_app
     from rlm.http.server import ApiServer
-    from rlm.tiering.cache import RemoteRangeCache
-    from rlm.tiering.history import TieringHistory
-    from rlm.tiering.readers import TieredReaders
 
-    registry = manager.shared.metrics.registry
-    readers = TieredReaders(
-        settings, manager.shared.backend, progress=manager.live_progress,
-        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
-        policies=manager.policies)
-    history = TieringHistory(manager.shared.metrics).start()  # the status page's chart
-    # The API answers status from memory and persisted state, never from the store.
-    app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
-                     registry=registry, history=history.snapshot, store=manager.store_status)
-    api = ApiServer(app, settings.server.host, settings.server.port).start()
+    parts = build_api(settings, manager)
+    history = parts.history.start()
+    api = ApiServer(parts.app, settings.server.host, settings.server.port).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
     try:
         TieringDaemon(manager).run_forever()

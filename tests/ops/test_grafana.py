@@ -10,25 +10,22 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from rlm.cluster.leadership import AlwaysSource
-from rlm.tiering.cache import RemoteRangeCache
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.policy import PolicyMetrics
-from rlm.tiering.roles import Roles
+from rlm.cli.wiring import build_api
+from rlm.config import settings_from_mapping
+from rlm.storage.memory import MemoryBackend
+from rlm.tiering.manager import RemoteLogManager
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana-dashboard.json"
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
              "gauge": ("",), "summary": ("", "_sum", "_count", "_created")}
 
 
-def _live_registry() -> CollectorRegistry:
-    """The registry `rlm run` serves: the manager's metrics (with its topic-policy gauges) plus the
-    range cache's."""
-    metrics = TieringMetrics()
-    RemoteRangeCache(1 << 20, registry=metrics.registry)
-    PolicyMetrics(metrics.registry)
-    Roles(AlwaysSource(None), metrics.registry)
-    return metrics.registry
+def _live_registry(tmp_path: Path) -> CollectorRegistry:
+    """The registry `rlm run` serves, wired as `rlm run` wires it (rlm.cli.wiring): the manager's
+    metrics (role and topic-policy gauges), the readers' range cache and read-ahead, the HTTP app's."""
+    settings = settings_from_mapping({"log": {"dirs": [str(tmp_path)]},
+                                      "remote": {"backend": "memory", "options": {}}})
+    return build_api(settings, RemoteLogManager(settings, MemoryBackend())).registry
 
 
 def _exposed_names(registry: CollectorRegistry) -> dict[str, str]:
@@ -63,12 +60,12 @@ def test_dashboard_is_valid_grafana_json() -> None:
     assert [v["name"] for v in doc["templating"]["list"]] == ["topic"]
 
 
-def test_every_metric_in_the_dashboard_exists_and_every_metric_is_shown() -> None:
+def test_every_metric_in_the_dashboard_exists_and_every_metric_is_shown(tmp_path: Path) -> None:
     doc = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in _panels(doc) for t in p.get("targets", [])]
     exprs += [v["definition"] for v in doc["templating"]["list"]]
     used = {m for e in exprs for m in re.findall(r"\brlm_[a-z0-9_]+", e)}
-    registry = _live_registry()
+    registry = _live_registry(tmp_path)
     exposed = _exposed_names(registry)
     missing = sorted(used - set(exposed))
     assert not missing, f"dashboard queries metrics rlm does not export: {missing}"

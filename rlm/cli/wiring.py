@@ -1,0 +1,41 @@
+"""The daemon's parts wired together once: the manager's store and metrics registry shared by the
+readers (range cache, read-ahead), the history sampler and the HTTP app. ``rlm run`` serves what
+:func:`build_api` returns; tests and benches that need the daemon's surface build it the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from rlm.config import Settings
+from rlm.http.app import create_app
+from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.history import TieringHistory
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.readers import TieredReaders
+
+__all__ = ["DaemonApi", "build_api"]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonApi:
+    app: FastAPI
+    readers: TieredReaders
+    history: TieringHistory  # not started: the caller starts and stops its sampler
+    registry: CollectorRegistry
+
+
+def build_api(settings: Settings, manager: RemoteLogManager) -> DaemonApi:
+    """The HTTP app over ``manager``: status from memory and persisted state (never the store),
+    lookups and fetches through readers sharing the manager's store, policy resolver and registry."""
+    registry = manager.shared.metrics.registry
+    readers = TieredReaders(
+        settings, manager.shared.backend, progress=manager.live_progress,
+        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
+        policies=manager.policies)
+    history = TieringHistory(manager.shared.metrics)  # the status page's chart
+    app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
+                     registry=registry, history=history.snapshot, store=manager.store_status)
+    return DaemonApi(app, readers, history, registry)
