@@ -32,7 +32,8 @@ from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
-from rlm.tiering.readahead import EntrySource, FetchBytes, ReaderResources, remote_fetch
+from rlm.tiering.readahead import ReaderResources
+from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
 from rlm.tiering.remote_sets import SetView, chain_from, remote_max_timestamp
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
