@@ -16,15 +16,13 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from rlm.cli.wiring import build_api
 from rlm.formats.records import decode_records, iter_batches
-from rlm.http.app import create_app
 from rlm.http.client import RlmClient, RlmHttpError
 from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
-from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,
@@ -66,11 +64,9 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     assert all(r.error is None for r in manager.run_once())
     delete_local_segments(logs / "orders-0", keep_last=2)  # orders-0: remote + local; others: local too
     local_start = {name: list_segments(logs / name)[0].base_offset for name in brute}
-    registry = manager.shared.metrics.registry
-    readers = TieredReaders(settings, backend, progress=manager.live_progress,
-                            cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
-    app = create_app(readers, settings.server, status=manager.status, registry=registry)
-    server = ApiServer(app, "127.0.0.1", 0).start()
+    parts = build_api(settings, manager)  # wired as `rlm run` wires it
+    registry = parts.registry
+    server = ApiServer(parts.app, "127.0.0.1", 0).start()
     try:
         yield Api(server.url, config, brute, local_start, registry)
     finally:

@@ -10,11 +10,10 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from rlm.http.app import create_app
+from rlm.cli.wiring import build_api
 from rlm.http.server import ApiServer
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import settings_for, write_generated
 
 LIMIT = 2048
@@ -30,9 +29,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
                             server={"host": "127.0.0.1", "port": 0, "max_body_bytes": LIMIT})
     manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
-    readers = TieredReaders(settings, manager.shared.backend, progress=manager.live_progress)
-    app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
-                     registry=manager.shared.metrics.registry, store=manager.store_status)
+    app = build_api(settings, manager).app  # wired as `rlm run` wires it
     routes = []
     for route in app.routes:
         if isinstance(route, APIRoute) and not route.path.startswith(("/docs", "/openapi", "/redoc")):

@@ -7,16 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.cli.wiring import build_api
 from rlm.config import ClusterSettings, LogSettings, RemoteSettings, ServerSettings, Settings, TieringSettings
 from rlm.formats.records import RecordSpec
-from rlm.http.app import create_app
 from rlm.http.server import ApiServer
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
-from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.history import TieringHistory
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
 
 TOKEN = "page-test-token"
 T0 = 1_735_689_600_000
@@ -69,14 +67,9 @@ def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = No
         cluster=cluster or ClusterSettings(), source="<ui test>")
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
-    history = TieringHistory(manager.shared.metrics, interval_s=1, window_s=3600)
-    registry = manager.shared.metrics.registry
-    readers = TieredReaders(settings, backend, progress=manager.live_progress,
-                            cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
-    app = create_app(readers, settings.server, status=manager.status, registry=registry,
-                     history=history.snapshot)
-    server = ApiServer(app, "127.0.0.1", 0).start()
-    return Served(logs, settings, manager, history, server)
+    parts = build_api(settings, manager, history_interval_s=1)  # as `rlm run`; tier() samples history
+    server = ApiServer(parts.app, "127.0.0.1", 0).start()
+    return Served(logs, settings, manager, parts.history, server)
 
 
 def writer(served: Served, topic: str, partition: int, **kw: Any) -> LogWriter:
