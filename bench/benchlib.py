@@ -139,6 +139,24 @@ def write_segment(part_dir: Path, base: int, template: bytes, count: int, *,
     return last + 1
 
 
+def write_rolled_partition(logs: Path, topic: str, segments: int, segment_mib: int, template: bytes) -> int:
+    """``<logs>/<topic>-0``: ``segments`` rolled segments of ~``segment_mib`` MiB of ``template``
+    copies, the empty active segment after them and the high watermark at its base (every rolled
+    segment committed); returns that base."""
+    from rlm.formats import naming
+
+    part = logs / f"{topic}-0"
+    part.mkdir(parents=True)
+    count = (segment_mib << 20) // len(template)
+    base = 0
+    for _ in range(segments):
+        base = write_segment(part, base, template, count)
+    for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
+        (part / naming.segment_file_name(base, suffix)).write_bytes(b"")  # the active segment
+    write_checkpoint(logs, "replication-offset-checkpoint", {(topic, 0): base})
+    return base
+
+
 def write_checkpoint(log_dir: Path, name: str, entries: dict[tuple[str, int], int]) -> None:
     lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
     tmp = log_dir / (name + ".tmp")

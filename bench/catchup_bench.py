@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import machine, record, template_batch, write_checkpoint, write_segment
+from bench.benchlib import machine, record, template_batch, write_rolled_partition
 
 SECTION = "## Catch-up reads"
 TOPIC, BUCKET = "catchup", "rlm-catchup"
@@ -105,19 +105,8 @@ class Result:
 
 def generate(logs: Path, segments: int, segment_mib: int) -> int:
     """``segments`` rolled segments of ~16 KiB batches plus the empty active one; returns its base."""
-    from rlm.formats import naming
-
-    part = logs / f"{TOPIC}-0"
-    part.mkdir(parents=True)
-    template = template_batch(16, 1000)  # ~16 KiB: Kafka's default batch.size
-    count = (segment_mib << 20) // len(template)
-    base = 0
-    for _ in range(segments):
-        base = write_segment(part, base, template, count)
-    for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
-        (part / naming.segment_file_name(base, suffix)).write_bytes(b"")
-    write_checkpoint(logs, "replication-offset-checkpoint", {(TOPIC, 0): base})
-    return base
+    # ~16 KiB batches: Kafka's default batch.size
+    return write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(16, 1000))
 
 
 def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:

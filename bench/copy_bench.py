@@ -44,8 +44,7 @@ from bench.benchlib import (
     machine,
     record,
     template_batch,
-    write_checkpoint,
-    write_segment,
+    write_rolled_partition,
 )
 from rlm.config import load_settings
 from rlm.formats import naming
@@ -97,15 +96,8 @@ def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
     if marker.exists():
         return sorted(part.glob("*.log"))[:-1]
     shutil.rmtree(logs, ignore_errors=True)
-    part.mkdir(parents=True)
-    template = template_batch(100, 150)  # ~16 KiB: Kafka's default batch.size
-    count = (segment_mib << 20) // len(template)
-    base = 0
-    for _ in range(segments):
-        base = write_segment(part, base, template, count)
-    for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
-        (part / naming.segment_file_name(base, suffix)).write_bytes(b"")  # the active segment
-    write_checkpoint(logs, "replication-offset-checkpoint", {(TOPIC, 0): base})
+    # ~16 KiB batches: Kafka's default batch.size
+    write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(100, 150))
     marker.touch()
     return sorted(part.glob("*.log"))[:-1]
 
