@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -390,11 +391,16 @@ def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:
             end = last.last_offset + 1 if last is not None else active.base_offset
     except (OSError, RlmError):
         return None
+    if st.st_mtime_ns >= time.time_ns() - _SETTLE_NS:
+        return end  # changed within a timestamp tick: a rewrite could keep this signature
     if len(_LOG_END_MEMO) >= 4096:
         _LOG_END_MEMO.clear()  # a bound, not an LRU: a miss only costs the scan again
     _LOG_END_MEMO[memo_key] = end
     return end
 
 
+#: A .log changed less than this long ago (ns) is not memoised: within one file-system timestamp
+#: tick a rewrite to the same size keeps the same signature.
+_SETTLE_NS = 100_000_000
 #: log_end_offset's answers by (path, inode, size, mtime ns) of the active .log
 _LOG_END_MEMO: dict[tuple[str, int, int, int], int] = {}

@@ -1,0 +1,59 @@
+"""The checkpoint cache (rlm/tiering/checkpoint_cache.py) never keeps a parse that a same-signature
+successor could hide: a broker's rename can reuse the freed inode, keep the size and land in the
+same timestamp tick."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rlm.formats.checkpoint import format_offset_checkpoint
+from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT
+from rlm.logdir.segment import log_end_offset
+from rlm.tiering.checkpoint_cache import SETTLE_NS, CheckpointCache
+
+
+def _write_hw(log_dir: Path, hw: int, mtime_ns: int) -> Path:
+    path = log_dir / REPLICATION_OFFSET_CHECKPOINT
+    path.write_text(format_offset_checkpoint({("orders", 0): hw}))  # in place: same inode
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    return path
+
+
+def test_a_fresh_checkpoint_is_not_cached_so_a_same_signature_successor_is_read(tmp_path: Path) -> None:
+    cache = CheckpointCache()
+    now = time.time_ns()
+    _write_hw(tmp_path, 100, now)
+    assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 100
+    _write_hw(tmp_path, 200, now)  # same inode, size and mtime: the stat signature cannot tell
+    assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 200
+
+
+def test_a_settled_checkpoint_is_cached_until_it_changes(tmp_path: Path) -> None:
+    cache = CheckpointCache()
+    old = time.time_ns() - 10 * SETTLE_NS
+    path = _write_hw(tmp_path, 100, old)
+    first = cache.get(tmp_path)
+    assert cache.get(tmp_path) is first  # kept: no re-parse
+    _write_hw(tmp_path, 300, old + 1)
+    assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 300
+    assert path.exists()
+
+
+def test_log_end_offset_of_a_segment_rewritten_in_the_same_tick(tmp_path: Path) -> None:
+    from rlm.formats.records import RecordSpec, build_batch
+    from rlm.logdir.scan import SegmentFiles
+
+    log = tmp_path / "00000000000000000000.log"
+    one = build_batch([RecordSpec(1, b"k", b"v")], base_offset=0)
+    two = build_batch([RecordSpec(1, b"k", b"v")], base_offset=5)  # same size, other offset
+    assert len(one) == len(two)
+    now = time.time_ns()
+    log.write_bytes(one)
+    os.utime(log, ns=(now, now))
+    files = SegmentFiles(base_offset=0, log=log, size=len(one))
+    assert log_end_offset([files]) == 1
+    log.write_bytes(two)
+    os.utime(log, ns=(now, now))
+    assert log_end_offset([files]) == 6
