@@ -210,7 +210,7 @@ class RemoteLogManager:
             if leader:
                 self._copy_eligible(ctx, result)
             else:
-                self._publish_lag(ctx, self._waiting(ctx, list_segments(ctx.part))[0])
+                self._publish_lag(ctx, self._pending(ctx, list_segments(ctx.part)))
             self._compaction(ctx, list_segments(ctx.part))
             if leader and retention and not self.shared.stop.is_set():
                 result.deleted = [m.base_offset for m in self._retention(ctx).expired]
@@ -259,21 +259,6 @@ class RemoteLogManager:
                 continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
             pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
         return pending
-
-    def _waiting(self, ctx: PartitionContext, segments: list[SegmentFiles],
-                 progress: Progress | None = None) -> tuple[list[PendingSegment], str | None]:
-        """:meth:`_pending`, or when it refuses, every eligible segment above the highest tiered
-        offset with the reason: a partition that cannot be tiered shows its real lag and error."""
-        try:
-            return self._pending(ctx, segments, progress), None
-        except RlmError as err:
-            state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
-            highest = (progress or ctx.progress).highest_tiered_offset
-            bases = [s.base_offset for s in segments]
-            waiting = [(seg, bases[bases.index(seg.base_offset) + 1])
-                       for seg in eligible_segments(segments, state, self.settings.log.eligibility)]
-            return [PendingSegment(seg, nxt, max(seg.base_offset, highest + 1)) for seg, nxt in waiting
-                    if nxt - 1 > highest], str(err)
 
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
         m = self.shared.metrics
@@ -462,7 +447,10 @@ class RemoteLogManager:
         conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
         offsets = partition_offsets(ctx.part, Progress() if conflict else progress, segments,
                                     self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
-        pending, waiting_error = self._waiting(ctx, segments, progress)
+        try:
+            pending, waiting_error = self._pending(ctx, segments, progress), None
+        except RlmError as err:  # unreadable checkpoints: the lag is unknown, the reason is shown
+            pending, waiting_error = [], str(err)
         extra = {"compaction": [r.to_json() for r in self._compaction(ctx, segments)],
                  "policy": self.policy_for(ctx.part).as_dict(), "kafka_configs": self.policies.describe(),
                  **self.roles.status(ctx)}

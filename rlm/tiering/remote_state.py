@@ -32,8 +32,7 @@ from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_cha
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.state import PartitionContext, Progress, state_dir
 
-__all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view",
-           "tiered_range"]
+__all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +63,6 @@ def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) ->
     if created is not None:
         stamps.append(created)
     return now_ms - max(stamps) if stamps else 0
-
-
-def tiered_range(manifests: Sequence[SegmentManifest]) -> tuple[int, int]:
-    """``(highest tiered offset, remote log start offset)`` of offset-ordered manifests; (-1, -1)
-    when nothing is committed."""
-    if not manifests:
-        return -1, -1
-    return manifests[-1].last_offset, manifests[0].base_offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,10 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
+from rlm.tiering.lineage import Chain
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.remote_state import RemoteState, attempt_age_ms, tiered_range
+from rlm.tiering.remote_state import RemoteState, attempt_age_ms
 from tests.storage.conftest import BUCKET
 from tests.tiering.helpers import write_config
 
@@ -72,7 +73,7 @@ def _put_attempt(backend: StorageBackend, base: int, attempt: str) -> list[str]:
     return put
 
 
-def test_manifests_entries_and_tiered_range(tiered: tuple[StorageBackend, BackendSpec,
+def test_manifests_entries_and_the_chain(tiered: tuple[StorageBackend, BackendSpec,
                                                           RemoteLogManager]) -> None:
     backend, _, manager = tiered
     ctx = next(manager.contexts())
@@ -80,9 +81,11 @@ def test_manifests_entries_and_tiered_range(tiered: tuple[StorageBackend, Backen
     manifests = remote.list_manifests()
     assert [m.to_json() for m in manifests] == [m.to_json() for m in ctx.manifests]
     assert [m.base_offset for m in manifests] == sorted(m.base_offset for m in manifests)
-    assert tiered_range(manifests) == (ctx.progress.highest_tiered_offset,
-                                       ctx.progress.remote_log_start_offset)
-    assert tiered_range([]) == (-1, -1)
+    chain = remote.chain()  # one writer: every manifest is served whole
+    assert chain.manifests == manifests and all(link.whole for link in chain.links)
+    assert (chain.highest, chain.start) == (ctx.progress.highest_tiered_offset,
+                                            ctx.progress.remote_log_start_offset)
+    assert (Chain(()).highest, Chain(()).start) == (-1, -1)
     for m in manifests:
         entries = remote.segment_entries(m)
         assert len(entries) == m.index_entries
