@@ -1,0 +1,18 @@
+"""Compiled parts of rlm, built by ``pip install -e .`` / ``make install`` (metadata: pyproject.toml).
+
+Each extension is optional: where no C compiler is present rlm still installs and runs the
+pure-Python code (a log line says which runs), while ``make test`` fails on a missing extension
+(RLM_REQUIRE_NATIVE, docs/decoder.md).
+"""
+
+from setuptools import Extension, setup
+
+_CFLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+EXTENSIONS = [
+    # Record batches -> Arrow column buffers (docs/decoder.md)
+    Extension("rlm.formats.records._columns", ["rlm/formats/records/_columns.c"],
+              extra_compile_args=_CFLAGS, optional=True),
+]
+
+setup(ext_modules=EXTENSIONS)
