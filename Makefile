@@ -3,6 +3,11 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
+# The compiled parts (setup.py): a changed C source rebuilds them in place.
+NATIVE  := setup.py $(wildcard rlm/formats/records/*.c)
+# The suites that decode records through rlm.jobs.decode.task_to_arrow, run a second time on the
+# pure-Python reference decoder (docs/decoder.md).
+DECODE_TESTS := tests/spark/test_read.py tests/spark/test_read_committed.py
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
@@ -11,7 +16,7 @@ DEMO   ?= demo
 # Idempotent: the venv is rebuilt only when a dependency declaration changed.
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt $(PLUGINS)
+$(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,dev]' \
@@ -22,8 +27,10 @@ run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
 	$(BIN)/rlm run --config configs/local.toml
 
+# RLM_REQUIRE_NATIVE: a compiled decoder that did not build fails the run instead of falling back.
 test: install lint browser
-	$(BIN)/python -m pytest -q
+	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
+	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
 
 # The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites.
 test-fast: install
