@@ -51,7 +51,7 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import backend_class, create_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, served_progress
 from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
@@ -78,7 +78,10 @@ class BackendSpec:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BackendSpec:
-        return cls(settings.remote.backend, dict(settings.remote.options))
+        """The configured store as the driver sees it: options that name paths are made absolute
+        here, since executors run in other working directories (docs/spark-cluster.md)."""
+        name = settings.remote.backend
+        return cls(name, backend_class(name).portable_options(settings.remote.options))
 
     def create(self) -> StorageBackend:
         cache_key = (self.name, json.dumps(self.options, sort_keys=True, default=str))

@@ -170,6 +170,12 @@ class StorageBackend(ABC):
         """Build from a ``[remote.options]`` mapping; unknown keys/bad values raise ConfigError."""
         return cls(**dict(options or {}))
 
+    @classmethod
+    def portable_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` meaning the same store in another process on another working directory (a
+        Spark executor): relative paths resolved here. Default: unchanged (no path options)."""
+        return dict(options)
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), dict(self.options)))
 

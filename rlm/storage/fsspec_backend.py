@@ -12,8 +12,10 @@ Not an entry point of its own: subclasses register (``hdfs``); build it in code 
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from typing import Any, BinaryIO, ClassVar
 
 from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
@@ -28,6 +30,8 @@ from rlm.storage.api import (
 from rlm.storage.options import Option
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
+#: fsspec protocols whose ``root`` is a path of this host (relative = against the working directory).
+_LOCAL_PROTOCOLS = ("file", "local")
 
 
 class FsspecBackend(StorageBackend):
@@ -42,8 +46,15 @@ class FsspecBackend(StorageBackend):
     #: True when :meth:`_publish_if_absent` is atomic against concurrent creators.
     atomic_conditional_create: ClassVar[bool] = False
 
+    @classmethod
+    def portable_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(options)
+        if out.get("protocol") in _LOCAL_PROTOCOLS and isinstance(out.get("root"), str):
+            out["root"] = os.path.abspath(os.path.expanduser(out["root"]))
+        return out
+
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(**self.portable_options(options))  # a pickled copy keeps this host's path
         self._fs_cache: Any = None
 
     # -- file system ------------------------------------------------------------------------------

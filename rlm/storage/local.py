@@ -1,7 +1,9 @@
 """``local``: objects are files under a root directory (a mounted NFS/SMB share works too).
 
 Options: ``root`` (required; a relative path is resolved against the current working directory when
-the backend is built), ``create`` (make ``root`` if missing, default true), ``fsync`` (default true).
+the backend is built, and normalised — the backend's options and its pickled copies carry the
+absolute path, so Spark executors in other directories use the same store: docs/spark-cluster.md),
+``create`` (make ``root`` if missing, default true), ``fsync`` (default true).
 
 Durability and atomicity: every upload is written to ``<root>/.rlm-tmp/<random>``, flushed and
 fsync'ed, then published with ``os.replace`` (overwrite) or ``os.link`` (create-only-if-absent: the
@@ -21,7 +23,7 @@ import os
 import shutil
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
@@ -59,9 +61,20 @@ class LocalBackend(StorageBackend):
         Option("fsync", "bool", default=True),
     )
 
+    @classmethod
+    def portable_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(options)
+        if isinstance(out.get("root"), str):
+            # Normalised (``..`` too): the root is spelt into every RDI URL, so ``../store`` and
+            # the absolute path of the same directory must give the same URLs.
+            out["root"] = os.path.abspath(os.path.expanduser(out["root"]))
+        return out
+
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.root = Path(self.options["root"]).expanduser().absolute()
+        # Absolute in self.options too: a pickled copy (Spark executors) must not re-resolve it
+        # against another working directory (docs/spark-cluster.md).
+        super().__init__(**self.portable_options(options))
+        self.root = Path(self.options["root"])
         if self.root.exists() and not self.root.is_dir():
             raise StorageError(f"local: root {str(self.root)!r} is not a directory")
         try:
