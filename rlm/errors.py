@@ -30,6 +30,7 @@ Tree::
         └── BackendNotFoundError       unknown / uninstalled backend name
     StateDirLockedError                another `rlm run` owns the state dir (one daemon per dir)
     StreamInterruptedError             a streamed read ended without its end (rlm.http.client)
+    ExportOutputExistsError            `rlm export --out` exists and --overwrite was not given
 """
 
 from __future__ import annotations
@@ -181,3 +182,9 @@ class StreamInterruptedError(RlmError):
     """A streamed read (``GET .../records/stream``) ended before its terminating chunk: the server
     failed mid-stream or the connection broke. What was yielded before is whole and valid; resume
     from the offset after the last batch received (docs/streaming.md)."""
+
+
+class ExportOutputExistsError(RlmError):
+    """The output of an export already exists and overwriting was not asked for (docs/export.md).
+    Not an :class:`InvalidArgumentError`: the arguments are valid, the destination is taken (exit
+    code 1, like Spark's ``errorifexists``)."""

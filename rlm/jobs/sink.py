@@ -1,0 +1,226 @@
+"""Export sinks: where the Arrow batches of each planned read task go (docs/export.md).
+
+The seam between the export *engines* and the output *formats*. An engine (the local engine of
+:mod:`rlm.jobs.export_local`; a Spark job can do the same inside ``mapInArrow``) calls
+:meth:`Sink.write_task` once per :class:`~rlm.jobs.plan.ReadTask`, wherever the task runs (a
+worker thread or process, an executor), with the task's Arrow batches from
+:func:`rlm.jobs.decode.task_to_arrow`; it returns what it wrote as :class:`DataFile` values
+(plain, picklable). The driver then calls :meth:`Sink.commit` once with every task's files, or
+:meth:`Sink.abort` when anything failed. A sink is shipped to the workers, so it must pickle and
+``write_task`` must not depend on driver state; nothing a sink writes may be visible at the
+destination before ``commit``.
+
+:class:`ParquetSink` writes Spark's ``partitionBy("topic", "partition")`` layout into a staging
+directory next to ``out`` (:class:`StagedDir`) and renames it to ``out`` on commit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from rlm.errors import ExportOutputExistsError, InvalidArgumentError
+from rlm.fsutil import fsync_dir, fsync_file
+from rlm.jobs.plan import ReadTask
+
+#: Rows of a task buffered before they are written as one Parquet row group (bounds a worker's
+#: memory whatever ``--task-mib`` is; Spark's writer buffers a 128 MiB row group the same way).
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+
+#: Spark's ``compression`` option → (pyarrow codec, the file-name infix Spark writes).
+PARQUET_CODECS: dict[str, tuple[str, str]] = {
+    "none": ("none", ""), "uncompressed": ("none", ""), "snappy": ("snappy", ".snappy"),
+    "gzip": ("gzip", ".gz"), "zstd": ("zstd", ".zstd"), "lz4_raw": ("lz4", ".lz4raw"),
+    "brotli": ("brotli", ".br"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One file a sink wrote for one task: ``records`` rows of one topic-partition, offsets
+    ``min_offset..max_offset`` (inclusive), ``size`` bytes at ``path`` (absolute, in the
+    sink's staging area until :meth:`Sink.commit`)."""
+
+    path: str
+    topic: str
+    partition: int
+    records: int
+    size: int
+    min_offset: int
+    max_offset: int
+
+
+class Sink(Protocol):
+    """What an export engine writes through (see the module doc for the contract)."""
+
+    def write_task(self, index: int, task: ReadTask, batches: Iterable[Any]) -> list[DataFile]:
+        """Write the task's Arrow record batches (schema :func:`rlm.jobs.decode.arrow_schema`);
+        ``index`` is the task's position in the plan (unique per export). Runs on a worker."""
+        ...
+
+    def commit(self, files: Sequence[DataFile]) -> None:
+        """Make every task's files visible at the destination at once. Runs on the driver."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what was written (best effort). Runs on the driver after a failure."""
+        ...
+
+
+def local_path(out: str | os.PathLike[str]) -> Path | None:
+    """``out`` as a local path (plain path or ``file:`` URI), None for another filesystem's URI
+    (``hdfs://``, ``s3a://``…: only Spark writes those)."""
+    text = os.fspath(out)
+    parsed = urlparse(text)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if len(parsed.scheme) > 1:  # a one-letter scheme is a Windows drive, not a URI
+        return None
+    return Path(text)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedDir:
+    """A directory ``out`` built under a hidden sibling (``.<name>.rlm-export-*``) and renamed into
+    place on :meth:`commit`: a failed or killed export never leaves anything at ``out`` (a killed
+    one leaves its hidden staging dir, which the next export does not touch; delete it)."""
+
+    out: Path
+    staging: Path
+    overwrite: bool
+
+    @classmethod
+    def begin(cls, out: Path, overwrite: bool) -> StagedDir:
+        """Check ``out`` (it must not exist unless ``overwrite``) and create the staging dir."""
+        out = out.absolute()
+        if not overwrite and (out.exists() or out.is_symlink()):
+            raise ExportOutputExistsError(f"{out}: already exists (--overwrite replaces it)")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.rlm-export-", dir=out.parent))
+        return cls(out, staging, overwrite)
+
+    def commit(self) -> None:
+        """fsync what was staged, then rename it to ``out`` (replacing an old ``out`` when
+        ``overwrite``: the old one is renamed aside first and deleted after)."""
+        _fsync_tree(self.staging)
+        old: Path | None = None
+        if self.out.exists() or self.out.is_symlink():
+            if not self.overwrite:  # created by someone else while we exported
+                raise ExportOutputExistsError(f"{self.out}: already exists (--overwrite replaces it)")
+            old = self.out.with_name(f".{self.out.name}.rlm-replaced-{uuid.uuid4().hex[:8]}")
+            os.rename(self.out, old)
+        os.rename(self.staging, self.out)
+        fsync_dir(self.out.parent)
+        if old is not None:
+            _remove(old)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_file(os.path.join(dirpath, name))
+        fsync_dir(dirpath)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def parquet_records(root: Path) -> int:
+    """Rows of every ``*.parquet`` file under ``root``, from the footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(p).num_rows for p in root.rglob("*.parquet"))
+
+
+def parquet_codec(compression: str) -> tuple[str, str]:
+    """(pyarrow codec, file-name infix) for a Spark ``compression`` name."""
+    try:
+        return PARQUET_CODECS[compression.lower()]
+    except KeyError:
+        raise InvalidArgumentError(f"compression {compression!r} is not one of "
+                                   f"{', '.join(sorted(PARQUET_CODECS))}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetSink:
+    """Parquet files in Spark's layout: ``out/topic=T/partition=P/part-<task>-<run>.c000
+    .<codec>.parquet`` (one file per task with rows, the ``topic``/``partition`` columns only in
+    the directory names, timestamps as TIMESTAMP_MICROS UTC) and an empty ``_SUCCESS``."""
+
+    staged: StagedDir
+    run_id: str
+    compression: str = "snappy"
+
+    @classmethod
+    def begin(cls, out: str | os.PathLike[str], *, overwrite: bool = False,
+              compression: str = "snappy") -> ParquetSink:
+        path = local_path(out)
+        if path is None:
+            raise InvalidArgumentError(f"--out {os.fspath(out)}: the local engine writes local paths "
+                                       "only (use --engine spark for other filesystems)")
+        parquet_codec(compression)
+        return cls(StagedDir.begin(path, overwrite), str(uuid.uuid4()), compression)
+
+    def write_task(self, index: int, task: ReadTask, batches: Iterable[Any]) -> list[DataFile]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        codec, infix = parquet_codec(self.compression)
+        directory = self.staged.staging / f"topic={task.topic}" / f"partition={task.partition}"
+        path = directory / f"part-{index:05d}-{self.run_id}.c000{infix}.parquet"
+        writer: Any = None
+        pending: list[Any] = []
+        pending_bytes = records = 0
+        first = last = -1
+
+        def flush() -> None:
+            nonlocal writer, pending_bytes
+            table = pa.Table.from_batches(pending).drop_columns(["topic", "partition"])
+            if writer is None:
+                directory.mkdir(parents=True, exist_ok=True)
+                writer = pq.ParquetWriter(path, table.schema, compression=codec)
+            writer.write_table(table)
+            pending.clear()
+            pending_bytes = 0
+
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                offsets = batch.column("offset")
+                first = offsets[0].as_py() if first < 0 else first
+                last = offsets[-1].as_py()
+                records += batch.num_rows
+                pending.append(batch)
+                pending_bytes += batch.nbytes
+                if pending_bytes >= ROW_GROUP_BYTES:
+                    flush()
+            if pending:
+                flush()
+        finally:
+            if writer is not None:
+                writer.close()
+        if not records:
+            return []  # like Spark: a task without rows writes no file
+        return [DataFile(str(path), task.topic, task.partition, records, path.stat().st_size, first, last)]
+
+    def commit(self, files: Sequence[DataFile]) -> None:
+        (self.staged.staging / "_SUCCESS").write_bytes(b"")
+        self.staged.commit()
+
+    def abort(self) -> None:
+        self.staged.abort()
