@@ -28,6 +28,11 @@ def _quiet_py4j() -> None:
     logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
+_ENGINE_HELP = ("local: one process with pyarrow, no JVM (the sidecar default); spark: a Spark job "
+                "(large exports, clusters). Default: local, or spark when --spark-master is given "
+                "(docs/export.md).")
+
+
 @click.command("export")
 @config_option
 @click.option("--topic", "topics", required=True, multiple=True, help="Topic to export (repeatable).")
@@ -38,33 +43,56 @@ def _quiet_py4j() -> None:
 @click.option("--to-timestamp", "end", type=click.IntRange(0), default=None,
               help="Record timestamps from this one on are excluded (half-open range).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory (Parquet).")
-@click.option("--spark-master", default="local[*]", show_default=True, help=_MASTER_HELP)
+@click.option("--engine", type=click.Choice(["local", "spark"]), default=None, help=_ENGINE_HELP)
+@click.option("--spark-master", default=None,
+              help="Spark master URL; implies --engine spark (default with --engine spark: local[*]; "
+              "local tasks need executors on this host).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (default: refuse).")
 @click.option("--task-mib", type=click.IntRange(1, 1024), default=32, show_default=True,
-              help="Target bytes read per Spark task.")
+              help="Target bytes read per task.")
+@click.option("--parallelism", type=click.IntRange(1), default=None,
+              help="--engine local: tasks run at once (default: the CPU count).")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]),
               default="read_uncommitted", show_default=True,
               help="read_committed: leave out aborted transactions, stop at the last stable offset "
               "(docs/transactions.md).")
 @handle_errors
 def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ...], start: int | None,
-           end: int | None, out: Path, spark_master: str, overwrite: bool, task_mib: int,
-           isolation: str) -> None:
+           end: int | None, out: Path, engine: str | None, spark_master: str | None, overwrite: bool,
+           task_mib: int, parallelism: int | None, isolation: str) -> None:
     """Export records of both tiers to Parquet with Spark's Kafka source schema, partitioned by
-    topic/partition, time range [--from-timestamp, --to-timestamp)."""
+    topic/partition, time range [--from-timestamp, --to-timestamp).
+
+    Both engines plan the same tasks and write the same rows and layout
+    (OUT/topic=T/partition=P/part-*.parquet), into a staging dir next to OUT renamed into place
+    at the end: a failed export leaves nothing at OUT."""
+    engine = engine or ("spark" if spark_master is not None else "local")
+    if engine == "local" and spark_master is not None:
+        raise click.UsageError("--spark-master needs --engine spark")
+    if engine == "spark" and parallelism is not None:
+        raise click.UsageError("--parallelism applies to --engine local (Spark: the master's cores)")
     configure("text", logging.WARNING)
-    _quiet_py4j()
     settings = load(config_path)
     require_dirs(settings)
-    from rlm.jobs import export as run_export
-    from rlm.jobs import spark_session
     from rlm.jobs.plan import check_time_range
 
     check_time_range(start, end)
-    spark = spark_session(spark_master, "rlm export")
-    result = run_export(spark, settings, list(topics), str(out), partitions=list(partitions) or None,
-                        start=start, end=end, target_bytes=task_mib * 1024 * 1024,
-                        mode="overwrite" if overwrite else "errorifexists", isolation=isolation)
+    common = {"partitions": list(partitions) or None, "start": start, "end": end,
+              "target_bytes": task_mib * 1024 * 1024, "isolation": isolation}
+    if engine == "local":
+        from rlm.jobs.export_local import export_local
+
+        result = export_local(settings, list(topics), out, overwrite=overwrite, parallelism=parallelism,
+                              **common)  # type: ignore[arg-type]
+    else:
+        _quiet_py4j()
+        from rlm.jobs import export as run_export
+        from rlm.jobs import spark_session
+
+        spark = spark_session(spark_master or "local[*]", "rlm export")
+        result = run_export(spark, settings, list(topics), str(out),
+                            mode="overwrite" if overwrite else "errorifexists",
+                            **common)  # type: ignore[arg-type]
     _emit(result.to_json())
 
 

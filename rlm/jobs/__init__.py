@@ -1,5 +1,5 @@
 """Spark jobs over both tiers (DESIGN §6): ``read_tiered``/``export``, ``verify``, ``rebuild_index``,
-bulk ``offsets_for_times``.
+bulk ``offsets_for_times``; ``export_local``, the same export without Spark (docs/export.md).
 
 ``import rlm.jobs`` is cheap: pyspark is imported only when a job runs (and only in this package).
 Everything shipped to executors pickles: tasks are frozen dataclasses, the store travels as a
@@ -8,6 +8,7 @@ Everything shipped to executors pickles: tasks are frozen dataclasses, the store
 
 from __future__ import annotations
 
+from rlm.jobs.export_local import export_local
 from rlm.jobs.index import offsets_for_times, rebuild_index
 from rlm.jobs.plan import BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.read import ExportResult, export, read_tiered
@@ -21,6 +22,7 @@ __all__ = [
     "ReadTask",
     "VerifyReport",
     "export",
+    "export_local",
     "offsets_for_times",
     "plan_read",
     "read_tiered",

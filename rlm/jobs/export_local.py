@@ -1,0 +1,122 @@
+"""The local export engine (``rlm export --engine local``): the Spark job's plan, decoder and
+layout in one process with pyarrow, no JVM (docs/export.md).
+
+The tasks of :func:`rlm.jobs.plan.plan_read` run in a pool of ``parallelism`` workers; each
+reads its byte range, decodes it with :func:`rlm.jobs.decode.task_to_arrow` and hands the Arrow
+batches to the :class:`~rlm.jobs.sink.Sink` (which writes files on the worker); the driver
+commits once every task succeeded and aborts the sink otherwise. Workers are threads when the
+decoder releases the GIL (``rlm.jobs.decode.RELEASES_GIL``) and processes otherwise, so both
+cores decode either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from typing import Literal
+
+from rlm.config import Settings
+from rlm.errors import InvalidArgumentError
+from rlm.jobs import decode
+from rlm.jobs.decode import read_task_bytes, task_to_arrow
+from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
+from rlm.jobs.read import ExportResult
+from rlm.jobs.sink import DataFile, ParquetSink, Sink
+from rlm.tiering.isolation import check_isolation
+
+log = logging.getLogger(__name__)
+
+PoolKind = Literal["auto", "thread", "process", "inline"]
+
+
+def default_parallelism() -> int:
+    """Workers when ``--parallelism`` is not given: every CPU of the host."""
+    return os.cpu_count() or 1
+
+
+def pool_kind(requested: PoolKind, parallelism: int, tasks: int) -> PoolKind:
+    """The pool that runs ``tasks`` tasks: ``inline`` (this thread) for one worker or task,
+    else threads when the decoder releases the GIL and processes when it does not."""
+    if requested == "inline" or parallelism <= 1 or tasks <= 1:
+        return "inline"
+    if requested != "auto":
+        return requested
+    return "thread" if getattr(decode, "RELEASES_GIL", False) else "process"
+
+
+def run_task(sink: Sink, spec: BackendSpec, index: int, task: ReadTask) -> list[DataFile]:
+    """One task on a worker: read its bytes, decode, write through ``sink``."""
+    return sink.write_task(index, task, task_to_arrow(task, read_task_bytes(task, spec)))
+
+
+def _executor(kind: PoolKind, workers: int) -> Executor:
+    if kind == "thread":
+        return ThreadPoolExecutor(workers, "rlm-export")
+    # forkserver: workers fork from a clean server process, never from this one (which may hold
+    # live store clients and connection pools that a forked child must not share).
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    ctx = multiprocessing.get_context("forkserver")
+    # Imported once by the server, before it forks the workers: workers start in ms, not s.
+    ctx.set_forkserver_preload(["rlm.jobs.export_local", "pyarrow.parquet"])
+    return ProcessPoolExecutor(workers, mp_context=ctx)
+
+
+def run_sink(plan: ReadPlan, spec: BackendSpec, sink: Sink, *, parallelism: int | None = None,
+             pool: PoolKind = "auto") -> list[DataFile]:
+    """Run every task of ``plan`` through ``sink`` on ``parallelism`` workers (default: the CPU
+    count), then commit the sink; on any failure (or interrupt) cancel what is left, abort the
+    sink and re-raise. Returns the committed files in task order."""
+    workers = default_parallelism() if parallelism is None else parallelism
+    if workers < 1:
+        raise InvalidArgumentError(f"parallelism {workers} must be at least 1")
+    tasks = plan.tasks
+    kind = pool_kind(pool, workers, len(tasks))
+    log.info("local export: %d tasks on %d %s worker(s)", len(tasks), workers, kind)
+    try:
+        if kind == "inline":
+            results = [run_task(sink, spec, i, t) for i, t in enumerate(tasks)]
+        else:
+            results = _run_pool(kind, min(workers, len(tasks)), sink, spec, tasks)
+        files = [f for per_task in results for f in per_task]
+        sink.commit(files)
+    except BaseException:
+        sink.abort()
+        raise
+    return files
+
+
+def _run_pool(kind: PoolKind, workers: int, sink: Sink, spec: BackendSpec,
+              tasks: Sequence[ReadTask]) -> list[list[DataFile]]:
+    executor = _executor(kind, workers)
+    try:
+        futures: dict[Future[list[DataFile]], int] = {
+            executor.submit(run_task, sink, spec, i, t): i for i, t in enumerate(tasks)}
+        results: list[list[DataFile]] = [[] for _ in tasks]
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()  # the first failure ends the export
+    finally:
+        # On failure: drop queued tasks and wait for running ones, so none writes after abort.
+        executor.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def export_local(settings: Settings, topics: Sequence[str] | None, out: str | os.PathLike[str], *,
+                 partitions: Sequence[int] | None = None, start: int | None = None,
+                 end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
+                 overwrite: bool = False, compression: str = "snappy",
+                 isolation: str = "read_uncommitted", parallelism: int | None = None,
+                 pool: PoolKind = "auto") -> ExportResult:
+    """:func:`rlm.jobs.export` without Spark: the same plan, rows and Parquet layout under
+    ``out`` (a local path), written to a staging dir next to ``out`` and renamed at the end.
+    ``out`` must not exist unless ``overwrite`` (then it is replaced only once the export
+    succeeded). Records are counted from what the workers wrote."""
+    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
+                     isolation=check_isolation(isolation))
+    sink = ParquetSink.begin(out, overwrite=overwrite, compression=compression)
+    files = run_sink(plan, BackendSpec.from_settings(settings), sink, parallelism=parallelism, pool=pool)
+    return ExportResult(str(out), len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks),
+                        sum(f.records for f in files), engine="local")
