@@ -6,7 +6,8 @@ reads its byte range, decodes it with :func:`rlm.jobs.decode.task_to_arrow` and 
 batches to the :class:`~rlm.jobs.sink.Sink` (which writes files on the worker); the driver
 commits once every task succeeded and aborts the sink otherwise. Workers are threads when the
 decoder releases the GIL (``rlm.jobs.decode.RELEASES_GIL``) and processes otherwise, so both
-cores decode either way.
+cores decode either way; a process worker writes its own files, so no record crosses a process
+boundary.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from typing import Literal
@@ -55,14 +57,23 @@ def run_task(sink: Sink, spec: BackendSpec, index: int, task: ReadTask) -> list[
 def _executor(kind: PoolKind, workers: int) -> Executor:
     if kind == "thread":
         return ThreadPoolExecutor(workers, "rlm-export")
-    # forkserver: workers fork from a clean server process, never from this one (which may hold
-    # live store clients and connection pools that a forked child must not share).
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(workers, mp_context=_process_context())
+
+
+def _process_context() -> multiprocessing.context.BaseContext:
+    """``fork`` when this process runs one thread (no other thread can hold a lock the child
+    inherits; the workers start in ms and re-import nothing — the pool forks them all at the first
+    submit, before its own manager thread starts), else ``forkserver`` (a clean server process
+    forks the workers). Either way a child builds its own store clients: the backend cache is
+    cleared after a fork (rlm.jobs.plan)."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    # Imported once by the server, before it forks the workers: workers start in ms, not s.
-    ctx.set_forkserver_preload(["rlm.jobs.export_local", "pyarrow.parquet"])
-    return ProcessPoolExecutor(workers, mp_context=ctx)
+    ctx.set_forkserver_preload(["rlm.jobs.export_local", "pyarrow.parquet"])  # imported once
+    return ctx
 
 
 def run_sink(plan: ReadPlan, spec: BackendSpec, sink: Sink, *, parallelism: int | None = None,

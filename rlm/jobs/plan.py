@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -92,6 +93,9 @@ class BackendSpec:
 
 
 _BACKENDS: dict[tuple[str, str], StorageBackend] = {}
+# A forked child (the local export engine's process workers) must not share the parent's clients
+# and connection pools: it builds its own.
+os.register_at_fork(after_in_child=_BACKENDS.clear)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 
 from rlm.errors import ExportOutputExistsError, InvalidArgumentError, RlmError
 from rlm.jobs import export_local, plan_read
-from rlm.jobs.export_local import pool_kind
+from rlm.jobs.export_local import _process_context, pool_kind
 from rlm.logdir.scan import discover_partitions
 from tests.jobs.helpers import corrupt_one_object, layout, read_export, sorted_rows
 from tests.spark.conftest import Env, arrow_records, generated_env, kafka_python_records
@@ -115,6 +118,39 @@ def test_failed_export_leaves_nothing_at_out(tmp_path: Path, pool: Any) -> None:
         export_local(env.settings, ["gen"], out, overwrite=True, target_bytes=16 * 1024, pool=pool)
     assert [p.name for p in out.iterdir()] == ["old"]  # the previous export is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env", "out"]
+
+
+def test_process_workers_with_other_threads_alive(env: Env, tmp_path: Path) -> None:
+    """A multi-threaded caller gets forkserver workers (never a fork of a process whose other
+    threads may hold locks): same rows as the inline run."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert _process_context().get_start_method() == "forkserver"
+        export_local(env.settings, ["gen"], tmp_path / "fs", target_bytes=16 * 1024, parallelism=2,
+                     pool="process")
+    finally:
+        stop.set()
+        other.join()
+    assert _process_context().get_start_method() == "fork"
+    export_local(env.settings, ["gen"], tmp_path / "inline", pool="inline")
+    assert sorted_rows(tmp_path / "fs") == sorted_rows(tmp_path / "inline")
+
+
+def _cached_backends(_: object) -> int:
+    from rlm.jobs import plan
+
+    return len(plan._BACKENDS)
+
+
+def test_forked_worker_builds_its_own_store_client(env: Env) -> None:
+    from rlm.jobs.plan import BackendSpec
+
+    BackendSpec.from_settings(env.settings).create()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        assert list(pool.map(_cached_backends, [0])) == [0]  # the parent's client is not inherited
+    assert _cached_backends(0) >= 1
 
 
 def test_pool_kind() -> None:
