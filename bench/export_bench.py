@@ -8,10 +8,10 @@
 * ``local`` — ``rlm export --engine local`` (``--parallelism`` default: the CPU count);
 * ``spark`` — ``rlm export --engine spark`` on ``--master`` (default ``local[2]``);
 * ``cluster`` — the same on a standalone cluster: ``--spark-master spark://...``, or
-  ``--cluster`` to start one (rlm.testing.spark_cluster, 2 workers) when that module exists.
+  ``--cluster`` to start one here (rlm.testing.spark_cluster: master + 2 workers, 1 core each).
 
     .venv/bin/python bench/export_bench.py                       # 4 partitions x 64 MiB
-    .venv/bin/python bench/export_bench.py --record              # + a BENCHMARKS.md entry
+    .venv/bin/python bench/export_bench.py --cluster --record    # + a cluster, BENCHMARKS.md
 
 Workload (#15): ``--partitions`` LogWriter partitions of ``--mib`` MiB of segments, snappy
 batches of ~16 KiB (uncompressed) of ~300 B values, a header on 30 % of records; every rolled
@@ -162,17 +162,19 @@ def run_contenders(settings: Settings, work: Path, parts: list[int], repeat: int
     return {"best": best, "digests": digests}
 
 
-def _cluster_master(args: argparse.Namespace) -> tuple[str | None, Any]:
+def _cluster_master(args: argparse.Namespace, work: Path) -> tuple[str | None, Any]:
+    """The standalone cluster's master URL: ``--spark-master``, or a 2-worker cluster started
+    here (``--cluster``; rlm.testing.spark_cluster, 1 core + 1 GiB per worker)."""
     if args.spark_master:
         return args.spark_master, None
     if not args.cluster:
         return None, None
-    try:
-        from rlm.testing import spark_cluster  # type: ignore[attr-defined]
-    except ImportError:
-        sys.exit("--cluster needs rlm.testing.spark_cluster; pass --spark-master spark://... instead")
-    cluster = spark_cluster.SparkCluster(workers=2)  # see rlm/testing/spark_cluster.py
-    cluster.start()
+    import rlm
+    from rlm.testing.spark_cluster import SparkCluster
+
+    # The executors import rlm from where this run does ("rlm installed on the executors").
+    source = str(Path(rlm.__file__).resolve().parent.parent)
+    cluster = SparkCluster(work / "cluster", workers=2, executor_env={"PYTHONPATH": source}).start()
     return cluster.master_url, cluster
 
 
@@ -211,7 +213,7 @@ def main() -> None:
     }
     results = run_contenders(settings, work, parts, args.repeat, contenders)
     local_master = None if args.no_spark else args.master
-    spark_runs = [("spark", (local_master, None)), ("cluster", _cluster_master(args))]
+    spark_runs = [("spark", (local_master, None)), ("cluster", _cluster_master(args, work))]
     for name, (master, cluster) in spark_runs:
         if master is None:
             continue
