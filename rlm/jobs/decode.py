@@ -54,6 +54,16 @@ def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy
         os.close(fd)
 
 
+#: Timestamps (ms) whose µs value fits Arrow's int64 timestamp column.
+_MAX_TS_MS = ((1 << 63) - 1) // 1000
+_MIN_TS_MS = -((1 << 63) // 1000)
+
+
+def _timestamp_range(batch: RecordBatch) -> CorruptRecordError:
+    return CorruptRecordError("a record timestamp does not fit int64 microseconds", position=batch.position,
+                              offset=batch.base_offset)
+
+
 Row = tuple[bytes | None, bytes | None, int, int, int, list[tuple[str, bytes | None]] | None]
 
 
@@ -75,6 +85,8 @@ def iter_task_records(task: ReadTask, data: bytes) -> Iterator[Row]:
                     continue
                 if (ts_lo is not None and ts < ts_lo) or (ts_hi is not None and ts >= ts_hi):
                     continue
+                if not _MIN_TS_MS <= ts <= _MAX_TS_MS:
+                    raise _timestamp_range(batch)
                 headers = [(h.key, h.value) for h in r.headers] if r.headers else None
                 yield r.key, r.value, o, ts, ts_type, headers
     except RlmError as err:
@@ -148,11 +160,7 @@ def _python_task_to_arrow(task: ReadTask, data: bytes, rows_per_batch: int) -> I
     def flush() -> Any:
         keys_, values, offsets, stamps, types, headers = cols
         n = len(offsets)
-        try:
-            stamps_us = pa.array([t * 1000 for t in stamps], pa.int64())
-        except (OverflowError, pa.ArrowInvalid):
-            raise _in_task(task, CorruptRecordError("a record timestamp does not fit int64 microseconds")) \
-                from None
+        stamps_us = pa.array([t * 1000 for t in stamps], pa.int64())
         batch = pa.RecordBatch.from_arrays([
             pa.array(keys_, pa.binary()), pa.array(values, pa.binary()),
             pa.array([task.topic] * n, pa.string()),

@@ -1,4 +1,6 @@
 # Types of the C extension rlm/formats/records/_columns.c (docs/decoder.md).
+from rlm.formats.records.types import Header, Record
+
 ERR_FRAMING: int
 ERR_RANGE: int
 ERR_TOO_BIG: int
@@ -16,3 +18,7 @@ class Builder:
     def take(self, n: int) -> tuple[int, bytes, bytes, bytes, bytes | None, bytes, bytes, bytes | None, bytes,
                                     bytes, bytes | None, bytes, int, bytes, bytes, bytes | None, bytes,
                                     bytes]: ...
+
+def configure(record: type[Record], header: type[Header]) -> None: ...
+def records_v2(buf: object, start: int, end: int, base_offset: int, base_ts: int, max_ts: int,
+               log_append: bool, count: int) -> list[Record] | int: ...

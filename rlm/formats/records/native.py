@@ -1,10 +1,8 @@
 """The compiled record decoder (C extension ``rlm.formats.records._columns``): records → column buffers.
 
-Which decoder runs (docs/decoder.md): ``RLM_DECODER=native`` forces the C extension (an error if it
-is not built), ``RLM_DECODER=python`` the pure-Python reference (:func:`decode_records`); unset or
-``auto`` picks the extension when it imports. The choice is made once per process and logged once
-(logger ``rlm.decoder``). ``make test`` sets ``RLM_REQUIRE_NATIVE=1`` so a build that silently fell
-back fails tests/formats/test_native_decoder.py.
+Which decoder runs is :mod:`rlm.formats.records.choice`'s (``RLM_DECODER``, one log line; re-exported
+here). ``make test`` sets ``RLM_REQUIRE_NATIVE=1`` so a build that silently fell back fails
+tests/formats/test_native_decoder.py.
 
 A :class:`Builder` accumulates rows; :func:`add_batch` appends the records of one batch that fall
 in a :class:`Window` (offsets ``lo ≤ offset ≤ hi``, timestamps ``ts_lo ≤ ts < ts_hi``; the row filter
@@ -33,36 +31,33 @@ text). Pure: buffers in, buffers out; no I/O beyond the one log line.
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn
 
-from rlm.errors import CompressionError, ConfigError, CorruptRecordError
+from rlm.errors import CompressionError, CorruptRecordError
 from rlm.formats.compression import Compression, decompress
+from rlm.formats.records.choice import (
+    DECODER_ENV,
+    Decoder,
+    active_decoder,
+    extension,
+    extension_error,
+    set_decoder,
+)
 from rlm.formats.records.decode import decode_records
 from rlm.formats.records.types import V2_HEADER_SIZE, Buffer, RecordBatch, TimestampType
 
-try:
-    from rlm.formats.records import _columns
+_columns = extension()
+if TYPE_CHECKING:
     from rlm.formats.records._columns import Builder
+else:
+    Builder = getattr(_columns, "Builder", None)
 
-    _IMPORT_ERROR: str | None = None
-except ImportError as exc:  # no compiler when rlm was installed: the Python decoder serves
-    _columns = None  # type: ignore[assignment]
-    _IMPORT_ERROR = str(exc)
+__all__ = ["DECODER_ENV", "FLUSH_BYTES", "Builder", "Columns", "Decoder", "Window", "active_decoder",
+           "add_batch", "extension_error", "set_decoder", "take"]
 
-__all__ = ["DECODER_ENV", "FLUSH_BYTES", "Builder", "Columns", "Window", "active_decoder", "add_batch",
-           "extension_error", "set_decoder", "take"]
-
-log = logging.getLogger("rlm.decoder")
-
-DECODER_ENV: Final = "RLM_DECODER"
 #: Take rows once this many key/value/header bytes are pending (well below Arrow's 2 GiB).
 FLUSH_BYTES: Final = 1 << 30
-
-Decoder = Literal["native", "python"]
-_chosen: Decoder | None = None
 
 
 class Columns(NamedTuple):
@@ -103,41 +98,6 @@ class Window:
             return False
         below = self.ts_lo is not None and ts < self.ts_lo
         return not (below or (self.ts_hi is not None and ts >= self.ts_hi))
-
-
-def extension_error() -> str | None:
-    """Why the extension does not import (None when it does)."""
-    return _IMPORT_ERROR
-
-
-def set_decoder(name: Decoder | None) -> None:
-    """Force a decoder for this process (tests); None re-reads ``RLM_DECODER`` on next use."""
-    global _chosen
-    _chosen = None if name is None else _resolve(name)
-
-
-def active_decoder() -> Decoder:
-    """``native`` or ``python``: decided on first use from ``RLM_DECODER`` and logged once."""
-    global _chosen
-    if _chosen is None:
-        _chosen = _resolve(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")
-        if _chosen == "native":
-            log.info("record decoder: native (C extension rlm.formats.records._columns)")
-        else:
-            why = f"{DECODER_ENV}=python" if _IMPORT_ERROR is None else f"not built: {_IMPORT_ERROR}"
-            log.info("record decoder: python (%s; docs/decoder.md)", why)
-    return _chosen
-
-
-def _resolve(name: str) -> Decoder:
-    if name not in ("auto", "native", "python"):
-        raise ConfigError(f"{DECODER_ENV}={name!r}: use native, python or auto")
-    if name == "python" or (name == "auto" and _columns is None):
-        return "python"
-    if _columns is None:
-        raise ConfigError(f"{DECODER_ENV}=native but the compiled decoder does not import "
-                          f"({_IMPORT_ERROR}): run `make install` (needs a C compiler)")
-    return "native"
 
 
 def take(builder: Builder, n: int) -> Columns:
