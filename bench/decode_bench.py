@@ -140,6 +140,22 @@ def aiokafka_decode_only(task: ReadTask, data: bytes) -> int:
     return n
 
 
+def fetch_json(decoder: native.Decoder) -> Callable[[ReadTask, bytes], Any]:
+    """What ``/records?format=json`` answers for these bytes: rlm's own rendering of a fetch
+    (``rlm.http.app._fetch_json``, decode_records per batch), serialized."""
+    import json
+
+    from rlm.formats.records import iter_batches
+    from rlm.http.app import _fetch_json
+    from rlm.tiering.lookup import FetchResult
+
+    def run(task: ReadTask, data: bytes) -> str:
+        native.set_decoder(decoder)
+        fetched = FetchResult("bench", 0, "remote", data, list(iter_batches(data)), None)
+        return json.dumps(_fetch_json(fetched))
+    return run
+
+
 def interleaved(contenders: list[tuple[str, Callable[[ReadTask, bytes], Any]]], task: ReadTask, data: bytes,
                 runs: int) -> list[tuple[str, float, Any]]:
     """Best time of each contender over ``runs`` rounds, the contenders alternating inside a round
@@ -187,6 +203,19 @@ def main() -> None:
     table = ["| decoder | seconds | M records/s | MB/s | vs aiokafka C + pyarrow |", "|---|---|---|---|---|"]
     table += [f"| {name} | {secs:.3f} | {n / secs / 1e6:.2f} | {mb / secs:.1f} | **{base / secs:.2f}x** |"
               for name, secs in rows]
+    # /records?format=json (and rlm fetch, lookups): Record objects, then rlm's JSON rendering.
+    small, small_n = segment(max(1, args.mib // 8), templates(args.batch_kib << 10, args.value_bytes))
+    small_task = ReadTask("bench", 0, "local", "(memory)", 0, len(small), 0, (1 << 63) - 1)
+    json_rows = interleaved([("python", fetch_json("python")), ("native", fetch_json("native"))],
+                            small_task, small, args.runs)
+    native.set_decoder(None)
+    assert json_rows[0][2] == json_rows[1][2], "fetch JSON differs between the decoders"
+    py_secs = json_rows[0][1]
+    table += ["", f"`/records?format=json` rendering of {len(small) >> 20} MiB ({small_n} records), "
+              "identical bytes under both decoders:", "",
+              "| decode_records | seconds | M records/s | vs python |", "|---|---|---|---|"]
+    table += [f"| {name} | {secs:.3f} | {small_n / secs / 1e6:.2f} | **{py_secs / secs:.2f}x** |"
+              for name, secs, _ in json_rows]
     entry = (f"### {dt.date.today()} — {args.mib} MiB of snappy {args.batch_kib} KiB batches, "
              f"~{args.value_bytes} B values + key + 2 headers ({n} records), one core\n\n"
              f"- machine: {machine()}; shared with other engineers' jobs\n"
