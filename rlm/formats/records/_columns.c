@@ -372,6 +372,131 @@ static PyObject *Builder_append_row(Builder *self, PyObject *args) {
     return PyLong_FromLong(1);
 }
 
+/* ---- v0/v1 message sets: the inner messages of a compressed wrapper (docs/decoder.md) ---- */
+
+#define ERR_FALLBACK (-5) /* an int64 overflow in the offset arithmetic: let the caller use Python */
+
+static uint32_t crc32_table[256];
+
+static void crc32_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc32_table[i] = c;
+    }
+}
+
+/* CRC-32 (IEEE, zlib.crc32) of the legacy message format. */
+static uint32_t crc32_ieee(const uint8_t *p, Py_ssize_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < n; i++) c = crc32_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t be32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+typedef struct {
+    int64_t offset, ts;
+    const uint8_t *key, *value;
+    int32_t kl, vl;
+} LegacyMsg;
+
+/* One inner message at d[p .. p + 12 + size) (rlm.formats.records.legacy._parse_legacy with
+ * verify_crc=True, plus _legacy_inner's magic and nesting checks). 0 or ERR_FRAMING. */
+static int legacy_msg(const uint8_t *d, Py_ssize_t p, Py_ssize_t end, int magic, LegacyMsg *m) {
+    int32_t size = be32(d + p + 8);
+    if (d[p + 16] == 1 && size < 22) return ERR_FRAMING;
+    if (crc32_ieee(d + p + 16, end - (p + 16)) != (uint32_t)be32(d + p + 12)) return ERR_FRAMING;
+    if (d[p + 16] != magic || (d[p + 17] & 0x07)) return ERR_FRAMING;
+    m->offset = be64(d + p);
+    Py_ssize_t q = p + 18;
+    m->ts = -1;
+    if (magic == 1) {
+        m->ts = be64(d + q);
+        q += 8;
+    }
+    for (int f = 0; f < 2; f++) {
+        if (q + 4 > end) return ERR_FRAMING;
+        int32_t len = be32(d + q);
+        q += 4;
+        if (len >= 0 && len > end - q) return ERR_FRAMING;
+        if (f == 0) { m->key = d + q; m->kl = len; }
+        else { m->value = d + q; m->vl = len; }
+        if (len >= 0) q += len;
+    }
+    return q == end ? 0 : ERR_FRAMING;
+}
+
+/* Walk the set; call each message's (p, end) in order. Returns the count or ERR_FRAMING. */
+static Py_ssize_t legacy_walk(const uint8_t *d, Py_ssize_t n, int magic, int64_t *last_offset) {
+    Py_ssize_t p = 0, count = 0;
+    LegacyMsg m;
+    while (p < n) {
+        if (n - p < 17) return ERR_FRAMING;
+        int32_t size = be32(d + p + 8);
+        if (size < 14 || size > n - p - 12) return ERR_FRAMING;
+        if (legacy_msg(d, p, p + 12 + size, magic, &m) < 0) return ERR_FRAMING;
+        *last_offset = m.offset;
+        count++;
+        p += 12 + size;
+    }
+    return count ? count : ERR_FRAMING;
+}
+
+/* add_legacy(set, wrapper_offset, magic, wrapper_ts, log_append, ts_type, lo, hi, ts_lo, ts_hi,
+ * has_ts_lo, has_ts_hi): the inner messages of a decompressed v0/v1 wrapper value. */
+static PyObject *Builder_add_legacy(Builder *self, PyObject *args) {
+    Py_buffer view;
+    int64_t wrapper_offset, wrapper_ts, last = 0, shift = 0;
+    int magic, log_append;
+    int32_t type;
+    Window w;
+    if (!PyArg_ParseTuple(args, "y*LiLpiLLLLpp", &view, &wrapper_offset, &magic, &wrapper_ts, &log_append,
+                          &type, &w.lo, &w.hi, &w.ts_lo, &w.ts_hi, &w.has_ts_lo, &w.has_ts_hi))
+        return NULL;
+    const uint8_t *d = view.buf;
+    Py_ssize_t n = view.len;
+    Py_ssize_t count = legacy_walk(d, n, magic, &last);
+    long rc = count < 0 ? ERR_FRAMING : 0;
+    /* v1 inner offsets are relative: the wrapper holds the absolute offset of the last one. */
+    if (rc == 0 && magic >= 1 && __builtin_sub_overflow(wrapper_offset, last, &shift)) rc = ERR_FALLBACK;
+    Mark mk;
+    mark_take(self, &mk);
+    for (Py_ssize_t p = 0; rc >= 0 && p < n;) {
+        LegacyMsg m;
+        Py_ssize_t end = p + 12 + be32(d + p + 8);
+        legacy_msg(d, p, end, magic, &m);  /* validated by legacy_walk */
+        p = end;
+        int64_t o, ts = log_append ? wrapper_ts : m.ts, us;
+        if (__builtin_add_overflow(m.offset, shift, &o)) { rc = ERR_FALLBACK; break; }
+        if (!keep_row(&w, 0, o, 0, ts)) continue;
+        if (__builtin_mul_overflow(ts, (int64_t)1000, &us)) { rc = ERR_RANGE; break; }
+        int r = append_fixed(self, o, 0, ts, type);
+        if (r == 0) r = var_append(&self->key, m.key, m.kl < 0 ? 0 : m.kl, m.kl < 0);
+        if (r == 0) r = var_append(&self->value, m.value, m.vl < 0 ? 0 : m.vl, m.vl < 0);
+        if (r == 0 && (buf_reserve(&self->hvalid, 1) < 0 || buf_reserve(&self->hends, 4) < 0)) r = ERR_NOMEM;
+        if (r != 0) { rc = r; break; }
+        put_u8(&self->hvalid, 0);
+        put_i32(&self->hends, (int32_t)(self->hkey.ends.len / 4));
+        self->rows++;
+        rc++;
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        mark_restore(self, &mk);
+        if (rc == ERR_NOMEM) return NULL;
+    }
+    return PyLong_FromLong(rc);
+}
+
 /* ---- records as objects: rlm.formats.records.decode_records for lookups and fetches ---- */
 
 /* Slot offsets of the Record / Header dataclasses (frozen, slots=True), set once by configure():
@@ -638,6 +763,9 @@ static PyMethodDef Builder_methods[] = {
     {"add_v2", (PyCFunction)Builder_add_v2, METH_VARARGS,
      "add_v2(buf, start, end, base_offset, base_ts, max_ts, log_append, ts_type, count, lo, hi, ts_lo, "
      "ts_hi, has_ts_lo, has_ts_hi) -> rows appended (>= 0) or an error code (< 0)"},
+    {"add_legacy", (PyCFunction)Builder_add_legacy, METH_VARARGS,
+     "add_legacy(set, wrapper_offset, magic, wrapper_ts, log_append, ts_type, lo, hi, ts_lo, ts_hi, "
+     "has_ts_lo, has_ts_hi) -> rows appended (>= 0) or an error code (< 0)"},
     {"append_row", (PyCFunction)Builder_append_row, METH_VARARGS,
      "append_row(offset, timestamp_ms, ts_type, key, value) -> 1 or an error code (< 0)"},
     {"take", (PyCFunction)Builder_take, METH_O, "take(n) -> the first n rows' buffers (native.Columns)"},
@@ -676,6 +804,7 @@ static struct PyModuleDef columns_module = {
 };
 
 PyMODINIT_FUNC PyInit__columns(void) {
+    crc32_init();
     if (PyType_Ready(&BuilderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&columns_module);
     if (m == NULL) return NULL;
@@ -683,7 +812,8 @@ PyMODINIT_FUNC PyInit__columns(void) {
     if (PyModule_AddObject(m, "Builder", (PyObject *)&BuilderType) < 0 ||
         PyModule_AddIntConstant(m, "ERR_FRAMING", ERR_FRAMING) < 0 ||
         PyModule_AddIntConstant(m, "ERR_RANGE", ERR_RANGE) < 0 ||
-        PyModule_AddIntConstant(m, "ERR_TOO_BIG", ERR_TOO_BIG) < 0) {
+        PyModule_AddIntConstant(m, "ERR_TOO_BIG", ERR_TOO_BIG) < 0 ||
+        PyModule_AddIntConstant(m, "ERR_FALLBACK", ERR_FALLBACK) < 0) {
         Py_DECREF(&BuilderType);
         Py_DECREF(m);
         return NULL;

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn
 
-from rlm.errors import CompressionError, CorruptRecordError
+from rlm.errors import CompressionError, CorruptRecordError, RlmError
 from rlm.formats.compression import Compression, decompress
 from rlm.formats.records.choice import (
     DECODER_ENV,
@@ -45,6 +45,7 @@ from rlm.formats.records.choice import (
     set_decoder,
 )
 from rlm.formats.records.decode import decode_records
+from rlm.formats.records.legacy import _parse_legacy
 from rlm.formats.records.types import V2_HEADER_SIZE, Buffer, RecordBatch, TimestampType
 
 _columns = extension()
@@ -135,7 +136,33 @@ def add_batch(builder: Builder, buf: Buffer, batch: RecordBatch, window: Window)
 
 
 def _add_legacy(builder: Builder, buf: Buffer, batch: RecordBatch, window: Window) -> int:
-    # v0/v1 messages (pre-0.11 logs): decoded by the reference, one append per kept message.
+    """v0/v1 (pre-0.11 logs): a compressed wrapper's inner messages are parsed (CRC-32 checked) in C;
+    a plain message is one row."""
+    if batch.compression is Compression.NONE:
+        return _add_legacy_rows(builder, buf, batch, window)
+    try:
+        wrapper = _parse_legacy(buf, batch.position, batch.size, verify_crc=False, where=batch.position)
+        data = None
+        if wrapper.value is not None:
+            data = decompress(batch.compression, wrapper.value, legacy_lz4=batch.magic == 0)
+    except RlmError:
+        data = None  # raised below, outside this handler (see add_batch)
+    if data is None:
+        return _raise_rejected(buf, batch, _columns.ERR_FRAMING)
+    w = window
+    rc: int = builder.add_legacy(
+        data, batch.last_offset, batch.magic, batch.max_timestamp,
+        batch.timestamp_type is TimestampType.LOG_APPEND_TIME, int(batch.timestamp_type),
+        w.lo, w.hi, w.ts_lo or 0, w.ts_hi or 0, w.ts_lo is not None, w.ts_hi is not None)
+    if rc == _columns.ERR_FALLBACK:  # offsets beyond int64 in the C arithmetic: exact in Python
+        return _add_legacy_rows(builder, buf, batch, window)
+    if rc < 0:
+        _raise_rejected(buf, batch, rc)
+    return rc
+
+
+def _add_legacy_rows(builder: Builder, buf: Buffer, batch: RecordBatch, window: Window) -> int:
+    # Decoded by the reference, one append per kept message.
     ts_type = int(batch.timestamp_type)
     added = 0
     for r in decode_records(buf, batch):
