@@ -1,13 +1,72 @@
-"""Durable local-file primitives shared by every layer that writes files (logdir, storage, tiering).
+"""Local-file primitives shared by every layer (logdir, storage, tiering): durable writes, and
+trusting a file's ``stat`` signature in place of reading it again.
 
 POSIX only guarantees a rename survives a crash once the *directory* is fsynced, and file contents
-once the file is; these helpers do both, in the right order.
+once the file is; the write helpers do both, in the right order.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+#: A file's (inode, size, mtime in ns); None when it does not exist.
+Signature = tuple[int, int, int] | None
+
+#: How long a file must have been unchanged before its stat signature is trusted to stand for its
+#: content (ns). A file replaced by rename may get the inode its predecessor freed, the same size
+#: and — within one file-system timestamp tick — the same mtime: only a version older than a tick
+#: when it was read cannot have a same-signature successor that was not read ("racy git").
+SETTLE_NS = 100_000_000
+
+
+def stat_signature(path: str | os.PathLike[str]) -> Signature:
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def settled(sigs: tuple[Signature, ...], read_started_ns: int) -> bool:
+    """Whether every file of ``sigs`` was last changed at least :data:`SETTLE_NS` before
+    ``read_started_ns``: only then may what was read be remembered under those signatures."""
+    return all(s is None or s[2] < read_started_ns - SETTLE_NS for s in sigs)
+
+
+class FileMemo(Generic[T]):
+    """``parse(path)`` of small files, parsed again only when a file's signature changed.
+
+    For files read on every request (a partition's ``partition.metadata``, the daemon's
+    ``progress.json``). A missing file is parsed every time (that is cheap and it may appear); a
+    parse that raises is not remembered. At most ``max_entries`` files (then it starts over: a
+    bound, not an LRU). Values are shared: ``T`` should be immutable, or callers copy.
+    """
+
+    def __init__(self, parse: Callable[[Path], T], max_entries: int = 65_536) -> None:
+        self._parse, self._max = parse, max_entries
+        self._lock = threading.Lock()
+        self._memo: dict[Path, tuple[Signature, T]] = {}
+
+    def get(self, path: Path) -> T:
+        sig = stat_signature(path)
+        hit = self._memo.get(path)
+        if sig is not None and hit is not None and hit[0] == sig:
+            return hit[1]
+        started_ns = time.time_ns()
+        value = self._parse(path)
+        if sig is not None and stat_signature(path) == sig and settled((sig,), started_ns):
+            with self._lock:
+                if len(self._memo) >= self._max:
+                    self._memo.clear()
+                self._memo[path] = (sig, value)
+        return value
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

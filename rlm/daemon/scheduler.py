@@ -21,6 +21,7 @@ import faulthandler
 import logging
 import signal
 import threading
+import time
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -44,9 +45,17 @@ class TieringDaemon:
         )
         self.stopped = threading.Event()
         self._partitions: dict[str, PartitionDir] = {}
+        # name -> (passes started, passes finished, monotonic start of the last): for the SIGUSR1 dump
+        self._runs: dict[str, tuple[int, int, float]] = {}
 
     def _partition_job(self, part: PartitionDir) -> None:
-        result = self.manager.run_partition(part)
+        started, finished, _ = self._runs.get(part.name, (0, 0, 0.0))
+        self._runs[part.name] = (started + 1, finished, time.monotonic())
+        try:
+            result = self.manager.run_partition(part)
+        finally:
+            s, f, at = self._runs[part.name]
+            self._runs[part.name] = (s, f + 1, at)
         if result.copied or result.deleted:
             log.info("%s: copied %s, deleted %s", part.name, result.copied, result.deleted)
 
@@ -88,6 +97,12 @@ class TieringDaemon:
             log.warning("job %s: next run %s", job.id, job.next_run_time)
         for name, held in self.manager.pass_locks_held().items():
             log.warning("partition %s: pass lock %s", name, "held" if held else "free")
+        now = time.monotonic()
+        for name, (started, finished, at) in self._runs.items():
+            log.warning("partition %s: %d passes started, %d finished, last started %.1f s ago",
+                        name, started, finished, now - at)
+        executor = self.scheduler._lookup_executor("default")
+        log.warning("running job instances: %s", getattr(executor, "_instances", "?"))
 
     def run_forever(self) -> None:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`)."""

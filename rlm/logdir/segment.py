@@ -32,6 +32,7 @@ from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
 from rlm.formats.time_index import TimeIndex
+from rlm.fsutil import SETTLE_NS
 from rlm.logdir.indexcheck import (
     IndexKind,
     cached_rebuild,
@@ -391,7 +392,7 @@ def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:
             end = last.last_offset + 1 if last is not None else active.base_offset
     except (OSError, RlmError):
         return None
-    if st.st_mtime_ns >= time.time_ns() - _SETTLE_NS:
+    if st.st_mtime_ns >= time.time_ns() - SETTLE_NS:
         return end  # changed within a timestamp tick: a rewrite could keep this signature
     if len(_LOG_END_MEMO) >= 4096:
         _LOG_END_MEMO.clear()  # a bound, not an LRU: a miss only costs the scan again
@@ -399,8 +400,5 @@ def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:
     return end
 
 
-#: A .log changed less than this long ago (ns) is not memoised: within one file-system timestamp
-#: tick a rewrite to the same size keeps the same signature.
-_SETTLE_NS = 100_000_000
 #: log_end_offset's answers by (path, inode, size, mtime ns) of the active .log
 _LOG_END_MEMO: dict[tuple[str, int, int, int], int] = {}

@@ -25,13 +25,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 RangeKey = tuple[str, int, int]
 Admission = Literal["lookup", "sequential"]
+#: A range's bytes: read-ahead hands out zero-copy slices of one larger GET (docs/read-path.md).
+RangeBytes = bytes | memoryview
+
+
+def owned(data: RangeBytes) -> RangeBytes:
+    """``data`` itself unless it is a slice of a larger buffer, which it would keep alive: then a
+    copy, so that what the main segment holds is what it counts (its byte bound stays true)."""
+    if isinstance(data, memoryview) and data.nbytes < memoryview(data.obj).nbytes:
+        return bytes(data)
+    return data
 
 
 class RemoteRangeCache:
     def __init__(self, max_bytes: int, registry: CollectorRegistry | None = None) -> None:
         self.max_bytes = max_bytes
-        self._main: OrderedDict[RangeKey, bytes] = OrderedDict()
-        self._scan: OrderedDict[RangeKey, bytes] = OrderedDict()  # evicted first
+        self._main: OrderedDict[RangeKey, RangeBytes] = OrderedDict()
+        self._scan: OrderedDict[RangeKey, RangeBytes] = OrderedDict()  # evicted first
         self._bytes = 0
         self._lock = threading.Lock()
         r = registry or CollectorRegistry()
@@ -70,7 +80,7 @@ class RemoteRangeCache:
         self.fetch_errors = Counter("rlm_remote_fetch_errors", "Ranged reads from remote storage that "
                                     "failed (Kafka: RemoteFetchErrorsPerSec)", registry=r)
 
-    def get(self, key: RangeKey, admission: Admission = "lookup") -> bytes | None:
+    def get(self, key: RangeKey, admission: Admission = "lookup") -> RangeBytes | None:
         with self._lock:
             data = self._main.get(key)
             if data is not None:
@@ -79,7 +89,9 @@ class RemoteRangeCache:
                 data = self._scan.get(key)
                 if data is not None and admission == "lookup":  # wanted by a lookup: promote
                     del self._scan[key]
-                    self._main[key] = data
+                    self._main[key] = promoted = owned(data)
+                    self._bytes += len(promoted) - len(data)
+                    data = promoted
         (self.hits if data is not None else self.misses).inc()
         self.class_reads.labels(admission, "hit" if data is not None else "miss").inc()
         return data
@@ -89,13 +101,18 @@ class RemoteRangeCache:
         self.misses.inc()
         self.class_reads.labels(admission, "miss").inc()
 
-    def put(self, key: RangeKey, data: bytes, admission: Admission = "lookup") -> None:
+    def put(self, key: RangeKey, data: RangeBytes, admission: Admission = "lookup") -> None:
+        """Admit ``data``: ``lookup`` into the main segment, ``sequential`` into the scan segment
+        (evicted first). A slice of a larger read-ahead GET is kept as a slice only in the scan
+        segment, whose ranges leave in read order with their siblings; the main one copies it."""
         if len(data) > self.max_bytes:
             return
         with self._lock:
             # A catch-up reading through a range a lookup already holds must not demote it to the
             # scan segment (evicted first): the hot range stays in the main one.
             keep_main = admission == "lookup" or key in self._main
+            if keep_main:
+                data = owned(data)
             for segment in (self._main, self._scan):
                 old = segment.pop(key, None)
                 if old is not None:
@@ -109,7 +126,7 @@ class RemoteRangeCache:
             self.size.set(self._bytes)
         self.admissions.labels(admission).inc()
 
-    def load(self, load: Callable[[], bytes]) -> bytes:
+    def load(self, load: Callable[[], RangeBytes]) -> RangeBytes:
         """``load()`` counted as one store read (requests, bytes, errors); nothing is admitted."""
         self.fetch_requests.inc()
         try:
@@ -120,8 +137,8 @@ class RemoteRangeCache:
         self.fetch_bytes.inc(len(data))
         return data
 
-    def get_or_load(self, key: RangeKey, load: Callable[[], bytes],
-                    admission: Admission = "lookup") -> bytes:
+    def get_or_load(self, key: RangeKey, load: Callable[[], RangeBytes],
+                    admission: Admission = "lookup") -> RangeBytes:
         data = self.get(key, admission)
         if data is None:
             data = self.load(load)

@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+from rlm.fsutil import Signature, settled, stat_signature
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -29,19 +30,11 @@ class CheckpointCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], LogDirCheckpoints]] = {}
+        self._cache: dict[Path, tuple[tuple[Signature, ...], LogDirCheckpoints]] = {}
 
     @staticmethod
-    def _signature(log_dir: Path) -> tuple[tuple[int, int, int] | None, ...]:
-        sig: list[tuple[int, int, int] | None] = []
-        for name in _CHECKPOINT_FILES:
-            try:
-                st = (log_dir / name).stat()
-            except FileNotFoundError:
-                sig.append(None)
-            else:
-                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(sig)
+    def _signature(log_dir: Path) -> tuple[Signature, ...]:
+        return tuple(stat_signature(log_dir / name) for name in _CHECKPOINT_FILES)
 
     def get(self, log_dir: Path) -> LogDirCheckpoints:
         sig = self._signature(log_dir)
@@ -55,16 +48,3 @@ class CheckpointCache:
             with self._lock:
                 self._cache[log_dir] = (sig, checkpoints)
         return checkpoints
-
-
-#: How long a file must have been unchanged before a stat signature is trusted to stand for its
-#: content (ns). A file replaced by rename may get the inode its predecessor freed, the same size
-#: and — within one file-system timestamp tick — the same mtime: only a version older than a tick
-#: when it was read cannot have a same-signature successor that was not read ("racy git").
-SETTLE_NS = 100_000_000
-
-
-def settled(sig: tuple[tuple[int, int, int] | None, ...], read_started_ns: int) -> bool:
-    """Whether every file of ``sig`` (inode, size, mtime ns) was last changed at least
-    :data:`SETTLE_NS` before ``read_started_ns``: only then may the parse be cached."""
-    return all(s is None or s[2] < read_started_ns - SETTLE_NS for s in sig)

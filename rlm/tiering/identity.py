@@ -42,7 +42,7 @@ from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering import keys
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState
-from rlm.tiering.state import PartitionContext, Progress
+from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     if legacy.has_marker(keys.RETIRED_MARKER):
         return None
     manifests = legacy.list_manifests()
-    legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / "progress.json")
+    legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / PROGRESS_FILE)
     highest = max(manifests[-1].last_offset if manifests else -1, legacy_progress.highest_tiered_offset)
     if highest < 0:
         return None  # nothing was tiered under the name: this incarnation uses its own root

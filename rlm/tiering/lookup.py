@@ -32,10 +32,11 @@ from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
+from rlm.tiering.cache import RangeBytes
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
 from rlm.tiering.remote_sets import SetView, chain_from, remote_max_timestamp
-from rlm.tiering.state import Progress
+from rlm.tiering.state import PROGRESS_FILE, Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
     batches_below,
@@ -220,7 +221,7 @@ class PartitionReader:
                 continue  # deleted by the log store meanwhile: the next segment or the remote tier
         return None
 
-    def _entry_batches(self, entry: DecodedEntry) -> tuple[bytes, list[RecordBatch]]:
+    def _entry_batches(self, entry: DecodedEntry) -> tuple[RangeBytes, list[RecordBatch]]:
         """One entry's bytes and CRC-checked batches, for timestamp lookups (cached)."""
         return EntrySource(self.res).batches(entry)
 
@@ -423,7 +424,7 @@ def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
 
 def load_progress(state_dir: Path) -> Progress:
     """The progress the daemon persisted for one partition (nothing tiered when absent)."""
-    return Progress.load(state_dir / "progress.json")
+    return Progress.load(state_dir / PROGRESS_FILE)
 
 
 __all__ = [

@@ -54,7 +54,7 @@ from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import Orphan
 from rlm.tiering.retention import RetentionPlan, apply_retention
 from rlm.tiering.roles import Roles
-from rlm.tiering.state import PartitionContext, Progress, SharedResources, state_dir
+from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import partition_row
 from rlm.tiering.sync import note_committed
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
@@ -431,7 +431,7 @@ class RemoteLogManager:
             lock.release()
 
     def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
-        progress = Progress.load(self._state_dir(part) / "progress.json")
+        progress = Progress.load(self._state_dir(part) / PROGRESS_FILE)
         return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe(),
                             self.settings.log.eligibility)
 

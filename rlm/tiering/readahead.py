@@ -22,7 +22,7 @@ from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering.cache import Admission, RangeKey, RemoteRangeCache
+from rlm.tiering.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.remote_sets import SetCache
 
 #: The largest ranged GET read-ahead makes of adjacent entries of one object (bytes).
@@ -47,7 +47,7 @@ class ReadAheadLimits:
 @dataclass(slots=True)
 class _Ahead:
     size: int
-    future: Future[bytes]
+    future: Future[RangeBytes]
     kept: bool = False  # read by a fetch (not ahead): never counted as wasted
 
 
@@ -63,7 +63,7 @@ class _Reader:
 class ReadAhead:
     """Per-reader windows of ranges read ahead. ``load(key)`` reads one range from the store."""
 
-    def __init__(self, load: Callable[[RangeKey], bytes], limits: ReadAheadLimits,
+    def __init__(self, load: Callable[[RangeKey], RangeBytes], limits: ReadAheadLimits,
                  cache: RemoteRangeCache, clock: Callable[[], float] = time.monotonic) -> None:
         self._load, self.limits, self._m, self._clock = load, limits, cache, clock
         self._readers: dict[Hashable, _Reader] = {}
@@ -109,7 +109,7 @@ class ReadAhead:
         self._discard(dropped)
         return sequential
 
-    def take(self, rid: Hashable, key: RangeKey) -> bytes | None:
+    def take(self, rid: Hashable, key: RangeKey) -> RangeBytes | None:
         """The range read ahead for ``rid`` (waiting for it if still in flight), or None. Ranges
         scheduled before it were skipped by the reader and are dropped."""
         dropped: list[_Ahead] = []
@@ -131,14 +131,14 @@ class ReadAhead:
         self._m.prefetch_hits.inc()
         return data
 
-    def keep(self, rid: Hashable, key: RangeKey, data: bytes) -> None:
+    def keep(self, rid: Hashable, key: RangeKey, data: RangeBytes) -> None:
         """A range the fetch read but did not use up: held at the window's front for the next
         fetch, within the bounds (else the next fetch reads it from the cache or the store)."""
         with self._lock:
             st = self._readers.get(rid)
             if st is None or key in st.window or not self._fits(st, len(data)):
                 return
-            done: Future[bytes] = Future()
+            done: Future[RangeBytes] = Future()
             done.set_result(data)
             self._reserve(st, key, _Ahead(len(data), done, kept=True))
             st.window.move_to_end(key, last=False)
@@ -156,13 +156,13 @@ class ReadAhead:
                 return
             if st.bytes > self.limits.reader_bytes // 2:
                 return  # topped up once half of it is consumed: in runs long enough for large GETs
-            picked: list[tuple[RangeKey, Future[bytes]]] = []
+            picked: list[tuple[RangeKey, Future[RangeBytes]]] = []
             for key, size in upcoming:
                 if key in st.window:
                     continue
                 if not self._fits(st, size):
                     break
-                placeholder: Future[bytes] = Future()
+                placeholder: Future[RangeBytes] = Future()
                 self._reserve(st, key, _Ahead(size, placeholder))
                 picked.append((key, placeholder))
             for run in _runs(picked):
@@ -226,7 +226,7 @@ class ReadAhead:
             dropped += self._clear(self._readers.pop(rid))
         self._m.prefetch_readers.set(len(self._readers))
 
-    def adopt(self, rid: Hashable, key: RangeKey, size: int, future: Future[bytes]) -> bool:
+    def adopt(self, rid: Hashable, key: RangeKey, size: int, future: Future[RangeBytes]) -> bool:
         """A read a fetch started but did not need after all: into ``rid``'s window (after what
         it holds) when it fits; False otherwise."""
         with self._lock:
@@ -241,7 +241,7 @@ class ReadAhead:
             st = self._readers.get(rid)
             return st is not None and key in st.window
 
-    def load_soon(self, key: RangeKey) -> Future[bytes]:
+    def load_soon(self, key: RangeKey) -> Future[RangeBytes]:
         """One read on the pool for a fetch that needs several entries (not read-ahead)."""
         with self._lock:
             return self._pool_locked().submit(self._load, key)
@@ -251,7 +251,7 @@ class ReadAhead:
             self._pool = ThreadPoolExecutor(self.limits.threads, "rlm-read-ahead")
         return self._pool
 
-    def _submit_run(self, run: list[tuple[RangeKey, Future[bytes]]]) -> None:
+    def _submit_run(self, run: list[tuple[RangeKey, Future[RangeBytes]]]) -> None:
         """One ranged GET for ``run`` (adjacent ranges of one object); each range's future gets its
         slice. A range dropped meanwhile (its future cancelled) counts as wasted once read."""
         obj, start, end = run[0][0][0], run[0][0][1], run[-1][0][2]
@@ -259,16 +259,19 @@ class ReadAhead:
         self._m.prefetch_in_flight.inc()
         whole = self._pool_locked().submit(self._load, (obj, start, end))
 
-        def spread(done: Future[bytes]) -> None:
+        def spread(done: Future[RangeBytes]) -> None:
             self._m.prefetch_in_flight.dec()
             error = CancelledError() if done.cancelled() else done.exception()
             data = done.result() if error is None else b""
+            # Zero-copy slices: copying each range out of the GET cost more GIL time than any
+            # other step of a 4-reader catch-up (py-spy, BENCHMARKS.md "Catch-up reads").
+            view = memoryview(data) if len(run) > 1 else data
             for (_obj, lo, hi), part in run:
                 try:
                     if error is not None:
                         part.set_exception(error)
                     elif not part.cancelled():
-                        part.set_result(data[lo - start:hi - start])
+                        part.set_result(view[lo - start:hi - start])
                         continue
                 except InvalidStateError:  # cancelled between the check and the set
                     pass
@@ -277,7 +280,7 @@ class ReadAhead:
 
         whole.add_done_callback(spread)
 
-        def unwanted(_: Future[bytes]) -> None:  # every range dropped: a queued GET never runs
+        def unwanted(_: Future[RangeBytes]) -> None:  # every range dropped: a queued GET never runs
             if all(part.cancelled() for _key, part in run):
                 whole.cancel()
 
@@ -290,7 +293,7 @@ class ReadAhead:
             if not ahead.kept and not ahead.future.cancel():
                 ahead.future.add_done_callback(self._wasted)
 
-    def _wasted(self, future: Future[bytes]) -> None:
+    def _wasted(self, future: Future[RangeBytes]) -> None:
         if not future.cancelled() and future.exception() is None:
             self._m.prefetch_wasted.inc(len(future.result()))
 
@@ -333,7 +336,7 @@ class ReaderResources:
         """One ranged GET (with retries); neither counted nor cached."""
         return self.retry.call(lambda: self.backend.read(*key))
 
-    def load(self, key: RangeKey) -> bytes:
+    def load(self, key: RangeKey) -> RangeBytes:
         """One ranged GET (with retries), counted as a store read; not cached."""
         return self.cache.load(lambda: self.read(key))
 
@@ -347,17 +350,20 @@ class ReaderResources:
             key = self._keys[url] = self.backend.key_for_url(url)
         return key, start, end
 
-    def read_range(self, url: str, start: int, end: int, admission: Admission = "lookup") -> bytes:
+    def read_range(self, url: str, start: int, end: int, admission: Admission = "lookup") -> RangeBytes:
         key = (self.backend.key_for_url(url), start, end)
         return self.cache.get_or_load(key, lambda: self.read(key), admission)
 
 
-def _runs(picked: list[tuple[RangeKey, Future[bytes]]]) -> list[list[tuple[RangeKey, Future[bytes]]]]:
+_Pick = tuple[RangeKey, Future[RangeBytes]]
+
+
+def _runs(picked: list[_Pick]) -> list[list[_Pick]]:
     """``picked`` (chain order) cut into runs of adjacent ranges of one object, each at most
     :data:`COALESCE_BYTES`: S3 servers charge per request (SeaweedFS on this host: 4.2 ms of CPU
     per MB at 1 MiB ranges, 1.2 at 8 MiB, client and server together; BENCHMARKS.md), so read-ahead
     reads a sequential reader's next entries with few large GETs."""
-    runs: list[list[tuple[RangeKey, Future[bytes]]]] = []
+    runs: list[list[_Pick]] = []
     for key, part in picked:
         last = runs[-1][-1][0] if runs else None
         if (last is not None and last[0] == key[0] and last[2] == key[1]

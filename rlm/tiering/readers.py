@@ -8,6 +8,7 @@ live manager when one runs in the same process, else from what the daemon persis
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,14 +16,15 @@ from pathlib import Path
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats.naming import validate_topic
-from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
+from rlm.fsutil import FileMemo
+from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.identity import served_progress
-from rlm.tiering.lookup import PartitionReader, load_progress
+from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.readahead import ReadAheadLimits, ReaderResources
-from rlm.tiering.state import Progress, state_dir
+from rlm.tiering.state import PROGRESS_FILE, Progress, state_dir
 
 ProgressSource = Callable[[PartitionDir], Progress]
 
@@ -38,6 +40,13 @@ class OffsetForTime:
     offset: int           # the reset target: first visible offset with timestamp >= ts, else the HW
     timestamp: int | None  # that record's timestamp; None when no record is that recent
     tier: str | None
+
+
+def _partition_of(metadata: Path) -> PartitionDir:
+    """The partition whose ``partition.metadata`` is ``metadata`` (it need not exist)."""
+    path = metadata.parent
+    topic, _, partition = path.name.rpartition("-")
+    return partition_dir(path.parent, topic, int(partition), path)
 
 
 def check_topic(topic: str) -> str:
@@ -65,6 +74,9 @@ class TieredReaders:
             eligibility=settings.log.eligibility, limits=ReadAheadLimits.from_settings(settings.tiering))
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
+        # Asked on every request: read again only when the file changed (docs/read-path.md).
+        self._identities = FileMemo(_partition_of)
+        self._progress_files = FileMemo(Progress.load)
 
     def _reader(self, part: PartitionDir) -> PartitionReader:
         """A reader; compacted topics answer tiered offsets from the remote tier (docs/topic-policy.md)."""
@@ -75,7 +87,8 @@ class TieredReaders:
 
     def _persisted_progress(self, part: PartitionDir) -> Progress:
         # The incarnation's own state dir; nothing tiered when it is not this log's (topic identity).
-        return served_progress(part, load_progress(state_dir(self.settings.tiering, part)))
+        saved = self._progress_files.get(state_dir(self.settings.tiering, part) / PROGRESS_FILE)
+        return served_progress(part, dataclasses.replace(saved))  # Progress is mutable: a copy
 
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
         wanted = {check_topic(t) for t in topics} if topics else None
@@ -88,8 +101,7 @@ class TieredReaders:
         for log_dir in self.settings.log.dirs:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
-                part = partition_dir(Path(log_dir), topic, partition, path)
-                return self._reader(part)
+                return self._reader(self._identities.get(path / PARTITION_METADATA))
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 
     def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,

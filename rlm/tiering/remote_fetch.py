@@ -21,7 +21,7 @@ from functools import partial
 from rlm.errors import FormatError
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import DecodedEntry
-from rlm.tiering.cache import Admission, RangeKey
+from rlm.tiering.cache import Admission, RangeBytes, RangeKey
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_sets import SetView, chain_from
 
@@ -37,15 +37,15 @@ class EntrySource:
         self.res, self.verify = res, verify
         self.rid = rid if res.read_ahead and res.ahead.enabled else None
         self.sequential = False
-        self._memo: dict[RangeKey, tuple[bytes, list[RecordBatch]]] = {}
-        self._pending: dict[RangeKey, Future[bytes]] = {}  # this fetch's own parallel reads
+        self._memo: dict[RangeKey, tuple[RangeBytes, list[RecordBatch]]] = {}
+        self._pending: dict[RangeKey, Future[RangeBytes]] = {}  # this fetch's own parallel reads
         self.views: list[SetView] = []  # the sets as this call found them (listed once per fetch)
 
     def begin(self, offset: int) -> None:
         if self.rid is not None:
             self.sequential = self.res.ahead.begin(self.rid, offset)
 
-    def batches(self, entry: DecodedEntry) -> tuple[bytes, list[RecordBatch]]:
+    def batches(self, entry: DecodedEntry) -> tuple[RangeBytes, list[RecordBatch]]:
         """The entry's bytes and batches (CRC-checked only when ``verify``)."""
         key = self.res.key_of(entry)
         got = self._memo.get(key)
@@ -80,7 +80,7 @@ class EntrySource:
             future.add_done_callback(partial(self._admit, key, admission))
         self._pending.clear()
 
-    def _admit(self, key: RangeKey, admission: Admission, future: Future[bytes]) -> None:
+    def _admit(self, key: RangeKey, admission: Admission, future: Future[RangeBytes]) -> None:
         if not future.cancelled() and future.exception() is None:
             self.res.cache.put(key, future.result(), admission)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlm.formats import naming
 from rlm.formats.offset_index import OffsetIndex
-from rlm.formats.records import RecordBatch
+from rlm.formats.records import Buffer, RecordBatch
 from rlm.formats.remote_index import DecodedEntry, decode_entry
 from rlm.formats.remote_index_derived import find_entry_for_offset
 from rlm.formats.time_index import TimeIndex
@@ -111,7 +111,7 @@ def chain_from(views: Sequence[SetView], offset: int) -> Iterator[DecodedEntry]:
 
 
 def remote_max_timestamp(views: Sequence[SetView], start: int, end: int,
-                         entry_batches: Callable[[DecodedEntry], tuple[bytes, list[RecordBatch]]]
+                         entry_batches: Callable[[DecodedEntry], tuple[Buffer, list[RecordBatch]]]
                          ) -> int | None:
     """The max record timestamp (ms) among the remote offsets in ``[start, end)``: a set wholly
     inside answers from its time index's running max, entries wholly inside from their

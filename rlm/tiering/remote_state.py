@@ -30,7 +30,7 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.state import PartitionContext, Progress, state_dir
+from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
 __all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view"]
 
@@ -301,7 +301,7 @@ def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
     (docs/topic-identity.md). The daemon decides the root in ``identity.resolve_root``."""
     if part.identity_error is not None:
         return RemoteView(False, None)
-    progress = Progress.load(state_dir(settings, part) / "progress.json")
+    progress = Progress.load(state_dir(settings, part) / PROGRESS_FILE)
     if progress.lineage_conflict is not None:
         return RemoteView(False, None)
     parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None

@@ -61,6 +61,10 @@ def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
 
 
 
+#: A partition's persisted progress, in its state dir.
+PROGRESS_FILE = "progress.json"
+
+
 @dataclass
 class Progress:
     """Persisted per partition. -1 = nothing tiered yet / no DeleteRecords point seen.
@@ -224,7 +228,7 @@ class PartitionContext:
 
     @property
     def progress_path(self) -> Path:
-        return self.state_dir / "progress.json"
+        return self.state_dir / PROGRESS_FILE
 
     def save_progress(self) -> None:
         self.progress.topic_id = self.part.topic_id

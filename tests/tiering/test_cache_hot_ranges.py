@@ -33,3 +33,20 @@ def test_sequential_ranges_still_only_use_free_space() -> None:
         cache.put(_key(i), b"s" * MIB, "sequential")
     assert all(cache.get(_key(100 + i)) is not None for i in range(3))
     assert sum(cache.get(_key(i), "sequential") is not None for i in range(10)) == 1
+
+
+def test_read_ahead_slices_are_copied_before_the_main_segment_keeps_them() -> None:
+    """Read-ahead hands out zero-copy slices of one 8 MiB GET. A slice kept by the main segment
+    would pin the whole GET while counting 1 MiB, so the main segment holds a copy; the scan
+    segment (its ranges leave in read order, siblings together) may keep the slice."""
+    whole = bytes(range(256)) * (8 * MIB // 256)
+    view = memoryview(whole)
+    cache = RemoteRangeCache(16 * MIB)
+    cache.put(_key(0), view[:MIB], "sequential")
+    cache.put(_key(1), view[MIB:2 * MIB], "lookup")
+    kept_scan, kept_main = cache.get(_key(0), "sequential"), cache.get(_key(1), "sequential")
+    assert isinstance(kept_scan, memoryview) and kept_scan.obj is whole
+    assert isinstance(kept_main, bytes) and kept_main == whole[MIB:2 * MIB]
+    promoted = cache.get(_key(0), "lookup")  # a lookup wants it: into the main segment, copied
+    assert isinstance(promoted, bytes) and promoted == whole[:MIB]
+    assert cache.bytes_held == 2 * MIB

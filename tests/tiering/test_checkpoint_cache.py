@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from rlm.formats.checkpoint import format_offset_checkpoint
+from rlm.fsutil import SETTLE_NS
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT
 from rlm.logdir.segment import log_end_offset
-from rlm.tiering.checkpoint_cache import SETTLE_NS, CheckpointCache
+from rlm.tiering.checkpoint_cache import CheckpointCache
 
 
 def _write_hw(log_dir: Path, hw: int, mtime_ns: int) -> Path:
