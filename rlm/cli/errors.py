@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -28,9 +29,30 @@ def exit_code_for(err: BaseException) -> int:
     return EXIT_USAGE if isinstance(err, usage) else EXIT_FAILURE
 
 
+#: A Python exception line of a traceback (``rlm.errors.LogDirError: ...``), not a JVM one.
+_PY_EXCEPTION_LINE = re.compile(r"^(?!(?:org|java|javax|scala|py4j)\.)(?:\w+\.)*\w*(?:Error|Exception): .*$",
+                                re.MULTILINE)
+
+
+def spark_task_failure(err: BaseException) -> str | None:
+    """For a failed Spark job (a pyspark/py4j exception on the driver, its text a JVM report with
+    the executor's Python traceback inside), the executor's exception line; else None."""
+    if not type(err).__module__.startswith(("pyspark", "py4j")):
+        return None
+    found = _PY_EXCEPTION_LINE.search(str(err))
+    return found.group(0) if found else None
+
+
 def report(err: BaseException) -> None:
-    """Print ``rlm: error: <message>`` on stderr, on one line."""
-    text = str(err) if isinstance(err, RlmError | OSError) else f"{type(err).__name__}: {err}"
+    """Print ``rlm: error: <message>`` on stderr, on one line (a failed Spark task: its executor's
+    exception, not the JVM's stack; docs/spark-cluster.md)."""
+    task_failure = spark_task_failure(err)
+    if task_failure is not None:
+        text = f"a Spark task failed: {task_failure}"
+    elif isinstance(err, RlmError | OSError):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
     click.echo(f"rlm: error: {' '.join(text.split())}", err=True)
 
 

@@ -9,11 +9,13 @@ control batches skipped (and, for a read_committed task, aborted transactions), 
 
 from __future__ import annotations
 
+import copy
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
-from rlm.errors import CorruptRecordError, RlmError
+from rlm.errors import CorruptRecordError, LogDirError, RlmError
 from rlm.formats.records import RecordBatch, decode_records, iter_batches, native
 from rlm.formats.transactions import committed_batches
 from rlm.formats.txn_index import AbortedTxn
@@ -47,7 +49,13 @@ def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy
             raise RlmError("a remote read task needs a backend")
         backend = spec.create()
         return (retry or RetryPolicy()).call(lambda: backend.read(task.location, task.start, task.end))
-    fd = os.open(task.location, os.O_RDONLY)
+    try:
+        fd = os.open(task.location, os.O_RDONLY)
+    except FileNotFoundError:
+        raise LogDirError(f"local segment file missing on host {socket.gethostname()}: local-tier tasks "
+                          "read the sidecar host's log dirs, so their executors must run there (or the "
+                          "broker deleted the segment after the plan); docs/spark-cluster.md",
+                          file=task.location) from None
     try:
         return os.pread(fd, task.size, task.start)
     finally:
@@ -97,7 +105,10 @@ def _in_task(task: ReadTask, err: RlmError) -> RlmError:
     """``err`` prefixed with the object/file, segment and byte range the task read."""
     where = (f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at "
              f"{task.start})")
-    return RlmError(f"{where}: {err}")
+    clone = copy.copy(err)  # the same class: it, not the text, says what went wrong
+    clone.reason, clone.file, clone.position, clone.offset = f"{where}: {err}", None, None, None
+    clone.args = (clone.reason,)
+    return clone
 
 
 def _task_batches(task: ReadTask, data: bytes) -> list[RecordBatch]:

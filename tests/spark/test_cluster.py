@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -153,6 +154,39 @@ def test_deep_verify_on_the_cluster_equals_local(spark: Any, spark_cluster: Any,
 def test_rebuild_index_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
                                                    tmp_path: Path) -> None:
     rebuild_equal_to_local(spark, spark_cluster, gen_env, tmp_path)
+
+
+def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any, gen_env: Env,
+                                                                tmp_path: Path) -> None:
+    """A corrupt batch in a remote object fails the export on an executor: the CLI prints that
+    executor's exception (class, object, byte position), not the JVM's report, and exits 1."""
+    root = tmp_path / "copy"
+    shutil.copytree(gen_env.root, root)
+    store = root / Path(gen_env.settings.remote.options["root"]).relative_to(gen_env.root)
+    victim = sorted(store.glob("gen-2/data/*/segment.log"))[1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside some batch's CRC-covered bytes
+    victim.write_bytes(bytes(data))
+    dirs = [root / d.relative_to(gen_env.root) for d in gen_env.log_dirs]
+    config = write_config(Env(dirs, make_settings(dirs, options={"root": str(store)}), root), tmp_path)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, "-m", "rlm", "export", "--config", config.name, "--topic", "gen",
+                           "--out", "out", "--spark-master", spark_cluster.master_url],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlm: error: a Spark task failed: rlm.errors.CorruptRecordError: "), last
+    assert str(victim.relative_to(store)) in last and "byte " in last, last
+
+
+def test_a_local_task_off_the_sidecar_host_names_the_host(tmp_path: Path) -> None:
+    from rlm.errors import LogDirError
+    from rlm.jobs.decode import read_task_bytes
+    from rlm.jobs.plan import ReadTask
+
+    task = ReadTask("t", 0, "local", str(tmp_path / "t-0" / "00000000000000000000.log"), 0, 100, 0, 9)
+    with pytest.raises(LogDirError, match=f"missing on host {socket.gethostname()}.*spark-cluster.md"):
+        read_task_bytes(task, None)
 
 
 # --- an S3 server (SeaweedFS) ----------------------------------------------------------------------
