@@ -177,6 +177,7 @@ def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("rlm: error: a Spark task failed: rlm.errors.CorruptRecordError: "), last
     assert str(victim.relative_to(store)) in last and "byte " in last, last
+    assert not list((tmp_path / "out").rglob("*.parquet"))  # the aborted job committed nothing
 
 
 def test_a_local_task_off_the_sidecar_host_names_the_host(tmp_path: Path) -> None:
