@@ -31,6 +31,7 @@ Tree::
     StateDirLockedError                another `rlm run` owns the state dir (one daemon per dir)
     StreamInterruptedError             a streamed read ended without its end (rlm.http.client)
     ExportOutputExistsError            `rlm export --out` exists and --overwrite was not given
+    NativeExtensionError               a compiled extension that was required is not built
 """
 
 from __future__ import annotations
@@ -188,3 +189,9 @@ class ExportOutputExistsError(RlmError):
     """The output of an export already exists and overwriting was not asked for (docs/export.md).
     Not an :class:`InvalidArgumentError`: the arguments are valid, the destination is taken (exit
     code 1, like Spark's ``errorifexists``)."""
+
+
+class NativeExtensionError(RlmError):
+    """A compiled extension was required (``RLM_REQUIRE_NATIVE=1``, or ``RLM_SCAN=native``) but
+    does not import: ``make install`` builds it. Without the requirement rlm falls back to the
+    pure-Python code and logs one line saying so (docs/scan.md)."""

@@ -1,11 +1,28 @@
-"""Iterate the entries of a log buffer, v2 batches and legacy messages alike, reading headers only."""
+"""Iterate the entries of a log buffer, v2 batches and legacy messages alike, reading headers only.
+
+Two implementations of one walk (docs/scan.md): the compiled scanner (``_scan.c``: v2 headers,
+CRC-32C and the RecordBatch objects in C) and the pure-Python reference below, which is also the
+fallback where the extension is not built and handles, one entry at a time, everything uncommon
+the compiled scanner meets (legacy messages, every error), so both raise the same errors.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import mmap
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 from typing import NoReturn
 
-from rlm.errors import CompressionError, CorruptRecordError, UnsupportedMagicError
+from rlm.errors import (
+    CompressionError,
+    ConfigError,
+    CorruptRecordError,
+    NativeExtensionError,
+    UnsupportedMagicError,
+)
 from rlm.formats.records.legacy import _legacy_batch
 from rlm.formats.records.types import (
     _ATTR_CODEC_MASK,
@@ -61,6 +78,16 @@ def iter_batches(
     No buffer export outlives a single step, so an ``mmap`` may be closed as soon as iteration
     stops (even if the generator is left suspended).
     """
+    if _scanner is not None and _native_fits(buf, start, end):
+        return _scanner(buf, start, end, verify_crc, skip_crc)
+    return _iter_batches_py(buf, start, verify_crc=verify_crc, end=end, skip_crc=skip_crc)
+
+
+def _iter_batches_py(
+    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None,
+    skip_crc: bool = False,
+) -> Iterator[RecordBatch]:
+    """The pure-Python walk: the reference and the fallback of :func:`iter_batches`."""
     limit = len(buf) if end is None else min(end, len(buf))
     pos = start
     unpack_prefix = _OFFSET_SIZE.unpack_from
@@ -163,4 +190,69 @@ def valid_bytes(buf: Buffer, start: int = 0, *, end: int | None = None) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Legacy (magic 0/1)
+# Which walk runs (docs/scan.md)
+
+_log = logging.getLogger("rlm.formats.records")
+#: Exact types the compiled scanner takes; anything else (subclasses, strided or typed
+#: memoryviews, negative starts and their index-from-the-end meaning) keeps the reference's
+#: semantics by running the reference.
+_NATIVE_BUFFERS = (bytes, bytearray, mmap.mmap)
+
+
+def _native_fits(buf: object, start: object, end: object) -> bool:
+    if type(start) is not int or not 0 <= start <= sys.maxsize or not (end is None or type(end) is int):
+        return False
+    if type(buf) in _NATIVE_BUFFERS:
+        return True
+    if type(buf) is memoryview:
+        try:
+            return buf.ndim == 1 and buf.format == "B" and buf.c_contiguous
+        except ValueError:  # released: the reference raises on first use, as it always did
+            return False
+    return False
+
+
+def _reference_step(
+    buf: Buffer, pos: int, limit: int, verify_crc: bool, skip_crc: bool
+) -> RecordBatch | None:
+    """The entry at ``pos`` as the reference walk sees it (None: the walk ends there). The compiled
+    scanner hands every entry it does not take itself to this, so errors have one source."""
+    return next(_iter_batches_py(buf, pos, verify_crc=verify_crc, end=limit, skip_crc=skip_crc), None)
+
+
+def _load_native(environ: Mapping[str, str]) -> ModuleType | None:
+    """The compiled scanner, bound to the types here; None when ``RLM_SCAN=python`` or not built.
+
+    ``RLM_SCAN=native`` or ``RLM_REQUIRE_NATIVE=1`` (the Makefile's test target) turn a missing
+    extension into :class:`NativeExtensionError` instead of the fallback's one warning line.
+    """
+    choice = environ.get("RLM_SCAN", "").strip().lower() or "auto"
+    if choice not in ("auto", "native", "python"):
+        raise ConfigError(f"environment variable RLM_SCAN: expected python or native, got {choice!r}")
+    if choice == "python":
+        _log.info("record scan: pure Python (RLM_SCAN=python)")
+        return None
+    try:
+        from rlm.formats.records import _scan
+    except ImportError as exc:
+        if choice == "native" or environ.get("RLM_REQUIRE_NATIVE", "") not in ("", "0"):
+            raise NativeExtensionError(
+                f"the compiled record scan rlm.formats.records._scan does not import ({exc}); "
+                "`make install` builds it"
+            ) from exc
+        _log.warning(
+            "record scan: compiled extension not built (%s); using the pure-Python walk, "
+            "~5x slower (`make install` builds it)",
+            exc,
+        )
+        return None
+    _scan.bind(RecordBatch, _CODECS, _TS_BY_BIT, _reference_step)
+    return _scan
+
+
+_native = _load_native(os.environ)
+_scanner: Callable[[Buffer, int, int | None, bool, bool], Iterator[RecordBatch]] | None = (
+    _native.Scanner if _native is not None else None
+)
+#: Which walk :func:`iter_batches` runs: ``native (CRC-32C: avx512|sse4.2|table)`` or ``python``.
+SCAN_IMPL = f"native (CRC-32C: {_native.CRC_PATHS[0]})" if _native is not None else "python"
