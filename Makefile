@@ -8,13 +8,19 @@ NATIVE  := setup.py $(wildcard rlm/formats/records/*.c)
 # The suites that decode records (export/read_tiered, lookups, /records?format=json, rlm fetch), run a
 # second time on the pure-Python reference decoder (docs/decoder.md).
 DECODE_TESTS := tests/lookup tests/http/test_api.py tests/spark/test_read.py tests/spark/test_read_committed.py
+# The record-scan suites run a second time on the pure-Python walk (docs/scan.md).
+SCAN_TESTS := tests/formats/test_records.py tests/formats/test_records_fixtures.py tests/formats/test_scan_native.py
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
 .PHONY: install run test test-fast lint bench bench-copy bench-scale soak fuzz clean browser
 
-# Idempotent: the venv is rebuilt only when a dependency declaration changed.
+# Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
+# compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
+# branch, a git clean): importing rlm.formats.records with RLM_REQUIRE_NATIVE=1 fails then.
 install: $(STAMP)
+	@RLM_REQUIRE_NATIVE=1 $(BIN)/python -c "import rlm.formats.records" 2>/dev/null \
+	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,14 +33,16 @@ run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
 	$(BIN)/rlm run --config configs/local.toml
 
-# RLM_REQUIRE_NATIVE: a compiled decoder that did not build fails the run instead of falling back.
+# RLM_REQUIRE_NATIVE: a compiled extension that did not build fails the run instead of falling
+# back quietly (docs/decoder.md, docs/scan.md); the reruns cover the pure-Python references.
 test: install lint browser
 	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
 	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
+	RLM_SCAN=python $(BIN)/python -m pytest -q -p no:cacheprovider $(SCAN_TESTS)
 
 # The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites.
 test-fast: install
-	$(BIN)/python -m pytest -q -x -m "not integration and not spark and not s3 and not slow"
+	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q -x -m "not integration and not spark and not s3 and not slow"
 
 # The status-page tests drive a real headless Chromium (tests/ui). Installs Debian's `chromium`
 # when none is on PATH and we are root with apt-get; otherwise says why and those tests skip.

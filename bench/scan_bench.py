@@ -31,6 +31,7 @@ from pathlib import Path
 
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, build_batch, iter_batches
+from rlm.formats.records.scan import SCAN_IMPL
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| **cold ratio** (scan / raw, target ≥ {TARGET_RATIO}) | | **{cold_ratio:.2f}** |\n"
     )
     avg_kib = size / batches / 1024
-    print(f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}")
+    print(f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}, "
+          f"scan: {SCAN_IMPL}")
     print(table)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             f"### {dt.date.today().isoformat()} — {size / 2**20:.0f} MiB, {batches} batches "
             f"({avg_kib:.1f} KiB avg, half snappy)\n\n"
             f"- machine: {machine()}\n"
+            f"- scan implementation: {SCAN_IMPL} (docs/scan.md)\n"
             f"- command: `{cmd}` (best of {args.repeat} per setting)\n\n" + table
         )
         record(SECTION, entry)

@@ -454,8 +454,9 @@ static PyObject *scanner_next(Scanner *s)
     }
     if (!s->started) {
         s->limit = view.len;
+        /* a negative end stops at once, as in the reference (pos >= 0); 0 keeps limit - pos exact */
         if (s->has_end && s->end < (long long)view.len)
-            s->limit = (Py_ssize_t)(s->end < -(long long)PY_SSIZE_T_MAX ? -PY_SSIZE_T_MAX : s->end);
+            s->limit = (Py_ssize_t)(s->end < 0 ? 0 : s->end);
         s->started = 1;
     }
     const Py_ssize_t pos = s->pos, limit = s->limit;
