@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 # The compiled parts (setup.py): a changed C source rebuilds them in place.
-NATIVE  := setup.py $(wildcard rlm/formats/records/*.c)
+NATIVE  := setup.py $(wildcard rlm/formats/records/*.c rlm/formats/records/*.h)
 # The suites that decode records (export/read_tiered, lookups, /records?format=json, rlm fetch), run a
 # second time on the pure-Python reference decoder (docs/decoder.md).
 DECODE_TESTS := tests/lookup tests/http/test_api.py tests/spark/test_read.py tests/spark/test_read_committed.py

@@ -15,6 +15,7 @@ EXTENSIONS = [
               extra_compile_args=_CFLAGS, optional=True),
     # The v2 batch-header walk + CRC-32C behind iter_batches (docs/scan.md)
     Extension("rlm.formats.records._scan", ["rlm/formats/records/_scan.c"],
+              depends=["rlm/formats/records/_scan_crc.h"],
               extra_compile_args=[*_CFLAGS, "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
               optional=True),
 ]

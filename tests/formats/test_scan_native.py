@@ -11,11 +11,14 @@ docs/scan.md.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import mmap
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +179,32 @@ def test_crc32c_long_inputs() -> None:
     for n in (255, 256, 257, 319, 320, 4095, 12288, 12289, 40000, len(data)):
         for path in _scan.CRC_PATHS:
             assert _scan.crc32c(data[:n], 0, path) == crc32c.crc32c(data[:n]), (path, n)
+
+
+def test_portable_build_table_path(tmp_path: Path) -> None:
+    # What a non-x86 build compiles (RLM_SCAN_PORTABLE: no intrinsics): built here, then held to
+    # the crc32c package and to the reference walk like the real extension.
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler: the extension itself could not have been built"
+    so = tmp_path / f"_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
+    src = ROOT / "rlm/formats/records/_scan.c"
+    include = f"-I{sysconfig.get_paths()['include']}"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-std=c11", "-DRLM_SCAN_PORTABLE", include, str(src),
+                    "-o", str(so)], check=True, timeout=120)
+    spec = importlib.util.spec_from_file_location("rlm.formats.records._scan", so)
+    assert spec is not None and spec.loader is not None
+    portable = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(portable)
+    assert portable.CRC_PATHS == ("table",)
+    data = os.urandom(20_000)
+    for n in (0, 1, 255, 256, 4097, 20_000):
+        assert portable.crc32c(data[:n], 7) == crc32c.crc32c(data[:n], 7)
+    portable.bind(RecordBatch, types._CODECS, types._TS_BY_BIT, scan._reference_step)
+    seg = bytearray(_segment(12, Compression.LZ4) + SEEDS["v0-snappy"])
+    seg[300] ^= 0xFF
+    for verify in (True, False):
+        want = _run(scan._iter_batches_py(bytes(seg), verify_crc=verify))
+        assert _run(portable.Scanner(bytes(seg), 0, None, verify, False)) == want
 
 
 # -- never out of bounds ---------------------------------------------------------------------
