@@ -62,7 +62,9 @@ def test_the_extension_is_built_where_required() -> None:
     # `make test` (and so CI) sets RLM_REQUIRE_NATIVE: a build that fell back to Python fails here.
     if not (os.environ.get("RLM_REQUIRE_NATIVE") or os.environ.get("CI")):
         pytest.skip("RLM_REQUIRE_NATIVE/CI unset: the Python fallback is allowed")
-    assert native.extension_error() is None, native.extension_error()
+    assert native.extension_error() is None, (
+        f"the compiled decoder did not build ({native.extension_error()}): `make install` needs a C "
+        "compiler and Python's headers (python3.11-dev); see docs/decoder.md")
 
 
 def task(*, lo: int = 0, hi: int = INT64_MAX, ts_lo: int | None = None, ts_hi: int | None = None,
