@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlm.errors import ConfigError, RlmError
+from rlm.errors import ConfigError, NativeExtensionError, RlmError
 from rlm.formats.compression import Compression, compress
 from rlm.formats.records import (
     ControlRecordType,
@@ -370,10 +370,10 @@ def test_the_choice_is_logged_once(monkeypatch: pytest.MonkeyPatch, caplog: Any)
     assert lines == ["record decoder: python (RLM_DECODER=python; docs/decoder.md)"]
 
 
-def test_forcing_a_missing_extension_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forcing_a_missing_extension_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(choice, "_columns", None)
     monkeypatch.setattr(choice, "_IMPORT_ERROR", "No module named 'rlm.formats.records._columns'")
-    with pytest.raises(ConfigError, match="RLM_DECODER=native but the compiled decoder does not import"):
+    with pytest.raises(NativeExtensionError, match="RLM_DECODER=native but the compiled decoder does not"):
         native.set_decoder("native")
     monkeypatch.setenv("RLM_DECODER", "auto")
     native.set_decoder(None)

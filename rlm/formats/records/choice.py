@@ -1,9 +1,11 @@
 """Which record decoder runs: the compiled one (``rlm.formats.records._columns``) or the Python reference.
 
-``RLM_DECODER=native`` forces the C extension (a :class:`ConfigError` if it does not import),
-``RLM_DECODER=python`` the pure-Python reference; unset or ``auto`` picks the extension when it
-imports. Decided once per process on first use and logged once (logger ``rlm.decoder``). Both give
-the same records and the same errors (docs/decoder.md).
+``RLM_DECODER=native`` forces the C extension (a :class:`NativeExtensionError` if it does not
+import), ``RLM_DECODER=python`` the pure-Python reference; unset or ``auto`` picks the extension when
+it imports. ``RLM_REQUIRE_NATIVE=1`` (``make test``) turns a missing extension into
+:class:`NativeExtensionError` at import, as for the compiled scan (docs/scan.md). Decided once per
+process on first use and logged once (logger ``rlm.decoder``). Both give the same records and the
+same errors (docs/decoder.md).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import os
 from typing import Any, Final, Literal
 
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, NativeExtensionError
 from rlm.formats.records.types import Header, Record
 
 try:
@@ -22,6 +24,9 @@ try:
 except ImportError as exc:  # no compiler when rlm was installed: the Python decoder serves
     _columns = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
+    if os.environ.get("RLM_REQUIRE_NATIVE", "") not in ("", "0"):
+        raise NativeExtensionError(f"the compiled record decoder rlm.formats.records._columns does not "
+                                   f"import ({exc}); `make install` builds it (docs/decoder.md)") from exc
 
 __all__ = ["DECODER_ENV", "Decoder", "active_decoder", "extension", "extension_error", "native_records",
            "set_decoder"]
@@ -87,6 +92,6 @@ def _resolve(name: str) -> Decoder:
     if name == "python" or (name == "auto" and _columns is None):
         return "python"
     if _columns is None:
-        raise ConfigError(f"{DECODER_ENV}=native but the compiled decoder does not import "
-                          f"({_IMPORT_ERROR}): run `make install` (needs a C compiler)")
+        raise NativeExtensionError(f"{DECODER_ENV}=native but the compiled decoder does not import "
+                                   f"({_IMPORT_ERROR}): `make install` builds it (needs a C compiler)")
     return "native"
