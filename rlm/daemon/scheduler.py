@@ -28,6 +28,7 @@ from types import FrameType
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from rlm.formats.records.choice import active_decoder
 from rlm.formats.records.scan import SCAN_IMPL
 from rlm.logdir.scan import PartitionDir
 from rlm.tiering.manager import RemoteLogManager
@@ -78,6 +79,7 @@ class TieringDaemon:
     def start(self) -> None:
         # Which segment walk serves this daemon: compiled, or the Python fallback (docs/scan.md).
         log.info("record scan: %s", SCAN_IMPL)
+        active_decoder()  # logs "record decoder: native (...)" or "python (why)" once (docs/decoder.md)
         self.scheduler.start()
         self.scheduler.add_job(self.discover, "interval", id="discover", seconds=self.interval_s,
                                next_run_time=_now())

@@ -107,6 +107,7 @@ def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
         _out, err = daemon.communicate(timeout=30)
         assert daemon.returncode == 0 and "Traceback" not in err, err
         assert "record scan: native (CRC-32C: " in err, err  # which walk serves it (docs/scan.md)
+        assert "record decoder: native (C extension" in err, err  # and which decoder (docs/decoder.md)
     finally:
         if daemon.poll() is None:
             daemon.kill()
