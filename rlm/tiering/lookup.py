@@ -165,11 +165,13 @@ class PartitionReader:
     # -- offset -------------------------------------------------------------------------------
 
     def lookup_offset(self, offset: int, *, tier: Tier | None = None,
-                      source: EntrySource | None = None) -> LookupResult:
+                      source: EntrySource | None = None, timestamp: bool = True) -> LookupResult:
         """The first visible record with offset ≥ ``offset``; ``tier`` forces one tier.
 
         Only offsets in ``[log start, visible end)`` are answered (docs/visibility.md).
         ``source``: where remote entry bytes come from (a fetch passes its own, docs/read-path.md).
+        ``timestamp=False`` (a fetch): the record's timestamp may be left None, so that a batch
+        whose offsets have no gaps is not decoded just to name its first offset.
         """
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative")
@@ -181,11 +183,11 @@ class PartitionReader:
         remote_first = self.remote_first and in_remote and tier is None
         found: LookupResult | None = None
         if in_local and tier != "remote" and not remote_first:
-            found = self._local_offset(segments, offset, ranges)
+            found = self._local_offset(segments, offset, ranges, timestamp)
         if found is None and in_remote and tier != "local":
-            found = self._remote_offset(offset, ranges, source or EntrySource(self.res))
+            found = self._remote_offset(offset, ranges, source or EntrySource(self.res), timestamp)
         if found is None and remote_first and in_local:  # the remote tier could not answer
-            found = self._local_offset(segments, offset, ranges)
+            found = self._local_offset(segments, offset, ranges, timestamp)
         if found is None:
             return self._not_found(ranges, f"offset {offset} is out of range")
         return self._visible_only(found, f"no record below the high watermark at or after {offset}")
@@ -202,7 +204,7 @@ class PartitionReader:
         return LookupResult(self.part.topic, self.part.partition, True, ranges, tier, offset, -1)
 
     def _local_offset(self, segments: Sequence[SegmentFiles], offset: int,
-                      ranges: PartitionOffsets) -> LookupResult | None:
+                      ranges: PartitionOffsets, timestamp: bool = True) -> LookupResult | None:
         candidates = [s for s in segments if s.base_offset <= offset][-1:] + [
             s for s in segments if s.base_offset > offset]
         for files in candidates:
@@ -210,6 +212,11 @@ class PartitionReader:
                 with LogSegment.open(files) as seg:
                     batch = seg.find_batch(offset)
                     while batch is not None:
+                        first = None if timestamp else first_offset_at_least(batch, offset)
+                        if first is not None:
+                            return LookupResult(
+                                self.part.topic, self.part.partition, True, ranges, "local", first,
+                                None, batch, {"file": str(files.log), "position": batch.position})
                         for record in seg.read_records(batch):
                             if record.offset >= offset:
                                 return LookupResult(
@@ -225,20 +232,23 @@ class PartitionReader:
         """One entry's bytes and CRC-checked batches, for timestamp lookups (cached)."""
         return EntrySource(self.res).batches(entry)
 
-    def _remote_offset(self, offset: int, ranges: PartitionOffsets,
-                       source: EntrySource) -> LookupResult | None:
+    def _remote_offset(self, offset: int, ranges: PartitionOffsets, source: EntrySource,
+                       timestamp: bool = True) -> LookupResult | None:
         source.views = source.views or self._sets()
         for current in chain_from(source.views, max(offset, ranges.remote_log_start_offset or 0)):
             data, batches = source.batches(current)
+            where = {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length}
             for batch in batches:
                 if batch.last_offset < offset:
                     continue
+                first = None if timestamp else first_offset_at_least(batch, offset)
+                if first is not None:
+                    return LookupResult(self.part.topic, self.part.partition, True, ranges, "remote",
+                                        first, None, batch, where)
                 for record in decode_records(data, batch):
                     if record.offset >= offset:
                         return LookupResult(self.part.topic, self.part.partition, True, ranges, "remote",
-                                            record.offset, record.timestamp, batch,
-                                            {"rdi": str(current.entry.rdi),
-                                             "data_length": current.entry.data_length})
+                                            record.offset, record.timestamp, batch, where)
         return None
 
     # -- timestamp ----------------------------------------------------------------------------
@@ -363,7 +373,7 @@ class PartitionReader:
         rid = None if reader_key is None else (reader_key, self.part.topic, self.part.partition)
         source = EntrySource(self.res, rid, verify=verify)
         source.begin(offset)
-        found = self.lookup_offset(offset, source=source)
+        found = self.lookup_offset(offset, source=source, timestamp=False)
         ranges = found.ranges
         end = ranges.visible_end_offset
         if not found.found or found.batch is None:
@@ -405,6 +415,15 @@ def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
     remote = (ranges.remote_log_start_offset is not None
               and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
     return local, remote
+
+
+def first_offset_at_least(batch: RecordBatch, offset: int) -> int | None:
+    """The first record offset ≥ ``offset`` in ``batch`` (its last offset is ≥ ``offset``) when
+    the header alone tells it: a v2 batch whose records have no offset gaps (record count =
+    offset span: never compacted inside) holds every offset from its base to its last. Else None:
+    the records must be decoded (compacted, empty or v0/v1 batches)."""
+    dense = batch.magic >= 2 and batch.record_count == batch.last_offset - batch.base_offset + 1
+    return max(offset, batch.base_offset) if dense else None
 
 
 def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
