@@ -40,6 +40,7 @@ from rlm.formats.records import (
 from rlm.jobs.decode import task_to_arrow
 from rlm.jobs.plan import ReadTask
 from tests.formats.test_records import legacy_message
+from tests.formats.test_scan_native import _PAGE, guarded  # noqa: F401  (the guard-page fixture)
 from tests.fuzz.harness import fix_crcs, mutated
 
 T0 = 1_700_000_000_000
@@ -348,6 +349,36 @@ def test_add_v2_never_reads_outside_its_range() -> None:
     assert ok < 0 and b.rows == 0
     with pytest.raises(ValueError):
         b.add_v2(rec, 0, len(rec) + 1, 0, T0, T0, False, 0, 1, 0, INT64_MAX, 0, 0, False, False)
+
+
+@pytest.fixture(scope="module")
+def guard_page(request: pytest.FixtureRequest) -> memoryview:
+    """The compiled scan's guard page (tests/formats/test_scan_native.py)."""
+    view: memoryview = request.getfixturevalue("guarded")
+    return view
+
+
+@needs_native
+@PROPERTY
+@given(st.binary(max_size=300) | mutated(SEED[61:], max_ops=4) | mutated(legacy_set(1, 0), max_ops=4),
+       st.integers(-1, 60), st.booleans())
+def test_never_reads_past_the_records(guard_page: memoryview, block: bytes, count: int,
+                                      log_append: bool) -> None:
+    # The block ends where a PROT_NONE page begins: one byte read past it kills the run.
+    tail = guard_page[_PAGE - len(block):]
+    tail[:] = block
+    b = native.Builder()
+    rows = b.add_v2(tail, 0, len(tail), 40, T0, T0, log_append, 0, count, 0, INT64_MAX, 0, 0, False, False)
+    assert rows == b.rows or (rows < 0 and b.rows == 0)
+    native.set_decoder("native")
+    try:
+        out = choice.native_records(tail, 0, len(tail), 40, T0, T0, log_append, count)
+    finally:
+        native.set_decoder(None)
+    assert isinstance(out, int) or len(out) == count
+    for magic in (0, 1):
+        legacy_rows = b.add_legacy(tail, 2, magic, T0, log_append, 0, 0, INT64_MAX, 0, 0, False, False)
+        assert legacy_rows < 0 or legacy_rows <= len(block) // 26
 
 
 def test_overflowing_timestamp_is_an_rlm_error_in_both() -> None:
