@@ -1,9 +1,10 @@
 """The remote log manager: every partition of the configured log dirs, one pass at a time.
 
 A *pass* over a partition = recover (once) → copy eligible segments oldest first → retention.
-Passes of one partition never overlap (a per-partition lock; a pass that finds it held is
-skipped), different partitions run in parallel, and uploads share one token bucket and one
-concurrency cap. The daemon schedules passes; ``rlm run --once`` runs one pass over everything.
+Passes of one partition never overlap (a per-partition lock, also taken by GC and rebuild-index;
+a pass that finds it held waits for it, up to :data:`PASS_LOCK_WAIT_S`), different partitions
+run in parallel, and uploads share one token bucket and one concurrency cap. The daemon
+schedules passes; ``rlm run --once`` runs one pass over everything.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 
 log = logging.getLogger(__name__)
+
+#: How long a pass waits for its partition's lock (s). Besides a pass, only maintenance takes it —
+#: GC, rebuild-index, a status observation — and each holds it for a bounded time. A pass that
+#: gave up at once could be skipped forever: GC runs on its own interval, and when that equals the
+#: task interval (gc_grace_ms = 0) the two schedules can stay in phase, every pass of one partition
+#: landing while GC holds it (the store-outage test saw a partition never pass again after a thaw).
+PASS_LOCK_WAIT_S = 10.0
 
 
 class PendingSegment(NamedTuple):
@@ -193,7 +201,9 @@ class RemoteLogManager:
         ctx = self.context(part)
         result = PassResult(part.topic, part.partition)
         lock = self._locks[(part.topic, part.partition)]
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(timeout=PASS_LOCK_WAIT_S):
+            log.warning("%s: pass skipped: the partition stayed busy for %.0f s", part.name,
+                        PASS_LOCK_WAIT_S)
             result.skipped = True
             return result
         started = time.monotonic()

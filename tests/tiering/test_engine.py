@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -15,7 +17,7 @@ from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
-from rlm.storage.api import ObjectInfo
+from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend
 from rlm.tiering import copier
 from rlm.tiering.manager import RemoteLogManager
@@ -274,3 +276,38 @@ def test_an_unexpected_exception_mid_copy_is_recovered_on_the_next_pass(tmp_path
     assert check.partitions[f"{TOPIC}-0"].manifests and not check.unreferenced
     assert failures and not any(i.key.startswith(failures[0].rsplit("/", 1)[0])
                                 for i in backend.list(f"{TOPIC}-0/"))
+
+
+# --- maintenance beside passes ----------------------------------------------------------------------
+
+
+class SlowListing(LocalBackend):
+    """The real local backend whose listings take ``delay`` s once ``slow`` is set (GC lists)."""
+
+    def __init__(self, delay: float, **options: Any) -> None:
+        super().__init__(**options)
+        self.delay, self.slow, self.listing = delay, threading.Event(), threading.Event()
+
+    def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
+        if self.slow.is_set():
+            self.listing.set()
+            time.sleep(self.delay)
+        return super()._list_page(prefix, start_after, limit)
+
+
+def test_a_pass_waits_for_gc_instead_of_being_skipped(tmp_path: Path) -> None:
+    """GC holds a partition's lock while it lists the store. A pass that gave up at once on a held
+    lock could be skipped on every run when GC's schedule stays in phase with the partition's (the
+    store-outage test saw one partition never pass again): the pass waits for GC."""
+    _, cfg = _setup(tmp_path)
+    backend = SlowListing(0.5, root=str(tmp_path / "store"))
+    manager = _manager(cfg, backend)
+    part = manager.discover()[0]
+    assert manager.run_partition(part).error is None  # recovered and tiered
+    backend.slow.set()
+    gc = threading.Thread(target=manager.collect_garbage)
+    gc.start()
+    assert backend.listing.wait(10)  # GC now holds the partition's lock, listing slowly
+    result = manager.run_partition(part)
+    gc.join(30)
+    assert not result.skipped and result.error is None, result
