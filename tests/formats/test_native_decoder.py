@@ -245,6 +245,20 @@ def test_every_column_kind_round_trips() -> None:
     assert b.column("timestamp").cast(pa.int64()).to_pylist() == [(T0 + i) * 1000 for i in range(3)]
 
 
+@needs_native
+def test_large_pending_bytes_are_taken_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Arrow's int32 offsets: once FLUSH_BYTES of key/value/header bytes are pending, the rows so far
+    # go out before the next batch — the same rows, in smaller Arrow batches.
+    raw = b"".join(build_batch([RecordSpec(T0, b"k", b"v" * 300) for _ in range(5)], base_offset=5 * i)
+                   for i in range(6))
+    ref = run("python", task(), raw, 8192)
+    monkeypatch.setattr(native, "FLUSH_BYTES", 1000)
+    got = run("native", task(), raw, 8192)
+    assert not isinstance(ref, str) and not isinstance(got, str)
+    assert [b.num_rows for b in got] == [5] * 6  # 1505 bytes pending after each batch
+    assert pa.Table.from_batches(got).equals(pa.Table.from_batches(ref))
+
+
 # -- real broker fixtures ----------------------------------------------------------------------
 
 def fixture_logs(root: Path) -> Iterator[Path]:
