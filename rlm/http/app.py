@@ -95,7 +95,9 @@ def _field_of(err: RlmError) -> str | None:
 def create_app(readers: TieredReaders, server: ServerSettings, *, status: StatusSource,
                registry: CollectorRegistry, history: HistorySource | None = None,
                store: StoreSource | None = None) -> FastAPI:
-    app = FastAPI(title="rlm", version=__version__,
+    # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
+    # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
+    app = FastAPI(title="rlm", version=__version__, redirect_slashes=False,
                   description="Tiered-storage remote log manager: lookups across the local and "
                               "remote tiers of Kafka-format logs.")
     timeout_s = server.request_timeout_ms / 1000

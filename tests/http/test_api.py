@@ -231,6 +231,8 @@ def test_token_is_required_except_for_healthz_and_docs(api: Api) -> None:
     ("/v1/topics/orders/partitions/0/timestamps/soon", {}, 400, "timestamp"),
     ("/v1/topics/%2E%2E/partitions/0/offsets/0", {}, 400, "topic"),
     ("/v1/topics/..%2F..%2Fetc/partitions/0/offsets/0", {}, 404, None),  # "/" never reaches a route
+    ("/v1/topics/orders/partitions/0/offsets/0%2F", {}, 404, None),  # a 404, not a redirect to a guess
+    ("/v1/partitions/", {}, 404, None),
     ("/v1/topics/" + "t" * 250 + "/partitions/0/offsets/0", {}, 400, "topic"),
     ("/v1/topics/bad%20name/partitions/0/offsets/0", {}, 400, "topic"),
     ("/v1/topics/orders/partitions/9/offsets/0", {}, 404, "partition"),
