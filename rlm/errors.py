@@ -32,6 +32,7 @@ Tree::
     StreamInterruptedError             a streamed read ended without its end (rlm.http.client)
     ExportOutputExistsError            `rlm export --out` exists and --overwrite was not given
     NativeExtensionError               a compiled extension that was required is not built
+    TableError                         an export's table cannot take this export (docs/iceberg.md)
 """
 
 from __future__ import annotations
@@ -195,3 +196,8 @@ class NativeExtensionError(RlmError):
     """A compiled extension was required (``RLM_REQUIRE_NATIVE=1``, or ``RLM_SCAN=native``) but
     does not import: ``make install`` builds it. Without the requirement rlm falls back to the
     pure-Python code and logs one line saying so (docs/scan.md)."""
+
+
+class TableError(RlmError):
+    """An Iceberg table that cannot take this export: another schema or partition spec, data
+    already present without ``--incremental``, or a concurrent commit (docs/iceberg.md)."""

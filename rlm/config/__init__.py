@@ -131,6 +131,16 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IcebergSettings:
+    """``[iceberg]``: the table `rlm export --format iceberg` writes (docs/iceberg.md)."""
+
+    catalog: Mapping[str, str] = field(default_factory=dict)  # empty: SQLite catalog under --out
+    catalog_name: str = "rlm"
+    namespace: str = "kafka"
+    table: str = "records"               # one table for every exported topic (partitioned by topic)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated configuration."""
 
@@ -140,6 +150,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     topics: TopicsSettings = field(default_factory=TopicsSettings)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    iceberg: IcebergSettings = field(default_factory=IcebergSettings)
     source: str = "<defaults>"
 
 
@@ -296,6 +307,28 @@ def _options(key: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _properties(key: str, value: Any) -> dict[str, str]:
+    """A table of catalog properties: pyiceberg takes strings (numbers and booleans are converted)."""
+    if not isinstance(value, dict):
+        raise _fail(key, value, "must be a table of catalog properties")
+    out = {}
+    for name, v in value.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        if not isinstance(v, str | int | float):
+            raise _fail(f'{key}."{name}"', v, "must be a string, number or boolean")
+        out[str(name)] = str(v)
+    return out
+
+
+def _identifier(key: str, value: Any) -> str:
+    """An Iceberg namespace/table name: no dots (a dot separates namespace levels)."""
+    text = _str(non_empty=True)(key, value)
+    if "." in text or "/" in text:
+        raise _fail(key, value, "must not contain '.' or '/'")
+    return text
+
+
 _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
     "log": (LogSettings, {
         "dirs": _dirs,
@@ -352,6 +385,12 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "ssl_cafile": _optional_file,
         "metadata_refresh_ms": _int(100),
         "leaders": _leaders,
+    }),
+    "iceberg": (IcebergSettings, {
+        "catalog": _properties,
+        "catalog_name": _identifier,
+        "namespace": _identifier,
+        "table": _identifier,
     }),
 }
 

@@ -94,6 +94,13 @@ KEY_DOCS: dict[str, str] = {
                                    "too); `kraft` reads the local log on every refresh instead.",
     "cluster.leaders": '`static`: a table `[cluster.leaders]` of `"<topic>-<partition>" = node_id`; '
                        "partitions not listed are not led here.",
+    "iceberg.catalog": "pyiceberg catalog properties (`type`, `uri`, `warehouse`, `s3.endpoint`, …) as "
+                       "a table `[iceberg.catalog]`; empty = an embedded SQLite catalog with its "
+                       "warehouse under `rlm export --out` (docs/iceberg.md).",
+    "iceberg.catalog_name": "The name the catalog is opened under (a SQL catalog keys its rows by it).",
+    "iceberg.namespace": "Namespace of the table (created when missing).",
+    "iceberg.table": "The one table every exported topic goes to, partitioned by `topic` and "
+                     "`day(timestamp)`.",
 }
 
 #: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).
@@ -126,6 +133,10 @@ _ALLOWED: dict[str, str] = {
     "cluster.sasl_password_file": "path or empty",
     "cluster.ssl_cafile": "path or empty",
     "cluster.leaders": "table",
+    "iceberg.catalog": "table of strings",
+    "iceberg.catalog_name": "name without `.` or `/`",
+    "iceberg.namespace": "name without `.` or `/`",
+    "iceberg.table": "name without `.` or `/`",
 }
 
 
@@ -182,6 +193,8 @@ def reference_markdown() -> str:
             env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`"
             if name == "options":
                 env = f"`{ENV_PREFIX}REMOTE__OPTIONS__<NAME>`"
+            if key == "iceberg.catalog":
+                env = f"`{ENV_PREFIX}ICEBERG__CATALOG__<NAME>`"
             if name in ("overrides", "leaders"):  # keys are case-sensitive names: one inline table
                 default, env = "{}", f"`{ENV_PREFIX}{section.upper()}__{name.upper()}` (TOML inline table)"
             out.append(f"| `{name}` | `{default}` | {_allowed(key)} | {KEY_DOCS.get(key, '')} | {env} |")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -264,7 +264,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    policy: EligibilityPolicy = "high-watermark",
                    progress: Progress | None = None, view: RemoteView | None = None,
-                   isolation: Isolation = "read_uncommitted") -> PartitionPlan:
+                   isolation: Isolation = "read_uncommitted", min_offset: int = 0) -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
     ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
 
@@ -274,6 +274,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     incarnation's (docs/topic-identity.md; default: its own root); remote data is left out when it
     is not servable or the local log ends at or below it. ``read_committed`` plans only offsets
     below the last stable offset and gives each task its aborted transactions (docs/transactions.md).
+    ``min_offset`` plans only offsets ≥ it (an incremental export resuming a partition,
+    docs/iceberg.md); it only ever narrows the visible range.
     """
     plan = PartitionPlan(part.topic, part.partition)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
@@ -289,6 +291,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     deleted = progress.delete_records_offset if progress is not None else -1
     ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
+    lowest = max(lowest, min_offset)
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
@@ -354,8 +357,13 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
               *, start: int | None = None, end: int | None = None,
               target_bytes: int = DEFAULT_TARGET_BYTES, include_local: bool = True,
               ordered_timestamps: bool = False, backend: StorageBackend | None = None,
-              isolation: Isolation = "read_uncommitted") -> ReadPlan:
-    """Plan every selected partition (manifests and entries fetched with a few threads)."""
+              isolation: Isolation = "read_uncommitted",
+              start_offsets: Mapping[tuple[str, int], int] | None = None) -> ReadPlan:
+    """Plan every selected partition (manifests and entries fetched with a few threads).
+
+    ``start_offsets``: ``(topic, partition) → first offset`` to plan (partitions not in it start
+    at their log start); offsets below it are left out, as if deleted. Used by incremental exports.
+    """
     check_time_range(start, end)
     if target_bytes < 1:
         raise InvalidArgumentError(f"target_bytes {target_bytes} must be positive")
@@ -371,5 +379,6 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
             ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
             policy=policy, progress=progress(p), view=remote_view(settings.tiering, p),
-            isolation=isolation), parts))
+            isolation=isolation, min_offset=(start_offsets or {}).get((p.topic, p.partition), 0)),
+            parts))
     return ReadPlan(plans)

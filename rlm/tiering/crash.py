@@ -1,4 +1,4 @@
-"""Named crash points on the copy and delete paths, for crash tests.
+"""Named crash points on the copy, delete and export paths, for crash tests.
 
 ``RLM_CRASH_AT=<point>`` (optionally ``<point>:<n>`` to crash at the n-th time the point is
 reached, 1-based) makes the process SIGKILL itself there: no ``finally``, no flush, exactly
@@ -22,6 +22,11 @@ POINTS = (
     "before_fsync",          # local index bytes written, not yet fsynced
     "before_journal_finish", # local index durable, COPY_FINISHED not written
     "after_delete_manifest", # retention: manifest deleted, data still there
+)
+
+#: ``rlm export`` (kept apart: the tiering crash tests drive every point of POINTS with ``rlm run``).
+EXPORT_POINTS = (
+    "export_before_commit",  # iceberg: data files written, table snapshot not committed
 )
 
 _counts: dict[str, int] = {}
