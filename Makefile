@@ -26,7 +26,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,dev]' \
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,iceberg,dev]' \
 		$(foreach p,$(dir $(PLUGINS)),-e $(p))
 	@touch $(STAMP)
 

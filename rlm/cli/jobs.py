@@ -15,6 +15,7 @@ import click
 
 from rlm.cli.common import config_option, load, require_dirs
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.config import Settings
 from rlm.daemon.logs import configure
 
 _MASTER_HELP = "Spark master URL (default local[*]; local tasks need executors on this host)."
@@ -42,7 +43,8 @@ _ENGINE_HELP = ("local: one process with pyarrow, no JVM (the sidecar default); 
               help="First record timestamp included (ms since the epoch).")
 @click.option("--to-timestamp", "end", type=click.IntRange(0), default=None,
               help="Record timestamps from this one on are excluded (half-open range).")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory (Parquet).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Output directory (Parquet); iceberg: the embedded catalog's directory (docs/iceberg.md).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default=None, help=_ENGINE_HELP)
 @click.option("--spark-master", default=None,
               help="Spark master URL; implies --engine spark (default with --engine spark: local[*]; "
@@ -56,12 +58,17 @@ _ENGINE_HELP = ("local: one process with pyarrow, no JVM (the sidecar default); 
               default="read_uncommitted", show_default=True,
               help="read_committed: leave out aborted transactions, stop at the last stable offset "
               "(docs/transactions.md).")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "iceberg"]), default="parquet",
+              show_default=True, help="iceberg: an Apache Iceberg table ([iceberg] config, docs/iceberg.md).")
+@click.option("--incremental", is_flag=True,
+              help="iceberg: export only offsets beyond those the table already holds.")
 @handle_errors
 def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ...], start: int | None,
-           end: int | None, out: Path, engine: str | None, spark_master: str | None, overwrite: bool,
-           task_mib: int, parallelism: int | None, isolation: str) -> None:
+           end: int | None, out: Path | None, engine: str | None, spark_master: str | None, overwrite: bool,
+           task_mib: int, parallelism: int | None, isolation: str, fmt: str, incremental: bool) -> None:
     """Export records of both tiers to Parquet with Spark's Kafka source schema, partitioned by
-    topic/partition, time range [--from-timestamp, --to-timestamp).
+    topic/partition, time range [--from-timestamp, --to-timestamp); or (--format iceberg) append
+    them to an Iceberg table partitioned by topic and day, one snapshot per run (docs/iceberg.md).
 
     Both engines plan the same tasks and write the same rows and layout
     (OUT/topic=T/partition=P/part-*.parquet), into a staging dir next to OUT renamed into place
@@ -77,6 +84,13 @@ def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ..
     from rlm.jobs.plan import check_time_range
 
     check_time_range(start, end)
+    if fmt == "iceberg":
+        _export_iceberg(settings, list(topics), list(partitions) or None, start, end, out, engine,
+                        spark_master, overwrite, task_mib, parallelism, isolation, incremental)
+        return
+    if out is None or incremental:
+        raise click.UsageError("--format parquet needs --out" if out is None else
+                               "--incremental is for --format iceberg")
     common = {"partitions": list(partitions) or None, "start": start, "end": end,
               "target_bytes": task_mib * 1024 * 1024, "isolation": isolation}
     if engine == "local":
@@ -93,6 +107,32 @@ def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ..
         result = run_export(spark, settings, list(topics), str(out),
                             mode="overwrite" if overwrite else "errorifexists",
                             **common)  # type: ignore[arg-type]
+    _emit(result.to_json())
+
+
+def _export_iceberg(settings: Settings, topics: list[str], partitions: list[int] | None, start: int | None,
+                    end: int | None, out: Path | None, engine: str, spark_master: str | None,
+                    overwrite: bool, task_mib: int, parallelism: int | None, isolation: str,
+                    incremental: bool) -> None:
+    """``--format iceberg``: by offsets only (docs/iceberg.md), so no time range and no overwrite."""
+    if start is not None or end is not None:
+        raise click.UsageError("--format iceberg exports by offset: filter on the table's "
+                               "day(timestamp) partitions instead of --from/--to-timestamp")
+    if overwrite:
+        raise click.UsageError("--format iceberg appends to its table: drop the table to start over")
+    from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_writer, spark_writer
+
+    target = IcebergTarget.from_settings(settings, out)
+    if engine == "local":
+        writer = local_writer()
+    else:
+        _quiet_py4j()
+        from rlm.jobs import spark_session
+
+        writer = spark_writer(spark_session(spark_master or "local[*]", "rlm export"))
+    result = export_iceberg(settings, topics, target, writer, partitions=partitions,
+                            incremental=incremental, target_bytes=task_mib * 1024 * 1024,
+                            isolation=isolation)
     _emit(result.to_json())
 
 

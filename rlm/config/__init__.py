@@ -323,7 +323,7 @@ def _properties(key: str, value: Any) -> dict[str, str]:
 
 def _identifier(key: str, value: Any) -> str:
     """An Iceberg namespace/table name: no dots (a dot separates namespace levels)."""
-    text = _str(non_empty=True)(key, value)
+    text: str = _str(non_empty=True)(key, value)
     if "." in text or "/" in text:
         raise _fail(key, value, "must not contain '.' or '/'")
     return text

@@ -125,10 +125,9 @@ def open_table(target: IcebergTarget) -> Any:
     try:
         table = catalog.load_table(target.identifier)
     except NoSuchTableError:
-        try:
+        # Created meanwhile by another process: checked below like any existing table.
+        with contextlib.suppress(TableAlreadyExistsError):
             _create_table(catalog, target.identifier)
-        except TableAlreadyExistsError:
-            pass  # created meanwhile by another process: check it like any existing table
         table = catalog.load_table(target.identifier)
     _check_table(table, target.identifier)
     return table
@@ -137,7 +136,7 @@ def open_table(target: IcebergTarget) -> Any:
 def _create_table(catalog: Any, identifier: str) -> None:
     from pyiceberg.transforms import DayTransform, IdentityTransform
 
-    transforms = {"identity": IdentityTransform(), "day": DayTransform()}
+    transforms: dict[str, Any] = {"identity": IdentityTransform(), "day": DayTransform()}
     # Full (untruncated) column bounds on the partition sources: add_files infers a file's
     # partition from them, and a topic name longer than the default 16-char truncation would
     # leave lower != upper.
@@ -148,7 +147,8 @@ def _create_table(catalog: Any, identifier: str) -> None:
         for source, transform, name in partition_spec_fields():
             spec.add_field(source, transforms[transform], name)
     # add_files maps Parquet columns to field ids by name: set the mapping now, not in an append.
-    tx.set_properties({"schema.name-mapping.default": tx.table_metadata.schema().name_mapping.model_dump_json()})
+    mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+    tx.set_properties({"schema.name-mapping.default": mapping})
     tx.commit_transaction()
 
 
@@ -196,8 +196,8 @@ def next_offsets(done: Mapping[tuple[str, int], int], plan: ReadPlan) -> Offsets
 def remove_orphans(table: Any, grace_ms: int) -> int:
     """Delete rlm data files under the table's data directory that no snapshot references (left
     by a run that died before its commit) and are older than ``grace_ms``. Returns how many."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyarrow.fs import FileSelector, FileType
+    from pyiceberg.io.pyarrow import PyArrowFileIO
 
     io = PyArrowFileIO(dict(table.io.properties))
     data = f"{table.location()}/data"
