@@ -84,6 +84,10 @@ def test_env_overrides_parse_toml_values_and_nest(tmp_path: Path) -> None:
         ("[server]\nport = true", ["server.port", "True"]),
         ("[bogus]\nx = 1", ["unknown section [bogus]"]),
         ("[tiering\n", ["not valid TOML"]),
+        ('[iceberg]\ntable = "a.b"', ["iceberg.table", "'a.b'", "'.'"]),
+        ('[iceberg]\nnamespace = ""', ["iceberg.namespace", "empty"]),
+        ("[iceberg]\ncatalog = 5", ["iceberg.catalog", "table of catalog properties"]),
+        ("[iceberg.catalog]\nx = [1]", ['iceberg.catalog."x"', "string, number or boolean"]),
     ],
 )
 def test_bad_config_names_key_value_and_what_is_allowed(
@@ -103,3 +107,12 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_bad_env_override_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tiering\.task_interval_ms"):
         load_settings(write(tmp_path, ""), environ={"RLM_TIERING__TASK_INTERVAL_MS": "fast"})
+
+
+def test_iceberg_catalog_properties_become_strings_and_env_overrides_nest(tmp_path: Path) -> None:
+    text = '[iceberg]\nnamespace = "ops"\n[iceberg.catalog]\ntype = "rest"\n"s3.path-style-access" = true\n'
+    s = load_settings(write(tmp_path, text), environ={"RLM_ICEBERG__CATALOG__URI": "http://cat:8181",
+                                                      "RLM_ICEBERG__TABLE": "history"})
+    assert s.iceberg.catalog == {"type": "rest", "s3.path-style-access": "true", "uri": "http://cat:8181"}
+    assert (s.iceberg.namespace, s.iceberg.table, s.iceberg.catalog_name) == ("ops", "history", "rlm")
+    assert load_settings(write(tmp_path, ""), environ={}).iceberg.catalog == {}  # embedded SQLite
