@@ -14,7 +14,7 @@ file whose rows span two days has no single partition and would be refused.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -94,6 +94,19 @@ def write_task(job: WriteJob, index: int, task: ReadTask) -> list[WrittenFile]:
 def write_tasks_local(job: WriteJob, tasks: Sequence[ReadTask]) -> list[WrittenFile]:
     """The in-process writer: every task in order, in this process (no JVM)."""
     return [f for i, task in enumerate(tasks) for f in write_task(job, i, task)]
+
+
+def read_data_files(io_properties: dict[str, str], paths: Iterable[str]) -> Iterator[Any]:
+    """Arrow batches (schema :func:`~rlm.jobs.decode.arrow_schema`, columns by name) of rlm data
+    files, read through the catalog's FileIO (the read side of ``spark_read_table``)."""
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema()
+    io = _file_io(io_properties)
+    for path in paths:
+        with io.new_input(path).open() as stream:
+            for batch in pq.ParquetFile(stream).iter_batches(columns=schema.names):
+                yield batch.cast(schema)
 
 
 def _file_io(properties: dict[str, str]) -> Any:

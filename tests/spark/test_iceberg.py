@@ -294,3 +294,38 @@ def test_plan_read_start_offsets_resume_each_partition(gen_env: Env, isolation: 
     # Partitions without a start offset are planned as before; visible ends are unchanged.
     assert [t for t in plan.tasks if t.partition >= 2] == [t for t in full.tasks if t.partition >= 2]
     assert [p.local_max_offset for p in plan.partitions] == [p.local_max_offset for p in full.partitions]
+
+
+@pytest.mark.s3
+def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
+        spark: Any, gen_env: Env, moto_endpoint: str, tmp_path: Path) -> None:
+    """A configured catalog with its warehouse on an S3 server: Spark executors write the data
+    files and read them back with only the catalog's properties (no S3A jars, no driver env)."""
+    import uuid
+
+    import boto3
+
+    from rlm.jobs.iceberg import remove_orphans
+
+    prefix = f"wh-{uuid.uuid4().hex[:8]}"
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'cat.db'}", "warehouse": f"s3://rlm-test/{prefix}",
+             "s3.endpoint": moto_endpoint, "s3.region": "us-east-1", "s3.access-key-id": "testing",
+             "s3.secret-access-key": "testing"}
+    target = IcebergTarget("rlm", props, "kafka", "records", orphan_grace_ms=3_600_000)
+    result = export_iceberg(gen_env.settings, ["gen"], target, spark_writer(spark), target_bytes=16 * 1024)
+    table = load_table(target)
+    assert table.location().startswith(f"s3://rlm-test/{prefix}/") and result.files > 1
+    expected = _expected(gen_env, "gen")
+    assert _table_records(table) == expected
+    assert arrow_records(spark_read_table(spark, table).toArrow()) == expected
+
+    # An unreferenced rlm file (a crashed run's) is removed only once older than the grace.
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
+    orphan = (f"{prefix}/kafka/records/data/topic=gen/timestamp_day=2023-11-14/"
+              f"{FILE_PREFIX}dead-000000-000.parquet")
+    s3.put_object(Bucket="rlm-test", Key=orphan, Body=b"not even parquet")
+    assert remove_orphans(table, 3_600_000) == 0
+    assert remove_orphans(table, 0) == 1
+    assert _table_records(table) == expected
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="rlm-test", Prefix=prefix)["Contents"]]
+    assert orphan not in keys and sum(k.endswith(".parquet") for k in keys) == result.files
