@@ -300,7 +300,9 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
 
     def keep_entry(e: RemoteLogIndexEntry) -> bool:
-        if e.last_offset < lowest or e.first_offset > highest_visible:
+        # An empty range (an incremental export already at the visible end) keeps nothing, even
+        # an entry that straddles it.
+        if e.last_offset < lowest or e.first_offset > highest_visible or lowest > highest_visible:
             return False
         if start is not None and e.last_timestamp < start:
             return False
@@ -311,7 +313,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
         m = link.manifest
         if (start is not None and m.max_timestamp < start) or (
                 ordered_timestamps and end is not None and m.first_timestamp >= end) or (
-                link.last_offset < lowest or link.first_offset > highest_visible):
+                link.last_offset < lowest or link.first_offset > highest_visible
+                or lowest > highest_visible):
             plan.pruned_segments += 1
             continue
         entries = local_by_key.get(m.log.key, [])

@@ -1,0 +1,104 @@
+"""Iceberg export cost (docs/iceberg.md): the Parquet export vs ``--format iceberg`` over the same
+tiered segments, Spark writer and in-process writer, plus the incremental runs a daily job does.
+
+    .venv/bin/python bench/iceberg_bench.py --partitions 4 --mib 16
+
+Generates the export bench's partitions (bench/export_bench.py: snappy batches of 100 records,
+headers on some), tiers them, then times, one after the other on one SparkSession (warmed up first):
+the Parquet export (Spark), a full Iceberg export with Spark executors writing, the same with the
+in-process writer, an incremental no-op run, and an incremental run after the high watermark moved
+by ~10 % of each partition (the new records only). Prints one JSON line per step and appends a
+summary to BENCHMARKS.md (``--no-record`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchlib import machine, record
+from export_bench import START_TS, generate
+
+from rlm.config import settings_from_mapping
+from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
+from rlm.jobs import export, plan_read, spark_session
+from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_writer, spark_writer
+from rlm.storage.registry import create_backend
+from rlm.tiering.manager import RemoteLogManager
+
+
+def _step(name: str, fn: Any) -> dict[str, Any]:
+    """Run one export; MB = segment bytes that export planned (read)."""
+    t = time.perf_counter()
+    result = fn()
+    secs = time.perf_counter() - t
+    records, mb = result.records, result.bytes_planned / 1e6
+    row = {"step": name, "seconds": round(secs, 2), "records": records, "segment_MB": round(mb, 1),
+           "records_per_s": round(records / secs), "MB_per_s": round(mb / secs, 1)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _move_high_watermarks(log_dir: Path, fraction: float) -> None:
+    """Hold back the last ``fraction`` of every partition (the 'new' data of the next day)."""
+    path = log_dir / "replication-offset-checkpoint"
+    entries = parse_offset_checkpoint(path.read_text()).entries
+    path.write_text(format_offset_checkpoint({k: int(v * (1 - fraction)) for k, v in entries.items()}))
+    path.with_suffix(".full").write_text(format_offset_checkpoint(entries))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--mib", type=int, default=16)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rlm-iceberg-bench-"))
+    log_dir, store = work / "logs", work / "store"
+    settings = settings_from_mapping({"log": {"dirs": [str(log_dir)]},
+                                      "remote": {"backend": "local", "options": {"root": str(store)}},
+                                      "topics": {"follow_kafka_configs": False},
+                                      "cluster": {"leadership": "always"}})
+    log_dir.mkdir(parents=True)
+    generate(log_dir, args.partitions, args.mib)
+    RemoteLogManager(settings, create_backend("local", {"root": str(store)})).run_once()
+    _move_high_watermarks(log_dir, 0.1)
+    mb = sum(t.size for t in plan_read(settings, ["bench"]).tasks) / 1e6
+    spark = spark_session(args.master, "rlm iceberg bench", progress=False,
+                          conf={"spark.ui.enabled": "false"})
+    export(spark, settings, ["bench"], str(work / "warmup"), partitions=[0], end=START_TS + 30_000)
+    target = IcebergTarget.from_settings(settings, work / "ice-spark")
+    local = IcebergTarget.from_settings(settings, work / "ice-local")
+    rows = [
+        _step("parquet (spark)", lambda: export(spark, settings, ["bench"], str(work / "parquet"))),
+        _step("iceberg full (spark writer)",
+              lambda: export_iceberg(settings, ["bench"], target, spark_writer(spark))),
+        _step("iceberg full (in-process writer)",
+              lambda: export_iceberg(settings, ["bench"], local, local_writer())),
+        _step("iceberg incremental no-op",
+              lambda: export_iceberg(settings, ["bench"], target, spark_writer(spark), incremental=True)),
+    ]
+    full = log_dir / "replication-offset-checkpoint.full"
+    (log_dir / "replication-offset-checkpoint").write_text(full.read_text())
+    rows.append(_step("iceberg incremental +10 %", lambda: export_iceberg(
+        settings, ["bench"], target, spark_writer(spark), incremental=True)))
+    spark.stop()
+    print(json.dumps({"segment_MB": round(mb, 1), "master": args.master}), file=sys.stderr)
+    if not args.no_record:
+        lines = [f"`python bench/iceberg_bench.py --partitions {args.partitions} --mib {args.mib}` "
+                 f"({args.master}; {machine()}; {mb:.1f} MB of segments):", "",
+                 "| step | seconds | records | segment MB read | records/s | MB/s |",
+                 "|---|---|---|---|---|---|"]
+        lines += [f"| {r['step']} | {r['seconds']} | {r['records']} | {r['segment_MB']} | "
+                  f"{r['records_per_s']} | {r['MB_per_s']} |" for r in rows]
+        record("## Iceberg export", "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
