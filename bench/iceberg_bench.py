@@ -1,12 +1,12 @@
 """Iceberg export cost (docs/iceberg.md): the Parquet export vs ``--format iceberg`` over the same
-tiered segments, Spark writer and in-process writer, plus the incremental runs a daily job does.
+tiered segments, on the Spark and the local engine, plus the incremental runs a daily job does.
 
     .venv/bin/python bench/iceberg_bench.py --partitions 4 --mib 16
 
-Generates the export bench's partitions (bench/export_bench.py: snappy batches of 100 records,
-headers on some), tiers them, then times, one after the other on one SparkSession (warmed up first):
-the Parquet export (Spark), a full Iceberg export with Spark executors writing, the same with the
-in-process writer, an incremental no-op run, and an incremental run after the high watermark moved
+Generates the export bench's partitions (bench/export_bench.py: snappy ~16 KiB batches of ~300 B
+values, headers on some), tiers them, then times, one after the other on one SparkSession (warmed up first):
+the Parquet export (Spark), a full Iceberg export with Spark executors writing, the same on the
+local engine, an incremental no-op run, and an incremental run after the high watermark moved
 by ~10 % of each partition (the new records only). Prints one JSON line per step and appends a
 summary to BENCHMARKS.md (``--no-record`` to skip).
 """
@@ -27,7 +27,7 @@ from export_bench import START_TS, generate
 from rlm.config import settings_from_mapping
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.jobs import export, plan_read, spark_session
-from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_writer, spark_writer
+from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
 from rlm.storage.registry import create_backend
 from rlm.tiering.manager import RemoteLogManager
 
@@ -77,17 +77,17 @@ def main() -> None:
     local = IcebergTarget.from_settings(settings, work / "ice-local")
     rows = [
         _step("parquet (spark)", lambda: export(spark, settings, ["bench"], str(work / "parquet"))),
-        _step("iceberg full (spark writer)",
-              lambda: export_iceberg(settings, ["bench"], target, spark_writer(spark))),
-        _step("iceberg full (in-process writer)",
-              lambda: export_iceberg(settings, ["bench"], local, local_writer())),
+        _step("iceberg full (spark engine)",
+              lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark))),
+        _step("iceberg full (local engine)",
+              lambda: export_iceberg(settings, ["bench"], local, local_engine())),
         _step("iceberg incremental no-op",
-              lambda: export_iceberg(settings, ["bench"], target, spark_writer(spark), incremental=True)),
+              lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True)),
     ]
     full = log_dir / "replication-offset-checkpoint.full"
     (log_dir / "replication-offset-checkpoint").write_text(full.read_text())
     rows.append(_step("iceberg incremental +10 %", lambda: export_iceberg(
-        settings, ["bench"], target, spark_writer(spark), incremental=True)))
+        settings, ["bench"], target, spark_engine(spark), incremental=True)))
     spark.stop()
     print(json.dumps({"segment_MB": round(mb, 1), "master": args.master}), file=sys.stderr)
     if not args.no_record:

@@ -120,17 +120,17 @@ def _export_iceberg(settings: Settings, topics: list[str], partitions: list[int]
                                "day(timestamp) partitions instead of --from/--to-timestamp")
     if overwrite:
         raise click.UsageError("--format iceberg appends to its table: drop the table to start over")
-    from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_writer, spark_writer
+    from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
 
     target = IcebergTarget.from_settings(settings, out)
     if engine == "local":
-        writer = local_writer()
+        run = local_engine(parallelism)
     else:
         _quiet_py4j()
         from rlm.jobs import spark_session
 
-        writer = spark_writer(spark_session(spark_master or "local[*]", "rlm export"))
-    result = export_iceberg(settings, topics, target, writer, partitions=partitions,
+        run = spark_engine(spark_session(spark_master or "local[*]", "rlm export"))
+    result = export_iceberg(settings, topics, target, run, partitions=partitions,
                             incremental=incremental, target_bytes=task_mib * 1024 * 1024,
                             isolation=isolation)
     _emit(result.to_json())

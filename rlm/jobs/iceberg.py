@@ -2,8 +2,9 @@
 incrementally (docs/iceberg.md).
 
 The driver opens (or creates) the table through pyiceberg, plans the read from the offsets the
-table's last rlm snapshot records, has a *writer* (Spark executors, or this process) write the
-Parquet data files (:mod:`rlm.jobs.iceberg_files`), and commits them all in ONE snapshot
+table's last rlm snapshot records, has an *engine* (Spark executors, or the local engine's
+workers) run :class:`IcebergSink` — the export sink seam of docs/export.md — to write the Parquet
+data files (:mod:`rlm.jobs.iceberg_files`), and commits them all in ONE snapshot
 (``add_files``: one fast append) whose summary records the next offset to export per partition.
 Until that commit, nothing written is visible: a crash leaves the current snapshot unchanged and
 the files unreferenced; the next run deletes them (:func:`remove_orphans`) and writes again.
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,9 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, TableError
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL, arrow_schema
-from rlm.jobs.iceberg_files import FILE_PREFIX, WriteJob, WrittenFile, write_task, write_tasks_local
+from rlm.jobs.iceberg_files import FILE_PREFIX, file_io, write_day_files
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
+from rlm.jobs.sink import DataFile, Sink
 from rlm.tiering.crash import crash_point
 from rlm.tiering.isolation import check_isolation
 
@@ -43,8 +46,9 @@ OFFSET_PROPERTY = "rlm.next-offset."
 ATTEMPT_PROPERTY = "rlm.attempt"
 LOCK_NAME = ".rlm-export.lock"
 
-#: Writes the data files of ``tasks`` for ``job``: Spark executors or this process.
-FileWriter = Callable[[WriteJob, Sequence[ReadTask]], list[WrittenFile]]
+#: An export engine: runs every task of the plan through the sink on its workers, then commits
+#: it (:func:`rlm.jobs.export_local.run_sink`, :func:`rlm.jobs.spark_sink.run_sink_spark`).
+Engine = Callable[[ReadPlan, BackendSpec, Sink], list[DataFile]]
 Offsets = dict[tuple[str, int], int]
 
 
@@ -196,27 +200,42 @@ def next_offsets(done: Mapping[tuple[str, int], int], plan: ReadPlan) -> Offsets
 def remove_orphans(table: Any, grace_ms: int) -> int:
     """Delete rlm data files under the table's data directory that no snapshot references (left
     by a run that died before its commit) and are older than ``grace_ms``. Returns how many."""
-    from pyarrow.fs import FileSelector, FileType
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
-    io = PyArrowFileIO(dict(table.io.properties))
-    data = f"{table.location()}/data"
-    scheme, netloc, path = io.parse_location(data)
-    fs = io.fs_by_scheme(scheme, netloc)
-    infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
-    ours = [i for i in infos if i.type == FileType.File and i.base_name.startswith(FILE_PREFIX)]
-    if not ours:
-        return 0
-    referenced = {io.parse_location(p)[2] for p in table.inspect.all_files().column("file_path").to_pylist()}
+    io_properties = dict(table.io.properties)
+    io = file_io(io_properties)
+    referenced: set[str] | None = None
     cutoff = time.time() - grace_ms / 1000
-    removed = 0
-    for info in ours:
-        mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
-        if info.path not in referenced and mtime <= cutoff:
-            fs.delete_file(info.path)
-            removed += 1
+
+    def orphan(info: Any) -> bool:
+        nonlocal referenced
+        if not info.base_name.startswith(FILE_PREFIX):
+            return False
+        if info.mtime is not None and info.mtime.timestamp() > cutoff:
+            return False
+        if referenced is None:  # read the manifests only when there is a candidate
+            referenced = {io.parse_location(p)[2]
+                          for p in table.inspect.all_files().column("file_path").to_pylist()}
+        return info.path not in referenced
+
+    removed = _remove_data_files(io_properties, f"{table.location()}/data", orphan)
     if removed:
         log.warning("iceberg export: removed %d data files of an export that did not commit", removed)
+    return removed
+
+
+def _remove_data_files(io_properties: dict[str, str], data_location: str,
+                       select: Callable[[Any], bool]) -> int:
+    """Delete the files under ``data_location`` that ``select`` (given a pyarrow ``FileInfo``)
+    picks; how many."""
+    from pyarrow.fs import FileSelector, FileType
+
+    io = file_io(io_properties)
+    scheme, netloc, path = io.parse_location(data_location)
+    fs = io.fs_by_scheme(scheme, netloc)
+    removed = 0
+    for info in fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True)):
+        if info.type == FileType.File and select(info):
+            fs.delete_file(info.path)
+            removed += 1
     return removed
 
 
@@ -241,8 +260,55 @@ class IcebergExportResult:
                 "next_offsets": {f"{t}-{p}": o for (t, p), o in sorted(self.offsets.items())}}
 
 
+@dataclass(frozen=True, slots=True)
+class IcebergSink:
+    """The export :class:`~rlm.jobs.sink.Sink` of one Iceberg export run (shipped to workers).
+
+    ``write_task`` writes data files under ``data_location`` through the catalog's FileIO;
+    ``commit`` (driver) registers them all in ONE snapshot carrying ``offsets``, provided the table's
+    current snapshot is still ``base_snapshot_id`` (what the run planned from); ``abort`` removes
+    this run's files (best effort: the next run removes what is left)."""
+
+    target: IcebergTarget
+    io_properties: dict[str, str]
+    data_location: str
+    attempt: str
+    offsets: Offsets
+    base_snapshot_id: int | None
+    compression: str = "snappy"
+
+    def write_task(self, index: int, task: ReadTask, batches: Iterable[Any]) -> list[DataFile]:
+        return write_day_files(self.io_properties, self.data_location, self.attempt, index, task,
+                               batches, self.compression)
+
+    def commit(self, files: Sequence[DataFile]) -> None:
+        if not files:
+            return  # nothing new: no snapshot (docs/iceberg.md)
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = load_table(self.target)
+        current = table.current_snapshot()
+        if (current.snapshot_id if current is not None else None) != self.base_snapshot_id:
+            raise TableError(f"table {self.target.identifier} changed while exporting (another writer "
+                             "committed); run again")
+        props = {ATTEMPT_PROPERTY: self.attempt}
+        props.update({f"{OFFSET_PROPERTY}{t}-{p}": str(o) for (t, p), o in self.offsets.items()})
+        crash_point("export_before_commit")
+        try:
+            # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
+            table.add_files([f.path for f in files], snapshot_properties=props, check_duplicate_files=False)
+        except CommitFailedException as err:
+            raise TableError(f"table {self.target.identifier} changed while exporting ({err}); run "
+                             "again") from err
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):  # best effort; leftovers are orphans of the next run
+            _remove_data_files(self.io_properties, self.data_location,
+                               lambda info: info.base_name.startswith(f"{FILE_PREFIX}{self.attempt}-"))
+
+
 def export_iceberg(settings: Settings, topics: Sequence[str] | None, target: IcebergTarget,
-                   write: FileWriter, *, partitions: Sequence[int] | None = None,
+                   engine: Engine, *, partitions: Sequence[int] | None = None,
                    incremental: bool = False, target_bytes: int = DEFAULT_TARGET_BYTES,
                    isolation: str = "read_uncommitted") -> IcebergExportResult:
     """Export ``topics`` (``partitions``) into the table in one snapshot (docs/iceberg.md).
@@ -250,60 +316,42 @@ def export_iceberg(settings: Settings, topics: Sequence[str] | None, target: Ice
     Without ``incremental`` the table must hold no snapshot yet (else :class:`TableError`: a
     second full export would duplicate every row). With it, each partition is read from the
     offset the table's last rlm snapshot records. A run that writes no record commits nothing.
-    ``write`` writes the data files (:func:`spark_writer`, :func:`local_writer`).
+    ``engine`` runs the tasks (:func:`local_engine`, :func:`spark_engine`).
     """
     with target.locked():
         table = open_table(target)
         orphans = remove_orphans(table, target.orphan_grace_ms)
-        if not incremental and table.current_snapshot() is not None:
+        base = table.current_snapshot()
+        if not incremental and base is not None:
             raise TableError(f"table {target.identifier} already holds data (snapshot "
-                             f"{table.current_snapshot().snapshot_id}); use --incremental to append "
-                             "only new offsets")
+                             f"{base.snapshot_id}); use --incremental to append only new offsets")
         done = exported_offsets(table)
         plan = plan_read(settings, topics, partitions, target_bytes=target_bytes,
                          isolation=check_isolation(isolation), start_offsets=done)
-        job = WriteJob(BackendSpec.from_settings(settings), dict(table.io.properties),
-                       f"{table.location()}/data", uuid.uuid4().hex)
-        files = write(job, plan.tasks) if plan.tasks else []
-        offsets = next_offsets(done, plan)
-        snapshot_id = _commit(table, target, files, offsets, job.attempt) if files else None
+        sink = IcebergSink(target, dict(table.io.properties), f"{table.location()}/data",
+                           uuid.uuid4().hex, next_offsets(done, plan),
+                           base.snapshot_id if base is not None else None)
+        files = engine(plan, BackendSpec.from_settings(settings), sink)
+        snapshot = load_table(target).current_snapshot() if files else None
     out = str(target.lock_dir) if target.lock_dir is not None else table.location()
     return IcebergExportResult(out, target.identifier, len(plan.partitions), len(plan.tasks),
                                sum(t.size for t in plan.tasks), sum(f.records for f in files),
-                               len(files), snapshot_id, orphans, offsets)
+                               len(files), snapshot.snapshot_id if snapshot is not None else None,
+                               orphans, sink.offsets)
 
 
-def _commit(table: Any, target: IcebergTarget, files: Sequence[WrittenFile], offsets: Offsets,
-            attempt: str) -> int:
-    """Register every file in ONE snapshot (a fast append) carrying ``offsets``; the snapshot id."""
-    from pyiceberg.exceptions import CommitFailedException
+def spark_engine(spark: Any) -> Engine:
+    """Spark executors write the files (one Spark task per read task), the driver commits."""
+    from rlm.jobs.spark_sink import run_sink_spark
 
-    props = {ATTEMPT_PROPERTY: attempt}
-    props.update({f"{OFFSET_PROPERTY}{t}-{p}": str(o) for (t, p), o in offsets.items()})
-    crash_point("export_before_commit")
-    try:
-        # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
-        table.add_files([f.path for f in files], snapshot_properties=props, check_duplicate_files=False)
-    except CommitFailedException as err:
-        raise TableError(f"table {target.identifier} changed while exporting ({err}); run again "
-                         "(the files written are removed by the next run)") from err
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    return int(snapshot.snapshot_id)
+    return functools.partial(run_sink_spark, spark)
 
 
-def spark_writer(spark: Any) -> FileWriter:
-    """Spark executors write the files, one task per Spark partition; the driver collects what
-    was written (paths and counts only, never rows)."""
-    def write(job: WriteJob, tasks: Sequence[ReadTask]) -> list[WrittenFile]:
-        rdd = spark.sparkContext.parallelize(list(enumerate(tasks)), max(1, len(tasks)))
-        return list(rdd.flatMap(lambda it: write_task(job, it[0], it[1])).collect())
-    return write
+def local_engine(parallelism: int | None = None) -> Engine:
+    """The local engine's workers write the files (no JVM), the driver commits."""
+    from rlm.jobs.export_local import run_sink
 
-
-def local_writer() -> FileWriter:
-    """This process writes the files (no JVM)."""
-    return write_tasks_local
+    return functools.partial(run_sink, parallelism=parallelism)
 
 
 def load_table(target: IcebergTarget) -> Any:

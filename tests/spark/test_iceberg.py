@@ -25,10 +25,10 @@ from rlm.jobs.iceberg import (
     IcebergTarget,
     export_iceberg,
     load_table,
-    local_writer,
+    local_engine,
     open_table,
+    spark_engine,
     spark_read_table,
-    spark_writer,
 )
 from rlm.jobs.iceberg_files import FILE_PREFIX
 from rlm.logdir.scan import discover_partitions, partition_state, read_checkpoints
@@ -101,7 +101,7 @@ def _target(env: Env, out: Path) -> IcebergTarget:
 
 def test_append_is_one_snapshot_equal_to_the_parquet_export(spark: Any, gen_env: Env, tmp_path: Path) -> None:
     target = _target(gen_env, tmp_path / "ice")
-    result = export_iceberg(gen_env.settings, ["gen", "other"], target, spark_writer(spark),
+    result = export_iceberg(gen_env.settings, ["gen", "other"], target, spark_engine(spark),
                             target_bytes=16 * 1024)
     table = load_table(target)
     assert len(table.snapshots()) == 1 and result.snapshot_id == table.current_snapshot().snapshot_id
@@ -140,7 +140,7 @@ def test_append_is_one_snapshot_equal_to_the_parquet_export(spark: Any, gen_env:
 def test_partitioned_by_topic_and_day(tmp_path: Path) -> None:
     env, _ = multi_day_env(tmp_path)
     target = _target(env, tmp_path / "ice")
-    export_iceberg(env.settings, [TOPIC], target, local_writer(), target_bytes=4096)
+    export_iceberg(env.settings, [TOPIC], target, local_engine(), target_bytes=4096)
     table = load_table(target)
     spec = [(table.schema().find_field(f.source_id).name, str(f.transform), f.name)
             for f in table.spec().fields]
@@ -167,18 +167,18 @@ def test_incremental_appends_only_new_offsets_and_a_repeat_appends_nothing(spark
                                                                            tmp_path: Path) -> None:
     env, ends = multi_day_env(tmp_path)
     target = _target(env, tmp_path / "ice")
-    first = export_iceberg(env.settings, [TOPIC], target, spark_writer(spark))
+    first = export_iceberg(env.settings, [TOPIC], target, spark_engine(spark))
     assert first.offsets == {(TOPIC, p): end // 2 for p, end in ends.items()}
-    again = export_iceberg(env.settings, [TOPIC], target, spark_writer(spark), incremental=True)
+    again = export_iceberg(env.settings, [TOPIC], target, spark_engine(spark), incremental=True)
     table = load_table(target)
     assert again.snapshot_id is None and again.records == 0 and again.tasks == 0
     assert len(table.snapshots()) == 1  # no empty snapshot
     with pytest.raises(TableError, match="--incremental"):
-        export_iceberg(env.settings, [TOPIC], target, spark_writer(spark))
+        export_iceberg(env.settings, [TOPIC], target, spark_engine(spark))
 
     raise_high_watermarks(env, ends)
     tier(env.settings)  # the second half's segments tier now
-    second = export_iceberg(env.settings, [TOPIC], target, spark_writer(spark), incremental=True)
+    second = export_iceberg(env.settings, [TOPIC], target, spark_engine(spark), incremental=True)
     table = load_table(target)
     assert len(table.snapshots()) == 2 and second.snapshot_id == table.current_snapshot().snapshot_id
     assert second.offsets == {(TOPIC, p): end for p, end in ends.items()}
@@ -198,11 +198,13 @@ def _orphans(out: Path) -> list[Path]:
     return sorted(out.rglob(f"{FILE_PREFIX}*.parquet"))
 
 
-def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [["--engine", "local"], ["--spark-master", "local[1]"]],
+                         ids=["local", "spark"])
+def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path, engine: list[str]) -> None:
     env, ends = multi_day_env(tmp_path)
     out = tmp_path / "ice"
     target = _target(env, out)
-    first = export_iceberg(env.settings, [TOPIC], target, local_writer(), target_bytes=4096)
+    first = export_iceberg(env.settings, [TOPIC], target, local_engine(), target_bytes=4096)
     before_files = set(_orphans(out))
     raise_high_watermarks(env, ends)
     tier(env.settings)
@@ -210,7 +212,7 @@ def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path) -> 
                        index_entry_bytes=1024, topics={"follow_kafka_configs": False},
                        cluster={"leadership": "always"})
     args = ["export", "--config", cfg, "--topic", TOPIC, "--format", "iceberg", "--incremental",
-            "--out", out, "--spark-master", "local[1]", "--task-mib", "1"]
+            "--out", out, *engine, "--task-mib", "1"]
     crashed = rlm_cli(*args, env={"RLM_CRASH_AT": "export_before_commit"}, timeout=300)
     assert crashed.returncode == -9, crashed.stderr
     table = load_table(target)
@@ -231,7 +233,7 @@ def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path) -> 
     assert set(_orphans(out)) == referenced
 
     clean = _target(env, tmp_path / "clean")
-    export_iceberg(env.settings, [TOPIC], clean, local_writer())
+    export_iceberg(env.settings, [TOPIC], clean, local_engine())
     assert _table_records(table) == _table_records(load_table(clean)) == _expected(env, TOPIC)
 
 
@@ -312,7 +314,7 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
              "s3.endpoint": moto_endpoint, "s3.region": "us-east-1", "s3.access-key-id": "testing",
              "s3.secret-access-key": "testing"}
     target = IcebergTarget("rlm", props, "kafka", "records", orphan_grace_ms=3_600_000)
-    result = export_iceberg(gen_env.settings, ["gen"], target, spark_writer(spark), target_bytes=16 * 1024)
+    result = export_iceberg(gen_env.settings, ["gen"], target, spark_engine(spark), target_bytes=16 * 1024)
     table = load_table(target)
     assert table.location().startswith(f"s3://rlm-test/{prefix}/") and result.files > 1
     expected = _expected(gen_env, "gen")
