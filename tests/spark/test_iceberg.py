@@ -331,3 +331,28 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
     assert _table_records(table) == expected
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="rlm-test", Prefix=prefix)["Contents"]]
     assert orphan not in keys and sum(k.endswith(".parquet") for k in keys) == result.files
+
+
+def test_commit_refuses_a_table_changed_since_the_plan_and_abort_removes_the_runs_files(
+        gen_env: Env, tmp_path: Path) -> None:
+    from rlm.jobs import plan_read
+    from rlm.jobs.decode import read_task_bytes, task_to_arrow
+    from rlm.jobs.iceberg import IcebergSink, next_offsets
+    from rlm.jobs.plan import BackendSpec
+
+    target = _target(gen_env, tmp_path / "ice")
+    table = open_table(target)
+    plan = plan_read(gen_env.settings, ["other"])
+    sink = IcebergSink(target, dict(table.io.properties), f"{table.location()}/data", "slow1",
+                       next_offsets({}, plan), None)
+    spec = BackendSpec.from_settings(gen_env.settings)
+    files = [f for i, t in enumerate(plan.tasks)
+             for f in sink.write_task(i, t, task_to_arrow(t, read_task_bytes(t, spec)))]
+    assert files and all(Path(f.path.removeprefix("file://")).stat().st_size == f.size for f in files)
+    # Another export commits between this run's plan and its commit.
+    export_iceberg(gen_env.settings, ["gen"], target, local_engine(parallelism=1), partitions=[0])
+    with pytest.raises(TableError, match="changed while exporting"):
+        sink.commit(files)
+    sink.abort()
+    assert not any(Path(f.path.removeprefix("file://")).exists() for f in files)
+    assert set(_table_records(load_table(target))) == {("gen", 0)}
