@@ -15,11 +15,8 @@
 #include <string.h>
 #include <structmember.h>
 
-/* Return codes of add_v2 / add_legacy (>= 0: rows appended). */
-#define ERR_FRAMING (-1)  /* the reference decoder rejects this batch: re-run it for the error */
-#define ERR_RANGE (-2)    /* a kept row's timestamp in microseconds does not fit an int64 */
-#define ERR_TOO_BIG (-3)  /* a column's pending bytes would pass 2 GiB (Arrow int32 offsets) */
-#define ERR_NOMEM (-4)    /* allocation failed: MemoryError is set */
+#include "_columns_wire.h"     /* varints, UTF-8, v0/v1 messages, the row window, error codes */
+#include "_columns_objects.h"  /* records_v2: Record objects for decode_records */
 
 typedef struct {
     char *p;
@@ -122,86 +119,6 @@ static void mark_restore(Builder *b, const Mark *m) {
     for (int i = 0; i < NBUFS; i++) bufs[i]->len = m->len[i];
 }
 
-/* ---- varints (rlm/formats/varint.py): zig-zag, <= 5 bytes (int32) / <= 10 bytes (int64) ---- */
-
-static inline int rd_varint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int32_t *out) {
-    Py_ssize_t p = *pp;
-    uint64_t acc = 0;
-    for (int i = 0; i < 5; i++) {
-        if (p >= lim) return -1;
-        uint8_t c = d[p++];
-        acc |= (uint64_t)(c & 0x7F) << (7 * i);
-        if (!(c & 0x80)) {
-            acc &= 0xFFFFFFFFu;  /* bits Java shifts out of an int */
-            *out = (int32_t)(int64_t)((int64_t)(acc >> 1) ^ -(int64_t)(acc & 1));
-            *pp = p;
-            return 0;
-        }
-    }
-    return -1;  /* overlong */
-}
-
-static inline int rd_varlong(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int64_t *out) {
-    Py_ssize_t p = *pp;
-    uint64_t acc = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= lim) return -1;
-        uint8_t c = d[p++];
-        acc |= (uint64_t)(c & 0x7F) << (7 * i);  /* i = 9: only bit 63 survives, as in Java */
-        if (!(c & 0x80)) {
-            *out = (int64_t)(acc >> 1) ^ -(int64_t)(acc & 1);
-            *pp = p;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Strict UTF-8 as Python's bytes.decode("utf-8"): no overlongs, surrogates or > U+10FFFF. */
-static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n) return 0;
-            uint8_t c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && c1 < 0xA0) return 0;  /* overlong */
-            if (c == 0xED && c1 > 0x9F) return 0;  /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n) return 0;
-            uint8_t c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80) return 0;
-            if (c == 0xF0 && c1 < 0x90) return 0;  /* overlong */
-            if (c == 0xF4 && c1 > 0x8F) return 0;  /* > U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* The row filter of rlm.jobs.decode.iter_task_records. */
-typedef struct {
-    int64_t lo, hi, ts_lo, ts_hi;
-    int has_ts_lo, has_ts_hi;
-} Window;
-
-/* ts_ok: 0 when the timestamp (ms) overflowed int64 in direction ts_over (+1/-1). */
-static inline int keep_row(const Window *w, int offset_over, int64_t o, int ts_over, int64_t ts) {
-    if (offset_over) return 0;  /* beyond int64: outside any int64 window */
-    if (o < w->lo || o > w->hi) return 0;
-    if (w->has_ts_lo && (ts_over < 0 || (ts_over == 0 && ts < w->ts_lo))) return 0;
-    if (w->has_ts_hi && (ts_over > 0 || (ts_over == 0 && ts >= w->ts_hi))) return 0;
-    return 1;
-}
-
 static int append_fixed(Builder *b, int64_t o, int ts_over, int64_t ts_ms, int32_t type) {
     int64_t us;
     if (ts_over || __builtin_mul_overflow(ts_ms, (int64_t)1000, &us)) return ERR_RANGE;
@@ -213,11 +130,6 @@ static int append_fixed(Builder *b, int64_t o, int ts_over, int64_t ts_ms, int32
     return 0;
 }
 
-typedef struct {
-    int64_t base_offset, base_ts, max_ts;
-    int log_append;
-    int32_t type;
-} BatchFacts;
 
 /* Parse the headers of one record at [*pp, rec_end); append them when keep. */
 static int parse_headers(Builder *b, const uint8_t *d, Py_ssize_t *pp, Py_ssize_t rec_end, int keep,
@@ -372,85 +284,6 @@ static PyObject *Builder_append_row(Builder *self, PyObject *args) {
     return PyLong_FromLong(1);
 }
 
-/* ---- v0/v1 message sets: the inner messages of a compressed wrapper (docs/decoder.md) ---- */
-
-#define ERR_FALLBACK (-5) /* an int64 overflow in the offset arithmetic: let the caller use Python */
-
-static uint32_t crc32_table[256];
-
-static void crc32_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc32_table[i] = c;
-    }
-}
-
-/* CRC-32 (IEEE, zlib.crc32) of the legacy message format. */
-static uint32_t crc32_ieee(const uint8_t *p, Py_ssize_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (Py_ssize_t i = 0; i < n; i++) c = crc32_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-static inline int64_t be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-
-static inline int32_t be32(const uint8_t *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
-typedef struct {
-    int64_t offset, ts;
-    const uint8_t *key, *value;
-    int32_t kl, vl;
-} LegacyMsg;
-
-/* One inner message at d[p .. p + 12 + size) (rlm.formats.records.legacy._parse_legacy with
- * verify_crc=True, plus _legacy_inner's magic and nesting checks). 0 or ERR_FRAMING. */
-static int legacy_msg(const uint8_t *d, Py_ssize_t p, Py_ssize_t end, int magic, LegacyMsg *m) {
-    int32_t size = be32(d + p + 8);
-    if (d[p + 16] == 1 && size < 22) return ERR_FRAMING;
-    if (crc32_ieee(d + p + 16, end - (p + 16)) != (uint32_t)be32(d + p + 12)) return ERR_FRAMING;
-    if (d[p + 16] != magic || (d[p + 17] & 0x07)) return ERR_FRAMING;
-    m->offset = be64(d + p);
-    Py_ssize_t q = p + 18;
-    m->ts = -1;
-    if (magic == 1) {
-        m->ts = be64(d + q);
-        q += 8;
-    }
-    for (int f = 0; f < 2; f++) {
-        if (q + 4 > end) return ERR_FRAMING;
-        int32_t len = be32(d + q);
-        q += 4;
-        if (len >= 0 && len > end - q) return ERR_FRAMING;
-        if (f == 0) { m->key = d + q; m->kl = len; }
-        else { m->value = d + q; m->vl = len; }
-        if (len >= 0) q += len;
-    }
-    return q == end ? 0 : ERR_FRAMING;
-}
-
-/* Walk the set; call each message's (p, end) in order. Returns the count or ERR_FRAMING. */
-static Py_ssize_t legacy_walk(const uint8_t *d, Py_ssize_t n, int magic, int64_t *last_offset) {
-    Py_ssize_t p = 0, count = 0;
-    LegacyMsg m;
-    while (p < n) {
-        if (n - p < 17) return ERR_FRAMING;
-        int32_t size = be32(d + p + 8);
-        if (size < 14 || size > n - p - 12) return ERR_FRAMING;
-        if (legacy_msg(d, p, p + 12 + size, magic, &m) < 0) return ERR_FRAMING;
-        *last_offset = m.offset;
-        count++;
-        p += 12 + size;
-    }
-    return count ? count : ERR_FRAMING;
-}
-
 /* add_legacy(set, wrapper_offset, magic, wrapper_ts, log_append, ts_type, lo, hi, ts_lo, ts_hi,
  * has_ts_lo, has_ts_hi): the inner messages of a decompressed v0/v1 wrapper value. */
 static PyObject *Builder_add_legacy(Builder *self, PyObject *args) {
@@ -495,165 +328,6 @@ static PyObject *Builder_add_legacy(Builder *self, PyObject *args) {
         if (rc == ERR_NOMEM) return NULL;
     }
     return PyLong_FromLong(rc);
-}
-
-/* ---- records as objects: rlm.formats.records.decode_records for lookups and fetches ---- */
-
-/* Slot offsets of the Record / Header dataclasses (frozen, slots=True), set once by configure():
- * an instance is filled slot by slot as the dataclass's own __init__ would, without its per-field
- * object.__setattr__ calls. */
-static PyTypeObject *record_type, *header_type;
-static Py_ssize_t rec_slot[5], hdr_slot[2];
-
-static int slot_offsets(PyTypeObject *t, const char *const *names, int n, Py_ssize_t *out) {
-    for (int i = 0; i < n; i++) {
-        PyObject *d = PyDict_GetItemString(t->tp_dict, names[i]);  /* borrowed */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", t->tp_name, names[i]);
-            return -1;
-        }
-        out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    return 0;
-}
-
-static PyObject *configure(PyObject *mod, PyObject *args) {
-    PyTypeObject *rt, *ht;
-    static const char *const rnames[5] = {"offset", "timestamp", "key", "value", "headers"};
-    static const char *const hnames[2] = {"key", "value"};
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &rt, &PyType_Type, &ht)) return NULL;
-    if (slot_offsets(rt, rnames, 5, rec_slot) < 0 || slot_offsets(ht, hnames, 2, hdr_slot) < 0) return NULL;
-    Py_INCREF(rt);
-    Py_INCREF(ht);
-    Py_XSETREF(record_type, rt);
-    Py_XSETREF(header_type, ht);
-    Py_RETURN_NONE;
-}
-
-/* A new instance of t with its slots set to vals (references stolen, even on failure). */
-static PyObject *fill(PyTypeObject *t, const Py_ssize_t *slots, PyObject **vals, int n) {
-    PyObject *o = NULL;
-    for (int i = 0; i < n; i++)
-        if (vals[i] == NULL) goto fail;
-    o = t->tp_alloc(t, 0);
-    if (o == NULL) goto fail;
-    for (int i = 0; i < n; i++) *(PyObject **)((char *)o + slots[i]) = vals[i];
-    return o;
-fail:
-    for (int i = 0; i < n; i++) Py_XDECREF(vals[i]);
-    return NULL;
-}
-
-static PyObject *bytes_or_none(const uint8_t *p, int32_t n) {
-    if (n < 0) Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize((const char *)p, n);
-}
-
-/* base + delta as a Python int; exact beyond int64 like the reference's arithmetic. */
-static PyObject *int_sum(int64_t base, int64_t delta) {
-    int64_t r;
-    if (!__builtin_add_overflow(base, delta, &r)) return PyLong_FromLongLong(r);
-    PyObject *a = PyLong_FromLongLong(base), *b = PyLong_FromLongLong(delta), *sum = NULL;
-    if (a != NULL && b != NULL) sum = PyNumber_Add(a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return sum;
-}
-
-/* The headers tuple of one record at *pp; NULL with *err = ERR_FRAMING (no exception) or
- * ERR_NOMEM (exception set). */
-static PyObject *headers_obj(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t rec_end, int *err) {
-    Py_ssize_t p = *pp;
-    int32_t hc;
-    *err = ERR_FRAMING;
-    if (rd_varint(d, &p, rec_end, &hc) < 0 || hc < 0 || hc > (rec_end - p) / 2) return NULL;
-    PyObject *tup = PyTuple_New(hc);
-    if (tup == NULL) { *err = ERR_NOMEM; return NULL; }
-    for (int32_t h = 0; h < hc; h++) {
-        int32_t kl, vl;
-        if (rd_varint(d, &p, rec_end, &kl) < 0 || kl < 0 || kl > rec_end - p) goto bad;
-        const uint8_t *k = d + p;
-        p += kl;
-        if (rd_varint(d, &p, rec_end, &vl) < 0 || (vl >= 0 && vl > rec_end - p)) goto bad;
-        const uint8_t *v = d + p;
-        if (vl >= 0) p += vl;
-        if (!utf8_ok(k, kl)) goto bad;
-        PyObject *vals[2] = {PyUnicode_DecodeUTF8((const char *)k, kl, "strict"), bytes_or_none(v, vl)};
-        PyObject *hdr = fill(header_type, hdr_slot, vals, 2);
-        if (hdr == NULL) { *err = ERR_NOMEM; goto bad; }
-        PyTuple_SET_ITEM(tup, h, hdr);
-    }
-    *pp = p;
-    return tup;
-bad:
-    Py_DECREF(tup);
-    return NULL;
-}
-
-/* One v2 record at *pp as a Record; NULL with *err as for headers_obj. */
-static PyObject *record_obj(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t n, const BatchFacts *f, int *err) {
-    Py_ssize_t p = *pp;
-    int32_t length, off_delta, kl, vl;
-    int64_t ts_delta;
-    *err = ERR_FRAMING;
-    if (rd_varint(d, &p, n, &length) < 0 || length < 1 || length > n - p) return NULL;
-    Py_ssize_t rec_end = p + length;
-    p += 1; /* record attributes: unused by Kafka */
-    if (rd_varlong(d, &p, rec_end, &ts_delta) < 0 || rd_varint(d, &p, rec_end, &off_delta) < 0 ||
-        rd_varint(d, &p, rec_end, &kl) < 0 || (kl >= 0 && kl > rec_end - p))
-        return NULL;
-    const uint8_t *k = d + p;
-    if (kl >= 0) p += kl;
-    if (rd_varint(d, &p, rec_end, &vl) < 0 || (vl >= 0 && vl > rec_end - p)) return NULL;
-    const uint8_t *v = d + p;
-    if (vl >= 0) p += vl;
-    PyObject *headers = headers_obj(d, &p, rec_end, err);
-    if (headers == NULL) return NULL;
-    if (p != rec_end) {
-        Py_DECREF(headers);
-        return NULL;
-    }
-    *err = ERR_NOMEM;
-    PyObject *vals[5] = {int_sum(f->base_offset, off_delta),
-                         f->log_append ? PyLong_FromLongLong(f->max_ts) : int_sum(f->base_ts, ts_delta),
-                         bytes_or_none(k, kl), bytes_or_none(v, vl), headers};
-    PyObject *rec = fill(record_type, rec_slot, vals, 5);
-    if (rec != NULL) *pp = p;
-    return rec;
-}
-
-/* records_v2(buf, start, end, base_offset, base_ts, max_ts, log_append, count) -> list[Record],
- * or an int error code when the reference decoder would reject the batch. */
-static PyObject *records_v2(PyObject *mod, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, end;
-    int32_t count;
-    BatchFacts f = {0};
-    if (!PyArg_ParseTuple(args, "y*nnLLLpi", &view, &start, &end, &f.base_offset, &f.base_ts, &f.max_ts,
-                          &f.log_append, &count))
-        return NULL;
-    if (record_type == NULL || start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "records_v2: not configured, or [start, end) outside the buffer");
-        return NULL;
-    }
-    const uint8_t *d = (const uint8_t *)view.buf + start;
-    Py_ssize_t n = end - start, p = 0;
-    int err = ERR_FRAMING;
-    PyObject *out = NULL;
-    if (count >= 0 && count <= n / 7 && (out = PyList_New(count)) == NULL) err = ERR_NOMEM;
-    for (int32_t i = 0; out != NULL && i < count; i++) {
-        PyObject *rec = record_obj(d, &p, n, &f, &err);
-        if (rec == NULL) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, i, rec);
-    }
-    if (out != NULL && p != n) Py_CLEAR(out);  /* bytes after the declared records */
-    PyBuffer_Release(&view);
-    if (out != NULL) return out;
-    if (err == ERR_NOMEM && PyErr_Occurred()) return NULL;
-    PyErr_Clear();
-    return PyLong_FromLong(ERR_FRAMING);
 }
 
 /* ---- take: the first n rows as Arrow buffers; the rest moves to the front ---- */
