@@ -37,3 +37,9 @@ def expected(fixtures_dir: Path) -> dict[str, Any]:
     """``expected.json``: per source dir, per partition dir, the answers for every segment."""
     data: dict[str, Any] = json.loads((fixtures_dir / "expected.json").read_text())
     return data
+
+
+# -- the real S3 server of every S3 suite: one SeaweedFS per session (or RLM_TEST_S3_ENDPOINT) ----
+
+# Loaded here so every test package (storage, lookup, tiering, cluster, ops) can ask for them.
+from tests.s3servers import s3_target, seaweed_server  # noqa: E402,F401 - pytest fixtures

@@ -20,6 +20,7 @@ from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
+from tests.s3servers import S3Target
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,
@@ -105,6 +106,14 @@ def test_cold_remote_lookup_costs_at_most_two_s3_requests(tmp_path: Path, moto_e
     s3 = create_backend("s3", {"bucket": "rlm-test", "prefix": f"lookup-{uuid.uuid4().hex[:8]}",
                                "endpoint_url": moto_endpoint})
     t = Tiered(tmp_path, s3)
+    _check_cold_costs(t)
+    assert set(t.backend.calls) >= {"put", "read"}
+
+
+@pytest.mark.s3
+def test_cold_remote_lookup_costs_at_most_two_requests_on_seaweedfs(tmp_path: Path,
+                                                                  s3_target: S3Target) -> None:
+    t = Tiered(tmp_path, create_backend("s3", s3_target.options()))
     _check_cold_costs(t)
     assert set(t.backend.calls) >= {"put", "read"}
 

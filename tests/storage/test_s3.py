@@ -26,6 +26,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy, put_if_absent_idempotent
 from rlm.testing.backend_suite import BackendSuite, payload
+from tests.s3servers import S3Target
 from tests.storage.conftest import BUCKET
 
 pytestmark = pytest.mark.s3
@@ -49,6 +50,48 @@ class TestS3Moto(BackendSuite):
     def backend(self, moto_endpoint: str) -> Iterator[StorageBackend]:
         with moto_backend(moto_endpoint) as b:
             yield b
+
+
+class TestS3SeaweedFS(BackendSuite):
+    """A real S3 server (SeaweedFS, one per session; or RLM_TEST_S3_ENDPOINT): If-None-Match,
+    exact ranged GETs, multipart uploads and real failures."""
+
+    large_size = 11 * MiB + 123
+
+    @pytest.fixture
+    def backend(self, s3_target: S3Target) -> Iterator[StorageBackend]:
+        with S3Backend(**NO_WAIT, **s3_target.options(**SMALL_PARTS)) as b:
+            yield b
+
+    # SeaweedFS keeps objects in a filer tree and lists it depth-first, one path component at a
+    # time: 'x/…' comes before 'x-1/…' although '-' < '/'. No key is lost or repeated across
+    # pages (StartAfter follows the same walk), only the order differs; rlm's listings compare
+    # sets or parse names, never rely on that order across such siblings (docs/store-requests.md).
+    # Strict: a SeaweedFS that fixes it fails here, so the override can go.
+    def _walk_order(self, test: Any, target: S3Target) -> None:
+        if target.name != "seaweedfs":
+            test()
+            return
+        try:
+            test()
+        except AssertionError:
+            pytest.xfail("SeaweedFS lists in filer-walk order ('x/' before 'x-1/')")
+        pytest.fail("SeaweedFS now lists in key order: remove the _walk_order override")
+
+    def test_listing_is_in_key_order(self, backend: StorageBackend, ns: str) -> None:
+        target = self._target  # set by the autouse fixture below
+        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_listing_is_in_key_order(backend, ns), target)
+
+    def test_prefix_is_a_string_prefix(self, backend: StorageBackend, ns: str) -> None:
+        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_prefix_is_a_string_prefix(backend, ns),
+                         self._target)
+
+    def test_pagination(self, backend: StorageBackend, ns: str) -> None:
+        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_pagination(backend, ns), self._target)
+
+    @pytest.fixture(autouse=True)
+    def _remember_target(self, s3_target: S3Target) -> None:
+        self._target = s3_target
 
 
 class TestS3S3rver(BackendSuite):

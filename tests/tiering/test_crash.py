@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlm.cli.generate import generate_log_dir
+from rlm.storage.api import StorageBackend
 from rlm.storage.local import LocalBackend
+from rlm.storage.registry import create_backend
 from rlm.tiering import crash
+from tests.s3servers import S3Target
 from tests.tiering.helpers import (
     assert_manifests_complete,
     check_store,
@@ -29,15 +33,19 @@ SPECS["after_delete_manifest"] = "after_delete_manifest:2"
 RETENTION_BYTES = 40_000
 
 
-def _setup(tmp_path: Path, point: str) -> tuple[Path, Path, LocalBackend]:
+def _setup(tmp_path: Path, point: str, s3: S3Target | None = None) -> tuple[Path, Path, StorageBackend]:
+    """Log dir, config and a checker's view of the store: a local dir, or ``s3`` (SeaweedFS)."""
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("crash.t-x", 2)], seed=11, records=500, segment_bytes=12 * 1024)
     store = tmp_path / "store"
     extra = {"retention_bytes": RETENTION_BYTES} if point == "after_delete_manifest" else {}
+    where: dict[str, Any] = ({"root": store} if s3 is None else
+                             {"backend": "s3", "options": s3.options()})
     # Small entries and rotation: a segment's append spans several entries and sometimes two sets.
-    cfg = write_config(tmp_path / "c.toml", [logs], root=store, index_entry_bytes=2048,
-                       index_rotate_bytes=3000, **extra)
-    return logs, cfg, LocalBackend(root=str(store))
+    cfg = write_config(tmp_path / "c.toml", [logs], index_entry_bytes=2048, index_rotate_bytes=3000,
+                       **where, **extra)
+    backend = LocalBackend(root=str(store)) if s3 is None else create_backend("s3", s3.options())
+    return logs, cfg, backend
 
 
 def _crash(cfg: Path, spec: str) -> None:
@@ -53,7 +61,19 @@ def _gc_lines(cfg: Path, *extra: str) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("point", crash.POINTS)
 def test_crash_point_converges(tmp_path: Path, point: str) -> None:
-    logs, cfg, backend = _setup(tmp_path, point)
+    _crash_and_converge(tmp_path, point, *_setup(tmp_path, point))
+
+
+# The points where a real S3 server's behaviour matters (a multipart upload cut short, objects
+# without a manifest, a manifest without its local index, a deleted manifest): the same rounds on
+# the session's SeaweedFS, through real `rlm run` subprocesses.
+@pytest.mark.s3
+@pytest.mark.parametrize("point", ["mid_upload", "after_data", "after_manifest", "after_delete_manifest"])
+def test_crash_point_converges_on_s3(tmp_path: Path, point: str, s3_target: S3Target) -> None:
+    _crash_and_converge(tmp_path, point, *_setup(tmp_path, point, s3_target))
+
+
+def _crash_and_converge(tmp_path: Path, point: str, logs: Path, cfg: Path, backend: StorageBackend) -> None:
     _crash(cfg, SPECS[point])
 
     # Right after the crash: no reader-visible segment without its data.
