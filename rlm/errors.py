@@ -160,7 +160,14 @@ class ObjectExistsError(StorageError):
 
 
 class TransientStorageError(StorageError):
-    """Throttling (e.g. 503 SlowDown), a 5xx or a timeout: the operation may be retried."""
+    """Throttling (e.g. 503 SlowDown), a 5xx or a timeout: the operation may be retried.
+
+    ``attempts`` is set (and "gave up after N attempts" added to the text) by the retry policy
+    that exhausted its attempts on it: such an error is never retried again by an outer policy,
+    so however layers nest, each request is retried by exactly one (docs/store-requests.md).
+    """
+
+    attempts: int | None = None
 
 
 class StoreUnavailableError(StorageError):

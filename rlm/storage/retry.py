@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, TypeVar
 
-from rlm.errors import ObjectExistsError, TransientStorageError
+from rlm.errors import ObjectExistsError, RlmError, TransientStorageError
 from rlm.storage.api import Data, ListPage, ObjectInfo, StorageBackend, validate_key
 from rlm.storage.wrapper import WrappingBackend
 
@@ -75,7 +75,10 @@ class RetryPolicy:
             try:
                 return fn(*args, **kwargs)
             except self.retry_on as e:
+                if getattr(e, "attempts", None) is not None:
+                    raise  # an inner layer already retried this request: one policy per request
                 if attempt + 1 >= self.max_attempts:
+                    gave_up(e, attempt + 1)
                     raise
                 pause = self.delay(attempt)
                 log.debug("transient storage error (attempt %d/%d), retrying in %.3fs: %s",
@@ -87,6 +90,14 @@ class RetryPolicy:
                         before_retry()
                     except Exception as rewind_error:
                         raise rewind_error from e
+
+
+def gave_up(err: BaseException, attempts: int) -> None:
+    """Mark ``err`` as exhausted after ``attempts`` calls (its text says so), so no outer policy
+    retries it again; see :class:`~rlm.errors.TransientStorageError`. Other errors are left alone."""
+    if isinstance(err, RlmError):
+        err.attempts = attempts  # type: ignore[attr-defined]  # declared by TransientStorageError
+        err.reason = f"{err.reason} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
 
 
 def _rewinder(stream: BinaryIO) -> Callable[[], None]:

@@ -26,8 +26,11 @@ Conditional create is S3's ``PutObject``/``CompleteMultipartUpload`` with ``If-N
 ``412 PreconditionFailed`` becomes :class:`~rlm.errors.ObjectExistsError`. ``auto`` probes once (two
 conditional puts of a scratch key under ``<prefix>.rlm-probe/``) whether the store honours the header;
 stores that ignore it get ``emulated`` (HEAD then PUT — not atomic, reported as
-``capabilities.conditional_create = False``). botocore's own retries are disabled: every call is
-retried by :class:`rlm.storage.retry.RetryPolicy`, the one retry layer.
+``capabilities.conditional_create = False``). botocore's own retries are disabled: each HTTP
+request (PUT, CreateMultipartUpload, UploadPart, CompleteMultipartUpload, GET, LIST, HEAD, DELETE)
+is retried here under one :class:`rlm.storage.retry.RetryPolicy` built from ``max_attempts`` /
+``retry_*``, so a 500 on one part re-sends that part, not the object; an exhausted error is marked
+and never retried again by an outer policy (docs/store-requests.md).
 """
 
 from __future__ import annotations
@@ -348,9 +351,8 @@ class S3Backend(StorageBackend):
                         d.result()
                     inflight -= done
             parts = [f.result() for f in futures]
-            resp = self._call("complete_multipart_upload", key, self._client.complete_multipart_upload,
-                              Bucket=self.bucket, Key=full, UploadId=upload_id,
-                              MultipartUpload={"Parts": parts}, **cond)
+            complete = self._completer(full, upload_id, parts, total)
+            resp = self._call("complete_multipart_upload", key, complete, **cond)
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -362,6 +364,39 @@ class S3Backend(StorageBackend):
                             scrub(str(abort_error)))
             raise
         return ObjectInfo(key, total, str(resp.get("ETag", "")).strip('"') or None)
+
+    def _completer(self, full: str, upload_id: str, parts: list[dict[str, Any]], total: int
+                   ) -> Callable[..., dict[str, Any]]:
+        """CompleteMultipartUpload, idempotent under retries: when an earlier attempt's answer was
+        lost, the store already assembled the object and a re-sent complete answers NoSuchUpload
+        (or 412 under If-None-Match). Then the object under the key is ours iff its size and its
+        multipart ETag (MD5 of the parts' MD5s + ``-N``) match; anything else is re-raised."""
+        import botocore.exceptions as bex
+
+        sent = [0]
+
+        def complete(**cond: Any) -> dict[str, Any]:
+            sent[0] += 1
+            try:
+                return dict(self._client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts},
+                    **cond))
+            except bex.ClientError as e:
+                code = str(e.response.get("Error", {}).get("Code", ""))
+                if sent[0] == 1 or code not in ("NoSuchUpload", "PreconditionFailed") or _status(e) == 0:
+                    raise
+                try:
+                    head = self._client.head_object(Bucket=self.bucket, Key=full)
+                except bex.ClientError:
+                    raise e from None  # nothing there: the upload really is gone
+                etag = str(head.get("ETag", "")).strip('"')
+                if int(head["ContentLength"]) != total or etag != multipart_etag(parts):
+                    raise
+                log.info("s3: %s: an earlier CompleteMultipartUpload succeeded, its answer was lost",
+                         self._where(full[len(self._prefix):]))
+                return {"ETag": head.get("ETag", "")}
+
+        return complete
 
     def _delete(self, key: str) -> None:
         with contextlib.suppress(ObjectNotFoundError):  # some S3-compatible stores answer 404
@@ -439,6 +474,17 @@ class S3Backend(StorageBackend):
         contents = r.get("Contents", [])
         more = bool(r.get("IsTruncated")) and bool(contents)
         return ListPage(tuple(objects), contents[-1]["Key"][n:] if more else None)
+
+
+def multipart_etag(parts: list[dict[str, Any]]) -> str:
+    """S3's ETag of an object assembled from ``parts`` (each with its ``ETag``, the part's MD5)."""
+    import hashlib
+
+    try:
+        digests = b"".join(bytes.fromhex(str(p["ETag"]).strip('"')) for p in parts)
+    except ValueError:  # not MD5 ETags (e.g. SSE-KMS): nothing to compare with
+        return ""
+    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes:
