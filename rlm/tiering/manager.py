@@ -33,6 +33,7 @@ from rlm.logdir.scan import (
 )
 from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
+from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity
 from rlm.tiering.checkpoint_cache import CheckpointCache
@@ -109,7 +110,8 @@ class RemoteLogManager:
         self.health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
                                   probe_interval_ms=settings.remote.probe_interval_ms,
                                   registry=metrics.registry)
-        self.store = HealthTrackingBackend(backend, self.health)
+        # Counted below the call sites, above the backend's own request retries: docs/store-requests.md.
+        self.store = HealthTrackingBackend(MeteringBackend(backend, metrics.requests), self.health)
         self.shared = SharedResources(
             backend=self.store, settings=t, metrics=metrics,
             bucket=TokenBucket(t.upload_bytes_per_sec),

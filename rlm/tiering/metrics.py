@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from rlm.logdir.indexcheck import rebuild_counts
+from rlm.storage.metering import RequestMeter
+from rlm.tiering.keys import parse_root
 
 _TP = ("topic", "partition")
 
@@ -95,6 +97,9 @@ class TieringMetrics:
         self.task_seconds = Histogram("rlm_partition_task_seconds", "Duration of one partition pass "
                                       "(copy + retention)", _TP, registry=r,
                                       buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600))
+        # Store requests by operation and partition (docs/store-requests.md), counted by the
+        # MeteringBackend the manager puts over its store.
+        self.requests = RequestMeter(r, attribute=_partition_of_key)
 
     def labels(self, topic: str, partition: int) -> dict[str, str]:
         return {"topic": topic, "partition": str(partition)}
@@ -111,3 +116,9 @@ class TieringMetrics:
     def quarantine_clear(self, labels: dict[str, str], q: _QuarantineFacts) -> None:
         with contextlib.suppress(KeyError):  # never set in this registry (e.g. another manager)
             self.quarantine_info.remove(*self._quarantine_labels(labels, q).values())
+
+
+def _partition_of_key(key: str) -> tuple[str, int] | None:
+    """The partition whose root ``key`` lies under (docs/store-requests.md), else None."""
+    root = parse_root(key)
+    return (root.topic, root.partition) if root is not None else None

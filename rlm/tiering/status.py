@@ -57,6 +57,9 @@ def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Se
         "topic_id": ctx.part.topic_id,
         "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
         "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
+        # docs/store-requests.md: this process's store requests for the partition, by operation,
+        # and the bytes they moved.
+        "store_requests": ctx.shared.metrics.requests.row(ctx.topic, ctx.partition),
         # compaction, policy, kafka_configs (docs/topic-policy.md); role, leader, ... (docs/cluster.md)
         **extra,
     }

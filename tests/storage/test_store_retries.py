@@ -95,7 +95,8 @@ def test_nested_policies_retry_each_request_once_level(s3_target: S3Target, prox
     assert exc.value.attempts == 3
     text = str(exc.value)  # one line: operation, object, code, status, attempts
     assert "\n" not in text
-    for part in ("read", f"{s3_target.prefix}/{key}", "InternalError", "HTTP 500", "gave up after 3 attempts"):
+    for part in ("read", f"{s3_target.prefix}/{key}", "InternalError", "HTTP 500",
+                 "gave up after 3 attempts"):
         assert part in text, (part, text)
 
 

@@ -75,7 +75,8 @@ def test_a_pass_that_still_fails_names_the_object_and_resumes(tmp_path: Path, s3
         for part in ("upload_part", f"s3://{s3_target.bucket}/{s3_target.prefix}/", "/segment.log",
                      "InternalError", "HTTP 500", "gave up after 3 attempts"):
             assert part in last, (part, last)
-        logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"{TOPIC}-{partition}: ")]
+        messages = [r.getMessage() for r in caplog.records]
+        logged = [m for m in messages if m.startswith(f"{TOPIC}-{partition}: ")]
         assert logged and "upload_part" in logged[0]
     # 3 attempts per failed object, not 3 x the call site's 6: one retry layer per request
     assert proxy.injected["upload_part:500"] == 3 * len(failed)
