@@ -3,13 +3,16 @@ sections, a moto S3 server in its own process, and a fast raw writer of Kafka pa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +98,33 @@ class MotoProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+S3_SERVERS = ("seaweedfs", "moto")
+
+
+@contextlib.contextmanager
+def s3_server(kind: str, work: Path, bucket: str) -> Iterator[tuple[str, int]]:
+    """The benches' S3 server holding ``bucket``, yielding (endpoint, server pid): SeaweedFS (the
+    default: a real server, ``weed server`` on a fresh ``work/weed``, rlm/testing/seaweed.py) or
+    moto in its own process (``kind = "moto"``)."""
+    if kind == "moto":
+        import boto3
+
+        with MotoProcess(work / "moto.log") as moto:
+            client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1")
+            client.create_bucket(Bucket=bucket)
+            client.close()
+            yield moto.endpoint, moto.proc.pid
+        return
+    from rlm.testing.seaweed import SeaweedServer
+
+    data = work / "weed"
+    shutil.rmtree(data, ignore_errors=True)
+    with SeaweedServer(data) as weed:
+        assert weed.proc is not None
+        weed.make_bucket(bucket)
+        yield weed.endpoint, weed.proc.pid
 
 
 # --- fast raw partitions ---------------------------------------------------------------------------

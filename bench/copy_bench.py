@@ -1,8 +1,9 @@
 """Copy benchmark: rlm tiering (``RemoteLogManager.run_once`` with the s3 backend) vs boto3
 ``upload_file`` of the same files to the same S3 endpoint, in the same run.
 
-The endpoint is a moto server in its own process (``python -m moto.server``), so the client side
-(rlm, or boto3) does not share a GIL with the server. The partition is N rolled segments of
+The endpoint is a real S3 server, SeaweedFS (``weed server``; ``--server moto`` for moto's
+``python -m moto.server``), in its own process, so the client side (rlm, or boto3) does not share
+a GIL with the server. The partition is N rolled segments of
 ``--segment-mib`` MiB (plus the empty active segment), written fast: one ~16 KiB v2 batch repeated
 with rewritten base offsets (not covered by the CRC), with sparse ``.index`` / ``.timeindex`` files
 and a ``replication-offset-checkpoint`` committing everything.
@@ -15,7 +16,8 @@ and a ``replication-offset-checkpoint`` committing everything.
   s3 backend's options.
 
 The contenders alternate (``--repeat`` rounds, best of each kept); objects are deleted after every
-run (moto keeps them in memory). MB/s = ``.log`` bytes / seconds. Target: rlm ≥ 0.95 × boto3.
+run (moto keeps them in memory, SeaweedFS on disk). MB/s = ``.log`` bytes / seconds.
+Target: rlm ≥ 0.95 × boto3.
 
     .venv/bin/python bench/copy_bench.py                       # 4 × 256 MiB
     .venv/bin/python bench/copy_bench.py --segments 2 --segment-mib 64 --no-record
@@ -40,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import (
     FAKE_AWS,
     OUT,
-    MotoProcess,
+    S3_SERVERS,
     machine,
     record,
+    s3_server,
     template_batch,
     write_rolled_partition,
 )
@@ -61,11 +64,11 @@ INTRO = (
     "`bench/copy_bench.py`: one `rlm run --once`-equivalent pass (`RemoteLogManager.run_once`, s3 "
     "backend: pin, CRC-verifying scan, multipart upload, index objects, manifest, local index) vs "
     "boto3 `upload_file` of the same `.log`/`.index`/`.timeindex` files with the same part size and "
-    "concurrency, to the same moto S3 server running in its own process; alternating, best of "
-    "each. Target: rlm ≥ 0.95 × boto3.")
+    "concurrency, to the same S3 server (SeaweedFS unless `--server moto`) in its own process; "
+    "alternating, best of each. Target: rlm ≥ 0.95 × boto3.")
 
 
-SERVER: list[int] = []  # the moto server's pid
+SERVER: list[int] = []  # the S3 server's pid
 
 
 def cpu() -> tuple[float, float]:
@@ -174,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile one rlm pass and print the top")
     ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
     ap.add_argument("--label", default="", help="a note for the BENCHMARKS.md entry")
+    ap.add_argument("--server", choices=S3_SERVERS, default="seaweedfs",
+                    help="the S3 server, in its own process (default seaweedfs: a real one)")
     args = ap.parse_args(argv)
     os.environ.update(FAKE_AWS)
 
@@ -184,11 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(f.stat().st_size for f in files)
     print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
 
-    with MotoProcess(work / "moto.log") as moto:
-        SERVER[:] = [moto.proc.pid]
-        client = boto_client(moto.endpoint, args.concurrency)
-        client.create_bucket(Bucket=BUCKET)
-        backend = create_backend("s3", s3_options(moto.endpoint, "rlm/", args.part_mib, args.concurrency))
+    with s3_server(args.server, work, BUCKET) as (endpoint, pid):
+        SERVER[:] = [pid]
+        client = boto_client(endpoint, args.concurrency)
+        backend = create_backend("s3", s3_options(endpoint, "rlm/", args.part_mib, args.concurrency))
         if args.profile:
             prof = cProfile.Profile()
             run_rlm(work, logs, backend, args, prof)
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             stats.sort_stats("tottime").print_stats(18)
             stats.sort_stats("cumulative").print_stats(25)
             return 0
-        # Warm-up of both clients (page cache, connections, moto's code paths), not timed.
+        # Warm-up of both clients (page cache, connections, the server's code paths), not timed.
         run_boto(client, files[:1], "boto/", args)
         backend.upload_file("warm/" + files[0].name, files[0])
         empty(client, "")
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
                  f"{' — ' + args.label if args.label else ''}\n\n"
                  f"- machine: {machine()}\n"
-                 f"- command: `{cmd}` (moto server in its own process; "
+                 f"- command: `{cmd}` ({args.server} server in its own process; "
                  f"alternating, best of {args.repeat})\n\n" + table)
         record(SECTION, entry, intro=INTRO)
         print("recorded in BENCHMARKS.md")

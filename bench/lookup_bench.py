@@ -1,5 +1,6 @@
 """Lookup benchmark: latency of offset/timestamp lookups per tier and HTTP throughput, with the
-remote tier on S3 (moto's real HTTP server, started in this process; no AWS account involved).
+remote tier on S3: SeaweedFS (``weed server``, a real S3 server in its own process) by default,
+``--server moto`` for moto's server; no AWS account involved.
 
 A generated partition (LogWriter: mixed codecs, out-of-order timestamps, several segments) is tiered
 to the ``s3`` backend (plugins/rlm-storage-s3) by RemoteLogManager; then the oldest local segments
@@ -36,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchlib import machine, record  # noqa: E402
+from bench.benchlib import S3_SERVERS, machine, record, s3_server  # noqa: E402
 from rlm.testing.counting import CountingBackend  # noqa: E402
 
 SECTION = "## Lookup latency"
@@ -79,15 +80,15 @@ def main() -> int:
     ap.add_argument("--http-requests", type=int, default=2_000)
     ap.add_argument("--http-threads", type=int, default=4)
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--server", choices=S3_SERVERS, default="seaweedfs",
+                    help="the S3 server (default: seaweedfs)")
     args = ap.parse_args()
 
     for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}.items():
         os.environ.setdefault(k, v)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    import contextlib
     import logging
-
-    import boto3
-    from moto.server import ThreadedMotoServer
 
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
@@ -102,13 +103,10 @@ def main() -> int:
     from rlm.tiering.readers import TieredReaders
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="rlm-bench")
     tmp = Path(tempfile.mkdtemp(prefix="rlm-lookup-bench-"))
+    stack = contextlib.ExitStack()
     try:
+        endpoint, _ = stack.enter_context(s3_server(args.server, tmp, "rlm-bench"))
         logs = tmp / "logs"
         t = time.perf_counter()
         generate(logs, args.batches, int(args.segment_mib * (1 << 20)))
@@ -122,7 +120,8 @@ def main() -> int:
                 records.extend((r.offset, r.timestamp) for r in decode_records(buf, b))
         print(f"generated {len(segments)} segments, {size / 2**20:.1f} MiB, {len(records)} records "
               f"in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        options = {"bucket": "rlm-bench", "prefix": "bench", "endpoint_url": endpoint}
+        options = {"bucket": "rlm-bench", "prefix": "bench", "endpoint_url": endpoint, "path_style": True,
+                   "region": "us-east-1"}
         settings = settings_from_mapping({
             "log": {"dirs": [str(logs)], "eligibility": "rolled"},
             "remote": {"backend": "s3", "options": options},
@@ -131,7 +130,7 @@ def main() -> int:
         t = time.perf_counter()
         manager = RemoteLogManager(settings, backend)
         assert all(r.error is None for r in manager.run_once())
-        print(f"tiered to s3 (moto) in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+        print(f"tiered to s3 ({args.server}) in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         keep = max(1, len(segments) // 4)
         for seg in segments[: len(segments) - keep]:
             for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
@@ -218,17 +217,18 @@ def main() -> int:
                 " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
             entry = (f"\n### {dt.date.today().isoformat()} — {len(segments)} segments, "
                      f"{size / 2**20:.1f} MiB, "
-                     f"{len(records):,} records; {len(segments) - keep} segments remote only (S3 on moto)\n\n"
+                     f"{len(records):,} records; {len(segments) - keep} segments remote only "
+                     f"(S3 on {args.server})\n\n"
                      f"- machine: {machine()}\n"
                      f"- command: `{cmd}`\n"
-                     "- cold = a fresh reader (empty range cache) per lookup; moto runs in the same "
-                     f"process, so remote latency is a local-HTTP S3, not a WAN one\n\n{table}\n")
+                     f"- cold = a fresh reader (empty range cache) per lookup; {args.server} runs on "
+                     f"this machine, so remote latency is a local-HTTP S3, not a WAN one\n\n{table}\n")
             record(SECTION, entry.lstrip("\n"), intro=(
                 "`bench/lookup_bench.py`: lookup latency per tier (local, remote cold, remote warm) "
-                "with the remote tier on S3 (moto), HTTP requests/s, and object-store requests per "
-                "cold lookup."))
+                "with the remote tier on S3 (SeaweedFS or moto), HTTP requests/s, and object-store "
+                "requests per cold lookup."))
     finally:
-        moto.stop()
+        stack.close()
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)

@@ -57,7 +57,8 @@ def test_pass_requests_match_what_reached_the_server(tmp_path: Path, s3_target: 
     assert sum(rows[p]["put"] for p in (0, 1)) == totals["put"]
     assert sum(rows[p]["bytes_sent"] for p in (0, 1)) == totals["bytes_sent"] > 0
     text = generate_latest(metrics.registry).decode()
-    assert f'rlm_store_requests_total{{op="put",partition="0",topic="{TOPIC}"}} {float(rows[0]["put"])}' in text
+    put0 = float(rows[0]["put"])
+    assert f'rlm_store_requests_total{{op="put",partition="0",topic="{TOPIC}"}} {put0}' in text
     assert f'rlm_store_request_bytes_total{{direction="sent",op="put"}} {float(totals["bytes_sent"])}' in text
 
 
