@@ -51,10 +51,11 @@ from rlm.errors import (
     StorageError,
     TransientStorageError,
 )
-from rlm.storage.api import RESERVED_PREFIX, Capabilities, ListPage, ObjectInfo, StorageBackend, read_fully
+from rlm.storage.api import RESERVED_PREFIX, Capabilities, ListPage, ObjectInfo, StorageBackend
 from rlm.storage.options import Option, at_least
 from rlm.storage.redaction import register_secret, scrub
 from rlm.storage.retry import RetryPolicy
+from rlm_storage_s3.parts import multipart_etag, read_exact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -273,8 +274,8 @@ class S3Backend(StorageBackend):
         # Read the threshold, then one part more: EOF there means a single PUT. Reading whole
         # parts (not threshold + 1 bytes) keeps every later part aligned, so part bodies are the
         # stream's own read results, never re-sliced or concatenated copies.
-        first = _read_exact(stream, self.threshold)
-        second = _read_exact(stream, self.part_size) if len(first) == self.threshold else b""
+        first = read_exact(stream, self.threshold)
+        second = read_exact(stream, self.part_size) if len(first) == self.threshold else b""
         if not second:
             resp = self._call("put", key, self._client.put_object, Bucket=self.bucket, Key=self._full(key),
                               Body=first, **cond, **self._put_extra())
@@ -289,14 +290,14 @@ class S3Backend(StorageBackend):
             yield first
             while chunk:
                 yield chunk
-                chunk = _read_exact(stream, size) if len(chunk) == size else b""
+                chunk = read_exact(stream, size) if len(chunk) == size else b""
             return
         buffer = bytearray(first)  # threshold != part_size: re-slice into part_size pieces
         buffer += second
         eof = len(second) < size
         while True:
             while not eof and len(buffer) < size:
-                more = _read_exact(stream, size - len(buffer))
+                more = read_exact(stream, size - len(buffer))
                 eof = len(more) < size - len(buffer)
                 buffer += more
             if not buffer:
@@ -474,25 +475,6 @@ class S3Backend(StorageBackend):
         contents = r.get("Contents", [])
         more = bool(r.get("IsTruncated")) and bool(contents)
         return ListPage(tuple(objects), contents[-1]["Key"][n:] if more else None)
-
-
-def multipart_etag(parts: list[dict[str, Any]]) -> str:
-    """S3's ETag of an object assembled from ``parts`` (each with its ``ETag``, the part's MD5)."""
-    import hashlib
-
-    try:
-        digests = b"".join(bytes.fromhex(str(p["ETag"]).strip('"')) for p in parts)
-    except ValueError:  # not MD5 ETags (e.g. SSE-KMS): nothing to compare with
-        return ""
-    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
-
-
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
-    """``n`` bytes, fewer only at EOF; one read's result is returned as is (no copy) when complete."""
-    chunk = stream.read(n)
-    if len(chunk) == n or not chunk:
-        return chunk
-    return chunk + read_fully(stream, n - len(chunk))
 
 
 def _status(e: BaseException | None) -> int:
