@@ -20,13 +20,13 @@ from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
-from tests.s3servers import S3Target
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,
     settings_for,
     write_generated,
 )
+from tests.s3servers import S3Target
 
 
 class Tiered:

@@ -79,8 +79,8 @@ class TestS3SeaweedFS(BackendSuite):
         pytest.fail("SeaweedFS now lists in key order: remove the _walk_order override")
 
     def test_listing_is_in_key_order(self, backend: StorageBackend, ns: str) -> None:
-        target = self._target  # set by the autouse fixture below
-        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_listing_is_in_key_order(backend, ns), target)
+        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_listing_is_in_key_order(backend, ns),
+                         self._target)
 
     def test_prefix_is_a_string_prefix(self, backend: StorageBackend, ns: str) -> None:
         self._walk_order(lambda: super(TestS3SeaweedFS, self).test_prefix_is_a_string_prefix(backend, ns),
