@@ -14,7 +14,7 @@ SCAN_TESTS := tests/formats/test_records.py tests/formats/test_records_fixtures.
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test test-fast lint bench bench-copy bench-scale soak fuzz clean browser
+.PHONY: install run test test-fast lint bench bench-copy bench-scale soak fuzz clean browser toolchain
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
@@ -24,6 +24,7 @@ install: $(STAMP)
 	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
+	@$(MAKE) --no-print-directory toolchain
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,iceberg,dev]' \
@@ -44,6 +45,22 @@ test: install lint browser
 # The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites.
 test-fast: install
 	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q -x -m "not integration and not spark and not s3 and not slow"
+
+# The compiled extensions need a C compiler and Python's headers. Installs Debian's gcc (and the
+# headers of a Debian python) when missing and we are root with apt-get; otherwise says why —
+# rlm then installs without them and `make test` fails on RLM_REQUIRE_NATIVE (docs/decoder.md).
+toolchain:
+	@if command -v cc >/dev/null 2>&1 && $(PYTHON) -c "import sysconfig,os,sys; \
+	    sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing a C compiler and Python headers for rlm's compiled parts (apt-get)"; \
+	    pkgs="gcc libc6-dev"; $(PYTHON) -c "import sys; sys.exit(not sys.prefix.startswith('/usr'))" \
+	        && pkgs="$$pkgs $$(basename $$($(PYTHON) -c 'import sys; print(sys.executable)'))-dev"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$pkgs >/dev/null \
+	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	         apt-get install -y -q --no-install-recommends $$pkgs >/dev/null; } \
+	    || echo "could not install $$pkgs: rlm's compiled parts will not build"; \
+	else echo "no C compiler or Python headers, and not root with apt-get: rlm's compiled parts will not build"; fi
 
 # The status-page tests drive a real headless Chromium (tests/ui). Installs Debian's `chromium`
 # when none is on PATH and we are root with apt-get; otherwise says why and those tests skip.
