@@ -8,8 +8,10 @@ Rules pick requests by S3 operation (:func:`s3_operation` names them from method
 * ``"lost_ack"`` — forward (the store does the work), then close the connection unanswered: the
   client sees a dropped connection although the write happened.
 
-Everything else is forwarded unchanged. :attr:`FaultProxy.seen` counts forwarded + failed
-requests by operation, so tests can prove which requests were re-sent.
+:meth:`FaultProxy.fail_every` instead fails every n-th request of any operation, alternating 503
+SlowDown and 500 InternalError (steady throttling). Everything else is forwarded unchanged.
+:attr:`FaultProxy.seen` counts forwarded + failed requests by operation, so tests can prove which
+requests were re-sent; :attr:`FaultProxy.total_injected` counts every injected fault.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class FaultProxy(http.server.ThreadingHTTPServer):
         self.rules: list[Rule] = []
         self.seen: collections.Counter[str] = collections.Counter()
         self.injected: collections.Counter[str] = collections.Counter()
+        self.every = 0  # fail_every: 0 = off
+        self.requests = 0
         self.lock = threading.Lock()
         self._thread: threading.Thread | None = None
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -75,14 +79,30 @@ class FaultProxy(http.server.ThreadingHTTPServer):
         with self.lock:
             self.rules.append(Rule(operation, action, times))
 
+    def fail_every(self, n: int) -> None:
+        """Fail every ``n``-th request (any operation), alternating 503 and 500; 0 turns it off."""
+        with self.lock:
+            self.every = n
+
+    @property
+    def total_injected(self) -> int:
+        with self.lock:
+            return sum(self.injected.values())
+
     def clear(self) -> None:
         with self.lock:
             self.rules.clear()
+            self.every = 0
 
     def decide(self, operation: str) -> Action | None:
         """Count the request and return the fault to inject, if a rule matches."""
         with self.lock:
             self.seen[operation] += 1
+            self.requests += 1
+            if self.every and self.requests % self.every == 0:
+                action: Action = "503" if sum(self.injected.values()) % 2 == 0 else "500"
+                self.injected[f"{operation}:{action}"] += 1
+                return action
             for rule in self.rules:
                 if rule.operation == operation and rule.times != 0:
                     rule.times -= 1 if rule.times > 0 else 0

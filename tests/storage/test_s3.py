@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import http.client
-import http.server
-import itertools
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +22,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy, put_if_absent_idempotent
 from rlm.testing.backend_suite import BackendSuite, payload
+from rlm.testing.faultproxy import FaultProxy
 from tests.s3servers import S3Target
 from tests.storage.conftest import BUCKET
 
@@ -297,68 +294,15 @@ def test_lost_ack_on_conditional_create_never_duplicates(moto_endpoint: str) -> 
 # -- a throttling proxy in front of moto: the plugin's own retries (503 SlowDown, 500) -------------
 
 
-class _FlakyProxy(http.server.ThreadingHTTPServer):
-    """Answers every ``every``-th request with a 503 SlowDown / 500 (alternating), forwards the rest."""
-
-    def __init__(self, upstream: str, every: int) -> None:
-        self.upstream = upstream.removeprefix("http://")
-        self.counter = itertools.count(1)
-        self.every = every
-        self.injected = 0
-        super().__init__(("127.0.0.1", 0), _ProxyHandler)
-
-
-class _ProxyHandler(http.server.BaseHTTPRequestHandler):
-    server: _FlakyProxy
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        n = next(self.server.counter)
-        if n % self.server.every == 0:
-            self.server.injected += 1
-            code, status = ("SlowDown", 503) if self.server.injected % 2 else ("InternalError", 500)
-            payload_ = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(payload_)))
-            self.end_headers()
-            self.wfile.write(payload_)
-            return
-        conn = http.client.HTTPConnection(self.server.upstream, timeout=30)
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-        conn.request(self.command, self.path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-        conn.close()
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
-
-
 @pytest.fixture
-def flaky_endpoint(moto_endpoint: str) -> Iterator[_FlakyProxy]:
-    proxy = _FlakyProxy(moto_endpoint, every=3)
-    t = threading.Thread(target=proxy.serve_forever, daemon=True)
-    t.start()
-    yield proxy
-    proxy.shutdown()
-    proxy.server_close()
+def flaky_endpoint(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint) as proxy:
+        proxy.fail_every(3)
+        yield proxy
 
 
-def test_plugin_retries_throttling_and_5xx(flaky_endpoint: _FlakyProxy) -> None:
-    endpoint = f"http://127.0.0.1:{flaky_endpoint.server_address[1]}"
+def test_plugin_retries_throttling_and_5xx(flaky_endpoint: FaultProxy) -> None:
+    endpoint = flaky_endpoint.endpoint
     delays: list[float] = []
     b = S3Backend(bucket=BUCKET, endpoint_url=endpoint, path_style=True, prefix=uuid.uuid4().hex,
                   conditional_create="native", sleep=delays.append, retry_base_delay=0.1, **SMALL_PARTS)
@@ -368,8 +312,8 @@ def test_plugin_retries_throttling_and_5xx(flaky_endpoint: _FlakyProxy) -> None:
     b.put("big", data)
     assert b.read("big") == data
     assert [o.key for o in b.list()] == ["big", "k0", "k1", "k2", "k3"]
-    assert flaky_endpoint.injected >= 5
-    assert len(delays) == flaky_endpoint.injected
+    assert flaky_endpoint.total_injected >= 5
+    assert len(delays) == flaky_endpoint.total_injected
     assert all(0 <= d <= 20.0 for d in delays)
     once = S3Backend(**{**b.options, "max_attempts": 1})
     with pytest.raises(TransientStorageError, match=r"HTTP 50[03]"):
