@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 #: Snapshot summary property per Kafka partition: ``rlm.next-offset.<topic>-<partition>`` = the
 #: first offset the next incremental run exports (every rlm snapshot carries the whole map).
 OFFSET_PROPERTY = "rlm.next-offset."
+#: Snapshot summary property per topic: ``rlm.topic-id.<topic>`` = the topic id (partition.metadata)
+#: of the incarnation exported. A re-created topic is a new log whose offsets start again
+#: (docs/topic-identity.md): an incremental run refuses it rather than skip or mix its records.
+TOPIC_ID_PROPERTY = "rlm.topic-id."
 #: Snapshot summary property naming the export run (its id is in its data files' names).
 ATTEMPT_PROPERTY = "rlm.attempt"
 LOCK_NAME = ".rlm-export.lock"
@@ -168,22 +172,48 @@ def _check_table(table: Any, identifier: str) -> None:
                          f"{partition_spec_fields()} (topic identity, day(timestamp))")
 
 
-def exported_offsets(table: Any) -> Offsets:
-    """``(topic, partition) → next offset to export``, from the newest rlm snapshot of the current
-    snapshot's ancestry (snapshots other writers add on top are skipped); empty for a new table."""
+def _rlm_summary(table: Any) -> dict[str, str]:
+    """The summary properties of the newest rlm snapshot of the current snapshot's ancestry
+    (snapshots other writers add on top are skipped); empty for a new table."""
     from pyiceberg.table.snapshots import ancestors_of
 
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
-        if ATTEMPT_PROPERTY not in summary:
-            continue
-        out: Offsets = {}
-        for key, value in summary.items():
-            if key.startswith(OFFSET_PROPERTY):
-                topic, _, partition = key[len(OFFSET_PROPERTY):].rpartition("-")
-                out[(topic, int(partition))] = int(value)
-        return out
+        if ATTEMPT_PROPERTY in summary:
+            return summary
     return {}
+
+
+def exported_offsets(table: Any) -> Offsets:
+    """``(topic, partition) → next offset to export`` (empty for a new table)."""
+    out: Offsets = {}
+    for key, value in _rlm_summary(table).items():
+        if key.startswith(OFFSET_PROPERTY):
+            topic, _, partition = key[len(OFFSET_PROPERTY):].rpartition("-")
+            out[(topic, int(partition))] = int(value)
+    return out
+
+
+def exported_topic_ids(table: Any) -> dict[str, str]:
+    """``topic → topic id`` of the incarnations the table holds (topics without an id: absent)."""
+    return {key[len(TOPIC_ID_PROPERTY):]: value for key, value in _rlm_summary(table).items()
+            if key.startswith(TOPIC_ID_PROPERTY)}
+
+
+def planned_topic_ids(known: Mapping[str, str], plan: ReadPlan, identifier: str) -> dict[str, str]:
+    """``known`` plus the planned partitions' topic ids; :class:`TableError` for a topic whose id
+    changed: it was deleted and created again, its offsets start over, and appending it by offset
+    would skip its first records (or mix two logs under one name)."""
+    out = dict(known)
+    for p in plan.partitions:
+        if p.topic_id is None:
+            continue
+        old = out.setdefault(p.topic, p.topic_id)
+        if old != p.topic_id:
+            raise TableError(f"table {identifier}: topic {p.topic} was re-created (topic id {old} in "
+                             f"the table, {p.topic_id} in the log dir): a new log whose offsets start "
+                             "again; export it into another table (docs/iceberg.md)")
+    return out
 
 
 def next_offsets(done: Mapping[tuple[str, int], int], plan: ReadPlan) -> Offsets:
@@ -276,6 +306,7 @@ class IcebergSink:
     offsets: Offsets
     base_snapshot_id: int | None
     compression: str = "snappy"
+    topic_ids: tuple[tuple[str, str], ...] = ()  # (topic, id) of every incarnation the table holds
 
     def write_task(self, index: int, task: ReadTask, batches: Iterable[Any]) -> list[DataFile]:
         return write_day_files(self.io_properties, self.data_location, self.attempt, index, task,
@@ -293,6 +324,7 @@ class IcebergSink:
                              "committed); run again")
         props = {ATTEMPT_PROPERTY: self.attempt}
         props.update({f"{OFFSET_PROPERTY}{t}-{p}": str(o) for (t, p), o in self.offsets.items()})
+        props.update({f"{TOPIC_ID_PROPERTY}{t}": i for t, i in self.topic_ids})
         crash_point("export_before_commit")
         try:
             # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
@@ -328,9 +360,11 @@ def export_iceberg(settings: Settings, topics: Sequence[str] | None, target: Ice
         done = exported_offsets(table)
         plan = plan_read(settings, topics, partitions, target_bytes=target_bytes,
                          isolation=check_isolation(isolation), start_offsets=done)
+        ids = planned_topic_ids(exported_topic_ids(table), plan, target.identifier)
         sink = IcebergSink(target, dict(table.io.properties), f"{table.location()}/data",
                            uuid.uuid4().hex, next_offsets(done, plan),
-                           base.snapshot_id if base is not None else None)
+                           base.snapshot_id if base is not None else None,
+                           topic_ids=tuple(sorted(ids.items())))
         files = engine(plan, BackendSpec.from_settings(settings), sink)
         snapshot = load_table(target).current_snapshot() if files else None
     out = str(target.lock_dir) if target.lock_dir is not None else table.location()

@@ -134,6 +134,7 @@ class PartitionPlan:
 
     topic: str
     partition: int
+    topic_id: str | None = None  # the incarnation planned (partition.metadata; docs/topic-identity.md)
     manifests: list[SegmentManifest] = field(default_factory=list)
     highest_tiered_offset: int = -1
     local_min_offset: int = 0
@@ -277,7 +278,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     ``min_offset`` plans only offsets ≥ it (an incremental export resuming a partition,
     docs/iceberg.md); it only ever narrows the visible range.
     """
-    plan = PartitionPlan(part.topic, part.partition)
+    plan = PartitionPlan(part.topic, part.partition, part.topic_id)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
     remote = view.state(backend, part, retry)
     links = remote.chain().links if view.servable else ()  # what the store serves (docs/cluster.md)
