@@ -1,4 +1,5 @@
-"""The same job code against the moto S3 server: executors rebuild the s3 backend and read over HTTP."""
+"""The same job code against real S3 servers — SeaweedFS (the session's, tests/s3servers.py) and
+moto's server: executors rebuild the s3 backend and read over HTTP."""
 
 from __future__ import annotations
 
@@ -24,15 +25,25 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3]
 pytest.importorskip("rlm_storage_s3")
 
 
-def test_read_and_verify_over_s3(spark: Any, moto_endpoint: str, tmp_path: Path) -> None:
+@pytest.fixture(params=["seaweedfs", "moto"])
+def s3_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """``[remote.options]`` of the s3 backend on each server. Credentials in the options (not only
+    the driver's environment): executors rebuild the backend from them."""
+    if request.param == "moto":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        return {"bucket": "rlm-test", "prefix": f"jobs-{uuid.uuid4().hex[:8]}", "endpoint_url": endpoint,
+                "region": "us-east-1", "path_style": True, "access_key_id": "testing",
+                "secret_access_key": "testing"}
+    options: dict[str, Any] = request.getfixturevalue("s3_target").options()
+    return options
+
+
+def test_read_and_verify_over_s3(spark: Any, s3_options: dict[str, Any], tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     for p, codec in enumerate(CODECS[1:4]):
         write_generated(log_dir, "s3t", p, codec, seed=10 + p, batches=32)
-    # Credentials in the options (not only the driver's environment): executors rebuild from them.
-    options = {"bucket": "rlm-test", "prefix": f"jobs-{uuid.uuid4().hex[:8]}", "endpoint_url": moto_endpoint,
-               "region": "us-east-1", "path_style": True, "access_key_id": "testing",
-               "secret_access_key": "testing"}
+    options = s3_options
     settings = make_settings([log_dir], backend="s3", options=options, index_entry_bytes=8192)
     tier(settings)
     plan = plan_read(settings, ["s3t"], target_bytes=20_000)
