@@ -51,7 +51,7 @@ _ENGINE_HELP = ("local: one process with pyarrow, no JVM (the sidecar default); 
               "local tasks need executors on this host).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (default: refuse).")
 @click.option("--task-mib", type=click.IntRange(1, 1024), default=32, show_default=True,
-              help="Target bytes read per task.")
+              help="Target MiB read per task (both engines).")
 @click.option("--parallelism", type=click.IntRange(1), default=None,
               help="--engine local: tasks run at once (default: the CPU count).")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]),
@@ -71,8 +71,8 @@ def export(config_path: Path, topics: tuple[str, ...], partitions: tuple[int, ..
     them to an Iceberg table partitioned by topic and day, one snapshot per run (docs/iceberg.md).
 
     Both engines plan the same tasks and write the same rows and layout
-    (OUT/topic=T/partition=P/part-*.parquet), into a staging dir next to OUT renamed into place
-    at the end: a failed export leaves nothing at OUT."""
+    (OUT/topic=T/partition=P/part-*.parquet). A local OUT is built in a staging dir next to it
+    and renamed into place at the end: a failed export leaves OUT as it was."""
     engine = engine or ("spark" if spark_master is not None else "local")
     if engine == "local" and spark_master is not None:
         raise click.UsageError("--spark-master needs --engine spark")

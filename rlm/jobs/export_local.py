@@ -35,7 +35,10 @@ PoolKind = Literal["auto", "thread", "process", "inline"]
 
 
 def default_parallelism() -> int:
-    """Workers when ``--parallelism`` is not given: every CPU of the host."""
+    """Workers when ``--parallelism`` is not given: the CPUs this process may run on (its
+    affinity mask where the OS has one, else ``os.cpu_count()``)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1
 
 
