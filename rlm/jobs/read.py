@@ -10,7 +10,7 @@ from typing import Any
 from rlm.config import Settings
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL, read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.sink import StagedDir, local_path, parquet_records
+from rlm.jobs.sink import ParquetSink, local_path
 from rlm.tiering.isolation import check_isolation
 
 
@@ -80,7 +80,8 @@ class ExportResult:
                 "bytes_planned": self.bytes_planned, "records": self.records, "engine": self.engine}
 
 
-#: Save modes staged next to a local ``out`` and renamed into place (docs/export.md).
+#: Save modes written through the staged ParquetSink for a local ``out`` (docs/export.md), and
+#: whether they replace an existing ``out``.
 _STAGED_MODES = {"error": False, "errorifexists": False, "overwrite": True}
 
 
@@ -92,31 +93,32 @@ def export(spark: Any, settings: Settings, topics: Sequence[str] | None, out: st
     (Spark's ``partitionBy`` layout: ``out/topic=T/partition=P/part-*.parquet``; read it back
     with ``spark.sql.sources.partitionColumnTypeInference.enabled=false`` if topic names look
     numeric). ``mode`` is Spark's save mode. Returns what was planned and the records written
-    (counted from the Parquet footers). ``isolation`` as in :func:`read_tiered`.
+    (as the writers counted them; Spark's own writer: from the Parquet footers). ``isolation``
+    as in :func:`read_tiered`.
 
     A local ``out`` (a path or ``file:`` URI) with mode ``errorifexists`` or ``overwrite`` is
-    written to a staging dir next to it and renamed into place once the job succeeded, so a
-    failed job leaves ``out`` as it was (docs/export.md); other filesystems and modes are Spark's
-    own commit (a failed job may leave ``_temporary`` files there)."""
+    written by the executors through :class:`~rlm.jobs.sink.ParquetSink` (pyarrow, the local
+    engine's writer and layout; ``compression`` one of its codecs) into a staging dir next to
+    ``out``, renamed into place once every task succeeded: a failed job leaves ``out`` as it was
+    (docs/export.md). Other filesystems and modes use Spark's own writer and commit (a failed job
+    may leave ``_temporary`` files there)."""
     plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
                      isolation=check_isolation(isolation))
     path = local_path(out)
-    staged = StagedDir.begin(path, _STAGED_MODES[mode.lower()]) \
-        if path is not None and mode.lower() in _STAGED_MODES else None
-    try:
-        target = str(staged.staging) if staged is not None else out
+    if path is not None and mode.lower() in _STAGED_MODES:
+        # Executors write each task's Arrow batches with pyarrow (the sink seam): no Arrow → JVM
+        # row conversion, no sort by the partition columns, no JVM Parquet encoding — that was
+        # most of a Spark export's time (BENCHMARKS.md, export).
+        from rlm.jobs.spark_sink import run_sink_spark  # here: it imports export_local, which imports us
+
+        sink = ParquetSink.begin(path, overwrite=_STAGED_MODES[mode.lower()], compression=compression)
+        spec = BackendSpec.from_settings(settings)
+        records = sum(f.records for f in run_sink_spark(spark, plan, spec, sink))
+    else:
         df = tiered_dataframe(spark, settings, plan)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # not legacy INT96
-        (df.write.mode("overwrite" if staged is not None else mode).option("compression", compression)
-         .partitionBy("topic", "partition").parquet(target))
-        if staged is not None:
-            records = parquet_records(staged.staging)  # footers: no second job, 0 without files
-            staged.commit()
-        else:
-            records = spark.read.parquet(target).count()
-    except BaseException:
-        if staged is not None:
-            staged.abort()
-        raise
+        (df.write.mode(mode).option("compression", compression)
+         .partitionBy("topic", "partition").parquet(out))
+        records = spark.read.parquet(out).count()
     return ExportResult(out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks),
                         records)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ ROW_GROUP_BYTES = 64 * 1024 * 1024
 #: Columns dictionary-encoded. Keys, values and headers are mostly distinct: building a
 #: dictionary until it overflows (then falling back) cost ~half the write time (bench/export_bench.py).
 DICTIONARY_COLUMNS = ["timestampType"]
+
+#: Seconds :meth:`StagedDir.abort` keeps removing a staging dir that straggling tasks write into.
+ABORT_SETTLE_S = 30.0
 
 #: Spark's ``compression`` option → (pyarrow codec, the file-name infix Spark writes).
 PARQUET_CODECS: dict[str, tuple[str, str]] = {
@@ -125,8 +129,16 @@ class StagedDir:
         if old is not None:
             _remove(old)
 
-    def abort(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+    def abort(self, settle_s: float = ABORT_SETTLE_S) -> None:
+        """Remove the staging dir. Spark does not wait for the other running tasks of a failed
+        job: one may still be writing a file, so the removal is retried until the dir stays
+        gone (for at most ``settle_s`` seconds)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            if not self.staging.exists() or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -141,13 +153,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def parquet_records(root: Path) -> int:
-    """Rows of every ``*.parquet`` file under ``root``, from the footers."""
-    import pyarrow.parquet as pq
-
-    return sum(pq.read_metadata(p).num_rows for p in root.rglob("*.parquet"))
 
 
 def parquet_codec(compression: str) -> tuple[str, str]:
@@ -186,6 +191,10 @@ class ParquetSink:
         codec, infix = parquet_codec(self.compression)
         directory = self.staged.staging / f"topic={task.topic}" / f"partition={task.partition}"
         path = directory / f"part-{index:05d}-{self.run_id}.c000{infix}.parquet"
+        # Written under a hidden attempt name and renamed: a retried or speculative Spark attempt
+        # of the same task never interleaves its bytes with another's (the last rename wins,
+        # and every attempt writes the same rows).
+        attempt = directory / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
         writer: Any = None
         pending: list[Any] = []
         pending_bytes = records = 0
@@ -195,8 +204,11 @@ class ParquetSink:
             nonlocal writer, pending_bytes
             table = pa.Table.from_batches(pending).drop_columns(["topic", "partition"])
             if writer is None:
-                directory.mkdir(parents=True, exist_ok=True)
-                writer = pq.ParquetWriter(path, table.schema, compression=codec,
+                # Never parents=True: a straggling Spark task of a failed job must not recreate
+                # the staging dir that abort() removed.
+                directory.parent.mkdir(exist_ok=True)
+                directory.mkdir(exist_ok=True)
+                writer = pq.ParquetWriter(attempt, table.schema, compression=codec,
                                           use_dictionary=DICTIONARY_COLUMNS)
             writer.write_table(table)
             pending.clear()
@@ -216,11 +228,15 @@ class ParquetSink:
                     flush()
             if pending:
                 flush()
-        finally:
+        except BaseException:
             if writer is not None:
                 writer.close()
-        if not records:
+                attempt.unlink(missing_ok=True)
+            raise
+        if writer is None:
             return []  # like Spark: a task without rows writes no file
+        writer.close()
+        os.replace(attempt, path)
         return [DataFile(str(path), task.topic, task.partition, records, path.stat().st_size, first, last)]
 
     def commit(self, files: Sequence[DataFile]) -> None:

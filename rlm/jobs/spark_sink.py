@@ -4,8 +4,9 @@ The Spark counterpart of :func:`rlm.jobs.export_local.run_sink` (docs/export.md)
 per planned read task, each running :func:`rlm.jobs.export_local.run_task` (read, decode, the
 sink's ``write_task``) on an executor; only the :class:`~rlm.jobs.sink.DataFile` descriptions
 (paths and counts, never rows) come back to the driver, which then calls ``commit`` once — or
-``abort`` if the job failed. The Iceberg export uses it (docs/iceberg.md); the Parquet export keeps
-Spark's own writer (``DataFrame.write``).
+``abort`` if the job failed. The Iceberg export uses it (docs/iceberg.md), and so does the Parquet
+export to a local ``out`` (:class:`~rlm.jobs.sink.ParquetSink`; other filesystems keep Spark's own
+writer, docs/export.md). A retried Spark task runs ``write_task`` again with the same index.
 """
 
 from __future__ import annotations

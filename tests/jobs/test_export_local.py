@@ -184,3 +184,29 @@ def test_cli_defaults_to_the_local_engine(env: Env, tmp_path: Path) -> None:
     assert wrong.returncode == 2 and "--spark-master needs --engine spark" in wrong.stderr
     wrong = _rlm(*base, "--overwrite", "--engine", "spark", "--parallelism", "2")
     assert wrong.returncode == 2 and "--parallelism" in wrong.stderr
+
+
+def test_a_retried_task_rewrites_its_own_file_and_a_failed_one_leaves_none(env: Env, tmp_path: Path) -> None:
+    """What a Spark retry does to a sink: the same index again gives the same single file; a
+    write that fails part-way leaves no attempt file behind."""
+    from rlm.jobs.decode import read_task_bytes, task_to_arrow
+    from rlm.jobs.export_local import run_task
+    from rlm.jobs.plan import BackendSpec
+    from rlm.jobs.sink import ParquetSink
+
+    task = plan_read(env.settings, ["other"]).tasks[0]
+    spec = BackendSpec.from_settings(env.settings)
+    sink = ParquetSink.begin(tmp_path / "out")
+    first = run_task(sink, spec, 0, task)
+    again = run_task(sink, spec, 0, task)
+    assert first == again and len(first) == 1 and first[0].records > 0
+
+    def breaks_after_one_batch() -> Any:
+        yield next(iter(task_to_arrow(task, read_task_bytes(task, spec))))
+        raise RlmError("the store went away")
+
+    with pytest.raises(RlmError, match="went away"):
+        sink.write_task(1, task, breaks_after_one_batch())
+    sink.commit(again)
+    assert layout(tmp_path / "out") == {"_SUCCESS": 0, "topic=other/partition=0": 1}
+    assert not [p for p in (tmp_path / "out").rglob(".*")]  # no attempt file left

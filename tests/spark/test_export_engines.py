@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from rlm.jobs import export, export_local
+from rlm.jobs import export, export_local, plan_read
+from rlm.jobs.plan import BackendSpec
+from rlm.jobs.sink import ParquetSink
+from rlm.jobs.spark_sink import run_sink_spark
 from tests.jobs.helpers import corrupt_one_object, layout, sorted_rows
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import Env, generated_env, make_settings, tier
@@ -76,3 +79,24 @@ def test_failed_spark_export_leaves_nothing_at_out(spark: Any, tmp_path: Path) -
         export(spark, env.settings, ["other"], str(out))
     result = export(spark, env.settings, ["other"], str(out), mode="overwrite")
     assert result.records == len(sorted_rows(out)) > 0 and not (out / "old").exists()
+
+
+def test_a_sink_on_spark_executors_writes_what_local_workers_write(spark: Any, gen_env: Env,
+                                                                    tmp_path: Path) -> None:
+    """The sink seam on both engines: run_sink_spark (executors write, the driver commits) and the
+    local engine give the same files, and each DataFile describes its file."""
+    import pyarrow.parquet as pq
+
+    plan = plan_read(gen_env.settings, ["gen"], target_bytes=16 * 1024)
+    sink = ParquetSink.begin(tmp_path / "via-spark")
+    files = run_sink_spark(spark, plan, BackendSpec.from_settings(gen_env.settings), sink)
+    local = export_local(gen_env.settings, ["gen"], tmp_path / "local", target_bytes=16 * 1024)
+    assert sorted_rows(tmp_path / "via-spark") == sorted_rows(tmp_path / "local")
+    assert layout(tmp_path / "via-spark") == layout(tmp_path / "local")
+    assert len(files) == sum(n for n in layout(tmp_path / "local").values()) and \
+        sum(f.records for f in files) == local.records
+    for f in files:  # committed: the staging dir became the output dir
+        table = pq.read_table(Path(f.path.replace(str(sink.staged.staging), str(tmp_path / "via-spark"))))
+        offsets = table.column("offset").to_pylist()
+        assert (f.records, f.min_offset, f.max_offset) == (len(offsets), offsets[0], offsets[-1])
+        assert f"topic={f.topic}/partition={f.partition}/" in f.path
