@@ -139,10 +139,21 @@ def digest(out: Path) -> tuple[int, str]:
     return rows, h.hexdigest()
 
 
-def _spark_contender(master: str) -> tuple[Any, Callable[[Settings, list[int], Path], int]]:
+def _spark_runs(results: dict[str, Any], name: str, master: str, conf: dict[str, str] | None,
+                settings: Settings, work: Path, parts: list[int], repeat: int) -> None:
+    """The Spark contender on ``master``: session start and a warm-up job (JIT, Python workers)
+    outside the timings. (Its CPU is in the JVM and Python workers: not counted.)"""
     spark = spark_session(master, "rlm export bench", progress=False,
-                          conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
-    return spark, lambda s, parts, out: export(spark, s, [TOPIC], str(out), partitions=parts).records
+                          conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g", **(conf or {})})
+    try:
+        export(spark, settings, [TOPIC], str(work / "out-warmup"), partitions=[0],
+               end=START_TS + 30_000, mode="overwrite")
+        more = run_contenders(settings, work, parts, repeat, {name: lambda s, p, o: export(
+            spark, s, [TOPIC], str(o), partitions=p).records})
+    finally:
+        spark.stop()
+    results["best"].update(more["best"])
+    results["digests"].update(more["digests"])
 
 
 def cpu_seconds() -> float:
@@ -227,18 +238,15 @@ def main() -> None:
         "local_threads": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p, pool="thread").records,
     }
     results = run_contenders(settings, work, parts, args.repeat, contenders)
-    local_master = None if args.no_spark else args.master
-    spark_runs = [("spark", (local_master, None)), ("cluster", _cluster_master(args, work))]
-    for name, (master, cluster) in spark_runs:
-        if master is None:
-            continue
-        spark, run = _spark_contender(master)
-        export(spark, settings, [TOPIC], str(work / "out-warmup"), partitions=[0],
-               end=START_TS + 30_000, mode="overwrite")  # JIT, Python workers: outside the timings
-        more = run_contenders(settings, work, parts, args.repeat, {name: run})
-        results["best"].update(more["best"])  # (Spark's CPU is in its JVM and workers: not counted)
-        results["digests"].update(more["digests"])
-        spark.stop()
+    if not args.no_spark:
+        _spark_runs(results, "spark", args.master, None, settings, work, parts, args.repeat)
+    master, cluster = _cluster_master(args, work)
+    try:
+        if master is not None:
+            _spark_runs(results, "cluster", master, {"spark.driver.host": "127.0.0.1",
+                                                     "spark.driver.bindAddress": "127.0.0.1"},
+                        settings, work, parts, args.repeat)
+    finally:
         if cluster is not None:
             cluster.stop()
     report(results, mb, len(plan.tasks), args)
