@@ -36,11 +36,13 @@ _PY_EXCEPTION_LINE = re.compile(r"^(?!(?:org|java|javax|scala|py4j)\.)(?:\w+\.)*
 
 def spark_task_failure(err: BaseException) -> str | None:
     """For a failed Spark job (a pyspark/py4j exception on the driver, its text a JVM report with
-    the executor's Python traceback inside), the executor's exception line; else None."""
+    the executor's Python traceback inside), the executor's exception line; else None. The last
+    such line: a chained traceback (``raise ... from cause``) prints the cause first and the
+    exception actually raised last."""
     if not type(err).__module__.startswith(("pyspark", "py4j")):
         return None
-    found = _PY_EXCEPTION_LINE.search(str(err))
-    return found.group(0) if found else None
+    found = _PY_EXCEPTION_LINE.findall(str(err))
+    return found[-1] if found else None
 
 
 def report(err: BaseException) -> None:
