@@ -5,8 +5,8 @@
   ``pq.write_table`` writes one snappy file per partition;
 * ``rlm_1proc`` — ``rlm export --engine local --parallelism 1`` (rlm's decoder, one process:
   the "single process" figure of earlier runs);
-* ``local`` — ``rlm export --engine local`` (``--parallelism`` default: the CPU count; process
-  workers), and ``local_threads``, the same with thread workers (``pool="thread"``);
+* ``local`` — ``rlm export --engine local`` (``--parallelism`` default: the CPU count; thread
+  workers with the compiled decoder), and ``local_processes``, the same on process workers;
 * ``spark`` — ``rlm export --engine spark`` on ``--master`` (default ``local[2]``);
 * ``cluster`` — the same on a standalone cluster: ``--spark-master spark://...``, or
   ``--cluster`` to start one here (rlm.testing.spark_cluster: master + 2 workers, 1 core each).
@@ -234,8 +234,9 @@ def main() -> None:
         "baseline": baseline,
         "rlm_1proc": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p, parallelism=1).records,
         "local": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p).records,
-        # the same with thread workers (the default picks processes: the decoder holds the GIL)
-        "local_threads": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p, pool="thread").records,
+        # the same on process workers (the default, with the compiled decoder: threads)
+        "local_processes": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p,
+                                                        pool="process").records,
     }
     results = run_contenders(settings, work, parts, args.repeat, contenders)
     if not args.no_spark:

@@ -4,9 +4,9 @@ layout in one process with pyarrow, no JVM (docs/export.md).
 The tasks of :func:`rlm.jobs.plan.plan_read` run in a pool of ``parallelism`` workers; each
 reads its byte range, decodes it with :func:`rlm.jobs.decode.task_to_arrow` and hands the Arrow
 batches to the :class:`~rlm.jobs.sink.Sink` (which writes files on the worker); the driver
-commits once every task succeeded and aborts the sink otherwise. Workers are threads when the
-decoder releases the GIL (``rlm.jobs.decode.RELEASES_GIL``) and processes otherwise, so both
-cores decode either way; a process worker writes its own files, so no record crosses a process
+commits once every task succeeded and aborts the sink otherwise. Workers are threads when most
+of a task runs without the GIL (:func:`gil_light`: the compiled decoder) and processes otherwise,
+so both cores work either way; a process worker writes its own files, so no record crosses a process
 boundary.
 """
 
@@ -22,6 +22,7 @@ from typing import Literal
 
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
+from rlm.formats.records import native
 from rlm.jobs import decode
 from rlm.jobs.decode import read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
@@ -44,12 +45,23 @@ def default_parallelism() -> int:
 
 def pool_kind(requested: PoolKind, parallelism: int, tasks: int) -> PoolKind:
     """The pool that runs ``tasks`` tasks: ``inline`` (this thread) for one worker or task,
-    else threads when the decoder releases the GIL and processes when it does not."""
+    else threads when most of a task runs without the GIL (:func:`gil_light`), processes when
+    it does not."""
     if requested == "inline" or parallelism <= 1 or tasks <= 1:
         return "inline"
     if requested != "auto":
         return requested
-    return "thread" if getattr(decode, "RELEASES_GIL", False) else "process"
+    return "thread" if gil_light() else "process"
+
+
+def gil_light() -> bool:
+    """Whether a task spends most of its time without the GIL: with a decoder that releases it
+    (``rlm.jobs.decode.RELEASES_GIL``), or with the compiled decoder — its per-record work is C,
+    and the rest of a task (the Parquet write, the reads, the fsyncs) releases the GIL. Threads
+    then beat processes, which pay a fork and a hand-off per task (bench/export_bench.py:
+    ``local_threads`` vs ``local_processes``, BENCHMARKS.md). The pure-Python decoder holds the
+    GIL for most of a task: processes."""
+    return bool(getattr(decode, "RELEASES_GIL", False)) or native.active_decoder() == "native"
 
 
 def run_task(sink: Sink, spec: BackendSpec, index: int, task: ReadTask) -> list[DataFile]:
