@@ -59,7 +59,7 @@ def gil_light() -> bool:
     (``rlm.jobs.decode.RELEASES_GIL``), or with the compiled decoder — its per-record work is C,
     and the rest of a task (the Parquet write, the reads, the fsyncs) releases the GIL. Threads
     then beat processes, which pay a fork and a hand-off per task (bench/export_bench.py:
-    ``local_threads`` vs ``local_processes``, BENCHMARKS.md). The pure-Python decoder holds the
+    ``local`` vs ``local_processes``, BENCHMARKS.md). The pure-Python decoder holds the
     GIL for most of a task: processes."""
     return bool(getattr(decode, "RELEASES_GIL", False)) or native.active_decoder() == "native"
 
