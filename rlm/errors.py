@@ -208,3 +208,9 @@ class NativeExtensionError(RlmError):
 class TableError(RlmError):
     """An Iceberg table that cannot take this export: another schema or partition spec, data
     already present without ``--incremental``, or a concurrent commit (docs/iceberg.md)."""
+
+
+class ExecutorEnvironmentError(RlmError):
+    """A Spark executor cannot run the job as the driver planned it: it imports another build of rlm
+    than the driver (tasks are pickled rlm classes). Install the driver's rlm on the executors
+    (docs/spark-cluster.md)."""

@@ -3,7 +3,8 @@ bulk ``offsets_for_times``; ``export_local``, the same export without Spark (doc
 
 ``import rlm.jobs`` is cheap: pyspark is imported only when a job runs (and only in this package).
 Everything shipped to executors pickles: tasks are frozen dataclasses, the store travels as a
-:class:`~rlm.jobs.plan.BackendSpec` (backend name + options) and is rebuilt once per worker.
+:class:`~rlm.jobs.plan.BackendSpec` (backend name + options) and is rebuilt once per worker, which
+first checks it runs the driver's rlm build (:mod:`rlm.jobs.ship`; docs/spark-cluster.md).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from rlm.errors import InvalidArgumentError, RlmError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
+from rlm.jobs.ship import check_build, rlm_build
 from rlm.logdir.scan import (
     EligibilityPolicy,
     PartitionDir,
@@ -76,15 +77,19 @@ class BackendSpec:
 
     name: str
     options: dict[str, Any]
+    #: The driver's :func:`~rlm.jobs.ship.rlm_build`, checked where the backend is created ("" = none).
+    build: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BackendSpec:
         """The configured store as the driver sees it: options that name paths are made absolute
         here, since executors run in other working directories (docs/spark-cluster.md)."""
         name = settings.remote.backend
-        return cls(name, backend_class(name).portable_options(settings.remote.options))
+        return cls(name, backend_class(name).portable_options(settings.remote.options), rlm_build())
 
     def create(self) -> StorageBackend:
+        """The backend, once per process; first checks this process runs the driver's rlm."""
+        check_build(self.build)
         cache_key = (self.name, json.dumps(self.options, sort_keys=True, default=str))
         backend = _BACKENDS.get(cache_key)
         if backend is None:

@@ -30,6 +30,10 @@ from tests.spark.conftest import Env, arrow_records, make_settings, tier, write_
 pytestmark = [pytest.mark.spark_cluster, pytest.mark.slow, pytest.mark.integration]
 
 TOPICS = ["gen", "other"]
+#: For the jobs meant to fail: no task retries (Spark settings reach `rlm` through
+#: PYSPARK_SUBMIT_ARGS, as docs/spark-cluster.md tells users).
+FAIL_FAST = {"SPARK_LOCAL_IP": "127.0.0.1",
+             "PYSPARK_SUBMIT_ARGS": "--conf spark.task.maxFailures=1 pyspark-shell"}
 
 
 def write_config(env: Env, cwd: Path) -> Path:
@@ -60,6 +64,13 @@ def run_cli(cluster: Any, cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode in ok_codes, f"rlm {args[0]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     return proc.stdout
+
+
+def error_line(stderr: str) -> str:
+    """The CLI's one error line (the JVM may log a WARN line or two after it, as it shuts down)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("rlm: error: ")]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]
 
 
 def assert_ran_on_executors(cluster: Any, app_name: str) -> None:
@@ -169,15 +180,41 @@ def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any
     victim.write_bytes(bytes(data))
     dirs = [root / d.relative_to(gen_env.root) for d in gen_env.log_dirs]
     config = write_config(Env(dirs, make_settings(dirs, options={"root": str(store)}), root), tmp_path)
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **FAIL_FAST}
     proc = subprocess.run([sys.executable, "-m", "rlm", "export", "--config", config.name, "--topic", "gen",
                            "--out", "out", "--spark-master", spark_cluster.master_url],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    last = proc.stderr.strip().splitlines()[-1]
+    last = error_line(proc.stderr)
     assert last.startswith("rlm: error: a Spark task failed: rlm.errors.CorruptRecordError: "), last
     assert str(victim.relative_to(store)) in last and "byte " in last, last
     assert not list((tmp_path / "out").rglob("*.parquet"))  # the aborted job committed nothing
+    # One attempt, not Spark's default four: PYSPARK_SUBMIT_ARGS reached the job's Spark config.
+    logs = spark_cluster.executor_logs(spark_cluster.app_id("rlm export"))
+    assert sum(text.count("Exception in task") for text in logs.values()) == 1
+
+
+def test_executors_with_another_rlm_than_the_driver_refuse_the_job(spark_cluster: Any, gen_env: Env,
+                                                                   tmp_path: Path) -> None:
+    """The driver runs a copy of rlm with one changed line; the executors run this checkout's:
+    the job fails on the executors with the one-line build mismatch, before reading anything."""
+    import rlm
+
+    src = tmp_path / "driver-src"
+    shutil.copytree(Path(rlm.__file__).parent, src / "rlm", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(src / "rlm" / "jobs" / "plan.py", "a") as f:
+        f.write("# a driver built from other sources\n")
+    config = write_config(gen_env, tmp_path)
+    path = os.pathsep.join([str(src), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])
+    env = {**os.environ, **FAIL_FAST, "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-m", "rlm", "verify", "--config", config.name,
+                           "--spark-master", spark_cluster.master_url],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = error_line(proc.stderr)
+    assert last.startswith("rlm: error: a Spark task failed: rlm.errors.ExecutorEnvironmentError: "
+                           f"executor host {socket.gethostname()} runs rlm "), last
+    assert str(Path(rlm.__file__).parent) in last and "docs/spark-cluster.md" in last, last
 
 
 def test_a_local_task_off_the_sidecar_host_names_the_host(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Backend options that name paths of this host travel to Spark executors (other working
-directories) already resolved: docs/spark-cluster.md."""
+"""What a job ships to Spark executors: backend options that name paths of this host, already
+resolved (executors run in other working directories), and the driver's rlm build, which executors
+check (docs/spark-cluster.md)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,18 @@ def test_the_spec_shipped_to_executors_names_the_drivers_directory(tmp_path: Pat
     assert spec.options["root"] == str(tmp_path / "store")
     monkeypatch.chdir("/")
     assert spec.create().url("k") == (tmp_path / "store" / "k").as_uri()
+
+
+def test_an_executor_with_another_rlm_refuses_the_drivers_tasks(tmp_path: Path) -> None:
+    from rlm.errors import ExecutorEnvironmentError
+    from rlm.jobs.ship import rlm_build
+
+    settings = settings_from_mapping({"log": {"dirs": [str(tmp_path / "logs")]},
+                                      "remote": {"backend": "memory", "options": {}}})
+    spec = BackendSpec.from_settings(settings)
+    assert spec.build == rlm_build() and spec.build.count("+") == 1
+    spec.create()  # the same build: fine
+    other = BackendSpec(spec.name, spec.options, spec.build.partition("+")[0] + "+0123456789abcdef")
+    with pytest.raises(ExecutorEnvironmentError, match=r"runs rlm .* the driver rlm .*\+0123456789abcdef"):
+        other.create()
+    BackendSpec(spec.name, spec.options).create()  # not stamped (built by hand): no check
