@@ -167,6 +167,33 @@ def test_rebuild_index_on_the_cluster_equals_local(spark: Any, spark_cluster: An
     rebuild_equal_to_local(spark, spark_cluster, gen_env, tmp_path)
 
 
+def test_iceberg_export_on_the_cluster_equals_the_parquet_export(spark: Any, spark_cluster: Any,
+                                                                 gen_env: Env, tmp_path: Path) -> None:
+    """Executors write the table's data files, the driver commits (docs/iceberg.md); ``--out`` is
+    relative to the CLI's working directory; a repeated ``--incremental`` run appends nothing."""
+    pytest.importorskip("pyiceberg")
+    import pyarrow.parquet as pq
+
+    from rlm.jobs.iceberg import IcebergTarget, load_table
+
+    config = write_config(gen_env, tmp_path)
+    args = ["export", "--config", config.name, "--topic", TOPICS[0], "--topic", TOPICS[1],
+            "--format", "iceberg", "--out", "tbl", "--incremental"]
+    run_cli(spark_cluster, tmp_path, *args)
+    assert_ran_on_executors(spark_cluster, "rlm export")
+    table = load_table(IcebergTarget.from_settings(gen_env.settings, tmp_path / "tbl"))
+    snapshots = len(table.snapshots())
+    export(spark, gen_env.settings, TOPICS, str(tmp_path / "ref"))
+    expected = arrow_records(pq.read_table(tmp_path / "ref"))
+    assert arrow_records(table.scan().to_arrow()) == expected and expected
+    again = json.loads(run_cli(spark_cluster, tmp_path, *args))
+    assert again["snapshot_id"] is None and again["records"] == 0, again
+    table = load_table(IcebergTarget.from_settings(gen_env.settings, tmp_path / "tbl"))
+    assert arrow_records(table.scan().to_arrow()) == expected and len(table.snapshots()) == snapshots
+    assert {f.file.file_path for f in table.scan().plan_files()} and all(
+        f.file.file_path.startswith((tmp_path / "tbl").as_uri()) for f in table.scan().plan_files())
+
+
 def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any, gen_env: Env,
                                                                 tmp_path: Path) -> None:
     """A corrupt batch in a remote object fails the export on an executor: the CLI prints that
