@@ -16,6 +16,8 @@ directory next to ``out`` (:class:`StagedDir`) and renames it to ``out`` on comm
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import os
 import shutil
 import tempfile
@@ -97,8 +99,11 @@ def local_path(out: str | os.PathLike[str]) -> Path | None:
 @dataclass(frozen=True, slots=True)
 class StagedDir:
     """A directory ``out`` built under a hidden sibling (``.<name>.rlm-export-*``) and renamed into
-    place on :meth:`commit`: a failed or killed export never leaves anything at ``out`` (a killed
-    one leaves its hidden staging dir, which the next export does not touch; delete it)."""
+    place on :meth:`commit`: a failed or killed export never leaves anything at ``out``.
+
+    The driver holds an exclusive ``flock`` on ``<staging>.lock`` for the export's lifetime; a
+    staging dir whose lock nobody holds belongs to a killed export, and the next export to the same
+    ``out`` removes it (:func:`sweep_stale`)."""
 
     out: Path
     staging: Path
@@ -106,13 +111,24 @@ class StagedDir:
 
     @classmethod
     def begin(cls, out: Path, overwrite: bool) -> StagedDir:
-        """Check ``out`` (it must not exist unless ``overwrite``) and create the staging dir."""
+        """Check ``out`` (it must not exist unless ``overwrite``), remove killed exports' staging
+        dirs, and create this one's (locked)."""
         out = out.absolute()
         if not overwrite and (out.exists() or out.is_symlink()):
             raise ExportOutputExistsError(f"{out}: already exists (--overwrite replaces it)")
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.rlm-export-", dir=out.parent))
+        sweep_stale(out)
+        staging = Path(tempfile.mkdtemp(prefix=f"{_staging_prefix(out)}", dir=out.parent))
+        fd = os.open(f"{staging}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _HELD[staging] = fd
         return cls(out, staging, overwrite)
+
+    def _release(self) -> None:
+        fd = _HELD.pop(self.staging, None)
+        if fd is not None:
+            Path(f"{self.staging}.lock").unlink(missing_ok=True)
+            os.close(fd)
 
     def commit(self) -> None:
         """fsync what was staged, then rename it to ``out`` (replacing an old ``out`` when
@@ -126,6 +142,7 @@ class StagedDir:
             os.rename(self.out, old)
         os.rename(self.staging, self.out)
         fsync_dir(self.out.parent)
+        self._release()
         if old is not None:
             _remove(old)
 
@@ -137,8 +154,41 @@ class StagedDir:
         while True:
             shutil.rmtree(self.staging, ignore_errors=True)
             if not self.staging.exists() or time.monotonic() >= deadline:
+                self._release()
                 return
             time.sleep(0.1)
+
+
+#: The driver's staging locks (staging dir → open fd): not in StagedDir, which is shipped to workers.
+_HELD: dict[Path, int] = {}
+
+
+def _staging_prefix(out: Path) -> str:
+    return f".{out.name}.rlm-export-"
+
+
+def sweep_stale(out: Path) -> list[Path]:
+    """Remove the staging dirs of exports to ``out`` that were killed: those whose ``.lock`` no
+    live export holds (a running export keeps its lock; a dir without a lock file is left alone:
+    its owner is unknown). Returns what was removed."""
+    removed = []
+    for lock in out.parent.glob(f"{glob.escape(_staging_prefix(out))}*.lock"):
+        staging = lock.with_name(lock.name.removesuffix(".lock"))
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            continue  # its export just finished
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live export holds it
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+            removed.append(staging)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _fsync_tree(root: Path) -> None:
