@@ -7,7 +7,8 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 NATIVE  := setup.py $(wildcard rlm/formats/records/*.c rlm/formats/records/*.h)
 # The suites that decode records (export/read_tiered, lookups, /records?format=json, rlm fetch), run a
 # second time on the pure-Python reference decoder (docs/decoder.md).
-DECODE_TESTS := tests/lookup tests/http/test_api.py tests/jobs tests/spark/test_read.py \
+DECODE_TESTS := tests/lookup tests/http/test_api.py tests/jobs tests/tiering/test_transactions.py \
+                tests/spark/test_read.py \
                 tests/spark/test_read_committed.py
 # The record-scan suites run a second time on the pure-Python walk (docs/scan.md).
 SCAN_TESTS := tests/formats/test_records.py tests/formats/test_records_fixtures.py tests/formats/test_scan_native.py
