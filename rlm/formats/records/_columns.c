@@ -140,16 +140,9 @@ static int parse_headers(Builder *b, const uint8_t *d, Py_ssize_t *pp, Py_ssize_
     if (hc > (rec_end - p) / 2) return ERR_FRAMING;  /* a header takes at least 2 bytes */
     for (int32_t h = 0; h < hc; h++) {
         int32_t kl, vl;
-        if (rd_varint(d, &p, rec_end, &kl) < 0 || kl < 0 || kl > rec_end - p) return ERR_FRAMING;
-        const uint8_t *k = d + p;
-        if (!utf8_ok(k, kl)) return ERR_FRAMING;
-        p += kl;
-        if (rd_varint(d, &p, rec_end, &vl) < 0) return ERR_FRAMING;
-        const uint8_t *v = d + p;
-        if (vl >= 0) {
-            if (vl > rec_end - p) return ERR_FRAMING;
-            p += vl;
-        }
+        const uint8_t *k, *v;
+        if (rd_field(d, &p, rec_end, &k, &kl) < 0 || kl < 0 || !utf8_ok(k, kl)) return ERR_FRAMING;
+        if (rd_field(d, &p, rec_end, &v, &vl) < 0) return ERR_FRAMING;
         if (keep) {
             int rc = var_append(&b->hkey, k, kl, 0);
             if (rc == 0) rc = var_append(&b->hval, v, vl < 0 ? 0 : vl, vl < 0);
@@ -180,18 +173,8 @@ static int parse_record(Builder *b, const uint8_t *d, Py_ssize_t *pp, Py_ssize_t
     } else if (__builtin_add_overflow(f->base_ts, ts_delta, &ts)) {
         ts_over = ts_delta > 0 ? 1 : -1;
     }
-    if (rd_varint(d, &p, rec_end, &kl) < 0) return ERR_FRAMING;
-    const uint8_t *k = d + p;
-    if (kl >= 0) {
-        if (kl > rec_end - p) return ERR_FRAMING;
-        p += kl;
-    }
-    if (rd_varint(d, &p, rec_end, &vl) < 0) return ERR_FRAMING;
-    const uint8_t *v = d + p;
-    if (vl >= 0) {
-        if (vl > rec_end - p) return ERR_FRAMING;
-        p += vl;
-    }
+    const uint8_t *k, *v;
+    if (rd_field(d, &p, rec_end, &k, &kl) < 0 || rd_field(d, &p, rec_end, &v, &vl) < 0) return ERR_FRAMING;
     int keep = keep_row(w, o_over, o, ts_over, ts);
     int64_t us;
     if (keep && (ts_over || __builtin_mul_overflow(ts, (int64_t)1000, &us))) {

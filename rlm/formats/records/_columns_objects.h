@@ -78,13 +78,9 @@ static PyObject *headers_obj(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t rec_en
     if (tup == NULL) { *err = ERR_NOMEM; return NULL; }
     for (int32_t h = 0; h < hc; h++) {
         int32_t kl, vl;
-        if (rd_varint(d, &p, rec_end, &kl) < 0 || kl < 0 || kl > rec_end - p) goto bad;
-        const uint8_t *k = d + p;
-        p += kl;
-        if (rd_varint(d, &p, rec_end, &vl) < 0 || (vl >= 0 && vl > rec_end - p)) goto bad;
-        const uint8_t *v = d + p;
-        if (vl >= 0) p += vl;
-        if (!utf8_ok(k, kl)) goto bad;
+        const uint8_t *k, *v;
+        if (rd_field(d, &p, rec_end, &k, &kl) < 0 || kl < 0) goto bad;
+        if (rd_field(d, &p, rec_end, &v, &vl) < 0 || !utf8_ok(k, kl)) goto bad;
         PyObject *vals[2] = {PyUnicode_DecodeUTF8((const char *)k, kl, "strict"), bytes_or_none(v, vl)};
         PyObject *hdr = fill(header_type, hdr_slot, vals, 2);
         if (hdr == NULL) { *err = ERR_NOMEM; goto bad; }
@@ -106,14 +102,10 @@ static PyObject *record_obj(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t n, cons
     if (rd_varint(d, &p, n, &length) < 0 || length < 1 || length > n - p) return NULL;
     Py_ssize_t rec_end = p + length;
     p += 1; /* record attributes: unused by Kafka */
+    const uint8_t *k, *v;
     if (rd_varlong(d, &p, rec_end, &ts_delta) < 0 || rd_varint(d, &p, rec_end, &off_delta) < 0 ||
-        rd_varint(d, &p, rec_end, &kl) < 0 || (kl >= 0 && kl > rec_end - p))
+        rd_field(d, &p, rec_end, &k, &kl) < 0 || rd_field(d, &p, rec_end, &v, &vl) < 0)
         return NULL;
-    const uint8_t *k = d + p;
-    if (kl >= 0) p += kl;
-    if (rd_varint(d, &p, rec_end, &vl) < 0 || (vl >= 0 && vl > rec_end - p)) return NULL;
-    const uint8_t *v = d + p;
-    if (vl >= 0) p += vl;
     PyObject *headers = headers_obj(d, &p, rec_end, err);
     if (headers == NULL) return NULL;
     if (p != rec_end) {

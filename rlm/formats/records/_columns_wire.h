@@ -45,6 +45,19 @@ static inline int rd_varlong(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, i
     return -1;
 }
 
+/* A length-prefixed field (varint length, -1 = null) at *pp, bounded by lim: *out its first byte,
+ * *len its length (-1 null). Returns -1 for a bad varint or a field running past lim. */
+static inline int rd_field(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, const uint8_t **out,
+                           int32_t *len) {
+    if (rd_varint(d, pp, lim, len) < 0) return -1;
+    *out = d + *pp;
+    if (*len >= 0) {
+        if (*len > lim - *pp) return -1;
+        *pp += *len;
+    }
+    return 0;
+}
+
 /* Strict UTF-8 as Python's bytes.decode("utf-8"): no overlongs, surrogates or > U+10FFFF. */
 static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
