@@ -108,6 +108,23 @@ def tier(settings: Settings) -> None:
     assert any(r.copied for r in results)
 
 
+def txn_env(root: Path) -> tuple[Settings, Any]:
+    """A transactional partition ``txn-0`` (one transaction left open) tiered with small entries,
+    its local log trimmed to the last 3 segments so reads plan remote and local tasks both;
+    returns the settings and the kafka-python oracle (tests/tiering/txn_helpers.py)."""
+    from tests.lookup.helpers import delete_local_segments
+    from tests.tiering.txn_helpers import Oracle, write_txn_log
+
+    logs = root / "logs"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    oracle = Oracle.of(logs / "txn-0")
+    settings = make_settings([logs], options={"root": str(root / "store")}, index_entry_bytes=2_000,
+                             state_dir=str(root / "state"))
+    tier(settings)
+    delete_local_segments(logs / "txn-0", keep_last=3)
+    return settings, oracle
+
+
 def copy_fixture_dirs(fixtures_dir: Path, dst: Path) -> list[Path]:
     """A private copy of every fixture log dir, each partition rolled (empty next segment)."""
     dirs = []

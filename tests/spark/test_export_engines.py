@@ -13,9 +13,7 @@ from rlm.jobs.plan import BackendSpec
 from rlm.jobs.sink import ParquetSink
 from rlm.jobs.spark_sink import run_sink_spark
 from tests.jobs.helpers import corrupt_one_object, layout, sorted_rows
-from tests.lookup.helpers import delete_local_segments
-from tests.spark.conftest import Env, generated_env, make_settings, tier
-from tests.tiering.txn_helpers import Oracle, write_txn_log
+from tests.spark.conftest import Env, generated_env, txn_env
 
 
 def _both(spark: Any, settings: Any, topics: list[str] | None, tmp_path: Path,
@@ -40,13 +38,7 @@ def test_engines_same_rows_and_layout(spark: Any, env_name: str, tmp_path: Path,
 
 
 def test_engines_equal_read_committed_time_range_partitions(spark: Any, tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
-    oracle = Oracle.of(logs / "txn-0")
-    settings = make_settings([logs], options={"root": str(tmp_path / "store")}, index_entry_bytes=2_000,
-                             state_dir=str(tmp_path / "state"))
-    tier(settings)
-    delete_local_segments(logs / "txn-0", keep_last=3)  # remote and local tasks both
+    settings, oracle = txn_env(tmp_path)  # remote and local tasks both
     spark_out, local_out = _both(spark, settings, ["txn"], tmp_path / "rc", target_bytes=3_000,
                                  isolation="read_committed", partitions=[0])
     rows = sorted_rows(local_out)

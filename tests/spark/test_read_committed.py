@@ -7,19 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from rlm.jobs import export, read_tiered
-from tests.lookup.helpers import delete_local_segments
-from tests.spark.conftest import make_settings, tier
-from tests.tiering.txn_helpers import Oracle, write_txn_log
+from tests.spark.conftest import txn_env
 
 
 def test_read_tiered_and_export_read_committed(spark: Any, tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
-    oracle = Oracle.of(logs / "txn-0")
-    settings = make_settings([logs], options={"root": str(tmp_path / "store")}, index_entry_bytes=2_000,
-                             state_dir=str(tmp_path / "state"))
-    tier(settings)
-    delete_local_segments(logs / "txn-0", keep_last=3)  # remote and local tasks both
+    settings, oracle = txn_env(tmp_path)  # remote and local tasks both
     df = read_tiered(spark, settings, ["txn"], target_bytes=3_000, isolation="read_committed")
     rows = sorted((r.offset, r.key, r.value) for r in df.select("offset", "key", "value").collect())
     assert rows == [(r.offset, r.key, r.value) for r in oracle.committed]
