@@ -87,16 +87,20 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new content, never a mix.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.
+    ``durable=False`` skips both fsyncs: only for caches whose content is self-checking (a CRC),
+    where a power loss may leave the file empty or torn and the reader then falls back.
     """
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, target)
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)

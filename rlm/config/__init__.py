@@ -76,6 +76,9 @@ class TieringSettings:
     # seen retired, unless kept.
     old_incarnation_grace_ms: int = 86_400_000
     keep_old_incarnations: bool = False
+    # A restart takes a partition's state from its local files when they are whole and agree
+    # (docs/remote-state.md); false = recover every partition from the store at start.
+    trust_local_state: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +362,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "read_ahead_threads": _int(1, 256),
         "old_incarnation_grace_ms": _int(0),
         "keep_old_incarnations": _bool,
+        "trust_local_state": _bool,
     }),
     "topics": (TopicsSettings, {
         "include": _globs,

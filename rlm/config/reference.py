@@ -57,6 +57,11 @@ KEY_DOCS: dict[str, str] = {
                                         "(Kafka deletes remote data with the topic).",
     "tiering.keep_old_incarnations": "Keep old incarnations' remote data and state instead (still "
                                      "shown in `rlm status` and `rlm gc --dry-run`).",
+    "tiering.trust_local_state": "At start, take a partition's state from its local files (progress, "
+                                 "journal, remote index, manifest snapshot) when they are whole and "
+                                 "agree, without a store request; `false` recovers every partition "
+                                 "from the store (lists and reads every manifest). Ignored in "
+                                 "cluster mode, which always syncs from the store.",
     "topics.include": "Glob patterns on topic names to tier. Internal logs (`__`-prefixed, the KRaft "
                       "log) are tiered only when a pattern starting with `__` names them.",
     "topics.exclude": "Glob patterns never tiered; they win over `include`, Kafka configs and overrides.",
@@ -123,6 +128,7 @@ _ALLOWED: dict[str, str] = {
     "remote.options": "table",
     "tiering.state_dir": "path or empty",
     "tiering.keep_old_incarnations": "`true`, `false`",
+    "tiering.trust_local_state": "`true`, `false`",
     "server.host": "non-empty string",
     "server.token": "string",
     "cluster.leadership": "`auto`, `kraft`, `kafka-admin`, `static`, `always`",

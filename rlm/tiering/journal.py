@@ -27,6 +27,8 @@ EventType = Literal[
 _TYPES = frozenset(("COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"))
 _ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}
 COMPACT_BYTES = 1 << 20
+#: The tail :meth:`Journal.quiescent` reads (several events; one is ~100 bytes).
+TAIL_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,28 @@ class Journal:
                     if ev.type in ends:
                         open_.pop((start, ev.base_offset, ev.attempt_id), None)
         return list(open_.values())
+
+    def quiescent(self) -> bool:
+        """True when no attempt is open, from the journal's tail: one partition's attempts are
+        sequential — a pass ends each attempt before starting the next, and recovery ends every
+        open one before a pass starts again — so an open attempt is always the last event
+        started. Reads the last :data:`TAIL_BYTES` (the whole journal only when no complete
+        event is there), so a restart's cost does not grow with the journal."""
+        try:
+            with self.path.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - TAIL_BYTES))
+                tail = fh.read()
+        except FileNotFoundError:
+            return True
+        lines = tail.splitlines()
+        if size > TAIL_BYTES:
+            lines = lines[1:]  # the first line may be cut
+        for line in reversed(lines):
+            event = _event(loads_or_none(line))
+            if event is not None:
+                return event.type not in _ENDS
+        return not self.open_attempts()
 
     def append(self, type_: EventType, base_offset: int, attempt_id: str) -> None:
         line = json.dumps({"type": type_, "base": base_offset, "attempt": attempt_id,

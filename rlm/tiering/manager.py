@@ -46,15 +46,17 @@ from rlm.tiering.copier import (
     prepare_segment,
 )
 from rlm.tiering.gc import collect_garbage
+from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
-from rlm.tiering.recovery import observe, rebuild_local_index, recover
+from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import Orphan
-from rlm.tiering.retention import RetentionPlan, apply_retention
+from rlm.tiering.resume import load_state
+from rlm.tiering.retention import RetentionPlan, apply_retention, time_expiry_ms
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import partition_row
@@ -93,6 +95,7 @@ class PassResult:
     skipped: bool = False                                 # another pass held the partition
     error: str | None = None
     copied_bytes: int = 0                                 # bytes of the copied segments (progress)
+    idle: bool = False                                    # nothing changed since a clean pass (idle.py)
 
 
 class RemoteLogManager:
@@ -165,8 +168,12 @@ class RemoteLogManager:
     def _state_dir(self, part: PartitionDir) -> Path:
         return state_dir(self.settings.tiering, part)
 
+    @staticmethod
+    def _key(part: PartitionDir) -> tuple[str, int, str | None, bool]:
+        return part.topic, part.partition, part.topic_id, part.identity_error is not None
+
     def context(self, part: PartitionDir) -> PartitionContext:  # one per incarnation (topic id)
-        key = (part.topic, part.partition, part.topic_id, part.identity_error is not None)
+        key = self._key(part)
         with self._registry_lock:
             ctx = self._contexts.get(key)
             if ctx is None:
@@ -198,6 +205,12 @@ class RemoteLogManager:
     # -- one pass -----------------------------------------------------------------------------
 
     def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
+        started_ns = time.time_ns()  # before anything is read: the fingerprint's settle point
+        # Cluster mode: every pass syncs from the store, to learn the leader's uploads (docs/cluster.md).
+        fp = None if self.roles.cluster else fingerprint_of(part, self.checkpoints, self.policy_for(part))
+        if still_idle(self._contexts.get(self._key(part)), fp, self.shared.clock_ms()):
+            self.shared.metrics.idle_passes.inc()
+            return PassResult(part.topic, part.partition, idle=True)
         # The directory may have been re-created (new topic id) since it was discovered.
         part = partition_dir(part.log_dir, part.topic, part.partition, part.path)
         ctx = self.context(part)
@@ -211,21 +224,7 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             identity.before_pass(ctx)
-            if self.roles.cluster:
-                self.roles.refresh(max_age_s=1.0)
-            leader = self.roles.of(ctx).role == "leader"
-            if not ctx.recovered:
-                self.roles.note(ctx, recover(ctx, leader=leader))
-            elif self.roles.cluster:  # other sidecars may have changed the store (docs/cluster.md)
-                self.roles.sync(ctx, leader=leader)
-            note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)))
-            if leader:
-                self._copy_eligible(ctx, result)
-            else:
-                self._publish_lag(ctx, self._pending(ctx, list_segments(ctx.part)))
-            self._compaction(ctx, list_segments(ctx.part))
-            if leader and retention and not self.shared.stop.is_set():
-                result.deleted = [m.base_offset for m in self._retention(ctx).expired]
+            self._pass(ctx, result, fp, started_ns, retention=retention)
             ctx.last_error = ctx.identity_conflict = None
         except UploadAbandoned:
             result.error = "abandoned: shutting down"
@@ -246,9 +245,41 @@ class RemoteLogManager:
             lock.release()
         return result
 
-    def _retention(self, ctx: PartitionContext) -> RetentionPlan:
-        """Remote retention with the topic's own limits (docs/topic-policy.md)."""
-        return apply_retention(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
+    def _pass(self, ctx: PartitionContext, result: PassResult, fp: Fingerprint | None, started_ns: int,
+              *, retention: bool) -> None:
+        """The work of one pass: load the state (first pass), copy, compaction metric, retention;
+        mark the partition idle when it found nothing to do (idle.py)."""
+        if self.roles.cluster:
+            self.roles.refresh(max_age_s=1.0)
+        leader = self.roles.of(ctx).role == "leader"
+        loaded = not ctx.recovered
+        if loaded:
+            load_state(ctx, leader=leader, roles=self.roles)
+            if still_idle(ctx, fp, self.shared.clock_ms()):  # idle before the restart and since
+                result.idle = True
+                return
+        forget_mark(ctx)
+        if self.roles.cluster and not loaded:  # other sidecars may have changed the store (docs/cluster.md)
+            self.roles.sync(ctx, leader=leader)
+        segments = list_segments(ctx.part)  # one listing per pass
+        note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
+        pending = (self._copy_eligible(ctx, result, segments) if leader
+                   else self._publish_lag(ctx, self._pending(ctx, segments)))
+        self._compaction(ctx, segments)
+        if leader and retention and not self.shared.stop.is_set():
+            plan, due_ms = self._retention(ctx)
+            result.deleted = [m.base_offset for m in plan.expired]
+            if fp is not None and not (pending or result.copied or result.deleted or ctx.quarantined
+                                       or result.error):
+                set_mark(ctx, fp, started_ns, due_ms)
+
+    def _retention(self, ctx: PartitionContext) -> tuple[RetentionPlan, int | None]:
+        """Remote retention with the topic's own limits (docs/topic-policy.md); and when (ms)
+        retention by time deletes the oldest remaining segment (None: never, by time)."""
+        limits = retention_limits(self.policy_for(ctx.part), ctx)
+        plan = apply_retention(ctx, **limits)
+        oldest = ctx.oldest_manifest()
+        return plan, None if oldest is None else time_expiry_ms(oldest[2], limits["retention_ms"])
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
                  progress: Progress | None = None) -> list[PendingSegment]:
@@ -272,9 +303,10 @@ class RemoteLogManager:
             pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
         return pending
 
-    def _copy_eligible(self, ctx: PartitionContext, result: PassResult) -> None:
+    def _copy_eligible(self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles]) -> int:
+        """Copy what is eligible of ``segments`` (the pass's listing); return how many segments
+        were pending at the start."""
         m = self.shared.metrics
-        segments = list_segments(ctx.part)
         reexamine_quarantine(ctx, segments)
         identity.check_log_end(ctx, segments)
         pending = self._pending(ctx, segments)
@@ -311,6 +343,7 @@ class RemoteLogManager:
                     ahead.result().discard()
             if scanner is not None:
                 scanner.shutdown(wait=True)
+        return len(pending)
 
     def _copy_one(self, ctx: PartitionContext, result: PassResult, seg: SegmentFiles,
                   prepared: concurrent.futures.Future[PreparedSegment] | None, from_offset: int) -> bool:
@@ -346,10 +379,12 @@ class RemoteLogManager:
             result.copied_bytes += copied.manifest.size_bytes
         return True
 
-    def _publish_lag(self, ctx: PartitionContext, pending: list[PendingSegment]) -> None:
+    def _publish_lag(self, ctx: PartitionContext, pending: list[PendingSegment]) -> int:
+        """Publish the copy lag; return how many segments are pending."""
         m = self.shared.metrics
         m.copy_lag_segments.labels(**ctx.labels).set(len(pending))
         m.copy_lag_bytes.labels(**ctx.labels).set(sum(p.segment.size for p in pending))
+        return len(pending)
 
     def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
                  gc: bool = True) -> list[PassResult]:

@@ -100,6 +100,13 @@ class TieringMetrics:
         # Store requests by operation and partition (docs/store-requests.md), counted by the
         # MeteringBackend the manager puts over its store.
         self.requests = RequestMeter(r, attribute=_partition_of_key)
+        # Unlabeled: per-partition series would cost more than the passes they count.
+        self.idle_passes = Counter("rlm_partition_passes_idle", "Partition passes skipped because nothing "
+                                   "the pass reads changed since a clean pass (docs/operations.md)",
+                                   registry=r)
+        self.recoveries = Counter("rlm_partition_recoveries", "Partition state loads at start or after a "
+                                  "failed pass: source=local (trusted local files, no store request) or "
+                                  "store (full recovery; docs/remote-state.md)", ("source",), registry=r)
 
     def labels(self, topic: str, partition: int) -> dict[str, str]:
         return {"topic": topic, "partition": str(partition)}

@@ -140,6 +140,26 @@ class RemoteIndexSet:
 
     # -- writing (active set only) ------------------------------------------------------------
 
+    def tail_is_whole(self) -> bool:
+        """Whether the last entry (found through the offset index) is CRC-valid and ends the
+        ``.remotelogindex`` exactly: what any state but an interrupted append leaves. Reads two
+        small pieces of the set, never all of it."""
+        try:
+            offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(),
+                                  preallocated=False)
+            with mapped(self.log_index_path) as buf:
+                if len(offsets) == 0 or len(buf) == 0:
+                    return False
+                first = decode_entry(buf, 0).entry
+                decoded = decode_entry(buf, offsets[len(offsets) - 1].position)
+                last, whole = decoded.entry, decoded.end_position == len(buf)
+                del decoded
+        except (OSError, FormatError, ValueError):
+            return False
+        if whole:
+            self._first, self._last = first, last
+        return whole
+
     def open_for_append(self) -> RepairReport:
         """Scan the ``.remotelogindex``, cut a torn/corrupt tail, make the derived files agree."""
         path = self.log_index_path
@@ -247,6 +267,7 @@ class RemoteIndexFamily:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self.sets: list[RemoteIndexSet] = []
         self.last_repair = RepairReport()
+        self._active_unopened = False  # open_trusted(): the active set is opened on first append
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -264,8 +285,7 @@ class RemoteIndexFamily:
         doc = {str(s.base_offset): s.created_ms for s in self.sets}
         atomic_write(self.meta_path, json.dumps(doc).encode())
 
-    def open(self) -> RepairReport:
-        """Find the sets, remove stray derived files, repair the active set."""
+    def _scan_bases(self) -> dict[int, set[str]]:
         bases: dict[int, set[str]] = {}
         for entry in os.scandir(self.directory):
             for suffix in SUFFIXES:
@@ -275,6 +295,27 @@ class RemoteIndexFamily:
                     except Exception:
                         continue
                     bases.setdefault(base, set()).add(suffix)
+        return bases
+
+    def open_trusted(self) -> bool:
+        """Find the sets without scanning the active one (a restart that trusts the local state,
+        rlm.tiering.resume): True when every set has its three files and the active set's tail
+        is whole (:meth:`RemoteIndexSet.tail_is_whole`); its append state is rebuilt on the first
+        append. False changes nothing: :meth:`open` then finds and repairs what is wrong."""
+        bases = self._scan_bases()
+        if any(found != set(SUFFIXES) for found in bases.values()):
+            return False
+        meta = self._load_meta()
+        sets = [RemoteIndexSet(self.directory, base, meta.get(base, self._clock())) for base in sorted(bases)]
+        if sets and not sets[-1].tail_is_whole():
+            return False
+        self.sets, self.last_repair, self._active_unopened = sets, RepairReport(), bool(sets)
+        return True
+
+    def open(self) -> RepairReport:
+        """Find the sets, remove stray derived files, repair the active set."""
+        self._active_unopened = False
+        bases = self._scan_bases()
         meta = self._load_meta()
         self.sets = []
         for base in sorted(bases):
@@ -333,6 +374,9 @@ class RemoteIndexFamily:
         """Append one segment's entries, rotating before it (size/age) and before an overflow."""
         if not entries:
             return
+        if self._active_unopened and self.sets:
+            self._active_unopened = False
+            self.last_repair = self.sets[-1].open_for_append()
         active = self.active
         if active is None or (active.size_bytes > 0 and self._must_rotate(active)):
             active = self._new_set(entries[0].first_offset)

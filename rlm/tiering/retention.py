@@ -48,17 +48,34 @@ def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retenti
     expired: list[SegmentManifest] = []
     reason: dict[int, str] = {}
     for m in sorted(manifests, key=lambda m: m.base_offset):
-        if m.last_offset < log_start_offset:
-            reason[m.base_offset] = "log-start"
-        elif retention_ms >= 0 and m.max_timestamp < now_ms - retention_ms:
-            reason[m.base_offset] = "time"
-        elif retention_bytes >= 0 and remaining - m.size_bytes >= retention_bytes:
-            reason[m.base_offset] = "size"
-        else:
+        why = expiry_reason(m.last_offset, m.max_timestamp, m.size_bytes, remaining, now_ms=now_ms,
+                            retention_ms=retention_ms, retention_bytes=retention_bytes,
+                            log_start_offset=log_start_offset)
+        if why is None:
             break
+        reason[m.base_offset] = why
         expired.append(m)
         remaining -= m.size_bytes
     return RetentionPlan(expired, reason)
+
+
+def expiry_reason(last_offset: int, max_timestamp: int, size: int, remaining: int, *, now_ms: int,
+                  retention_ms: int, retention_bytes: int, log_start_offset: int) -> str | None:
+    """Why the oldest remaining segment (offsets up to ``last_offset``, ``size`` bytes, of
+    ``remaining`` bytes counted towards the size limit) is deleted now, None when it is kept: the
+    rule :func:`plan_retention` applies segment by segment."""
+    if last_offset < log_start_offset:
+        return "log-start"
+    if retention_ms >= 0 and max_timestamp < now_ms - retention_ms:
+        return "time"
+    if retention_bytes >= 0 and remaining - size >= retention_bytes:
+        return "size"
+    return None
+
+
+def time_expiry_ms(max_timestamp: int, retention_ms: int) -> int | None:
+    """When (ms) a segment with ``max_timestamp`` expires by time; None when time never expires it."""
+    return None if retention_ms < 0 else max_timestamp + retention_ms + 1
 
 
 def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
@@ -76,11 +93,21 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
     """Delete what :func:`plan_retention` selects; advance the remote log start; drop local sets
     entirely below it. Limits default to ``[tiering]``'s; the topic policy passes its own."""
     settings, metrics = ctx.shared.settings, ctx.shared.metrics
-    plan = plan_retention(
-        ctx.manifests, now_ms=ctx.shared.clock_ms(),
-        retention_ms=settings.retention_ms if retention_ms is None else retention_ms,
-        retention_bytes=settings.retention_bytes if retention_bytes is None else retention_bytes,
-        local_only_bytes=local_only_bytes, log_start_offset=ctx.progress.delete_records_offset)
+    retention_ms = settings.retention_ms if retention_ms is None else retention_ms
+    retention_bytes = settings.retention_bytes if retention_bytes is None else retention_bytes
+    now_ms = ctx.shared.clock_ms()
+    oldest = ctx.oldest_manifest()
+    # The oldest segment decides whether anything goes (deletion removes a prefix): asked of the
+    # snapshot's header, a restart's pending manifests are parsed only when retention is due.
+    if oldest is None or expiry_reason(
+            oldest[1], oldest[2], oldest[3], local_only_bytes + ctx.remote_bytes, now_ms=now_ms,
+            retention_ms=retention_ms, retention_bytes=retention_bytes,
+            log_start_offset=ctx.progress.delete_records_offset) is None:
+        plan = RetentionPlan([], {})
+    else:
+        plan = plan_retention(ctx.manifests, now_ms=now_ms, retention_ms=retention_ms,
+                              retention_bytes=retention_bytes, local_only_bytes=local_only_bytes,
+                              log_start_offset=ctx.progress.delete_records_offset)
     metrics.delete_lag_segments.labels(**ctx.labels).set(len(plan.expired))
     metrics.delete_lag_bytes.labels(**ctx.labels).set(plan.bytes)
     if not plan.expired:

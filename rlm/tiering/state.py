@@ -25,7 +25,7 @@ from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering import keys
+from rlm.tiering import keys, snapshot
 from rlm.tiering.journal import Journal
 from rlm.tiering.lineage import StoreView
 from rlm.tiering.manifest import SegmentManifest
@@ -178,6 +178,15 @@ class Quarantine:
             return {}
 
 
+@dataclass(frozen=True, slots=True)
+class PendingManifests:
+    """Manifests known from the local snapshot but not parsed yet (a restart that trusted the
+    local state, rlm.tiering.resume): their count and bytes, and how to load them."""
+
+    header: snapshot.SnapshotHeader
+    load: Callable[[], list[SegmentManifest]]
+
+
 @dataclass
 class PartitionContext:
     """Everything the copy/recovery/retention/GC steps of one partition work on."""
@@ -188,7 +197,10 @@ class PartitionContext:
     family: RemoteIndexFamily
     journal: Journal
     progress: Progress = field(default_factory=Progress)
-    manifests: list[SegmentManifest] = field(default_factory=list)
+    #: The committed manifests in offset order: read through :attr:`manifests`.
+    _manifests: list[SegmentManifest] = field(default_factory=list, repr=False)
+    #: Set while the manifests are only known from the snapshot's header (loaded on first use).
+    pending_manifests: PendingManifests | None = None
     quarantined: dict[int, Quarantine] = field(default_factory=dict)  # by segment base offset
     in_flight: set[str] = field(default_factory=set)
     last_error: str | None = None
@@ -206,9 +218,34 @@ class PartitionContext:
     store: StoreView = field(default_factory=StoreView)
     #: This node's role for the partition as last asked (rlm.cluster.leadership.Leadership).
     leadership: Any = None
+    #: The last pass found nothing to do (rlm.tiering.idle.IdleMark); None = pass it fully.
+    idle: Any = None
+    #: Whether that mark is persisted in the state dir; None = not known yet (delete any file).
+    idle_saved: bool | None = None
 
     def __post_init__(self) -> None:
         self.key_id = self.part.topic_id
+
+    @property
+    def manifests(self) -> list[SegmentManifest]:
+        """The committed manifests, parsed from the local snapshot on first use after a restart
+        that trusted it (a damaged snapshot raises FormatError and stays pending)."""
+        if self.pending_manifests is not None:
+            self._manifests = self.pending_manifests.load()
+            self.pending_manifests = None
+        return self._manifests
+
+    @manifests.setter
+    def manifests(self, value: list[SegmentManifest]) -> None:
+        self.pending_manifests = None
+        self._manifests = value
+
+    def oldest_manifest(self) -> tuple[int, int, int, int] | None:
+        """The oldest committed segment's (base, last, max timestamp, size), without parsing a
+        pending snapshot."""
+        if self.pending_manifests is not None:
+            return self.pending_manifests.header.oldest
+        return snapshot.oldest_of(self._manifests)
 
     @property
     def topic(self) -> str:
@@ -235,7 +272,15 @@ class PartitionContext:
         self.progress.remote_root = keys.root(self.topic, self.partition, self.key_id)
         self.progress.lineage_conflict = self.identity_conflict
         self.progress.dir_token = self.dir_token
+        if self.pending_manifests is None:  # before the progress: a crash between is a mismatch
+            stamps = snapshot.stamps_of(self.store.manifests.items())
+            snapshot.save(self.snapshot_path, self._manifests, stamps, self.progress.highest_tiered_offset,
+                          self.progress.remote_log_start_offset)
         self.progress.save(self.progress_path)
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.state_dir / snapshot.SNAPSHOT_FILE
 
     @property
     def quarantine_path(self) -> Path:
@@ -243,11 +288,19 @@ class PartitionContext:
 
     @property
     def remote_bytes(self) -> int:
-        return sum(m.size_bytes for m in self.manifests)
+        if self.pending_manifests is not None:
+            return self.pending_manifests.header.bytes
+        return sum(m.size_bytes for m in self._manifests)
+
+    @property
+    def remote_segments(self) -> int:
+        if self.pending_manifests is not None:
+            return self.pending_manifests.header.count
+        return len(self._manifests)
 
     def publish_gauges(self) -> None:
         m, lb = self.shared.metrics, self.labels
         m.remote_log_size.labels(**lb).set(self.remote_bytes)
-        m.remote_segments.labels(**lb).set(len(self.manifests))
+        m.remote_segments.labels(**lb).set(self.remote_segments)
         m.highest_tiered.labels(**lb).set(self.progress.highest_tiered_offset)
         m.quarantined.labels(**lb).set(len(self.quarantined))

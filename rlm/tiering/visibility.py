@@ -116,10 +116,12 @@ def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]
     return lso if lso > segments[0].base_offset else None
 
 
-def note_delete_records(ctx: PartitionContext, state: PartitionState) -> None:
+def note_delete_records(ctx: PartitionContext, state: PartitionState,
+                        segments: Sequence[SegmentFiles] | None = None) -> None:
     """Persist a DeleteRecords point the checkpoint shows: the broker forgets it once its own
-    retention passes it, rlm must not. It never moves backwards."""
-    point = delete_records_point(state, list_segments(ctx.part))
+    retention passes it, rlm must not. It never moves backwards. ``segments``: the partition's
+    listing when the caller has one."""
+    point = delete_records_point(state, list_segments(ctx.part) if segments is None else segments)
     if point is not None and point > ctx.progress.delete_records_offset:
         log.info("%s: records below offset %d were deleted (DeleteRecords): no longer served, "
                  "remote segments wholly below it will be deleted", ctx.part.name, point)

@@ -33,8 +33,10 @@ def _replicas(tmp_path: Path) -> tuple[Path, Path, Path]:
     return a, b, tmp_path / "store"
 
 
-def _manager(tmp_path: Path, name: str, log_dir: Path, store: Path) -> RemoteLogManager:
-    cfg = write_config(tmp_path / f"{name}.toml", [log_dir], root=store, index_entry_bytes=2048)
+def _manager(tmp_path: Path, name: str, log_dir: Path, store: Path, *,
+             trust: bool = True) -> RemoteLogManager:
+    cfg = write_config(tmp_path / f"{name}.toml", [log_dir], root=store, index_entry_bytes=2048,
+                       trust_local_state=trust)
     return RemoteLogManager(load_settings(cfg), LocalBackend(root=str(store)), metrics=TieringMetrics())
 
 
@@ -120,6 +122,7 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     # Someone replaced the newest manifest with another attempt of the same segment: the local
     # entries of that segment name the old object, so recovery re-indexes from there only.
     ctx = next(again.contexts())
+    assert ctx.manifests  # a trusted restart parses its manifest snapshot on first use
     newest = ctx.store.chain.links[-1].manifest
     older = [d.entry for s in ctx.family.sets for d in s.entries()
              if d.entry.last_offset < newest.base_offset]
@@ -136,7 +139,9 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
         ctx.shared.backend.put(obj.key.replace(newest.attempt_id, "0000000000000-beef"), data)
     remote.delete(key)
     ctx.shared.backend.put(key, doc)
-    third = _manager(tmp_path, "a", a_dir, store)
+    # A restart trusting its local state would not look (docs/remote-state.md): recover from the
+    # store, as cluster mode, a failed pass or `trust_local_state = false` do.
+    third = _manager(tmp_path, "a", a_dir, store, trust=False)
     third.run_once()
     ctx3 = next(third.contexts())
     assert ctx3.store.chain.links[-1].manifest.log.key == moved

@@ -1,0 +1,177 @@
+"""Idle passes: a partition whose inputs did not change since a clean pass is not passed again
+(docs/operations.md, "What an idle pass costs").
+
+A pass reads the partition directory (segments, ``leader-epoch-checkpoint``, ``partition.metadata``),
+the log dir's checkpoints (high watermark, log start, recovery point), the topic's policy, and the
+clock (time-based retention). Its :class:`Fingerprint` is the stat signature of the directory and of
+``partition.metadata`` — Kafka creates, deletes and renames files there for every roll, cleaner
+swap, deletion and checkpoint rewrite, each of which changes the directory's mtime — the
+partition's checkpoint values and its policy. A pass that found nothing to do records it with the
+next time retention by time would delete something (:class:`IdleMark`); until one of those changes
+or that time comes, a pass is a few ``stat`` calls and no store request.
+
+The "racy" rule (:func:`rlm.fsutil.settled`): the directory's signature is taken before the pass
+reads anything and is kept only when the directory had been unchanged for ``SETTLE_NS`` by then —
+a change within the same timestamp tick could otherwise hide behind an equal signature.
+Checkpoint values come from :class:`~rlm.tiering.checkpoint_cache.CheckpointCache`, which applies
+the same rule to its files.
+
+The mark is also kept in ``<state dir>/idle.json`` (with the progress it was made for), so a
+restart that trusted the local state (rlm.tiering.resume) starts idle too: the first pass after a
+restart costs what an idle pass costs. Every pass that is not idle deletes the file first, so it
+only ever describes a partition that has been idle since its last full, clean pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import RlmError
+from rlm.fsutil import Signature, atomic_write, settled, stat_signature
+from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, PartitionState
+from rlm.tiering.checkpoint_cache import CheckpointCache
+from rlm.tiering.policy import TopicPolicy
+from rlm.tiering.state import PartitionContext, Progress
+
+#: The persisted mark of an idle partition, in its state dir (a cache: written without fsync).
+IDLE_FILE = "idle.json"
+
+
+@functools.lru_cache(maxsize=4096)
+def policy_key(policy: TopicPolicy) -> str:
+    """A stable text of everything in ``policy`` (compared across restarts)."""
+    return repr(policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What a pass over one partition depends on, apart from the clock and its own progress."""
+
+    directory: Signature
+    metadata: Signature
+    state: tuple[int | None, int | None, int | None]  # high watermark, log start, recovery point
+    policy: str                                      # policy_key()
+
+
+def fingerprint(part: PartitionDir, state: PartitionState, policy: TopicPolicy) -> Fingerprint:
+    """The fingerprint of ``part`` now (two ``stat`` calls)."""
+    meta = stat_signature(part.path / PARTITION_METADATA)
+    values = (state.high_watermark, state.log_start_offset, state.recovery_point)
+    return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy))
+
+
+def fingerprint_of(part: PartitionDir, checkpoints: CheckpointCache,
+                   policy: TopicPolicy) -> Fingerprint | None:
+    """:func:`fingerprint` with the log dir's cached checkpoints; None when they cannot be read
+    (the pass reports that)."""
+    try:
+        state = checkpoints.get(part.log_dir).state_for(part.topic, part.partition)
+    except RlmError:
+        return None
+    return fingerprint(part, state, policy)
+
+
+def still_idle(ctx: PartitionContext | None, fp: Fingerprint | None, now_ms: int) -> bool:
+    """Whether a pass over ``ctx`` now would find what its last clean pass found: nothing to do."""
+    mark = ctx.idle if ctx is not None else None
+    return (fp is not None and ctx is not None and ctx.recovered and isinstance(mark, IdleMark)
+            and mark.still_idle(fp, ctx.progress, now_ms))
+
+
+def load_mark(ctx: PartitionContext) -> None:
+    """After a restart that trusted the local state: the persisted mark, if any."""
+    ctx.idle = IdleMark.load(ctx.state_dir)
+    ctx.idle_saved = ctx.idle is not None
+
+
+def forget_mark(ctx: PartitionContext) -> None:
+    """A full pass starts: it may change what a persisted mark describes."""
+    ctx.idle = None
+    if ctx.idle_saved is not False:
+        IdleMark.forget(ctx.state_dir)
+        ctx.idle_saved = False
+
+
+def set_mark(ctx: PartitionContext, fp: Fingerprint, read_started_ns: int, due_ms: int | None) -> None:
+    """A full pass found nothing to do: mark ``ctx`` idle (and persist it) when ``fp`` is trusted."""
+    if trusted(fp, read_started_ns):
+        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms)
+        ctx.idle.save(ctx.state_dir)
+        ctx.idle_saved = True
+
+
+def trusted(fp: Fingerprint, read_started_ns: int) -> bool:
+    """Whether ``fp``, taken when a pass started at ``read_started_ns``, may stand for what the pass
+    read: the directory exists and neither file changed within :data:`~rlm.fsutil.SETTLE_NS` before."""
+    return fp.directory is not None and settled((fp.directory, fp.metadata), read_started_ns)
+
+
+def _progress_key(progress: Progress) -> tuple[int, int, int]:
+    return progress.highest_tiered_offset, progress.remote_log_start_offset, progress.delete_records_offset
+
+
+@dataclass(frozen=True, slots=True)
+class IdleMark:
+    """A clean pass that found nothing to do: its fingerprint, the progress it left, and when (ms)
+    retention by time deletes the oldest remote segment (None: never, by time)."""
+
+    fingerprint: Fingerprint
+    progress: tuple[int, int, int]
+    due_ms: int | None
+
+    @classmethod
+    def of(cls, fp: Fingerprint, progress: Progress, due_ms: int | None) -> IdleMark:
+        return cls(fp, _progress_key(progress), due_ms)
+
+    def still_idle(self, fp: Fingerprint, progress: Progress, now_ms: int) -> bool:
+        return (fp == self.fingerprint and (self.due_ms is None or now_ms < self.due_ms)
+                and _progress_key(progress) == self.progress)
+
+    def save(self, state_dir: Path) -> None:
+        fp = self.fingerprint
+        doc = {"directory": fp.directory, "metadata": fp.metadata, "state": fp.state, "policy": fp.policy,
+               "progress": self.progress, "due_ms": self.due_ms}
+        atomic_write(state_dir / IDLE_FILE, json.dumps(doc).encode(), durable=False)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> IdleMark | None:
+        """The persisted mark; None when absent or not whole (then the first pass is a full one)."""
+        try:
+            doc = json.loads((state_dir / IDLE_FILE).read_bytes())
+            fp = Fingerprint(_sig(doc["directory"]), _sig(doc["metadata"]), _ints(doc["state"], 3, True),
+                             _text(doc["policy"]))
+            progress = _ints(doc["progress"], 3, False)
+            due = doc["due_ms"]
+            if due is not None and (not isinstance(due, int) or isinstance(due, bool)):
+                return None
+            return cls(fp, (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0)), due)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            return None
+
+    @staticmethod
+    def forget(state_dir: Path) -> None:
+        (state_dir / IDLE_FILE).unlink(missing_ok=True)
+
+
+def _ints(value: Any, n: int, nullable: bool) -> tuple[Any, ...]:
+    if not isinstance(value, list) or len(value) != n or not all(
+            (v is None and nullable) or (isinstance(v, int) and not isinstance(v, bool)) for v in value):
+        raise ValueError(f"bad value {value!r}")
+    return tuple(value)
+
+
+def _sig(value: Any) -> Signature:
+    if value is None:
+        return None
+    ino, size, mtime = _ints(value, 3, False)
+    return int(ino), int(size), int(mtime)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"bad value {value!r}")
+    return value

@@ -1,0 +1,135 @@
+"""A restart that trusts the local state: no store request for a partition whose local files are
+whole and agree with each other (docs/remote-state.md, "What a restart reads").
+
+Single broker (no ``[cluster]``), only this sidecar writes the partition's root, and every change it
+makes is journaled and fsynced before and after (the copy and delete protocols). So when, after a
+restart,
+
+* ``progress.json`` is this incarnation's (topic id, the directory token left in the partition
+  directory — a re-created directory lacks it), records no lineage conflict and names its root;
+* the journal has no open attempt (nothing was in flight at the crash);
+* the active remote index set opens without repair and the index ends where the progress says
+  tiering ended;
+* the manifest snapshot (:mod:`rlm.tiering.snapshot`) is whole and was written for that progress,
+
+the store can hold nothing this node does not know, and recovery's listing, manifest reads,
+first-batch probe, adoption and old-incarnation lookups would only confirm it. Any other case goes
+through :func:`rlm.tiering.recovery.recover` (the full recovery from the store) for that partition
+alone. Full reconciliation of a trusted partition stays with ``rlm verify`` / ``rlm rebuild-index``.
+A partition with a topic id whose data is under its own id root still asks the store what recovery
+asks about identity (the name-only root's ``owner.json``/``retired.json``, a listing of other roots):
+2-4 requests, independent of how much was tiered. Partitions without a topic id, or whose id
+adopted the name-only root, make none.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from rlm.tiering import keys, snapshot
+from rlm.tiering.identity import read_dir_token, resolve_root
+from rlm.tiering.idle import load_mark
+from rlm.tiering.incarnations import find_old_incarnations
+from rlm.tiering.lineage import StoreView, resolve_chain
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.recovery import recover
+from rlm.tiering.roles import Roles
+from rlm.tiering.state import PartitionContext, PendingManifests, Progress
+
+log = logging.getLogger(__name__)
+
+
+def _root_key_id(ctx: PartitionContext, saved: Progress) -> tuple[bool, str | None]:
+    """(usable, key id) of the root the progress names: this partition's own root or, for a
+    partition with a topic id, the name-only root it adopted."""
+    root = keys.parse_root(saved.remote_root) if saved.remote_root else None
+    if root is None or (root.topic, root.partition) != (ctx.topic, ctx.partition):
+        return False, None
+    if root.topic_id is not None and root.topic_id != ctx.part.topic_id:
+        return False, None
+    return True, root.topic_id
+
+
+def _why_not(ctx: PartitionContext, saved: Progress) -> str | None:
+    """Why the local state cannot be trusted, None when it can (reads local files only)."""
+    part = ctx.part
+    if ctx.shared.cluster:
+        return "cluster mode (other sidecars write the store)"
+    if saved.lineage_conflict is not None or saved.topic_id != part.topic_id:
+        return "progress is another incarnation's or records a conflict"
+    if saved.dir_token is None or read_dir_token(part.path) != saved.dir_token:
+        return "the partition directory is not the one the progress was written for"
+    if not ctx.journal.quiescent():
+        return "the journal has open attempts"
+    return None
+
+
+def resume(ctx: PartitionContext) -> bool:
+    """Take the partition's state from its local files; False when recovery must run instead.
+
+    Sets what :func:`~rlm.tiering.recovery.recover` sets (root, progress, directory token, the
+    manifests — pending until first use) and marks the context recovered.
+    """
+    if not ctx.shared.settings.trust_local_state:
+        return False
+    saved = Progress.load(ctx.progress_path)
+    usable, key_id = _root_key_id(ctx, saved)
+    why = "progress names no usable root" if not usable else _why_not(ctx, saved)
+    header = snapshot.read_header(ctx.snapshot_path) if why is None else None
+    if why is None and (header is None or (header.highest, header.start) != (
+            saved.highest_tiered_offset, saved.remote_log_start_offset)):
+        why = "no manifest snapshot written for this progress"
+    if why is None and header is not None:
+        expected_last = header.highest if header.count else -1
+        if not ctx.family.open_trusted() or ctx.family.last_offset != expected_last:
+            why = "the local remote index was repaired or does not end at the highest tiered offset"
+    if why is not None or header is None:
+        log.debug("%s: recovering from the store: %s", ctx.part.name, why)
+        return False
+    if part_has_id_root(ctx, key_id):
+        # Which incarnation owns the name-only root is decided, as recovery decides it (its data
+        # may have appeared since: docs/topic-identity.md), and old incarnations found: a few
+        # requests, whatever the history. A decision that moves the root recovers in full.
+        resolve_root(ctx, decide=True)
+        if ctx.key_id != key_id:
+            return False
+        ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
+    shutil.rmtree(ctx.staging_dir, ignore_errors=True)
+    ctx.key_id = key_id
+    ctx.progress = saved
+    ctx.dir_token = saved.dir_token
+    ctx.store = StoreView()  # held=None: checked against the local files if a sync ever needs it
+    ctx.pending_manifests = PendingManifests(header, lambda: _load(ctx))
+    ctx.recovered = True
+    ctx.publish_gauges()
+    return True
+
+
+def _load(ctx: PartitionContext) -> list[SegmentManifest]:
+    """The snapshot's manifests, also as the store view (what sync and status read)."""
+    rows = snapshot.load(ctx.snapshot_path)
+    view = ctx.store
+    for key, stamp, manifest in rows:
+        key = key or keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+        view.manifests[key] = (stamp, manifest)
+    manifests = [m for _k, _s, m in rows]
+    view.chain = resolve_chain(manifests)
+    return manifests
+
+
+def part_has_id_root(ctx: PartitionContext, key_id: str | None) -> bool:
+    """True for a partition with a topic id whose data lives under its own id root: the name-only
+    root's owner may still be undecided."""
+    return ctx.part.topic_id is not None and key_id == ctx.part.topic_id
+
+
+def load_state(ctx: PartitionContext, *, leader: bool, roles: Roles) -> None:
+    """Before a partition's first pass (and after a failed one): :func:`resume` with its persisted
+    idle mark (rlm.tiering.idle) when the local state is whole, else the full recovery."""
+    if resume(ctx):
+        ctx.shared.metrics.recoveries.labels(source="local").inc()
+        load_mark(ctx)
+    else:
+        ctx.shared.metrics.recoveries.labels(source="store").inc()
+        roles.note(ctx, recover(ctx, leader=leader))
