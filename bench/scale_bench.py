@@ -1,27 +1,30 @@
-"""Scale benchmark: one log dir with P partitions × S tiny segments, everything already tiered to a
-``local`` store; how pass time, memory and startup grow with P.
+"""Scale benchmark: one log dir with P partitions x S tiny segments; what a restart, an idle pass
+and the first copy cost as P and S grow (issue 16; docs/remote-state.md, docs/operations.md).
 
-For each P (default 500, 1000, 2000): the log dir is written directly (one small v2 batch repeated,
-``.index``/``.timeindex``, a ``replication-offset-checkpoint`` committing every rolled segment),
-then measured:
+For each (P, S): the log dir is written directly (one small v2 batch repeated, ``.index``/
+``.timeindex``, a ``replication-offset-checkpoint`` committing every rolled segment), then measured,
+each step in a fresh process with the store wrapped in a request counter
+(:class:`rlm.testing.counting.CountingBackend`):
 
-* **first pass** — ``rlm run --once`` (subprocess) copying everything (P × S segments);
-* **idle pass, fresh process** — a new process builds the manager and runs ``run_once`` with
-  nothing to copy (this includes recovery of every partition: listing its manifests);
-  **second idle pass** in the same process (steady state of the daemon); the process's RSS after
-  them; **process start → first idle pass done**;
-* **daemon** — ``rlm run`` (subprocess): process start → ``/healthz`` answers, → every partition's
-  first pass done (``rlm_partition_task_seconds_count`` in ``/metrics``), and its RSS then.
+* **first copy pass** — one ``run_once`` copying all P x S segments: ms and store requests per segment;
+* **restart + first idle pass** — a new process: imports, manager built, one pass over every
+  partition with nothing to copy (the restart: local state loaded, trusted or recovered), and the
+  store requests it made; then, after the directories settled, **steady idle passes** in the same
+  process (ms per partition, requests) and the process's RSS;
+* **daemon** — ``rlm run`` (subprocess): process start → ``/healthz``, → every partition's first
+  pass done (``rlm_partition_task_seconds_count`` in ``/metrics``), and its RSS then.
 
-The per-partition columns (ms per partition) show whether something grows faster than linearly.
+Stores: ``local`` (a directory, ``fsync = false``) or ``seaweed`` (a SeaweedFS ``weed server -s3``
+started for the run, rlm.testing.seaweed).
 
-    .venv/bin/python bench/scale_bench.py                         # 500, 1000, 2000
-    .venv/bin/python bench/scale_bench.py --partitions 500 1000 2000 4000
+    .venv/bin/python bench/scale_bench.py --store local --partitions 4000 --segments 10 40
+    .venv/bin/python bench/scale_bench.py --store seaweed --partitions 1000 --segments 10
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -32,21 +35,24 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: rlm may come from elsewhere
 
 from bench.benchlib import OUT, free_port, machine, record, template_batch, write_checkpoint, write_segment
 from rlm.formats import naming
+from rlm.testing.toml import toml_value
 
 SECTION = "## Scale"
 TOPICS = 10
 INTRO = (
-    "`bench/scale_bench.py`: P partitions × 20 tiny segments in one log dir, everything tiered to a "
-    "`local` store; a pass with nothing to copy in a fresh process (includes recovery: listing each "
-    "partition's manifests) and again in the same process, RSS, and daemon startup (→ `/healthz`, → "
-    "every partition's first pass), as P doubles. The ratio to watch is ms per partition: flat = "
-    "linear growth.")
+    "`bench/scale_bench.py`: P partitions × S tiny segments in one log dir. The first copy pass "
+    "(ms and store requests per segment); a restart (new process → every partition passed once "
+    "with nothing to copy) and its store requests; steady idle passes (ms per partition, store "
+    "requests); RSS; daemon startup (→ `/healthz`, → every partition's first pass). Restart cost "
+    "should not depend on S (docs/remote-state.md).")
 
 
 def generate(logs: Path, partitions: int, segments: int) -> None:
@@ -75,36 +81,62 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def child(cfg: str) -> None:
-    """Fresh process: two idle passes, timings and RSS as one JSON line."""
-    t0 = time.perf_counter()
-    from rlm.cli.common import build_manager
+def _counted_manager(cfg: str) -> tuple[Any, Any]:
     from rlm.config import load_settings
+    from rlm.storage.registry import create_backend
+    from rlm.testing.counting import CountingBackend
+    from rlm.tiering.manager import RemoteLogManager
 
-    manager = build_manager(load_settings(Path(cfg)))
-    t1 = time.perf_counter()
-    r1 = manager.run_once()
-    t2 = time.perf_counter()
-    rss1 = rss_kib(os.getpid())
-    r2 = manager.run_once()
-    t3 = time.perf_counter()
-    copied = sum(len(r.copied) for r in r1 + r2)
-    errors = [r.error for r in r1 + r2 if r.error]
-    print(json.dumps({"setup": t1 - t0, "pass1": t2 - t1, "pass2": t3 - t2, "rss1_kib": rss1,
-                      "rss2_kib": rss_kib(os.getpid()),
+    settings = load_settings(Path(cfg))
+    counting = CountingBackend(create_backend(settings.remote.backend, settings.remote.options))
+    return RemoteLogManager(settings, counting), counting
+
+
+def child_copy(cfg: str) -> None:
+    """Fresh process: the first copy pass, with its store requests."""
+    manager, counting = _counted_manager(cfg)
+    t = time.perf_counter()
+    results = manager.run_once(gc=False)
+    elapsed = time.perf_counter() - t
+    print(json.dumps({"copy_s": elapsed, "copied": sum(len(r.copied) for r in results),
+                      "errors": [r.error for r in results if r.error][:3], "requests": dict(counting.calls)}))
+
+
+def child_restart(cfg: str, started: float) -> None:
+    """Fresh process: restart + first pass, then steady idle passes; requests and RSS."""
+    manager, counting = _counted_manager(cfg)
+    built = time.perf_counter()
+    first = manager.run_once(gc=False)
+    first_s = time.perf_counter() - built
+    restart_s = time.time() - started  # from the parent's spawn: includes interpreter + imports
+    restart_requests = dict(counting.calls)
+    time.sleep(0.3)  # the first pass marks a partition idle only once its directory settled
+    manager.run_once(gc=False)
+    counting.calls.clear()
+    steady = []
+    for _ in range(3):
+        t = time.perf_counter()
+        results = manager.run_once(gc=False)
+        steady.append(time.perf_counter() - t)
+    errors = [r.error for r in first + results if r.error]
+    print(json.dumps({"restart_s": restart_s, "first_pass_s": first_s, "restart_requests": restart_requests,
+                      "steady_s": min(steady),
+                      "steady_requests": dict(counting.calls), "idle": sum(r.idle for r in results),
+                      "rss_kib": rss_kib(os.getpid()),
                       "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "copied": copied, "errors": errors[:3], "partitions": len(r1)}))
+                      "errors": errors[:3], "partitions": len(first)}))
 
 
 def rlm_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
 
 
-def write_cfg(path: Path, logs: Path, store: Path, port: int) -> Path:
+def write_cfg(path: Path, logs: Path, remote: dict[str, Any], port: int) -> Path:
+    opts = "".join(f"{k} = {toml_value(v)}\n" for k, v in remote["options"].items())
     path.write_text(
-        f'[log]\ndirs = ["{logs}"]\n[remote]\nbackend = "local"\n[remote.options]\nroot = "{store}"\n'
-        f'fsync = false\n[tiering]\ntask_interval_ms = 3600000\ngc_grace_ms = 3600000\n'
-        f'state_dir = "{store.parent / "state"}"\n[server]\nport = {port}\n')
+        f'[log]\ndirs = ["{logs}"]\n[remote]\nbackend = "{remote["backend"]}"\n[remote.options]\n{opts}'
+        f'[tiering]\ntask_interval_ms = 3600000\ngc_grace_ms = 3600000\n'
+        f'state_dir = "{logs.parent / "state"}"\n[server]\nport = {port}\n')
     return path
 
 
@@ -115,6 +147,7 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
     url = f"http://127.0.0.1:{port}"
     health = done = None
     pattern = re.compile(r'^rlm_partition_task_seconds_count\{[^}]*\} ([0-9.e+]+)$', re.M)
+    rss = 0
     try:
         while time.perf_counter() - start < 1800:
             try:
@@ -130,7 +163,8 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
                     break
             except OSError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.2)
+        time.sleep(2)  # steady state: RSS once the passes are over
         rss = rss_kib(proc.pid)
     finally:
         proc.terminate()
@@ -142,71 +176,102 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
     return {"healthz": health or float("nan"), "first_pass": done or float("nan"), "rss_kib": rss}
 
 
-def measure(partitions: int, segments: int) -> dict[str, float]:
-    work = OUT / "scale" / str(partitions)
-    logs, store = work / "logs", work / "store"
+@contextlib.contextmanager
+def store(kind: str, work: Path) -> Iterator[dict[str, Any]]:
+    if kind == "local":
+        yield {"backend": "local", "options": {"root": str(work / "store"), "fsync": False}}
+        return
+    from rlm.testing.seaweed import SeaweedServer
+
+    with SeaweedServer(work / "weed") as server:
+        server.make_bucket("scale")
+        yield {"backend": "s3", "options": server.options("scale")}
+
+
+def _run_child(mode: str, cfg: Path, work: Path) -> dict[str, Any]:
+    # cwd: not the repo, whose rlm/ would shadow a PYTHONPATH-selected one
+    out = subprocess.run([sys.executable, __file__, f"--child-{mode}", str(cfg), repr(time.time())],
+                         env=rlm_env(), capture_output=True, text=True, check=False, cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not result["errors"], result
+    return result
+
+
+def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
+    work = OUT / "scale" / f"{kind}-{partitions}x{segments}"
+    logs = work / "logs"
     shutil.rmtree(work, ignore_errors=True)
-    t = time.perf_counter()
     generate(logs, partitions, segments)
-    gen_s = time.perf_counter() - t
-    port = free_port()
-    cfg = write_cfg(work / "scale.toml", logs, store, port)
-    t = time.perf_counter()
-    # cwd: not the repo, whose rlm/ would shadow a PYTHONPATH-selected one under `python -m`
-    first = subprocess.run([sys.executable, "-m", "rlm", "run", "--config", str(cfg), "--once", "--quiet"],
-                           env=rlm_env(), capture_output=True, text=True, check=False, cwd=work)
-    first_s = time.perf_counter() - t
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert json.loads(first.stdout)["segments_copied"] == partitions * segments, first.stdout
-    t = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--child", str(cfg)], env=rlm_env(),
-                         capture_output=True, text=True, check=False, cwd=work)
-    fresh_total = time.perf_counter() - t
-    assert out.returncode == 0, out.stderr[-2000:]
-    c = json.loads(out.stdout.strip().splitlines()[-1])
-    assert c["copied"] == 0 and not c["errors"] and c["partitions"] == partitions, c
-    d = daemon(cfg, port, partitions)
-    res = {"P": partitions, "gen": gen_s, "first": first_s, "pass1": c["pass1"], "pass2": c["pass2"],
-           "start_to_pass1": fresh_total - c["pass2"], "rss_mib": c["rss2_kib"] / 1024,
-           "d_health": d["healthz"], "d_first": d["first_pass"], "d_rss_mib": d["rss_kib"] / 1024}
+    with store(kind, work) as remote:
+        port = free_port()
+        cfg = write_cfg(work / "scale.toml", logs, remote, port)
+        copy = _run_child("copy", cfg, work)
+        assert copy["copied"] == partitions * segments, copy
+        restart = _run_child("restart", cfg, work)
+        assert restart["partitions"] == partitions, restart
+        d = daemon(cfg, port, partitions)
+    n = partitions * segments
+    res = {"store": kind, "P": partitions, "S": segments,
+           "copy_ms_per_segment": copy["copy_s"] / n * 1000,
+           "copy_requests_per_segment": sum(copy["requests"].values()) / n, "copy_requests": copy["requests"],
+           "restart_s": restart["restart_s"], "first_pass_s": restart["first_pass_s"],
+           "restart_requests": restart["restart_requests"],
+           "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
+           "steady_requests": restart["steady_requests"], "idle": restart["idle"],
+           "rss_mib": restart["rss_kib"] / 1024, "d_health": d["healthz"], "d_first": d["first_pass"],
+           "d_rss_mib": d["rss_kib"] / 1024}
     print(json.dumps(res), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return res
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ("| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
+           "first pass (of which the pass) | its store requests | steady idle pass: ms / partition | "
+           "its store requests | "
+           "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        out += (f"| {r['store']} | {r['P']} × {r['S']} | {r['copy_ms_per_segment']:.1f} | "
+                f"{r['copy_requests_per_segment']:.1f} | "
+                f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) | "
+                f"{sum(r['restart_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
+                f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
+                f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child(sys.argv[2])
+    if argv is None and len(sys.argv) == 4 and sys.argv[1].startswith("--child-"):
+        if sys.argv[1] == "--child-copy":
+            child_copy(sys.argv[2])
+        else:
+            child_restart(sys.argv[2], float(sys.argv[3]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--partitions", type=int, nargs="+", default=[500, 1000, 2000])
-    ap.add_argument("--segments", type=int, default=20, help="rolled segments per partition (default 20)")
+    ap.add_argument("--store", choices=("local", "seaweed"), default="local")
+    ap.add_argument("--partitions", type=int, nargs="+", default=[500, 1000])
+    ap.add_argument("--segments", type=int, nargs="+", default=[10], help="rolled segments per partition")
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)
-    rows = [measure(p, args.segments) for p in args.partitions]
-
-    def ms_per(v: float, p: int) -> str:
-        return f"{v:.2f} s ({v / p * 1000:.2f})"
-
-    table = ("| partitions × segments | first pass (copy all) | idle pass, fresh process | idle pass, same "
-             "process | start → first idle pass | RSS after passes | daemon start → /healthz | daemon "
-             "start → all partitions passed | daemon RSS |\n|---|---|---|---|---|---|---|---|---|\n")
-    for r in rows:
-        p = int(r["P"])
-        table += (f"| {p} × {args.segments} | {ms_per(r['first'], p)} | {ms_per(r['pass1'], p)} | "
-                  f"{ms_per(r['pass2'], p)} | {ms_per(r['start_to_pass1'], p)} | {r['rss_mib']:.0f} MiB | "
-                  f"{r['d_health']:.2f} s | {ms_per(r['d_first'], p)} | {r['d_rss_mib']:.0f} MiB |\n")
-    print(table)
+    rows = [measure(args.store, p, s) for p in args.partitions for s in args.segments]
+    text = table(rows)
+    print(text)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
         shown = [a for i, a in enumerate(given)
                  if not a.startswith("--label") and not (i and given[i - 1] == "--label")]
-        entry = (f"### {dt.date.today().isoformat()} — up to {max(args.partitions)} partitions × "
-                 f"{args.segments} segments{' — ' + args.label if args.label else ''}\n\n"
+        entry = (f"### {dt.date.today().isoformat()} — {args.store} store, up to {max(args.partitions)} "
+                 f"partitions × {max(args.segments)} segments{' — ' + args.label if args.label else ''}\n\n"
                  f"- machine: {machine()}\n"
-                 f"- command: `{' '.join(['.venv/bin/python bench/scale_bench.py', *shown])}`; local store "
-                 "with `fsync = false`; times in s, (ms per partition) in parentheses\n\n" + table)
+                 f"- command: `{' '.join(['.venv/bin/python bench/scale_bench.py', *shown])}`; the restart "
+                 "is measured from the spawn of a new process (interpreter and imports included)\n"
+                 "- requests by operation: "
+                 + "; ".join(f"{r['P']}×{r['S']}: copy {r['copy_requests']}, restart "
+                             f"{r['restart_requests']}, steady {r['steady_requests']}" for r in rows)
+                 + "\n\n" + text)
         record(SECTION, entry, intro=INTRO)
         print("recorded in BENCHMARKS.md")
     return 0
