@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import shutil
 
-from rlm.errors import IdentityConflictError, StorageError
+from rlm.errors import FormatError, IdentityConflictError, StorageError
+from rlm.tiering import snapshot
 from rlm.tiering.identity import check_lineage, mark_dir, resolve_root
 from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.lineage import Chain
@@ -60,6 +61,21 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
             ctx.journal.append("DELETE_FINISHED", ev.base_offset, ev.attempt_id)
 
 
+def _seed_view(ctx: PartitionContext) -> None:
+    """A process that read nothing of the store yet starts from the manifest snapshot's rows whose
+    listing stamp is known: the listing then reads only the manifests it does not describe (one
+    LIST and no GET when nothing changed; docs/remote-state.md). Never trusted beyond the listing:
+    a key it does not show, or shows with another stamp, is dropped or read again."""
+    if ctx.store.manifests:
+        return
+    try:
+        rows = snapshot.load(ctx.snapshot_path)
+    except FormatError:
+        return  # missing or damaged: read everything, as always
+    ctx.store.manifests = {key: (stamp, m) for key, stamp, m in rows
+                           if key and stamp != snapshot.UNKNOWN_STAMP}
+
+
 def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     """Make local and remote agree; see the module doc. Idempotent. A ``leader=False`` recovery
     (a follower in cluster mode, docs/cluster.md) writes nothing to the store but its own
@@ -68,6 +84,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     ctx.old_incarnations = find_old_incarnations(ctx, mark=leader)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
+    _seed_view(ctx)
     read = refresh(ctx)
     committed = {m.base_offset: m for _s, m in ctx.store.manifests.values()}
     _resolve_journal(ctx, committed)

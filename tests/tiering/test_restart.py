@@ -41,6 +41,7 @@ class Env:
 
     def manager(self) -> RemoteLogManager:
         self.backend.calls.clear()
+        self.backend.ranges.clear()
         return RemoteLogManager(load_settings(self.cfg), self.backend, metrics=TieringMetrics(),
                                 clock_ms=lambda: self.clock[0])
 
@@ -184,4 +185,12 @@ def test_trust_local_state_false_recovers_every_partition_from_the_store(tmp_pat
     again = env.manager()
     again.run_once(gc=False)
     assert _metric(again, "rlm_partition_recoveries_total", {"source": "store"}) == PARTITIONS
-    assert env.backend.calls["read"] >= PARTITIONS  # every manifest read again
+    manifests = sum(1 for i in env.backend.inner.list(f"{TOPIC}-") if "/manifests/" in i.key)
+    assert env.backend.calls["read"] >= manifests  # every manifest read again
+    # That recovery's listing gave every manifest its stamp (kept in the snapshot): the next full
+    # recovery lists once per partition and reads no manifest — only the lineage probe's range.
+    third = env.manager()
+    assert [r.error for r in third.run_once(gc=False)] == [None] * PARTITIONS
+    assert env.backend.calls["list"] == PARTITIONS and env.backend.calls["read"] == PARTITIONS
+    assert all(key[1:] != (0, None) for key in env.backend.ranges)  # ranged probes, no whole object
+    check_store([env.logs], env.backend.inner)
