@@ -56,7 +56,7 @@ from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import Orphan
 from rlm.tiering.resume import load_state
-from rlm.tiering.retention import RetentionPlan, apply_retention, time_expiry_ms
+from rlm.tiering.retention import retention_pass
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import partition_row
@@ -168,12 +168,8 @@ class RemoteLogManager:
     def _state_dir(self, part: PartitionDir) -> Path:
         return state_dir(self.settings.tiering, part)
 
-    @staticmethod
-    def _key(part: PartitionDir) -> tuple[str, int, str | None, bool]:
-        return part.topic, part.partition, part.topic_id, part.identity_error is not None
-
     def context(self, part: PartitionDir) -> PartitionContext:  # one per incarnation (topic id)
-        key = self._key(part)
+        key = _key(part)
         with self._registry_lock:
             ctx = self._contexts.get(key)
             if ctx is None:
@@ -208,7 +204,7 @@ class RemoteLogManager:
         started_ns = time.time_ns()  # before anything is read: the fingerprint's settle point
         # Cluster mode: every pass syncs from the store, to learn the leader's uploads (docs/cluster.md).
         fp = None if self.roles.cluster else fingerprint_of(part, self.checkpoints, self.policy_for(part))
-        if still_idle(self._contexts.get(self._key(part)), fp, self.shared.clock_ms()):
+        if still_idle(self._contexts.get(_key(part)), fp, self.shared.clock_ms()):
             self.shared.metrics.idle_passes.inc()
             return PassResult(part.topic, part.partition, idle=True)
         # The directory may have been re-created (new topic id) since it was discovered.
@@ -267,19 +263,12 @@ class RemoteLogManager:
                    else self._publish_lag(ctx, self._pending(ctx, segments)))
         self._compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
-            plan, due_ms = self._retention(ctx)
+            # The topic's own limits (docs/topic-policy.md)
+            plan, due_ms = retention_pass(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
             result.deleted = [m.base_offset for m in plan.expired]
             if fp is not None and not (pending or result.copied or result.deleted or ctx.quarantined
                                        or result.error):
                 set_mark(ctx, fp, started_ns, due_ms)
-
-    def _retention(self, ctx: PartitionContext) -> tuple[RetentionPlan, int | None]:
-        """Remote retention with the topic's own limits (docs/topic-policy.md); and when (ms)
-        retention by time deletes the oldest remaining segment (None: never, by time)."""
-        limits = retention_limits(self.policy_for(ctx.part), ctx)
-        plan = apply_retention(ctx, **limits)
-        oldest = ctx.oldest_manifest()
-        return plan, None if oldest is None else time_expiry_ms(oldest[2], limits["retention_ms"])
 
     def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
                  progress: Progress | None = None) -> list[PendingSegment]:
@@ -503,3 +492,7 @@ class RemoteLogManager:
                  **self.roles.status(ctx)}
         return partition_row(ctx, offsets, segments, pending, waiting_error, conflict=conflict,
                              now_ms=self.shared.clock_ms(), extra=extra)
+
+
+def _key(part: PartitionDir) -> tuple[str, int, str | None, bool]:
+    return part.topic, part.partition, part.topic_id, part.identity_error is not None

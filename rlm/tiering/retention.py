@@ -132,3 +132,13 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
     metrics.delete_lag_bytes.labels(**ctx.labels).set(0)
     ctx.publish_gauges()
     return plan
+
+
+def retention_pass(ctx: PartitionContext, *, retention_ms: int, retention_bytes: int,
+                   local_only_bytes: int = 0) -> tuple[RetentionPlan, int | None]:
+    """:func:`apply_retention`, and when (ms) retention by time deletes the oldest remaining
+    segment next (None: never, by time) — an idle partition wakes for it (docs/operations.md)."""
+    plan = apply_retention(ctx, retention_ms=retention_ms, retention_bytes=retention_bytes,
+                           local_only_bytes=local_only_bytes)
+    oldest = ctx.oldest_manifest()
+    return plan, None if oldest is None else time_expiry_ms(oldest[2], retention_ms)
