@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,11 +222,14 @@ class RemoteState:
                               attempt_age_ms(ref.attempt_id, infos, now_ms)))
         return out
 
-    def orphans(self, now_ms: int, grace_ms: int, in_flight: Iterable[str] = ()) -> list[Orphan]:
-        """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`)."""
+    def orphans(self, now_ms: int, grace_ms: int, in_flight: Iterable[str] = (),
+                manifests: Callable[[], Iterable[SegmentManifest]] | None = None) -> list[Orphan]:
+        """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`).
+        ``manifests`` lists the committed ones (default :meth:`list_manifests`; the daemon's
+        reuses what it read before, docs/remote-state.md)."""
         attempts = self.attempts(self.list_prefix(keys.data_prefix(self.topic, self.partition, self.key_id)))
         # Manifests are listed *after* the data: an attempt that commits in between is then seen live.
-        found = self.unreferenced(attempts, self.list_manifests(), now_ms, in_flight)
+        found = self.unreferenced(attempts, (manifests or self.list_manifests)(), now_ms, in_flight)
         return [o for o in found if o.age_ms >= grace_ms]
 
     def delete_attempt(self, base_offset: int, attempt_id: str) -> list[str]:

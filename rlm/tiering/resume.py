@@ -110,9 +110,9 @@ def _load(ctx: PartitionContext) -> list[SegmentManifest]:
     """The snapshot's manifests, also as the store view (what sync and status read)."""
     rows = snapshot.load(ctx.snapshot_path)
     view = ctx.store
-    for key, stamp, manifest in rows:
-        key = key or keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
-        view.manifests[key] = (stamp, manifest)
+    found = {key or keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)
+             for key, stamp, m in rows}
+    view.manifests = {**view.manifests, **found}  # replaced, never mutated: status may be iterating it
     manifests = [m for _k, _s, m in rows]
     view.chain = resolve_chain(manifests)
     return manifests

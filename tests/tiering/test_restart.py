@@ -194,3 +194,16 @@ def test_trust_local_state_false_recovers_every_partition_from_the_store(tmp_pat
     assert env.backend.calls["list"] == PARTITIONS and env.backend.calls["read"] == PARTITIONS
     assert all(key[1:] != (0, None) for key in env.backend.ranges)  # ranged probes, no whole object
     check_store([env.logs], env.backend.inner)
+
+
+def test_gc_reads_a_manifest_only_once_per_process(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    manager = env.manager()
+    manager.run_once(gc=False)
+    env.backend.calls.clear()
+    assert manager.collect_garbage() == []
+    manifests = sum(1 for i in env.backend.inner.list(f"{TOPIC}-") if "/manifests/" in i.key)
+    assert env.backend.calls["read"] == manifests  # committed here: stamps learnt from this listing
+    env.backend.calls.clear()
+    assert manager.collect_garbage() == []
+    assert env.backend.calls == {"list": 2 * PARTITIONS}  # data, then manifests; no read
