@@ -31,6 +31,7 @@ from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.formats.partition_metadata import MAX_FILE_BYTES, parse_partition_metadata
+from rlm.fsutil import FileMemo
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
@@ -173,9 +174,14 @@ def _classify_dir_name(name: str) -> tuple[str, int] | str:
 def read_topic_id(path: Path) -> str | None:
     """The topic id in ``path / partition.metadata``; None when the file does not exist.
 
-    A malformed file raises :class:`~rlm.errors.PartitionMetadataError` naming the file.
+    A malformed file raises :class:`~rlm.errors.PartitionMetadataError` naming the file. Parsed
+    again only when the file changed (:class:`~rlm.fsutil.FileMemo`): the daemon discovers every
+    partition every task interval.
     """
-    meta = path / PARTITION_METADATA
+    return _TOPIC_IDS.get(path / PARTITION_METADATA)
+
+
+def _parse_topic_id(meta: Path) -> str | None:
     try:
         with meta.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
@@ -187,6 +193,9 @@ def read_topic_id(path: Path) -> str | None:
         return parse_partition_metadata(data).topic_id
     except RlmError as exc:
         raise exc.in_file(meta) from exc
+
+
+_TOPIC_IDS: FileMemo[str | None] = FileMemo(_parse_topic_id)
 
 
 def partition_dir(log_dir: Path, topic: str, partition: int, path: Path | None = None) -> PartitionDir:

@@ -316,9 +316,13 @@ class PolicyMetrics:
                               "tiered, per reason", ("reason",), registry=registry)
         self._seen: dict[tuple[str, int], dict[Gauge, tuple[str, ...]]] = {}
         self._lock = threading.Lock()
+        self._published: dict[tuple[str, int], TopicPolicy] | None = None
 
     def publish(self, policies: dict[tuple[str, int], TopicPolicy]) -> None:
         with self._lock:
+            if policies == self._published:
+                return  # every discovery publishes: ~4 gauge updates per partition saved when unchanged
+            self._published = dict(policies)
             for key in set(self._seen) - set(policies):
                 self._drop(key)
             counts: dict[str, int] = {}
