@@ -85,6 +85,9 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
     _seed_view(ctx)
+    # Recovery changes the store (journal attempts finished or aborted) before it saves progress:
+    # until it does, no restart may trust the local state (resume.py) — it writes a new snapshot.
+    ctx.snapshot_path.unlink(missing_ok=True)
     read = refresh(ctx)
     committed = {m.base_offset: m for _s, m in ctx.store.manifests.values()}
     _resolve_journal(ctx, committed)

@@ -29,7 +29,7 @@ import shutil
 
 from rlm.tiering import keys, snapshot
 from rlm.tiering.identity import read_dir_token, resolve_root
-from rlm.tiering.idle import load_mark
+from rlm.tiering.idle import forget_mark, load_mark
 from rlm.tiering.incarnations import find_old_incarnations
 from rlm.tiering.lineage import StoreView, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
@@ -132,4 +132,5 @@ def load_state(ctx: PartitionContext, *, leader: bool, roles: Roles) -> None:
         load_mark(ctx)
     else:
         ctx.shared.metrics.recoveries.labels(source="store").inc()
+        forget_mark(ctx)
         roles.note(ctx, recover(ctx, leader=leader))

@@ -21,6 +21,7 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering import crash
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.snapshot import SNAPSHOT_FILE
 from tests.tiering.helpers import assert_manifests_complete, check_store, rlm_cli, write_config
 
 TOPIC = "fz"
@@ -55,11 +56,16 @@ def test_randomized_in_process_rounds(tmp_path: Path) -> None:
             revealed[p] = min(len(bases[p]) - 1, revealed[p] + rng.choice((0, 0, 1, 2)))
         set_high_watermarks(logs, {(TOPIC, p): bases[p][revealed[p]] for p in (0, 1)})
         retention = round_no >= rounds // 2  # second half: size retention deletes old segments
-        # Every other round recovers from the store (under faults); the others trust the local
-        # state a previous round left — possibly after a failed pass (docs/remote-state.md).
+        # Odd rounds recover from the store as before issue 16 (no manifest snapshot: every manifest
+        # read, under faults); even rounds trust the local state a previous round left — possibly
+        # after a failed pass (docs/remote-state.md).
+        trust = round_no % 2 == 0
+        if not trust:
+            for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{SNAPSHOT_FILE}"):
+                snapshot.unlink()
         cfg = write_config(tmp_path / "c.toml", [logs], root=store, index_entry_bytes=1024,
                            index_rotate_bytes=4096, retention_bytes=60_000 if retention else -1,
-                           trust_local_state=round_no % 2 == 0)
+                           trust_local_state=trust)
         settings = load_settings(cfg)
         backend = FaultyBackend.wrap(inner, sleep=lambda s: None, seed=rng.getrandbits(32), **FAULTS)
         now[0] += 60_000
