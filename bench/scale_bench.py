@@ -163,7 +163,7 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
                     break
             except OSError:
                 pass
-            time.sleep(0.2)
+            time.sleep(1.0)  # /metrics renders every partition's series: polling it often slows the daemon
         time.sleep(2)  # steady state: RSS once the passes are over
         rss = rss_kib(proc.pid)
     finally:
