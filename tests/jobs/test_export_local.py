@@ -133,7 +133,10 @@ def test_process_workers_with_other_threads_alive(env: Env, tmp_path: Path) -> N
     finally:
         stop.set()
         other.join()
-    assert _process_context().get_start_method() == "fork"
+    # Back to fork once this is the only thread (in a full run, other tests' server threads may
+    # still be alive: then forkserver is right too).
+    expected = "fork" if threading.active_count() == 1 else "forkserver"
+    assert _process_context().get_start_method() == expected
     export_local(env.settings, ["gen"], tmp_path / "inline", pool="inline")
     assert sorted_rows(tmp_path / "fs") == sorted_rows(tmp_path / "inline")
 
