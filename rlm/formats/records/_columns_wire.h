@@ -12,16 +12,17 @@
 
 /* ---- varints (rlm/formats/varint.py): zig-zag, <= 5 bytes (int32) / <= 10 bytes (int64) ---- */
 
-static inline int rd_varint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int32_t *out) {
+/* The unsigned base-128 value of at most max_bytes bytes at *pp (bounded by lim); -1 when it runs
+ * past lim or is longer. Byte i contributes bits 7i..7i+6, as Java's ByteUtils (bits past 63 drop). */
+static inline int rd_uvarint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int max_bytes, uint64_t *out) {
     Py_ssize_t p = *pp;
     uint64_t acc = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < max_bytes; i++) {
         if (p >= lim) return -1;
         uint8_t c = d[p++];
-        acc |= (uint64_t)(c & 0x7F) << (7 * i);
+        acc |= (uint64_t)(c & 0x7F) << (7 * i);  /* i = 9: only bit 63 survives, as in Java */
         if (!(c & 0x80)) {
-            acc &= 0xFFFFFFFFu;  /* bits Java shifts out of an int */
-            *out = (int32_t)(int64_t)((int64_t)(acc >> 1) ^ -(int64_t)(acc & 1));
+            *out = acc;
             *pp = p;
             return 0;
         }
@@ -29,20 +30,19 @@ static inline int rd_varint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, in
     return -1;  /* overlong */
 }
 
+static inline int rd_varint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int32_t *out) {
+    uint64_t acc;
+    if (rd_uvarint(d, pp, lim, 5, &acc) < 0) return -1;
+    acc &= 0xFFFFFFFFu;  /* bits Java shifts out of an int */
+    *out = (int32_t)(int64_t)((int64_t)(acc >> 1) ^ -(int64_t)(acc & 1));
+    return 0;
+}
+
 static inline int rd_varlong(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int64_t *out) {
-    Py_ssize_t p = *pp;
-    uint64_t acc = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= lim) return -1;
-        uint8_t c = d[p++];
-        acc |= (uint64_t)(c & 0x7F) << (7 * i);  /* i = 9: only bit 63 survives, as in Java */
-        if (!(c & 0x80)) {
-            *out = (int64_t)(acc >> 1) ^ -(int64_t)(acc & 1);
-            *pp = p;
-            return 0;
-        }
-    }
-    return -1;
+    uint64_t acc;
+    if (rd_uvarint(d, pp, lim, 10, &acc) < 0) return -1;
+    *out = (int64_t)(acc >> 1) ^ -(int64_t)(acc & 1);
+    return 0;
 }
 
 /* A length-prefixed field (varint length, -1 = null) at *pp, bounded by lim: *out its first byte,
