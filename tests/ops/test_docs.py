@@ -72,7 +72,8 @@ def test_package_data_ships_every_status_page_file() -> None:
 def _defined_names() -> tuple[set[str], dict[str, set[str]]]:
     """Every name rlm and its plugins define (functions, classes, assignments, string constants,
     module names), overall and per module / class name (a class's names are its module's)."""
-    everywhere: set[str] = set(dir(__import__("builtins")))
+    # Builtins and the standard library's modules (``memoryview``, ``stat``) are names too.
+    everywhere: set[str] = set(dir(__import__("builtins"))) | set(sys.stdlib_module_names)
     by_scope: dict[str, set[str]] = {}
     for path in [*(REPO / "rlm").rglob("*.py"), *(REPO / "plugins").rglob("*.py")]:
         text = path.read_text(encoding="utf-8")
