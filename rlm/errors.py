@@ -8,7 +8,7 @@ the name with :meth:`RlmError.in_file` (returns a copy, the original is chained)
 Tree::
 
     RlmError
-    ├── FormatError                    bytes that do not follow FORMATS.md
+    ├── FormatError                    bytes that do not follow docs/formats.md
     │   ├── CorruptRecordError         bad batch size / CRC / record framing inside a .log
     │   ├── UnsupportedMagicError      a magic byte rlm does not know
     │   ├── CompressionError           a payload that does not decompress / unknown codec
@@ -88,7 +88,7 @@ class RlmError(Exception):
 
 
 class FormatError(RlmError):
-    """Bytes that do not follow the binary formats of FORMATS.md."""
+    """Bytes that do not follow the binary formats of docs/formats.md."""
 
 
 class CorruptRecordError(FormatError):

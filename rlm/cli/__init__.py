@@ -1,4 +1,4 @@
-"""The ``rlm`` command line (DESIGN §4). Top layer: may import everything below it."""
+"""The ``rlm`` command line (docs/cli.md). Top layer: may import everything below it."""
 
 from __future__ import annotations
 

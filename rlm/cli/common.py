@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def config_option(func: F) -> F:
     return click.option("--config", "config_path", required=True, type=click.Path(path_type=Path),
-                        help="TOML configuration file (DESIGN §3).")(func)
+                        help="TOML configuration file (docs/configuration.md).")(func)
 
 
 def load(config_path: Path) -> Settings:

@@ -1,7 +1,7 @@
-"""``rlm dump [--records] FILE...`` — one JSON object per file, JSON Lines (DESIGN §4).
+"""``rlm dump [--records] FILE...`` — one JSON object per file, JSON Lines (docs/cli.md).
 
 The field names and kinds are a contract other tools parse: change them only together with
-DESIGN.md. A corrupt or unreadable file still prints the entries readable before the damage,
+docs/cli.md. A corrupt or unreadable file still prints the entries readable before the damage,
 then one line on stderr naming file, position and reason, and the command exits 1.
 """
 

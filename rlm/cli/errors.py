@@ -1,6 +1,6 @@
 """How the CLI turns errors into exit codes and one-line messages (never a traceback).
 
-Exit codes (DESIGN §4): 0 success; 1 a corrupt/unreadable input or a failed operation;
+Exit codes (docs/cli.md §1): 0 success; 1 a corrupt/unreadable input or a failed operation;
 2 bad arguments or invalid configuration. ``RLM_DEBUG=1`` re-raises for a full traceback.
 """
 

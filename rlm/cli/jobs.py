@@ -1,4 +1,5 @@
-"""``rlm export``, ``rlm verify``, ``rlm rebuild-index --spark-master`` (DESIGN §4, §6): Spark jobs.
+"""``rlm export``, ``rlm verify``, ``rlm rebuild-index --spark-master``
+(docs/cli.md, docs/export.md): Spark jobs.
 
 pyspark is imported only when one of these commands runs. Spark's console progress bar shows on
 a terminal; piped output stays quiet (JSON on stdout, one-line errors on stderr).

@@ -1,4 +1,4 @@
-"""``rlm lookup``, ``rlm offsets-for-times``, ``rlm fetch`` (DESIGN §4): read-only, any time."""
+"""``rlm lookup``, ``rlm offsets-for-times``, ``rlm fetch`` (docs/cli.md): read-only, any time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entry point and command group of the ``rlm`` CLI (DESIGN §4)."""
+"""Entry point and command group of the ``rlm`` CLI (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``rlm run``, ``rlm status``, ``rlm gc``, ``rlm rebuild-index`` (DESIGN §4)."""
+"""``rlm run``, ``rlm status``, ``rlm gc``, ``rlm rebuild-index`` (docs/cli.md)."""
 
 from __future__ import annotations
 

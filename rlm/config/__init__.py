@@ -1,4 +1,4 @@
-"""Configuration: a TOML file (DESIGN §3) plus ``RLM_<SECTION>__<KEY>`` environment overrides.
+"""Configuration: a TOML file (docs/configuration.md) plus ``RLM_<SECTION>__<KEY>`` environment overrides.
 
 Every key is validated here, once, at startup. An invalid file produces one :class:`ConfigError`
 that names the key, the value and what is allowed; the CLI exits with code 2. Unknown keys are

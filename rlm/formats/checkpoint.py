@@ -1,4 +1,4 @@
-"""Kafka's checkpoint text files (FORMATS §1).
+"""Kafka's checkpoint text files (docs/formats.md §2.2, §2.3).
 
 Offset checkpoints (``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
 ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``)::

@@ -1,4 +1,4 @@
-"""File and directory names of a Kafka log directory (FORMATS.md §1, §4).
+"""File and directory names of a Kafka log directory (docs/formats.md §2.1, §5).
 
 A segment file is ``<base offset, decimal, zero-padded to 20 digits><suffix>``; a partition
 directory is ``<topic>-<partition>`` where the topic itself may contain ``-``, so the partition

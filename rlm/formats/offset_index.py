@@ -1,4 +1,5 @@
-"""Kafka's offset index (``.index``), also the layout of rlm's ``.remoteoffsetindex`` (FORMATS §3.1, §4.2).
+"""Kafka's offset index (``.index``), also the layout of rlm's ``.remoteoffsetindex``
+(docs/formats.md §4.1, §5.2).
 
 Pure: the reader takes a buffer (bytes, bytearray, memoryview or mmap), the builder produces bytes.
 """

@@ -1,4 +1,4 @@
-"""rlm's remote index set: ``.remotelogindex`` entries and the lookups through the set (FORMATS §4).
+"""rlm's remote index set: ``.remotelogindex`` entries and the lookups through the set (docs/formats.md §5).
 
 A set is three files with the same 20-digit base name (the set's base offset = first offset of its
 first entry): the ``.remotelogindex`` (entries below), a ``.remoteoffsetindex`` (Kafka ``.index``
@@ -300,7 +300,7 @@ def build_entries(
     index_entry_bytes: int,
     segment_start_position: int = 0,
 ) -> list[RemoteLogIndexEntry]:
-    """Pack one segment's batches into ``.remotelogindex`` entries (FORMATS §4.1).
+    """Pack one segment's batches into ``.remotelogindex`` entries (docs/formats.md §5.1).
 
     Consecutive batches are packed while the entry covers at most ``index_entry_bytes``; a batch
     larger than that forms an entry alone; batches are never split. The caller passes one segment's
@@ -319,7 +319,7 @@ def build_entries(
             RemoteLogIndexEntry(
                 first_offset=first.base_offset,
                 last_offset=last.last_offset,
-                # FORMATS: -1 for magic 0/1 even when a v1 message has a timestamp.
+                # docs/formats.md §5.1: -1 for magic 0/1 even when a v1 message has a timestamp.
                 first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
                 last_timestamp=max(b.max_timestamp for b in group),
                 data_length=last.position + last.size - first.position,

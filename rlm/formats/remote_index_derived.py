@@ -161,7 +161,7 @@ def _entry_at(log_index: Buffer, position: int, expected_first_offset: int | Non
 def find_entry_for_offset(
     offset_index: OffsetIndex, log_index: Buffer, target_offset: int
 ) -> DecodedEntry | None:
-    """The first entry whose ``last_offset >= target_offset`` (FORMATS §4.2), or None past the set.
+    """The first entry whose ``last_offset >= target_offset`` (docs/formats.md §5.2), or None past the set.
 
     That is the entry containing the offset, or — when it lies in a compaction gap or before the
     set — the next entry, whose first offset is the next existing one. O(log n): a floor lookup in
@@ -184,13 +184,13 @@ def find_entry_for_offset(
 def find_entry_for_timestamp(
     time_index: TimeIndex, offset_index: OffsetIndex, log_index: Buffer, target_timestamp: int
 ) -> DecodedEntry | None:
-    """The first entry whose ``last_timestamp >= target_timestamp`` (FORMATS §4.3), or None.
+    """The first entry whose ``last_timestamp >= target_timestamp`` (docs/formats.md §5.3), or None.
 
-    Its records hold the first record with timestamp >= target (the caller scans them, §3.3).
+    Its records hold the first record with timestamp >= target (the caller scans them, docs/formats.md §4.3).
     ``target_timestamp`` must be >= 0 (ListOffsets' negative special values are the caller's).
     O(log n): the time index records each point where the running max grows, so the first entry
     with timestamp >= target marks the first entry whose own last_timestamp reaches it; every
-    earlier entry's is lower. Equivalent to FORMATS' floor-then-scan-forward, without the scan.
+    earlier entry's is lower. Equivalent to a floor in the time index then a forward scan, without the scan.
     """
     if target_timestamp < 0:
         raise InvalidArgumentError(f"target timestamp {target_timestamp} is negative")

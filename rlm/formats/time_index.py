@@ -1,4 +1,5 @@
-"""Kafka's time index (``.timeindex``), also the layout of rlm's ``.remotetimeindex`` (FORMATS §3.2, §4.3).
+"""Kafka's time index (``.timeindex``), also the layout of rlm's ``.remotetimeindex``
+(docs/formats.md §4.2, §5.3).
 
 Pure: the reader takes a buffer (bytes, bytearray, memoryview or mmap), the builder produces bytes.
 """

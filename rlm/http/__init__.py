@@ -1,1 +1,1 @@
-"""The HTTP API of ``rlm run`` (DESIGN §5) and a Python client for it."""
+"""The HTTP API of ``rlm run`` (docs/http-api.md) and a Python client for it."""

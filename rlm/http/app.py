@@ -1,4 +1,4 @@
-"""The HTTP API of ``rlm run`` (DESIGN §5), a FastAPI app; OpenAPI at ``/docs``.
+"""The HTTP API of ``rlm run`` (docs/http-api.md), a FastAPI app; OpenAPI at ``/docs``.
 
 Routes (contract)::
 

@@ -1,4 +1,4 @@
-"""Spark jobs over both tiers (DESIGN §6): ``read_tiered``/``export``, ``verify``, ``rebuild_index``,
+"""Spark jobs over both tiers (docs/export.md): ``read_tiered``/``export``, ``verify``, ``rebuild_index``,
 bulk ``offsets_for_times``; ``export_local``, the same export without Spark (docs/export.md).
 
 ``import rlm.jobs`` is cheap: pyspark is imported only when a job runs (and only in this package).

@@ -1,4 +1,4 @@
-"""Discover partitions, segments and committed state in Kafka log directories (FORMATS.md §1).
+"""Discover partitions, segments and committed state in Kafka log directories (docs/formats.md §2).
 
 Contracts:
 
@@ -368,7 +368,7 @@ def eligible_segments(
     state: PartitionState,
     policy: EligibilityPolicy = "high-watermark",
 ) -> list[SegmentFiles]:
-    """Rolled segments that may be tiered, oldest first (FORMATS.md §1).
+    """Rolled segments that may be tiered, oldest first (docs/formats.md §2.1).
 
     ``partition`` is a partition dir (listed now) or an already listed set of segments. The active
     segment is never included. ``"high-watermark"``: a rolled segment is included when the next

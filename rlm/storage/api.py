@@ -1,4 +1,4 @@
-"""The storage backend contract (DESIGN §1): a small, synchronous object-store interface.
+"""The storage backend contract (docs/storage.md): a small, synchronous object-store interface.
 
 Keys
     ``/``-separated relative paths, e.g. ``"orders-3/00000000000000001000-ab12.log"``: non-empty, at

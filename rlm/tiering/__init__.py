@@ -1,1 +1,1 @@
-"""The tiering engine: copy protocol, remote index family, recovery, retention, GC (DESIGN §2)."""
+"""The tiering engine: copy protocol, remote index family, recovery, retention, GC (docs/architecture.md)."""

@@ -1,4 +1,4 @@
-"""The copy protocol for one segment (DESIGN §2): pin, scan, journal, upload, manifest, index.
+"""The copy protocol for one segment (docs/architecture.md §3): pin, scan, journal, upload, manifest, index.
 
 Order is what makes it crash-safe:
 

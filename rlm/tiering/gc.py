@@ -1,4 +1,4 @@
-"""Garbage collection of abandoned copy attempts (FORMATS §6).
+"""Garbage collection of abandoned copy attempts (docs/formats.md §6.2, §6.6).
 
 An attempt's objects are garbage when no manifest names the attempt, no copy of it is in flight in
 this process, and it is older than the grace period (``gc_grace_ms``; the age rule is

@@ -1,7 +1,7 @@
 """The remote key layout — the one place that says where rlm puts things in the store.
 
 Keys are relative to the backend's root (its bucket/prefix/directory). Offsets are 20-digit
-zero-padded so lexical key order is offset order (FORMATS §6). All keys of one *incarnation* of a
+zero-padded so lexical key order is offset order (docs/formats.md §6.1). All keys of one *incarnation* of a
 partition live under one root (docs/topic-identity.md)::
 
     <topic>-<partition>/                 name-only root: partitions without a topic id (brokers

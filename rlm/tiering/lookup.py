@@ -1,4 +1,4 @@
-"""Lookups and fetches across tiers (FORMATS §5), over the visible offsets only: ``[log start,
+"""Lookups and fetches across tiers (docs/formats.md §8), over the visible offsets only: ``[log start,
 high watermark)`` (docs/visibility.md).
 
 * **offset t** — ``local_log_start ≤ t < log_end`` → the local segment (``.index`` floor → scan);
@@ -55,7 +55,7 @@ SPECIAL_TIMESTAMPS = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "ma
 
 @dataclass(frozen=True, slots=True)
 class LookupResult:
-    """One answer; :meth:`to_json` is the ``rlm lookup`` / HTTP contract of DESIGN §4."""
+    """One answer; :meth:`to_json` is the ``rlm lookup`` / HTTP contract (docs/cli.md, docs/http-api.md)."""
 
     topic: str
     partition: int

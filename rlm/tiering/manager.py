@@ -435,7 +435,7 @@ class RemoteLogManager:
                                         else Progress.load(ctx.progress_path))
 
     def status(self, *, observe: bool = True) -> list[dict[str, Any]]:
-        """DESIGN §4 ``rlm status`` fields per partition (plus last_error / quarantined).
+        """The ``rlm status`` fields (docs/cli.md) per partition (plus last_error / quarantined).
 
         ``observe=False`` (the daemon's API) never touches the store and never waits for a pass:
         a partition not yet recovered answers from its persisted progress and what was last

@@ -1,4 +1,4 @@
-"""Bring one partition to a consistent state after any crash (DESIGN §2).
+"""Bring one partition to a consistent state after any crash (docs/architecture.md §5).
 
 Runs before a partition's first pass (and again after a pass that failed midway):
 

@@ -1,6 +1,6 @@
 """The local remote-index family of one partition: sets of three files, appended, rotated, repaired.
 
-Files live in the partition directory (FORMATS §4)::
+Files live in the partition directory (docs/formats.md §5)::
 
     <base>.remotelogindex   entries (CRC-32 each), the source of truth
     <base>.remoteoffsetindex / <base>.remotetimeindex   derived from it, rebuilt whenever in doubt

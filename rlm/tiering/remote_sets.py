@@ -1,4 +1,4 @@
-"""The local remote-index sets of a partition as lookups read them (FORMATS §5), parsed once per
+"""The local remote-index sets of a partition as lookups read them (docs/formats.md §8), parsed once per
 file version: readers never write, so a set being appended by the daemon is read up to its last
 whole entry (a torn tail is simply not visible yet)."""
 

@@ -1,4 +1,4 @@
-"""Remote retention by time and size (DESIGN §2, FORMATS §6): whole segments, oldest first.
+"""Remote retention by time and size (docs/formats.md §6.6): whole segments, oldest first.
 
 Time: a segment expires when its max timestamp < now − ``retention_ms``. Size: while the
 partition's remote bytes exceed ``retention_bytes``, the oldest segment goes — but, as Kafka's own

@@ -1,5 +1,5 @@
-"""A tiered partition's status row (``rlm status``, ``GET /v1/partitions``): DESIGN §4's fields and
-the ones added since, each commented with the doc that defines it."""
+"""A tiered partition's status row (``rlm status``, ``GET /v1/partitions``): the original
+fields (docs/cli.md) and the ones added since, each commented with the doc that defines it."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Se
         "copy_lag_segments": len(pending),
         "copy_lag_bytes": sum(p[0].size for p in pending),
         "quarantined": {base: q.message for base, q in ctx.quarantined.items()},
-        # Beyond DESIGN §4 (docs/broker-files.md): each quarantine's file, byte, cause, since.
+        # Beyond the original fields (docs/broker-files.md): each quarantine's file, byte, cause, since.
         "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
         "last_error": ctx.last_error or waiting_error,
-        # Beyond DESIGN §4 (status page): offsets below eligible_end_offset are in rolled,
+        # Beyond the original fields (status page): offsets below eligible_end_offset are in rolled,
         # committed segments (eligible to tier); how long the oldest pending segment has waited
         # (now − its .log mtime); what the local tier holds.
         "eligible_end_offset": eligible_end(offsets.highest_tiered_offset,

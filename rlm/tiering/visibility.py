@@ -45,7 +45,7 @@ HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered"]
 
 @dataclass(frozen=True, slots=True)
 class PartitionOffsets:
-    """The offsets that bound each tier (FORMATS §5); None when unknown/empty, -1 = nothing tiered.
+    """The offsets that bound each tier (docs/formats.md §8); None when unknown/empty, -1 = nothing tiered.
 
     ``high_watermark`` is the checkpointed value (None when the log dir has none);
     ``visible_end_offset`` is the exclusive bound every read surface applies and

@@ -1,4 +1,4 @@
-"""``rlm dump`` through a real subprocess: the JSON Lines contract of DESIGN §4 and clean failures."""
+"""``rlm dump`` through a real subprocess: the JSON Lines contract of docs/cli.md and clean failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""docker-compose.yml is a valid Compose file; configs/*.toml use the DESIGN §3 keys and build backends."""
+"""docker-compose.yml is a valid Compose file; configs/*.toml use the original
+configuration keys (docs/configuration.md) and build backends."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Shared helpers of the tiering acceptance tests: configs, the CLI as a subprocess, and one
-independent checker of the invariants of DESIGN §2 / FORMATS §4–6.
+independent checker of the invariants of docs/architecture.md §5 and docs/formats.md §5, §6.
 
 The checker reads the store through the backend contract and the local index files through the
 format readers only (never through the tiering engine), so an engine bug cannot hide itself.

@@ -1,5 +1,5 @@
 """Kill `rlm run --once` (a real subprocess, SIGKILL via RLM_CRASH_AT) at every named crash point,
-restart it, and check that the store and the local index converge (DESIGN §2)."""
+restart it, and check that the store and the local index converge (docs/architecture.md §5)."""
 
 from __future__ import annotations
 

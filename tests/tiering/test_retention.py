@@ -1,4 +1,5 @@
-"""Remote retention by time and size (FORMATS §6): the pure plan, and end to end with a fake clock."""
+"""Remote retention by time and size (docs/formats.md §6.6): the pure plan, and end to
+end with a fake clock."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Kafka record batches (magic 2) and legacy message sets (magic 0/1): decode, verify, encode.
 
-Layout (FORMATS.md §2, all integers big-endian). Every log entry starts with
+Layout (docs/formats.md §3, all integers big-endian). Every log entry starts with
 ``offset int64 @0, size int32 @8`` (size = bytes after these 12) and carries its magic at @16.
 
 Magic 2 record batch, 61-byte header::

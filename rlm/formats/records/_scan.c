@@ -94,7 +94,7 @@ static PyObject *scan_bind(PyObject *mod, PyObject *args)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The v2 header (FORMATS.md section 2 / the layout in rlm/formats/records/__init__.py).
+ * The v2 header (docs/formats.md §3.2 / the layout in rlm/formats/records/__init__.py).
  */
 static inline int64_t be64(const uint8_t *p)
 {
