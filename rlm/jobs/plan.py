@@ -55,11 +55,11 @@ from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, create_backend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering.identity import log_end_conflict, served_progress
+from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteView, remote_view
-from rlm.tiering.state import Progress, state_dir
+from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
 MAX_OFFSET = 2**63 - 1
@@ -380,14 +380,12 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
     parts = select_partitions(settings, topics, partitions)
     policy = settings.log.eligibility
 
-    def progress(part: PartitionDir) -> Progress:  # the incarnation's own (docs/topic-identity.md)
-        return served_progress(part, Progress.load(state_dir(settings.tiering, part) / "progress.json"))
-
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
         plans = list(pool.map(lambda p: plan_partition(
             p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
             ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
-            policy=policy, progress=progress(p), view=remote_view(settings.tiering, p),
+            policy=policy, progress=persisted_progress(settings.tiering, p),
+            view=remote_view(settings.tiering, p),
             isolation=isolation, min_offset=(start_offsets or {}).get((p.topic, p.partition), 0)),
             parts))
     return ReadPlan(plans)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlm.config import TieringSettings
 from rlm.errors import (
     IdentityConflictError,
     PartitionMetadataError,
@@ -42,7 +43,7 @@ from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering import keys
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState
-from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress
+from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,13 @@ def served_progress(part: PartitionDir, progress: Progress,
     if log_end_conflict(log_end_offset(segments), progress.highest_tiered_offset) is not None:
         return Progress(topic_id=part.topic_id)
     return progress
+
+
+def persisted_progress(settings: TieringSettings, part: PartitionDir,
+                       load: Callable[[Path], Progress] = Progress.load) -> Progress:
+    """What readers without a live daemon may use for ``part``: the progress the daemon persisted
+    for it (``load`` reads the file; readers pass a memo), as :func:`served_progress` allows."""
+    return served_progress(part, load(state_dir(settings, part) / PROGRESS_FILE))
 
 
 def before_pass(ctx: PartitionContext) -> None:

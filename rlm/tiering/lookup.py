@@ -36,7 +36,7 @@ from rlm.tiering.cache import RangeBytes
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
 from rlm.tiering.remote_sets import SetView, chain_from, remote_max_timestamp
-from rlm.tiering.state import PROGRESS_FILE, Progress
+from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
     batches_below,
@@ -441,17 +441,11 @@ def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
     return [b.moved(-origin) for b in batches]
 
 
-def load_progress(state_dir: Path) -> Progress:
-    """The progress the daemon persisted for one partition (nothing tiered when absent)."""
-    return Progress.load(state_dir / PROGRESS_FILE)
-
-
 __all__ = [
     "FetchResult",
     "LookupResult",
     "PartitionOffsets",
     "PartitionReader",
     "ReaderResources",
-    "load_progress",
     "partition_offsets",
 ]

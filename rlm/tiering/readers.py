@@ -17,14 +17,14 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats.naming import validate_topic
 from rlm.fsutil import FileMemo
-from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, discover_partitions, partition_dir
+from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
-from rlm.tiering.identity import served_progress
+from rlm.tiering.identity import persisted_progress
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.readahead import ReadAheadLimits, ReaderResources
-from rlm.tiering.state import PROGRESS_FILE, Progress, state_dir
+from rlm.tiering.state import Progress
 
 ProgressSource = Callable[[PartitionDir], Progress]
 
@@ -40,13 +40,6 @@ class OffsetForTime:
     offset: int           # the reset target: first visible offset with timestamp >= ts, else the HW
     timestamp: int | None  # that record's timestamp; None when no record is that recent
     tier: str | None
-
-
-def _partition_of(metadata: Path) -> PartitionDir:
-    """The partition whose ``partition.metadata`` is ``metadata`` (it need not exist)."""
-    path = metadata.parent
-    topic, _, partition = path.name.rpartition("-")
-    return partition_dir(path.parent, topic, int(partition), path)
 
 
 def check_topic(topic: str) -> str:
@@ -75,7 +68,6 @@ class TieredReaders:
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
         # Asked on every request: read again only when the file changed (docs/read-path.md).
-        self._identities = FileMemo(_partition_of)
         self._progress_files = FileMemo(Progress.load)
 
     def _reader(self, part: PartitionDir) -> PartitionReader:
@@ -87,8 +79,9 @@ class TieredReaders:
 
     def _persisted_progress(self, part: PartitionDir) -> Progress:
         # The incarnation's own state dir; nothing tiered when it is not this log's (topic identity).
-        saved = self._progress_files.get(state_dir(self.settings.tiering, part) / PROGRESS_FILE)
-        return served_progress(part, dataclasses.replace(saved))  # Progress is mutable: a copy
+        # Progress is mutable: each reader gets a copy of the memo's
+        return persisted_progress(self.settings.tiering, part,
+                                  lambda path: dataclasses.replace(self._progress_files.get(path)))
 
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
         wanted = {check_topic(t) for t in topics} if topics else None
@@ -101,7 +94,8 @@ class TieredReaders:
         for log_dir in self.settings.log.dirs:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
-                return self._reader(self._identities.get(path / PARTITION_METADATA))
+                # partition.metadata is parsed again only when it changed (logdir.read_topic_id)
+                return self._reader(partition_dir(Path(log_dir), topic, partition, path))
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 
     def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,

@@ -84,6 +84,15 @@ def _native_records(buf: Buffer, batch: RecordBatch) -> list[Record] | None:
     return None if isinstance(out, int) else out
 
 
+def _field(data: bytes, p: int) -> tuple[bytes | None, int]:
+    """A length-prefixed field at ``p`` (varint length, -1 = null) and the position after it. A
+    length running past ``data`` is not checked here: the record's length prefix catches it."""
+    length, p = decode_varint(data, p)
+    if length < 0:
+        return None, p
+    return data[p : p + length], p + length
+
+
 def _parse_v2_records(data: bytes, batch: RecordBatch) -> list[Record]:
     """Parse ``batch.record_count`` records from ``data``; error positions are relative to ``data``."""
     count = batch.record_count
@@ -118,16 +127,8 @@ def _parse_v2_records(data: bytes, batch: RecordBatch) -> list[Record]:
         ts_delta, p = decode_varlong(data, p)
         off_delta, p = decode_varint(data, p)
         offset = base_offset + off_delta
-        key_len, p = decode_varint(data, p)
-        key = None
-        if key_len >= 0:
-            key = data[p : p + key_len]
-            p += key_len
-        value_len, p = decode_varint(data, p)
-        value = None
-        if value_len >= 0:
-            value = data[p : p + value_len]
-            p += value_len
+        key, p = _field(data, p)
+        value, p = _field(data, p)
         header_count, p = decode_varint(data, p)
         if header_count < 0:
             raise CorruptRecordError(
@@ -147,11 +148,7 @@ def _parse_v2_records(data: bytes, batch: RecordBatch) -> list[Record]:
                     f"header key is not UTF-8: {exc}", position=rec_start, offset=offset
                 ) from None
             p += hk_len
-            hv_len, p = decode_varint(data, p)
-            hval = None
-            if hv_len >= 0:
-                hval = data[p : p + hv_len]
-                p += hv_len
+            hval, p = _field(data, p)
             headers.append(Header(hkey, hval))
         if p != rec_end:
             # Also catches key/value/header lengths running past the record: slices never raise.
