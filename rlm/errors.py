@@ -28,6 +28,10 @@ Tree::
         ├── TransientStorageError      throttling, 5xx, timeouts: safe to retry
         ├── StoreUnavailableError      the store is known unreachable: fail fast (HTTP 503)
         └── BackendNotFoundError       unknown / uninstalled backend name
+    ProtectionError                    protected (encrypted) remote data cannot be opened (docs/protection.md)
+    ├── KeyNotFoundError               the key id that wrapped a data key is not in the key ring
+    ├── WrongKeyError                  the key under that id does not unwrap the data key
+    └── TamperedObjectError            an authentication tag does not match: bytes changed or moved
     StateDirLockedError                another `rlm run` owns the state dir (one daemon per dir)
     StreamInterruptedError             a streamed read ended without its end (rlm.http.client)
     ExportOutputExistsError            `rlm export --out` exists and --overwrite was not given
@@ -181,6 +185,29 @@ class StoreUnavailableError(StorageError):
 
 class BackendNotFoundError(StorageError):
     """No storage backend is installed under the configured name."""
+
+
+class ProtectionError(RlmError):
+    """Protected remote data cannot be turned back into plaintext (docs/protection.md). The message
+    names the object (``file``), the offset where known and the key id; never any key material.
+    The CLI exits 1; the API answers 500 for a key problem, 502 for a tampered object."""
+
+    def __init__(self, reason: str, *, key_id: str | None = None, file: str | os.PathLike[str] | None = None,
+                 position: int | None = None, offset: int | None = None) -> None:
+        super().__init__(reason, file=file, position=position, offset=offset)
+        self.key_id = key_id
+
+
+class KeyNotFoundError(ProtectionError):
+    """The key id recorded with a wrapped data key is not in ``[remote.encryption] key_files``."""
+
+
+class WrongKeyError(ProtectionError):
+    """The key configured under the recorded id does not unwrap the data key (a replaced key file)."""
+
+
+class TamperedObjectError(ProtectionError):
+    """AES-GCM authentication failed: the stored bytes were changed, truncated or moved elsewhere."""
 
 
 class StateDirLockedError(RlmError):

@@ -8,6 +8,7 @@ Environment overrides use ``__`` between levels and are parsed as TOML values wh
 (``RLM_TIERING__RETENTION_MS=86400000``, ``RLM_LOG__DIRS='["/data"]'``) and as plain strings
 otherwise (``RLM_SERVER__TOKEN=s3cret``). ``[remote.options]`` is handed to the backend verbatim;
 the backend validates it (``RLM_REMOTE__OPTIONS__BUCKET=x`` overrides one option).
+``[remote.compression]`` and ``[remote.encryption]`` sit beside it (:mod:`rlm.config.protection`).
 
 Relative paths in ``[log] dirs`` are resolved against the current working directory.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rlm.config.protection import CompressionSettings, EncryptionSettings, compression, encryption
 from rlm.errors import ConfigError, LogDirError
 from rlm.formats.naming import parse_partition_dir
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -50,6 +52,9 @@ class RemoteSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     unreachable_after_ms: int = 5_000    # failing (or hanging) this long = store unreachable
     probe_interval_ms: int = 5_000       # while unreachable, one probe call per interval
+    # [remote.compression] / [remote.encryption]: off by default (docs/protection.md)
+    compression: CompressionSettings = field(default_factory=CompressionSettings)
+    encryption: EncryptionSettings = field(default_factory=EncryptionSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +348,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "options": _options,
         "unreachable_after_ms": _int(0),
         "probe_interval_ms": _int(0),
+        "compression": compression,
+        "encryption": encryption,
     }),
     "tiering": (TieringSettings, {
         "task_interval_ms": _int(100),

@@ -50,9 +50,11 @@ from rlm.config import ServerSettings
 from rlm.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
+    ProtectionError,
     RlmError,
     StorageError,
     StoreUnavailableError,
+    TamperedObjectError,
 )
 from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
 from rlm.http.stream import (
@@ -148,6 +150,13 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
         resp = _error(503, None, f"remote store: {exc}")
         resp.headers["Retry-After"] = "5"
         return resp
+
+    @app.exception_handler(ProtectionError)
+    async def on_protection(_: Request, exc: ProtectionError) -> JSONResponse:
+        # docs/protection.md: a missing or wrong key is this server's configuration (500); a tag
+        # that fails means the store served bytes that are not what rlm wrote (502).
+        status = 502 if isinstance(exc, TamperedObjectError) else 500
+        return _error(status, "key" if status == 500 else None, str(exc))
 
     @app.exception_handler(RlmError)
     async def on_rlm(_: Request, exc: RlmError) -> JSONResponse:

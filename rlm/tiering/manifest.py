@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlm.errors import FormatError
+from rlm.tiering.keyring import WrappedKey
 
 FORMAT_VERSION = 1
 
@@ -76,6 +77,49 @@ class StoredObject:
     crc32c: int
 
 
+#: ``protection.compression`` values; ``protection.encryption.alg`` values.
+COMPRESSIONS = ("none", "zstd")
+ENCRYPTION_ALG = "AES-256-GCM"
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """A manifest's ``protection`` field: how the segment's objects are stored (docs/protection.md).
+
+    JSON: ``{"compression": "none"|"zstd", "log_crc32c": <uint32>, "encryption": {"alg":
+    "AES-256-GCM", "key_id": "<id>", "wrapped_key": "<base64>"}}`` (``encryption`` absent when only
+    compressed). ``compression`` is the codec entries *may* use (each entry's transform byte says
+    whether it did); ``log_crc32c`` is the CRC-32C of the plaintext segment bytes (the manifest's
+    ``objects.log`` describes the stored bytes). ``encryption`` holds the segment's data key wrapped
+    by a master key of the ring; every object of the attempt is then encrypted with it. A manifest
+    without the field (every manifest before this existed) is plaintext.
+    """
+
+    compression: str = "none"
+    log_crc32c: int = 0
+    encryption: WrappedKey | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"compression": self.compression, "log_crc32c": self.log_crc32c}
+        if self.encryption is not None:
+            doc["encryption"] = {"alg": ENCRYPTION_ALG, **self.encryption.to_json()}
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any, *, key: str) -> Protection:
+        if not isinstance(doc, dict) or doc.get("compression") not in COMPRESSIONS or not _is_int(
+                doc.get("log_crc32c")) or not 0 <= doc["log_crc32c"] < 2**32:
+            raise FormatError(f"{key}: manifest field protection = {repr(doc)[:80]}: must be "
+                              "{compression: none|zstd, log_crc32c: uint32, [encryption]}")
+        enc = doc.get("encryption")
+        if enc is not None and (not isinstance(enc, dict) or enc.get("alg") != ENCRYPTION_ALG):
+            raise FormatError(f"{key}: manifest field protection.encryption.alg = "
+                              f"{enc.get('alg') if isinstance(enc, dict) else enc!r}: this rlm reads "
+                              f"{ENCRYPTION_ALG}")
+        wrapped = None if enc is None else WrappedKey.from_json(enc, where=key)
+        return cls(doc["compression"], doc["log_crc32c"], wrapped)
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentManifest:
     """What one copied segment is (offsets inclusive; timestamps in ms since the epoch).
@@ -97,6 +141,9 @@ class SegmentManifest:
     ``{"source": "broker" | "rebuilt", "entries": n}``, with the entries in the ``txn_index``
     object when ``n > 0``; ``entries: 0`` means the segment aborts nothing. None (absent) is a
     segment tiered before rlm captured them: readers must scan its control batches.
+
+    ``protection`` (:class:`Protection`) says the objects are compressed and/or encrypted; None
+    (absent) = stored as plaintext. ``size_bytes`` is always the plaintext segment size.
     """
 
     topic: str
@@ -115,6 +162,7 @@ class SegmentManifest:
     source_base_offset: int | None = None
     source_position: int | None = None
     txn_index: dict[str, Any] | None = None
+    protection: Protection | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -128,6 +176,15 @@ class SegmentManifest:
         return self.source_position is not None
 
     @property
+    def encrypted(self) -> bool:
+        return self.protection is not None and self.protection.encryption is not None
+
+    @property
+    def content_crc32c(self) -> int:
+        """CRC-32C of the segment's plaintext bytes (``objects.log`` describes the stored bytes)."""
+        return self.protection.log_crc32c if self.protection is not None else self.log.crc32c
+
+    @property
     def next_offset(self) -> int:
         return self.last_offset + 1
 
@@ -136,14 +193,15 @@ class SegmentManifest:
         return (
             (self.topic, self.partition, self.base_offset, self.last_offset, self.size_bytes)
             == (other.topic, other.partition, other.base_offset, other.last_offset, other.size_bytes)
-            and self.log.crc32c == other.log.crc32c
+            and self.content_crc32c == other.content_crc32c
         )
 
     def to_json(self) -> bytes:
         doc = asdict(self)
         doc.pop("extra")
         doc["leader_epochs"] = [list(e) for e in self.leader_epochs]
-        for name in (*_OPTIONAL_NON_NEGATIVE, "txn_index"):
+        doc["protection"] = None if self.protection is None else self.protection.to_json()
+        for name in (*_OPTIONAL_NON_NEGATIVE, "txn_index", "protection"):
             if doc[name] is None:
                 del doc[name]  # a whole-segment copy: the manifest reads as before partial copies
         doc.update(self.extra)
@@ -167,6 +225,8 @@ class SegmentManifest:
             values["leader_epochs"] = tuple((int(e), int(o)) for e, o in doc.get("leader_epochs", []))
             if values.get("txn_index") is not None:
                 values["txn_index"] = dict(values["txn_index"])
+            if values.get("protection") is not None:
+                values["protection"] = Protection.from_json(values["protection"], key=key)
             extra = {k: v for k, v in doc.items() if k not in known}
             return cls(**values, extra=extra)
         except FormatError:
