@@ -68,10 +68,12 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     from rlm.cli.wiring import build_api
     from rlm.daemon.scheduler import TieringDaemon
     from rlm.http.server import ApiServer
+    from rlm.http.tls import serving_context
 
+    tls = serving_context(settings.server)  # a bad cert/key: one line, before anything starts
     parts = build_api(settings, manager)
     history = parts.history.start()
-    api = ApiServer(parts.app, settings.server.host, settings.server.port).start()
+    api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
     try:
         TieringDaemon(manager).run_forever()

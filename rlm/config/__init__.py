@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config.protection import CompressionSettings, EncryptionSettings, compression, encryption
+from rlm.config.server import check_server
 from rlm.errors import ConfigError, LogDirError
 from rlm.formats.naming import parse_partition_dir
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -110,13 +111,17 @@ class TopicsSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """``[server]``: the HTTP API. Loopback by default; a token enables Bearer auth."""
+    """``[server]``: the HTTP API. Loopback by default; a token enables Bearer auth, tls_cert HTTPS."""
 
     host: str = "127.0.0.1"
     port: int = 9464
     token: str = ""
     request_timeout_ms: int = 30_000
     max_body_bytes: int = 1_048_576      # larger request bodies are refused with 413
+    token_file: Path | None = None       # the token read from a file instead (exclusive with token)
+    tls_cert: Path | None = None         # PEM certificate chain; with tls_key: HTTPS only
+    tls_key: Path | None = None          # PEM private key (unencrypted)
+    tls_ca: Path | None = None           # clients of this server (rlm.http.client): CA bundle to verify it
 
     def __repr__(self) -> str:  # never print the token
         return f"ServerSettings(host={self.host!r}, port={self.port}, token={'***' if self.token else ''!r})"
@@ -384,6 +389,10 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "token": _str(),
         "request_timeout_ms": _int(1),
         "max_body_bytes": _int(0),
+        "token_file": _optional_file,
+        "tls_cert": _optional_file,
+        "tls_key": _optional_file,
+        "tls_ca": _optional_file,
     }),
     "cluster": (ClusterSettings, {
         "node_id": _int(0, _INT32_MAX),
@@ -406,7 +415,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
 }
 
 #: Checks across the keys of one section, run once it is complete.
-_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster}
+_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster, "server": check_server}
 
 
 def _env_value(text: str) -> Any:

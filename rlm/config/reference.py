@@ -92,6 +92,15 @@ KEY_DOCS: dict[str, str] = {
                                  "stream is cut when one chunk read or write takes longer.",
     "server.max_body_bytes": "Request bodies above this size (declared or streamed) answer 413, "
                              "on every route.",
+    "server.token_file": "A file holding the bearer token (one line; one trailing newline is "
+                         "dropped), read when the API starts; exclusive with `token` "
+                         "(docs/security.md).",
+    "server.tls_cert": "PEM certificate chain (leaf first): with `tls_key` the API serves HTTPS "
+                       "only, TLS 1.2 or newer (docs/security.md).",
+    "server.tls_key": "The certificate's PEM private key, unencrypted (protect it with file "
+                      "permissions); set with `tls_cert`.",
+    "server.tls_ca": "For clients built from this config (`RlmClient.for_server`): the PEM CA "
+                     "bundle that verifies `tls_cert`; unset = the system's CAs.",
     "cluster.node_id": "This broker's `node.id`; unset = `node.id` (or `broker.id`) from `meta.properties` "
                        "in the log dirs. Needed by every leadership source but `always`.",
     "cluster.leadership": "Who copies a partition: only its leader (docs/cluster.md). `auto`: `kraft` when "
@@ -147,6 +156,10 @@ _ALLOWED: dict[str, str] = {
     "tiering.trust_local_state": "`true`, `false`",
     "server.host": "non-empty string",
     "server.token": "string",
+    "server.token_file": "path or empty",
+    "server.tls_cert": "path or empty",
+    "server.tls_key": "path or empty",
+    "server.tls_ca": "path or empty",
     "cluster.leadership": "`auto`, `kraft`, `kafka-admin`, `static`, `always`",
     "cluster.bootstrap_servers": '`"host:port"` list',
     "cluster.security_protocol": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",

@@ -47,6 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlm import __version__
 from rlm.config import ServerSettings
+from rlm.config.server import bearer_token
 from rlm.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
@@ -104,13 +105,15 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
                               "remote tiers of Kafka-format logs.")
     timeout_s = server.request_timeout_ms / 1000
     stream_metrics = StreamMetrics(registry)
+    token = bearer_token(server).encode()  # token_file: read once, here (docs/security.md)
 
     async def require_token(request: Request) -> None:
-        if not server.token:
+        if not token:
             return
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), server.token.encode()):
+        # compare_digest: the time taken does not depend on how much of the token matched.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token):
             raise _Unauthorized()
 
     @app.exception_handler(RequestValidationError)

@@ -3,18 +3,26 @@
 :meth:`RlmClient.iter_batches` / :meth:`RlmClient.iter_records` read a partition through the
 streaming route (docs/streaming.md): one request per ``request_bytes`` (256 MiB by default) instead
 of one per MiB, batches yielded as soon as they are whole.
+
+HTTPS: an ``https://`` base URL is verified against the system's CAs, or ``ca_file`` (a PEM
+bundle); :meth:`RlmClient.for_server` builds URL, token and CA from a ``[server]`` section
+(docs/security.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from rlm.config import ServerSettings
+from rlm.config.server import bearer_token
 from rlm.errors import RlmError, StreamInterruptedError
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
+from rlm.http.tls import client_context
 
 #: a v0-v2 batch / message set entry starts with offset (8 bytes) and size (4 bytes)
 _ENTRY_HEADER = 12
@@ -48,13 +56,29 @@ class StreamedBatch:
 
 class RlmClient:
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0,
-                 reader: str | None = None) -> None:
+                 reader: str | None = None, ca_file: Path | None = None) -> None:
         """``reader``: a name the server's read engine knows this client by (``X-Rlm-Reader``),
-        for sequential-read detection across connections; default: the connection."""
+        for sequential-read detection across connections; default: the connection. ``ca_file``:
+        PEM bundle verifying an ``https://`` server (default: the system's CAs); the certificate
+        and host name are always verified."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if reader:
             headers["X-Rlm-Reader"] = reader
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
+                                  verify=client_context(ca_file))
+
+    @classmethod
+    def for_server(cls, server: ServerSettings, *, host: str | None = None,
+                   **kwargs: Any) -> RlmClient:
+        """A client of the API ``server`` describes: ``https`` when it has ``tls_cert`` (verified
+        with ``tls_ca``), its token (``token`` or ``token_file``); ``host`` defaults to the
+        server's, a wildcard address (0.0.0.0, ::) to loopback. ``host`` must match the
+        certificate's names under HTTPS."""
+        target = host or {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
+        scheme = "https" if server.tls_cert is not None else "http"
+        authority = f"[{target}]" if ":" in target else target
+        return cls(f"{scheme}://{authority}:{server.port}", token=bearer_token(server) or None,
+                   ca_file=server.tls_ca, **kwargs)
 
     def close(self) -> None:
         self._http.close()

@@ -2,12 +2,15 @@
 
 uvicorn picks httptools (HTTP parsing in C; a response body is written to the transport as it is,
 where h11 joins it into a new buffer) and uvloop when they are installed (the ``http`` extra
-installs both); ``http``/``loop`` name one explicitly (bench/catchup_bench.py compares them).
+installs both); ``http``/``loop`` name one explicitly (bench/catchup_bench.py compares them). With a TLS
+context (rlm.http.tls, ``[server] tls_cert``/``tls_key``) the socket speaks HTTPS only: a plain-HTTP
+request fails its handshake and gets no answer (docs/security.md).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 
@@ -17,11 +20,26 @@ from fastapi import FastAPI
 from rlm.errors import RlmError
 
 
+class _Config(uvicorn.Config):
+    """uvicorn's config serving with an SSL context built by rlm.http.tls (one context whose
+    errors were already reported as config errors) instead of one it builds from file names."""
+
+    def __init__(self, *args: object, tls: ssl.SSLContext | None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._tls = tls
+
+    def load(self) -> None:
+        super().load()
+        if self._tls is not None:
+            self.ssl = self._tls
+
+
 class ApiServer:
-    """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread."""
+    """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread;
+    HTTPS when ``tls`` is given."""
 
     def __init__(self, app: FastAPI, host: str, port: int, *, http: str = "auto",
-                 loop: str = "auto") -> None:
+                 loop: str = "auto", tls: ssl.SSLContext | None = None) -> None:
         # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the
         # socket says it is TCP (proto 0 does not), and without it every response whose headers and
         # body are written separately waits out the client's delayed ACK (~40 ms per request).
@@ -34,15 +52,17 @@ class ApiServer:
             raise RlmError(f"server: cannot listen on {host}:{port}: {err.strerror}") from err
         self.host = host
         self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5,
-                                lifespan="off", http=http, loop=loop)
+        self.scheme = "https" if tls is not None else "http"
+        config = _Config(app, log_level="warning", access_log=False, timeout_keep_alive=5,
+                         lifespan="off", http=http, loop=loop, tls=tls)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="rlm-http", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
     def start(self, wait_s: float = 10.0) -> ApiServer:
         self._thread.start()
