@@ -16,7 +16,8 @@ Tree::
     │   ├── CorruptRemoteIndexError    .remotelogindex entry: bad magic, length or CRC
     │   ├── CheckpointError            Kafka checkpoint text files
     │   ├── CorruptMetadataRecordError a KRaft metadata record value that does not decode
-    │   └── PartitionMetadataError     a partition dir's ``partition.metadata`` (topic id)
+    │   ├── PartitionMetadataError     a partition dir's ``partition.metadata`` (topic id)
+    │   └── CorruptObjectError         a stored object whose size / CRC-32C differs from its manifest
     ├── LogDirError                    layout of a log directory (names, missing files)
     │   └── IdentityConflictError      the tiered data is not this partition's log (re-created topic)
     ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
@@ -125,6 +126,11 @@ class CorruptMetadataRecordError(FormatError):
 
 class PartitionMetadataError(FormatError):
     """A ``partition.metadata`` file (version and topic id) that does not follow Kafka's format."""
+
+
+class CorruptObjectError(FormatError):
+    """A stored object whose size or CRC-32C differs from what its manifest recorded (``rlm
+    restore``, docs/restore.md): the store's copy is damaged; the error names the object key."""
 
 
 class LogDirError(RlmError):

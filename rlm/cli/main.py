@@ -8,6 +8,7 @@ from rlm.cli.dump import dump
 from rlm.cli.generate import generate
 from rlm.cli.jobs import export, rebuild_index, verify
 from rlm.cli.lookup import fetch, lookup, offsets_for_times
+from rlm.cli.restore import restore
 from rlm.cli.run import gc, run, status
 
 
@@ -18,5 +19,5 @@ def main() -> None:
 
 
 for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch,
-                export, verify):
+                export, verify, restore):
     main.add_command(command)

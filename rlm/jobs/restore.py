@@ -1,0 +1,255 @@
+"""``rlm restore``: Kafka partition directories from the remote tier (docs/restore.md).
+
+For each partition of the topic in ``log.dirs`` (the directory may have lost every segment; its
+``partition.metadata`` names the incarnation to restore, docs/topic-identity.md):
+
+1. **Plan** (:func:`plan_partition`) — the store's chain (``RemoteState.chain``, what every
+   reader serves, docs/cluster.md) of the incarnation's root (``remote_view``, as the export
+   planner uses), clamped to what a consumer may see (``partition_offsets``: from the log start,
+   DeleteRecords point included, up to the high watermark, docs/visibility.md), and started at the
+   segment holding ``--from-offset`` or the first one with a record at or after
+   ``--from-timestamp`` (whole segments).
+2. **Stage** — every target ``OUT/<topic>-<partition>`` is checked first (an existing non-empty
+   one is refused unless ``overwrite``), then each partition is written into a locked staging dir
+   beside it (:class:`~rlm.jobs.sink.StagedDir`) by :func:`rlm.jobs.restore_files.write_partition`,
+   every object checked against its manifest's CRC-32C.
+3. **Commit** — only when every partition is staged: each staging dir is fsynced and renamed into
+   place, then the log dir's offset checkpoints get the restored partitions' entries (atomic
+   replace; other partitions' entries kept). A failure before leaves nothing in ``OUT``; a killed
+   restore leaves only a hidden staging dir, removed by the next restore to the same target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.config import Settings
+from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError
+from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
+from rlm.fsutil import atomic_write
+from rlm.jobs.restore_files import OnBytes, PartitionPlan, RestoredSegment, SegmentPlan, write_partition
+from rlm.jobs.sink import StagedDir
+from rlm.logdir.scan import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    PartitionDir,
+    discover_partitions,
+    list_segments,
+)
+from rlm.logdir.segment import log_end_offset
+from rlm.storage.api import StorageBackend
+from rlm.tiering.identity import log_end_conflict, persisted_progress
+from rlm.tiering.readers import PartitionNotFoundError, check_topic
+from rlm.tiering.remote_state import remote_view
+from rlm.tiering.state import Progress
+from rlm.tiering.visibility import partition_offsets
+
+__all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
+
+#: The log dir's checkpoint files a restore writes entries into (docs/formats.md §2.2).
+CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+
+
+@dataclass(frozen=True, slots=True)
+class StartAt:
+    """Where the restored log starts: the segment holding ``offset``, or the first segment with a
+    record at or after ``timestamp`` (ms since the epoch); neither = the log start."""
+
+    offset: int | None = None
+    timestamp: int | None = None
+
+
+@dataclass(slots=True)
+class PartitionRestore:
+    """One partition's outcome: the segments written, the offsets its checkpoints got
+    (``log_end_offset`` = high watermark = recovery point), or why nothing was restored."""
+
+    topic: str
+    partition: int
+    topic_id: str | None
+    directory: str | None = None
+    segments: list[RestoredSegment] = field(default_factory=list)
+    log_start_offset: int | None = None
+    log_end_offset: int | None = None
+    skipped: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "topic_id": self.topic_id,
+                "dir": self.directory, "segments": len(self.segments),
+                "bytes": sum(s.size for s in self.segments),
+                "indexes_rebuilt": sum(1 for s in self.segments if s.rebuilt_indexes),
+                "cut_segments": sum(1 for s in self.segments if s.cut),
+                "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
+                "high_watermark": self.log_end_offset, "skipped": self.skipped}
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    out: str
+    partitions: list[PartitionRestore]
+
+    def to_json(self) -> dict[str, Any]:
+        done = [p for p in self.partitions if p.skipped is None]
+        return {"out": self.out, "partitions": [p.to_json() for p in self.partitions],
+                "restored_partitions": len(done),
+                "segments": sum(len(p.segments) for p in done),
+                "bytes": sum(s.size for p in done for s in p.segments)}
+
+
+def _select(links: Sequence[Any], log_start: int, visible_end: int, start: StartAt) -> list[SegmentPlan]:
+    """The chain's links to restore, each clamped below ``visible_end`` (module doc, step 1)."""
+    lowest = max(log_start, start.offset or 0)
+    chosen = [lk for lk in links if lk.last_offset >= lowest and lk.first_offset < visible_end]
+    if start.timestamp is not None:
+        at = next((i for i, lk in enumerate(chosen) if lk.manifest.max_timestamp >= start.timestamp),
+                  len(chosen))
+        chosen = chosen[at:]
+    return [SegmentPlan(lk.manifest, lk.first_offset, min(lk.last_offset, visible_end - 1)) for lk in chosen]
+
+
+def plan_partition(settings: Settings, backend: StorageBackend,
+                   part: PartitionDir, start: StartAt) -> tuple[PartitionPlan, str | None]:
+    """What to restore of ``part`` and, when it is nothing, why. Raises
+    :class:`IdentityConflictError` when the tiered data is not this incarnation's."""
+    view = remote_view(settings.tiering, part)
+    if not view.servable:
+        raise IdentityConflictError(part.identity_error or "a lineage conflict is recorded for it: the "
+                                    "tiered data is not this log's (docs/topic-identity.md)", file=part.path)
+    state = view.state(backend, part)
+    links = state.chain().links  # what the store serves (docs/cluster.md), as the export planner
+    segments = list_segments(part)
+    if links and part.topic_id is None:
+        conflict = log_end_conflict(log_end_offset(segments), links[-1].last_offset)
+        if conflict is not None:
+            raise IdentityConflictError(conflict, file=part.path)
+    deleted = persisted_progress(settings.tiering, part).delete_records_offset
+    highest, remote_start = (links[-1].last_offset, links[0].first_offset) if links else (-1, -1)
+    ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments,
+                               policy=settings.log.eligibility)
+    plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
+    if ranges.log_start_offset is None or ranges.visible_end_offset is None or not links:
+        return plan, "nothing of it is tiered"
+    chosen = _select(links, ranges.log_start_offset, ranges.visible_end_offset, start)
+    if not chosen:
+        what = (f"offset {start.offset}" if start.offset is not None else
+                f"timestamp {start.timestamp}" if start.timestamp is not None else "its log start")
+        return plan, (f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
+                      f"records at or after {what} (tiered: {remote_start}-{highest})")
+    return PartitionPlan(part.topic, part.partition, part.topic_id, state, tuple(chosen),
+                         ranges.log_start_offset), None
+
+
+def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:
+    check_topic(topic)
+    found = [p for p in discover_partitions(settings.log.dirs) if p.topic == topic
+             and (not partitions or p.partition in partitions)]
+    missing = sorted(set(partitions or ()) - {p.partition for p in found})
+    if missing or not found:
+        which = ", ".join(f"{topic}-{n}" for n in missing) if missing else f"no partition of topic {topic}"
+        dirs = ", ".join(map(str, settings.log.dirs))
+        raise PartitionNotFoundError(f"{which} is not in log.dirs ({dirs}): "
+                                     "restore reads the incarnation from its partition directory "
+                                     "(docs/restore.md)")
+    return found
+
+
+def _target(out: Path, name: str, overwrite: bool) -> StagedDir:
+    """The staging dir of ``out/name``; an existing empty directory counts as absent."""
+    target = out / name
+    if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+        target.rmdir()
+    return StagedDir.begin(target, overwrite)
+
+
+def _read_checkpoints(out: Path) -> dict[str, dict[tuple[str, int], int]]:
+    """The log dir's current checkpoint entries (a malformed file fails here, before any write)."""
+    found = {}
+    for name in CHECKPOINTS:
+        path = out / name
+        try:
+            entries = parse_offset_checkpoint(path.read_bytes()).entries
+        except FileNotFoundError:
+            entries = {}
+        except FormatError as err:
+            raise err.in_file(path) from err
+        found[name] = dict(entries)
+    return found
+
+
+def _write_checkpoints(out: Path, current: dict[str, dict[tuple[str, int], int]],
+                       done: Sequence[PartitionRestore]) -> None:
+    """Entries for the restored partitions (docs/restore.md "Checkpoints"): recovery point and
+    high watermark = the restored log end; a log start entry only when it is above the first
+    segment's base, as Kafka writes it (otherwise an old entry is removed)."""
+    for p in done:
+        key = (p.topic, p.partition)
+        assert p.log_end_offset is not None and p.log_start_offset is not None
+        current[RECOVERY_POINT_CHECKPOINT][key] = p.log_end_offset
+        current[REPLICATION_OFFSET_CHECKPOINT][key] = p.log_end_offset
+        if p.log_start_offset > p.segments[0].base_offset:
+            current[LOG_START_OFFSET_CHECKPOINT][key] = p.log_start_offset
+        else:
+            current[LOG_START_OFFSET_CHECKPOINT].pop(key, None)
+    for name in CHECKPOINTS:
+        atomic_write(out / name, format_offset_checkpoint(current[name]).encode("ascii"))
+
+
+def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, *,
+            partitions: Sequence[int] | None = None, start: StartAt = StartAt(),
+            overwrite: bool = False, on_bytes: OnBytes | None = None,
+            on_plan: Callable[[int], None] | None = None) -> RestoreResult:
+    """Restore ``topic``'s partitions (all in ``log.dirs``, or ``partitions``) into the log dir
+    ``out`` (module doc). ``on_plan`` gets the total bytes to read, ``on_bytes`` each chunk read."""
+    if start.offset is not None and start.timestamp is not None:
+        raise InvalidArgumentError("give --from-offset or --from-timestamp, not both")
+    out = out.absolute()
+    parts = _partitions(settings, topic, partitions)
+    planned = [plan_partition(settings, backend, part, start) for part in parts]
+    results = [PartitionRestore(p.topic, p.partition, p.topic_id, skipped=why) for p, why in planned]
+    todo = [(plan, res) for (plan, why), res in zip(planned, results, strict=True) if why is None]
+    if not todo:
+        raise InvalidArgumentError(f"{topic}: nothing to restore: " +
+                                   "; ".join(f"{r.topic}-{r.partition}: {r.skipped}" for r in results))
+    if on_plan is not None:
+        on_plan(sum(s.manifest.log.size for plan, _ in todo for s in plan.segments))
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staged: list[StagedDir] = []
+    try:
+        current = _read_checkpoints(out)
+        for plan, _ in todo:
+            staged.append(_target(out, plan.name, overwrite))
+        for (plan, res), stage in zip(todo, staged, strict=True):
+            res.segments = write_partition(plan, stage.staging, settings.log.index_interval_bytes,
+                                           on_bytes or (lambda _n: None))
+            if not res.segments:  # every kept segment was cut to nothing
+                res.skipped = "no whole batch below the high watermark"
+                continue
+            res.directory = str(stage.out)
+            res.log_start_offset = max(plan.log_start, res.segments[0].base_offset)
+            res.log_end_offset = res.segments[-1].last_offset + 1
+    except BaseException:
+        for stage in staged:
+            stage.abort(settle_s=0)
+        if created:
+            _remove_if_empty(out)
+        raise
+    for (_plan, res), stage in zip(todo, staged, strict=True):
+        if res.skipped is None:
+            stage.commit()
+        else:
+            stage.abort(settle_s=0)
+    done = [res for _plan, res in todo if res.skipped is None]
+    _write_checkpoints(out, current, done)
+    return RestoreResult(str(out), results)
+
+
+def _remove_if_empty(path: Path) -> None:
+    """A failed restore leaves no trace: the log dir it created goes too (only when empty)."""
+    with contextlib.suppress(OSError):  # not empty (someone else wrote there) or already gone
+        path.rmdir()

@@ -1,0 +1,278 @@
+"""The files ``rlm restore`` writes into one partition directory (docs/restore.md).
+
+:func:`write_partition` turns a :class:`PartitionPlan` (which segments of the store's chain, cut
+where) into Kafka's files inside a staging directory: ``<base>.log`` byte-identical to the stored
+``segment.log`` (or its batches inside the cut), ``.index`` / ``.timeindex`` (the stored ones, which
+the copier checked or rebuilt, else rebuilt here as Kafka's ``LogSegment.recover`` would),
+``.txnindex`` and ``.snapshot`` when stored, ``leader-epoch-checkpoint`` and ``partition.metadata``.
+Every object is read in ranged chunks, written to disk as it arrives and checked against the size
+and CRC-32C its manifest recorded: a mismatch raises :class:`CorruptObjectError` naming the key.
+
+File names are the segment's base offset, 20 digits (docs/formats.md §2.1): the manifest's
+``base_offset`` — the local file's base for a whole copy (after compaction it may lie below the
+first batch), the first uploaded batch's for a partial copy (docs/cluster-copy.md) — or, when the
+head of a segment is cut, the first kept batch's base offset.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from rlm.errors import CorruptObjectError, FormatError, RlmError
+from rlm.formats import naming
+from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint
+from rlm.formats.partition_metadata import format_partition_metadata
+from rlm.formats.records import RecordBatch, iter_batches
+from rlm.formats.segment_index import rebuild_indexes
+from rlm.formats.txn_index import encode_txn_index, parse_txn_index
+from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.remote_state import RemoteState
+
+__all__ = ["CHUNK_BYTES", "PartitionPlan", "RestoredSegment", "SegmentPlan", "leader_epochs",
+           "write_partition"]
+
+#: Bytes per ranged read of a stored object (bounds memory whatever the segment size).
+CHUNK_BYTES = 8 * 1024 * 1024
+
+#: Called with the number of bytes just written (progress bars).
+OnBytes = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPlan:
+    """One stored segment to restore: offsets ``[first_offset, last_offset]`` (inclusive) of its
+    ``manifest`` are kept. Batches starting below ``first_offset`` are an earlier link's (an
+    overlap, docs/cluster.md); batches ending above ``last_offset`` are diverged or at/above the
+    high watermark: both are cut away, at batch boundaries."""
+
+    manifest: SegmentManifest
+    first_offset: int
+    last_offset: int
+
+    @property
+    def whole(self) -> bool:
+        return (self.first_offset <= self.manifest.base_offset
+                and self.last_offset >= self.manifest.last_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlan:
+    """What to restore of one partition: its ``segments`` in offset order, read through ``state``
+    (the incarnation's root); ``log_start`` is the visible log start (DeleteRecords included);
+    ``topic_id`` goes into ``partition.metadata`` (None: no file, a name-only partition)."""
+
+    topic: str
+    partition: int
+    topic_id: str | None
+    state: RemoteState
+    segments: tuple[SegmentPlan, ...]
+    log_start: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredSegment:
+    """A segment as written: its file base offset, last offset, ``.log`` size (bytes), whether it
+    was cut and whether its indexes were rebuilt here (not the stored ones)."""
+
+    base_offset: int
+    last_offset: int
+    size: int
+    cut: bool
+    rebuilt_indexes: bool
+
+
+def download(state: RemoteState, obj: StoredObject, path: Path, on_bytes: OnBytes) -> None:
+    """Copy ``obj`` to ``path`` in :data:`CHUNK_BYTES` ranged reads (each retried by the state's
+    policy) and check its size and CRC-32C against the manifest's record of it."""
+    checksum = 0
+    written = 0
+    with path.open("wb") as fh:
+        while written < obj.size:
+            chunk = state.read_range(obj.key, written, min(obj.size, written + CHUNK_BYTES))
+            if not chunk:
+                break
+            fh.write(chunk)
+            checksum = crc32c.crc32c(chunk, checksum)
+            written += len(chunk)
+            on_bytes(len(chunk))
+    if written != obj.size:
+        raise CorruptObjectError(f"object is {written} bytes, its manifest records {obj.size}",
+                                 file=obj.key)
+    if checksum != obj.crc32c:
+        raise CorruptObjectError(f"CRC-32C 0x{checksum:08x} differs from its manifest's "
+                                 f"0x{obj.crc32c:08x}", file=obj.key)
+
+
+def read_object(state: RemoteState, obj: StoredObject) -> bytes:
+    """A small stored object (an index, a snapshot), checked like :func:`download`."""
+    data = state.read_range(obj.key, 0, obj.size) if obj.size else b""
+    if len(data) != obj.size:
+        raise CorruptObjectError(f"object is {len(data)} bytes, its manifest records {obj.size}",
+                                 file=obj.key)
+    if crc32c.crc32c(data) != obj.crc32c:
+        raise CorruptObjectError(f"CRC-32C 0x{crc32c.crc32c(data):08x} differs from its manifest's "
+                                 f"0x{obj.crc32c:08x}", file=obj.key)
+    return data
+
+
+def _batches(path: Path) -> list[RecordBatch]:
+    """Every batch of a downloaded ``.log`` (headers; the object CRC already covered the bytes);
+    a segment that does not end on a batch boundary is not loadable and is refused."""
+    with path.open("rb") as fh:
+        size = fh.seek(0, 2)
+        if size == 0:
+            return []
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            try:
+                batches = list(iter_batches(buf, verify_crc=False))
+            except FormatError as err:
+                raise err.in_file(path) from err
+    end = batches[-1].position + batches[-1].size if batches else 0
+    if end != size:
+        raise CorruptObjectError(f"segment ends with {size - end} bytes that are not a complete batch",
+                                 file=path, position=end)
+    return batches
+
+
+def _kept(plan: SegmentPlan, batches: Sequence[RecordBatch], key: str) -> list[RecordBatch]:
+    """The batches inside the plan's offsets. A batch straddling ``first_offset`` means the two
+    overlapping links hold different batches (docs/cluster.md): refused, as the read path does."""
+    kept = []
+    for batch in batches:
+        if batch.base_offset < plan.first_offset <= batch.last_offset:
+            raise RlmError(f"batch {batch.base_offset}-{batch.last_offset} straddles offset "
+                           f"{plan.first_offset}, where the previous stored segment ends: the "
+                           "replicas' batches differ (docs/cluster.md)", file=key, position=batch.position)
+        if batch.base_offset >= plan.first_offset and batch.last_offset <= plan.last_offset:
+            kept.append(batch)
+    return kept
+
+
+def _write_indexes(directory: Path, base: int, batches: Sequence[RecordBatch], interval: int) -> None:
+    index, time_index = rebuild_indexes(base, batches, interval)
+    (directory / naming.segment_file_name(base, naming.INDEX)).write_bytes(index)
+    (directory / naming.segment_file_name(base, naming.TIME_INDEX)).write_bytes(time_index)
+
+
+def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: int | None) -> None:
+    """The stored ``.txnindex``; ``below``: drop entries ending at or above it (Kafka's
+    ``TransactionIndex.truncateTo``) for a segment cut at its tail."""
+    obj = m.objects.get("txn_index")
+    if obj is None:
+        return
+    data = read_object(state, obj)
+    if below is not None:
+        try:
+            entries = parse_txn_index(data)
+        except FormatError as err:
+            raise err.in_file(obj.key) from err
+        data = encode_txn_index(e for e in entries if e.last_offset < below)
+    if data:
+        path.write_bytes(data)
+
+
+def restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, interval: int,
+                    on_bytes: OnBytes) -> RestoredSegment | None:
+    """Write one segment's files into ``directory``; None when the cut leaves no batch."""
+    m = plan.manifest
+    base = m.base_offset
+    log_path = directory / naming.segment_file_name(base, naming.LOG)
+    download(state, m.log, log_path, on_bytes)
+    if plan.whole:
+        rebuilt = False
+        for name, suffix in (("index", naming.INDEX), ("timeindex", naming.TIME_INDEX)):
+            obj = m.objects.get(name)
+            if obj is None:
+                rebuilt = True
+                continue
+            (directory / naming.segment_file_name(base, suffix)).write_bytes(read_object(state, obj))
+        if rebuilt:
+            _write_indexes(directory, base, _batches(log_path), interval)
+        _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX), None)
+        snapshot = m.objects.get("producer_snapshot")
+        if snapshot is not None and not m.partial:  # a partial copy's snapshot is its source file's
+            (directory / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(
+                read_object(state, snapshot))
+        return RestoredSegment(base, m.last_offset, m.log.size, False, rebuilt)
+    return _restore_cut(state, plan, log_path, interval)
+
+
+def _restore_cut(state: RemoteState, plan: SegmentPlan, log_path: Path,
+                 interval: int) -> RestoredSegment | None:
+    """A segment cut at batch boundaries: its kept bytes under the kept head's name, indexes
+    rebuilt for them, its ``.txnindex`` truncated; no producer snapshot (it describes the state
+    at another offset than the cut's)."""
+    m = plan.manifest
+    directory = log_path.parent
+    batches = _batches(log_path)
+    kept = _kept(plan, batches, m.log.key)
+    if not kept:
+        log_path.unlink()
+        return None
+    base = m.base_offset if kept[0] is batches[0] else kept[0].base_offset
+    start, end = kept[0].position, kept[-1].position + kept[-1].size
+    target = directory / naming.segment_file_name(base, naming.LOG)
+    if (start, end) != (0, log_path.stat().st_size):
+        with log_path.open("rb") as src, mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            staged = directory / f"{target.name}.cut"
+            staged.write_bytes(buf[start:end])
+        log_path.unlink()
+        staged.rename(target)
+    rebased = _batches(target)
+    _write_indexes(directory, base, rebased, interval)
+    _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX),
+                     kept[-1].last_offset + 1)
+    return RestoredSegment(base, kept[-1].last_offset, end - start, True, True)
+
+
+def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end: int) -> list[EpochEntry]:
+    """The restored log's leader-epoch cache: the union of the manifests' ``leader_epochs``
+    (an epoch's start is the lowest any manifest records), as Kafka trims it to a log
+    ``[log_start, log_end)``: the entry in force at the log start moved to it
+    (``truncateFromStart``), entries starting at or after the log end dropped
+    (``truncateFromEnd``)."""
+    starts: dict[int, int] = {}
+    for m in manifests:
+        for epoch, start in m.leader_epochs:
+            starts[epoch] = min(start, starts.get(epoch, start))
+    ordered = sorted(starts.items())
+    out: list[EpochEntry] = []
+    for epoch, start in ordered:
+        if start >= log_end:
+            continue
+        while out and out[-1].start_offset >= start:
+            out.pop()  # Kafka's assign: a newer epoch replaces those starting at or after it
+        out.append(EpochEntry(epoch, start))
+    below = [e for e in out if e.start_offset <= log_start]
+    if below:
+        out = [EpochEntry(below[-1].epoch, log_start)] + [e for e in out if e.start_offset > log_start]
+    return out
+
+
+def write_partition(plan: PartitionPlan, directory: Path, interval: int,
+                    on_bytes: OnBytes) -> list[RestoredSegment]:
+    """Every file of ``plan`` into ``directory`` (a staging dir); the segments written."""
+    written = []
+    used = []
+    for seg in plan.segments:
+        done = restore_segment(plan.state, seg, directory, interval, on_bytes)
+        if done is not None:
+            written.append(done)
+            used.append(seg.manifest)
+    if written:
+        log_start = max(plan.log_start, written[0].base_offset)
+        epochs = leader_epochs(used, log_start, written[-1].last_offset + 1)
+        (directory / LEADER_EPOCH_CHECKPOINT).write_text(format_leader_epoch_checkpoint(epochs))
+        if plan.topic_id is not None:
+            (directory / PARTITION_METADATA).write_bytes(format_partition_metadata(plan.topic_id))
+    return written
