@@ -439,3 +439,17 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "exclude each other" in proc.stderr
     proc = rlm_cli("restore", "--config", cfg, "--topic", "../x", "--out", tmp_path / "o")
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_after_losing_the_disk_an_empty_partition_dir_is_enough(tmp_path: Path) -> None:
+    """The log dir, its checkpoints and rlm's state dir are gone: an empty ``<topic>-<partition>``
+    directory (with the topic's ``partition.metadata`` when it had an id) names what to restore;
+    everything tiered comes back, ending at the highest tiered offset (docs/visibility.md)."""
+    settings, dirs = _generated(tmp_path, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
+    originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
+    shutil.rmtree(dirs[0])
+    shutil.rmtree(dirs[0].with_name(dirs[0].name + ".rlm-state"))
+    (dirs[0] / "gen-4").mkdir(parents=True)
+    backend = create_backend("local", {"root": str(tmp_path / "store")})
+    result = restore(settings, backend, "gen", tmp_path / "out").to_json()
+    _assert_restored(tmp_path / "out", {"gen-4": originals["gen-4"]}, records, result)
