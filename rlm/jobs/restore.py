@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import Settings
-from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError
+from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError, ProtectionError
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
 from rlm.jobs.restore_files import OnBytes, PartitionPlan, RestoredSegment, SegmentPlan, write_partition
@@ -43,9 +43,10 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
+from rlm.tiering import keys
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.readers import PartitionNotFoundError, check_topic
-from rlm.tiering.remote_state import remote_view
+from rlm.tiering.remote_state import RemoteState, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
@@ -140,8 +141,22 @@ def plan_partition(settings: Settings, backend: StorageBackend,
                 f"timestamp {start.timestamp}" if start.timestamp is not None else "its log start")
         return plan, (f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
                       f"records at or after {what} (tiered: {remote_start}-{highest})")
+    _refuse_protected(state, chosen)
     return PartitionPlan(part.topic, part.partition, part.topic_id, state, tuple(chosen),
                          ranges.log_start_offset), None
+
+
+def _refuse_protected(state: RemoteState, chosen: Sequence[SegmentPlan]) -> None:
+    """Compressed or encrypted objects (docs/protection.md) are not Kafka's bytes: refused before
+    anything is read, rather than written as a segment no broker could load."""
+    for seg in chosen:
+        p = seg.manifest.protection
+        if p is not None and (p.compression != "none" or p.encryption is not None):
+            raise ProtectionError(
+                f"segment {seg.manifest.base_offset}-{seg.manifest.last_offset} is stored "
+                f"{'encrypted' if p.encryption is not None else p.compression + '-compressed'} "
+                "(docs/protection.md): rlm restore does not decode protected segments yet",
+                file=keys.manifest_key(state.topic, state.partition, seg.manifest.base_offset, state.key_id))
 
 
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:

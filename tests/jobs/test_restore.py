@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rlm.config import Settings, settings_from_mapping
-from rlm.errors import InvalidArgumentError, RlmError
+from rlm.errors import InvalidArgumentError, ProtectionError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import (
     format_offset_checkpoint,
@@ -453,3 +453,20 @@ def test_after_losing_the_disk_an_empty_partition_dir_is_enough(tmp_path: Path) 
     backend = create_backend("local", {"root": str(tmp_path / "store")})
     result = restore(settings, backend, "gen", tmp_path / "out").to_json()
     _assert_restored(tmp_path / "out", {"gen-4": originals["gen-4"]}, records, result)
+
+
+def test_protected_segments_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A manifest saying its objects are compressed (docs/protection.md): their bytes are not a
+    Kafka segment, so restore refuses with one line naming the manifest, and writes nothing."""
+    settings, dirs = _generated(tmp_path, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
+    _delete_local(dirs)
+    store = tmp_path / "store"
+    manifest = sorted(store.rglob("manifests/*.json"))[1]
+    doc = json.loads(manifest.read_bytes())
+    doc["protection"] = {"compression": "zstd", "log_crc32c": doc["objects"]["log"]["crc32c"]}
+    manifest.write_text(json.dumps(doc))
+    backend = create_backend("local", {"root": str(store)})
+    with pytest.raises(ProtectionError, match=r"zstd-compressed .* does not decode") as err:
+        restore(settings, backend, "gen", tmp_path / "out")
+    assert err.value.file == str(manifest.relative_to(store))
+    assert not (tmp_path / "out").exists()
