@@ -9,6 +9,7 @@ from rlm.cli.generate import generate
 from rlm.cli.jobs import export, rebuild_index, verify
 from rlm.cli.lookup import fetch, lookup, offsets_for_times
 from rlm.cli.restore import restore
+from rlm.cli.rewrap import rewrap
 from rlm.cli.run import gc, run, status
 
 
@@ -19,5 +20,5 @@ def main() -> None:
 
 
 for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch,
-                export, verify, restore):
+                export, verify, restore, rewrap):
     main.add_command(command)

@@ -1,0 +1,222 @@
+"""`rlm rewrap` on a store tiered by the real manager (local backend): only manifests change, each
+data key survives the move from key A to key B, runs are idempotent, --dry-run writes nothing, a
+key missing from the ring is one line per manifest naming it and the key id (exit 1), a segment
+deleted by retention mid-rewrap is not brought back.
+
+The manifests get their ``protection.encryption`` here, wrapped with the real KeyRing, as a copier
+encrypting under key A would have written them: rewrap never reads data objects, so whether those
+hold ciphertext does not matter to it. Reading real encrypted data back after a rewrap and the
+retirement of the old key is tests/tiering/test_rewrap_s3.py (SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+
+from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.storage.local import LocalBackend
+from rlm.storage.retry import RetryPolicy
+from rlm.storage.wrapper import WrappingBackend
+from rlm.tiering import keys
+from rlm.tiering.keyring import KeyRing
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import Protection, SegmentManifest
+from rlm.tiering.rewrap import manifest_keys, rewrap_store
+from tests.lookup.helpers import rlm_cli, settings_for, write_config, write_generated
+
+A, B = "k2026a", "k2026b"
+
+
+@dataclass
+class Store:
+    root: Path
+    config_dir: Path
+    logs: Path
+    key_files: dict[str, Path]
+    data_keys: dict[str, bytes]  # manifest key → its segment's data key (what must survive)
+
+    @property
+    def backend(self) -> LocalBackend:
+        return LocalBackend(root=str(self.root))
+
+    def ring(self, *ids: str, active: str | None = None) -> KeyRing:
+        keys_ = {i: base64.b64decode(self.key_files[i].read_text()) for i in ids}
+        return KeyRing(keys_, active)
+
+    def objects(self) -> dict[str, bytes]:
+        b = self.backend
+        return {i.key: b.read(i.key) for i in b.list("")}
+
+    def config(self, ids: tuple[str, ...], active: str) -> Path:
+        cfg = write_config(self.config_dir / f"rlm-{'-'.join(ids)}.toml", [self.logs], store=self.root)
+        files = ", ".join(f'{i} = "{self.key_files[i]}"' for i in ids)
+        with cfg.open("a") as f:
+            f.write(f'[remote.encryption]\nkey_files = {{ {files} }}\nactive_key = "{active}"\n')
+        return cfg
+
+
+def _manifests(backend: StorageBackend) -> dict[str, SegmentManifest]:
+    return {k: SegmentManifest.from_json(backend.read(k), key=k)
+            for k, _ in manifest_keys(backend, RetryPolicy(), None)}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    logs, root = tmp_path / "logs", tmp_path / "store"
+    write_generated(logs, "orders", 0, batches=120, seed=1)
+    write_generated(logs, "orders", 1, batches=60, seed=2)
+    write_generated(logs, "audit", 0, batches=60, seed=3)
+    settings = settings_for([logs], options={"root": str(root)})
+    assert all(r.error is None for r in RemoteLogManager(settings, LocalBackend(root=str(root))).run_once())
+    key_files = {}
+    for key_id in (A, B):
+        key_files[key_id] = tmp_path / f"{key_id}.key"
+        key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    s = Store(root, tmp_path, logs, key_files, {})
+    ring_a = s.ring(A, active=A)
+    backend = s.backend
+    for key, m in _manifests(backend).items():  # as a copier encrypting under A wrote them
+        data_key, wrapped = ring_a.new_data_key()
+        s.data_keys[key] = data_key
+        protected = dataclasses.replace(m, protection=Protection("none", m.log.crc32c, wrapped))
+        backend.put(key, protected.to_json())
+    assert len(s.data_keys) >= 6
+    yield s
+
+
+def _without_wrap(m: SegmentManifest) -> dict[str, object]:
+    doc = json.loads(m.to_json())
+    doc["protection"].pop("encryption")
+    return doc
+
+
+def test_rewrap_moves_every_data_key_and_touches_only_manifests(store: Store) -> None:
+    before, manifests_before = store.objects(), _manifests(store.backend)
+    result = rewrap_store(store.backend, store.ring(A, B, active=B), B)
+    assert result.ok and result.to_json() == {
+        "to": B, "dry_run": False, "manifests": len(store.data_keys), "rewrapped": len(store.data_keys),
+        "already": 0, "plaintext": 0, "gone": 0, "changed": 0, "from_keys": {A: len(store.data_keys)},
+        "failed": 0}
+    after = store.objects()
+    assert set(after) == set(before)
+    changed = {k for k in after if after[k] != before[k]}
+    assert changed == set(store.data_keys)  # manifests only; every data object byte-identical
+    only_b = store.ring(B)  # the old key retired: every data key still opens
+    for key, m in _manifests(store.backend).items():
+        assert m.protection is not None and m.protection.encryption is not None
+        assert m.protection.encryption.key_id == B
+        assert only_b.unwrap(m.protection.encryption, where=key) == store.data_keys[key]
+        assert _without_wrap(m) == _without_wrap(manifests_before[key])  # nothing else changed
+
+
+def test_second_run_writes_nothing(store: Store) -> None:
+    ring = store.ring(A, B, active=B)
+    rewrap_store(store.backend, ring, B)
+    settled = store.objects()
+    again = rewrap_store(store.backend, ring, B)
+    assert again.ok and again.rewrapped == 0 and again.already == len(store.data_keys)
+    assert again.from_keys == {B: len(store.data_keys)}
+    assert store.objects() == settled
+
+
+def test_dry_run_counts_and_writes_nothing(store: Store) -> None:
+    before = store.objects()
+    result = rewrap_store(store.backend, store.ring(A, B, active=B), B, dry_run=True)
+    assert result.ok and result.dry_run and result.rewrapped == len(store.data_keys)
+    assert store.objects() == before
+
+
+def test_topic_filter(store: Store) -> None:
+    result = rewrap_store(store.backend, store.ring(A, B), B, topics=frozenset({"audit"}))
+    audit = {k for k in store.data_keys if k.startswith("audit-")}
+    assert result.manifests == result.rewrapped == len(audit) > 0
+    for key, m in _manifests(store.backend).items():
+        assert m.protection is not None and m.protection.encryption is not None
+        assert m.protection.encryption.key_id == (B if key in audit else A)
+
+
+def test_plaintext_manifests_are_left_alone(store: Store) -> None:
+    backend = store.backend
+    plain = sorted(store.data_keys)[0]
+    m = SegmentManifest.from_json(backend.read(plain), key=plain)
+    backend.put(plain, dataclasses.replace(m, protection=None).to_json())
+    body = backend.read(plain)
+    result = rewrap_store(backend, store.ring(A, B), B)
+    assert result.plaintext == 1 and result.rewrapped == len(store.data_keys) - 1
+    assert backend.read(plain) == body
+
+
+class _RetentionRace(WrappingBackend):
+    """Retention deleting one segment (manifest, then data: docs/formats.md §6.6) while rewrap
+    overwrites its manifest: the data goes right after the rewrap's put."""
+
+    def __init__(self, inner: StorageBackend, victim: SegmentManifest, victim_key: str) -> None:
+        super().__init__()
+        self.inner, self.victim, self.victim_key = inner, victim, victim_key
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        info = self.inner.put(key, stream, if_absent=if_absent)
+        if key == self.victim_key:
+            for obj in self.victim.objects.values():
+                self.inner.delete(obj.key)
+        return info
+
+
+def test_a_segment_deleted_meanwhile_is_not_revived(store: Store) -> None:
+    victim_key = sorted(store.data_keys)[0]
+    backend = store.backend
+    victim = SegmentManifest.from_json(backend.read(victim_key), key=victim_key)
+    result = rewrap_store(_RetentionRace(backend, victim, victim_key), store.ring(A, B), B, parallelism=1)
+    assert result.ok and result.gone == 1 and result.rewrapped == len(store.data_keys) - 1
+    assert not backend.exists(victim_key)  # the rewritten manifest was deleted again
+    backend.delete(sorted(store.data_keys)[1])  # retention finished before rewrap read it
+    assert rewrap_store(backend, store.ring(A, B), B).to_json()["manifests"] == len(store.data_keys) - 2
+
+
+# -- the command --------------------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_cli_rewrap_then_missing_key_is_one_line_per_manifest(store: Store) -> None:
+    proc = rlm_cli("rewrap", "--config", store.config((A, B), B), "--to", B, "--topic", "orders")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    orders = sorted(k for k in store.data_keys if k.startswith("orders-"))
+    assert doc["rewrapped"] == len(orders) and doc["failed"] == 0
+    # A retired: the audit manifests still need it. One line each, naming the manifest and key id.
+    proc = rlm_cli("rewrap", "--config", store.config((B,), B), "--to", B)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    audit = sorted(k for k in store.data_keys if k.startswith("audit-"))
+    assert len(lines) == len(audit) and "Traceback" not in proc.stderr
+    for line, key in zip(lines, audit, strict=True):
+        assert line.startswith("rlm: error: ") and key in line and repr(A) in line
+    assert json.loads(proc.stdout)["already"] == len(orders)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["unknown --to", "no encryption"])
+def test_cli_refuses_a_target_the_ring_lacks(store: Store, case: str) -> None:
+    cfg = store.config((A, B), B)
+    if case == "no encryption":
+        cfg = write_config(store.config_dir / "plain.toml", [store.logs], store=store.root)
+    before = store.objects()
+    proc = rlm_cli("rewrap", "--config", cfg, "--to", "k-nope" if case == "unknown --to" else B)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and ("k-nope" in lines[0] or "key_files is empty" in lines[0]), lines
+    assert store.objects() == before
+
+
+def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
+    listed = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None)]
+    assert sorted(listed) == sorted(store.data_keys)
+    assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
