@@ -452,8 +452,8 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
         crash_point("before_journal_finish")
         ctx.journal.append("COPY_FINISHED", base, attempt)
         ctx.in_flight.discard(attempt)
-        shared.metrics.copy_requests.labels(**ctx.labels).inc()
-        shared.metrics.copy_seconds.labels(**ctx.labels).observe(time.monotonic() - started)
+        ctx.series(shared.metrics.copy_requests).inc()
+        ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
         return CopyResult(manifest, entries, adopted)
     finally:
         ctx.in_flight.discard(attempt)

@@ -42,5 +42,5 @@ def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orp
     for orphan in orphans:
         for key in orphan.keys:
             remote.delete(key)
-        ctx.shared.metrics.orphans_deleted.labels(**ctx.labels).inc(len(orphan.keys))
+        ctx.series(ctx.shared.metrics.orphans_deleted).inc(len(orphan.keys))
     return orphans

@@ -173,7 +173,7 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
             _delete(ctx, old)
             log.info("%s: deleted old incarnation %s (%d objects, %d bytes, retired at %d ms)",
                      ctx.part.name, old.prefix, old.objects, old.bytes, old.retired_ms or 0)
-            ctx.shared.metrics.orphans_deleted.labels(**ctx.labels).inc(old.objects)
+            ctx.series(ctx.shared.metrics.orphans_deleted).inc(old.objects)
             old = replace(old, deleted=True)
         result.append(old)
     ctx.old_incarnations = [o for o in result if not o.deleted]

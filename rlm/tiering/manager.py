@@ -236,7 +236,7 @@ class RemoteLogManager:
             ctx.recovered = False
             log.exception("%s: pass failed unexpectedly", part.name)
         finally:
-            self.shared.metrics.task_seconds.labels(**ctx.labels).observe(time.monotonic() - started)
+            ctx.series(self.shared.metrics.task_seconds).observe(time.monotonic() - started)
             ctx.publish_gauges()
             lock.release()
         return result
@@ -304,7 +304,7 @@ class RemoteLogManager:
                 pending[0].from_offset > ctx.progress.highest_tiered_offset + 1):
             log.warning("%s: offsets %d-%d were deleted locally before they were tiered", ctx.part.name,
                         ctx.progress.highest_tiered_offset + 1, pending[0].from_offset - 1)
-            m.skipped_deleted.labels(**ctx.labels).inc()
+            ctx.series(m.skipped_deleted).inc()
         # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
         # current one uploads: the scan overlaps the network instead of adding to it.
         scanner = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan")
@@ -345,15 +345,15 @@ class RemoteLogManager:
                                       from_offset)
         except SegmentVanished as err:
             log.warning("%s", err)
-            m.skipped_deleted.labels(**ctx.labels).inc()
+            ctx.series(m.skipped_deleted).inc()
             return True
         except SegmentQuarantined as err:
             quarantine(ctx, seg, err)
-            m.copy_errors.labels(**ctx.labels).inc()
+            ctx.series(m.copy_errors).inc()
             result.error = f"quarantined: {err}"
             return False
         except (RlmError, OSError) as err:
-            m.copy_errors.labels(**ctx.labels).inc()
+            ctx.series(m.copy_errors).inc()
             if isinstance(err, OSError):
                 raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
             raise
@@ -371,8 +371,8 @@ class RemoteLogManager:
     def _publish_lag(self, ctx: PartitionContext, pending: list[PendingSegment]) -> int:
         """Publish the copy lag; return how many segments are pending."""
         m = self.shared.metrics
-        m.copy_lag_segments.labels(**ctx.labels).set(len(pending))
-        m.copy_lag_bytes.labels(**ctx.labels).set(sum(p.segment.size for p in pending))
+        ctx.series(m.copy_lag_segments).set(len(pending))
+        ctx.series(m.copy_lag_bytes).set(sum(p.segment.size for p in pending))
         return len(pending)
 
     def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
@@ -474,7 +474,7 @@ class RemoteLogManager:
     def _compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
         """Rewrites by the cleaner after tiering (compacted topics; docs/topic-policy.md), as a metric."""
         found = find_rewrites(segments, ctx.manifests) if self.policy_for(ctx.part).compacted else []
-        self.policy_metrics.compacted.labels(**ctx.labels).set(len(found))
+        ctx.series(self.policy_metrics.compacted).set(len(found))
         return found
 
     def partition_status(self, ctx: PartitionContext, progress: Progress | None = None) -> dict[str, Any]:

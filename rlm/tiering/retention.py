@@ -108,28 +108,28 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
         plan = plan_retention(ctx.manifests, now_ms=now_ms, retention_ms=retention_ms,
                               retention_bytes=retention_bytes, local_only_bytes=local_only_bytes,
                               log_start_offset=ctx.progress.delete_records_offset)
-    metrics.delete_lag_segments.labels(**ctx.labels).set(len(plan.expired))
-    metrics.delete_lag_bytes.labels(**ctx.labels).set(plan.bytes)
+    ctx.series(metrics.delete_lag_segments).set(len(plan.expired))
+    ctx.series(metrics.delete_lag_bytes).set(plan.bytes)
     if not plan.expired:
         return plan
     for manifest in plan.expired:
         try:
             delete_segment(ctx, manifest)
         except Exception:
-            metrics.delete_errors.labels(**ctx.labels).inc()
+            ctx.series(metrics.delete_errors).inc()
             raise
         ctx.manifests.remove(manifest)
         note_deleted(ctx, manifest)
         ctx.progress.remote_log_start_offset = (
             ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1)
         ctx.save_progress()
-        metrics.delete_requests.labels(**ctx.labels).inc()
+        ctx.series(metrics.delete_requests).inc()
         log.info("%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)", ctx.topic,
                  ctx.partition, plan.reason[manifest.base_offset], manifest.base_offset,
                  manifest.last_offset, manifest.size_bytes)
     ctx.family.remove_below(ctx.progress.remote_log_start_offset)
-    metrics.delete_lag_segments.labels(**ctx.labels).set(0)
-    metrics.delete_lag_bytes.labels(**ctx.labels).set(0)
+    ctx.series(metrics.delete_lag_segments).set(0)
+    ctx.series(metrics.delete_lag_bytes).set(0)
     ctx.publish_gauges()
     return plan
 

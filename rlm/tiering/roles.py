@@ -75,8 +75,8 @@ class Roles:
         """This node's role for ``ctx`` now (remembered on the context for status)."""
         found = self.source.leadership(ctx.topic, ctx.partition) if self.cluster else _LEADS
         ctx.leadership = found
-        self.leader.labels(**ctx.labels).set(-1 if found.leader is None else found.leader)
-        self.is_leader.labels(**ctx.labels).set(1 if found.role == "leader" else 0)
+        ctx.series(self.leader).set(-1 if found.leader is None else found.leader)
+        ctx.series(self.is_leader).set(1 if found.role == "leader" else 0)
         return found
 
     def still_leads(self, ctx: PartitionContext) -> bool:
@@ -88,7 +88,7 @@ class Roles:
         now = self.of(ctx)
         if now.role == "leader":
             return True
-        self.lost.labels(**ctx.labels).inc()
+        ctx.series(self.lost).inc()
         log.info("%s: no longer the leader (now %s, leader epoch %s; was epoch %s): stopping copies",
                  ctx.part.name, now.leader if now.leader is not None else "unknown", now.leader_epoch,
                  getattr(before, "leader_epoch", None))
@@ -107,8 +107,8 @@ class Roles:
     def note(self, ctx: PartitionContext, result: SyncResult) -> None:
         """Publish what a sync found."""
         lb = ctx.labels
-        self.store_highest.labels(**lb).set(result.chain.highest)
-        self.sync_lag.labels(**lb).set(max(0, result.chain.highest - ctx.family.last_offset))
+        ctx.series(self.store_highest).set(result.chain.highest)
+        ctx.series(self.sync_lag).set(max(0, result.chain.highest - ctx.family.last_offset))
         diverged = {m.base_offset for m, _cut in result.chain.diverged}
         for base in result.uncommitted:
             reason = "diverged" if base in diverged else "overlapped"

@@ -17,7 +17,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from prometheus_client.metrics import MetricWrapperBase
 
 from rlm.config import TieringSettings
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -33,6 +35,8 @@ from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 def default_state_dir(log_dir: Path) -> Path:
@@ -222,6 +226,9 @@ class PartitionContext:
     idle: Any = None
     #: Whether that mark is persisted in the state dir; None = not known yet (delete any file).
     idle_saved: bool | None = None
+    #: The partition's labelled child of each metric it updates, by metric: prometheus' ``labels()``
+    #: checks and hashes its arguments on every call (~10 µs), and a restart pass makes ~15 calls.
+    _series: dict[MetricWrapperBase, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.key_id = self.part.topic_id
@@ -258,6 +265,14 @@ class PartitionContext:
     @property
     def labels(self) -> dict[str, str]:
         return {"topic": self.topic, "partition": str(self.partition)}
+
+    def series(self, metric: M) -> M:
+        """``metric.labels(**self.labels)``, remembered (a partition's series are never removed
+        while its context lives; prometheus returns the same child for the same labels anyway)."""
+        child = self._series.get(metric)
+        if child is None:
+            child = self._series[metric] = metric.labels(**self.labels)
+        return child
 
     @property
     def staging_dir(self) -> Path:
@@ -299,8 +314,8 @@ class PartitionContext:
         return len(self._manifests)
 
     def publish_gauges(self) -> None:
-        m, lb = self.shared.metrics, self.labels
-        m.remote_log_size.labels(**lb).set(self.remote_bytes)
-        m.remote_segments.labels(**lb).set(self.remote_segments)
-        m.highest_tiered.labels(**lb).set(self.progress.highest_tiered_offset)
-        m.quarantined.labels(**lb).set(len(self.quarantined))
+        m = self.shared.metrics
+        self.series(m.remote_log_size).set(self.remote_bytes)
+        self.series(m.remote_segments).set(self.remote_segments)
+        self.series(m.highest_tiered).set(self.progress.highest_tiered_offset)
+        self.series(m.quarantined).set(len(self.quarantined))

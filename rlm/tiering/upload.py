@@ -34,7 +34,7 @@ def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool
     def on_bytes(n: int) -> None:
         nonlocal sent, half_reached
         sent += n
-        shared.metrics.copy_bytes.labels(**ctx.labels).inc(n)
+        ctx.series(shared.metrics.copy_bytes).inc(n)
         if watch_half and not half_reached and sent >= size // 2:
             half_reached = True
             crash_point("mid_upload")

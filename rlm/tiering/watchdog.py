@@ -45,7 +45,7 @@ class CopyWatchdog:
                f"longer than {budget:.0f}s")
         log.warning(msg)
         self.flagged.append(msg)
-        self.metrics.slow_copies.labels(**ctx.labels).inc()
+        ctx.series(self.metrics.slow_copies).inc()
 
     @contextmanager
     def watch(self, ctx: PartitionContext, seg: SegmentFiles) -> Iterator[None]:
