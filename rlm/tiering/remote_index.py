@@ -47,6 +47,7 @@ from rlm.tiering.statefiles import int_field, loads_or_none
 log = logging.getLogger(__name__)
 
 SUFFIXES = (naming.REMOTE_LOG_INDEX, naming.REMOTE_OFFSET_INDEX, naming.REMOTE_TIME_INDEX)
+_SUFFIX_SET = frozenset(SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +288,11 @@ class RemoteIndexFamily:
 
     def _scan_bases(self) -> dict[int, set[str]]:
         bases: dict[int, set[str]] = {}
-        for entry in os.scandir(self.directory):
-            for suffix in SUFFIXES:
-                if entry.name.endswith(suffix):
+        with os.scandir(self.directory) as it:
+            for entry in it:  # a partition dir holds 3+ files per segment: one set lookup each
+                dot = entry.name.rfind(".")
+                suffix = entry.name[dot:] if dot >= 0 else ""
+                if suffix in _SUFFIX_SET:
                     try:
                         base = naming.parse_base_offset(entry.name)
                     except Exception:
