@@ -66,7 +66,7 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
 def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     """The scheduler plus the HTTP API, until SIGTERM/SIGINT."""
     from rlm.cli.wiring import build_api
-    from rlm.daemon.scheduler import TieringDaemon
+    from rlm.daemon.scheduler import TieringDaemon, tune_gc
     from rlm.http.server import ApiServer
     from rlm.http.tls import serving_context
 
@@ -75,6 +75,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     history = parts.history.start()
     api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
+    tune_gc()  # after the imports and the app: they are frozen out of every collection
     try:
         TieringDaemon(manager).run_forever()
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -112,6 +113,9 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
         _out, err = daemon.communicate(timeout=30)
         assert daemon.returncode == 0, err
         assert "Traceback" not in err
+        # The restart is over once every partition passed once: said once, with the count.
+        said = re.findall(r"startup: every partition passed once \(2 partitions\) [0-9.]+ s after", err)
+        assert len(said) == 1, err
     finally:
         if daemon.poll() is None:
             daemon.kill()
