@@ -28,7 +28,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import resource
 import shutil
 import subprocess
@@ -104,7 +103,10 @@ def child_copy(cfg: str) -> None:
 
 def child_restart(cfg: str, started: float) -> None:
     """Fresh process: restart + first pass, then steady idle passes; requests and RSS."""
+    from rlm.daemon.scheduler import tune_gc
+
     manager, counting = _counted_manager(cfg)
+    tune_gc()  # as `rlm run` does once it is set up
     built = time.perf_counter()
     first = manager.run_once(gc=False)
     first_s = time.perf_counter() - built
@@ -141,30 +143,27 @@ def write_cfg(path: Path, logs: Path, remote: dict[str, Any], port: int) -> Path
 
 
 def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
+    """``rlm run``: spawn → ``/healthz``, spawn → the daemon's "startup: every partition passed
+    once" log line (read from its stderr: polling ``/metrics`` for it would render every
+    partition's series each time, and slow the passes it measures), and its RSS then."""
+    log_path = cfg.parent / "daemon.log"
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], env=rlm_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cfg.parent)
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], env=rlm_env(),
+                                stdout=subprocess.DEVNULL, stderr=log_file, cwd=cfg.parent)
     url = f"http://127.0.0.1:{port}"
     health = done = None
-    pattern = re.compile(r'^rlm_partition_task_seconds_count\{[^}]*\} ([0-9.e+]+)$', re.M)
     rss = 0
     try:
-        while time.perf_counter() - start < 1800:
-            try:
-                if health is None:
-                    with urllib.request.urlopen(url + "/healthz", timeout=5) as r:
-                        if r.status == 200:
-                            health = time.perf_counter() - start
-                with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-                    text = r.read().decode()
-                finished = sum(1 for v in pattern.findall(text) if float(v) >= 1)
-                if finished >= partitions:
-                    done = time.perf_counter() - start
-                    break
-            except OSError:
-                pass
-            time.sleep(1.0)  # /metrics renders every partition's series: polling it often slows the daemon
-        time.sleep(2)  # steady state: RSS once the passes are over
+        while time.perf_counter() - start < 1800 and done is None:
+            if health is None:
+                with contextlib.suppress(OSError), urllib.request.urlopen(url + "/healthz", timeout=5) as r:
+                    if r.status == 200:
+                        health = time.perf_counter() - start
+            if "startup: every partition passed once" in log_path.read_text():
+                done = time.perf_counter() - start
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            time.sleep(0.02)
         rss = rss_kib(proc.pid)
     finally:
         proc.terminate()
