@@ -30,10 +30,12 @@ from rlm.cli.errors import handle_errors
               help="Log directory to write <topic>-<partition>/ into (created when missing).")
 @click.option("--overwrite", is_flag=True,
               help="Replace existing non-empty partition directories in --out (default: refuse).")
+@click.option("--parallelism", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Segments read and written at once.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
 def restore(config_path: Path, topic: str, partitions: tuple[int, ...], from_offset: int | None,
-            from_timestamp: int | None, out: Path, overwrite: bool, quiet: bool) -> None:
+            from_timestamp: int | None, out: Path, overwrite: bool, parallelism: int, quiet: bool) -> None:
     """Write the topic's tiered segments back as Kafka partition directories under OUT: segments
     byte-identical to what was tiered, their indexes, leader-epoch-checkpoint, partition.metadata
     and OUT's offset checkpoints, only what a consumer may see (docs/restore.md). Partitions are
@@ -55,5 +57,6 @@ def restore(config_path: Path, topic: str, partitions: tuple[int, ...], from_off
         result = run_restore(settings, tracked_backend(settings), topic, out,
                              partitions=list(partitions) or None,
                              start=StartAt(from_offset, from_timestamp), overwrite=overwrite,
+                             parallelism=parallelism,
                              on_bytes=bar.update, on_plan=planned)
     sys.stdout.write(json.dumps(result.to_json(), separators=(",", ":")) + "\n")

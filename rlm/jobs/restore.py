@@ -12,7 +12,7 @@ For each partition of the topic in ``log.dirs`` (the directory may have lost eve
 2. **Stage** — every target ``OUT/<topic>-<partition>`` is checked first (an existing non-empty
    one is refused unless ``overwrite``), then each partition is written into a locked staging dir
    beside it (:class:`~rlm.jobs.sink.StagedDir`) by :func:`rlm.jobs.restore_files.write_partition`,
-   every object checked against its manifest's CRC-32C.
+   every object checked against its manifest's CRC-32C; ``parallelism`` segments are read at once.
 3. **Commit** — only when every partition is staged: each staging dir is fsynced and renamed into
    place, then the log dir's offset checkpoints get the restored partitions' entries (atomic
    replace; other partitions' entries kept). A failure before leaves nothing in ``OUT``; a killed
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,14 @@ from rlm.config import Settings
 from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError, ProtectionError
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
-from rlm.jobs.restore_files import OnBytes, PartitionPlan, RestoredSegment, SegmentPlan, write_partition
+from rlm.jobs.restore_files import (
+    OnBytes,
+    PartitionPlan,
+    RestoredSegment,
+    SegmentPlan,
+    finish_partition,
+    restore_segment,
+)
 from rlm.jobs.sink import StagedDir
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -45,12 +53,16 @@ from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.identity import log_end_conflict, persisted_progress
+from rlm.tiering.lineage import Link
 from rlm.tiering.readers import PartitionNotFoundError, check_topic
 from rlm.tiering.remote_state import RemoteState, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
 __all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
+
+#: Segments restored at once by default: the work is store reads and file writes (threads).
+DEFAULT_PARALLELISM = 4
 
 #: The log dir's checkpoint files a restore writes entries into (docs/formats.md §2.2).
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
@@ -102,7 +114,7 @@ class RestoreResult:
                 "bytes": sum(s.size for p in done for s in p.segments)}
 
 
-def _select(links: Sequence[Any], log_start: int, visible_end: int, start: StartAt) -> list[SegmentPlan]:
+def _select(links: Sequence[Link], log_start: int, visible_end: int, start: StartAt) -> list[SegmentPlan]:
     """The chain's links to restore, each clamped below ``visible_end`` (module doc, step 1)."""
     lowest = max(log_start, start.offset or 0)
     chosen = [lk for lk in links if lk.last_offset >= lowest and lk.first_offset < visible_end]
@@ -214,14 +226,44 @@ def _write_checkpoints(out: Path, current: dict[str, dict[tuple[str, int], int]]
         atomic_write(out / name, format_offset_checkpoint(current[name]).encode("ascii"))
 
 
+def _write_all(todo: Sequence[tuple[PartitionPlan, PartitionRestore]], staged: Sequence[StagedDir],
+               interval: int, parallelism: int, on_bytes: OnBytes) -> None:
+    """Every segment of every partition into its staging dir, ``parallelism`` at a time (threads:
+    the work is store reads and file writes), then each partition's own files. The first failure
+    cancels what has not started and waits for what runs, so nothing writes after it."""
+    jobs = [(n, seg) for n, (plan, _res) in enumerate(todo) for seg in plan.segments]
+    with ThreadPoolExecutor(max(1, min(parallelism, len(jobs))), "rlm-restore") as pool:
+        futures = [pool.submit(restore_segment, todo[n][0].state, seg, staged[n].staging, interval, on_bytes)
+                   for n, seg in jobs]
+        try:
+            done = [f.result() for f in futures]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    by_partition: dict[int, list[tuple[SegmentPlan, RestoredSegment | None]]] = {}
+    for (n, seg), result in zip(jobs, done, strict=True):
+        by_partition.setdefault(n, []).append((seg, result))
+    for n, (plan, res) in enumerate(todo):
+        res.segments = finish_partition(plan, staged[n].staging, by_partition.get(n, []))
+        if not res.segments:  # every kept segment was cut to nothing
+            res.skipped = "no whole batch below the high watermark"
+            continue
+        res.directory = str(staged[n].out)
+        res.log_start_offset = max(plan.log_start, res.segments[0].base_offset)
+        res.log_end_offset = res.segments[-1].last_offset + 1
+
+
 def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, *,
             partitions: Sequence[int] | None = None, start: StartAt = StartAt(),
-            overwrite: bool = False, on_bytes: OnBytes | None = None,
-            on_plan: Callable[[int], None] | None = None) -> RestoreResult:
+            overwrite: bool = False, parallelism: int = DEFAULT_PARALLELISM,
+            on_bytes: OnBytes | None = None, on_plan: Callable[[int], None] | None = None) -> RestoreResult:
     """Restore ``topic``'s partitions (all in ``log.dirs``, or ``partitions``) into the log dir
-    ``out`` (module doc). ``on_plan`` gets the total bytes to read, ``on_bytes`` each chunk read."""
+    ``out`` (module doc), ``parallelism`` segments at a time. ``on_plan`` gets the total ``.log``
+    bytes to read, ``on_bytes`` each chunk read (from the worker threads)."""
     if start.offset is not None and start.timestamp is not None:
         raise InvalidArgumentError("give --from-offset or --from-timestamp, not both")
+    if parallelism < 1:
+        raise InvalidArgumentError(f"parallelism {parallelism} must be at least 1")
     out = out.absolute()
     parts = _partitions(settings, topic, partitions)
     planned = [plan_partition(settings, backend, part, start) for part in parts]
@@ -239,15 +281,8 @@ def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, 
         current = _read_checkpoints(out)
         for plan, _ in todo:
             staged.append(_target(out, plan.name, overwrite))
-        for (plan, res), stage in zip(todo, staged, strict=True):
-            res.segments = write_partition(plan, stage.staging, settings.log.index_interval_bytes,
-                                           on_bytes or (lambda _n: None))
-            if not res.segments:  # every kept segment was cut to nothing
-                res.skipped = "no whole batch below the high watermark"
-                continue
-            res.directory = str(stage.out)
-            res.log_start_offset = max(plan.log_start, res.segments[0].base_offset)
-            res.log_end_offset = res.segments[-1].last_offset + 1
+        _write_all(todo, staged, settings.log.index_interval_bytes, parallelism,
+                   on_bytes or (lambda _n: None))
     except BaseException:
         for stage in staged:
             stage.abort(settle_s=0)

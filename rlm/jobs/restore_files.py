@@ -1,7 +1,8 @@
 """The files ``rlm restore`` writes into one partition directory (docs/restore.md).
 
-:func:`write_partition` turns a :class:`PartitionPlan` (which segments of the store's chain, cut
-where) into Kafka's files inside a staging directory: ``<base>.log`` byte-identical to the stored
+:func:`restore_segment` (one segment, run in parallel) and :func:`finish_partition` turn a
+:class:`PartitionPlan` (which segments of the store's chain, cut where) into Kafka's files inside a
+staging directory: ``<base>.log`` byte-identical to the stored
 ``segment.log`` (or its batches inside the cut), ``.index`` / ``.timeindex`` (the stored ones, which
 the copier checked or rebuilt, else rebuilt here as Kafka's ``LogSegment.recover`` would),
 ``.txnindex`` and ``.snapshot`` when stored, ``leader-epoch-checkpoint`` and ``partition.metadata``.
@@ -20,6 +21,7 @@ import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import crc32c
 
@@ -34,8 +36,8 @@ from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import RemoteState
 
-__all__ = ["CHUNK_BYTES", "PartitionPlan", "RestoredSegment", "SegmentPlan", "leader_epochs",
-           "write_partition"]
+__all__ = ["CHUNK_BYTES", "PartitionPlan", "RestoredSegment", "SegmentPlan", "finish_partition",
+           "leader_epochs", "restore_segment"]
 
 #: Bytes per ranged read of a stored object (bounds memory whatever the segment size).
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -223,9 +225,10 @@ def _restore_cut(state: RemoteState, plan: SegmentPlan, log_path: Path,
     start, end = kept[0].position, kept[-1].position + kept[-1].size
     target = directory / naming.segment_file_name(base, naming.LOG)
     if (start, end) != (0, log_path.stat().st_size):
-        with log_path.open("rb") as src, mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            staged = directory / f"{target.name}.cut"
-            staged.write_bytes(buf[start:end])
+        staged = directory / f"{target.name}.cut"
+        with log_path.open("rb") as src, staged.open("wb") as dst:
+            src.seek(start)
+            _copy_bytes(src, dst, end - start)
         log_path.unlink()
         staged.rename(target)
     rebased = _batches(target)
@@ -233,6 +236,16 @@ def _restore_cut(state: RemoteState, plan: SegmentPlan, log_path: Path,
     _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX),
                      kept[-1].last_offset + 1)
     return RestoredSegment(base, kept[-1].last_offset, end - start, True, True)
+
+
+def _copy_bytes(src: BinaryIO, dst: BinaryIO, n: int) -> None:
+    """Copy ``n`` bytes in :data:`CHUNK_BYTES` pieces (a cut segment never sits in memory whole)."""
+    while n > 0:
+        chunk = src.read(min(n, CHUNK_BYTES))
+        if not chunk:
+            raise CorruptObjectError(f"{n} bytes missing from a downloaded segment", file=src.name)
+        dst.write(chunk)
+        n -= len(chunk)
 
 
 def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end: int) -> list[EpochEntry]:
@@ -259,16 +272,12 @@ def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end:
     return out
 
 
-def write_partition(plan: PartitionPlan, directory: Path, interval: int,
-                    on_bytes: OnBytes) -> list[RestoredSegment]:
-    """Every file of ``plan`` into ``directory`` (a staging dir); the segments written."""
-    written = []
-    used = []
-    for seg in plan.segments:
-        done = restore_segment(plan.state, seg, directory, interval, on_bytes)
-        if done is not None:
-            written.append(done)
-            used.append(seg.manifest)
+def finish_partition(plan: PartitionPlan, directory: Path,
+                     done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]) -> list[RestoredSegment]:
+    """The partition's own files beside its restored segments (``done``: each planned segment and
+    what :func:`restore_segment` wrote of it, in offset order); returns the segments written."""
+    written = [r for _seg, r in done if r is not None]
+    used = [seg.manifest for seg, r in done if r is not None]
     if written:
         log_start = max(plan.log_start, written[0].base_offset)
         epochs = leader_epochs(used, log_start, written[-1].last_offset + 1)

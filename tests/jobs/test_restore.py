@@ -216,13 +216,17 @@ def _assert_restored(out: Path, originals: dict[str, dict[str, bytes]], records:
     assert result["restored_partitions"] == len(originals)
 
 
-def test_every_codec_restores_byte_for_byte_and_decodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parallelism", [1, 4])
+def test_every_codec_restores_byte_for_byte_and_decodes(tmp_path: Path, parallelism: int) -> None:
     settings, dirs = _generated(tmp_path, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
     originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     assert len(originals) == len(CODECS) and all(len(f) >= 6 for f in originals.values())
     _delete_local(dirs)
     backend = create_backend("local", {"root": str(tmp_path / "store")})
-    result = restore(settings, backend, "gen", tmp_path / "out").to_json()
+    read: list[int] = []
+    result = restore(settings, backend, "gen", tmp_path / "out", parallelism=parallelism,
+                     on_bytes=read.append).to_json()
+    assert sum(read) == result["bytes"]  # every .log byte read once, through the progress hook
     _assert_restored(tmp_path / "out", originals, records, result)
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no staging left
 
