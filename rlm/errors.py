@@ -147,6 +147,11 @@ class ConfigError(RlmError):
     """Invalid configuration; the CLI exits with code 2."""
 
 
+class StoreLayoutError(ConfigError):
+    """The configured key layout (``[remote] prefix_spread``) is not the one the store was written
+    with (docs/key-spread.md): the CLI exits with code 2 instead of seeing an empty store."""
+
+
 class InvalidArgumentError(RlmError):
     """An invalid parameter given to the CLI or the API; the CLI exits with code 2."""
 

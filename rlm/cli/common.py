@@ -16,7 +16,7 @@ from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
 from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,7 +43,7 @@ def settings_for_tool(config_path: Path) -> Settings:
 
 
 def build_manager(settings: Settings) -> RemoteLogManager:
-    backend = create_backend(settings.remote.backend, settings.remote.options)
+    backend = open_store(settings)
     return RemoteLogManager(settings, backend)  # wraps it in the store-health tracker
 
 
@@ -53,7 +53,16 @@ def tracked_backend(settings: Settings) -> StorageBackend:
     instead of every retry layer's worth of timeouts (docs/operations.md)."""
     health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
                          probe_interval_ms=settings.remote.probe_interval_ms)
-    return HealthTrackingBackend(create_backend(settings.remote.backend, settings.remote.options), health)
+    return HealthTrackingBackend(open_store(settings), health)
+
+
+def open_store(settings: Settings) -> StorageBackend:
+    """The configured backend with its key layout checked and applied (docs/key-spread.md); a
+    store that has not answered within ``remote.unreachable_after_ms`` is checked later, so the
+    daemon starts (and serves local data) during an outage."""
+    remote = settings.remote
+    return open_backend(remote.backend, remote.options, remote.prefix_spread,
+                        wait_s=remote.unreachable_after_ms / 1000)
 
 
 def interactive(quiet: bool = False) -> bool:

@@ -56,6 +56,7 @@ class RemoteSettings:
     # [remote.compression] / [remote.encryption]: off by default (docs/protection.md)
     compression: CompressionSettings = field(default_factory=CompressionSettings)
     encryption: EncryptionSettings = field(default_factory=EncryptionSettings)
+    prefix_spread: int = 0               # hex digits of a hash prefix on every key (docs/key-spread.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +356,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "probe_interval_ms": _int(0),
         "compression": compression,
         "encryption": encryption,
+        "prefix_spread": _int(0, 4),
     }),
     "tiering": (TieringSettings, {
         "task_interval_ms": _int(100),

@@ -40,6 +40,10 @@ KEY_DOCS: dict[str, str] = {
                                     "no `key_files`) = no encryption.",
     "remote.probe_interval_ms": "While unreachable, one probe call per interval checks whether the "
                                 "store is back (other calls fail fast meanwhile).",
+    "remote.prefix_spread": "Store every key under a hash prefix of this many hex digits (0 = off, "
+                            "1-4 = 16-65 536 prefixes) derived from `<topic>-<partition>`, for stores "
+                            "that throttle per key prefix (S3). A property of the store: recorded in "
+                            "`rlm-layout.json` there, a different value is refused (docs/key-spread.md).",
     "tiering.task_interval_ms": "How often each partition is scanned for eligible segments "
                                 "(Kafka: `remote.log.manager.task.interval.ms`).",
     "tiering.index_entry_bytes": "Max bytes of a segment covered by one `.remotelogindex` entry "

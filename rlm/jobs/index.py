@@ -37,7 +37,7 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
     ``{"<topic>-<partition>": entries indexed}``.
     """
     from rlm.formats.remote_index import RemoteLogIndexEntry
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
     from rlm.tiering.manifest import SegmentManifest
     from rlm.tiering.state import Progress
@@ -48,7 +48,7 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
     spec = BackendSpec.from_settings(settings)
     fetched = (spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
                .map(lambda tpk: _fetch_partition(spec, tpk[0], tpk[1], tpk[2])).collect())
-    manager = RemoteLogManager(settings, create_backend(spec.name, spec.options))
+    manager = RemoteLogManager(settings, open_backend(spec.name, spec.options, spec.prefix_spread))
     rebuilt: dict[str, int] = {}
     for topic, partition, manifest_docs, entry_blobs in sorted(fetched):
         part = parts[(topic, partition)]

@@ -53,7 +53,7 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.storage.api import StorageBackend
-from rlm.storage.registry import backend_class, create_backend
+from rlm.storage.registry import backend_class, open_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
@@ -79,25 +79,28 @@ class BackendSpec:
     options: dict[str, Any]
     #: The driver's :func:`~rlm.jobs.ship.rlm_build`, checked where the backend is created ("" = none).
     build: str = ""
+    #: ``[remote] prefix_spread`` (docs/key-spread.md): executors map keys as the driver does.
+    prefix_spread: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BackendSpec:
         """The configured store as the driver sees it: options that name paths are made absolute
         here, since executors run in other working directories (docs/spark-cluster.md)."""
         name = settings.remote.backend
-        return cls(name, backend_class(name).portable_options(settings.remote.options), rlm_build())
+        return cls(name, backend_class(name).portable_options(settings.remote.options), rlm_build(),
+                   settings.remote.prefix_spread)
 
     def create(self) -> StorageBackend:
         """The backend, once per process; first checks this process runs the driver's rlm."""
         check_build(self.build)
-        cache_key = (self.name, json.dumps(self.options, sort_keys=True, default=str))
+        cache_key = (self.name, json.dumps(self.options, sort_keys=True, default=str), self.prefix_spread)
         backend = _BACKENDS.get(cache_key)
-        if backend is None:
-            backend = _BACKENDS[cache_key] = create_backend(self.name, self.options)
+        if backend is None:  # the key layout checked once per process too (one GET)
+            backend = _BACKENDS[cache_key] = open_backend(self.name, self.options, self.prefix_spread)
         return backend
 
 
-_BACKENDS: dict[tuple[str, str], StorageBackend] = {}
+_BACKENDS: dict[tuple[str, str, int], StorageBackend] = {}
 # A forked child (the local export engine's process workers) must not share the parent's clients
 # and connection pools: it builds its own.
 os.register_at_fork(after_in_child=_BACKENDS.clear)

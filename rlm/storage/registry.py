@@ -68,15 +68,36 @@ def create_backend(name: str, options: Mapping[str, Any] | None = None) -> Stora
     return backend_class(name).from_options(options or {})
 
 
+def open_backend(name: str, options: Mapping[str, Any] | None = None, prefix_spread: int = 0, *,
+                 wait_s: float | None = None) -> StorageBackend:
+    """The configured store as rlm uses it: :func:`create_backend`, then the key layout
+    (``[remote] prefix_spread``) checked against the store — waiting at most ``wait_s`` seconds
+    for its answer (None = as long as the backend's own timeouts) — and applied
+    (rlm/storage/spread.py, docs/key-spread.md). Every process opening the configured store goes
+    through here."""
+    from rlm.storage.spread import open_spread
+
+    return open_spread(create_backend(name, options), prefix_spread, wait_s=wait_s)
+
+
 def backend_from_config(remote: Mapping[str, Any]) -> StorageBackend:
     """Build the backend of a parsed ``[remote]`` table: ``{"backend": ..., "options": {...}}``."""
     # The health keys (unreachable_after_ms, probe_interval_ms) belong to rlm.storage.health, not
     # to the backend; rlm.config validates them.
-    allowed = {"backend", "options", "unreachable_after_ms", "probe_interval_ms"}
+    allowed = {"backend", "options", "unreachable_after_ms", "probe_interval_ms", "prefix_spread"}
     unknown = sorted(set(remote) - allowed)
     if unknown:
         raise ConfigError(f"unknown key(s) in [remote]: {', '.join(unknown)}; "
                           f"allowed: {', '.join(sorted(allowed))}")
     if "backend" not in remote:
         raise ConfigError("remote.backend is required (e.g. backend = \"local\")")
-    return create_backend(remote["backend"], remote.get("options"))
+    backend = create_backend(remote["backend"], remote.get("options"))
+    from rlm.storage.spread import MAX_SPREAD, SpreadBackend
+
+    spread = remote.get("prefix_spread", 0)
+    if not isinstance(spread, int) or isinstance(spread, bool) or not 0 <= spread <= MAX_SPREAD:
+        raise ConfigError(f"remote.prefix_spread = {spread!r} is invalid: expected an integer 0-{MAX_SPREAD}")
+    if not spread:
+        return backend
+
+    return SpreadBackend(backend, spread)  # no I/O here: the layout is checked on the first call
