@@ -39,8 +39,9 @@ REPO = Path(__file__).resolve().parents[2]
 def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, backend: str = "local",
                  options: dict[str, Any] | None = None, eligibility: str = "high-watermark",
                  server_port: int | None = None, topics: dict[str, Any] | None = None,
-                 cluster: dict[str, Any] | None = None, **tiering: Any) -> Path:
+                 cluster: dict[str, Any] | None = None, prefix_spread: int = 0, **tiering: Any) -> Path:
     """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
+    ``prefix_spread`` the ``[remote]`` key (docs/key-spread.md; 0 = not written),
     ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables),
     ``cluster`` values ``[cluster]`` keys (``leaders`` becomes the ``[cluster.leaders]`` table)."""
     tiering.setdefault("gc_grace_ms", 0)
@@ -48,7 +49,9 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
     opts = dict(options) if options is not None else {"root": str(root)}
     lines = ["[log]", f"dirs = {toml_value([str(d) for d in log_dirs])}",
              f"eligibility = {toml_value(eligibility)}",
-             "[remote]", f"backend = {toml_value(backend)}", "[remote.options]"]
+             "[remote]", f"backend = {toml_value(backend)}"]
+    lines += [f"prefix_spread = {prefix_spread}"] if prefix_spread else []
+    lines += ["[remote.options]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in opts.items()]
     lines += ["[tiering]"] + [f"{k} = {toml_value(v)}" for k, v in tiering.items()]
     if server_port is not None:
