@@ -91,6 +91,18 @@ class TestS3SeaweedFS(BackendSuite):
         self._target = s3_target
 
 
+class TestS3SeaweedFSSpread(TestS3SeaweedFS):
+    """The suite through ``[remote] prefix_spread = 2`` (docs/key-spread.md) on the real server:
+    every key under its hash prefix, conditional creates, multipart and ranged reads mapped."""
+
+    @pytest.fixture
+    def backend(self, s3_target: S3Target) -> Iterator[StorageBackend]:
+        from rlm.storage.spread import open_spread
+
+        with open_spread(S3Backend(**NO_WAIT, **s3_target.options(**SMALL_PARTS)), 2) as b:
+            yield b
+
+
 class TestS3S3rver(BackendSuite):
     """A second, independent S3 implementation (Node.js). It mangles aws-chunked uploads unless
     checksums are only sent when required, hence ``request_checksum_calculation``."""

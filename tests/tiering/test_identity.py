@@ -5,6 +5,7 @@ LogWriter partitions, the real local backend and a fake clock."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import shutil
@@ -21,6 +22,7 @@ from rlm.jobs.plan import plan_read
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.storage.spread import LAYOUT_KEY, open_spread
 from rlm.tiering import keys
 from rlm.tiering.incarnations import OldIncarnation
 from rlm.tiering.manager import RemoteLogManager
@@ -39,13 +41,16 @@ GRACE_MS = 60_000
 class Env:
     """One log dir, one store, a fake clock; managers are built fresh (a restart) or reused."""
 
-    def __init__(self, tmp_path: Path, **tiering: Any) -> None:
+    def __init__(self, tmp_path: Path, spread: int = 0, **tiering: Any) -> None:
         self.logs = tmp_path / "logs"
         self.logs.mkdir()
         tiering.setdefault("old_incarnation_grace_ms", GRACE_MS)
-        self.cfg = write_config(tmp_path / "c.toml", [self.logs], root=tmp_path / "store", **tiering)
+        self.cfg = write_config(tmp_path / "c.toml", [self.logs], root=tmp_path / "store",
+                                prefix_spread=spread, **tiering)
         self.settings: Settings = load_settings(self.cfg)
-        self.backend = LocalBackend(root=str(tmp_path / "store"))
+        # [remote] prefix_spread (docs/key-spread.md): the store as every rlm process opens it.
+        self.raw = LocalBackend(root=str(tmp_path / "store"))
+        self.backend = open_spread(self.raw, spread)
         self.now = 10_000_000
         self.state_root = self.logs.parent / "logs.rlm-state"
 
@@ -112,9 +117,11 @@ def test_keys_roots_never_collide_and_parse_back() -> None:
     assert keys.parse_manifest_key("a-1", 2, keys.manifest_key("a-1", 2, 7, ID_A), ID_A) == 7
 
 
+@pytest.mark.parametrize("spread", [0, 2], ids=["unspread", "spread2"])
 @pytest.mark.parametrize("restart", [True, False], ids=["restarted", "running"])
-def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, restart: bool) -> None:
-    env = Env(tmp_path)
+def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, restart: bool,
+                                                                spread: int) -> None:
+    env = Env(tmp_path, spread)
     first = env.manager()
     env.write(ID_A, "A", 400)
     first.run_once()
@@ -138,6 +145,11 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, r
     assert env.manifests(ID_A) == old_manifests  # untouched: not retained or copied against
     [old] = row["old_incarnations"]
     assert old["topic_id"] == ID_A and old["prefix"] == keys.root(TOPIC, 0, ID_A)
+    # Both incarnations' roots lie under the one hash prefix of the partition's name.
+    heads = {i.key.split("/")[0] for i in env.raw.list("") if i.key != LAYOUT_KEY}
+    want = {hashlib.sha256(NAME.encode()).hexdigest()[:spread]} if spread else {
+        keys.root(TOPIC, 0, ID_A)[:-1], keys.root(TOPIC, 0, ID_B)[:-1]}
+    assert heads == want
     assert old["objects"] > len(old_manifests) and old["bytes"] > 0 and not old["kept"]
     assert old["retired_ms"] == env.now and old["delete_after_ms"] == env.now + GRACE_MS
 
