@@ -4,9 +4,12 @@ cuts a segment mid-entry, the leader uncommits what is diverged, a rewind restor
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
@@ -14,6 +17,7 @@ from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
+from rlm.storage.spread import open_spread
 from rlm.tiering import keys
 from rlm.tiering.lineage import LineageMarker
 from rlm.tiering.manager import RemoteLogManager
@@ -34,10 +38,11 @@ def _replicas(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def _manager(tmp_path: Path, name: str, log_dir: Path, store: Path, *,
-             trust: bool = True) -> RemoteLogManager:
+             trust: bool = True, spread: int = 0) -> RemoteLogManager:
     cfg = write_config(tmp_path / f"{name}.toml", [log_dir], root=store, index_entry_bytes=2048,
-                       trust_local_state=trust)
-    return RemoteLogManager(load_settings(cfg), LocalBackend(root=str(store)), metrics=TieringMetrics())
+                       trust_local_state=trust, prefix_spread=spread)
+    backend = open_spread(LocalBackend(root=str(store)), spread)  # docs/key-spread.md
+    return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
 
 
 def _index_files(log_dir: Path) -> dict[str, bytes]:
@@ -67,11 +72,12 @@ def _local_batches(part: Path) -> dict[int, Any]:
     return found
 
 
-def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spread", [0, 2])
+def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path: Path, spread: int) -> None:
     a_dir, b_dir, store = _replicas(tmp_path)
-    a = _manager(tmp_path, "a", a_dir, store)
+    a = _manager(tmp_path, "a", a_dir, store, spread=spread)
     a.run_once()
-    b = _manager(tmp_path, "b", b_dir, store)
+    b = _manager(tmp_path, "b", b_dir, store, spread=spread)
     b.run_once()  # B finds everything committed: it uploads nothing and indexes all of it
     assert _index_files(a_dir) == _index_files(b_dir) != {}
     local = _local_batches(a_dir / f"{TOPIC}-0")
@@ -88,6 +94,9 @@ def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path
     cut = inside[len(inside) // 2]
     lineage = (*((e, s) for e, s in seg.leader_epochs if s < cut), (7, cut))
     of_context(ctx_b).create_lineage_marker(LineageMarker(7, lineage, cut, 3, 0))
+    marker = keys.lineage_marker_key(TOPIC, 0, 7, ctx_b.key_id)
+    head = hashlib.sha256(f"{TOPIC}-0".encode()).hexdigest()[:spread] + "/" if spread else ""
+    assert (store / f"{head}{marker}").is_file()  # stored under the partition's hash prefix
 
     result = sync(ctx_b, leader=False)
     assert result.chain.highest == cut - 1 and result.rebuilt_from == seg.base_offset  # that link re-indexed
