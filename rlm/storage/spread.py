@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any, BinaryIO, ClassVar
@@ -62,6 +63,8 @@ MAX_SPREAD = 4
 #: Keys held in memory at once by a merged listing across all buckets (per-bucket page size =
 #: this divided by the number of buckets, at least 1).
 MERGE_BUDGET = 4096
+#: Merged listings kept in progress between pages (:meth:`SpreadBackend._park`).
+PARKED_MERGES = 8
 
 
 def spread_name(key: str) -> str:
@@ -155,6 +158,7 @@ class SpreadBackend(WrappingBackend):
         self._verified = verified
         self._refused: RlmError | None = None  # a mismatch or malformed layout: permanent
         self._lock = threading.Lock()
+        self._parked: OrderedDict[tuple[str, str], Iterator[ObjectInfo]] = OrderedDict()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt on executors from a driver that checked the layout already.
@@ -245,11 +249,28 @@ class SpreadBackend(WrappingBackend):
             objects = tuple(self._info(o) for o in page.objects)
             token = None if page.next_token is None else self.logical(page.next_token)
             return ListPage(objects, token)
-        merged = self._merged(prefix, start_after, limit)
-        items = [info for _, info in zip(range(limit + 1), merged, strict=False)]
+        merged = self._resume(prefix, start_after) or self._merged(prefix, start_after, limit)
+        items = list(itertools.islice(merged, limit + 1))
         if len(items) > limit:
-            return ListPage(tuple(items[:limit]), items[limit - 1].key)
+            token = items[limit - 1].key
+            self._park(prefix, token, itertools.chain([items[limit]], merged))
+            return ListPage(tuple(items[:limit]), token)
         return ListPage(tuple(items), None)
+
+    def _park(self, prefix: str, token: str, merge: Iterator[ObjectInfo]) -> None:
+        """Keep a merge in progress for the page that will ask for ``token``: a caller paging
+        through ``list_page`` (every wrapper above this one does) then costs one merge, not one
+        merge of 16^N listings per page. At most :data:`PARKED_MERGES` are kept."""
+        with self._lock:
+            self._parked[(prefix, token)] = merge
+            while len(self._parked) > PARKED_MERGES:
+                self._parked.popitem(last=False)
+
+    def _resume(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo] | None:
+        if start_after is None:
+            return None
+        with self._lock:
+            return self._parked.pop((prefix, start_after), None)
 
     def list(self, prefix: str = "", *, page_size: int = MAX_LIST_LIMIT) -> Iterator[ObjectInfo]:
         """As the contract; a prefix that does not name a partition is one merge over all buckets

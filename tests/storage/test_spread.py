@@ -222,3 +222,33 @@ def test_a_store_slower_than_the_wait_is_checked_in_the_background() -> None:
         mismatch.read("a-0/k")
     with pytest.raises(StoreLayoutError):  # remembered: no second check
         mismatch.head("a-0/k")
+
+
+def test_paging_a_merged_listing_continues_one_merge() -> None:
+    counted: list[str] = []
+
+    class Counting(MemoryBackend):
+        def _list_page(self, prefix, start_after, limit):  # type: ignore[no-untyped-def]
+            counted.append(prefix)
+            return super()._list_page(prefix, start_after, limit)
+
+    spread = open_spread(Counting(), 1)
+    keys = [f"p{i}-{j}/k{n}" for i in range(9) for j in range(3) for n in range(2)]
+    for key in keys:
+        spread.put(key, b"")
+    counted.clear()
+    paged, token = [], None
+    while True:  # as a wrapper above (metering, health) pages: list_page after list_page
+        page = spread.list_page("", token=token, limit=5)
+        paged += page.keys
+        if page.next_token is None:
+            break
+        token = page.next_token
+    assert paged == sorted(keys)
+    per_bucket: dict[str, int] = {}
+    for key in keys:
+        b = sha_prefix(key.split("/")[0], 1)
+        per_bucket[b] = per_bucket.get(b, 0) + 1
+    # One listing per bucket and page of 5 of it (a page of fewer than 5 is the last), never
+    # 16 listings again for each of the 11 pages.
+    assert len(counted) == sum(max(1, -(-per_bucket.get(f"{i:x}", 0) // 5)) for i in range(16))

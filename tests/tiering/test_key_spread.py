@@ -149,3 +149,28 @@ def test_a_config_disagreeing_with_the_store_is_refused_with_exit_code_2(tmp_pat
     proc = rlm_cli("status", "--config", cfg)
     assert proc.returncode == 2
     assert "but no rlm-layout.json, i.e. prefix_spread = 0" in proc.stderr
+
+
+def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(tmp_path: Path) -> None:
+    """`rlm rewrap` lists the whole store (rewrap.manifest_keys): on a spread store that is the
+    merge over every hash prefix, paged through the health and metering wrappers as the CLI has it."""
+    from rlm.storage.health import HealthTrackingBackend, StoreHealth
+    from rlm.storage.metering import MeteringBackend, RequestMeter
+    from rlm.storage.retry import RetryPolicy
+    from rlm.tiering.rewrap import manifest_keys
+
+    logs = tmp_path / "logs"
+    summaries = generate_log_dir(logs, seed=2, records=300, segment_bytes=8 * 1024)
+    options = {"root": str(tmp_path / "store")}
+    cfg = write_config(tmp_path / "c.toml", [logs], options=options, prefix_spread=1)
+    assert rlm_cli("run", "--config", cfg, "--once").returncode == 0
+    store = open_backend("local", options, 1)
+    want = {o.key for s in summaries for o in store.list(keys.manifests_prefix(s.topic, s.partition))}
+    assert len(want) > len(summaries)
+    meter = RequestMeter()
+    wrapped = HealthTrackingBackend(MeteringBackend(store, meter), StoreHealth())
+    found = [k for k, _ in manifest_keys(wrapped, RetryPolicy(), None)]
+    assert sorted(found) == sorted(want) and len(found) == len(want)
+    topic = summaries[0].topic
+    only = {k for k, _ in manifest_keys(wrapped, RetryPolicy(), frozenset({topic}))}
+    assert only == {k for k in want if keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
