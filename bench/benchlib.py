@@ -12,7 +12,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,26 +141,35 @@ def template_batch(records: int, value_bytes: int, *, compression: object = None
                        partition_leader_epoch=1)
 
 
-def write_segment(part_dir: Path, base: int, template: bytes, count: int, *,
+def write_segment(part_dir: Path, base: int, template: bytes | Sequence[bytes], count: int, *,
                   index_interval: int = 4096) -> int:
-    """Write ``<base>.log`` of ``count`` copies of ``template`` (bases rewritten; the CRC does not
-    cover them) plus a sparse ``.index`` and a ``.timeindex``; return the next base offset."""
+    """Write ``<base>.log`` of ``count`` batches — copies of ``template``, or of a list of
+    templates in turn (distinct bytes, so a compressor sees no repeats; each with the same record
+    count) — bases rewritten (the CRC does not cover them), plus a sparse ``.index`` and a
+    ``.timeindex``; return the next base offset."""
     from rlm.formats import naming
 
-    per = struct.unpack_from(">i", template, 23)[0] + 1  # lastOffsetDelta + 1
-    max_ts = struct.unpack_from(">q", template, 35)[0]
-    size = len(template)
-    buf = bytearray(template * count)
+    templates = [template] if isinstance(template, bytes | bytearray) else list(template)
+    per = struct.unpack_from(">i", templates[0], 23)[0] + 1  # lastOffsetDelta + 1
+    assert all(struct.unpack_from(">i", t, 23)[0] + 1 == per for t in templates), "same record count"
+    max_ts = max(struct.unpack_from(">q", t, 35)[0] for t in templates)
+    if len(templates) == 1:
+        buf = bytearray(templates[0] * count)
+    else:
+        buf = bytearray(b"".join(templates[i % len(templates)] for i in range(count)))
     idx = bytearray()
     tidx = bytearray()
     since = index_interval
+    pos = 0
     for i in range(count):
         offset = base + i * per
-        struct.pack_into(">q", buf, i * size, offset)
+        struct.pack_into(">q", buf, pos, offset)
         if since >= index_interval and i > 0:
-            idx += struct.pack(">ii", offset - base, i * size)
+            idx += struct.pack(">ii", offset - base, pos)
             since = 0
+        size = len(templates[i % len(templates)])
         since += size
+        pos += size
     last = base + count * per - 1
     tidx += struct.pack(">qi", max_ts, last - base)
     (part_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(buf)
@@ -169,18 +178,20 @@ def write_segment(part_dir: Path, base: int, template: bytes, count: int, *,
     return last + 1
 
 
-def write_rolled_partition(logs: Path, topic: str, segments: int, segment_mib: int, template: bytes) -> int:
+def write_rolled_partition(logs: Path, topic: str, segments: int, segment_mib: int,
+                           template: bytes | Sequence[bytes]) -> int:
     """``<logs>/<topic>-0``: ``segments`` rolled segments of ~``segment_mib`` MiB of ``template``
-    copies, the empty active segment after them and the high watermark at its base (every rolled
-    segment committed); returns that base."""
+    copies (or of a list of templates in turn), the empty active segment after them and the high
+    watermark at its base (every rolled segment committed); returns that base."""
     from rlm.formats import naming
 
     part = logs / f"{topic}-0"
     part.mkdir(parents=True)
-    count = (segment_mib << 20) // len(template)
+    templates = [template] if isinstance(template, bytes | bytearray) else list(template)
+    count = (segment_mib << 20) * len(templates) // sum(len(t) for t in templates)
     base = 0
     for _ in range(segments):
-        base = write_segment(part, base, template, count)
+        base = write_segment(part, base, templates, count)
     for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
         (part / naming.segment_file_name(base, suffix)).write_bytes(b"")  # the active segment
     write_checkpoint(logs, "replication-offset-checkpoint", {(topic, 0): base})
