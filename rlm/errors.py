@@ -38,6 +38,7 @@ Tree::
     ExportOutputExistsError            `rlm export --out` exists and --overwrite was not given
     NativeExtensionError               a compiled extension that was required is not built
     TableError                         an export's table cannot take this export (docs/iceberg.md)
+    KafkaProtocolError                 a Kafka-protocol request the listener closes the connection on
 """
 
 from __future__ import annotations
@@ -252,3 +253,10 @@ class ExecutorEnvironmentError(RlmError):
     """A Spark executor cannot run the job as the driver planned it: it imports another build of rlm
     than the driver (tasks are pickled rlm classes). Install the driver's rlm on the executors
     (docs/spark-cluster.md)."""
+
+
+class KafkaProtocolError(RlmError):
+    """A Kafka-protocol request the listener cannot answer with an error code: a frame above
+    ``kafka.max_request_bytes``, bytes that are not a request, an API key or version it does not
+    serve, a request before SASL authentication. The connection is closed, as Kafka's broker
+    closes it (docs/kafka-listener.md)."""

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,9 +23,14 @@ from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.config import Settings
 from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
+from rlm.errors import ConfigError
 from rlm.tiering.incarnations import OldIncarnation
 from rlm.tiering.manager import PassResult, RemoteLogManager
 from rlm.tiering.state import state_root_of
+
+if TYPE_CHECKING:
+    from rlm.kafka.server import KafkaListener
+    from rlm.tiering.readers import TieredReaders
 
 
 def owned_state_dirs(settings: Settings) -> list[Path]:
@@ -76,11 +82,31 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
     tune_gc()  # after the imports and the app: they are frozen out of every collection
+    kafka = _kafka_listener(settings, parts.readers)
     try:
         TieringDaemon(manager).run_forever()
     finally:
+        if kafka is not None:
+            kafka.stop()
         api.stop()
         history.stop()
+
+
+def _kafka_listener(settings: Settings, readers: TieredReaders) -> KafkaListener | None:
+    """The read-only Kafka-protocol listener when ``[kafka] listen`` is set (docs/kafka-listener.md)."""
+    if not settings.kafka.listen:
+        return None
+    try:
+        from rlm.kafka.api import KafkaApi
+        from rlm.kafka.server import KafkaListener
+    except ImportError as err:
+        raise ConfigError(f"config key kafka.listen is set but {err.name or 'kafka-python'} is not "
+                          "installed: pip install 'rlm[kafka]' (kafka-python 3)") from None
+
+    listener = KafkaListener(KafkaApi(readers, node_id=settings.cluster.node_id or 0),
+                             settings.kafka).start()
+    logging.getLogger("rlm").info("Kafka listener on %s (%s)", listener.address, listener.security_protocol)
+    return listener
 
 
 def _once(manager: RemoteLogManager, quiet: bool) -> None:

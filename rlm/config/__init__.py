@@ -145,6 +145,19 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """``[kafka]``: a read-only Kafka-protocol listener in ``rlm run`` (docs/kafka-listener.md)."""
+
+    listen: str = ""                     # "host:port" (port 0 = any free port); empty = no listener
+    tls_cert: Path | None = None         # PEM certificate chain; with tls_key: the listener speaks TLS
+    tls_key: Path | None = None
+    sasl_plain_users_file: Path | None = None  # lines "user:password": clients must SASL/PLAIN first
+    max_request_bytes: int = 104_857_600  # Kafka's socket.request.max.bytes: larger frames close
+    idle_timeout_ms: int = 600_000       # Kafka's connections.max.idle.ms: silent connections close
+    max_wait_ms: int = 30_000            # cap on a Fetch's max_wait_ms (a client may ask for longer)
+
+
+@dataclass(frozen=True, slots=True)
 class IcebergSettings:
     """``[iceberg]``: the table `rlm export --format iceberg` writes (docs/iceberg.md)."""
 
@@ -165,6 +178,7 @@ class Settings:
     topics: TopicsSettings = field(default_factory=TopicsSettings)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     iceberg: IcebergSettings = field(default_factory=IcebergSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
     source: str = "<defaults>"
 
 
@@ -315,6 +329,24 @@ def _check_cluster(c: ClusterSettings) -> None:
                           f"{c.security_protocol!r} needs a user name and a password file")
 
 
+def _listen(key: str, value: Any) -> str:
+    """``"host:port"`` (IPv6 hosts in brackets, ``[::1]:9093``; port 0 = any free port) or empty."""
+    if value == "":
+        return ""
+    text = value if isinstance(value, str) else ""
+    host, sep, port = text.rpartition(":")
+    if not (host and sep and port.isdigit() and 0 <= int(port) <= 65535):
+        raise _fail(key, value, 'must be "host:port" (port 0 = any free port) or empty')
+    return text
+
+
+def _check_kafka(k: KafkaSettings) -> None:
+    """TLS needs both files; a certificate without its key (or the reverse) is a mistake."""
+    if (k.tls_cert is None) != (k.tls_key is None):
+        missing = "kafka.tls_key" if k.tls_key is None else "kafka.tls_cert"
+        raise ConfigError(f"config key {missing} is empty: TLS needs kafka.tls_cert and kafka.tls_key")
+
+
 def _options(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(key, value, "must be a table of backend options")
@@ -414,10 +446,20 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
         "namespace": _identifier,
         "table": _identifier,
     }),
+    "kafka": (KafkaSettings, {
+        "listen": _listen,
+        "tls_cert": _optional_file,
+        "tls_key": _optional_file,
+        "sasl_plain_users_file": _optional_file,
+        "max_request_bytes": _int(1024, _INT32_MAX),
+        "idle_timeout_ms": _int(1000),
+        "max_wait_ms": _int(0, _INT32_MAX),
+    }),
 }
 
 #: Checks across the keys of one section, run once it is complete.
-_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster, "server": check_server}
+_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster, "server": check_server,
+                                                      "kafka": _check_kafka}
 
 
 def _env_value(text: str) -> Any:

@@ -131,6 +131,19 @@ KEY_DOCS: dict[str, str] = {
     "iceberg.namespace": "Namespace of the table (created when missing).",
     "iceberg.table": "The one table every exported topic goes to, partitioned by `topic` and "
                      "`day(timestamp)`.",
+    "kafka.listen": "`host:port` of the read-only Kafka-protocol listener in `rlm run` (port 0 = any "
+                    "free port, logged); empty = off (docs/kafka-listener.md).",
+    "kafka.tls_cert": "PEM certificate (chain) of the listener; with `tls_key` clients must use TLS "
+                      "(`security_protocol` SSL / SASL_SSL).",
+    "kafka.tls_key": "PEM private key of `tls_cert`.",
+    "kafka.sasl_plain_users_file": "A file of `user:password` lines; when set, clients must "
+                                   "authenticate with SASL/PLAIN before any other request.",
+    "kafka.max_request_bytes": "Kafka's `socket.request.max.bytes`: a request frame declaring more "
+                               "closes the connection.",
+    "kafka.idle_timeout_ms": "Kafka's `connections.max.idle.ms`: a connection silent this long (or "
+                             "stalled inside a frame) is closed.",
+    "kafka.max_wait_ms": "Upper bound on a Fetch's `max_wait_ms` (the wait for `min_bytes` of new "
+                         "data); 0 = never wait.",
 }
 
 #: The keys of ``[topics.overrides."<glob>"]`` (rendered under ``[topics]`` in the reference).
@@ -176,6 +189,10 @@ _ALLOWED: dict[str, str] = {
     "iceberg.catalog_name": "name without `.` or `/`",
     "iceberg.namespace": "name without `.` or `/`",
     "iceberg.table": "name without `.` or `/`",
+    "kafka.listen": '`"host:port"` or empty',
+    "kafka.tls_cert": "path or empty",
+    "kafka.tls_key": "path or empty",
+    "kafka.sasl_plain_users_file": "path or empty",
 }
 
 

@@ -1,0 +1,230 @@
+"""The listener's request handlers: one method per served API, request body in, response body out
+(kafka-python ``kafka.protocol`` objects; docs/kafka-listener.md). Blocking: the server runs them
+in its thread pool. The listener is one broker (``node_id``) that leads every partition rlm holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import DescribeConfigsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from rlm.errors import RlmError
+from rlm.formats.naming import is_internal_topic
+from rlm.kafka.protocol import Api, Codes, api_versions_body
+from rlm.kafka.reads import FetchedPartition, fetch_partition, list_offset, partition_offsets, served
+from rlm.logdir.scan import PartitionDir
+from rlm.tiering.readers import TieredReaders, check_topic
+
+__all__ = ["FetchAnswer", "KafkaApi"]
+
+_TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
+_SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5  # DescribeConfigs config_source: DYNAMIC_TOPIC_CONFIG, DEFAULT
+_STRING, _LONG = 2, 5                  # DescribeConfigs config_type (v3+)
+_DESCRIBED = ("cleanup.policy", "retention.bytes", "retention.ms")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    """One pass over a Fetch request: the response, its record bytes, whether a partition failed."""
+
+    body: Any
+    record_bytes: int
+    errors: bool
+
+
+def _topic_uuid(topic_id: str | None) -> uuid.UUID:
+    """``partition.metadata``'s base64url topic id as a UUID; the zero UUID when there is none."""
+    if not topic_id:
+        return uuid.UUID(int=0)
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    except ValueError:
+        return uuid.UUID(int=0)
+
+
+class KafkaApi:
+    def __init__(self, readers: TieredReaders, *, node_id: int = 0, cluster_id: str = "rlm") -> None:
+        self.readers = readers
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+
+    # -- cluster ------------------------------------------------------------------------------
+
+    def api_versions(self, _req: Any, _version: int) -> Any:
+        return api_versions_body()
+
+    def metadata(self, req: Any, version: int, host: str, port: int) -> Any:
+        """Every partition rlm holds (or the ones asked for), this node their only replica."""
+        asked = None if req.topics is None else [t.name for t in req.topics]
+        if version == 0 and not asked:
+            asked = None  # v0: an empty list means every topic
+        by_topic: dict[str, list[PartitionDir]] = defaultdict(list)
+        for part in self.readers.partitions():
+            if served(part.topic):
+                by_topic[part.topic].append(part)
+        names = sorted(by_topic) if asked is None else list(dict.fromkeys(asked))
+        cls = MetadataResponse
+        topics = [self._metadata_topic(name, by_topic.get(name, [])) for name in names]
+        broker = cls.MetadataResponseBroker(node_id=self.node_id, host=host, port=port, rack=None)
+        return cls(throttle_time_ms=0, brokers=[broker], cluster_id=self.cluster_id,
+                   controller_id=self.node_id, topics=topics)
+
+    def _metadata_topic(self, name: str, parts: list[PartitionDir]) -> Any:
+        topic = MetadataResponse.MetadataResponseTopic
+        if not parts:
+            try:
+                check_topic(name)
+                code = Codes.UNKNOWN_TOPIC_OR_PARTITION
+            except RlmError:
+                code = Codes.INVALID_TOPIC_EXCEPTION
+            return topic(error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
+                         partitions=[])
+        node = self.node_id
+        # Leader epoch -1: clients then skip epoch validation (OffsetForLeaderEpoch is not served).
+        partitions = [topic.MetadataResponsePartition(
+            error_code=Codes.NONE, partition_index=p.partition, leader_id=node, leader_epoch=-1,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+            for p in sorted(parts, key=lambda p: p.partition)]
+        return topic(error_code=Codes.NONE, name=name, topic_id=_topic_uuid(parts[0].topic_id),
+                     is_internal=is_internal_topic(name), partitions=partitions)
+
+    def describe_configs(self, req: Any, _version: int) -> Any:
+        """retention.ms, retention.bytes and cleanup.policy of a topic, as rlm's policy resolves
+        them (docs/topic-policy.md); a broker resource has no configs here."""
+        cls = DescribeConfigsResponse
+        results = []
+        for res in req.resources:
+            code, configs = Codes.NONE, []
+            if res.resource_type == _TOPIC_RESOURCE:
+                if not self._holds(res.resource_name):
+                    code = Codes.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    configs = self._topic_configs(res.resource_name, res.configuration_keys)
+            elif res.resource_type != _BROKER_RESOURCE:
+                code = Codes.INVALID_REQUEST
+            results.append(cls.DescribeConfigsResult(
+                error_code=code, error_message=None, resource_type=res.resource_type,
+                resource_name=res.resource_name, configs=configs))
+        return cls(throttle_time_ms=0, results=results)
+
+    def _holds(self, topic: str) -> bool:
+        try:
+            return served(topic) and bool(self.readers.partitions([topic]))
+        except RlmError:
+            return False
+
+    def _topic_configs(self, topic: str, keys: list[str] | None) -> list[Any]:
+        policy = self.readers.policies.policy(topic)
+        values = {"retention.ms": policy.retention_ms, "retention.bytes": policy.retention_bytes,
+                  "cleanup.policy": policy.cleanup_policy}
+        entry = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+        out = []
+        for name in _DESCRIBED:
+            if keys is not None and name not in keys:
+                continue
+            setting = values[name]
+            out.append(entry(name=name, value=str(setting.value), read_only=True,
+                             config_source=_SOURCE_TOPIC if setting.source == "kafka" else _SOURCE_DEFAULT,
+                             is_sensitive=False, synonyms=[],
+                             config_type=_STRING if name == "cleanup.policy" else _LONG,
+                             documentation=None))
+        return out
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def list_offsets(self, req: Any, version: int) -> Any:
+        committed = bool(getattr(req, "isolation_level", 0))
+        cls = ListOffsetsResponse
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                got = list_offset(self.readers, t.name, p.partition_index, p.timestamp, committed, version)
+                parts.append(cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=got.error, timestamp=got.timestamp,
+                    offset=got.offset, leader_epoch=got.leader_epoch))
+            topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    def fetch(self, req: Any, version: int, reader_key: Hashable) -> FetchAnswer:
+        """One pass over the partitions in request order. The response's ``max_bytes`` bounds the
+        records of all partitions together, except that the first partition with records always
+        gets at least one whole batch (KIP-74); a later one that does not fit answers no records."""
+        cls = FetchResponse
+        if getattr(req, "session_id", 0):  # no fetch session was ever created here
+            return FetchAnswer(cls(throttle_time_ms=0, error_code=Codes.FETCH_SESSION_ID_NOT_FOUND,
+                                   session_id=0, responses=[]), 0, True)
+        committed = bool(req.isolation_level)
+        budget, total, errors = req.max_bytes, 0, False
+        responses = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                got = self._fetch_one(t.topic, p, committed, budget - total, total > 0, reader_key)
+                total += len(got.records)
+                errors = errors or got.error != Codes.NONE
+                parts.append(_partition_data(p.partition, got))
+            responses.append(cls.FetchableTopicResponse(topic=t.topic, partitions=parts))
+        return FetchAnswer(cls(throttle_time_ms=0, error_code=Codes.NONE, session_id=0,
+                               responses=responses), total, errors)
+
+    def _fetch_one(self, topic: str, p: Any, committed: bool, left: int, started: bool,
+                   reader_key: Hashable) -> FetchedPartition:
+        limit = min(p.partition_max_bytes, left) if started else p.partition_max_bytes
+        if started and limit <= 0:
+            return partition_offsets(self.readers, topic, p.partition)
+        got = fetch_partition(self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key)
+        if started and len(got.records) > limit:  # the response is full: offsets only
+            return FetchedPartition(got.error, got.high_watermark, got.last_stable_offset,
+                                    got.log_start_offset, b"", [] if committed else None)
+        return got
+
+    # -- what a read-only broker refuses ------------------------------------------------------
+
+    def find_coordinator(self, _req: Any, version: int) -> Any:
+        """No consumer groups here: COORDINATOR_NOT_AVAILABLE, so a client with a group id keeps
+        asking, and one with manual assignment and no group id never asks."""
+        return FindCoordinatorResponse(throttle_time_ms=0, error_code=Codes.COORDINATOR_NOT_AVAILABLE,
+                                       error_message="rlm serves no consumer groups", node_id=-1,
+                                       host="", port=-1)
+
+    @staticmethod
+    def group_error(api: Api, _req: Any, _version: int) -> Any:
+        """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: COORDINATOR_NOT_AVAILABLE."""
+        return api.response(error_code=Codes.COORDINATOR_NOT_AVAILABLE)
+
+    def produce(self, req: Any, _version: int) -> Any:
+        """Read-only: every partition answers TOPIC_AUTHORIZATION_FAILED (no write permission),
+        which producers report at once instead of retrying."""
+        cls = ProduceResponse
+        out = []
+        for t in req.topic_data:
+            parts = [cls.TopicProduceResponse.PartitionProduceResponse(
+                index=p.index, error_code=Codes.TOPIC_AUTHORIZATION_FAILED, base_offset=-1,
+                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                error_message="rlm's Kafka listener is read-only") for p in t.partition_data]
+            out.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
+        return cls(responses=out, throttle_time_ms=0)
+
+    def init_producer_id(self, _req: Any, _version: int) -> Any:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=Codes.CLUSTER_AUTHORIZATION_FAILED,
+                                      producer_id=-1, producer_epoch=-1)
+
+
+def _partition_data(partition: int, got: FetchedPartition) -> Any:
+    data = FetchResponse.FetchableTopicResponse.PartitionData
+    aborted = None if got.aborted is None else [
+        data.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in got.aborted]
+    return data(partition_index=partition, error_code=got.error, high_watermark=got.high_watermark,
+                last_stable_offset=got.last_stable_offset, log_start_offset=got.log_start_offset,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=got.records)
+

@@ -1,0 +1,179 @@
+"""Kafka's wire framing and the APIs the listener serves (docs/kafka-listener.md).
+
+A request frame is ``int32 size`` (big-endian: the byte count that follows, at most
+``kafka.max_request_bytes``), then the request header — ``api_key int16``, ``api_version int16``,
+``correlation_id int32``, ``client_id`` (int16-length nullable string), plus tagged fields when the
+API version is *flexible* (header v2) — then the body. A response frame is ``int32 size``, then
+``correlation_id int32`` (plus tagged fields when flexible, except ApiVersions whose response header
+is always v0), then the body.
+
+Bodies are encoded and decoded by kafka-python's ``kafka.protocol`` classes, which are generated
+from Kafka's own JSON message schemas (every version, flexible ones included): the listener only
+decides which versions it *answers exactly* (:data:`SERVED`) and fills the fields.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from rlm.errors import KafkaProtocolError
+
+__all__ = ["API_VERSIONS", "SERVED", "Api", "Codes", "RequestFrame", "encode_response",
+           "parse_request", "unsupported_api_versions"]
+
+_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
+
+
+class Codes:
+    """Kafka's error codes (``org.apache.kafka.common.protocol.Errors``) the listener answers."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    COORDINATOR_NOT_AVAILABLE = 15
+    INVALID_TOPIC_EXCEPTION = 17
+    TOPIC_AUTHORIZATION_FAILED = 29
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
+    FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One served API: its kafka-python classes and the versions answered exactly (inclusive)."""
+
+    key: int
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+
+
+# Versions: what each handler fills field by field (docs/kafka-listener.md "Versions"). Fetch stops
+# at 12 (13+ name topics by id only), ListOffsets at 9 (-5 latest tiered; 10+ add a timeout and
+# -6), Metadata at 12 (13 adds a top-level error and nothing a reader needs).
+SERVED: dict[int, Api] = {api.key: api for api in (
+    Api(0, ProduceRequest, ProduceResponse, 3, 9),              # refused: read-only
+    Api(1, FetchRequest, FetchResponse, 4, 12),
+    Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 9),
+    Api(3, MetadataRequest, MetadataResponse, 0, 12),
+    Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: not available
+    Api(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
+    Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4),
+    Api(13, LeaveGroupRequest, LeaveGroupResponse, 0, 4),
+    Api(14, SyncGroupRequest, SyncGroupResponse, 0, 4),
+    Api(17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+    Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),  # refused: read-only
+    Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
+    Api(36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
+)}
+
+API_VERSIONS_KEY = 18
+#: ``(api_key, min_version, max_version)`` as ApiVersions advertises them.
+API_VERSIONS: list[tuple[int, int, int]] = [(a.key, a.min_version, a.max_version) for a in SERVED.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    """A decoded request: which API, its version, the correlation id to echo, the body."""
+
+    api: Api
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a request frame (without its size prefix)."""
+    if len(frame) < _HEAD.size:
+        raise KafkaProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation_id = _HEAD.unpack_from(frame)
+    return key, version, correlation_id
+
+
+def parse_request(frame: bytes) -> RequestFrame:
+    """Decode one request frame (the bytes after the size prefix). An API key the listener does
+    not serve, a version outside :data:`SERVED` or bytes that do not decode raise
+    :class:`KafkaProtocolError` naming the key and version (the caller closes the connection,
+    except for ApiVersions: see :func:`unsupported_api_versions`)."""
+    key, version, correlation_id = peek_header(frame)
+    api = SERVED.get(key)
+    if api is None:
+        raise KafkaProtocolError(f"api_key {key} (version {version}) is not served by this read-only "
+                                 "listener")
+    if not api.min_version <= version <= api.max_version:
+        raise KafkaProtocolError(f"api_key {key} version {version} is not served (versions "
+                                 f"{api.min_version}-{api.max_version})")
+    try:
+        body = api.request.decode(frame, version=version, header=True)
+    except Exception as err:  # the library raises struct/Index/Value/Unicode errors on garbage
+        raise KafkaProtocolError(f"api_key {key} version {version}: the request does not decode: "
+                                 f"{type(err).__name__}: {err}") from None
+    return RequestFrame(api, version, correlation_id, body.header.client_id, body)
+
+
+def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes:
+    """The framed response: size, header (flexible as the version says), body."""
+    body.API_VERSION = version  # before the header: the setter would write it into a request header
+    body.with_header(correlation_id=correlation_id)
+    return bytes(body.encode(header=True, framed=True))
+
+
+def unsupported_api_versions(correlation_id: int) -> bytes:
+    """Kafka's answer to an ApiVersions request of a version it does not know: a **v0** response
+    with UNSUPPORTED_VERSION and the served list, so the client retries with a version in it."""
+    return encode_response(SERVED[API_VERSIONS_KEY], 0, correlation_id,
+                           api_versions_body(Codes.UNSUPPORTED_VERSION))
+
+
+def api_versions_body(error_code: int = Codes.NONE) -> Any:
+    key = ApiVersionsResponse.ApiVersion
+    return ApiVersionsResponse(error_code=error_code, throttle_time_ms=0,
+                               api_keys=[key(api_key=k, min_version=lo, max_version=hi)
+                                         for k, lo, hi in API_VERSIONS])

@@ -1,0 +1,176 @@
+"""One partition's Fetch and ListOffsets answers, as Kafka's broker computes them, from rlm's
+tiered readers (docs/kafka-listener.md). Blocking (files, the store): the server runs these in
+its thread pool, never on the event loop.
+
+Visibility is rlm's (docs/visibility.md): nothing at or above the high watermark, nothing below the
+log start. read_committed follows Kafka's wire protocol, not rlm's HTTP filter: the record batches go
+out byte for byte up to the last stable offset, *with* the aborted transactions of the range, and
+the client drops aborted records and control batches itself (docs/transactions.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError, StorageError
+from rlm.kafka.protocol import Codes
+from rlm.tiering import isolation as txn
+from rlm.tiering.lookup import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    LATEST,
+    LATEST_TIERED,
+    MAX_TIMESTAMP,
+    PartitionReader,
+)
+from rlm.tiering.readers import PartitionNotFoundError, TieredReaders
+from rlm.tiering.visibility import PartitionOffsets, batches_below
+
+__all__ = ["FetchedPartition", "ListedOffset", "error_code", "fetch_partition", "list_offset",
+           "partition_offsets", "reader_for", "served"]
+
+#: The KRaft quorum's own log lives in a log dir but is no topic: Kafka never serves it to consumers.
+_NOT_TOPICS = frozenset({"__cluster_metadata"})
+
+#: The ListOffsets version that introduced each special timestamp (KIP-734, KIP-1005).
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition of a Fetch response. Offsets are -1 when unknown (Kafka's default);
+    ``aborted`` is None for read_uncommitted (Kafka sends null), a list for read_committed."""
+
+    error: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    """One partition of a ListOffsets response: -1 offset and timestamp = no such record."""
+
+    error: int
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+def error_code(err: Exception) -> int:
+    """The Kafka error code of an rlm error; the class decides, never the message."""
+    if isinstance(err, PartitionNotFoundError):
+        return Codes.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(err, OffsetOutOfRangeError):
+        return Codes.OFFSET_OUT_OF_RANGE
+    if isinstance(err, InvalidArgumentError):  # a name Kafka would never accept: no such topic
+        return Codes.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(err, StorageError):  # retriable for clients: they back off and fetch again
+        return Codes.KAFKA_STORAGE_ERROR
+    return Codes.UNKNOWN_SERVER_ERROR
+
+
+def served(topic: str) -> bool:
+    """Whether the listener shows ``topic`` (every partition dir's topic but the KRaft log)."""
+    return topic not in _NOT_TOPICS
+
+
+def reader_for(readers: TieredReaders, topic: str, partition: int) -> PartitionReader:
+    """The partition's reader; the KRaft log is unknown here (:class:`PartitionNotFoundError`)."""
+    if not served(topic):
+        raise PartitionNotFoundError(f"partition {topic}-{partition} is not a topic's")
+    return readers.reader(topic, partition)
+
+
+def _or(value: int | None, default: int = -1) -> int:
+    return default if value is None else value
+
+
+def partition_offsets(readers: TieredReaders, topic: str, partition: int) -> FetchedPartition:
+    """An answer with no records: the partition's offsets only (the response is already full)."""
+    try:
+        ranges = reader_for(readers, topic, partition).offsets()
+    except RlmError as err:
+        return FetchedPartition(error_code(err))
+    return FetchedPartition(Codes.NONE, _or(ranges.visible_end_offset, 0), -1, _or(ranges.log_start_offset))
+
+
+def fetch_partition(readers: TieredReaders, topic: str, partition: int, offset: int, max_bytes: int,
+                    committed: bool, reader_key: Hashable) -> FetchedPartition:
+    """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (at least one,
+    as Kafka answers a first partition with data; the caller enforces the response's budget),
+    below the high watermark — below the last stable offset under read_committed."""
+    try:
+        reader = reader_for(readers, topic, partition)
+        fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
+    except OffsetOutOfRangeError:
+        return _out_of_range(readers, topic, partition)
+    except RlmError as err:
+        return FetchedPartition(error_code(err))
+    hw = _or(fetched.high_watermark, 0)
+    start = _or(fetched.log_start_offset)
+    if not committed:
+        return FetchedPartition(Codes.NONE, hw, -1, start, bytes(fetched.data))
+    try:
+        txns = txn.reader_txns(reader, reader.offsets())
+        lso = txns.last_stable_offset(hw)
+        kept = list(batches_below(iter(fetched.batches), lso))
+        if not kept:
+            return FetchedPartition(Codes.NONE, hw, lso, start, b"", [])
+        found = txns.aborted(kept[0].base_offset, kept[-1].last_offset + 1)
+    except RlmError as err:
+        return FetchedPartition(error_code(err))
+    data = bytes(fetched.data[: kept[-1].end_position])  # a prefix: the batches are contiguous
+    aborted = [(a.producer_id, a.first_offset) for a in found.entries]
+    return FetchedPartition(Codes.NONE, hw, lso, start, data, aborted)
+
+
+def _out_of_range(readers: TieredReaders, topic: str, partition: int) -> FetchedPartition:
+    answer = partition_offsets(readers, topic, partition)
+    if answer.error:
+        return answer
+    return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE, answer.high_watermark, -1, answer.log_start_offset)
+
+
+def list_offset(readers: TieredReaders, topic: str, partition: int, timestamp: int, committed: bool,
+                version: int) -> ListedOffset:
+    """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
+    watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
+    record with the largest timestamp, -4 the local log start offset, -5 the highest tiered
+    offset, a timestamp ≥ 0 the first visible record at or after it (else offset -1)."""
+    if timestamp in _MIN_VERSION and version < _MIN_VERSION[timestamp]:
+        return ListedOffset(Codes.UNSUPPORTED_VERSION)
+    if timestamp < LATEST_TIERED:
+        return ListedOffset(Codes.INVALID_REQUEST)
+    try:
+        reader = reader_for(readers, topic, partition)
+        ranges = reader.offsets()
+        end = _bound(reader, ranges, committed)
+        if timestamp == LATEST:
+            return ListedOffset(Codes.NONE, -1, end)
+        if timestamp == EARLIEST:
+            return ListedOffset(Codes.NONE, -1, min(_or(ranges.log_start_offset, end), end))
+        if timestamp == EARLIEST_LOCAL:
+            return ListedOffset(Codes.NONE, -1, min(_or(ranges.local_log_start_offset, end), end))
+        if timestamp == LATEST_TIERED:
+            if ranges.remote_log_start_offset is None:
+                return ListedOffset(Codes.NONE, -1, -1)
+            return ListedOffset(Codes.NONE, -1, min(ranges.highest_tiered_offset, end - 1))
+        found = reader.lookup_timestamp(timestamp)
+    except RlmError as err:
+        return ListedOffset(error_code(err))
+    if not found.found or found.offset is None or found.offset >= end:
+        return ListedOffset(Codes.NONE)
+    epoch = found.batch.partition_leader_epoch if found.batch is not None else -1
+    return ListedOffset(Codes.NONE, _or(found.timestamp), found.offset, epoch)
+
+
+def _bound(reader: PartitionReader, ranges: PartitionOffsets, committed: bool) -> int:
+    """What a consumer may read up to: the high watermark, or the last stable offset."""
+    end = _or(ranges.visible_end_offset, _or(ranges.log_end_offset, 0))
+    if not committed or ranges.visible_end_offset is None:
+        return end
+    return txn.reader_txns(reader, ranges).last_stable_offset(end)

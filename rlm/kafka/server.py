@@ -1,0 +1,268 @@
+"""The Kafka-protocol listener of ``rlm run``: an asyncio TCP server (optionally TLS) in a thread of
+its own (docs/kafka-listener.md).
+
+Per connection, requests are answered one at a time in arrival order, as Kafka's broker does (a
+client may pipeline; responses keep the order). Handlers that read files or the store run in a
+thread pool, never on the event loop. A frame declaring more than ``kafka.max_request_bytes``,
+bytes that are not a request, an API or version not served, a request before SASL authentication
+when SASL is on: the connection is closed (Kafka closes it too). A connection silent for
+``kafka.idle_timeout_ms`` — also in the middle of a frame, or not reading its responses — is closed.
+One connection's failure is logged and ends that connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from rlm.config import KafkaSettings
+from rlm.errors import ConfigError, KafkaProtocolError, RlmError
+from rlm.kafka.api import KafkaApi
+from rlm.kafka.protocol import (
+    API_VERSIONS_KEY,
+    SERVED,
+    Codes,
+    RequestFrame,
+    encode_response,
+    parse_request,
+    peek_header,
+    unsupported_api_versions,
+)
+from rlm.kafka.sasl import PlainUsers
+
+__all__ = ["KafkaListener", "split_listen"]
+
+log = logging.getLogger(__name__)
+
+_FETCH, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 3, 17, 36
+_BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
+_POLL_S = 0.25  # a waiting Fetch looks for new data this often (the HW checkpoint moves every ~5 s)
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``"host:port"`` (``[v6]:port``) → ``(host, port)``; the config validated the shape."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"kafka.tls_cert {settings.tls_cert} / kafka.tls_key {settings.tls_key}: "
+                          f"cannot load: {err}") from None
+    return ctx
+
+
+@dataclass(slots=True)
+class _Conn:
+    """One client connection's state."""
+
+    peer: str
+    host: str                 # the address the client reached: what Metadata advertises
+    port: int
+    key: tuple[str, str]      # who reads, for read-ahead (docs/read-path.md)
+    authenticated: bool
+    handshake: bool = False   # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
+    raw_token_next: bool = False
+    close_after: bool = False
+
+
+class KafkaListener:
+    """The listener on ``kafka.listen`` (port 0 = any free port: see :attr:`port`)."""
+
+    def __init__(self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8) -> None:
+        self.api = api
+        self.settings = settings
+        host, port = split_listen(settings.listen)
+        self._tls = _tls(settings)
+        path = settings.sasl_plain_users_file
+        self._users = PlainUsers(path) if path is not None else None
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                                   socket.IPPROTO_TCP)  # IPPROTO_TCP: asyncio sets TCP_NODELAY then
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as err:
+            self._sock.close()
+            raise RlmError(f"kafka: cannot listen on {settings.listen}: {err.strerror}") from err
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._idle_s = settings.idle_timeout_ms / 1000
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rlm-kafka")
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self._run, name="rlm-kafka", daemon=True)
+        self._handlers: dict[int, Callable[[Any, int], Any]] = {
+            0: api.produce, 2: api.list_offsets, 10: api.find_coordinator, 18: api.api_versions,
+            22: api.init_producer_id, 32: api.describe_configs,
+            **{k: functools.partial(api.group_error, SERVED[k]) for k in (11, 12, 13, 14)}}
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def security_protocol(self) -> str:
+        """Kafka's name for what a client must speak here."""
+        tls = "SSL" if self._tls else "PLAINTEXT"
+        return f"SASL_{tls}" if self._users else tls
+
+    def start(self, wait_s: float = 10.0) -> KafkaListener:
+        self._thread.start()
+        if not self._ready.wait(wait_s) or not self._thread.is_alive():
+            raise RlmError(f"kafka: the listener did not start on {self.address}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._sock.close()
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._serve, sock=self._sock, ssl=self._tls,
+                                            ssl_handshake_timeout=self._idle_s if self._tls else None)
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+            server.close()
+            for writer in list(self._writers):
+                writer.close()
+
+    # -- one connection -----------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        local = writer.get_extra_info("sockname") or (self.host, self.port)
+        conn = _Conn(f"{peer[0]}:{peer[1]}", local[0], int(local[1]), (str(peer[0]), f"kafka:{peer[1]}"),
+                     authenticated=self._users is None)
+        self._writers.add(writer)
+        try:
+            await self._loop_requests(conn, reader, writer)
+        except KafkaProtocolError as err:
+            log.info("kafka: %s: closing the connection: %s", conn.peer, err)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            log.debug("kafka: %s: connection closed (idle, half-open or reset)", conn.peer)
+        except Exception:  # a handler bug: this connection ends, the listener and the others go on
+            log.exception("kafka: %s: request failed; closing the connection", conn.peer)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _loop_requests(self, conn: _Conn, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), self._idle_s)
+            except asyncio.IncompleteReadError as err:
+                if not err.partial:
+                    return  # the client closed between requests
+                raise
+            size = int.from_bytes(head, "big", signed=True)
+            if not 0 <= size <= self.settings.max_request_bytes:
+                raise KafkaProtocolError(f"request frame of {size} bytes (kafka.max_request_bytes is "
+                                         f"{self.settings.max_request_bytes})")
+            frame = await asyncio.wait_for(reader.readexactly(size), self._idle_s)
+            out = await self._answer(conn, frame)
+            writer.write(out)
+            await asyncio.wait_for(writer.drain(), self._idle_s)
+            if conn.close_after:
+                return
+
+    async def _answer(self, conn: _Conn, frame: bytes) -> bytes:
+        if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
+            conn.raw_token_next = False
+            if self._users is None or self._users.authenticate(frame) is None:
+                raise KafkaProtocolError("SASL/PLAIN authentication failed")
+            conn.authenticated = True
+            return b"\x00\x00\x00\x00"
+        key, version, correlation_id = peek_header(frame)
+        api = SERVED.get(key)
+        if key == API_VERSIONS_KEY and api is not None and version > api.max_version:
+            return unsupported_api_versions(correlation_id)
+        req = parse_request(frame)
+        if not conn.authenticated and key not in _BEFORE_AUTH:
+            raise KafkaProtocolError(f"api_key {key} before SASL authentication")
+        body = await self._dispatch(conn, req)
+        return encode_response(req.api, req.version, correlation_id, body)
+
+    async def _dispatch(self, conn: _Conn, req: RequestFrame) -> Any:
+        key, version = req.api.key, req.version
+        if key == _FETCH:
+            return await self._fetch(conn, req)
+        if key == _SASL_HANDSHAKE:
+            return self._handshake(conn, req)
+        if key == _SASL_AUTHENTICATE:
+            return self._authenticate(conn, req)
+        if key == _METADATA:
+            call = functools.partial(self.api.metadata, req.body, version, conn.host, conn.port)
+        else:
+            call = functools.partial(self._handlers[key], req.body, version)
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._pool, call)
+
+    async def _fetch(self, conn: _Conn, req: RequestFrame) -> Any:
+        """Answer at once when ``min_bytes`` of records are there or a partition failed; else look
+        again every :data:`_POLL_S` until ``max_wait_ms`` (capped by ``kafka.max_wait_ms``)."""
+        assert self._loop is not None and self._stop is not None
+        body = req.body
+        wait_s = min(max(body.max_wait_ms, 0), self.settings.max_wait_ms) / 1000
+        deadline = self._loop.time() + wait_s
+        call = functools.partial(self.api.fetch, body, req.version, conn.key)
+        while True:
+            answer = await self._loop.run_in_executor(self._pool, call)
+            left = deadline - self._loop.time()
+            if answer.errors or answer.record_bytes >= body.min_bytes or left <= 0 or self._stop.is_set():
+                return answer.body
+            await asyncio.sleep(min(left, _POLL_S))
+
+    # -- SASL/PLAIN ---------------------------------------------------------------------------
+
+    def _handshake(self, conn: _Conn, req: RequestFrame) -> Any:
+        if self._users is None:
+            return SaslHandshakeResponse(error_code=Codes.ILLEGAL_SASL_STATE, mechanisms=[])
+        if req.body.mechanism != "PLAIN":
+            return SaslHandshakeResponse(error_code=Codes.UNSUPPORTED_SASL_MECHANISM, mechanisms=["PLAIN"])
+        conn.handshake = True
+        conn.raw_token_next = req.version == 0
+        return SaslHandshakeResponse(error_code=Codes.NONE, mechanisms=["PLAIN"])
+
+    def _authenticate(self, conn: _Conn, req: RequestFrame) -> Any:
+        def answer(code: int, message: str | None) -> Any:
+            return SaslAuthenticateResponse(error_code=code, error_message=message, auth_bytes=b"",
+                                            session_lifetime_ms=0)
+
+        if self._users is None or not conn.handshake or conn.authenticated:
+            conn.close_after = True
+            return answer(Codes.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN handshake")
+        user = self._users.authenticate(bytes(req.body.auth_bytes))
+        if user is None:
+            conn.close_after = True  # as Kafka: the failure is answered, then the connection closed
+            log.info("kafka: %s: SASL/PLAIN authentication failed", conn.peer)
+            return answer(Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username "
+                                                            "or password")
+        conn.authenticated = True
+        return answer(Codes.NONE, None)
