@@ -190,17 +190,23 @@ class KafkaApi:
 
     # -- what a read-only broker refuses ------------------------------------------------------
 
-    def find_coordinator(self, _req: Any, version: int) -> Any:
-        """No consumer groups here: COORDINATOR_NOT_AVAILABLE, so a client with a group id keeps
-        asking, and one with manual assignment and no group id never asks."""
-        return FindCoordinatorResponse(throttle_time_ms=0, error_code=Codes.COORDINATOR_NOT_AVAILABLE,
-                                       error_message="rlm serves no consumer groups", node_id=-1,
-                                       host="", port=-1)
+    def find_coordinator(self, req: Any, _version: int) -> Any:
+        """No consumer groups or transactions here. No error code makes a client with a group id
+        fall back to manual assignment (kafka-python, aiokafka and librdkafka all keep asking while
+        the coordinator is "not available", and poll nothing): GROUP_AUTHORIZATION_FAILED is not
+        retriable, so such a client fails at once with an error naming the group instead of
+        hanging. Clients without a group id never ask (docs/kafka-listener.md "Groups")."""
+        code = (Codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if req.key_type == 1
+                else Codes.GROUP_AUTHORIZATION_FAILED)
+        return FindCoordinatorResponse(throttle_time_ms=0, error_code=code,
+                                       error_message="rlm's Kafka listener serves no consumer groups",
+                                       node_id=-1, host="", port=-1)
 
     @staticmethod
     def group_error(api: Api, _req: Any, _version: int) -> Any:
-        """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: COORDINATOR_NOT_AVAILABLE."""
-        return api.response(error_code=Codes.COORDINATOR_NOT_AVAILABLE)
+        """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: GROUP_AUTHORIZATION_FAILED (see
+        :meth:`find_coordinator`)."""
+        return api.response(error_code=Codes.GROUP_AUTHORIZATION_FAILED)
 
     def produce(self, req: Any, _version: int) -> Any:
         """Read-only: every partition answers TOPIC_AUTHORIZATION_FAILED (no write permission),

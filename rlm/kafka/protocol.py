@@ -69,14 +69,15 @@ class Codes:
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
-    COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
     TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     FETCH_SESSION_ID_NOT_FOUND = 70
@@ -101,7 +102,7 @@ SERVED: dict[int, Api] = {api.key: api for api in (
     Api(1, FetchRequest, FetchResponse, 4, 12),
     Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 9),
     Api(3, MetadataRequest, MetadataResponse, 0, 12),
-    Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: not available
+    Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: refused
     Api(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
     Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4),
     Api(13, LeaveGroupRequest, LeaveGroupResponse, 0, 4),

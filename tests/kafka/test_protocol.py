@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import GroupAuthorizationFailedError, KafkaError
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import (
@@ -30,7 +30,7 @@ from tests.kafka.helpers import call, closed_by_server, connect
 
 pytestmark = pytest.mark.integration
 
-UNKNOWN_TOPIC, OUT_OF_RANGE, INVALID_TOPIC, COORDINATOR_NOT_AVAILABLE = 3, 1, 17, 15
+UNKNOWN_TOPIC, OUT_OF_RANGE, INVALID_TOPIC, GROUP_AUTHORIZATION_FAILED = 3, 1, 17, 30
 TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION = 29, 35
 
 
@@ -159,7 +159,7 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
                                                        "retention.ms": "-1"}
     assert nope.error_code == UNKNOWN_TOPIC
     coord = call(port, FindCoordinatorRequest(key="g", key_type=0), 3, FindCoordinatorResponse)
-    assert coord.error_code == COORDINATOR_NOT_AVAILABLE
+    assert coord.error_code == GROUP_AUTHORIZATION_FAILED
     t = ProduceRequest.TopicProduceData
     produce = call(port, ProduceRequest(transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
         t(name="gen", partition_data=[t.PartitionProduceData(index=0, records=b"")])]), 9, ProduceResponse)
@@ -171,6 +171,20 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
             producer.send("gen", b"x", partition=0).get(timeout=30)
     finally:
         producer.close(timeout=5)
+
+
+def test_a_consumer_with_a_group_id_fails_at_once(tiered: Tiered) -> None:
+    """No error code makes a client fall back from a group to manual assignment; a not-retriable one
+    makes it fail clearly instead of polling nothing forever (docs/kafka-listener.md "Groups")."""
+    consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id="analytics",
+                             enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition("kp", 0)])
+        consumer.seek_to_beginning()
+        with pytest.raises(GroupAuthorizationFailedError):
+            consumer.poll(timeout_ms=10_000)
+    finally:
+        consumer.close()
 
 
 def test_consumer_resets_after_out_of_range(tiered: Tiered) -> None:
