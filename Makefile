@@ -15,7 +15,7 @@ SCAN_TESTS := tests/formats/test_records.py tests/formats/test_records_fixtures.
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo
 
-.PHONY: install run test test-fast lint bench bench-copy bench-scale soak fuzz clean browser toolchain
+.PHONY: install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
@@ -38,7 +38,7 @@ run: install
 
 # RLM_REQUIRE_NATIVE: a compiled extension that did not build fails the run instead of falling
 # back quietly (docs/decoder.md, docs/scan.md); the reruns cover the pure-Python references.
-test: install lint browser
+test: install lint browser kcat
 	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
 	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
 	RLM_SCAN=python $(BIN)/python -m pytest -q -p no:cacheprovider $(SCAN_TESTS)
@@ -76,6 +76,18 @@ browser:
 	    || echo "could not install chromium: the status-page browser tests will skip"; \
 	else echo "no chromium and not root with apt-get: the status-page browser tests will skip"; fi
 
+# The Kafka listener's tests read through librdkafka with Debian's `kcat` (tests/kafka). Installed
+# when missing and we are root with apt-get; otherwise says why and the kcat test skips.
+kcat:
+	@if command -v kcat >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing kcat for the Kafka listener tests (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kcat >/dev/null \
+	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	         apt-get install -y -q --no-install-recommends kcat >/dev/null; } \
+	    || echo "could not install kcat: the kcat test will skip"; \
+	else echo "no kcat and not root with apt-get: the kcat test will skip"; fi
+
 lint: install
 	$(BIN)/ruff check rlm tests bench plugins
 	$(BIN)/mypy rlm
@@ -93,6 +105,10 @@ bench-copy: install
 
 bench-scale: install
 	$(BIN)/python bench/scale_bench.py
+
+# Consumer catch-up through the Kafka listener vs the HTTP stream (docs/kafka-listener.md).
+bench-kafka: install
+	$(BIN)/python bench/kafka_bench.py
 
 # Minutes of produce + tier through faults + SIGKILL/restart, then invariant checks (not in CI).
 SOAK_MINUTES ?= 10

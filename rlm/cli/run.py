@@ -78,11 +78,14 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
 
     tls = serving_context(settings.server)  # a bad cert/key: one line, before anything starts
     parts = build_api(settings, manager)
+    kafka = _kafka_listener(settings, parts.readers)  # bound, certificate and users loaded: or fail now
     history = parts.history.start()
     api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
+    if kafka is not None:
+        kafka.start()
+        logging.getLogger("rlm").info("Kafka listener on %s (%s)", kafka.address, kafka.security_protocol)
     tune_gc()  # after the imports and the app: they are frozen out of every collection
-    kafka = _kafka_listener(settings, parts.readers)
     try:
         TieringDaemon(manager).run_forever()
     finally:
@@ -93,7 +96,8 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
 
 
 def _kafka_listener(settings: Settings, readers: TieredReaders) -> KafkaListener | None:
-    """The read-only Kafka-protocol listener when ``[kafka] listen`` is set (docs/kafka-listener.md)."""
+    """The read-only Kafka-protocol listener (not started) when ``[kafka] listen`` is set
+    (docs/kafka-listener.md)."""
     if not settings.kafka.listen:
         return None
     try:
@@ -103,10 +107,7 @@ def _kafka_listener(settings: Settings, readers: TieredReaders) -> KafkaListener
         raise ConfigError(f"config key kafka.listen is set but {err.name or 'kafka-python'} is not "
                           "installed: pip install 'rlm[kafka]' (kafka-python 3)") from None
 
-    listener = KafkaListener(KafkaApi(readers, node_id=settings.cluster.node_id or 0),
-                             settings.kafka).start()
-    logging.getLogger("rlm").info("Kafka listener on %s (%s)", listener.address, listener.security_protocol)
-    return listener
+    return KafkaListener(KafkaApi(readers, node_id=settings.cluster.node_id or 0), settings.kafka)
 
 
 def _once(manager: RemoteLogManager, quiet: bool) -> None:
