@@ -26,7 +26,7 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
-from rlm.formats.remote_index import scan_entries
+from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
 from rlm.formats.time_index import TimeIndex
 
 Json = dict[str, Any]
@@ -57,6 +57,12 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             yield mm
+
+
+def _transform_names(transform: int) -> list[str]:
+    """A magic 1 entry's transform bits by name, in the order they were applied."""
+    return [name for bit, name in ((TRANSFORM_ZSTD, "zstd"), (TRANSFORM_AES_GCM, "aes-256-gcm"))
+            if transform & bit]
 
 
 def _base_offset(path: Path) -> int | None:
@@ -187,6 +193,9 @@ def dump_remote_log_index(path: Path) -> DumpResult:
             "last_timestamp": d.entry.last_timestamp,
             "data_length": d.entry.data_length,
             "rdi": str(d.entry.rdi),
+            # magic 1 (docs/protection.md): how the entry is stored
+            **({"stored_length": d.entry.stored_length, "transform": _transform_names(d.entry.transform)}
+               if d.entry.transformed else {}),
         }
         for d in scan.entries
     ]

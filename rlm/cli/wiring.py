@@ -36,7 +36,7 @@ def build_api(settings: Settings, manager: RemoteLogManager, *,
     readers = TieredReaders(
         settings, manager.shared.backend, progress=manager.live_progress,
         cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
-        policies=manager.policies)
+        policies=manager.policies, protection=manager.shared.protection)
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart
     app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
                      registry=registry, history=history.snapshot, store=manager.store_status)

@@ -29,6 +29,10 @@ from rlm.formats.offset_index import INT32_MAX, Buffer
 __all__ = [
     "ENTRY_HEADER_SIZE",
     "REMOTE_LOG_INDEX_MAGIC",
+    "STORED_ENTRY_HEADER_SIZE",
+    "STORED_ENTRY_MAGIC",
+    "TRANSFORM_AES_GCM",
+    "TRANSFORM_ZSTD",
     "BatchLike",
     "DecodedEntry",
     "RemoteDataIdentifier",
@@ -41,16 +45,26 @@ __all__ = [
 ]
 
 REMOTE_LOG_INDEX_MAGIC = 0
+#: An entry whose stored bytes are transformed (compressed and/or encrypted, docs/protection.md).
+STORED_ENTRY_MAGIC = 1
+#: ``transform`` bits of a magic 1 entry, applied in this order when written: zstd, then AES-256-GCM.
+TRANSFORM_ZSTD = 0x01
+TRANSFORM_AES_GCM = 0x02
+_TRANSFORMS = TRANSFORM_ZSTD | TRANSFORM_AES_GCM
 
 # magic int16, length int16, crc uint32, firstOffset, lastOffset, firstTimestamp, lastTimestamp
 # (int64 each), dataLength int32, rdiLength int16 — then rdiLength bytes of UTF-8.
 _HEADER = struct.Struct(">hhIqqqqih")
+# magic 1: the same, with storedLength int32 and transform int8 after dataLength.
+_HEADER_1 = struct.Struct(">hhIqqqqiibh")
 ENTRY_HEADER_SIZE = _HEADER.size  # 46
+STORED_ENTRY_HEADER_SIZE = _HEADER_1.size  # 51
 _PREFIX = struct.Struct(">hh")  # magic, length: what is needed to know the entry's extent
 _CRC_START = 8  # the CRC covers [8, end of entry)
 _LENGTH_BASE = ENTRY_HEADER_SIZE - _PREFIX.size  # length = 42 + rdiLength
+_LENGTH_BASE_1 = STORED_ENTRY_HEADER_SIZE - _PREFIX.size  # length = 47 + rdiLength
 _INT16_MAX = 2**15 - 1
-_MAX_RDI_BYTES = _INT16_MAX - _LENGTH_BASE
+_MAX_RDI_BYTES = _INT16_MAX - _LENGTH_BASE_1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -101,6 +115,17 @@ class RemoteLogIndexEntry:
 
     The remote byte range is half-open: ``[rdi.position, rdi.position + data_length)``.
     Offsets are inclusive: the entry covers ``[first_offset, last_offset]`` (compaction may leave gaps).
+
+    Magic 1 (docs/formats.md §5.1, docs/protection.md): the entry's batches are stored
+    *transformed* — the same fields, and after ``dataLength`` (which stays the plaintext length)::
+
+         44   4  storedLength   bytes of the entry in the object (compressed and/or encrypted)
+         48   1  transform      bit 0 (0x01) zstd, bit 1 (0x02) AES-256-GCM; at least one is set
+         49   2  rdiLength
+         51   n  rdi            "<object URL>#<byte position of the stored entry in the object>"
+
+    with ``length = 47 + rdiLength``; the remote byte range is then ``[rdi.position, rdi.position +
+    storedLength)``. An entry stored as is keeps magic 0, so old and new entries mix in one set.
     Construction validates field ranges (:class:`InvalidArgumentError`).
     """
 
@@ -111,9 +136,20 @@ class RemoteLogIndexEntry:
     data_length: int
     rdi: RemoteDataIdentifier
     magic: int = REMOTE_LOG_INDEX_MAGIC
+    transform: int = 0        # magic 1 only: TRANSFORM_* bits
+    stored_length: int = 0    # magic 1 only: bytes in the object
 
     def __post_init__(self) -> None:
-        if self.magic != REMOTE_LOG_INDEX_MAGIC:
+        if self.magic == REMOTE_LOG_INDEX_MAGIC:
+            if self.transform or self.stored_length:
+                raise InvalidArgumentError("a magic 0 entry has no transform or stored length")
+        elif self.magic == STORED_ENTRY_MAGIC:
+            if not 0 < self.transform <= _TRANSFORMS:
+                raise InvalidArgumentError(f"entry transform {self.transform:#04x} is not a combination "
+                                           "of zstd (0x01) and AES-256-GCM (0x02)")
+            if not 0 < self.stored_length <= INT32_MAX:
+                raise InvalidArgumentError(f"stored length {self.stored_length} is not in [1, 2^31-1]")
+        else:
             raise InvalidArgumentError(f"remote log index entry magic {self.magic} is not supported")
         if not 0 <= self.first_offset <= self.last_offset <= _INT64_MAX:
             raise InvalidArgumentError(
@@ -129,29 +165,34 @@ class RemoteLogIndexEntry:
             raise InvalidArgumentError(f"remote data identifier is longer than {_MAX_RDI_BYTES} bytes")
 
     @property
+    def stored_size(self) -> int:
+        """Bytes of the entry in the remote object: ``storedLength`` (magic 1), else ``dataLength``."""
+        return self.stored_length if self.magic == STORED_ENTRY_MAGIC else self.data_length
+
+    @property
+    def transformed(self) -> bool:
+        return self.magic == STORED_ENTRY_MAGIC
+
+    @property
     def byte_range(self) -> tuple[int, int]:
-        """Half-open ``[start, end)`` of the entry's bytes in the remote object."""
-        return self.rdi.position, self.rdi.position + self.data_length
+        """Half-open ``[start, end)`` of the entry's (stored) bytes in the remote object."""
+        return self.rdi.position, self.rdi.position + self.stored_size
 
     @property
     def encoded_size(self) -> int:
-        return ENTRY_HEADER_SIZE + len(str(self.rdi).encode())
+        header = STORED_ENTRY_HEADER_SIZE if self.transformed else ENTRY_HEADER_SIZE
+        return header + len(str(self.rdi).encode())
 
     def encode(self) -> bytes:
         rdi = str(self.rdi).encode()
-        body = bytearray(
-            _HEADER.pack(
-                self.magic,
-                _LENGTH_BASE + len(rdi),
-                0,
-                self.first_offset,
-                self.last_offset,
-                self.first_timestamp,
-                self.last_timestamp,
-                self.data_length,
-                len(rdi),
-            )
-        )
+        fields = (self.first_offset, self.last_offset, self.first_timestamp, self.last_timestamp,
+                  self.data_length)
+        if self.transformed:
+            header = _HEADER_1.pack(self.magic, _LENGTH_BASE_1 + len(rdi), 0, *fields, self.stored_length,
+                                    self.transform, len(rdi))
+        else:
+            header = _HEADER.pack(self.magic, _LENGTH_BASE + len(rdi), 0, *fields, len(rdi))
+        body = bytearray(header)
         body += rdi
         struct.pack_into(">I", body, 4, zlib.crc32(memoryview(body)[_CRC_START:]))
         return bytes(body)
@@ -185,23 +226,28 @@ def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
             position=position,
         )
     magic, length = _PREFIX.unpack_from(view, position)
-    if magic != REMOTE_LOG_INDEX_MAGIC:
+    if magic not in (REMOTE_LOG_INDEX_MAGIC, STORED_ENTRY_MAGIC):
         raise UnsupportedMagicError(f"unsupported .remotelogindex entry magic {magic}", position=position)
-    if length < _LENGTH_BASE:
+    base = _LENGTH_BASE if magic == REMOTE_LOG_INDEX_MAGIC else _LENGTH_BASE_1
+    if length < base:
         raise CorruptRemoteIndexError(
-            f"bad entry length {length}: at least {_LENGTH_BASE} expected", position=position
+            f"bad entry length {length}: at least {base} expected", position=position
         )
     size = _PREFIX.size + length
     if available < size:
         raise CorruptRemoteIndexError(
             f"truncated entry: length says {size} bytes, only {available} left", position=position
         )
-    (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length) = _HEADER.unpack_from(
-        view, position
-    )
-    if rdi_length != length - _LENGTH_BASE:
+    stored_length = transform = 0
+    if magic == REMOTE_LOG_INDEX_MAGIC:
+        (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length
+         ) = _HEADER.unpack_from(view, position)
+    else:
+        (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, stored_length, transform,
+         rdi_length) = _HEADER_1.unpack_from(view, position)
+    if rdi_length != length - base:
         raise CorruptRemoteIndexError(
-            f"bad entry length {length}: rdiLength {rdi_length} needs {_LENGTH_BASE + rdi_length}",
+            f"bad entry length {length}: rdiLength {rdi_length} needs {base + rdi_length}",
             position=position,
         )
     actual = zlib.crc32(view[position + _CRC_START : position + size])
@@ -212,8 +258,10 @@ def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
             offset=first_offset,
         )
     try:
-        rdi = RemoteDataIdentifier.parse(bytes(view[position + ENTRY_HEADER_SIZE : position + size]).decode())
-        entry = RemoteLogIndexEntry(first_offset, last_offset, first_ts, last_ts, data_length, rdi, magic)
+        rdi_bytes = bytes(view[position + base + _PREFIX.size : position + size])
+        rdi = RemoteDataIdentifier.parse(rdi_bytes.decode())
+        entry = RemoteLogIndexEntry(first_offset, last_offset, first_ts, last_ts, data_length, rdi, magic,
+                                    transform, stored_length)
     except (UnicodeDecodeError, InvalidArgumentError) as exc:
         reason = exc.reason if isinstance(exc, InvalidArgumentError) else f"RDI is not UTF-8: {exc}"
         raise CorruptRemoteIndexError(

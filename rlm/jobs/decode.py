@@ -17,10 +17,12 @@ from typing import Any
 
 from rlm.errors import CorruptRecordError, LogDirError, RlmError
 from rlm.formats.records import RecordBatch, decode_records, iter_batches, native
+from rlm.formats.remote_index import iter_entries
 from rlm.formats.transactions import committed_batches
 from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.plan import BackendSpec, ReadTask
 from rlm.storage.retry import RetryPolicy
+from rlm.tiering.manifest import SegmentManifest
 
 #: Spark's Kafka source schema (``includeHeaders=true``), as DDL.
 KAFKA_SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
@@ -48,7 +50,12 @@ def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy
         if spec is None:
             raise RlmError("a remote read task needs a backend")
         backend = spec.create()
-        return (retry or RetryPolicy()).call(lambda: backend.read(task.location, task.start, task.end))
+        data = (retry or RetryPolicy()).call(lambda: backend.read(task.location, task.start, task.end))
+        if task.sealed is not None:  # stored compressed/encrypted: open each entry (docs/protection.md)
+            manifest = SegmentManifest.from_json(task.sealed[0])
+            entries = [d.entry for d in iter_entries(task.sealed[1])]
+            data = spec.protection().open_entries(manifest, entries, data, task.start)
+        return data
     try:
         fd = os.open(task.location, os.O_RDONLY)
     except FileNotFoundError:

@@ -19,7 +19,7 @@ def _fetch_partition(spec: BackendSpec, topic: str, partition: int,
     """Executor side: the manifests (JSON) of what the partition's incarnation serves (``key_id``:
     its root, docs/topic-identity.md; the store's chain, docs/cluster.md) and each one's entries
     for the offsets it serves, encoded."""
-    remote = RemoteState(spec.create(), topic, partition, key_id)
+    remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     links = remote.chain().links
     return (topic, partition, [lk.manifest.to_json() for lk in links],
             [b"".join(e.encode() for e in remote.link_entries(lk)) for lk in links])

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config import Settings
+from rlm.config.protection import read_key_file
 from rlm.errors import InvalidArgumentError, RlmError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
@@ -57,7 +58,9 @@ from rlm.storage.registry import backend_class, open_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
+from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_state import RemoteView, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
@@ -81,14 +84,28 @@ class BackendSpec:
     build: str = ""
     #: ``[remote] prefix_spread`` (docs/key-spread.md): executors map keys as the driver does.
     prefix_spread: int = 0
+    #: ``[remote.encryption] key_files`` as ``(id, absolute path)``: executors read the key files
+    #: themselves (key material is never shipped in a task; docs/protection.md).
+    key_files: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BackendSpec:
         """The configured store as the driver sees it: options that name paths are made absolute
         here, since executors run in other working directories (docs/spark-cluster.md)."""
         name = settings.remote.backend
+        files = tuple((k, str(v)) for k, v in sorted(settings.remote.encryption.key_files.items()))
         return cls(name, backend_class(name).portable_options(settings.remote.options), rlm_build(),
-                   settings.remote.prefix_spread)
+                   settings.remote.prefix_spread, files)
+
+    def protection(self) -> StoreProtection:
+        """Opens protected segments with the key files named (read once per process)."""
+        found = _PROTECTIONS.get(self.key_files)
+        if found is None:
+            ring = None
+            if self.key_files:
+                ring = KeyRing({k: read_key_file(k, Path(p)) for k, p in self.key_files})
+            found = _PROTECTIONS[self.key_files] = StoreProtection(ring=ring)
+        return found
 
     def create(self) -> StorageBackend:
         """The backend, once per process; first checks this process runs the driver's rlm."""
@@ -101,6 +118,7 @@ class BackendSpec:
 
 
 _BACKENDS: dict[tuple[str, str, int], StorageBackend] = {}
+_PROTECTIONS: dict[tuple[tuple[str, str], ...], StoreProtection] = {}
 # A forked child (the local export engine's process workers) must not share the parent's clients
 # and connection pools: it builds its own.
 os.register_at_fork(after_in_child=_BACKENDS.clear)
@@ -130,6 +148,9 @@ class ReadTask:
     #: offsets as ``(producer id, first offset, last offset)``; the reader filters with them.
     isolation: str = "read_uncommitted"
     aborted: tuple[tuple[int, int, int], ...] = ()
+    #: The segment is stored compressed/encrypted (docs/protection.md): its manifest (JSON) and the
+    #: task's entries (encoded), so the executor opens each entry of the range. None: plaintext.
+    sealed: tuple[bytes, bytes] | None = None
 
     @property
     def size(self) -> int:
@@ -273,7 +294,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    policy: EligibilityPolicy = "high-watermark",
                    progress: Progress | None = None, view: RemoteView | None = None,
-                   isolation: Isolation = "read_uncommitted", min_offset: int = 0) -> PartitionPlan:
+                   isolation: Isolation = "read_uncommitted", min_offset: int = 0,
+                   protection: StoreProtection | None = None) -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
     ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
 
@@ -288,7 +310,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     """
     plan = PartitionPlan(part.topic, part.partition, part.topic_id)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
-    remote = view.state(backend, part, retry)
+    remote = view.state(backend, part, retry, protection)
     links = remote.chain().links if view.servable else ()  # what the store serves (docs/cluster.md)
     segments = list_segments(part)  # one listing: the conflict check and the ranges agree
     if links and part.topic_id is None and log_end_conflict(log_end_offset(segments), links[-1].last_offset):
@@ -305,7 +327,7 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
         sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
-        txns = PartitionTxns(sources, backend, retry)
+        txns = PartitionTxns(sources, backend, retry, remote.protection)
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
 
     def keep_entry(e: RemoteLogIndexEntry) -> bool:
@@ -333,7 +355,8 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
         plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
         plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t,
                                 max(link.first_offset, lowest), min(link.last_offset, highest_visible),
-                                start, end, m.base_offset) for s, t in ranges_]
+                                start, end, m.base_offset, sealed=_sealed(m, entries, s, t))
+                       for s, t in ranges_]
 
     plan.local_min_offset = max(highest + 1, lowest)
     plan.local_max_offset = highest_visible
@@ -342,6 +365,15 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     if txns is not None:
         plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
     return plan
+
+
+def _sealed(m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], start: int,
+            end: int) -> tuple[bytes, bytes] | None:
+    """:attr:`ReadTask.sealed` of the task reading ``[start, end)`` of ``m``'s log object."""
+    if m.protection is None:
+        return None
+    inside = [e for e in entries if start <= e.rdi.position and e.byte_range[1] <= end]
+    return m.to_json(), b"".join(e.encode() for e in inside)
 
 
 def _local_tasks(part: PartitionDir, segments: Sequence[SegmentFiles], plan: PartitionPlan, start: int | None,
@@ -382,6 +414,7 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
     backend = backend or BackendSpec.from_settings(settings).create()
     parts = select_partitions(settings, topics, partitions)
     policy = settings.log.eligibility
+    protection = StoreProtection.from_settings(settings.remote)  # docs/protection.md
 
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
         plans = list(pool.map(lambda p: plan_partition(
@@ -389,6 +422,6 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
             ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
             policy=policy, progress=persisted_progress(settings.tiering, p),
             view=remote_view(settings.tiering, p),
-            isolation=isolation, min_offset=(start_offsets or {}).get((p.topic, p.partition), 0)),
-            parts))
+            isolation=isolation, min_offset=(start_offsets or {}).get((p.topic, p.partition), 0),
+            protection=protection), parts))
     return ReadPlan(plans)

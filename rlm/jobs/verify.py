@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import Settings
-from rlm.errors import FormatError
+from rlm.errors import FormatError, ProtectionError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.formats.remote_index_derived import derive_remote_indexes
@@ -143,10 +143,15 @@ def _check_entries(topic: str, partition: int, backend: StorageBackend, m: Segme
         if e.rdi.position != position:
             bad(f"entry starts at byte {e.rdi.position} of the log object, expected {position} "
                 "(entries must cover the object back to back)", position=d.position, offset=e.first_offset)
-        position = e.rdi.position + e.data_length
+        position = e.rdi.position + e.stored_size
     if decoded:
-        if position != m.size_bytes:
-            bad(f"entries cover {position} bytes, the manifest says {m.size_bytes}")
+        # Stored entries cover the stored object; their plaintext the segment (docs/protection.md).
+        covered = m.log.size if m.protection is not None else m.size_bytes
+        if position != covered:
+            bad(f"entries cover {position} bytes, the manifest says {covered}")
+        plain = sum(d.entry.data_length for d in decoded)
+        if m.protection is not None and plain != m.size_bytes:
+            bad(f"entries hold {plain} plaintext bytes, the manifest says {m.size_bytes}")
         if decoded[0].entry.first_offset < m.base_offset:
             bad(f"first entry offset {decoded[0].entry.first_offset} is below the segment base",
                 offset=decoded[0].entry.first_offset)
@@ -182,7 +187,7 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
                     now_ms: int, key_id: str | None = None) -> _PartitionFacts:
     """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
     (docs/topic-identity.md; None = the name-only root)."""
-    remote = RemoteState(spec.create(), topic, partition, key_id)
+    remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     problems: list[Problem] = []
     listing: dict[str, ObjectInfo] = {i.key: i for i in remote.list_partition()}
     manifests = _read_manifests(remote, listing.values(), problems)
@@ -211,7 +216,12 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             problems.append(Problem("entries_object", topic, partition,
                                     "manifest names no uploaded entries object", base_offset=m.base_offset))
         elif entries_obj.key in listing:
-            blob = remote.entries_blob(m)
+            try:
+                blob = remote.entries_blob(m)
+            except ProtectionError as err:  # a missing/wrong key, a tampered object: one problem
+                problems.append(Problem("protection", topic, partition, err.reason, base_offset=m.base_offset,
+                                        key=err.file or entries_obj.key))
+                continue
             found = _check_entries(topic, partition, remote.backend, m, blob, entries_obj.key)
             problems += found
             if not found:

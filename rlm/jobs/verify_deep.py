@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import crc32c as _crc32c
 
-from rlm.errors import FormatError, RlmError
+from rlm.errors import FormatError, ProtectionError, RlmError
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.jobs.plan import BackendSpec, pack_entries
@@ -39,6 +39,10 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
     chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
     crc, batches, max_ts = 0, 0, -1
     pending = list(entries)
+    opened = _Opener(spec, m, problems)
+    # A protected log without its (readable) entries cannot be cut into entries to open: stage 1
+    # reported why; the objects are still read, checksummed and authenticated below.
+    opened.failed |= m.protection is not None and not entries
     try:
         for start, end in chunks:
             data = retry.call(lambda s=start, t=end: backend.read(log_key, s, t))
@@ -47,12 +51,16 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
             ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
             while pending and pending[0].rdi.position < end:
                 e = pending.pop(0)
-                ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.data_length))
-            if not ranges:
+                ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.stored_size))
+            if not ranges and m.protection is None:
                 ranges = [(None, 0, len(data))]
             for entry, s, t in ranges:
-                batch_count, entry_max, errs = _check_range(topic, partition, base, log_key, data, s, t,
-                                                            start, entry)
+                plain = opened.entry(entry, data[s:t]) if entry is not None and entry.transformed else None
+                if entry is not None and entry.transformed and plain is None:
+                    continue  # not authentic / no key: reported once by the opener
+                batch_count, entry_max, errs = _check_range(
+                    topic, partition, base, log_key, *((plain, 0, len(plain), start + s) if plain is not None
+                                                       else (data, s, t, start)), entry)
                 batches += batch_count
                 max_ts = max(max_ts, entry_max)
                 problems += errs
@@ -64,11 +72,11 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
                                 f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
                                 f"{m.log.size} bytes with {m.log.crc32c:#010x}", base_offset=base,
                                 key=log_key))
-    if batches != m.record_batches:
+    if batches != m.record_batches and not opened.failed:  # entries that did not open: reported
         problems.append(Problem("manifest_batches", topic, partition,
                                 f"{batches} batches in the log object, the manifest says {m.record_batches}",
                                 base_offset=base, key=log_key))
-    if batches and max_ts != m.max_timestamp:
+    if batches and max_ts != m.max_timestamp and not opened.failed:
         problems.append(Problem("manifest_timestamp", topic, partition,
                                 f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
                                 base_offset=base, key=log_key))
@@ -88,7 +96,48 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
                                     f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
                                     f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
                                     base_offset=base, key=stored.key))
+        opened.whole(stored.key, data)  # authenticates an encrypted object (docs/protection.md)
     return problems, read, batches
+
+
+class _Opener:
+    """Authenticates and opens a protected segment's entries and objects for the deep check; each
+    failure is one ``protection`` problem naming the object, offset and key id (a missing or wrong
+    key once per segment, not per entry)."""
+
+    def __init__(self, spec: BackendSpec, m: SegmentManifest, problems: list[Problem]) -> None:
+        self.m, self.problems = m, problems
+        self.protection = spec.protection() if m.protection is not None else None
+        self.usable = True
+        self.failed = False  # some entry or object did not open (already reported)
+        if self.protection is not None:
+            try:
+                self.protection.data_key(m)
+            except ProtectionError as err:
+                self._report(err)
+                self.usable = False
+
+    def _report(self, err: RlmError) -> None:
+        self.failed = True
+        self.problems.append(Problem("protection", self.m.topic, self.m.partition, err.reason,
+                                     base_offset=self.m.base_offset, key=err.file, offset=err.offset))
+
+    def entry(self, entry: RemoteLogIndexEntry, stored: bytes) -> bytes | None:
+        if self.protection is None or not self.usable:
+            return None
+        try:
+            return self.protection.open_entry(self.m, entry, stored)
+        except (ProtectionError, FormatError) as err:
+            self._report(err)
+            return None
+
+    def whole(self, key: str, stored: bytes) -> None:
+        if self.protection is None or not self.usable or not self.m.encrypted:
+            return
+        try:
+            self.protection.open_object(self.m, key, stored)
+        except ProtectionError as err:
+            self._report(err)
 
 
 def _check_range(topic: str, partition: int, base: int, key: str, data: bytes, s: int, t: int,

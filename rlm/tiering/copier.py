@@ -59,9 +59,9 @@ from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import of_context
+from rlm.tiering.seal import upload_attempt
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.txn_capture import TxnCapture, capture_txn_index
-from rlm.tiering.upload import upload_bytes, upload_file
 
 log = logging.getLogger(__name__)
 
@@ -409,28 +409,16 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
         def key(name: str) -> str:
             return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
-        log_key = key(keys.LOG)
-        entries = build_entries(scanned.batches, object_url=shared.backend.url(log_key),
+        entries = build_entries(scanned.batches, object_url=shared.backend.url(key(keys.LOG)),
                                 index_entry_bytes=shared.settings.index_entry_bytes)
-        entries_blob = b"".join(e.encode() for e in entries)
 
         ctx.journal.append("COPY_STARTED", base, attempt)
         ctx.in_flight.add(attempt)
         crash_point("after_journal_start")
-        objects: dict[str, StoredObject] = {}
-        with shared.upload_slots:
-            objects["log"] = upload_file(ctx, log_key, pinned[keys.LOG], watch_half=True)
-            for role, name in ((keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"),
-                               (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"),
-                               (keys.PRODUCER_SNAPSHOT, "producer_snapshot")):
-                if role in pinned:
-                    objects[name] = upload_file(ctx, key(role), pinned[role])
-            if prep.txn is not None and prep.txn.path is not None:
-                objects["txn_index"] = upload_file(ctx, key(keys.TXN_INDEX), prep.txn.path)
-            objects[keys.REMOTE_LOG_INDEX] = upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), entries_blob)
-        if objects["log"].crc32c != scanned.crc32c:
-            raise StorageError("segment changed while it was uploaded (CRC-32C differs)",
-                               file=pinned[keys.LOG], offset=base)
+        # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/seal.py.
+        uploaded = upload_attempt(ctx, pinned, prep.txn.path if prep.txn is not None else None, entries,
+                                  scanned.batches, base, attempt, key, scanned.crc32c)
+        objects, entries = uploaded.objects, uploaded.entries
         crash_point("after_data")
 
         manifest = SegmentManifest(
@@ -444,6 +432,7 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
             source_base_offset=segment.base_offset if prep.source_position is not None else None,
             source_position=prep.source_position,
             txn_index=prep.txn.manifest_field() if prep.txn is not None else None,
+            protection=uploaded.protection,
         )
         manifest, entries, adopted = _commit(ctx, manifest, objects, entries)
         crash_point("after_manifest")

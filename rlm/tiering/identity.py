@@ -55,7 +55,8 @@ DIR_MARKER = ".rlm-incarnation"
 #: (61 bytes) holds its CRC, which covers every record of the batch.
 PROBE_BYTES = 61
 
-ReadRange = Callable[[str, int, int], bytes]
+#: The first plaintext bytes of a tiered segment (``RemoteState.segment_head``).
+SegmentHead = Callable[[SegmentManifest, int], bytes]
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,12 +89,13 @@ def log_end_conflict(leo: int | None, highest_tiered: int) -> str | None:
 
 
 def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest],
-                     highest_tiered: int, read: ReadRange) -> str | None:
+                     highest_tiered: int, head: SegmentHead) -> str | None:
     """Why the tiered data cannot be this log's, or None when nothing contradicts it.
 
     Two signals: the log ends at or below ``highest_tiered``; or the first batch of the newest
     tiered segment that is still local differs, byte for byte over its header (which includes the
-    batch CRC), from the same offset in the local log. One ranged read of the store.
+    batch CRC), from the same offset in the local log. One ranged read of the store (two for a
+    protected segment: its entries object, then its first entry).
     """
     leo = log_end_offset(segments)
     ended = log_end_conflict(leo, highest_tiered)
@@ -103,7 +105,7 @@ def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[Segme
     probe = next((m for m in reversed(manifests) if local_start <= m.base_offset < leo), None)
     if probe is None:
         return None  # nothing tiered is still local: nothing to compare
-    remote = read(probe.log.key, 0, min(PROBE_BYTES, probe.size_bytes))
+    remote = head(probe, PROBE_BYTES)
     if len(remote) < 12:
         return None
     first = int.from_bytes(remote[:8], "big", signed=True)
@@ -140,12 +142,13 @@ def same_dir(ctx: PartitionContext) -> bool:
 
 def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
     """The remote state of the partition's root ``topic_id`` (None = the name-only root)."""
-    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry)
+    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry,
+                       ctx.shared.protection)
 
 
 def check_lineage(ctx: PartitionContext, manifests: Sequence[SegmentManifest], highest: int) -> None:
     """Set ``ctx.identity_conflict``; raise :class:`IdentityConflictError` when there is one."""
-    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, _root(ctx, None).read_range)
+    conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, _root(ctx, None).segment_head)
     ctx.identity_conflict = conflict
     if conflict is not None:
         raise IdentityConflictError(conflict, file=ctx.part.path)
@@ -208,7 +211,7 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
         conflict: str | None = (f"topic id {ctx.part.topic_id} already has segments under its own root; "
                                 "the data tiered under the name is another log's")
     else:
-        conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, legacy.read_range)
+        conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, legacy.segment_head)
     if conflict is None:
         owner = legacy.create_marker(keys.OWNER_MARKER, {"topic_id": ctx.part.topic_id, "adopted_ms": now})
         log.info("%s: topic id %s adopted the data tiered under the name (up to offset %d)",

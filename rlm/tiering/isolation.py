@@ -47,6 +47,7 @@ from rlm.tiering import keys
 from rlm.tiering.lineage import Link
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_sets import SetView
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
@@ -123,6 +124,9 @@ class TxnSource:
     txn_index: str | None = None
     captured: bool = False
     identity: tuple[Any, ...] = ()
+    #: Remote: the segment's manifest when it is protected (its objects are opened with it,
+    #: docs/protection.md); None = stored as plaintext.
+    manifest: SegmentManifest | None = None
 
     @property
     def scanned(self) -> bool:
@@ -143,10 +147,11 @@ class PartitionTxns:
     """Aborted transactions and the last stable offset of one partition, over ``sources``."""
 
     def __init__(self, sources: Sequence[TxnSource], backend: StorageBackend | None,
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, protection: StoreProtection | None = None) -> None:
         self.sources = list(sources)
         self.backend = backend
         self.retry = retry or RetryPolicy()
+        self.protection = protection or StoreProtection()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -161,6 +166,8 @@ class PartitionTxns:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
         data = self.retry.call(lambda: backend.read(src.location))
+        if src.manifest is not None:  # stored compressed/encrypted: entry by entry
+            data = self.protection.open_log(backend, self.retry, src.manifest, data)
         if not src.captured:  # once per segment and process: the summary is cached
             log.info("%s: tiered before rlm captured its transaction index: scanned its control "
                      "batches (one read of %d bytes; docs/transactions.md)", src.location, len(data))
@@ -201,6 +208,8 @@ class PartitionTxns:
                     assert self.backend is not None
                     backend = self.backend
                     raw = self.retry.call(lambda: backend.read(index_key))
+                    if src.manifest is not None:
+                        raw = self.protection.open_object(src.manifest, index_key, raw)
                 return parse_txn_index(raw)
             except FileNotFoundError:
                 return None
@@ -333,22 +342,24 @@ def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> 
 # -- the partition readers' view (HTTP, CLI) ---------------------------------------------------
 
 
-def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> tuple[bool, str | None]:
+def _manifest_facts(backend: StorageBackend, retry: RetryPolicy,
+                    key: str) -> tuple[bool, str | None, SegmentManifest | None]:
     """Whether the manifest committing the log object ``key`` captured its aborted transactions,
-    and the key of the stored entries (None: none stored)."""
+    the key of the stored entries (None: none stored) and the manifest when it is protected."""
     root = keys.parse_root(key)
     ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
     if root is None or ref is None:
-        return False, None
+        return False, None, None
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
         manifest = SegmentManifest.from_json(retry.call(lambda: backend.read(mkey)), key=mkey)
     except ObjectNotFoundError:
-        return False, None  # deleted by retention meanwhile: scan what is still readable
+        return False, None, None  # deleted by retention meanwhile: scan what is still readable
+    protected = manifest if manifest.protection is not None else None
     if manifest.attempt_id != ref.attempt_id or manifest.txn_index is None:
-        return False, None
+        return False, None, protected
     stored = manifest.objects.get("txn_index")
-    return True, stored.key if stored is not None else None
+    return True, stored.key if stored is not None else None, protected
 
 
 def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
@@ -385,12 +396,12 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         if (local_start is not None and first >= local_start) or first >= end:
             continue
         key = res.backend.key_for_url(url)
-        captured, txn_key = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
+        captured, txn_key, protected = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
             res.backend, res.retry, k))
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
-        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,)))
+        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,), protected))
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
-    return PartitionTxns(sources, res.backend, res.retry)
+    return PartitionTxns(sources, res.backend, res.retry, res.protection)
 
 
 def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isolation = "read_uncommitted",
@@ -419,7 +430,8 @@ def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visibl
         stored = m.objects.get("txn_index")
         sources.append(TxnSource(link.first_offset, min(link.last_offset, below - 1), "remote",
                                  m.log.key, stored.key if stored is not None else None,
-                                 m.txn_index is not None, (m.log.key,)))
+                                 m.txn_index is not None, (m.log.key,),
+                                 m if m.protection is not None else None))
     return sources + local_sources(segments, visible_end, local_start or 0)
 
 

@@ -35,7 +35,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering import identity
+from rlm.tiering import identity, protect
 from rlm.tiering.checkpoint_cache import CheckpointCache
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copier import (
@@ -122,6 +122,7 @@ class RemoteLogManager:
             stop=threading.Event(), retry=retry or RetryPolicy(),
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
+            protection=protect.StoreProtection.from_settings(settings.remote),  # docs/protection.md
         )
         self.watchdog = CopyWatchdog(self.shared.metrics)
         self._contexts: dict[tuple[str, int, str | None, bool], PartitionContext] = {}

@@ -23,6 +23,7 @@ from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
+from rlm.tiering.protect import EntryOpener, StoreProtection
 from rlm.tiering.remote_sets import SetCache
 
 #: The largest ranged GET read-ahead makes of adjacent entries of one object (bytes).
@@ -327,9 +328,13 @@ class ReaderResources:
     #: ``log.eligibility``: what is visible when the high watermark is unknown (docs/visibility.md)
     eligibility: EligibilityPolicy = "high-watermark"
     limits: ReadAheadLimits = field(default_factory=ReadAheadLimits)
+    #: Opens compressed/encrypted entries (docs/protection.md); the cache holds stored bytes.
+    protection: StoreProtection = field(default_factory=StoreProtection)
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
+        self.opener = EntryOpener(self.protection,
+                                  lambda key: self.retry.call(lambda: self.backend.read(key)))
         self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 
     def read(self, key: RangeKey) -> bytes:

@@ -23,6 +23,7 @@ from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.identity import persisted_progress
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.policy import TopicPolicyResolver
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.readahead import ReadAheadLimits, ReaderResources
 from rlm.tiering.state import Progress
 
@@ -58,13 +59,16 @@ def check_partition(partition: int) -> int:
 class TieredReaders:
     def __init__(self, settings: Settings, backend: StorageBackend, *,
                  progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None,
-                 policies: TopicPolicyResolver | None = None) -> None:
+                 policies: TopicPolicyResolver | None = None,
+                 protection: StoreProtection | None = None) -> None:
         """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
-        process reads the metadata log once; a one-shot command gets its own."""
+        process reads the metadata log once; a one-shot command gets its own. ``protection``: the
+        daemon passes its manager's (one key ring per process); else built from the settings."""
         self.settings = settings
         self.resources = ReaderResources(
             backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
-            eligibility=settings.log.eligibility, limits=ReadAheadLimits.from_settings(settings.tiering))
+            eligibility=settings.log.eligibility, limits=ReadAheadLimits.from_settings(settings.tiering),
+            protection=protection or StoreProtection.from_settings(settings.remote))
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
         # Asked on every request: read again only when the file changed (docs/read-path.md).

@@ -37,7 +37,8 @@ class EntrySource:
         self.res, self.verify = res, verify
         self.rid = rid if res.read_ahead and res.ahead.enabled else None
         self.sequential = False
-        self._memo: dict[RangeKey, tuple[RangeBytes, list[RecordBatch]]] = {}
+        # range → (plaintext, its batches, the stored bytes read): entries open once per call
+        self._memo: dict[RangeKey, tuple[RangeBytes, list[RecordBatch], RangeBytes]] = {}
         self._pending: dict[RangeKey, Future[RangeBytes]] = {}  # this fetch's own parallel reads
         self.views: list[SetView] = []  # the sets as this call found them (listed once per fetch)
 
@@ -50,7 +51,7 @@ class EntrySource:
         key = self.res.key_of(entry)
         got = self._memo.get(key)
         if got is not None:
-            return got
+            return got[0], got[1]
         admission: Admission = "sequential" if self.sequential else "lookup"
         data = self.res.ahead.take(self.rid, key) if self.rid is not None else None
         pending = self._pending.pop(key, None)
@@ -62,11 +63,15 @@ class EntrySource:
             self.res.cache.put(key, data, admission)
         else:
             data = self.res.cache.get_or_load(key, lambda: self.res.read(key), admission)
+        stored = data
+        if entry.entry.transformed:  # compressed/encrypted: rlm/tiering/protect.py, docs/protection.md
+            data = self.res.opener.open(entry.entry, bytes(data), log_key=key[0])
         try:
             batches = list(iter_batches(data, skip_crc=not self.verify))
         except FormatError as err:
-            raise err.in_file(f"{entry.entry.rdi}", base_position=key[1]) from err
-        self._memo[key] = (data, batches)
+            where = key[1] if not entry.entry.transformed else 0  # positions in the plaintext entry
+            raise err.in_file(f"{entry.entry.rdi}", base_position=where) from err
+        self._memo[key] = (data, batches, stored)
         return data, batches
 
     def _settle_pending(self, end: int) -> None:
@@ -102,13 +107,13 @@ class EntrySource:
         # A reader not (yet) sequential finds them in the cache, where they were admitted as lookups.
         for entry in unused if self.sequential and self.rid is not None else ():
             key = self.res.key_of(entry)
-            self.res.ahead.keep(self.rid, key, self._memo[key][0])
+            self.res.ahead.keep(self.rid, key, self._memo[key][2])
         self._settle_pending(end)
         if self.rid is None:
             return
         nxt = itertools.takewhile(lambda e: e.entry.first_offset < end, upcoming)
         self.res.ahead.ahead(self.rid, next_offset,
-                             ((self.res.key_of(e), e.entry.data_length) for e in nxt))
+                             ((self.res.key_of(e), e.entry.stored_size) for e in nxt))
 
 
 def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max_bytes: int,

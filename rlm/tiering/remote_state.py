@@ -30,6 +30,7 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
 __all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view"]
@@ -74,6 +75,8 @@ class RemoteState:
     partition: int
     key_id: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    #: Opens protected objects and entries (docs/protection.md); plaintext passes through.
+    protection: StoreProtection = field(default_factory=StoreProtection)
 
     def list_prefix(self, prefix: str) -> list[ObjectInfo]:
         """Every object under ``prefix`` (one retried listing)."""
@@ -121,9 +124,25 @@ class RemoteState:
         return resolve_chain(manifests, lineages + ([lineage] if lineage else []))
 
     def entries_blob(self, manifest: SegmentManifest) -> bytes:
-        """The segment's uploaded entries object, as stored."""
-        key = manifest.objects[keys.REMOTE_LOG_INDEX].key
-        return self.retry.call(lambda: self.backend.read(key))
+        """The segment's uploaded entries object (decrypted when the segment is encrypted)."""
+        return self.protection.read_object(self.backend, self.retry, manifest, keys.REMOTE_LOG_INDEX)
+
+    def read_object(self, manifest: SegmentManifest, name: str) -> bytes:
+        """``manifest.objects[name]`` whole, as plaintext (one GET)."""
+        return self.protection.read_object(self.backend, self.retry, manifest, name)
+
+    def entry_bytes(self, manifest: SegmentManifest, entry: RemoteLogIndexEntry) -> bytes:
+        """One entry's batches (one ranged read of its stored bytes, opened when transformed)."""
+        start, end = entry.byte_range
+        return self.protection.open_entry(manifest, entry, self.read_range(manifest.log.key, start, end))
+
+    def segment_head(self, manifest: SegmentManifest, length: int) -> bytes:
+        """Up to ``length`` plaintext bytes from the start of the segment: one ranged read, or for a
+        protected segment its entries object and its first entry (two reads)."""
+        if manifest.protection is None:
+            return self.read_range(manifest.log.key, 0, min(length, manifest.size_bytes))
+        entries = self.segment_entries(manifest)
+        return self.entry_bytes(manifest, entries[0])[:length] if entries else b""
 
     def segment_entries(self, manifest: SegmentManifest) -> list[RemoteLogIndexEntry]:
         """The segment's own entries, as uploaded with it, CRC-verified (FormatError names the key)."""
@@ -153,6 +172,12 @@ class RemoteState:
         """The part of ``entry`` inside ``link``: its whole batches there, as one entry."""
         key = link.manifest.log.key
         pos = entry.rdi.position
+        if entry.transformed:
+            # A stored (compressed/encrypted) entry is one unit: its batches cannot be addressed
+            # as a byte range of the object (docs/protection.md, "Limits").
+            raise RlmError(f"entry {entry.first_offset}-{entry.last_offset} is stored transformed and "
+                           f"cannot be clipped to the served range {link.first_offset}-{link.last_offset}",
+                           file=key, position=pos)
         data = self.read_range(key, pos, pos + entry.data_length)
         kept = []
         for batch in iter_batches(data):
@@ -292,10 +317,11 @@ class RemoteView:
     servable: bool
     key_id: str | None
 
-    def state(self, backend: StorageBackend, part: PartitionDir,
-              retry: RetryPolicy | None = None) -> RemoteState:
+    def state(self, backend: StorageBackend, part: PartitionDir, retry: RetryPolicy | None = None,
+              protection: StoreProtection | None = None) -> RemoteState:
         """The :class:`RemoteState` of that root."""
-        return RemoteState(backend, part.topic, part.partition, self.key_id, retry or RetryPolicy())
+        return RemoteState(backend, part.topic, part.partition, self.key_id, retry or RetryPolicy(),
+                           protection or StoreProtection())
 
 
 def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
@@ -314,4 +340,5 @@ def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
 def of_context(ctx: PartitionContext) -> RemoteState:
     """The daemon's view of a partition: its current root (``ctx.key_id``, which recovery may
     change) and the shared retry policy."""
-    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry)
+    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry,
+                       ctx.shared.protection)

@@ -32,6 +32,7 @@ from rlm.tiering.journal import Journal
 from rlm.tiering.lineage import StoreView
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
@@ -135,6 +136,9 @@ class SharedResources:
     #: Several sidecars share the store (docs/cluster.md): every pass syncs from it, and the
     #: single-broker lineage checks (log end, first-batch probe) give way to leader epochs.
     cluster: bool = False
+    #: ``[remote.compression]`` / ``[remote.encryption]``: how new segments are stored and how
+    #: protected ones are opened (docs/protection.md). Default: plaintext.
+    protection: StoreProtection = field(default_factory=StoreProtection)
 
 
 @dataclass(frozen=True, slots=True)
