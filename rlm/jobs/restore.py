@@ -52,6 +52,7 @@ from rlm.logdir.scan import (
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
+from rlm.tiering.crash import crash_point
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.lineage import Link
 from rlm.tiering.readers import PartitionNotFoundError, check_topic
@@ -289,7 +290,9 @@ def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, 
         if created:
             _remove_if_empty(out)
         raise
-    for (_plan, res), stage in zip(todo, staged, strict=True):
+    for n, ((_plan, res), stage) in enumerate(zip(todo, staged, strict=True)):
+        if n:
+            crash_point("restore_mid_commit")
         if res.skipped is None:
             stage.commit()
         else:

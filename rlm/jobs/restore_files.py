@@ -33,6 +33,7 @@ from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import RemoteState
 
@@ -186,6 +187,13 @@ def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: 
 def restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, interval: int,
                     on_bytes: OnBytes) -> RestoredSegment | None:
     """Write one segment's files into ``directory``; None when the cut leaves no batch."""
+    done = _restore_segment(state, plan, directory, interval, on_bytes)
+    crash_point("restore_after_segment")
+    return done
+
+
+def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, interval: int,
+                     on_bytes: OnBytes) -> RestoredSegment | None:
     m = plan.manifest
     base = m.base_offset
     log_path = directory / naming.segment_file_name(base, naming.LOG)

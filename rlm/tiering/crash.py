@@ -1,4 +1,4 @@
-"""Named crash points on the copy, delete and export paths, for crash tests.
+"""Named crash points on the copy, delete, export and restore paths, for crash tests.
 
 ``RLM_CRASH_AT=<point>`` (optionally ``<point>:<n>`` to crash at the n-th time the point is
 reached, 1-based) makes the process SIGKILL itself there: no ``finally``, no flush, exactly
@@ -27,6 +27,12 @@ POINTS = (
 #: ``rlm export`` (kept apart: the tiering crash tests drive every point of POINTS with ``rlm run``).
 EXPORT_POINTS = (
     "export_before_commit",  # iceberg: data files written, table snapshot not committed
+)
+
+#: ``rlm restore`` (docs/restore.md "Never half-written"; tests/jobs/test_restore.py).
+RESTORE_POINTS = (
+    "restore_after_segment",  # a segment's files written into its staging dir
+    "restore_mid_commit",     # one partition renamed into place, the others and the checkpoints not
 )
 
 _counts: dict[str, int] = {}

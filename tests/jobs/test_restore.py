@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -474,3 +475,37 @@ def test_protected_segments_are_refused_before_anything_is_written(tmp_path: Pat
         restore(settings, backend, "gen", tmp_path / "out")
     assert err.value.file == str(manifest.relative_to(store))
     assert not (tmp_path / "out").exists()
+
+
+def test_killed_restore_leaves_no_partition_and_the_next_one_sweeps_its_staging(tmp_path: Path) -> None:
+    """SIGKILL after the third segment (RLM_CRASH_AT, a real subprocess): ``OUT`` holds no
+    partition directory and no checkpoint, only hidden staging; the next restore removes it and
+    writes the whole result."""
+    cfg, _store, originals, records = _cli_env(tmp_path)
+    out = tmp_path / "out"
+    args = ("restore", "--config", cfg, "--topic", "gen", "--out", out, "--parallelism", "1")
+    proc = rlm_cli(*args, env={"RLM_CRASH_AT": "restore_after_segment:3"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == []
+    assert any(p.name.startswith(".gen-0.rlm-export-") for p in out.iterdir())
+    proc = rlm_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    _assert_restored(out, originals, records, json.loads(proc.stdout))
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+def test_killed_mid_commit_leaves_whole_partitions_and_overwrite_finishes(tmp_path: Path) -> None:
+    """The renames of the commit are not one atomic step: killed between two, the partition
+    already renamed is complete; a re-run refuses it unless --overwrite (docs/restore.md)."""
+    cfg, _store, originals, records = _cli_env(tmp_path)
+    out = tmp_path / "out"
+    args = ("restore", "--config", cfg, "--topic", "gen", "--out", out)
+    proc = rlm_cli(*args, env={"RLM_CRASH_AT": "restore_mid_commit"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gen-0"]
+    got = {p.name: p.read_bytes() for p in (out / "gen-0").iterdir() if p.suffix in SEGMENT_SUFFIXES}
+    assert got == originals["gen-0"]
+    assert rlm_cli(*args).returncode == 1
+    proc = rlm_cli(*args, "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    _assert_restored(out, originals, records, json.loads(proc.stdout))
