@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm.errors import ObjectNotFoundError, RlmError
+from rlm.errors import KeyNotFoundError, ObjectNotFoundError, RlmError
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
@@ -165,7 +165,9 @@ def rewrap_store(backend: StorageBackend, ring: KeyRing, to: str, *, topics: fro
                  on_manifest: Callable[[], None] | None = None) -> RewrapResult:
     """Re-wrap the data key of every manifest (of ``topics``) not under ``to``; ``parallelism``
     manifests at once (store round trips dominate). ``to`` must be a key id of ``ring``."""
-    ring.wrap(bytes(32), to)  # KeyNotFoundError naming ``to`` before any store work
+    if to not in ring.key_ids:  # before any store work
+        raise KeyNotFoundError(f"rewrap --to {to!r}: not in [remote.encryption] key_files (known: "
+                               f"{', '.join(ring.key_ids) or 'none'})", key_id=to)
     worker = _Rewrapper(backend, ring, to, dry_run=dry_run, retry=retry or RetryPolicy())
     found = list(manifest_keys(backend, worker.retry, topics))
     worker.result.manifests = len(found)
