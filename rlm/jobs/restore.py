@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import Settings
-from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError, ProtectionError
+from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
 from rlm.jobs.restore_files import (
@@ -51,12 +51,12 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
-from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.lineage import Link
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.readers import PartitionNotFoundError, check_topic
-from rlm.tiering.remote_state import RemoteState, remote_view
+from rlm.tiering.remote_state import remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
@@ -126,15 +126,16 @@ def _select(links: Sequence[Link], log_start: int, visible_end: int, start: Star
     return [SegmentPlan(lk.manifest, lk.first_offset, min(lk.last_offset, visible_end - 1)) for lk in chosen]
 
 
-def plan_partition(settings: Settings, backend: StorageBackend,
-                   part: PartitionDir, start: StartAt) -> tuple[PartitionPlan, str | None]:
-    """What to restore of ``part`` and, when it is nothing, why. Raises
-    :class:`IdentityConflictError` when the tiered data is not this incarnation's."""
+def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionDir, start: StartAt,
+                   protection: StoreProtection | None = None) -> tuple[PartitionPlan, str | None]:
+    """What to restore of ``part`` and, when it is nothing, why; ``protection`` opens protected
+    segments (docs/protection.md). Raises :class:`IdentityConflictError` when the tiered data is not
+    this incarnation's."""
     view = remote_view(settings.tiering, part)
     if not view.servable:
         raise IdentityConflictError(part.identity_error or "a lineage conflict is recorded for it: the "
                                     "tiered data is not this log's (docs/topic-identity.md)", file=part.path)
-    state = view.state(backend, part)
+    state = view.state(backend, part, protection=protection)
     links = state.chain().links  # what the store serves (docs/cluster.md), as the export planner
     segments = list_segments(part)
     if links and part.topic_id is None:
@@ -154,22 +155,8 @@ def plan_partition(settings: Settings, backend: StorageBackend,
                 f"timestamp {start.timestamp}" if start.timestamp is not None else "its log start")
         return plan, (f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
                       f"records at or after {what} (tiered: {remote_start}-{highest})")
-    _refuse_protected(state, chosen)
     return PartitionPlan(part.topic, part.partition, part.topic_id, state, tuple(chosen),
                          ranges.log_start_offset), None
-
-
-def _refuse_protected(state: RemoteState, chosen: Sequence[SegmentPlan]) -> None:
-    """Compressed or encrypted objects (docs/protection.md) are not Kafka's bytes: refused before
-    anything is read, rather than written as a segment no broker could load."""
-    for seg in chosen:
-        p = seg.manifest.protection
-        if p is not None and (p.compression != "none" or p.encryption is not None):
-            raise ProtectionError(
-                f"segment {seg.manifest.base_offset}-{seg.manifest.last_offset} is stored "
-                f"{'encrypted' if p.encryption is not None else p.compression + '-compressed'} "
-                "(docs/protection.md): rlm restore does not decode protected segments yet",
-                file=keys.manifest_key(state.topic, state.partition, seg.manifest.base_offset, state.key_id))
 
 
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:
@@ -267,7 +254,8 @@ def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, 
         raise InvalidArgumentError(f"parallelism {parallelism} must be at least 1")
     out = out.absolute()
     parts = _partitions(settings, topic, partitions)
-    planned = [plan_partition(settings, backend, part, start) for part in parts]
+    protection = StoreProtection.from_settings(settings.remote)  # reads the key files once
+    planned = [plan_partition(settings, backend, part, start, protection) for part in parts]
     results = [PartitionRestore(p.topic, p.partition, p.topic_id, skipped=why) for p, why in planned]
     todo = [(plan, res) for (plan, why), res in zip(planned, results, strict=True) if why is None]
     if not todo:

@@ -8,6 +8,8 @@ the copier checked or rebuilt, else rebuilt here as Kafka's ``LogSegment.recover
 ``.txnindex`` and ``.snapshot`` when stored, ``leader-epoch-checkpoint`` and ``partition.metadata``.
 Every object is read in ranged chunks, written to disk as it arrives and checked against the size
 and CRC-32C its manifest recorded: a mismatch raises :class:`CorruptObjectError` naming the key.
+Protected segments (docs/protection.md) are opened through ``RemoteState.protection`` (the one
+place stored bytes become plaintext) and their plaintext checked against ``protection.log_crc32c``.
 
 File names are the segment's base offset, 20 digits (docs/formats.md §2.1): the manifest's
 ``base_offset`` — the local file's base for a whole copy (after compaction it may lie below the
@@ -30,11 +32,13 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordBatch, iter_batches
+from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
-from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState
 
 __all__ = ["CHUNK_BYTES", "PartitionPlan", "RestoredSegment", "SegmentPlan", "finish_partition",
@@ -94,30 +98,61 @@ class RestoredSegment:
     rebuilt_indexes: bool
 
 
-def download(state: RemoteState, obj: StoredObject, path: Path, on_bytes: OnBytes) -> None:
-    """Copy ``obj`` to ``path`` in :data:`CHUNK_BYTES` ranged reads (each retried by the state's
-    policy) and check its size and CRC-32C against the manifest's record of it."""
-    checksum = 0
-    written = 0
+def download(state: RemoteState, m: SegmentManifest, path: Path, on_bytes: OnBytes) -> None:
+    """Write the segment's plaintext ``.log`` to ``path`` in ranged reads of at most
+    :data:`CHUNK_BYTES` (each retried by the state's policy), checking the stored bytes against the
+    manifest's size and CRC-32C; a protected segment (docs/protection.md) is opened entry by entry
+    through ``state.protection`` and its plaintext checked against ``protection.log_crc32c``."""
+    obj = m.log
+    stored_crc = plain_crc = written = 0
     with path.open("wb") as fh:
-        while written < obj.size:
-            chunk = state.read_range(obj.key, written, min(obj.size, written + CHUNK_BYTES))
-            if not chunk:
+        for start, end, entries in _read_plan(state, m):
+            stored = state.read_range(obj.key, start, end)
+            if len(stored) != end - start:
                 break
-            fh.write(chunk)
-            checksum = crc32c.crc32c(chunk, checksum)
-            written += len(chunk)
-            on_bytes(len(chunk))
+            stored_crc = crc32c.crc32c(stored, stored_crc)
+            plain = stored if not entries else state.protection.open_entries(m, entries, stored, start)
+            fh.write(plain)
+            plain_crc = crc32c.crc32c(plain, plain_crc)
+            written += len(stored)
+            on_bytes(len(stored))
     if written != obj.size:
-        raise CorruptObjectError(f"object is {written} bytes, its manifest records {obj.size}",
-                                 file=obj.key)
-    if checksum != obj.crc32c:
-        raise CorruptObjectError(f"CRC-32C 0x{checksum:08x} differs from its manifest's "
+        raise CorruptObjectError(f"object is {written} bytes, its manifest records {obj.size}", file=obj.key)
+    if stored_crc != obj.crc32c:
+        raise CorruptObjectError(f"CRC-32C 0x{stored_crc:08x} differs from its manifest's "
                                  f"0x{obj.crc32c:08x}", file=obj.key)
+    if plain_crc != m.content_crc32c:
+        raise CorruptObjectError(f"the opened segment's CRC-32C 0x{plain_crc:08x} differs from its "
+                                 f"manifest's protection.log_crc32c 0x{m.content_crc32c:08x}", file=obj.key)
 
 
-def read_object(state: RemoteState, obj: StoredObject) -> bytes:
-    """A small stored object (an index, a snapshot), checked like :func:`download`."""
+def _read_plan(state: RemoteState, m: SegmentManifest) -> list[tuple[int, int, list[RemoteLogIndexEntry]]]:
+    """``(start, end, entries)`` reads of the stored ``.log``: plain chunks of a plaintext segment
+    (no entries to open); for a protected one, runs of whole stored entries up to
+    :data:`CHUNK_BYTES` (an entry opens only whole), which must tile the object."""
+    size = m.log.size
+    if m.protection is None:
+        return [(lo, min(size, lo + CHUNK_BYTES), []) for lo in range(0, size, CHUNK_BYTES)]
+    reads: list[tuple[int, int, list[RemoteLogIndexEntry]]] = []
+    at = 0
+    for entry in state.segment_entries(m):
+        lo, hi = entry.byte_range
+        if lo != at:
+            raise CorruptObjectError(f"entry {entry.first_offset}-{entry.last_offset} is stored at byte "
+                                     f"{lo}, the previous one ends at {at}: the entries do not tile the "
+                                     "object", file=m.objects[keys.REMOTE_LOG_INDEX].key)
+        if reads and hi - reads[-1][0] <= CHUNK_BYTES:
+            reads[-1] = (reads[-1][0], hi, [*reads[-1][2], entry])
+        else:
+            reads.append((lo, hi, [entry]))
+        at = hi
+    return reads
+
+
+def read_object(state: RemoteState, m: SegmentManifest, name: str) -> bytes:
+    """A small object of the segment (an index, a snapshot), checked against the manifest's size and
+    CRC-32C of its stored bytes, then opened (decrypted when the segment is encrypted)."""
+    obj = m.objects[name]
     data = state.read_range(obj.key, 0, obj.size) if obj.size else b""
     if len(data) != obj.size:
         raise CorruptObjectError(f"object is {len(data)} bytes, its manifest records {obj.size}",
@@ -125,7 +160,7 @@ def read_object(state: RemoteState, obj: StoredObject) -> bytes:
     if crc32c.crc32c(data) != obj.crc32c:
         raise CorruptObjectError(f"CRC-32C 0x{crc32c.crc32c(data):08x} differs from its manifest's "
                                  f"0x{obj.crc32c:08x}", file=obj.key)
-    return data
+    return state.protection.open_object(m, obj.key, data)
 
 
 def _batches(path: Path) -> list[RecordBatch]:
@@ -173,7 +208,7 @@ def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: 
     obj = m.objects.get("txn_index")
     if obj is None:
         return
-    data = read_object(state, obj)
+    data = read_object(state, m, "txn_index")
     if below is not None:
         try:
             entries = parse_txn_index(data)
@@ -197,7 +232,7 @@ def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, int
     m = plan.manifest
     base = m.base_offset
     log_path = directory / naming.segment_file_name(base, naming.LOG)
-    download(state, m.log, log_path, on_bytes)
+    download(state, m, log_path, on_bytes)
     if plan.whole:
         rebuilt = False
         for name, suffix in (("index", naming.INDEX), ("timeindex", naming.TIME_INDEX)):
@@ -205,14 +240,14 @@ def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, int
             if obj is None:
                 rebuilt = True
                 continue
-            (directory / naming.segment_file_name(base, suffix)).write_bytes(read_object(state, obj))
+            (directory / naming.segment_file_name(base, suffix)).write_bytes(read_object(state, m, name))
         if rebuilt:
             _write_indexes(directory, base, _batches(log_path), interval)
         _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX), None)
         snapshot = m.objects.get("producer_snapshot")
         if snapshot is not None and not m.partial:  # a partial copy's snapshot is its source file's
             (directory / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(
-                read_object(state, snapshot))
+                read_object(state, m, "producer_snapshot"))
         return RestoredSegment(base, m.last_offset, m.log.size, False, rebuilt)
     return _restore_cut(state, plan, log_path, interval)
 

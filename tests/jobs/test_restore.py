@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rlm.config import Settings, settings_from_mapping
-from rlm.errors import InvalidArgumentError, ProtectionError, RlmError
+from rlm.errors import InvalidArgumentError, KeyNotFoundError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import (
     format_offset_checkpoint,
@@ -460,21 +460,30 @@ def test_after_losing_the_disk_an_empty_partition_dir_is_enough(tmp_path: Path) 
     _assert_restored(tmp_path / "out", {"gen-4": originals["gen-4"]}, records, result)
 
 
-def test_protected_segments_are_refused_before_anything_is_written(tmp_path: Path) -> None:
-    """A manifest saying its objects are compressed (docs/protection.md): their bytes are not a
-    Kafka segment, so restore refuses with one line naming the manifest, and writes nothing."""
-    settings, dirs = _generated(tmp_path, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_protected_store_restores_the_plaintext_segments(tmp_path: Path, encrypt: bool) -> None:
+    """Segments stored zstd-compressed per entry and AES-256-GCM-encrypted (docs/protection.md)
+    come back byte-identical to the broker's files; a key missing from the configuration is one
+    line naming the key id, and nothing is written."""
+    from tests.protection.helpers import key_file, protection_tables
+
+    keys_ = {"k1": key_file(tmp_path / "keys", "k1")} if encrypt else None
+    store = {"backend": "local", "options": {"root": str(tmp_path / "store")},
+             **protection_tables(codec="zstd", keys=keys_, active="k1" if encrypt else None)}
+    settings, dirs = _generated(tmp_path, store)
+    backend = create_backend("local", {"root": str(tmp_path / "store")})
+    manifests = [json.loads(backend.read(i.key)) for i in backend.list("") if "/manifests/" in i.key]
+    assert manifests and all(m["protection"]["compression"] == "zstd" for m in manifests)
+    assert all(("encryption" in m["protection"]) == encrypt for m in manifests)
+    originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     _delete_local(dirs)
-    store = tmp_path / "store"
-    manifest = sorted(store.rglob("manifests/*.json"))[1]
-    doc = json.loads(manifest.read_bytes())
-    doc["protection"] = {"compression": "zstd", "log_crc32c": doc["objects"]["log"]["crc32c"]}
-    manifest.write_text(json.dumps(doc))
-    backend = create_backend("local", {"root": str(store)})
-    with pytest.raises(ProtectionError, match=r"zstd-compressed .* does not decode") as err:
-        restore(settings, backend, "gen", tmp_path / "out")
-    assert err.value.file == str(manifest.relative_to(store))
-    assert not (tmp_path / "out").exists()
+    result = restore(settings, backend, "gen", tmp_path / "out").to_json()
+    _assert_restored(tmp_path / "out", originals, records, result)
+    if encrypt:
+        bare = _settings(dirs, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
+        with pytest.raises(KeyNotFoundError, match="k1"):
+            restore(bare, backend, "gen", tmp_path / "out2")
+        assert not (tmp_path / "out2").exists()
 
 
 def test_killed_restore_leaves_no_partition_and_the_next_one_sweeps_its_staging(tmp_path: Path) -> None:
