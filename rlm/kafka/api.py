@@ -88,12 +88,18 @@ class KafkaApi:
                 code = Codes.INVALID_TOPIC_EXCEPTION
             return topic(error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
                          partitions=[])
-        node = self.node_id
+        node, held = self.node_id, {p.partition for p in parts}
+        entry = topic.MetadataResponsePartition
         # Leader epoch -1: clients then skip epoch validation (OffsetForLeaderEpoch is not served).
-        partitions = [topic.MetadataResponsePartition(
-            error_code=Codes.NONE, partition_index=p.partition, leader_id=node, leader_epoch=-1,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-            for p in sorted(parts, key=lambda p: p.partition)]
+        # Partitions below the highest one held but not in these log dirs are listed without a
+        # leader: clients index partitions by id (librdkafka ignores a partition 3 of a topic
+        # said to have one partition), and a real cluster lists a partition whose broker is down so.
+        partitions = [
+            entry(error_code=Codes.NONE, partition_index=i, leader_id=node, leader_epoch=-1,
+                  replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) if i in held else
+            entry(error_code=Codes.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=-1,
+                  replica_nodes=[], isr_nodes=[], offline_replicas=[])
+            for i in range(max(held) + 1)]
         return topic(error_code=Codes.NONE, name=name, topic_id=_topic_uuid(parts[0].topic_id),
                      is_internal=is_internal_topic(name), partitions=partitions)
 

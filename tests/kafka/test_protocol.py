@@ -101,6 +101,10 @@ def test_metadata_lists_partitions_and_unknown_topics(tiered: Tiered) -> None:
     assert gen.error_code == 0 and sorted(p.partition_index for p in gen.partitions) == [0, 1]
     assert all(p.leader_id == resp.brokers[0].node_id for p in gen.partitions)
     assert resp.brokers[0].port == tiered.daemon.port
+    # Only partition 1 of oms_order_created is in these log dirs: 0 is listed without a leader.
+    sparse = call(tiered.daemon.port, MetadataRequest(topics=[t(name="oms_order_created")]), 9,
+                  MetadataResponse).topics[0].partitions
+    assert [(p.partition_index, p.error_code, p.leader_id) for p in sparse] == [(0, 5, -1), (1, 0, 0)]
     everything = call(tiered.daemon.port, MetadataRequest(topics=None), 1, MetadataResponse)
     names = {x.name for x in everything.topics}
     assert "__cluster_metadata" not in names and {"gen", "kp", "__consumer_offsets"} <= names
