@@ -201,8 +201,9 @@ def test_kcat_read_committed_filters_aborted_transactions(tiered: Tiered) -> Non
     """librdkafka filters with the aborted-transaction list the listener sends, as against a broker."""
     truth = tiered.txn
     for isolation, want in (("read_committed", truth.committed), ("read_uncommitted", truth.uncommitted)):
-        got = _parse_kcat(_kcat("-b", tiered.daemon.bootstrap, "-C", "-t", "txn", "-p", "0", "-o", "beginning",
-                                "-e", "-q", "-X", f"isolation.level={isolation}", "-f", "%o %T %K %S\n%k%s"))
+        got = _parse_kcat(_kcat("-b", tiered.daemon.bootstrap, "-C", "-t", "txn", "-p", "0", "-o",
+                                "beginning", "-e", "-q", "-X", f"isolation.level={isolation}",
+                                "-f", "%o %T %K %S\n%k%s"))
         assert [(r[0], r[2], r[3]) for r in got] == [(r.offset, r.key, r.value) for r in want], isolation
 
 
