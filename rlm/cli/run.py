@@ -29,8 +29,8 @@ from rlm.tiering.manager import PassResult, RemoteLogManager
 from rlm.tiering.state import state_root_of
 
 if TYPE_CHECKING:
+    from rlm.cli.wiring import DaemonApi
     from rlm.kafka.server import KafkaListener
-    from rlm.tiering.readers import TieredReaders
 
 
 def owned_state_dirs(settings: Settings) -> list[Path]:
@@ -78,7 +78,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
 
     tls = serving_context(settings.server)  # a bad cert/key: one line, before anything starts
     parts = build_api(settings, manager)
-    kafka = _kafka_listener(settings, parts.readers)  # bound, certificate and users loaded: or fail now
+    kafka = _kafka_listener(settings, parts)  # bound, certificate and users loaded: or fail now
     history = parts.history.start()
     api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
@@ -95,7 +95,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
         history.stop()
 
 
-def _kafka_listener(settings: Settings, readers: TieredReaders) -> KafkaListener | None:
+def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | None:
     """The read-only Kafka-protocol listener (not started) when ``[kafka] listen`` is set
     (docs/kafka-listener.md)."""
     if not settings.kafka.listen:
@@ -107,7 +107,8 @@ def _kafka_listener(settings: Settings, readers: TieredReaders) -> KafkaListener
         raise ConfigError(f"config key kafka.listen is set but {err.name or 'kafka-python'} is not "
                           "installed: pip install 'rlm[kafka]' (kafka-python 3)") from None
 
-    return KafkaListener(KafkaApi(readers, node_id=settings.cluster.node_id or 0), settings.kafka)
+    api = KafkaApi(parts.readers, node_id=settings.cluster.node_id or 0)
+    return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics)
 
 
 def _once(manager: RemoteLogManager, quiet: bool) -> None:

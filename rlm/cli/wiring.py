@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from rlm.config import Settings
 from rlm.http.app import create_app
+from rlm.kafka.metrics import KafkaMetrics
 from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.history import TieringHistory
 from rlm.tiering.manager import RemoteLogManager
@@ -25,6 +26,7 @@ class DaemonApi:
     readers: TieredReaders
     history: TieringHistory  # not started: the caller starts and stops its sampler
     registry: CollectorRegistry
+    kafka_metrics: KafkaMetrics  # the Kafka listener's, registered even when it is off
 
 
 def build_api(settings: Settings, manager: RemoteLogManager, *,
@@ -40,4 +42,4 @@ def build_api(settings: Settings, manager: RemoteLogManager, *,
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart
     app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
                      registry=registry, history=history.snapshot, store=manager.store_status)
-    return DaemonApi(app, readers, history, registry)
+    return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))

@@ -56,7 +56,7 @@ from kafka.protocol.sasl import (
 
 from rlm.errors import KafkaProtocolError
 
-__all__ = ["API_VERSIONS", "SERVED", "Api", "Codes", "RequestFrame", "encode_response",
+__all__ = ["API_VERSIONS", "SERVED", "Api", "Codes", "RequestFrame", "code_name", "encode_response",
            "parse_request", "unsupported_api_versions"]
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
@@ -84,6 +84,11 @@ class Codes:
     FETCH_SESSION_ID_NOT_FOUND = 70
 
 
+def code_name(code: int) -> str:
+    """Kafka's name of an error code (metric labels), e.g. ``OFFSET_OUT_OF_RANGE``."""
+    return next((k for k, v in vars(Codes).items() if v == code and k.isupper()), str(code))
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     """One served API: its kafka-python classes and the versions answered exactly (inclusive)."""
@@ -93,6 +98,11 @@ class Api:
     response: Any
     min_version: int
     max_version: int
+
+    @property
+    def name(self) -> str:
+        """Kafka's name of the API (``Fetch``, ``ListOffsets``, …)."""
+        return str(self.request.__name__).removesuffix("Request")
 
 
 # Versions: what each handler fills field by field (docs/kafka-listener.md "Versions"). Fetch stops

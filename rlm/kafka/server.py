@@ -28,11 +28,13 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from rlm.config import KafkaSettings
 from rlm.errors import ConfigError, KafkaProtocolError, RlmError
 from rlm.kafka.api import KafkaApi
+from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
     SERVED,
     Codes,
     RequestFrame,
+    code_name,
     encode_response,
     parse_request,
     peek_header,
@@ -44,7 +46,7 @@ __all__ = ["KafkaListener", "split_listen"]
 
 log = logging.getLogger(__name__)
 
-_FETCH, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 3, 17, 36
+_FETCH, _LIST_OFFSETS, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 2, 3, 17, 36
 _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
 _POLL_S = 0.25  # a waiting Fetch looks for new data this often (the HW checkpoint moves every ~5 s)
 
@@ -80,14 +82,17 @@ class _Conn:
     handshake: bool = False   # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
     raw_token_next: bool = False
     close_after: bool = False
+    auth_failed: bool = False  # why it is closed, for the metric
 
 
 class KafkaListener:
     """The listener on ``kafka.listen`` (port 0 = any free port: see :attr:`port`)."""
 
-    def __init__(self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8) -> None:
+    def __init__(self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8,
+                 metrics: KafkaMetrics | None = None) -> None:
         self.api = api
         self.settings = settings
+        self.metrics = metrics or KafkaMetrics()  # unregistered unless the daemon's are given
         host, port = split_listen(settings.listen)
         self._tls = _tls(settings)
         path = settings.sasl_plain_users_file
@@ -160,16 +165,27 @@ class KafkaListener:
         conn = _Conn(f"{peer[0]}:{peer[1]}", local[0], int(local[1]), (str(peer[0]), f"kafka:{peer[1]}"),
                      authenticated=self._users is None)
         self._writers.add(writer)
+        self.metrics.connections.inc()
+        reason = ""
         try:
             await self._loop_requests(conn, reader, writer)
+            reason = "auth" if conn.auth_failed else ""
         except KafkaProtocolError as err:
+            reason = "auth" if conn.auth_failed else "protocol"
             log.info("kafka: %s: closing the connection: %s", conn.peer, err)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            log.debug("kafka: %s: connection closed (idle, half-open or reset)", conn.peer)
+        except TimeoutError:
+            reason = "idle"
+            log.info("kafka: %s: closing the connection: silent for kafka.idle_timeout_ms", conn.peer)
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            log.debug("kafka: %s: connection closed by the client (or reset)", conn.peer)
         except Exception:  # a handler bug: this connection ends, the listener and the others go on
+            reason = "error"
             log.exception("kafka: %s: request failed; closing the connection", conn.peer)
         finally:
             self._writers.discard(writer)
+            self.metrics.connections.dec()
+            if reason:
+                self.metrics.closed.labels(reason=reason).inc()
             writer.close()
 
     async def _loop_requests(self, conn: _Conn, reader: asyncio.StreamReader,
@@ -196,6 +212,7 @@ class KafkaListener:
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
             if self._users is None or self._users.authenticate(frame) is None:
+                conn.auth_failed = True
                 raise KafkaProtocolError("SASL/PLAIN authentication failed")
             conn.authenticated = True
             return b"\x00\x00\x00\x00"
@@ -207,7 +224,21 @@ class KafkaListener:
         if not conn.authenticated and key not in _BEFORE_AUTH:
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
         body = await self._dispatch(conn, req)
+        self._observe(req, body)
         return encode_response(req.api, req.version, correlation_id, body)
+
+    def _observe(self, req: RequestFrame, body: Any) -> None:
+        """Count the request; for Fetch and ListOffsets also the record bytes and partition errors."""
+        api = req.api.name
+        self.metrics.requests.labels(api=api).inc()
+        if req.api.key not in (_FETCH, _LIST_OFFSETS):
+            return
+        for topic in body.responses if req.api.key == _FETCH else body.topics:
+            for p in topic.partitions:
+                if p.error_code:
+                    self.metrics.partition_errors.labels(api=api, error=code_name(p.error_code)).inc()
+                if req.api.key == _FETCH and p.records:
+                    self.metrics.fetch_bytes.inc(len(p.records))
 
     async def _dispatch(self, conn: _Conn, req: RequestFrame) -> Any:
         key, version = req.api.key, req.version
@@ -260,7 +291,7 @@ class KafkaListener:
             return answer(Codes.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN handshake")
         user = self._users.authenticate(bytes(req.body.auth_bytes))
         if user is None:
-            conn.close_after = True  # as Kafka: the failure is answered, then the connection closed
+            conn.close_after = conn.auth_failed = True  # as Kafka: answered, then the connection closed
             log.info("kafka: %s: SASL/PLAIN authentication failed", conn.peer)
             return answer(Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username "
                                                             "or password")

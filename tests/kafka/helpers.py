@@ -171,6 +171,20 @@ class Daemon:
                                      cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self._err)
         self.port = self._wait_for(r"Kafka listener on 127\.0\.0\.1:(\d+)")
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.http_port = self._wait_for(r"HTTP API on http://127\.0\.0\.1:(\d+)")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the daemon's /metrics (0 when absent)."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series == (f"{name}{{{want}}}" if labels else name):
+                return float(value)
+        return 0.0
 
     def _wait_for(self, pattern: str, timeout: float = 60) -> int:
         deadline = time.monotonic() + timeout

@@ -113,6 +113,9 @@ def test_metadata_lists_partitions_and_unknown_topics(tiered: Tiered) -> None:
 def test_fetch_errors_bounds_and_budget(tiered: Tiered) -> None:
     port = tiered.daemon.port
     e = tiered.expected[("gen", 0)]
+    labels = {"api": "Fetch", "error": "OFFSET_OUT_OF_RANGE"}
+    oor_before = tiered.daemon.metric("rlm_kafka_partition_errors_total", **labels)
+    bytes_before = tiered.daemon.metric("rlm_kafka_fetch_bytes_total")
     got = _fetch(port, [("gen", 0, e.high_watermark + 10), ("nope", 0, 0), ("gen", 9, 0)])
     assert got[("gen", 0)].error_code == OUT_OF_RANGE and got[("gen", 0)].high_watermark == e.high_watermark
     assert got[("nope", 0)].error_code == UNKNOWN_TOPIC and got[("gen", 9)].error_code == UNKNOWN_TOPIC
@@ -130,6 +133,8 @@ def test_fetch_errors_bounds_and_budget(tiered: Tiered) -> None:
     assert second.error_code == 0 and not second.records
     assert second.high_watermark == tiered.expected[("kp", 0)].high_watermark
     assert first.log_start_offset == e.log_start and first.last_stable_offset == -1
+    assert tiered.daemon.metric("rlm_kafka_partition_errors_total", **labels) - oor_before == 2
+    assert tiered.daemon.metric("rlm_kafka_fetch_bytes_total") - bytes_before == len(first.records)
 
 
 def test_list_offsets_special_timestamps(tiered: Tiered) -> None:
@@ -213,6 +218,8 @@ def test_consumer_resets_after_out_of_range(tiered: Tiered) -> None:
 
 def test_bad_frames_close_only_their_connection(tiered: Tiered) -> None:
     port = tiered.daemon.port
+    daemon = tiered.daemon
+    before = {r: daemon.metric("rlm_kafka_connections_closed_total", reason=r) for r in ("protocol", "idle")}
     # A bystander connection asks every 0.3 s (below the 2 s idle timeout) all along: never affected.
     bystander, answers, stop = connect(port), [], threading.Event()
 
@@ -253,6 +260,10 @@ def test_bad_frames_close_only_their_connection(tiered: Tiered) -> None:
     pinger.join()
     bystander.close()
     assert len(answers) > 10 and all(answers)
+    # /metrics: 6 closed for their bytes, 2 for silence (each counted once, by its reason)
+    assert daemon.metric("rlm_kafka_connections_closed_total", reason="protocol") - before["protocol"] == 6
+    assert daemon.metric("rlm_kafka_connections_closed_total", reason="idle") - before["idle"] == 2
+    assert daemon.metric("rlm_kafka_requests_total", api="ApiVersions") >= len(answers)
 
 
 def test_a_client_that_stops_reading_does_not_stall_others(tiered: Tiered) -> None:
