@@ -518,3 +518,24 @@ def test_killed_mid_commit_leaves_whole_partitions_and_overwrite_finishes(tmp_pa
     proc = rlm_cli(*args, "--overwrite")
     assert proc.returncode == 0, proc.stderr
     _assert_restored(out, originals, records, json.loads(proc.stdout))
+
+
+def test_key_prefix_spread_store(tmp_path: Path) -> None:
+    """With ``[remote] prefix_spread`` (docs/key-spread.md) the store's keys carry a hash prefix;
+    restore reads through the same layout-applying backend as every command."""
+    from rlm.storage.registry import open_backend
+
+    opts = {"root": str(tmp_path / "store")}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for p, codec in enumerate(CODECS[:2]):
+        write_generated(logs, "gen", p, codec, seed=p)
+    settings = _settings([logs], {"backend": "local", "options": opts, "prefix_spread": 2})
+    backend = open_backend("local", opts, 2)
+    assert all(r.error is None for r in RemoteLogManager(settings, backend).run_once())
+    raw = [i.key for i in create_backend("local", opts).list("") if "manifests/" in i.key]
+    assert raw and all(keys.parse_root(k) is None for k in raw)  # every key under a hash prefix
+    originals, records = _originals([logs], {"gen-0", "gen-1"}), _records([logs])
+    _delete_local([logs])
+    result = restore(settings, backend, "gen", tmp_path / "out").to_json()
+    _assert_restored(tmp_path / "out", originals, records, result)
