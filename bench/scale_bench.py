@@ -6,13 +6,18 @@ For each (P, S): the log dir is written directly (one small v2 batch repeated, `
 each step in a fresh process with the store wrapped in a request counter
 (:class:`rlm.testing.counting.CountingBackend`):
 
-* **first copy pass** — one ``run_once`` copying all P x S segments: ms and store requests per segment;
+* **first copy pass** — one ``run_once`` copying all P x S segments: ms and store requests per segment
+  (then, in the same process, the passes a daemon makes next, which find every partition idle and
+  persist its mark: the steady state a restart meets);
 * **restart + first idle pass** — a new process: imports, manager built, one pass over every
   partition with nothing to copy (the restart: local state loaded, trusted or recovered), and the
   store requests it made; then, after the directories settled, **steady idle passes** in the same
   process (ms per partition, requests) and the process's RSS;
-* **daemon** — ``rlm run`` (subprocess): process start → ``/healthz``, → every partition's first
-  pass done (``rlm_partition_task_seconds_count`` in ``/metrics``), and its RSS then.
+* **restart, every partition changed** — the same after every idle mark was deleted: each first
+  pass is a full local one (lists the partition directory, checks the log end, retention);
+* **daemon** — ``rlm run`` (subprocess) over the steady state: process start → ``/healthz``, →
+  every partition's first pass done (its "startup: every partition passed once" log line), and
+  its RSS then.
 
 Stores: ``local`` (a directory, ``fsync = false``) or ``seaweed`` (a SeaweedFS ``weed server -s3``
 started for the run, rlm.testing.seaweed).
@@ -92,13 +97,17 @@ def _counted_manager(cfg: str) -> tuple[Any, Any]:
 
 
 def child_copy(cfg: str) -> None:
-    """Fresh process: the first copy pass, with its store requests."""
+    """Fresh process: the first copy pass, with its store requests; then the passes a daemon makes
+    next (each partition found idle and its mark persisted: the steady state a restart meets)."""
     manager, counting = _counted_manager(cfg)
     t = time.perf_counter()
     results = manager.run_once(gc=False)
     elapsed = time.perf_counter() - t
+    requests = dict(counting.calls)
+    time.sleep(0.3)  # a partition is marked idle only once its directory settled (rlm.fsutil.SETTLE_NS)
+    settled = manager.run_once(gc=False)
     print(json.dumps({"copy_s": elapsed, "copied": sum(len(r.copied) for r in results),
-                      "errors": [r.error for r in results if r.error][:3], "requests": dict(counting.calls)}))
+                      "errors": [r.error for r in results + settled if r.error][:3], "requests": requests}))
 
 
 def child_restart(cfg: str, started: float) -> None:
@@ -110,6 +119,7 @@ def child_restart(cfg: str, started: float) -> None:
     built = time.perf_counter()
     first = manager.run_once(gc=False)
     first_s = time.perf_counter() - built
+    first_idle = sum(r.idle for r in first)
     restart_s = time.time() - started  # from the parent's spawn: includes interpreter + imports
     restart_requests = dict(counting.calls)
     time.sleep(0.3)  # the first pass marks a partition idle only once its directory settled
@@ -121,7 +131,8 @@ def child_restart(cfg: str, started: float) -> None:
         results = manager.run_once(gc=False)
         steady.append(time.perf_counter() - t)
     errors = [r.error for r in first + results if r.error]
-    print(json.dumps({"restart_s": restart_s, "first_pass_s": first_s, "restart_requests": restart_requests,
+    print(json.dumps({"restart_s": restart_s, "first_pass_s": first_s, "first_idle": first_idle,
+                      "restart_requests": restart_requests,
                       "steady_s": min(steady),
                       "steady_requests": dict(counting.calls), "idle": sum(r.idle for r in results),
                       "rss_kib": rss_kib(os.getpid()),
@@ -197,6 +208,14 @@ def _run_child(mode: str, cfg: Path, work: Path) -> dict[str, Any]:
     return result
 
 
+def _forget_idle_marks(state: Path) -> None:
+    """Every partition changed since its last pass: its persisted idle mark is gone."""
+    from rlm.tiering.idle import IDLE_FILE
+
+    for mark in state.rglob(IDLE_FILE):
+        mark.unlink()
+
+
 def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
     work = OUT / "scale" / f"{kind}-{partitions}x{segments}"
     logs = work / "logs"
@@ -207,15 +226,19 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         cfg = write_cfg(work / "scale.toml", logs, remote, port)
         copy = _run_child("copy", cfg, work)
         assert copy["copied"] == partitions * segments, copy
-        restart = _run_child("restart", cfg, work)
-        assert restart["partitions"] == partitions, restart
+        restart = _run_child("restart", cfg, work)  # over the steady state the copy process left
+        assert restart["partitions"] == partitions and restart["first_idle"] == partitions, restart
         d = daemon(cfg, port, partitions)
+        _forget_idle_marks(logs.parent / "state")
+        changed = _run_child("restart", cfg, work)  # every partition re-examined (local files only)
+        assert changed["partitions"] == partitions and changed["first_idle"] == 0, changed
     n = partitions * segments
     res = {"store": kind, "P": partitions, "S": segments,
            "copy_ms_per_segment": copy["copy_s"] / n * 1000,
            "copy_requests_per_segment": sum(copy["requests"].values()) / n, "copy_requests": copy["requests"],
            "restart_s": restart["restart_s"], "first_pass_s": restart["first_pass_s"],
            "restart_requests": restart["restart_requests"],
+           "changed_s": changed["restart_s"], "changed_requests": changed["restart_requests"],
            "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
            "steady_requests": restart["steady_requests"], "idle": restart["idle"],
            "rss_mib": restart["rss_kib"] / 1024, "d_health": d["healthz"], "d_first": d["first_pass"],
@@ -227,15 +250,16 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = ("| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
-           "first pass (of which the pass) | its store requests | steady idle pass: ms / partition | "
-           "its store requests | "
+           "first idle pass (of which the pass) | its store requests | restart, every partition changed | "
+           "its store requests | steady idle pass: ms / partition | its store requests | "
            "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         out += (f"| {r['store']} | {r['P']} × {r['S']} | {r['copy_ms_per_segment']:.1f} | "
                 f"{r['copy_requests_per_segment']:.1f} | "
                 f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) | "
-                f"{sum(r['restart_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
+                f"{sum(r['restart_requests'].values())} | {r['changed_s']:.2f} s | "
+                f"{sum(r['changed_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
                 f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
                 f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n")
     return out
