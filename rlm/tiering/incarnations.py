@@ -20,17 +20,24 @@ Partitions without a topic id have no old incarnations: a name cannot tell them 
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rlm.fsutil import atomic_write
 from rlm.storage.api import ObjectInfo
 from rlm.tiering import keys
 from rlm.tiering.remote_state import RemoteState, of_context
 from rlm.tiering.state import PartitionContext, state_dir_name
+from rlm.tiering.statefiles import loads_or_none
+
+#: What the last identity lookup of a partition found (docs/remote-state.md "What a restart
+#: reads"): in its state dir, a cache written without fsync; anything unreadable is looked up again.
+IDENTITY_FILE = "identity.json"
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,64 @@ class OldIncarnation:
                 "bytes": self.bytes, "retired_ms": self.retired_ms,
                 "delete_after_ms": self.delete_after_ms, "kept": self.kept,
                 "state_dir": self.state_dir, "deleted": self.deleted}
+
+    @classmethod
+    def from_json(cls, topic: str, partition: int, doc: Any) -> OldIncarnation:
+        """The inverse of :meth:`to_json`; TypeError/ValueError when ``doc`` is not one."""
+        if not isinstance(doc, dict) or set(doc) != {f.name for f in fields(cls)} - {"topic", "partition"}:
+            raise ValueError(f"not an old incarnation: {doc!r}")
+        old = cls(topic, partition, **doc)
+        if not (isinstance(old.prefix, str) and isinstance(old.objects, int) and isinstance(old.kept, bool)):
+            raise TypeError(f"not an old incarnation: {doc!r}")
+        return old
+
+
+def _name_root_state(ctx: PartitionContext) -> str:
+    """The name-only root as an id-root partition sees it: ``"decided"`` (its ``owner.json`` names
+    another id or it is retired: permanent, both markers are create-only), ``"empty"`` (no object
+    at all) or ``"undecided"`` (objects but no decision: recovery may still adopt or retire it)."""
+    if any(o.topic_id is None for o in ctx.old_incarnations):
+        return "decided"
+    if _root(ctx, None).is_empty():
+        return "empty"
+    return "decided" if _legacy_decided_old(ctx) else "undecided"
+
+
+def remember_identity(ctx: PartitionContext) -> None:
+    """Persist what the identity lookups decided for ``ctx`` — its root (``key_id``), its old
+    incarnations and the state of the name-only root — so that a restart trusting the local state
+    asks the store at most one listing of one key (:func:`recall_identity`)."""
+    if ctx.part.topic_id is None or ctx.key_id is None:
+        return  # no identity lookups at restart: nothing to remember
+    doc = {"topic_id": ctx.part.topic_id, "key_id": ctx.key_id, "name_root": _name_root_state(ctx),
+           "old_incarnations": [o.to_json() for o in ctx.old_incarnations]}
+    ctx.state_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(ctx.state_dir / IDENTITY_FILE, json.dumps(doc).encode(), durable=False)
+
+
+def recall_identity(ctx: PartitionContext, key_id: str | None) -> list[OldIncarnation] | None:
+    """The old incarnations :func:`remember_identity` persisted for this topic id and root
+    ``key_id``, when they still hold; None when the store must be asked again.
+
+    Only this sidecar writes the partition's id roots in single-broker mode (a re-created topic
+    has a new id and fails the restart's checks first), but the name-only root can gain data from
+    a replica whose broker has no ``partition.metadata`` (a rolling upgrade): an empty one is
+    checked with one listing of one key; a decided one cannot change; an undecided one is asked.
+    """
+    try:
+        doc = loads_or_none((ctx.state_dir / IDENTITY_FILE).read_bytes())
+    except OSError:
+        return None
+    if (not isinstance(doc, dict) or doc.get("topic_id") != ctx.part.topic_id or "key_id" not in doc
+            or doc["key_id"] != key_id or not isinstance(doc.get("old_incarnations"), list)):
+        return None
+    state = doc.get("name_root")
+    if state not in ("decided", "empty") or (state == "empty" and not _root(ctx, None).is_empty()):
+        return None
+    try:
+        return [OldIncarnation.from_json(ctx.topic, ctx.partition, o) for o in doc["old_incarnations"]]
+    except (TypeError, ValueError):
+        return None
 
 
 def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
@@ -177,7 +242,10 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
             old = replace(old, deleted=True)
         result.append(old)
     ctx.old_incarnations = [o for o in result if not o.deleted]
+    if not dry_run and ctx.recovered:
+        remember_identity(ctx)
     return result
 
 
-__all__ = ["OldIncarnation", "collect_old_incarnations", "find_old_incarnations"]
+__all__ = ["IDENTITY_FILE", "OldIncarnation", "collect_old_incarnations", "find_old_incarnations",
+           "recall_identity", "remember_identity"]

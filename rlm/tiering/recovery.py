@@ -31,7 +31,7 @@ import shutil
 from rlm.errors import FormatError, IdentityConflictError, StorageError
 from rlm.tiering import snapshot
 from rlm.tiering.identity import check_lineage, mark_dir, resolve_root
-from rlm.tiering.incarnations import find_old_incarnations
+from rlm.tiering.incarnations import find_old_incarnations, remember_identity
 from rlm.tiering.lineage import Chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import of_context
@@ -82,6 +82,8 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     journal's clean-up: no adoption decision, no retired markers, no marker or uncommit."""
     resolve_root(ctx, decide=leader)
     ctx.old_incarnations = find_old_incarnations(ctx, mark=leader)
+    if leader and not ctx.shared.cluster:  # what a trusted restart reuses (resume.py)
+        remember_identity(ctx)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
     _seed_view(ctx)

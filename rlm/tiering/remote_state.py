@@ -86,6 +86,11 @@ class RemoteState:
         """Every object under the incarnation's root (manifests, data and markers)."""
         return self.list_prefix(keys.partition_prefix(self.topic, self.partition, self.key_id))
 
+    def is_empty(self) -> bool:
+        """Whether the incarnation's root holds no object at all: one listing of one key."""
+        prefix = keys.partition_prefix(self.topic, self.partition, self.key_id)
+        return not self.retry.call(lambda: self.backend.list_page(prefix, limit=1)).objects
+
     def list_manifests_prefix(self) -> list[ObjectInfo]:
         """Every object under ``manifests/`` (manifests and lineage markers): one retried listing."""
         return self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))

@@ -16,10 +16,11 @@ the store can hold nothing this node does not know, and recovery's listing, mani
 first-batch probe, adoption and old-incarnation lookups would only confirm it. Any other case goes
 through :func:`rlm.tiering.recovery.recover` (the full recovery from the store) for that partition
 alone. Full reconciliation of a trusted partition stays with ``rlm verify`` / ``rlm rebuild-index``.
-A partition with a topic id whose data is under its own id root still asks the store what recovery
-asks about identity (the name-only root's ``owner.json``/``retired.json``, a listing of other roots):
-2-4 requests, independent of how much was tiered. Partitions without a topic id, or whose id
-adopted the name-only root, make none.
+A partition with a topic id whose data is under its own id root needs what recovery asks the
+store about identity (the name-only root's ``owner.json``/``retired.json``, a listing of other
+roots): it reuses the answers persisted in its state dir (``identity.json``,
+:func:`rlm.tiering.incarnations.recall_identity`) and asks (2-4 requests, independent of how much
+was tiered) only when there are none for this topic id and root.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import shutil
 from rlm.tiering import keys, snapshot
 from rlm.tiering.identity import read_dir_token, resolve_root
 from rlm.tiering.idle import forget_mark, load_mark
-from rlm.tiering.incarnations import find_old_incarnations
+from rlm.tiering.incarnations import find_old_incarnations, recall_identity, remember_identity
 from rlm.tiering.lineage import StoreView, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.recovery import recover
@@ -88,13 +89,20 @@ def resume(ctx: PartitionContext) -> bool:
         log.debug("%s: recovering from the store: %s", ctx.part.name, why)
         return False
     if part_has_id_root(ctx, key_id):
-        # Which incarnation owns the name-only root is decided, as recovery decides it (its data
-        # may have appeared since: docs/topic-identity.md), and old incarnations found: a few
-        # requests, whatever the history. A decision that moves the root recovers in full.
-        resolve_root(ctx, decide=True)
-        if ctx.key_id != key_id:
-            return False
-        ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
+        known = recall_identity(ctx, key_id)
+        if known is not None:
+            # Decided by the lookups of an earlier pass: only this sidecar writes the partition's
+            # roots (single broker), and a re-created topic fails the checks above.
+            ctx.old_incarnations = known
+        else:
+            # Which incarnation owns the name-only root is decided as recovery decides it, and old
+            # incarnations found: a few requests, whatever the history, remembered for the next
+            # restart. A decision that moves the root recovers in full.
+            resolve_root(ctx, decide=True)
+            if ctx.key_id != key_id:
+                return False
+            ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
+            remember_identity(ctx)
     shutil.rmtree(ctx.staging_dir, ignore_errors=True)
     ctx.key_id = key_id
     ctx.progress = saved

@@ -23,8 +23,9 @@ from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import LAYOUT_KEY, open_spread
+from rlm.testing.counting import CountingBackend
 from rlm.tiering import keys
-from rlm.tiering.incarnations import OldIncarnation
+from rlm.tiering.incarnations import IDENTITY_FILE, OldIncarnation
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
@@ -364,3 +365,41 @@ def test_run_once_subprocess_across_recreation(tmp_path: Path) -> None:
             if "old_incarnation" in r]
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in done] == [(ID_A, True)]
     assert env.keys_under(keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
+
+
+def test_a_restart_with_a_topic_id_asks_the_store_at_most_one_listing(tmp_path: Path) -> None:
+    """What the identity lookups found is kept in the state dir (identity.json): a restart that
+    trusts the local state checks only that the name-only root is still empty (one listing of
+    one key), still sees the old incarnation, and asks again in full when the record is gone
+    (docs/remote-state.md "What a restart reads")."""
+    env = Env(tmp_path)
+    env.write(ID_A, "A", 300)
+    assert [r.error for r in env.manager().run_once()] == [None]
+    env.delete_partition()
+    env.write(ID_B, "B", 300)
+    assert [r.error for r in env.manager().run_once()] == [None]  # A retired by B's recovery
+    counting = CountingBackend(env.backend)
+
+    def restart() -> RemoteLogManager:
+        manager = RemoteLogManager(env.settings, counting, metrics=TieringMetrics(), clock_ms=lambda: env.now)
+        counting.calls.clear()
+        assert [r.error for r in manager.run_once(gc=False)] == [None]
+        assert manager.shared.metrics.registry.get_sample_value(
+            "rlm_partition_recoveries_total", {"source": "local"}) == 1
+        return manager
+
+    manager = restart()
+    assert dict(counting.calls) == {"list": 1}, counting.calls
+    assert [o["topic_id"] for o in _row(manager)["old_incarnations"]] == [ID_A]
+
+    (env.state_root / f"{NAME}={ID_B}" / IDENTITY_FILE).unlink()
+    manager = restart()
+    assert counting.total > 1  # asked in full once more, and remembered
+    assert [o["topic_id"] for o in _row(manager)["old_incarnations"]] == [ID_A]
+    manager = restart()
+    assert dict(counting.calls) == {"list": 1}, counting.calls
+
+    # Data appearing under the name (a replica without partition.metadata) is looked at again.
+    env.backend.put(keys.partition_prefix(TOPIC, 0, None) + "manifests/x", b"{}")
+    manager = restart()
+    assert counting.total > 1
