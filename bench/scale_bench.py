@@ -29,6 +29,7 @@ started for the run, rlm.testing.seaweed).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -47,6 +48,8 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 
 from bench.benchlib import OUT, free_port, machine, record, template_batch, write_checkpoint, write_segment
 from rlm.formats import naming
+from rlm.formats.partition_metadata import format_partition_metadata
+from rlm.logdir.scan import PARTITION_METADATA
 from rlm.testing.toml import toml_value
 
 SECTION = "## Scale"
@@ -69,6 +72,9 @@ def generate(logs: Path, partitions: int, segments: int) -> None:
         p = i // TOPICS
         part = logs / f"{topic}-{p}"
         part.mkdir()
+        # A topic id, as every broker since Kafka 2.8 writes: a restart then has identity to check.
+        topic_id = base64.urlsafe_b64encode(bytes([i % TOPICS + 1] * 16)).decode().rstrip("=")
+        (part / PARTITION_METADATA).write_bytes(format_partition_metadata(topic_id))
         base = 0
         for _ in range(segments):
             base = write_segment(part, base, template, 2)
