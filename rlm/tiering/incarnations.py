@@ -90,36 +90,44 @@ def _name_root_state(ctx: PartitionContext) -> str:
     return "decided" if _legacy_decided_old(ctx) else "undecided"
 
 
-def remember_identity(ctx: PartitionContext) -> None:
+def remember_identity(ctx: PartitionContext) -> str | None:
     """Persist what the identity lookups decided for ``ctx`` — its root (``key_id``), its old
     incarnations and the state of the name-only root — so that a restart trusting the local state
-    asks the store at most one listing of one key (:func:`recall_identity`)."""
+    asks the store nothing (:func:`recall_identity`). Returns the name-only root's state (None:
+    nothing to remember, the partition has no id root)."""
     if ctx.part.topic_id is None or ctx.key_id is None:
-        return  # no identity lookups at restart: nothing to remember
-    doc = {"topic_id": ctx.part.topic_id, "key_id": ctx.key_id, "name_root": _name_root_state(ctx),
+        return None
+    state = _name_root_state(ctx)
+    doc = {"topic_id": ctx.part.topic_id, "key_id": ctx.key_id, "name_root": state,
            "old_incarnations": [o.to_json() for o in ctx.old_incarnations]}
     ctx.state_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(ctx.state_dir / IDENTITY_FILE, json.dumps(doc).encode(), durable=False)
+    return state
 
 
-def recall_identity(ctx: PartitionContext, key_id: str | None) -> list[OldIncarnation] | None:
-    """The old incarnations :func:`remember_identity` persisted for this topic id and root
-    ``key_id``, when they still hold; None when the store must be asked again.
-
-    Only this sidecar writes the partition's id roots in single-broker mode (a re-created topic
-    has a new id and fails the restart's checks first), but the name-only root can gain data from
-    a replica whose broker has no ``partition.metadata`` (a rolling upgrade): an empty one is
-    checked with one listing of one key; a decided one cannot change; an undecided one is asked.
-    """
+def _recalled(ctx: PartitionContext) -> dict[str, Any] | None:
     try:
         doc = loads_or_none((ctx.state_dir / IDENTITY_FILE).read_bytes())
     except OSError:
         return None
-    if (not isinstance(doc, dict) or doc.get("topic_id") != ctx.part.topic_id or "key_id" not in doc
-            or doc["key_id"] != key_id or not isinstance(doc.get("old_incarnations"), list)):
-        return None
-    state = doc.get("name_root")
-    if state not in ("decided", "empty") or (state == "empty" and not _root(ctx, None).is_empty()):
+    ok = (isinstance(doc, dict) and doc.get("topic_id") == ctx.part.topic_id and "key_id" in doc
+          and isinstance(doc.get("old_incarnations"), list))
+    return doc if ok else None
+
+
+def recall_identity(ctx: PartitionContext, key_id: str | None) -> list[OldIncarnation] | None:
+    """The old incarnations :func:`remember_identity` persisted for this topic id and root
+    ``key_id``; None when the store must be asked again (no record, or an undecided name-only
+    root: recovery may still adopt or retire it).
+
+    Nothing else can have changed in single-broker mode: only this sidecar writes the partition's
+    id roots, and a re-created topic (a new id) fails the restart's checks first. An empty
+    name-only root can still gain data from a replica whose broker has no ``partition.metadata``
+    (a rolling upgrade); GC looks at it on its own schedule (:func:`collect_old_incarnations`),
+    so a restart makes no request for it.
+    """
+    doc = _recalled(ctx)
+    if doc is None or doc["key_id"] != key_id or doc.get("name_root") not in ("decided", "empty"):
         return None
     try:
         return [OldIncarnation.from_json(ctx.topic, ctx.partition, o) for o in doc["old_incarnations"]]
@@ -243,7 +251,13 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
         result.append(old)
     ctx.old_incarnations = [o for o in result if not o.deleted]
     if not dry_run and ctx.recovered:
-        remember_identity(ctx)
+        before = _recalled(ctx)
+        if remember_identity(ctx) == "undecided" and (before or {}).get("name_root") == "empty":
+            # Data appeared under the name since the root was decided: the partition's next pass
+            # recovers, which adopts or retires it (docs/topic-identity.md).
+            log.info("%s: data appeared under the name-only root: recovering at the next pass",
+                     ctx.part.name)
+            ctx.recovered = False
     return result
 
 
