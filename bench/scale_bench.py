@@ -127,6 +127,8 @@ def child_restart(cfg: str, started: float) -> None:
     first_s = time.perf_counter() - built
     first_idle = sum(r.idle for r in first)
     restart_s = time.time() - started  # from the parent's spawn: includes interpreter + imports
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    restart_cpu_s = usage.ru_utime + usage.ru_stime  # the same span in CPU: what load cannot inflate
     restart_requests = dict(counting.calls)
     time.sleep(0.3)  # the first pass marks a partition idle only once its directory settled
     manager.run_once(gc=False)
@@ -137,7 +139,8 @@ def child_restart(cfg: str, started: float) -> None:
         results = manager.run_once(gc=False)
         steady.append(time.perf_counter() - t)
     errors = [r.error for r in first + results if r.error]
-    print(json.dumps({"restart_s": restart_s, "first_pass_s": first_s, "first_idle": first_idle,
+    print(json.dumps({"restart_s": restart_s, "restart_cpu_s": restart_cpu_s, "first_pass_s": first_s,
+                      "first_idle": first_idle,
                       "restart_requests": restart_requests,
                       "steady_s": min(steady),
                       "steady_requests": dict(counting.calls), "idle": sum(r.idle for r in results),
@@ -243,6 +246,7 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
            "copy_ms_per_segment": copy["copy_s"] / n * 1000,
            "copy_requests_per_segment": sum(copy["requests"].values()) / n, "copy_requests": copy["requests"],
            "restart_s": restart["restart_s"], "first_pass_s": restart["first_pass_s"],
+           "restart_cpu_s": restart["restart_cpu_s"],
            "restart_requests": restart["restart_requests"],
            "changed_s": changed["restart_s"], "changed_requests": changed["restart_requests"],
            "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
@@ -256,14 +260,15 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = ("| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
-           "first idle pass (of which the pass) | its store requests | restart, every partition changed | "
-           "its store requests | steady idle pass: ms / partition | its store requests | "
+           "first idle pass (of which the pass) [CPU] | its store requests | "
+           "restart, every partition changed | its store requests | "
+           "steady idle pass: ms / partition | its store requests | "
            "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         out += (f"| {r['store']} | {r['P']} × {r['S']} | {r['copy_ms_per_segment']:.1f} | "
                 f"{r['copy_requests_per_segment']:.1f} | "
-                f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) | "
+                f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) [{r['restart_cpu_s']:.2f} s] | "
                 f"{sum(r['restart_requests'].values())} | {r['changed_s']:.2f} s | "
                 f"{sum(r['changed_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
                 f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
@@ -294,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                  if not a.startswith("--label") and not (i and given[i - 1] == "--label")]
         entry = (f"### {dt.date.today().isoformat()} — {args.store} store, up to {max(args.partitions)} "
                  f"partitions × {max(args.segments)} segments{' — ' + args.label if args.label else ''}\n\n"
-                 f"- machine: {machine()}\n"
+                 f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f} (other "
+                 "processes share the host: the CPU column is what load cannot inflate)\n"
                  f"- command: `{' '.join(['.venv/bin/python bench/scale_bench.py', *shown])}`; the restart "
                  "is measured from the spawn of a new process (interpreter and imports included)\n"
                  "- requests by operation: "
