@@ -34,6 +34,7 @@ import heapq
 import itertools
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
@@ -48,7 +49,7 @@ from rlm.errors import (
     StorageError,
     StoreLayoutError,
 )
-from rlm.storage.api import MAX_LIST_LIMIT, ListPage, ObjectInfo, StorageBackend
+from rlm.storage.api import MAX_LIST_LIMIT, ListPage, ObjectInfo, StorageBackend, validate_prefix
 from rlm.storage.wrapper import WrappingBackend
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class SpreadBackend(WrappingBackend):
         self.verify()
         return self._info(self.inner.put(self.physical(key), stream, if_absent=if_absent))
 
-    def upload_file(self, key: str, path: Any, *, if_absent: bool = False) -> ObjectInfo:
+    def upload_file(self, key: str, path: str | os.PathLike[str], *, if_absent: bool = False) -> ObjectInfo:
         self.verify()
         return self._info(self.inner.upload_file(self.physical(key), path, if_absent=if_absent))
 
@@ -277,6 +278,9 @@ class SpreadBackend(WrappingBackend):
         (not restarted per page)."""
         if not self.digits or names_partition(prefix):
             return super().list(prefix, page_size=page_size)
+        validate_prefix(prefix)
+        if not 1 <= page_size <= MAX_LIST_LIMIT:
+            raise ValueError(f"page_size must be between 1 and {MAX_LIST_LIMIT}, got {page_size}")
         self.verify()
         return self._merged(prefix, None, page_size)
 

@@ -22,6 +22,7 @@ from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import open_backend
 from rlm.storage.spread import LAYOUT_KEY, SpreadBackend, open_spread
 from rlm.testing.backend_suite import BackendSuite
+from rlm.testing.counting import CountingBackend
 
 
 def sha_prefix(name: str, digits: int) -> str:
@@ -106,21 +107,15 @@ def test_listings_across_buckets_match_an_unspread_store(digits: int) -> None:
 
 
 def test_merged_listing_costs_one_list_per_bucket_and_a_partition_listing_one() -> None:
-    counted: list[str] = []
-
-    class Counting(MemoryBackend):
-        def _list_page(self, prefix, start_after, limit):  # type: ignore[no-untyped-def]
-            counted.append(prefix)
-            return super()._list_page(prefix, start_after, limit)
-
-    spread = open_spread(Counting(), 2)
+    counting = CountingBackend(MemoryBackend())
+    spread = open_spread(counting, 2)
     spread.put("a-0/x", b"1")
-    counted.clear()
+    counting.calls.clear()
     assert [o.key for o in spread.list("a-0/")] == ["a-0/x"]
-    assert counted == [f"{sha_prefix('a-0', 2)}/a-0/"]
-    counted.clear()
+    assert counting.calls == {"list": 1}
+    counting.calls.clear()
     assert [o.key for o in spread.list("")] == ["a-0/x"]
-    assert len(counted) == 256
+    assert counting.calls == {"list": 256}
 
 
 def test_layout_is_recorded_and_a_mismatch_refused_with_both_values(tmp_path: Path) -> None:
@@ -225,18 +220,12 @@ def test_a_store_slower_than_the_wait_is_checked_in_the_background() -> None:
 
 
 def test_paging_a_merged_listing_continues_one_merge() -> None:
-    counted: list[str] = []
-
-    class Counting(MemoryBackend):
-        def _list_page(self, prefix, start_after, limit):  # type: ignore[no-untyped-def]
-            counted.append(prefix)
-            return super()._list_page(prefix, start_after, limit)
-
-    spread = open_spread(Counting(), 1)
+    counting = CountingBackend(MemoryBackend())
+    spread = open_spread(counting, 1)
     keys = [f"p{i}-{j}/k{n}" for i in range(9) for j in range(3) for n in range(2)]
     for key in keys:
         spread.put(key, b"")
-    counted.clear()
+    counting.calls.clear()
     paged, token = [], None
     while True:  # as a wrapper above (metering, health) pages: list_page after list_page
         page = spread.list_page("", token=token, limit=5)
@@ -251,4 +240,4 @@ def test_paging_a_merged_listing_continues_one_merge() -> None:
         per_bucket[b] = per_bucket.get(b, 0) + 1
     # One listing per bucket and page of 5 of it (a page of fewer than 5 is the last), never
     # 16 listings again for each of the 11 pages.
-    assert len(counted) == sum(max(1, -(-per_bucket.get(f"{i:x}", 0) // 5)) for i in range(16))
+    assert counting.calls["list"] == sum(max(1, -(-per_bucket.get(f"{i:x}", 0) // 5)) for i in range(16))
