@@ -194,6 +194,8 @@ def test_kcat_reads_from_beginning_and_from_a_timestamp(tiered: Tiered) -> None:
                                 f"s@{ts}", "-e", "-q", "-f", fmt))
         i = want.index((first[0], first[1], first[2], first[3]))
         assert got == want[i:], key
+        queried = _kcat("-b", tiered.daemon.bootstrap, "-Q", "-t", f"{topic}:{part}:{ts}").decode()
+        assert queried.split()[-1] == str(first[0]), (key, queried)  # "<topic> [<p>] offset <o>"
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make toolchain installs it)")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import GroupAuthorizationFailedError, KafkaError
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
@@ -167,6 +168,14 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
     assert {c.name: c.value for c in gen.configs} == {"cleanup.policy": "delete", "retention.bytes": "-1",
                                                        "retention.ms": "-1"}
     assert nope.error_code == UNKNOWN_TOPIC
+    admin = KafkaAdminClient(bootstrap_servers=tiered.daemon.bootstrap)  # as a client asks for them
+    try:
+        kp = ConfigResource(ConfigResourceType.TOPIC, "kp")
+        described = admin.describe_configs([kp], config_filter="all")
+    finally:
+        admin.close()
+    assert {k: v["value"] for k, v in described["topic"]["kp"].items()} == {
+        "cleanup.policy": "delete", "retention.bytes": "-1", "retention.ms": "-1"}
     coord = call(port, FindCoordinatorRequest(key="g", key_type=0), 3, FindCoordinatorResponse)
     assert coord.error_code == GROUP_AUTHORIZATION_FAILED
     t = ProduceRequest.TopicProduceData
