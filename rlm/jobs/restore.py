@@ -174,11 +174,11 @@ def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None
 
 
 def _target(out: Path, name: str, overwrite: bool) -> StagedDir:
-    """The staging dir of ``out/name``; an existing empty directory counts as absent."""
+    """The staging dir of ``out/name``; an existing empty directory counts as absent (it is
+    replaced at the commit, so a failed restore leaves it as it was)."""
     target = out / name
-    if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
-        target.rmdir()
-    return StagedDir.begin(target, overwrite)
+    empty = target.is_dir() and not target.is_symlink() and not any(target.iterdir())
+    return StagedDir.begin(target, overwrite or empty)
 
 
 def _read_checkpoints(out: Path) -> dict[str, dict[tuple[str, int], int]]:

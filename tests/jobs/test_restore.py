@@ -412,11 +412,12 @@ def test_cli_corrupt_object_existing_target_and_rlm_reads_the_restored_dir(tmp_p
     victim.write_bytes(bytes(b ^ 0xFF if i == len(victim.read_bytes()) // 2 else b
                              for i, b in enumerate(victim.read_bytes())))  # undo the flipped byte
 
+    (out / "gen-1").mkdir(parents=True)  # an empty directory counts as absent, and is kept on failure
     (out / "gen-3").mkdir(parents=True)
     (out / "gen-3" / "keep").write_text("mine")
     proc = rlm_cli("restore", "--config", cfg, "--topic", "gen", "--out", out)
     assert proc.returncode == 1 and "gen-3: already exists (--overwrite replaces it)" in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["gen-3"] and (out / "gen-3" / "keep").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["gen-1", "gen-3"] and (out / "gen-3" / "keep").exists()
 
     proc = rlm_cli("restore", "--config", cfg, "--topic", "gen", "--out", out, "--overwrite")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
