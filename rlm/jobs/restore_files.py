@@ -234,21 +234,17 @@ def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, int
     log_path = directory / naming.segment_file_name(base, naming.LOG)
     download(state, m, log_path, on_bytes)
     if plan.whole:
-        rebuilt = False
-        for name, suffix in (("index", naming.INDEX), ("timeindex", naming.TIME_INDEX)):
-            obj = m.objects.get(name)
-            if obj is None:
-                rebuilt = True
-                continue
-            (directory / naming.segment_file_name(base, suffix)).write_bytes(read_object(state, m, name))
-        if rebuilt:
-            _write_indexes(directory, base, _batches(log_path), interval)
+        missing = [n for n, name in enumerate(("index", "timeindex")) if name not in m.objects]
+        rebuilt = rebuild_indexes(base, _batches(log_path), interval) if missing else None
+        for n, (name, suffix) in enumerate((("index", naming.INDEX), ("timeindex", naming.TIME_INDEX))):
+            data = rebuilt[n] if rebuilt is not None and n in missing else read_object(state, m, name)
+            (directory / naming.segment_file_name(base, suffix)).write_bytes(data)
         _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX), None)
         snapshot = m.objects.get("producer_snapshot")
         if snapshot is not None and not m.partial:  # a partial copy's snapshot is its source file's
             (directory / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(
                 read_object(state, m, "producer_snapshot"))
-        return RestoredSegment(base, m.last_offset, m.log.size, False, rebuilt)
+        return RestoredSegment(base, m.last_offset, log_path.stat().st_size, False, bool(missing))
     return _restore_cut(state, plan, log_path, interval)
 
 

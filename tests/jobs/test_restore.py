@@ -540,3 +540,37 @@ def test_key_prefix_spread_store(tmp_path: Path) -> None:
     _delete_local([logs])
     result = restore(settings, backend, "gen", tmp_path / "out").to_json()
     _assert_restored(tmp_path / "out", originals, records, result)
+
+
+def test_a_missing_stored_index_is_rebuilt_the_other_kept_as_stored(tmp_path: Path) -> None:
+    """A manifest without its ``timeindex`` object (an older copy, a store that lost it): the
+    ``.timeindex`` is rebuilt as Kafka's recover builds it with ``log.index_interval_bytes`` (here
+    not the writer's interval, so it differs from the original), while the stored ``.index`` is
+    still the broker's, byte for byte."""
+    from rlm.formats.segment_index import rebuild_indexes
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_generated(logs, "gen", 0, CODECS[0], seed=3)  # the writer indexes every 1024 bytes
+    opts = {"root": str(tmp_path / "store")}
+    settings = _settings([logs], {"backend": "local", "options": opts})  # rebuilds every 4096
+    tier(settings)
+    originals = _originals([logs], {"gen-0"})["gen-0"]
+    _delete_local([logs])
+    backend = create_backend("local", opts)
+    key = sorted(i.key for i in backend.list("") if "/manifests/" in i.key)[1]
+    doc = json.loads(backend.read(key))
+    backend.delete(doc["objects"].pop("timeindex")["key"])
+    backend.delete(key)
+    backend.put(key, json.dumps(doc).encode())
+    result = restore(settings, backend, "gen", tmp_path / "out").to_json()
+    assert result["partitions"][0]["indexes_rebuilt"] == 1
+    restored = tmp_path / "out" / "gen-0"
+    _check_loadable(restored)
+    base = doc["base_offset"]
+    name = naming.segment_file_name(base, naming.INDEX)
+    assert (restored / name).read_bytes() == originals[name]
+    log = originals[naming.segment_file_name(base, naming.LOG)]
+    time_name = naming.segment_file_name(base, naming.TIME_INDEX)
+    assert (restored / time_name).read_bytes() == rebuild_indexes(base, list(iter_batches(log)), 4096)[1]
+    assert (restored / time_name).read_bytes() != originals[time_name]
