@@ -1,0 +1,104 @@
+"""read_committed over protected segments (docs/transactions.md, docs/protection.md): the stored
+``.txnindex`` objects are encrypted, and segments whose transactions are still open are scanned
+through their opened entries — in-process fetches and the job planner's tasks match the
+kafka-python oracle, and no transaction index is stored readable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm.config import settings_from_mapping
+from rlm.errors import CorruptIndexError
+from rlm.formats.txn_index import parse_txn_index
+from rlm.jobs.decode import iter_task_records, read_task_bytes
+from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.storage.local import LocalBackend
+from rlm.tiering import isolation as txn
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.protect import StoreProtection
+from rlm.tiering.readers import TieredReaders
+from rlm.tiering.remote_state import RemoteState
+from tests.lookup.helpers import delete_local_segments
+from tests.protection.helpers import key_file
+from tests.tiering.txn_helpers import Oracle, write_txn_log
+
+
+def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    oracle = Oracle.of(logs / "txn-0")
+    key = key_file(tmp_path / "keys", "k1")
+    s = settings_from_mapping({
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {"backend": "local", "options": {"root": str(store)}, "compression": {"codec": "zstd"},
+                   "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"}},
+        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state"), "index_entry_bytes": 2_000}})
+    manager = RemoteLogManager(s, LocalBackend(root=str(store)))
+    assert all(r.error is None for r in manager.run_once())
+    delete_local_segments(logs / "txn-0", keep_last=3)
+
+    indexes = sorted(store.rglob("segment.txnindex"))
+    assert indexes
+    for path in indexes:  # encrypted: not Kafka's 34-byte entries any more
+        data = path.read_bytes()
+        assert data[:4] == b"\xff\xff\xff\xff" and (len(data) - 28) % 34 == 0
+        with pytest.raises(CorruptIndexError):
+            parse_txn_index(data)
+
+    readers = TieredReaders(s, LocalBackend(root=str(store)))
+    offset, got = 0, []
+    while True:
+        res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
+        got += [(r.offset, r.key, r.value) for b in res.batches if not b.is_control
+                for r in res.records(b, from_requested=True)]
+        if res.next_offset == offset:
+            break
+        offset = res.next_offset
+    assert got == [(r.offset, r.key, r.value) for r in oracle.committed]
+    assert offset == oracle.last_stable_offset
+
+    plan = plan_read(s, ["txn"], isolation="read_committed", target_bytes=4_000)
+    spec = BackendSpec.from_settings(s)
+    rows = [row for t in plan.tasks for row in iter_task_records(t, read_task_bytes(t, spec))]
+    assert sorted((r[2], r[0], r[1]) for r in rows) == [(r.offset, r.key, r.value) for r in oracle.committed]
+
+
+def test_control_batch_scans_of_protected_segments_match_plaintext(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no local source, the last stable offset replays every tiered segment's batches: a
+    protected segment is read whole and opened entry by entry (``StoreProtection.open_log``); the
+    answers equal those of the same log tiered as plaintext."""
+    answers = []
+    scans: list[str] = []
+    real_open_log = StoreProtection.open_log
+
+    def spy(self: StoreProtection, b: Any, r: Any, m: SegmentManifest, data: bytes) -> bytes:
+        scans.append(m.log.key)
+        return real_open_log(self, b, r, m, data)
+
+    monkeypatch.setattr(StoreProtection, "open_log", spy)
+    for protect in (False, True):
+        root = tmp_path / ("protected" if protect else "plain")
+        logs, store = root / "logs", root / "store"
+        write_txn_log(logs, "txn", 0, seed=5, leave_open=True)  # the same bytes twice
+        remote: dict[str, object] = {"backend": "local", "options": {"root": str(store)}}
+        if protect:
+            key = key_file(root / "keys", "k1")
+            remote |= {"compression": {"codec": "zstd"},
+                       "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"}}
+        s = settings_from_mapping({"log": {"dirs": [str(logs)], "eligibility": "rolled"}, "remote": remote,
+                                   "tiering": {"gc_grace_ms": 0, "state_dir": str(root / "state"),
+                                               "index_entry_bytes": 2_000}})
+        backend = LocalBackend(root=str(store))
+        assert all(r.error is None for r in RemoteLogManager(s, backend).run_once())
+        state = RemoteState(backend, "txn", 0, protection=StoreProtection.from_settings(s.remote))
+        links = state.chain().links
+        end = links[-1].last_offset + 1
+        txns = txn.PartitionTxns(txn.plan_sources(links, [], end, None), backend, None, state.protection)
+        answers.append((txns.last_stable_offset(end), txns.aborted(0, end).entries))
+    assert answers[0] == answers[1] and answers[0][1]
+    assert len(set(scans)) > 1 and all("/data/" in k for k in scans)
