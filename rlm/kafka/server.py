@@ -13,6 +13,7 @@ One connection's failure is logged and ends that connection only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import socket
@@ -178,6 +179,8 @@ class KafkaListener:
             log.info("kafka: %s: closing the connection: silent for kafka.idle_timeout_ms", conn.peer)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             log.debug("kafka: %s: connection closed by the client (or reset)", conn.peer)
+        except asyncio.CancelledError:  # the daemon stops: end quietly (asyncio would log the task)
+            log.debug("kafka: %s: connection closed at shutdown", conn.peer)
         except Exception:  # a handler bug: this connection ends, the listener and the others go on
             reason = "error"
             log.exception("kafka: %s: request failed; closing the connection", conn.peer)
@@ -268,7 +271,8 @@ class KafkaListener:
             left = deadline - self._loop.time()
             if answer.errors or answer.record_bytes >= body.min_bytes or left <= 0 or self._stop.is_set():
                 return answer.body
-            await asyncio.sleep(min(left, _POLL_S))
+            with contextlib.suppress(TimeoutError):  # a shutdown wakes the wait at once
+                await asyncio.wait_for(self._stop.wait(), min(left, _POLL_S))
 
     # -- SASL/PLAIN ---------------------------------------------------------------------------
 

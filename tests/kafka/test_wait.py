@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
-from tests.kafka.helpers import Daemon, call, toml_config
+from tests.kafka.helpers import Daemon, call, connect, toml_config
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +54,33 @@ def test_a_waiting_fetch_returns_what_arrives_meanwhile(tmp_path: Path) -> None:
     finally:
         writer.close()
         daemon.stop()
+
+
+def test_sigterm_with_open_and_waiting_connections_exits_cleanly(tmp_path: Path) -> None:
+    """``rlm run`` stops promptly on SIGTERM while a Fetch waits and another connection idles: the
+    listener wakes the wait, closes both, and nothing is logged as an error."""
+    logs = tmp_path / "logs"
+    with LogWriter(logs, "live", 0, clock=lambda: T0) as writer:
+        writer.append([RecordSpec(T0, b"k", b"v")])
+    daemon = Daemon(toml_config(tmp_path / "rlm.toml", [logs], tmp_path / "store",
+                                {"listen": "127.0.0.1:0", "max_wait_ms": 60_000}))
+    t = FetchRequest.FetchTopic
+    req = FetchRequest(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                       topics=[t(topic="live", partitions=[t.FetchPartition(
+                           partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1,
+                           log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    req.with_header(correlation_id=1, client_id="waiting")
+    waiting, idle = connect(daemon.port), connect(daemon.port)
+    try:
+        waiting.sendall(bytes(req.encode(version=12, header=True, framed=True)))
+        assert call(daemon.port, ApiVersionsRequest(), 0, ApiVersionsResponse, sock=idle) is not None
+        daemon.stop()  # SIGTERM, then at most 30 s
+        assert daemon.proc.returncode == 0
+        log = daemon.log.read_text()
+        assert "Traceback" not in log and " ERROR " not in log, log
+    finally:
+        waiting.close()
+        idle.close()
+        if daemon.alive():
+            daemon.stop()
