@@ -20,9 +20,9 @@ import httpx
 
 from rlm.config import ServerSettings
 from rlm.config.server import bearer_token
+from rlm.config.tls import client_context
 from rlm.errors import RlmError, StreamInterruptedError
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
-from rlm.http.tls import client_context
 
 #: a v0-v2 batch / message set entry starts with offset (8 bytes) and size (4 bytes)
 _ENTRY_HEADER = 12

@@ -27,7 +27,8 @@ from typing import Any
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from rlm.config import KafkaSettings
-from rlm.errors import ConfigError, KafkaProtocolError, RlmError
+from rlm.config.tls import server_context
+from rlm.errors import KafkaProtocolError, RlmError
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
@@ -59,16 +60,10 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
+    """The listener's TLS context (rlm/config/tls.py, as the HTTP API's): errors name the key and path."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"kafka.tls_cert {settings.tls_cert} / kafka.tls_key {settings.tls_key}: "
-                          f"cannot load: {err}") from None
-    return ctx
+    return server_context(settings.tls_cert, settings.tls_key, section="kafka")
 
 
 @dataclass(slots=True)

@@ -16,10 +16,11 @@ from fastapi import FastAPI
 
 from rlm.config import ServerSettings, settings_from_mapping
 from rlm.config.server import MAX_TOKEN_FILE_BYTES, bearer_token
+from rlm.config.tls import client_context, server_context
 from rlm.errors import ConfigError
 from rlm.http.client import RlmClient, RlmHttpError
 from rlm.http.server import ApiServer
-from rlm.http.tls import client_context, server_context, serving_context
+from rlm.http.tls import serving_context
 from tests.http.certs import Pki, make_pki
 
 
@@ -109,6 +110,18 @@ def test_server_context_errors_name_the_key_and_path(tmp_path: Path, pki: Pki) -
         with pytest.raises(ConfigError) as info:
             server_context(cert, key)
         assert needle in str(info.value), (cert, key, str(info.value))
+
+
+def test_kafka_listener_errors_name_its_own_keys(tmp_path: Path, pki: Pki) -> None:
+    from rlm.config import KafkaSettings
+    from rlm.kafka.server import _tls
+
+    garbage = tmp_path / "garbage.key"
+    garbage.write_text("nope\n")
+    with pytest.raises(ConfigError, match=rf"config key kafka.tls_key = '{garbage}': not a PEM private key"):
+        _tls(KafkaSettings(listen="127.0.0.1:0", tls_cert=pki.cert, tls_key=garbage))
+    ctx = _tls(KafkaSettings(listen="127.0.0.1:0", tls_cert=pki.cert, tls_key=pki.key))
+    assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
 def test_unreadable_key_names_the_path(tmp_path: Path, pki: Pki) -> None:
