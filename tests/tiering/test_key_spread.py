@@ -174,3 +174,75 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     topic = summaries[0].topic
     only = {k for k, _ in manifest_keys(wrapped, RetryPolicy(), frozenset({topic}))}
     assert only == {k for k in want if keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+@pytest.mark.s3
+def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`rlm run` (the daemon, a subprocess) on a spread-2 SeaweedFS store: it tiers, its API serves
+    records the local tier no longer holds, and its metering counts the requests per partition."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tests.tiering.helpers import REPO
+
+    logs = tmp_path / "logs"
+    summaries = generate_log_dir(logs, [("daemon.sp", 3)], seed=8, records=300, segment_bytes=8 * 1024)
+    name, options = _store("s3", tmp_path, request)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cfg = write_config(tmp_path / "c.toml", [logs], backend=name, options=options, prefix_spread=2,
+                       server_port=port, task_interval_ms=200)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        rows: list[dict[str, Any]] = []
+        while not (rows and all(r["remote_segments"] and r["copy_lag_segments"] == 0 for r in rows)):
+            assert daemon.poll() is None, daemon.communicate()
+            assert time.monotonic() < deadline, f"daemon did not tier within 90 s: {rows}"
+            time.sleep(0.2)
+            try:
+                code, body = _get(base + "/v1/partitions")
+                rows = json.loads(body) if code == 200 else []
+            except OSError:
+                rows = []
+        _assert_stored_keys(create_backend(name, options), 2)
+        s = summaries[0]
+        url = f"{base}/v1/topics/{s.topic}/partitions/{s.partition}/records?offset=0&format=json"
+        code, local = _get(url)
+        assert code == 200 and json.loads(local)["tier"] == "local"
+        delete_local_segments(logs / f"{s.topic}-{s.partition}")
+        code, remote = _get(url)
+        assert code == 200, remote
+        got, want = json.loads(remote), json.loads(local)
+        assert got["tier"] == "remote"
+        assert got["batches"] == want["batches"][:len(got["batches"])] and got["batches"]
+        [row] = [r for r in json.loads(_get(base + "/v1/partitions")[1])
+                 if (r["topic"], r["partition"]) == (s.topic, s.partition)]
+        assert row["store_requests"]["put"] > 0 and row["store_requests"]["get"] > 0
+        daemon.send_signal(signal.SIGTERM)
+        _out, err = daemon.communicate(timeout=30)
+        assert daemon.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate()
