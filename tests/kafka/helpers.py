@@ -129,10 +129,13 @@ def delete_tiered_segments(part_dir: Path, highest_tiered: int) -> list[int]:
 # -- the daemon -------------------------------------------------------------------------------------
 
 
-def toml_config(path: Path, log_dirs: list[Path], store: Path, kafka: dict[str, Any]) -> Path:
+def toml_config(path: Path, log_dirs: list[Path], store: Path, kafka: dict[str, Any], *,
+                remote: list[str] | None = None) -> Path:
+    """A config: the local backend at ``store`` unless ``remote`` gives the [remote…] lines."""
+    remote = remote or ["[remote]", 'backend = "local"', "[remote.options]",
+                        f"root = {json.dumps(str(store))}"]
     lines = ["[log]", f"dirs = {json.dumps([str(d) for d in log_dirs])}", 'eligibility = "rolled"',
-             "[remote]", 'backend = "local"', "[remote.options]", f"root = {json.dumps(str(store))}",
-             "[topics]", "follow_kafka_configs = false", "[cluster]", 'leadership = "always"',
+             *remote, "[topics]", "follow_kafka_configs = false", "[cluster]", 'leadership = "always"',
              "[tiering]", "gc_grace_ms = 0", "task_interval_ms = 60000",
              "[server]", "port = 0", "[kafka]"] + [f"{k} = {json.dumps(v)}" for k, v in kafka.items()]
     path.write_text("\n".join(lines) + "\n")
