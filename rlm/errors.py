@@ -148,11 +148,6 @@ class ConfigError(RlmError):
     """Invalid configuration; the CLI exits with code 2."""
 
 
-class StoreLayoutError(ConfigError):
-    """The configured key layout (``[remote] prefix_spread``) is not the one the store was written
-    with (docs/key-spread.md): the CLI exits with code 2 instead of seeing an empty store."""
-
-
 class InvalidArgumentError(RlmError):
     """An invalid parameter given to the CLI or the API; the CLI exits with code 2."""
 
@@ -184,6 +179,13 @@ class TransientStorageError(StorageError):
     """
 
     attempts: int | None = None
+
+
+class StoreLayoutError(ConfigError, StorageError):
+    """The configured key layout (``[remote] prefix_spread``) is not the one the store was written
+    with (docs/key-spread.md): the CLI exits with code 2 (a ConfigError) instead of seeing an empty
+    store; found by a store call (a store that did not answer at start), it is the store's refusal
+    (a StorageError: store health counts it as an answer, the probe does not fail on it)."""
 
 
 class StoreUnavailableError(StorageError):

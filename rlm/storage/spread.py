@@ -361,7 +361,7 @@ def open_spread(inner: StorageBackend, digits: int, *, wait_s: float | None = No
         return spread
     if outcome:
         err = outcome[0]
-        if not isinstance(err, StorageError):
+        if isinstance(err, StoreLayoutError) or not isinstance(err, StorageError):
             raise err
         log.info("store layout (remote.prefix_spread) not checked yet, the store did not answer: "
                  "%s; checked before the first store call", err)

@@ -241,3 +241,19 @@ def test_paging_a_merged_listing_continues_one_merge() -> None:
     # One listing per bucket and page of 5 of it (a page of fewer than 5 is the last), never
     # 16 listings again for each of the 11 pages.
     assert counting.calls["list"] == sum(max(1, -(-per_bucket.get(f"{i:x}", 0) // 5)) for i in range(16))
+
+
+def test_a_mismatch_found_late_is_a_refusal_the_health_probe_survives() -> None:
+    from rlm.errors import StorageError
+    from rlm.storage.health import HealthTrackingBackend, StoreHealth
+
+    inner = MemoryBackend(namespace="spread-probe")
+    inner.put(LAYOUT_KEY, json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 1,
+                                      "hash": "sha256"}).encode())
+    health = StoreHealth(probe_interval_ms=0)
+    tracked = HealthTrackingBackend(SpreadBackend(inner, 2), health)  # not checked at open
+    assert tracked.probe() is True  # the store answered (with a refusal): reachable, no exception
+    with pytest.raises(StoreLayoutError) as err:
+        tracked.read("a-0/k")
+    assert isinstance(err.value, ConfigError) and isinstance(err.value, StorageError)
+    assert health.unreachable_since() is None
