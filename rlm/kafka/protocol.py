@@ -1,4 +1,4 @@
-"""Kafka's wire framing and the APIs the listener serves (docs/kafka-listener.md).
+"""Kafka's wire framing and the APIs the listener serves (docs/kafka-listener.md, docs/formats.md §8).
 
 A request frame is ``int32 size`` (big-endian: the byte count that follows, at most
 ``kafka.max_request_bytes``), then the request header — ``api_key int16``, ``api_version int16``,
