@@ -435,6 +435,7 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
             protection=uploaded.protection,
         )
         manifest, entries, adopted = _commit(ctx, manifest, objects, entries)
+        shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
         crash_point("after_manifest")
 
         ctx.family.append_segment(entries)

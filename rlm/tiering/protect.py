@@ -47,6 +47,29 @@ class StoreProtection:
     def __init__(self, compression: CompressionSettings | None = None, ring: KeyRing | None = None) -> None:
         self.compression = compression or CompressionSettings()
         self.ring = ring
+        # Encrypted segments' manifests this process wrote or read, by log object key (bounded
+        # LRU): the daemon's readers share this object with its copier and sync, so a lookup into
+        # a segment the process already knows costs no manifest read (docs/protection.md).
+        self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, m: SegmentManifest) -> None:
+        """Keep ``m`` (when encrypted) for :meth:`known`; a newer version of it replaces the old."""
+        if not m.encrypted:
+            return
+        with self._lock:
+            self._manifests[m.log.key] = m
+            self._manifests.move_to_end(m.log.key)
+            while len(self._manifests) > _SEGMENTS_KEPT:
+                self._manifests.popitem(last=False)
+
+    def known(self, log_key: str) -> SegmentManifest | None:
+        """The remembered manifest of the segment whose log object is ``log_key``, or None."""
+        with self._lock:
+            hit = self._manifests.get(log_key)
+            if hit is not None:
+                self._manifests.move_to_end(log_key)
+            return hit
 
     @classmethod
     def from_settings(cls, remote: RemoteSettings) -> StoreProtection:
@@ -144,30 +167,19 @@ class EntryOpener:
     """Readers' side: stored entry bytes → the entry's batches, knowing only the entry's object key.
 
     An encrypted entry needs its segment's manifest (the wrapped data key, the attempt bound into
-    the entry): read once per segment per process (``manifest_for``; bounded LRU) from the key
-    layout of rlm/tiering/keys.py. Plain and compressed-only entries need nothing but the entry.
+    the entry): the one :class:`StoreProtection` remembers (the daemon's copier and sync feed it),
+    else read once per segment per process (``manifest_for``) from the key layout of
+    rlm/tiering/keys.py. Plain and compressed-only entries need nothing but the entry.
     """
 
     def __init__(self, protection: StoreProtection, read: Callable[[str], bytes]) -> None:
         self.protection = protection
         self._read = read  # whole object by key (with retries): the manifest
-        self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def remember(self, m: SegmentManifest) -> None:
-        """Seed the cache with a manifest the caller already holds (no store read later)."""
-        with self._lock:
-            self._manifests[m.log.key] = m
-            self._manifests.move_to_end(m.log.key)
-            while len(self._manifests) > _SEGMENTS_KEPT:
-                self._manifests.popitem(last=False)
 
     def manifest_for(self, log_key: str) -> SegmentManifest:
-        with self._lock:
-            hit = self._manifests.get(log_key)
-            if hit is not None:
-                self._manifests.move_to_end(log_key)
-                return hit
+        hit = self.protection.known(log_key)
+        if hit is not None:
+            return hit
         manifest_key = keys.manifest_key_of_data_key(log_key)
         if manifest_key is None:
             raise StorageError("an encrypted entry's object key is not a segment data key: its "
@@ -176,7 +188,7 @@ class EntryOpener:
         if m.log.key != log_key:
             raise StorageError(f"the segment's manifest names log object {m.log.key}, not this one "
                                "(an uncommitted attempt's entry)", file=log_key)
-        self.remember(m)
+        self.protection.remember(m)
         return m
 
     def open(self, entry: RemoteLogIndexEntry, stored: bytes, *, log_key: str) -> bytes:

@@ -106,7 +106,9 @@ class RemoteState:
 
     def read_manifest(self, key: str) -> SegmentManifest:
         """One manifest; FormatError names ``key`` when it does not parse."""
-        return SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+        manifest = SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+        self.protection.remember(manifest)  # readers of this process find its data key without a GET
+        return manifest
 
     def manifest_at(self, base_offset: int) -> SegmentManifest:
         """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""
