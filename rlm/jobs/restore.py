@@ -43,6 +43,7 @@ from rlm.jobs.restore_files import (
 from rlm.jobs.sink import StagedDir
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     PartitionDir,
@@ -51,12 +52,13 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
+from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.lineage import Link
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.readers import PartitionNotFoundError, check_topic
-from rlm.tiering.remote_state import remote_view
+from rlm.tiering.remote_state import RemoteState, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets
 
@@ -147,8 +149,11 @@ def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionD
     ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments,
                                policy=settings.log.eligibility)
     plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
-    if ranges.log_start_offset is None or ranges.visible_end_offset is None or not links:
-        return plan, "nothing of it is tiered"
+    if not links:
+        root = keys.root(part.topic, part.partition, state.key_id)
+        return plan, f"nothing of it is tiered under {root}" + _other_incarnations(state, part)
+    if ranges.log_start_offset is None or ranges.visible_end_offset is None:
+        return plan, "nothing tiered is visible"
     chosen = _select(links, ranges.log_start_offset, ranges.visible_end_offset, start)
     if not chosen:
         what = (f"offset {start.offset}" if start.offset is not None else
@@ -157,6 +162,19 @@ def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionD
                       f"records at or after {what} (tiered: {remote_start}-{highest})")
     return PartitionPlan(part.topic, part.partition, part.topic_id, state, tuple(chosen),
                          ranges.log_start_offset), None
+
+
+def _other_incarnations(state: RemoteState, part: PartitionDir) -> str:
+    """When the directory's incarnation has nothing tiered: the topic ids the store holds data of
+    for the partition (one listing), so a directory re-made after a lost disk can name one."""
+    listing = state.list_prefix(keys.id_roots_prefix(part.topic, part.partition))
+    found = sorted({root.topic_id for info in listing
+                    if (root := keys.parse_root(info.key)) is not None and root.topic_id is not None
+                    and root.topic_id != state.key_id})
+    if not found:
+        return ""
+    return (f"; the store holds the incarnation(s) with topic id {', '.join(found)}: to restore one, "
+            f"put its {PARTITION_METADATA} into {part.path} (docs/restore.md)")
 
 
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:

@@ -574,3 +574,26 @@ def test_a_missing_stored_index_is_rebuilt_the_other_kept_as_stored(tmp_path: Pa
     time_name = naming.segment_file_name(base, naming.TIME_INDEX)
     assert (restored / time_name).read_bytes() == rebuild_indexes(base, list(iter_batches(log)), 4096)[1]
     assert (restored / time_name).read_bytes() != originals[time_name]
+
+
+def test_a_remade_dir_without_partition_metadata_is_told_which_ids_the_store_holds(tmp_path: Path) -> None:
+    """After a lost disk, an empty directory without ``partition.metadata`` names the name-only
+    root, where an id'd topic has nothing: the error lists the ids the store holds; with the
+    file in place the incarnation is restored."""
+    topic_id = base64.urlsafe_b64encode(bytes(range(7, 23))).decode().rstrip("=")
+    logs = tmp_path / "logs"
+    with LogWriter(logs, "lost.t", 0, segment_bytes=1024, topic_id=topic_id) as w:
+        for i in range(50):
+            w.append([RecordSpec(1_700_000_000_000 + i, b"k", f"v-{i:04d}".encode() * 5)])
+    settings = _settings([logs], {"backend": "local", "options": {"root": str(tmp_path / "s")}})
+    tier(settings)
+    originals, records = _originals([logs], {"lost.t-0"}), _records([logs])
+    shutil.rmtree(logs)
+    shutil.rmtree(logs.with_name("logs.rlm-state"))
+    (logs / "lost.t-0").mkdir(parents=True)
+    backend = create_backend("local", {"root": str(tmp_path / "s")})
+    with pytest.raises(InvalidArgumentError, match=rf"holds the incarnation\(s\) with topic id {topic_id}"):
+        restore(settings, backend, "lost.t", tmp_path / "out")
+    (logs / "lost.t-0" / PARTITION_METADATA).write_bytes(format_partition_metadata(topic_id))
+    result = restore(settings, backend, "lost.t", tmp_path / "out").to_json()
+    _assert_restored(tmp_path / "out", originals, records, result)
