@@ -38,7 +38,7 @@ from rlm.logdir.scan import (
     list_segments,
 )
 from rlm.logdir.writer import LogWriter
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from tests.jobs.helpers import corrupt_one_object
@@ -59,7 +59,8 @@ def _settings(log_dirs: list[Path], store: dict[str, Any], **tiering: Any) -> Se
 
 def _tiered(settings: Settings) -> set[str]:
     """The partition dir names the store holds data of (any root)."""
-    backend = create_backend(settings.remote.backend, settings.remote.options)
+    remote = settings.remote
+    backend = open_backend(remote.backend, remote.options, remote.prefix_spread)
     roots = (keys.parse_root(info.key) for info in backend.list(""))
     return {f"{r.topic}-{r.partition}" for r in roots if r is not None}
 
@@ -233,13 +234,15 @@ def test_every_codec_restores_byte_for_byte_and_decodes(tmp_path: Path, parallel
 
 
 @pytest.mark.s3
-def test_restore_from_s3(tmp_path: Path, s3_target: Any) -> None:
-    store = {"backend": "s3", "options": s3_target.options()}
+@pytest.mark.parametrize("spread", [0, 2])  # [remote] prefix_spread, docs/key-spread.md
+def test_restore_from_s3(tmp_path: Path, s3_target: Any, spread: int) -> None:
+    store = {"backend": "s3", "options": s3_target.options(), "prefix_spread": spread}
     settings, dirs = _generated(tmp_path, store)
     originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     _delete_local(dirs)
     cfg = write_config(tmp_path / "c.toml", dirs, backend="s3", options=s3_target.options(),
-                       topics={"follow_kafka_configs": False}, cluster={"leadership": "always"})
+                       topics={"follow_kafka_configs": False}, cluster={"leadership": "always"},
+                       prefix_spread=spread)
     proc = rlm_cli("restore", "--config", cfg, "--topic", "gen", "--out", tmp_path / "out")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     _assert_restored(tmp_path / "out", originals, records, json.loads(proc.stdout))

@@ -25,7 +25,7 @@ from rlm.formats.records import (
 )
 from rlm.logdir.scan import discover_partitions, list_segments, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering.manager import RemoteLogManager
 from tests.storage.conftest import aws_env, moto_endpoint  # noqa: F401  (fixtures for the s3 tests)
 from tests.tiering.helpers import roll_after_last
@@ -102,7 +102,8 @@ def make_settings(log_dirs: list[Path], backend: str = "local", options: dict[st
 
 
 def tier(settings: Settings) -> None:
-    manager = RemoteLogManager(settings, create_backend(settings.remote.backend, settings.remote.options))
+    remote = settings.remote  # the store as rlm opens it: with its key layout (docs/key-spread.md)
+    manager = RemoteLogManager(settings, open_backend(remote.backend, remote.options, remote.prefix_spread))
     results = manager.run_once()
     assert all(r.error is None for r in results), [r.error for r in results]
     assert any(r.copied for r in results)
