@@ -15,6 +15,10 @@ import base64
 import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,7 @@ from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import Protection, SegmentManifest
 from rlm.tiering.rewrap import manifest_keys, rewrap_store
 from tests.lookup.helpers import rlm_cli, settings_for, write_config, write_generated
+from tests.tiering.helpers import REPO
 
 A, B = "k2026a", "k2026b"
 
@@ -220,3 +225,50 @@ def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
     listed = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None)]
     assert sorted(listed) == sorted(store.data_keys)
     assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
+
+
+@pytest.mark.integration
+def test_killed_mid_run_leaves_each_manifest_old_or_new_and_a_rerun_finishes(store: Store) -> None:
+    """SIGKILL of a real `rlm rewrap` on a slow, flaky store (the faulty backend: 150 ms per call,
+    5% injected errors retried, 5% puts whose answer is lost), once it has rewritten a manifest:
+    every manifest is still whole, under A or under B with the same data key; a rerun ends all
+    under B."""
+    files = ", ".join(f'{i} = "{store.key_files[i]}"' for i in (A, B))
+    cfg = store.config_dir / "slow.toml"
+    cfg.write_text(
+        f'[log]\ndirs = ["{store.logs}"]\n[remote]\nbackend = "faulty"\n[remote.options]\ninner = "local"\n'
+        f'inner_options = {{ root = "{store.root}" }}\nlatency_ms = 150\nerror_rate = 0.05\n'
+        f'lost_ack_rate = 0.05\nseed = 7\n[remote.encryption]\nkey_files = {{ {files} }}\n'
+        f'active_key = "{B}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    proc = subprocess.Popen([sys.executable, "-m", "rlm", "rewrap", "--config", str(cfg), "--to", B,
+                             "--parallelism", "1"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None:  # kill it right after its first overwrite
+            ids = _wrap_ids(store.backend)
+            if B in ids.values():
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.01)
+    finally:
+        proc.wait(timeout=60)
+    ids = _wrap_ids(store.backend)
+    assert proc.returncode == -signal.SIGKILL and set(ids.values()) == {A, B}  # stopped midway
+    ring = store.ring(A, B)
+    for key, m in _manifests(store.backend).items():  # each whole, old or new, same data key
+        assert m.protection is not None and m.protection.encryption is not None
+        assert ring.unwrap(m.protection.encryption, where=key) == store.data_keys[key]
+    again = rlm_cli("rewrap", "--config", store.config((A, B), B), "--to", B)
+    assert again.returncode == 0, again.stderr
+    done = json.loads(again.stdout)
+    assert done["already"] >= 1 and done["already"] + done["rewrapped"] == len(store.data_keys)
+    assert set(_wrap_ids(store.backend).values()) == {B}
+
+
+def _wrap_ids(backend: StorageBackend) -> dict[str, str]:
+    out = {}
+    for key, m in _manifests(backend).items():
+        assert m.protection is not None and m.protection.encryption is not None
+        out[key] = m.protection.encryption.key_id
+    return out
