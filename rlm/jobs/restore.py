@@ -11,8 +11,9 @@ For each partition of the topic in ``log.dirs`` (the directory may have lost eve
    ``--from-timestamp`` (whole segments).
 2. **Stage** — every target ``OUT/<topic>-<partition>`` is checked first (an existing non-empty
    one is refused unless ``overwrite``), then each partition is written into a locked staging dir
-   beside it (:class:`~rlm.jobs.sink.StagedDir`) by :func:`rlm.jobs.restore_files.write_partition`,
-   every object checked against its manifest's CRC-32C; ``parallelism`` segments are read at once.
+   beside it (:class:`~rlm.jobs.sink.StagedDir`): its segments by
+   :func:`rlm.jobs.restore_files.restore_segment`, ``parallelism`` at once, every object checked
+   against its manifest's CRC-32C; then its own files by :func:`~rlm.jobs.restore_files.finish_partition`.
 3. **Commit** — only when every partition is staged: each staging dir is fsynced and renamed into
    place, then the log dir's offset checkpoints get the restored partitions' entries (atomic
    replace; other partitions' entries kept). A failure before leaves nothing in ``OUT``; a killed
@@ -216,7 +217,7 @@ def _read_checkpoints(out: Path) -> dict[str, dict[tuple[str, int], int]]:
 
 def _write_checkpoints(out: Path, current: dict[str, dict[tuple[str, int], int]],
                        done: Sequence[PartitionRestore]) -> None:
-    """Entries for the restored partitions (docs/restore.md "Checkpoints"): recovery point and
+    """Entries for the restored partitions (docs/restore.md "What comes back"): recovery point and
     high watermark = the restored log end; a log start entry only when it is above the first
     segment's base, as Kafka writes it (otherwise an old entry is removed)."""
     for p in done:
