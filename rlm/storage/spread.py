@@ -197,11 +197,15 @@ class SpreadBackend(WrappingBackend):
         """The logical key of stored ``key``; ValueError when it is not under its own bucket."""
         if not self.digits:
             return key
-        head, slash, rest = key.partition("/")
-        if not slash or head != bucket(spread_name(rest), self.digits):
+        if not self.owns(key):
             raise ValueError(f"stored key {key!r} is not under its prefix_spread = {self.digits} "
                              "hash prefix (docs/key-spread.md)")
-        return rest
+        return key.partition("/")[2]
+
+    def owns(self, key: str) -> bool:
+        """True when stored ``key`` lies under its own hash prefix (:meth:`logical` accepts it)."""
+        head, slash, rest = key.partition("/")
+        return not self.digits or (bool(slash) and head == bucket(spread_name(rest), self.digits))
 
     def _info(self, info: ObjectInfo) -> ObjectInfo:
         return replace(info, key=self.logical(info.key))
@@ -317,8 +321,9 @@ class _Cursor:
     def peek(self) -> ObjectInfo | None:
         while not self.page and not self.done:
             page = self.spread.inner.list_page(self.prefix, token=self.token, limit=self.per)
-            # A key outside its own bucket (none in a checked store) fails in logical().
-            self.page.extend(self.spread._info(o) for o in page.objects)
+            # A stored key under the wrong hash prefix names no logical key of this store (only a
+            # foreign writer leaves one): left out, as the tiering layer ignores foreign keys.
+            self.page.extend(self.spread._info(o) for o in page.objects if self.spread.owns(o.key))
             self.token = page.next_token
             self.done = page.next_token is None
         return self.page[0] if self.page else None

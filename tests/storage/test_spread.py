@@ -257,3 +257,14 @@ def test_a_mismatch_found_late_is_a_refusal_the_health_probe_survives() -> None:
         tracked.read("a-0/k")
     assert isinstance(err.value, ConfigError) and isinstance(err.value, StorageError)
     assert health.unreachable_since() is None
+
+
+def test_a_stray_stored_key_under_a_wrong_hash_prefix_is_not_listed() -> None:
+    inner = MemoryBackend()
+    spread = open_spread(inner, 1)
+    spread.put("a-0/k", b"1")
+    wrong = next(f"{i:x}" for i in range(16) if f"{i:x}" != sha_prefix("b-0", 1))
+    inner.put(f"{wrong}/b-0/k", b"foreign")  # not where spread 1 puts b-0's keys
+    assert [o.key for o in spread.list("")] == ["a-0/k"]
+    assert spread.list_page("", limit=5).keys == ["a-0/k"]
+    assert list(spread.list("b-0/")) == []
