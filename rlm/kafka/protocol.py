@@ -170,14 +170,16 @@ def parse_request(frame: bytes) -> RequestFrame:
     return RequestFrame(api, version, correlation_id, body.header.client_id, body)
 
 
-def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes:
-    """The framed response: size, header (flexible as the version says), body."""
+def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes | bytearray:
+    """The framed response: size, header (flexible as the version says), body. Record bytes are
+    copied once, into this buffer (the transport takes it as it is)."""
     body.API_VERSION = version  # before the header: the setter would write it into a request header
     body.with_header(correlation_id=correlation_id)
-    return bytes(body.encode(header=True, framed=True))
+    out: bytearray = body.encode(header=True, framed=True)
+    return out
 
 
-def unsupported_api_versions(correlation_id: int) -> bytes:
+def unsupported_api_versions(correlation_id: int) -> bytes | bytearray:
     """Kafka's answer to an ApiVersions request of a version it does not know: a **v0** response
     with UNSUPPORTED_VERSION and the served list, so the client retries with a version in it."""
     return encode_response(SERVED[API_VERSIONS_KEY], 0, correlation_id,

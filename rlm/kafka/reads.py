@@ -46,7 +46,7 @@ class FetchedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | memoryview = b""  # a zero-copy view of the read when remote: copied once, on encode
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
 
 
@@ -113,7 +113,7 @@ def fetch_partition(readers: TieredReaders, topic: str, partition: int, offset: 
     hw = _or(fetched.high_watermark, 0)
     start = _or(fetched.log_start_offset)
     if not committed:
-        return FetchedPartition(Codes.NONE, hw, -1, start, bytes(fetched.data))
+        return FetchedPartition(Codes.NONE, hw, -1, start, fetched.data)
     try:
         txns = txn.reader_txns(reader, reader.offsets())
         lso = txns.last_stable_offset(hw)
@@ -123,7 +123,7 @@ def fetch_partition(readers: TieredReaders, topic: str, partition: int, offset: 
         found = txns.aborted(kept[0].base_offset, kept[-1].last_offset + 1)
     except RlmError as err:
         return FetchedPartition(error_code(err))
-    data = bytes(fetched.data[: kept[-1].end_position])  # a prefix: the batches are contiguous
+    data = fetched.data[: kept[-1].end_position]  # a prefix: the batches are contiguous
     aborted = [(a.producer_id, a.first_offset) for a in found.entries]
     return FetchedPartition(Codes.NONE, hw, lso, start, data, aborted)
 

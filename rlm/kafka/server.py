@@ -206,7 +206,7 @@ class KafkaListener:
             if conn.close_after:
                 return
 
-    async def _answer(self, conn: _Conn, frame: bytes) -> bytes:
+    async def _answer(self, conn: _Conn, frame: bytes) -> bytes | bytearray:
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
             if self._users is None or self._users.authenticate(frame) is None:
