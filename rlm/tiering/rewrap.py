@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.errors import KeyNotFoundError, ObjectNotFoundError, RlmError
-from rlm.storage.api import StorageBackend
+from rlm.storage.api import MAX_LIST_LIMIT, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
@@ -76,18 +76,25 @@ class RewrapResult:
                 "failed": len(self.errors)}
 
 
-def manifest_keys(backend: StorageBackend, retry: RetryPolicy, topics: frozenset[str] | None
-                  ) -> Iterator[tuple[str, str | None]]:
+def manifest_keys(backend: StorageBackend, retry: RetryPolicy, topics: frozenset[str] | None, *,
+                  page_size: int = MAX_LIST_LIMIT) -> Iterator[tuple[str, str | None]]:
     """``(manifest key, etag)`` of every segment manifest in the store (every root, every
     incarnation, retired ones too: their data is as readable as any), in key order; only
     ``topics`` when given. One listing of the whole store: roots are the key's first component,
-    and a topic's name is no safe listing prefix (``t-0`` is a prefix of ``t-0x-1``)."""
-    for info in retry.call(lambda: list(backend.list(""))):
-        root = keys.parse_root(info.key)
-        if root is None or (topics is not None and root.topic not in topics):
-            continue
-        if keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id) is not None:
-            yield info.key, info.etag
+    and a topic's name is no safe listing prefix (``t-0`` is a prefix of ``t-0x-1``). Page by
+    page, each page retried on its own: only manifest keys are kept, never the whole listing."""
+    token: str | None = None
+    while True:
+        page = retry.call(lambda t=token: backend.list_page("", token=t, limit=page_size))
+        for info in page.objects:
+            root = keys.parse_root(info.key)
+            if root is None or (topics is not None and root.topic not in topics):
+                continue
+            if keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id) is not None:
+                yield info.key, info.etag
+        if page.next_token is None:
+            return
+        token = page.next_token
 
 
 class _Rewrapper:

@@ -224,6 +224,8 @@ def test_cli_refuses_a_target_the_ring_lacks(store: Store, case: str) -> None:
 def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
     listed = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None)]
     assert sorted(listed) == sorted(store.data_keys)
+    paged = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None, page_size=3)]
+    assert paged == listed  # many pages: the same keys, in the same (key) order
     assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
 
 
