@@ -402,6 +402,7 @@ def _cli_env(tmp_path: Path) -> tuple[Path, Path, dict[str, dict[str, bytes]], d
     return cfg, tmp_path / "store", originals, records
 
 
+@pytest.mark.integration  # real `rlm` subprocesses
 def test_cli_corrupt_object_existing_target_and_rlm_reads_the_restored_dir(tmp_path: Path) -> None:
     cfg, store, originals, records = _cli_env(tmp_path)
     out = tmp_path / "out"
@@ -490,6 +491,7 @@ def test_protected_store_restores_the_plaintext_segments(tmp_path: Path, encrypt
         assert not (tmp_path / "out2").exists()
 
 
+@pytest.mark.integration  # real `rlm` subprocesses
 def test_killed_restore_leaves_no_partition_and_the_next_one_sweeps_its_staging(tmp_path: Path) -> None:
     """SIGKILL after the third segment (RLM_CRASH_AT, a real subprocess): ``OUT`` holds no
     partition directory and no checkpoint, only hidden staging; the next restore removes it and
@@ -507,6 +509,7 @@ def test_killed_restore_leaves_no_partition_and_the_next_one_sweeps_its_staging(
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.integration  # real `rlm` subprocesses
 def test_killed_mid_commit_leaves_whole_partitions_and_overwrite_finishes(tmp_path: Path) -> None:
     """The renames of the commit are not one atomic step: killed between two, the partition
     already renamed is complete; a re-run refuses it unless --overwrite (docs/restore.md)."""
