@@ -80,8 +80,10 @@ def _entry_nonce(first_offset: int) -> bytes:
 
 
 def compressible(attributes: Iterable[int]) -> bool:
-    """True when none of the entry's batches (their attribute fields) is already compressed."""
-    return all(a & _CODEC_MASK == 0 for a in attributes)
+    """True unless every batch of the entry (their attribute fields) is already compressed: a
+    topic whose producers mix codecs still has uncompressed batches worth compressing (whether
+    it pays is :func:`seal_entry`'s size check)."""
+    return not all(a & _CODEC_MASK != 0 for a in attributes)
 
 
 def seal_entry(plain: Buffer, *, compress_level: int | None, key: bytes | None, binding: EntryBinding,
