@@ -17,7 +17,8 @@ Tree::
     │   ├── CheckpointError            Kafka checkpoint text files
     │   ├── CorruptMetadataRecordError a KRaft metadata record value that does not decode
     │   ├── PartitionMetadataError     a partition dir's ``partition.metadata`` (topic id)
-    │   └── CorruptObjectError         a stored object whose size / CRC-32C differs from its manifest
+    │   ├── CorruptObjectError         a stored object whose size / CRC-32C differs from its manifest
+    │   └── CorruptSnapshotError       a producer-state ``.snapshot``: version, CRC, entry count
     ├── LogDirError                    layout of a log directory (names, missing files)
     │   └── IdentityConflictError      the tiered data is not this partition's log (re-created topic)
     ├── ConfigError                    invalid configuration (exit code 2 at the CLI)
@@ -132,6 +133,11 @@ class PartitionMetadataError(FormatError):
 class CorruptObjectError(FormatError):
     """A stored object whose size or CRC-32C differs from what its manifest recorded (``rlm
     restore``, docs/restore.md): the store's copy is damaged; the error names the object key."""
+
+
+class CorruptSnapshotError(FormatError):
+    """A producer-state ``.snapshot`` (Kafka's ``ProducerStateManager``) with an unknown version,
+    a CRC-32C mismatch or an entry count that does not match its size (docs/formats.md §4.5)."""
 
 
 class LogDirError(RlmError):
