@@ -19,7 +19,7 @@ Kafka's rules, restated:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rlm.formats.offset_index import Buffer
@@ -166,10 +166,11 @@ def resolve_first(pending: PendingAbort, earlier: Iterable[TxnSummary]) -> int:
     return pending.marker_offset if first is None else first
 
 
-def open_after(summaries: Sequence[TxnSummary]) -> dict[int, int]:
+def open_after(summaries: Sequence[TxnSummary], before: Mapping[int, int] | None = None) -> dict[int, int]:
     """Producer → first offset of its transaction still open after ``summaries`` (oldest first,
-    consecutive runs): the state the last stable offset is computed from."""
-    state: dict[int, int] = {}
+    consecutive runs): the state the last stable offset is computed from. ``before``: the
+    transactions open before the first run (a producer snapshot's; none when not given)."""
+    state: dict[int, int] = dict(before or {})
     for summary in summaries:
         for pid in summary.marked:
             state.pop(pid, None)

@@ -32,7 +32,6 @@ from rlm.formats.offset_index import Buffer
 from rlm.formats.records import iter_batches
 from rlm.formats.transactions import (
     REBUILT_LAST_STABLE_OFFSET,
-    PendingAbort,
     TxnSummary,
     committed_batches,
     open_after,
@@ -47,6 +46,7 @@ from rlm.tiering import keys
 from rlm.tiering.lineage import Link
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.producer_state import open_at_local, open_at_remote, snapshot_key
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_sets import SetView
 from rlm.tiering.visibility import PartitionOffsets, batches_below
@@ -127,6 +127,9 @@ class TxnSource:
     #: Remote: the segment's manifest when it is protected (its objects are opened with it,
     #: docs/protection.md); None = stored as plaintext.
     manifest: SegmentManifest | None = None
+    #: Kafka's producer-state snapshot of the state at ``first_offset`` (local: the ``.snapshot``
+    #: path; remote: the ``producer_snapshot`` object key); None = none known.
+    snapshot: str | None = None
 
     @property
     def scanned(self) -> bool:
@@ -274,20 +277,48 @@ class PartitionTxns:
 
     def last_stable_offset(self, visible_end: int) -> int:
         """The first offset of the oldest transaction still open below ``visible_end``, or
-        ``visible_end`` when none is: producer state replayed over the local sources (all sources
-        when there is no local one), each summarized once per version of its bytes."""
-        local = [i for i, s in enumerate(self.sources) if s.tier == "local"]
-        chosen = local or list(range(len(self.sources)))
-        if not chosen:
+        ``visible_end`` when none is: producer state replayed from the newest known state at or
+        below the first local segment (:meth:`_seed`), each source summarized once per version
+        of its bytes."""
+        if not self.sources:
             return visible_end
-        summaries = [self.summary(i) for i in chosen]
-        state = open_after(summaries)
-        marked = set().union(*(s.marked for s in summaries))
-        for pid, first in state.items():
-            if pid not in marked:  # may have begun before the local log: the earlier batches say
-                pending = PendingAbort(pid, first, first, False)
-                state[pid] = resolve_first(pending, self._earlier(chosen[0]))
+        start, seed = self._seed()
+        state = open_after([self.summary(i) for i in range(start, len(self.sources))], seed)
         return min([visible_end, *state.values()])
+
+    def _snapshot(self, src: TxnSource) -> dict[int, int] | None:
+        """The transactions open at ``src.first_offset`` by its producer snapshot, or None."""
+        if src.snapshot is None:
+            return None
+        where = src.snapshot
+        if src.tier == "local":
+            version, found = open_at_local(where)
+            return _FACTS.get(("snapshot", where, version), lambda: found)  # type: ignore[no-any-return]
+        if self.backend is None:
+            raise RlmError("a remote transaction source needs a backend")
+        backend = self.backend
+        return _FACTS.get(("snapshot", where), lambda: open_at_remote(  # type: ignore[no-any-return]
+            backend, self.retry, self.protection, where, src.manifest))
+
+    def _seed(self) -> tuple[int, dict[int, int]]:
+        """``(i, state)``: the transactions open at ``sources[i].first_offset``, from the snapshot
+        of the first local source or, failing that, of the newest remote one below it that has
+        one. With none, every source is replayed from the oldest (the state before it assumed
+        empty, as Kafka assumes at its log start) and the log says so once per partition."""
+        local = [i for i, s in enumerate(self.sources) if s.tier == "local"]
+        newest = local[0] if local else len(self.sources) - 1
+        for i in range(newest, -1, -1):
+            found = self._snapshot(self.sources[i])
+            if found is not None:
+                return i, found
+        if newest > 0:
+            first = self.sources[0]
+            _FACTS.get(("replay-all", first.location, first.identity, newest), lambda: log.info(
+                "%s: no producer snapshot at or below offset %d: the last stable offset is "
+                "replayed from the batches of %d earlier segment(s), from offset %d "
+                "(docs/transactions.md)", first.location, self.sources[newest].first_offset, newest,
+                first.first_offset))
+        return 0, {}
 
 
 def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
@@ -305,7 +336,8 @@ def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
             continue
         out.append(TxnSource(seg.base_offset, last, "local", str(seg.log),
                              str(seg.txn_index) if seg.txn_index is not None else None,
-                             identity=(st.st_ino, st.st_size, st.st_mtime_ns)))
+                             identity=(st.st_ino, st.st_size, st.st_mtime_ns),
+                             snapshot=str(seg.snapshot) if seg.snapshot is not None else None))
     return out
 
 
@@ -342,24 +374,31 @@ def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> 
 # -- the partition readers' view (HTTP, CLI) ---------------------------------------------------
 
 
-def _manifest_facts(backend: StorageBackend, retry: RetryPolicy,
-                    key: str) -> tuple[bool, str | None, SegmentManifest | None]:
+_Facts = tuple[bool, str | None, SegmentManifest | None, tuple[int, str] | None]
+
+
+def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _Facts:
     """Whether the manifest committing the log object ``key`` captured its aborted transactions,
-    the key of the stored entries (None: none stored) and the manifest when it is protected."""
+    the key of the stored entries (None: none stored), the manifest when it is protected and
+    ``(offset, key)`` of its producer snapshot (None: none usable, see ``snapshot_key``)."""
     root = keys.parse_root(key)
     ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
     if root is None or ref is None:
-        return False, None, None
+        return False, None, None, None
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
         manifest = SegmentManifest.from_json(retry.call(lambda: backend.read(mkey)), key=mkey)
     except ObjectNotFoundError:
-        return False, None, None  # deleted by retention meanwhile: scan what is still readable
+        return False, None, None, None  # deleted by retention meanwhile: scan what is still readable
     protected = manifest if manifest.protection is not None else None
-    if manifest.attempt_id != ref.attempt_id or manifest.txn_index is None:
-        return False, None, protected
+    if manifest.attempt_id != ref.attempt_id:
+        return False, None, protected, None
+    snap = snapshot_key(manifest, manifest.base_offset)
+    snapshot = (manifest.base_offset, snap) if snap is not None else None
+    if manifest.txn_index is None:
+        return False, None, protected, snapshot
     stored = manifest.objects.get("txn_index")
-    return True, stored.key if stored is not None else None, protected
+    return True, stored.key if stored is not None else None, protected, snapshot
 
 
 def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
@@ -396,10 +435,11 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         if (local_start is not None and first >= local_start) or first >= end:
             continue
         key = res.backend.key_for_url(url)
-        captured, txn_key, protected = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
+        captured, txn_key, protected, snap = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
             res.backend, res.retry, k))
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
-        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,), protected))
+        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,), protected,
+                                 snap[1] if snap is not None and snap[0] == first else None))
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
     return PartitionTxns(sources, res.backend, res.retry, res.protection)
 
@@ -431,7 +471,8 @@ def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visibl
         sources.append(TxnSource(link.first_offset, min(link.last_offset, below - 1), "remote",
                                  m.log.key, stored.key if stored is not None else None,
                                  m.txn_index is not None, (m.log.key,),
-                                 m if m.protection is not None else None))
+                                 m if m.protection is not None else None,
+                                 snapshot_key(m, link.first_offset)))
     return sources + local_sources(segments, visible_end, local_start or 0)
 
 

@@ -1,0 +1,235 @@
+"""The last stable offset when an open transaction began in tiered segments (docs/transactions.md,
+"The last stable offset"): read_committed matches the kafka-python oracle whatever the number of
+local segments (0..3), with and without Kafka's producer-state snapshots, in process and through
+the job planner; a snapshot is trusted where it applies (local beside the first local segment, or
+the uploaded one of a remote segment), a damaged one is not, and with snapshots the remote
+segments' batches are not read to find the LSO.
+
+Snapshots are crafted with ``struct`` from the layout Kafka documents, their content computed by
+replaying the batches as kafka-python decodes them — independent of rlm's parser and replay."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import pytest
+from kafka.record.memory_records import MemoryRecords
+
+from rlm.config import Settings, settings_from_mapping
+from rlm.formats import naming
+from rlm.jobs.decode import iter_task_records, read_task_bytes
+from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.logdir.scan import list_segments
+from rlm.storage.local import LocalBackend
+from rlm.tiering import isolation as txn
+from rlm.tiering import keys
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.readers import TieredReaders
+from tests.lookup.helpers import delete_local_segments
+from tests.tiering.txn_helpers import ABORT, COMMIT, Oracle, write_txn_log
+
+FAKE_PID = 7777  # a producer that never writes: only a snapshot can say it is open
+LIE_AT = 17  # where its transaction began: below every true LSO of these logs
+
+Row = tuple[int, bytes | None, bytes | None]
+
+
+class CountingBackend(LocalBackend):
+    """The local backend, remembering every ranged read (key, start, end)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.reads: list[tuple[str, int, int | None]] = []
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        self.reads.append((key, start, end))
+        return super()._read(key, start, end)
+
+    def whole_log_reads(self) -> list[str]:
+        return [k for k, start, end in self.reads if k.endswith(keys.LOG) and start == 0 and end is None]
+
+
+def open_at(partition_dir: Path) -> dict[int, dict[int, int]]:
+    """Segment base → producer → first offset of its transaction open before that base, replayed
+    from kafka-python's decoding of every batch."""
+    out: dict[int, dict[int, int]] = {}
+    state: dict[int, int] = {}
+    for log in sorted(partition_dir.glob("*.log")):
+        out[int(log.stem)] = dict(state)
+        records = MemoryRecords(log.read_bytes())
+        while (b := records.next_batch()) is not None:
+            if b.producer_id < 0 or not b.is_transactional:
+                continue
+            if b.is_control_batch:
+                key = next(iter(b)).key
+                if struct.unpack(">hh", key[:4])[1] in (ABORT, COMMIT):
+                    state.pop(b.producer_id, None)
+            else:
+                state.setdefault(b.producer_id, b.base_offset)
+    return out
+
+
+def snapshot_bytes(open_txns: dict[int, int]) -> bytes:
+    """A version-1 snapshot naming ``open_txns`` (other fields: plausible constants)."""
+    entries = [struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, 1_700_000_000_000, 0, first)
+               for pid, first in sorted(open_txns.items())]
+    body = struct.pack(">i", len(entries)) + b"".join(entries)
+    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def write_snapshots(partition_dir: Path,
+                    lie: dict[int, dict[int, int]] | None = None) -> dict[int, dict[int, int]]:
+    """``<base>.snapshot`` beside every segment, as Kafka writes them at each roll (``lie``: extra
+    open transactions added to some bases)."""
+    states = open_at(partition_dir)
+    for base, state in states.items():
+        state = {**state, **(lie or {}).get(base, {})}
+        (partition_dir / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(snapshot_bytes(state))
+    return states
+
+
+@dataclass
+class Layout:
+    settings: Settings
+    store: Path
+    part: Path
+    oracle: Oracle
+    bases: list[int]
+
+
+def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool,
+           lie: dict[int, dict[int, int]] | None = None) -> Layout:
+    """A transactional partition tiered, then its local segments deleted but the newest ``keep``."""
+    logs, store = tmp / "logs", tmp / "store"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=leave_open)
+    part = logs / "txn-0"
+    if snapshots:
+        write_snapshots(part, lie)
+    bases = [s.base_offset for s in list_segments(part)]
+    # With no local segment left the active one is gone too: the log ends where the tiered data does.
+    oracle = Oracle.of(part, high_watermark=bases[-1] if keep == 0 else None)
+    s = settings_from_mapping({
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {"backend": "local", "options": {"root": str(store)}},
+        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp / "state"), "index_entry_bytes": 2_000}})
+    assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
+    delete_local_segments(part, keep_last=keep)
+    return Layout(s, store, part, oracle, bases)
+
+
+def read_in_process(lay: Layout, start: int = 0) -> tuple[list[Row], int]:
+    readers = TieredReaders(lay.settings, LocalBackend(root=str(lay.store)))
+    offset, got = start, []
+    while True:
+        res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
+        got += [(r.offset, r.key, r.value) for b in res.batches if not b.is_control
+                for r in res.records(b, from_requested=True)]
+        if res.next_offset == offset:
+            return got, offset
+        offset = res.next_offset
+
+
+def read_planned(lay: Layout) -> list[Row]:
+    plan = plan_read(lay.settings, ["txn"], isolation="read_committed", target_bytes=4_000)
+    spec = BackendSpec.from_settings(lay.settings)
+    return sorted((r[2], r[0], r[1]) for t in plan.tasks
+                  for r in iter_task_records(t, read_task_bytes(t, spec)))
+
+
+def lso(lay: Layout, backend: LocalBackend | None = None) -> int:
+    reader = TieredReaders(lay.settings, backend or LocalBackend(root=str(lay.store))).reader("txn", 0)
+    ranges = reader.offsets()
+    assert ranges.visible_end_offset is not None
+    return txn.reader_txns(reader, ranges).last_stable_offset(ranges.visible_end_offset)
+
+
+@pytest.mark.parametrize("snapshots", [False, True], ids=["no-snapshots", "snapshots"])
+@pytest.mark.parametrize("leave_open", [True, False], ids=["open", "settled"])
+@pytest.mark.parametrize("keep", [0, 1, 2, 3])
+def test_read_committed_matches_the_oracle_in_every_layout(tmp_path: Path, keep: int, leave_open: bool,
+                                                           snapshots: bool) -> None:
+    lay = layout(tmp_path, keep, leave_open, snapshots=snapshots)
+    expected = [(r.offset, r.key, r.value) for r in lay.oracle.committed]
+    got, end = read_in_process(lay)
+    assert end == lay.oracle.last_stable_offset
+    assert got == expected
+    assert read_planned(lay) == expected
+
+
+def test_the_reproduced_layout_has_a_transaction_only_the_tiered_batches_show(tmp_path: Path) -> None:
+    """The bug's shape, checked independently: with one local segment, a producer's transaction
+    open at the end began in a tiered segment and that producer wrote nothing locally."""
+    lay = layout(tmp_path, 1, True, snapshots=False)
+    logs = tmp_path / "full"  # the same log again, whole
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    full = logs / "txn-0"
+    local_base = lay.bases[-1]
+    opened = open_at(full)[local_base]
+    assert lay.oracle.last_stable_offset in opened.values()
+    local_pids = set()
+    records = MemoryRecords((full / naming.segment_file_name(local_base, naming.LOG)).read_bytes())
+    while (b := records.next_batch()) is not None:
+        local_pids.add(b.producer_id)
+    culprit = [pid for pid, first in opened.items() if first == lay.oracle.last_stable_offset]
+    assert culprit and not set(culprit) & local_pids
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_a_local_snapshot_is_trusted_and_spares_the_remote_batches(tmp_path: Path, keep: int) -> None:
+    probe = layout(tmp_path / "probe", keep, True, snapshots=False)
+    first_local = probe.bases[-keep]
+    lay = layout(tmp_path / "lie", keep, True, snapshots=True, lie={first_local: {FAKE_PID: LIE_AT}})
+    counting = CountingBackend(root=str(lay.store))
+    assert lso(lay, counting) == LIE_AT
+    assert counting.whole_log_reads() == []  # no remote segment replayed
+    honest = layout(tmp_path / "honest", keep, True, snapshots=True)
+    counting = CountingBackend(root=str(honest.store))
+    assert lso(honest, counting) == honest.oracle.last_stable_offset
+    assert counting.whole_log_reads() == []
+    # Without snapshots the same answer needs every remote segment's batches.
+    counting = CountingBackend(root=str(probe.store))
+    assert lso(probe, counting) == probe.oracle.last_stable_offset
+    assert len(counting.whole_log_reads()) == len(probe.bases) - keep
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_the_uploaded_snapshot_of_a_remote_segment_is_used_when_no_local_one_applies(tmp_path: Path,
+                                                                                     keep: int) -> None:
+    lay = layout(tmp_path, keep, True, snapshots=True, lie=None)
+    remote_base = lay.bases[-2]  # the newest tiered segment: below the first local one, or the last
+    lay = layout(tmp_path / "lie", keep, True, snapshots=True, lie={remote_base: {FAKE_PID: LIE_AT}})
+    if keep:  # the first local segment's own snapshot would answer first
+        (lay.part / naming.segment_file_name(lay.bases[-keep], naming.SNAPSHOT)).unlink()
+    counting = CountingBackend(root=str(lay.store))
+    assert lso(lay, counting) == LIE_AT
+    assert len(counting.whole_log_reads()) == 1  # only the segment the snapshot describes
+    got, end = read_in_process(lay)
+    assert end <= LIE_AT and all(offset < LIE_AT for offset, _, _ in got)
+    assert all(offset < LIE_AT for offset, _, _ in read_planned(lay))
+
+
+def test_a_damaged_snapshot_is_not_trusted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lay = layout(tmp_path, 2, True, snapshots=True, lie=None)
+    local = lay.part / naming.segment_file_name(lay.bases[-2], naming.SNAPSHOT)
+    data = bytearray(snapshot_bytes({FAKE_PID: 3}))
+    data[-1] ^= 0xFF  # the CRC no longer matches: its claim must not lower the LSO
+    local.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.producer_state"):
+        got, end = read_in_process(lay)
+    assert end == lay.oracle.last_stable_offset
+    assert got == [(r.offset, r.key, r.value) for r in lay.oracle.committed]
+    assert any(str(local) in m and "crc" in m for m in caplog.messages)
+
+
+def test_without_any_snapshot_the_full_replay_is_logged(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    lay = layout(tmp_path, 1, True, snapshots=False)
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
+        assert lso(lay) == lay.oracle.last_stable_offset
+    assert any("no producer snapshot" in m and f"{len(lay.bases) - 1} earlier segment" in m
+               for m in caplog.messages)
