@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rlm.config import RemoteSettings
 from rlm.config.protection import CompressionSettings
@@ -52,6 +53,7 @@ class StoreProtection:
         # a segment the process already knows costs no manifest read (docs/protection.md).
         self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
         self._lock = threading.Lock()
+        self._settings: RemoteSettings | None = None  # what from_settings built it from (pickling)
 
     def remember(self, m: SegmentManifest) -> None:
         """Keep ``m`` (when encrypted) for :meth:`known`; a newer version of it replaces the old."""
@@ -73,7 +75,20 @@ class StoreProtection:
 
     @classmethod
     def from_settings(cls, remote: RemoteSettings) -> StoreProtection:
-        return cls(remote.compression, KeyRing.from_settings(remote.encryption))
+        made = cls(remote.compression, KeyRing.from_settings(remote.encryption))
+        made._settings = remote
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what built it (job executors get a :class:`RemoteState` with it): the
+        settings, whose key files the executor reads itself, so no key material is shipped; the
+        lock and the manifest cache stay behind."""
+        if self._settings is not None:
+            return StoreProtection.from_settings, (self._settings,)
+        if self.ring is not None:
+            raise TypeError("a StoreProtection with a key ring not built from settings is not "
+                            "picklable: it would ship key material")
+        return StoreProtection, (self.compression, None)
 
     @property
     def encrypts(self) -> bool:

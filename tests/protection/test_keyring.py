@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from rlm.config import settings_from_mapping
 from rlm.errors import ConfigError, FormatError, KeyNotFoundError, WrongKeyError
 from rlm.tiering.keyring import KeyRing, WrappedKey
 from rlm.tiering.manifest import Protection, SegmentManifest, StoredObject
+from rlm.tiering.protect import StoreProtection
 
 
 def key_file(tmp_path: Path, name: str, raw: bytes | None = None) -> Path:
@@ -126,3 +128,24 @@ def test_manifest_protection_field() -> None:
     assert not m.same_segment_as(plain)  # plaintext CRC 7 ≠ 1234
     with pytest.raises(FormatError, match="protection"):
         SegmentManifest.from_json(m.to_json().replace(b'"zstd"', b'"lz9"'))
+
+
+def test_store_protection_pickles_as_its_settings_never_its_keys(tmp_path: Path) -> None:
+    """Job executors receive a RemoteState carrying the StoreProtection: it travels as the
+    settings (the executor reads the key files itself), never as key bytes, lock or cache."""
+    path = tmp_path / "k1"
+    raw = os.urandom(32)
+    path.write_text(base64.b64encode(raw).decode())
+    encryption = {"key_files": {"k1": str(path)}, "active_key": "k1"}
+    s = settings_from_mapping({"log": {"dirs": [str(tmp_path / "logs")]},
+                               "remote": {"backend": "local", "options": {"root": str(tmp_path / "s")},
+                                          "encryption": encryption}})
+    protection = StoreProtection.from_settings(s.remote)
+    data_key, wrapped = protection.ring.new_data_key() if protection.ring else (b"", None)
+    blob = pickle.dumps(protection)
+    assert raw not in blob and data_key not in blob
+    copy = pickle.loads(blob)
+    assert copy.ring is not None and wrapped is not None and copy.ring.unwrap(wrapped, where="t") == data_key
+    with pytest.raises(TypeError, match="key material"):
+        pickle.dumps(StoreProtection(ring=KeyRing({"k1": raw}, "k1")))
+    assert pickle.loads(pickle.dumps(StoreProtection())).ring is None
