@@ -40,6 +40,14 @@ def machine() -> str:
             f"Python {platform.python_version()} on {platform.system()} {platform.release()}")
 
 
+def command_line(argv: Sequence[str] | None = None, *, env: str = "") -> str:
+    """How the running bench was invoked, as BENCHMARKS.md shows it: ``[env ].venv/bin/python
+    bench/<script> <args>`` (``argv``: the arguments, default ``sys.argv[1:]``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    script = Path(sys.argv[0]).name
+    return " ".join([*([env] if env else []), ".venv/bin/python", f"bench/{script}", *args])
+
+
 def record(section: str, entry: str, *, intro: str = "") -> None:
     """Append ``entry`` at the end of ``section`` in BENCHMARKS.md (created, with ``intro``, if
     missing). Re-reads the file right before writing: other benches append their own sections."""

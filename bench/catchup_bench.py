@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import machine, record, template_batch, write_rolled_partition
+from bench.benchlib import command_line, machine, record, template_batch, write_rolled_partition
 
 SECTION = "## Catch-up reads"
 TOPIC, BUCKET = "catchup", "rlm-catchup"
@@ -470,7 +470,7 @@ def report(rig: Rig, args: argparse.Namespace, results: list[Result],
     print(table)
     if args.no_record:
         return
-    cmd = ".venv/bin/python bench/catchup_bench.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    cmd = command_line()
     entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB remote-only "
              f"(~16 KiB batches), S3 = SeaweedFS `weed server` on loopback\n\n"
              f"- machine: {machine()}; shared with other engineers' jobs\n- command: `{cmd}`\n"

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka.record.memory_records import MemoryRecords  # C implementation (aiokafka._crecords)
 
-from bench.benchlib import machine, record
+from bench.benchlib import command_line, machine, record
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats.compression import Compression
 from rlm.formats.records import Header, RecordSpec
@@ -279,7 +279,7 @@ def report(results: dict[str, Any], mb: float, tasks: int, args: argparse.Namesp
     if args.record:
         entry = (f"### {time.strftime('%Y-%m-%d')} — {args.partitions} partitions x {args.mib} MiB, "
                  f"{rows:,} records, {tasks} tasks\n\n- machine: {machine()}\n- command: "
-                 f"`.venv/bin/python bench/export_bench.py {' '.join(sys.argv[1:])}`\n"
+                 f"`{command_line()}`\n"
                  f"- rows identical across contenders: {identical} (sha256 {doc['digest']}…); "
                  f"load average after the run: {doc['load_average']}\n\n"
                  + "\n".join(table) + "\n")

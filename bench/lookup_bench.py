@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchlib import S3_SERVERS, machine, record, s3_server  # noqa: E402
+from bench.benchlib import S3_SERVERS, command_line, machine, record, s3_server  # noqa: E402
 from rlm.testing.counting import CountingBackend  # noqa: E402
 
 SECTION = "## Lookup latency"
@@ -213,8 +213,7 @@ def main() -> int:
         table = "\n".join([header, *lines])
         print(table)
         if not args.no_record:
-            cmd = "AWS_DEFAULT_REGION=us-east-1 .venv/bin/python bench/lookup_bench.py" + (
-                " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+            cmd = command_line(env="AWS_DEFAULT_REGION=us-east-1")
             entry = (f"\n### {dt.date.today().isoformat()} — {len(segments)} segments, "
                      f"{size / 2**20:.1f} MiB, "
                      f"{len(records):,} records; {len(segments) - keep} segments remote only "

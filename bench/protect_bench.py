@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import machine, record, write_rolled_partition
+from bench.benchlib import command_line, machine, record, write_rolled_partition
 from bench.catchup_bench import CPU_PIDS, TOPIC, Result, Rig, api_process, records_read, stream_read, timed
 
 SECTION = "## Protection: compression + encryption"
@@ -245,7 +245,7 @@ def report(args: argparse.Namespace, best: dict[str, Result], sizes: dict[str, t
     print(table)
     if args.no_record:
         return
-    cmd = ".venv/bin/python bench/protect_bench.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    cmd = command_line()
     entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB "
              f"({log_bytes / 1e6:,.0f} MB of JSON order events, {args.templates} distinct ~16 KiB batches, "
              f"{args.producer_zstd:.0%} producer-compressed), zstd level {args.level} + AES-256-GCM "

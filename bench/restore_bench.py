@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH, as the other benches
 
-from bench.benchlib import machine, record, s3_server, template_batch, write_rolled_partition
+from bench.benchlib import command_line, machine, record, s3_server, template_batch, write_rolled_partition
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.jobs.restore import restore
@@ -159,12 +159,12 @@ def _report(args: argparse.Namespace, segments: int, mib: float, times: dict[str
     table = "\n".join(lines)
     print(table)
     if args.record:
-        cmd = " ".join(["bench/restore_bench.py", *sys.argv[1:]])
+        cmd = command_line()
         entry = (f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} — {args.partitions} partitions x "
                  f"{args.segments} segments x {args.segment_mib} MiB ({segments} objects, {mib:.0f} MiB), "
                  f"{args.store}, {args.latency_ms:g} ms added per read, median of {args.rounds} rounds"
                  f"\n\n- machine: {machine()}\n"
-                 f"- command: `.venv/bin/python {cmd}`\n\n" + table + "\n")
+                 f"- command: `{cmd}`\n\n" + table + "\n")
         record("## Restore", entry, intro="`bench/restore_bench.py` (docs/restore.md): `rlm restore` "
                "vs a plain sequential download of the same `.log` objects, same run, same store.")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH, as the other benches
 
-from bench.benchlib import machine, record, s3_server
+from bench.benchlib import command_line, machine, record, s3_server
 from rlm.cli.generate import generate_log_dir
 from rlm.config import settings_from_mapping
 from rlm.storage.registry import create_backend
@@ -130,10 +130,10 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     table = "\n".join(lines)
     print(table)
     if args.record:
-        cmd = " ".join(["bench/spread_bench.py", *sys.argv[1:]])
+        cmd = command_line()
         entry = (f"### {dt.datetime.now(dt.UTC):%Y-%m-%d} — {args.partitions} partitions, "
                  f"{base['segments']} segments, {args.store}\n\n- machine: {machine()}\n"
-                 f"- command: `.venv/bin/python {cmd}`\n- store requests (counted below the mapping) "
+                 f"- command: `{cmd}`\n- store requests (counted below the mapping) "
                  "and wall times as ratios to spread 0, same run:\n\n" + table + "\n")
         record("## Key prefix spread", entry, intro="`bench/spread_bench.py` (docs/key-spread.md).")
 
