@@ -61,7 +61,7 @@ from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.seal import upload_attempt
 from rlm.tiering.state import PartitionContext
-from rlm.tiering.txn_capture import TxnCapture, capture_txn_index
+from rlm.tiering.txn_capture import TxnCapture, capture_txn_index, state_before_copy
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,9 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
                                          last.last_offset),
             source_base_offset=segment.base_offset if prep.source_position is not None else None,
             source_position=prep.source_position,
-            txn_index=prep.txn.manifest_field() if prep.txn is not None else None,
+            txn_index=prep.txn.manifest_field(state_before_copy(
+                segment, pinned, base, prep.source_position is not None, ctx.manifests))
+            if prep.txn is not None else None,
             protection=uploaded.protection,
         )
         manifest, entries, adopted = _commit(ctx, manifest, objects, entries)

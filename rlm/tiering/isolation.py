@@ -14,14 +14,17 @@ A read_committed fetch is (1) bounded by the last stable offset (:meth:`Partitio
 (2) given the aborted transactions Kafka's broker would list for it (:func:`collect_aborted` from
 the fetch's segment on, until an entry proves the list complete), (3) filtered with a Kafka
 consumer's rules (:func:`committed_batches`): aborted batches and control batches are dropped.
+The last stable offset is replayed from a known producer state — a copy's recorded
+``open_at_end`` or Kafka's producer snapshot (:mod:`rlm.tiering.producer_state`) — at or below
+the first local segment, never from the local segments alone (a transaction opened in a tiered
+segment by a producer silent since would be missed).
 """
 
 from __future__ import annotations
 
 import logging
 import mmap
-import threading
-from collections import OrderedDict
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,16 +42,16 @@ from rlm.formats.transactions import (
     summarize,
 )
 from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
-from rlm.tiering.lineage import Link
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.producer_state import open_at_local, open_at_remote, snapshot_key
+from rlm.tiering.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_sets import SetView
+from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources, plan_sources
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
 __all__ = [
@@ -70,7 +73,6 @@ log = logging.getLogger(__name__)
 
 Isolation = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[Isolation, ...] = ("read_uncommitted", "read_committed")
-_CACHE_ENTRIES = 4096
 
 
 def check_isolation(value: str) -> Isolation:
@@ -81,60 +83,6 @@ def check_isolation(value: str) -> Isolation:
     if value == "read_uncommitted":
         return "read_uncommitted"
     raise InvalidArgumentError(f"isolation {value!r} must be read_uncommitted or read_committed")
-
-
-class _Lru:
-    """A small thread-safe LRU of immutable facts about immutable bytes (keys say which bytes)."""
-
-    def __init__(self, size: int) -> None:
-        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.size = size
-
-    def get(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        value = load()
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return value
-
-
-_FACTS = _Lru(_CACHE_ENTRIES)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnSource:
-    """One segment's batches with offsets in ``[first_offset, last_offset]`` (inclusive).
-
-    ``tier`` local: ``location`` is the ``.log`` path, ``txn_index`` the broker's ``.txnindex``
-    path (None when absent). Remote: ``location`` is the log object's key; ``captured`` says its
-    manifest has ``txn_index`` (then ``txn_index`` is the entries object's key, None for none).
-    ``identity`` tells one version of the bytes from another (cache key).
-    """
-
-    first_offset: int
-    last_offset: int
-    tier: Literal["local", "remote"]
-    location: str
-    txn_index: str | None = None
-    captured: bool = False
-    identity: tuple[Any, ...] = ()
-    #: Remote: the segment's manifest when it is protected (its objects are opened with it,
-    #: docs/protection.md); None = stored as plaintext.
-    manifest: SegmentManifest | None = None
-    #: Kafka's producer-state snapshot of the state at ``first_offset`` (local: the ``.snapshot``
-    #: path; remote: the ``producer_snapshot`` object key); None = none known.
-    snapshot: str | None = None
-
-    @property
-    def scanned(self) -> bool:
-        """Whether its aborted transactions come from scanning its batches."""
-        return self.txn_index is None and not (self.tier == "remote" and self.captured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +138,7 @@ class PartitionTxns:
             except RlmError as err:
                 raise err.in_file(src.location) if err.file is None else err from err
 
-        found: TxnSummary = _FACTS.get(
+        found: TxnSummary = FACTS.get(
             ("summary", src.location, src.identity, src.first_offset, src.last_offset), load)
         return found
 
@@ -220,7 +168,7 @@ class PartitionTxns:
                 log.warning("%s: %s; scanning the segment's control batches instead", index_key, err)
                 return None
 
-        found: list[AbortedTxn] | None = _FACTS.get(("txnindex", index_key, src.identity), load)
+        found: list[AbortedTxn] | None = FACTS.get(("txnindex", index_key, src.identity), load)
         if found is None:
             return None
         return [e for e in found if src.first_offset <= e.last_offset <= src.last_offset]
@@ -243,7 +191,7 @@ class PartitionTxns:
         if [(e.producer_id, e.last_offset) for e in stored] == markers:
             return stored
         src = self.sources[i]
-        _FACTS.get(("mismatch", src.txn_index, src.identity), lambda: log.warning(
+        FACTS.get(("mismatch", src.txn_index, src.identity), lambda: log.warning(
             "%s: its entries do not name the segment's %d ABORT markers; scanning the segment's "
             "control batches instead (docs/transactions.md)", src.txn_index, len(markers)))
         return None
@@ -292,53 +240,50 @@ class PartitionTxns:
             return None
         where = src.snapshot
         if src.tier == "local":
-            version, found = open_at_local(where)
-            return _FACTS.get(("snapshot", where, version), lambda: found)  # type: ignore[no-any-return]
+            try:
+                st = os.stat(where)
+            except FileNotFoundError:
+                return None
+            return FACTS.get(("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),  # type: ignore[no-any-return]
+                             lambda: open_at_local(where))
         if self.backend is None:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
-        return _FACTS.get(("snapshot", where), lambda: open_at_remote(  # type: ignore[no-any-return]
+        return FACTS.get(("snapshot", where), lambda: open_at_remote(  # type: ignore[no-any-return]
             backend, self.retry, self.protection, where, src.manifest))
 
+    def _state_before(self, i: int) -> dict[int, int] | None:
+        """The transactions open before ``sources[i]`` (``i == len``: after the last), if known:
+        recorded by the copy of the source before it, or by a producer snapshot at its start."""
+        if i > 0 and self.sources[i - 1].open_at_end is not None:
+            return dict(self.sources[i - 1].open_at_end or ())
+        if i < len(self.sources):
+            if self.sources[i].first_offset == 0:
+                return {}  # nothing lies below offset 0
+            return self._snapshot(self.sources[i])
+        return None
+
     def _seed(self) -> tuple[int, dict[int, int]]:
-        """``(i, state)``: the transactions open at ``sources[i].first_offset``, from the snapshot
-        of the first local source or, failing that, of the newest remote one below it that has
-        one. With none, every source is replayed from the oldest (the state before it assumed
-        empty, as Kafka assumes at its log start) and the log says so once per partition."""
+        """``(i, state)``: the transactions open before ``sources[i]``, for the newest ``i`` at or
+        below the first local source (with none: after the last source) whose state is known —
+        no remote source is then replayed when the first local segment's snapshot or the last
+        remote segment's recorded state answers. With none, every source is replayed from the
+        oldest (the state before it assumed empty, as Kafka assumes at its log start)."""
         local = [i for i, s in enumerate(self.sources) if s.tier == "local"]
-        newest = local[0] if local else len(self.sources) - 1
+        newest = local[0] if local else len(self.sources)
         for i in range(newest, -1, -1):
-            found = self._snapshot(self.sources[i])
+            found = self._state_before(i)
             if found is not None:
-                return i, found
-        if newest > 0:
-            first = self.sources[0]
-            _FACTS.get(("replay-all", first.location, first.identity, newest), lambda: log.info(
-                "%s: no producer snapshot at or below offset %d: the last stable offset is "
-                "replayed from the batches of %d earlier segment(s), from offset %d "
-                "(docs/transactions.md)", first.location, self.sources[newest].first_offset, newest,
-                first.first_offset))
-        return 0, {}
-
-
-def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
-                  from_offset: int = 0) -> list[TxnSource]:
-    """Sources for the local segments holding offsets in ``[from_offset, visible_end)``."""
-    out: list[TxnSource] = []
-    for n, seg in enumerate(segments):
-        last = (segments[n + 1].base_offset if n + 1 < len(segments) else visible_end) - 1
-        last = min(last, visible_end - 1)
-        if seg.base_offset >= visible_end or last < from_offset or last < seg.base_offset:
-            continue
-        try:
-            st = seg.log.stat()
-        except FileNotFoundError:
-            continue
-        out.append(TxnSource(seg.base_offset, last, "local", str(seg.log),
-                             str(seg.txn_index) if seg.txn_index is not None else None,
-                             identity=(st.st_ino, st.st_size, st.st_mtime_ns),
-                             snapshot=str(seg.snapshot) if seg.snapshot is not None else None))
-    return out
+                break
+        else:
+            i, found = 0, {}
+        if newest - i > 1:
+            first = self.sources[i]
+            FACTS.get(("replay", first.location, first.identity, newest), lambda: log.info(
+                "%s: no producer snapshot or recorded open transactions nearer the local log: the "
+                "last stable offset is replayed from the batches of %d tiered segment(s) from "
+                "offset %d (docs/transactions.md)", first.location, newest - i, first.first_offset))
+        return i, found
 
 
 def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> Any:
@@ -374,31 +319,38 @@ def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> 
 # -- the partition readers' view (HTTP, CLI) ---------------------------------------------------
 
 
-_Facts = tuple[bool, str | None, SegmentManifest | None, tuple[int, str] | None]
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What a reader needs from the manifest committing one log object (docs/transactions.md)."""
+
+    captured: bool = False  # its aborted transactions were captured (``txn_index``)
+    txn_key: str | None = None  # the stored entries' key (None: none stored)
+    protected: SegmentManifest | None = None  # the manifest, when its objects are protected
+    snapshot: tuple[int, str] | None = None  # (offset, key) of its usable producer snapshot
+    last_offset: int = -1
+    open_at_end: tuple[tuple[int, int], ...] | None = None  # see TxnSource.open_at_end
 
 
 def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _Facts:
-    """Whether the manifest committing the log object ``key`` captured its aborted transactions,
-    the key of the stored entries (None: none stored), the manifest when it is protected and
-    ``(offset, key)`` of its producer snapshot (None: none usable, see ``snapshot_key``)."""
+    """The :class:`_Facts` of the manifest committing the log object ``key`` (all unknown when it
+    is gone or names another attempt)."""
     root = keys.parse_root(key)
     ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
     if root is None or ref is None:
-        return False, None, None, None
+        return _Facts()
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
         manifest = SegmentManifest.from_json(retry.call(lambda: backend.read(mkey)), key=mkey)
     except ObjectNotFoundError:
-        return False, None, None, None  # deleted by retention meanwhile: scan what is still readable
+        return _Facts()  # deleted by retention meanwhile: scan what is still readable
     protected = manifest if manifest.protection is not None else None
     if manifest.attempt_id != ref.attempt_id:
-        return False, None, protected, None
+        return _Facts(protected=protected)
     snap = snapshot_key(manifest, manifest.base_offset)
-    snapshot = (manifest.base_offset, snap) if snap is not None else None
-    if manifest.txn_index is None:
-        return False, None, protected, snapshot
     stored = manifest.objects.get("txn_index")
-    return True, stored.key if stored is not None else None, protected, snapshot
+    return _Facts(manifest.txn_index is not None, stored.key if stored is not None else None, protected,
+                  (manifest.base_offset, snap) if snap is not None else None, manifest.last_offset,
+                  open_at_end(manifest))
 
 
 def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
@@ -406,7 +358,7 @@ def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
     for view in reader._sets():
         last = view.last.entry.rdi.url if view.last is not None else ""
-        out += _FACTS.get(("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
+        out += FACTS.get(("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
                           lambda v=view: _set_groups(v))  # type: ignore[misc]
     return out
 
@@ -435,11 +387,13 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         if (local_start is not None and first >= local_start) or first >= end:
             continue
         key = res.backend.key_for_url(url)
-        captured, txn_key, protected, snap = _FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
+        facts: _Facts = FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
             res.backend, res.retry, k))
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
-        sources.append(TxnSource(first, last, "remote", key, txn_key, captured, (url,), protected,
-                                 snap[1] if snap is not None and snap[0] == first else None))
+        snap = facts.snapshot
+        sources.append(TxnSource(first, last, "remote", key, facts.txn_key, facts.captured, (url,),
+                                 facts.protected, snap[1] if snap is not None and snap[0] == first else None,
+                                 facts.open_at_end if last == facts.last_offset else None))
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
     return PartitionTxns(sources, res.backend, res.retry, res.protection)
 
@@ -454,26 +408,6 @@ def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isola
     txns = reader_txns(reader, reader.offsets())
     result: FetchResult = apply_isolation(fetched, txns, isolation)
     return result
-
-
-def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int,
-                 local_start: int | None) -> list[TxnSource]:
-    """The sources of a read plan (rlm.jobs.plan): the chain's links below the local log start
-    (their manifests say what was captured), then the local segments — the same split as a
-    reader's, so the last stable offset is replayed over the same local batches."""
-    sources: list[TxnSource] = []
-    below = min(visible_end, local_start if local_start is not None else visible_end)
-    for link in links:
-        m = link.manifest
-        if link.first_offset >= below:
-            continue
-        stored = m.objects.get("txn_index")
-        sources.append(TxnSource(link.first_offset, min(link.last_offset, below - 1), "remote",
-                                 m.log.key, stored.key if stored is not None else None,
-                                 m.txn_index is not None, (m.log.key,),
-                                 m if m.protection is not None else None,
-                                 snapshot_key(m, link.first_offset)))
-    return sources + local_sources(segments, visible_end, local_start or 0)
 
 
 def fetcher(reader: PartitionReader, isolation: Isolation = "read_uncommitted",

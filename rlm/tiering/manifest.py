@@ -55,6 +55,11 @@ def _check_fields(doc: dict[str, Any], key: str) -> None:
     if txn is not None and (not isinstance(txn, dict) or txn.get("source") not in TXN_INDEX_SOURCES
                             or not _is_int(txn.get("entries")) or txn["entries"] < 0):
         raise bad("txn_index", txn, "must be {source: broker|rebuilt, entries: non-negative integer}")
+    opened = txn.get("open_at_end") if isinstance(txn, dict) else None
+    if opened is not None and (not isinstance(opened, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(_is_int(v) and v >= 0 for v in p) for p in opened)):
+        raise bad("txn_index.open_at_end", opened, "must be a list of [producer id, first offset] "
+                  "non-negative integer pairs")
     objects = doc.get("objects")
     if not isinstance(objects, dict) or "log" not in objects:
         raise bad("objects", objects, "must be an object with a 'log' entry")
@@ -140,7 +145,9 @@ class SegmentManifest:
     ``txn_index`` says the segment's aborted transactions were captured (docs/transactions.md):
     ``{"source": "broker" | "rebuilt", "entries": n}``, with the entries in the ``txn_index``
     object when ``n > 0``; ``entries: 0`` means the segment aborts nothing. None (absent) is a
-    segment tiered before rlm captured them: readers must scan its control batches.
+    segment tiered before rlm captured them: readers must scan its control batches. Its optional
+    ``open_at_end``, ``[[producer id, first offset], ...]``, lists the transactions still open
+    after ``last_offset`` when the copy knew the state before its first batch; absent = unknown.
 
     ``protection`` (:class:`Protection`) says the objects are compressed and/or encrypted; None
     (absent) = stored as plaintext. ``size_bytes`` is always the plaintext segment size.

@@ -11,7 +11,6 @@ fails its CRC is *no answer* (None), never an empty state: the caller then repla
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from rlm.errors import CorruptSnapshotError, ObjectNotFoundError
@@ -21,7 +20,7 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.protect import StoreProtection
 
-__all__ = ["open_at_local", "open_at_remote", "snapshot_key"]
+__all__ = ["open_at_end", "open_at_local", "open_at_remote", "snapshot_key"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,15 @@ def snapshot_key(manifest: SegmentManifest, first_offset: int) -> str | None:
     return stored.key
 
 
+def open_at_end(manifest: SegmentManifest) -> tuple[tuple[int, int], ...] | None:
+    """``(producer id, first offset)`` of the transactions open after the segment's last offset,
+    as its copy recorded them (``txn_index.open_at_end``, docs/formats.md §6.3); None = unknown."""
+    recorded = manifest.txn_index.get("open_at_end") if manifest.txn_index is not None else None
+    if recorded is None:
+        return None
+    return tuple((int(pid), int(first)) for pid, first in recorded)
+
+
 def _parse(raw: bytes, where: str) -> dict[int, int] | None:
     try:
         return parse_producer_snapshot(raw).open_transactions()
@@ -44,15 +52,15 @@ def _parse(raw: bytes, where: str) -> dict[int, int] | None:
         return None
 
 
-def open_at_local(path: str) -> tuple[tuple[int, int, int], dict[int, int] | None]:
-    """``(file version, open transactions)`` of a local snapshot; the version (inode, size, mtime)
-    lets a caller cache the answer — a snapshot is written in place, a torn one may be completed."""
+def open_at_local(path: str) -> dict[int, int] | None:
+    """The open transactions of a local snapshot file (None: gone or damaged). Kafka writes a
+    snapshot in place, so a caller caches the answer per version of the file (a torn one may be
+    completed later)."""
     try:
-        st = os.stat(path)
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        return (0, 0, 0), None
-    return (st.st_ino, st.st_size, st.st_mtime_ns), _parse(raw, path)
+        return None
+    return _parse(raw, path)
 
 
 def open_at_remote(backend: StorageBackend, retry: RetryPolicy, protection: StoreProtection,

@@ -18,24 +18,28 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlm.errors import CorruptIndexError, RlmError
+from rlm.errors import CorruptIndexError, CorruptSnapshotError, RlmError
+from rlm.formats.producer_snapshot import parse_producer_snapshot
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.transactions import (
     REBUILT_LAST_STABLE_OFFSET,
     PendingAbort,
     TxnSummary,
+    open_after,
     resolve_first,
     summarize,
 )
 from rlm.formats.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
 from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.tiering import keys
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.producer_state import open_at_end
 
-__all__ = ["TxnCapture", "capture_txn_index", "summarize_file"]
+__all__ = ["TxnCapture", "capture_txn_index", "state_before_copy", "summarize_file"]
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +52,38 @@ class TxnCapture:
     entries: tuple[AbortedTxn, ...]
     source: str
     path: Path | None
+    #: The uploaded batches' summary (their markers and the transactions open at their end).
+    summary: TxnSummary = field(default_factory=TxnSummary)
 
-    def manifest_field(self) -> dict[str, object]:
-        return {"source": self.source, "entries": len(self.entries)}
+    def manifest_field(self, before: dict[int, int] | None = None) -> dict[str, object]:
+        """The manifest's ``txn_index``; with ``before`` (the transactions open before the first
+        uploaded batch, when known) also ``open_at_end``: ``[producer id, first offset]`` pairs
+        of those still open after the last one (docs/formats.md §6.3)."""
+        doc: dict[str, object] = {"source": self.source, "entries": len(self.entries)}
+        if before is not None:
+            doc["open_at_end"] = [list(p) for p in sorted(open_after([self.summary], before).items())]
+        return doc
+
+
+def state_before_copy(segment: SegmentFiles, pinned: dict[str, Path], base: int, partial: bool,
+                      committed: Sequence[SegmentManifest]) -> dict[int, int] | None:
+    """The transactions open before the copy named ``base`` (producer → first offset), or None
+    when not known: from the broker's pinned producer snapshot (a whole copy), from nothing below
+    offset 0, or from the ``open_at_end`` the copy of the segment just below recorded."""
+    snap = pinned.get(keys.PRODUCER_SNAPSHOT)
+    if snap is not None and not partial:
+        try:
+            return parse_producer_snapshot(snap.read_bytes()).open_transactions()
+        except (OSError, CorruptSnapshotError) as err:
+            log.warning("%s: producer snapshot unusable (%s); the open transactions come from the "
+                        "previous copy's record, if any", segment.snapshot or snap, err)
+    if not partial and segment.base_offset == 0:
+        return {}
+    below = [m for m in committed if m.base_offset < base]
+    if not below or below[-1].next_offset != base:
+        return None
+    recorded = open_at_end(below[-1])
+    return dict(recorded) if recorded is not None else None
 
 
 def summarize_file(path: Path, start: int = 0, end: int | None = None) -> TxnSummary:
@@ -137,8 +170,8 @@ def capture_txn_index(segment: SegmentFiles, pinned: dict[str, Path], batches: l
     if not entries:
         if broker is not None:
             os.unlink(broker)
-        return TxnCapture((), source, None)
+        return TxnCapture((), source, None, tail)
     tmp = target.with_name(target.name + ".rebuilt")
     tmp.write_bytes(encode_txn_index(entries))  # the broker's bytes when it was kept whole
     os.replace(tmp, target)  # a new inode: the broker's file (hard-linked here) is never written
-    return TxnCapture(tuple(entries), source, target)
+    return TxnCapture(tuple(entries), source, target, tail)

@@ -5,6 +5,7 @@ kafka-python oracle, and no transaction index is stored readable."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,10 @@ def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
 
 def test_control_batch_scans_of_protected_segments_match_plaintext(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no local source, the last stable offset replays every tiered segment's batches: a
+    """With no local source and no recorded open transactions (segments tiered before copies
+    recorded ``open_at_end``), the last stable offset replays every tiered segment's batches: a
     protected segment is read whole and opened entry by entry (``StoreProtection.open_log``); the
-    answers equal those of the same log tiered as plaintext."""
+    answers equal those of the same log tiered as plaintext, and of the recorded state (no scan)."""
     answers = []
     scans: list[str] = []
     real_open_log = StoreProtection.open_log
@@ -98,7 +100,12 @@ def test_control_batch_scans_of_protected_segments_match_plaintext(tmp_path: Pat
         state = RemoteState(backend, "txn", 0, protection=StoreProtection.from_settings(s.remote))
         links = state.chain().links
         end = links[-1].last_offset + 1
-        txns = txn.PartitionTxns(txn.plan_sources(links, [], end, None), backend, None, state.protection)
+        sources = txn.plan_sources(links, [], end, None)
+        recorded = txn.PartitionTxns(sources, backend, None, state.protection).last_stable_offset(end)
+        assert not scans
+        sources = [replace(src, open_at_end=None) for src in sources]
+        txns = txn.PartitionTxns(sources, backend, None, state.protection)
         answers.append((txns.last_stable_offset(end), txns.aborted(0, end).entries))
+        assert answers[-1][0] == recorded
     assert answers[0] == answers[1] and answers[0][1]
     assert len(set(scans)) > 1 and all("/data/" in k for k in scans)

@@ -10,6 +10,7 @@ replaying the batches as kafka-python decodes them — independent of rlm's pars
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from rlm.config import Settings, settings_from_mapping
+from rlm.errors import FormatError
 from rlm.formats import naming
 from rlm.jobs.decode import iter_task_records, read_task_bytes
 from rlm.jobs.plan import BackendSpec, plan_read
@@ -29,12 +31,14 @@ from rlm.storage.local import LocalBackend
 from rlm.tiering import isolation as txn
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import ABORT, COMMIT, Oracle, write_txn_log
 
 FAKE_PID = 7777  # a producer that never writes: only a snapshot can say it is open
 LIE_AT = 17  # where its transaction began: below every true LSO of these logs
+LIE_SEGMENT = 4  # the index of the segment whose snapshot carries the lie in the chain tests
 
 Row = tuple[int, bytes | None, bytes | None]
 
@@ -85,10 +89,11 @@ def snapshot_bytes(open_txns: dict[int, int]) -> bytes:
 def write_snapshots(partition_dir: Path,
                     lie: dict[int, dict[int, int]] | None = None) -> dict[int, dict[int, int]]:
     """``<base>.snapshot`` beside every segment, as Kafka writes them at each roll (``lie``: extra
-    open transactions added to some bases)."""
+    open transactions added to some segments, by index in offset order, negative from the end)."""
     states = open_at(partition_dir)
-    for base, state in states.items():
-        state = {**state, **(lie or {}).get(base, {})}
+    for n, (base, state) in enumerate(states.items()):
+        extra = (lie or {}).get(n) or (lie or {}).get(n - len(states)) or {}
+        state = {**state, **extra}
         (partition_dir / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(snapshot_bytes(state))
     return states
 
@@ -102,9 +107,22 @@ class Layout:
     bases: list[int]
 
 
-def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool,
+def manifests(store: Path) -> list[tuple[Path, dict[str, Any]]]:
+    return [(p, json.loads(p.read_text())) for p in sorted(store.rglob("manifests/*.json"))
+            if not p.name.startswith(keys.LINEAGE_MARKER_PREFIX)]
+
+
+def forget_open_at_end(store: Path) -> None:
+    """Rewrite the manifests as a copy that did not know the open transactions writes them."""
+    for path, doc in manifests(store):
+        doc["txn_index"].pop("open_at_end", None)
+        path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")))
+
+
+def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool, recorded: bool = True,
            lie: dict[int, dict[int, int]] | None = None) -> Layout:
-    """A transactional partition tiered, then its local segments deleted but the newest ``keep``."""
+    """A transactional partition tiered, then its local segments deleted but the newest ``keep``
+    (``recorded=False``: the manifests without ``open_at_end``)."""
     logs, store = tmp / "logs", tmp / "store"
     write_txn_log(logs, "txn", 0, seed=5, leave_open=leave_open)
     part = logs / "txn-0"
@@ -119,6 +137,8 @@ def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool,
         "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp / "state"), "index_entry_bytes": 2_000}})
     assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
     delete_local_segments(part, keep_last=keep)
+    if not recorded:
+        forget_open_at_end(store)
     return Layout(s, store, part, oracle, bases)
 
 
@@ -148,12 +168,19 @@ def lso(lay: Layout, backend: LocalBackend | None = None) -> int:
     return txn.reader_txns(reader, ranges).last_stable_offset(ranges.visible_end_offset)
 
 
-@pytest.mark.parametrize("snapshots", [False, True], ids=["no-snapshots", "snapshots"])
+# How the state before the replay is known: the copies' recorded open transactions (rlm's LogWriter
+# writes no snapshot; the chain starts at offset 0), broker snapshots (and the record), or nothing.
+STATES = {"recorded": {"snapshots": False, "recorded": True},
+          "snapshots": {"snapshots": True, "recorded": False},
+          "none": {"snapshots": False, "recorded": False}}
+
+
+@pytest.mark.parametrize("state", list(STATES))
 @pytest.mark.parametrize("leave_open", [True, False], ids=["open", "settled"])
 @pytest.mark.parametrize("keep", [0, 1, 2, 3])
 def test_read_committed_matches_the_oracle_in_every_layout(tmp_path: Path, keep: int, leave_open: bool,
-                                                           snapshots: bool) -> None:
-    lay = layout(tmp_path, keep, leave_open, snapshots=snapshots)
+                                                           state: str) -> None:
+    lay = layout(tmp_path, keep, leave_open, **STATES[state])
     expected = [(r.offset, r.key, r.value) for r in lay.oracle.committed]
     got, end = read_in_process(lay)
     assert end == lay.oracle.last_stable_offset
@@ -170,7 +197,6 @@ def test_the_reproduced_layout_has_a_transaction_only_the_tiered_batches_show(tm
     full = logs / "txn-0"
     local_base = lay.bases[-1]
     opened = open_at(full)[local_base]
-    assert lay.oracle.last_stable_offset in opened.values()
     local_pids = set()
     records = MemoryRecords((full / naming.segment_file_name(local_base, naming.LOG)).read_bytes())
     while (b := records.next_batch()) is not None:
@@ -179,19 +205,60 @@ def test_the_reproduced_layout_has_a_transaction_only_the_tiered_batches_show(tm
     assert culprit and not set(culprit) & local_pids
 
 
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_each_copy_records_the_transactions_open_at_its_end(tmp_path: Path, snapshots: bool) -> None:
+    """``txn_index.open_at_end`` of every manifest is what kafka-python's replay says is open
+    before the next segment; with broker snapshots each copy starts from its own segment's (a
+    lying one shows in that copy's record only: the next copy starts from the next snapshot)."""
+    lie = {LIE_SEGMENT: {FAKE_PID: LIE_AT}} if snapshots else None
+    lay = layout(tmp_path, 1, True, snapshots=snapshots, lie=lie)
+    logs = tmp_path / "full"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    truth = open_at(logs / "txn-0")
+    docs = manifests(lay.store)
+    assert len(docs) == len(lay.bases) - 1
+    for (_, doc), next_base in zip(docs, lay.bases[1:], strict=True):
+        expected = dict(truth[next_base])
+        if snapshots and next_base == lay.bases[LIE_SEGMENT + 1]:
+            expected[FAKE_PID] = LIE_AT  # no marker closes it within the segment
+        assert dict(map(tuple, doc["txn_index"]["open_at_end"])) == expected, next_base
+
+
+def test_a_copy_that_cannot_know_the_state_records_nothing(tmp_path: Path) -> None:
+    """No snapshot and the log's first segment gone before tiering: the copies never guess."""
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    delete_local_segments(logs / "txn-0", keep_last=len(list_segments(logs / "txn-0")) - 1)
+    s = settings_from_mapping({
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {"backend": "local", "options": {"root": str(store)}},
+        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")}})
+    assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
+    docs = manifests(store)
+    assert docs and all("open_at_end" not in doc["txn_index"] for _, doc in docs)
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_the_recorded_state_spares_the_remote_batches(tmp_path: Path, keep: int) -> None:
+    lay = layout(tmp_path, keep, True, snapshots=False)
+    counting = CountingBackend(root=str(lay.store))
+    assert lso(lay, counting) == lay.oracle.last_stable_offset
+    assert counting.whole_log_reads() == []
+
+
 @pytest.mark.parametrize("keep", [1, 2])
 def test_a_local_snapshot_is_trusted_and_spares_the_remote_batches(tmp_path: Path, keep: int) -> None:
-    probe = layout(tmp_path / "probe", keep, True, snapshots=False)
-    first_local = probe.bases[-keep]
-    lay = layout(tmp_path / "lie", keep, True, snapshots=True, lie={first_local: {FAKE_PID: LIE_AT}})
+    probe = layout(tmp_path / "probe", keep, True, snapshots=False, recorded=False)
+    lay = layout(tmp_path / "lie", keep, True, snapshots=True, recorded=False,
+                 lie={-keep: {FAKE_PID: LIE_AT}})
     counting = CountingBackend(root=str(lay.store))
     assert lso(lay, counting) == LIE_AT
     assert counting.whole_log_reads() == []  # no remote segment replayed
-    honest = layout(tmp_path / "honest", keep, True, snapshots=True)
+    honest = layout(tmp_path / "honest", keep, True, snapshots=True, recorded=False)
     counting = CountingBackend(root=str(honest.store))
     assert lso(honest, counting) == honest.oracle.last_stable_offset
     assert counting.whole_log_reads() == []
-    # Without snapshots the same answer needs every remote segment's batches.
+    # Without snapshots or records the same answer needs every remote segment's batches.
     counting = CountingBackend(root=str(probe.store))
     assert lso(probe, counting) == probe.oracle.last_stable_offset
     assert len(counting.whole_log_reads()) == len(probe.bases) - keep
@@ -200,9 +267,8 @@ def test_a_local_snapshot_is_trusted_and_spares_the_remote_batches(tmp_path: Pat
 @pytest.mark.parametrize("keep", [0, 1])
 def test_the_uploaded_snapshot_of_a_remote_segment_is_used_when_no_local_one_applies(tmp_path: Path,
                                                                                      keep: int) -> None:
-    lay = layout(tmp_path, keep, True, snapshots=True, lie=None)
-    remote_base = lay.bases[-2]  # the newest tiered segment: below the first local one, or the last
-    lay = layout(tmp_path / "lie", keep, True, snapshots=True, lie={remote_base: {FAKE_PID: LIE_AT}})
+    # -2: the newest tiered segment, below the first local one (keep 1) or the last (keep 0).
+    lay = layout(tmp_path, keep, True, snapshots=True, recorded=False, lie={-2: {FAKE_PID: LIE_AT}})
     if keep:  # the first local segment's own snapshot would answer first
         (lay.part / naming.segment_file_name(lay.bases[-keep], naming.SNAPSHOT)).unlink()
     counting = CountingBackend(root=str(lay.store))
@@ -214,7 +280,7 @@ def test_the_uploaded_snapshot_of_a_remote_segment_is_used_when_no_local_one_app
 
 
 def test_a_damaged_snapshot_is_not_trusted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    lay = layout(tmp_path, 2, True, snapshots=True, lie=None)
+    lay = layout(tmp_path, 2, True, snapshots=True, recorded=False)
     local = lay.part / naming.segment_file_name(lay.bases[-2], naming.SNAPSHOT)
     data = bytearray(snapshot_bytes({FAKE_PID: 3}))
     data[-1] ^= 0xFF  # the CRC no longer matches: its claim must not lower the LSO
@@ -226,10 +292,43 @@ def test_a_damaged_snapshot_is_not_trusted(tmp_path: Path, caplog: pytest.LogCap
     assert any(str(local) in m and "crc" in m for m in caplog.messages)
 
 
-def test_without_any_snapshot_the_full_replay_is_logged(tmp_path: Path,
+def test_a_damaged_snapshot_is_not_recorded_by_the_copy(tmp_path: Path,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    lay = layout(tmp_path, 1, True, snapshots=False)
+    logs = tmp_path / "logs"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    part = logs / "txn-0"
+    truth = write_snapshots(part)
+    bases = sorted(truth)
+    target = part / naming.segment_file_name(bases[LIE_SEGMENT], naming.SNAPSHOT)
+    data = bytearray(snapshot_bytes({**truth[bases[LIE_SEGMENT]], FAKE_PID: LIE_AT}))
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    s = settings_from_mapping({
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {"backend": "local", "options": {"root": str(tmp_path / "store")}},
+        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")}})
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.txn_capture"):
+        results = RemoteLogManager(s, LocalBackend(root=str(tmp_path / "store"))).run_once()
+    assert all(r.error is None for r in results)
+    assert any("producer snapshot unusable" in m for m in caplog.messages)
+    for (_, doc), next_base in zip(manifests(tmp_path / "store"), bases[1:], strict=True):
+        assert dict(map(tuple, doc["txn_index"]["open_at_end"])) == truth[next_base]
+
+
+def test_without_any_known_state_the_full_replay_is_logged(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    lay = layout(tmp_path, 1, True, snapshots=False, recorded=False)
     with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
         assert lso(lay) == lay.oracle.last_stable_offset
-    assert any("no producer snapshot" in m and f"{len(lay.bases) - 1} earlier segment" in m
+    assert any("no producer snapshot" in m and f"{len(lay.bases) - 1} tiered segment" in m
                for m in caplog.messages)
+
+
+@pytest.mark.parametrize("bad", [{"1001": 5}, [[1001]], [[1001, -1]], [[1001, 5.0]], [[True, 5]], "x"])
+def test_a_malformed_open_at_end_is_a_format_error_naming_the_field(tmp_path: Path, bad: Any) -> None:
+    lay = layout(tmp_path, 2, True, snapshots=False)
+    path, doc = manifests(lay.store)[0]
+    assert SegmentManifest.from_json(path.read_bytes()).txn_index is not None
+    doc["txn_index"]["open_at_end"] = bad
+    with pytest.raises(FormatError, match=r"m\.json: manifest field txn_index\.open_at_end"):
+        SegmentManifest.from_json(json.dumps(doc).encode(), key="m.json")

@@ -388,4 +388,6 @@ def test_ksql_fixture_commit_is_read_committed(tmp_path: Path) -> None:
     assert res.tier == "remote" and [b.base_offset for b in res.batches] == [0] and res.next_offset == 2
     assert [r.value for b in res.batches for r in res.records(b)] == [o.committed[0].value]
     (m,) = [m for _p, m in _manifests(tmp_path / "store")]
-    assert m.txn_index == {"source": "rebuilt", "entries": 0} and "txn_index" not in m.objects
+    # Offset 0 starts with nothing open and the COMMIT closed the one transaction: none open after.
+    assert m.txn_index == {"source": "rebuilt", "entries": 0, "open_at_end": []}
+    assert "txn_index" not in m.objects
