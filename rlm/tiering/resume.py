@@ -27,15 +27,22 @@ from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass
 
 from rlm.tiering import keys, snapshot
 from rlm.tiering.identity import read_dir_token, resolve_root
 from rlm.tiering.idle import forget_mark, load_mark
-from rlm.tiering.incarnations import find_old_incarnations, recall_identity, remember_identity
+from rlm.tiering.incarnations import (
+    OldIncarnation,
+    find_old_incarnations,
+    recall_identity,
+    remember_identity,
+)
 from rlm.tiering.lineage import StoreView, resolve_chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.recovery import recover
 from rlm.tiering.roles import Roles
+from rlm.tiering.snapshot import SnapshotHeader
 from rlm.tiering.state import PartitionContext, PendingManifests, Progress
 
 log = logging.getLogger(__name__)
@@ -66,14 +73,18 @@ def _why_not(ctx: PartitionContext, saved: Progress) -> str | None:
     return None
 
 
-def resume(ctx: PartitionContext) -> bool:
-    """Take the partition's state from its local files; False when recovery must run instead.
+@dataclass(frozen=True, slots=True)
+class _Trusted:
+    """What the local files say, once they were found whole and in agreement."""
 
-    Sets what :func:`~rlm.tiering.recovery.recover` sets (root, progress, directory token, the
-    manifests — pending until first use) and marks the context recovered.
-    """
-    if not ctx.shared.settings.trust_local_state:
-        return False
+    saved: Progress
+    header: SnapshotHeader
+    key_id: str | None
+    known: list[OldIncarnation] | None  # the identity lookups' record; None = ask the store
+
+
+def _read_local(ctx: PartitionContext) -> _Trusted | None:
+    """The local half of :func:`resume`: file reads only; None when recovery must run."""
     saved = Progress.load(ctx.progress_path)
     usable, key_id = _root_key_id(ctx, saved)
     why = "progress names no usable root" if not usable else _why_not(ctx, saved)
@@ -87,28 +98,44 @@ def resume(ctx: PartitionContext) -> bool:
             why = "the local remote index was repaired or does not end at the highest tiered offset"
     if why is not None or header is None:
         log.debug("%s: recovering from the store: %s", ctx.part.name, why)
-        return False
-    if part_has_id_root(ctx, key_id):
-        known = recall_identity(ctx, key_id)
-        if known is not None:
-            # Decided by the lookups of an earlier pass: only this sidecar writes the partition's
-            # roots (single broker), and a re-created topic fails the checks above.
-            ctx.old_incarnations = known
-        else:
-            # Which incarnation owns the name-only root is decided as recovery decides it, and old
-            # incarnations found: a few requests, whatever the history, remembered for the next
-            # restart. A decision that moves the root recovers in full.
-            resolve_root(ctx, decide=True)
-            if ctx.key_id != key_id:
-                return False
-            ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
-            remember_identity(ctx)
+        return None
     shutil.rmtree(ctx.staging_dir, ignore_errors=True)
+    known = recall_identity(ctx, key_id) if part_has_id_root(ctx, key_id) else None
+    return _Trusted(saved, header, key_id, known)
+
+
+def resume(ctx: PartitionContext) -> bool:
+    """Take the partition's state from its local files; False when recovery must run instead.
+
+    Sets what :func:`~rlm.tiering.recovery.recover` sets (root, progress, directory token, the
+    manifests — pending until first use) and marks the context recovered. The local reads run one
+    partition at a time (``SharedResources.local_load``); store requests never hold that lock.
+    """
+    if not ctx.shared.settings.trust_local_state:
+        return False
+    with ctx.shared.local_load:
+        found = _read_local(ctx)
+    if found is None:
+        return False
+    key_id = found.key_id
+    if found.known is not None:
+        # Decided by the lookups of an earlier pass: only this sidecar writes the partition's
+        # roots (single broker), and a re-created topic fails the checks above.
+        ctx.old_incarnations = found.known
+    elif part_has_id_root(ctx, key_id):
+        # Which incarnation owns the name-only root is decided as recovery decides it, and old
+        # incarnations found: a few requests, whatever the history, remembered for the next
+        # restart. A decision that moves the root recovers in full.
+        resolve_root(ctx, decide=True)
+        if ctx.key_id != key_id:
+            return False
+        ctx.old_incarnations = find_old_incarnations(ctx, mark=True)
+        remember_identity(ctx)
     ctx.key_id = key_id
-    ctx.progress = saved
-    ctx.dir_token = saved.dir_token
+    ctx.progress = found.saved
+    ctx.dir_token = found.saved.dir_token
     ctx.store = StoreView()  # held=None: checked against the local files if a sync ever needs it
-    ctx.pending_manifests = PendingManifests(header, lambda: _load(ctx))
+    ctx.pending_manifests = PendingManifests(found.header, lambda: _load(ctx))
     ctx.recovered = True
     ctx.publish_gauges()
     return True
