@@ -26,8 +26,10 @@ was tiered) only when there are none for this topic id and root.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlm.tiering import keys, snapshot
 from rlm.tiering.identity import read_dir_token, resolve_root
@@ -83,6 +85,22 @@ class _Trusted:
     known: list[OldIncarnation] | None  # the identity lookups' record; None = ask the store
 
 
+def clear_staging(staging: Path) -> None:
+    """Remove what is in the partition's staging dir (pins of attempts that cannot be in flight
+    at a restart), keeping the directory: every copy leaves it empty, and removing an empty
+    directory costs a journaled metadata write (~0.1 ms per partition at every restart)."""
+    try:
+        with os.scandir(staging) as it:
+            stale = [Path(e.path) for e in it]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _read_local(ctx: PartitionContext) -> _Trusted | None:
     """The local half of :func:`resume`: file reads only; None when recovery must run."""
     saved = Progress.load(ctx.progress_path)
@@ -99,7 +117,7 @@ def _read_local(ctx: PartitionContext) -> _Trusted | None:
     if why is not None or header is None:
         log.debug("%s: recovering from the store: %s", ctx.part.name, why)
         return None
-    shutil.rmtree(ctx.staging_dir, ignore_errors=True)
+    clear_staging(ctx.staging_dir)
     known = recall_identity(ctx, key_id) if part_has_id_root(ctx, key_id) else None
     return _Trusted(saved, header, key_id, known)
 

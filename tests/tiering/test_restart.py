@@ -207,3 +207,20 @@ def test_gc_reads_a_manifest_only_once_per_process(tmp_path: Path) -> None:
     env.backend.calls.clear()
     assert manager.collect_garbage() == []
     assert env.backend.calls == {"list": 2 * PARTITIONS}  # data, then manifests; no read
+
+
+def test_a_trusted_restart_clears_stale_pins_and_keeps_the_staging_dir(tmp_path: Path) -> None:
+    """Pins left in the staging dir (no attempt can be in flight at a restart) are removed; the
+    directory itself stays, as every copy leaves it (removing it costs a metadata write)."""
+    env = Env(tmp_path)
+    assert all(r.error is None for r in env.manager().run_once(gc=False))
+    staging = env.state_dir(0) / "staging"
+    assert staging.is_dir() and not any(staging.iterdir())
+    stale = staging / "00000000000000000000-0123456789a-abcdef01"
+    stale.mkdir()
+    (stale / "00000000000000000000.log").write_bytes(b"pinned")
+    (staging / "stray").write_bytes(b"x")
+    again = env.manager()
+    assert [r.error for r in again.run_once(gc=False)] == [None] * PARTITIONS
+    assert _metric(again, "rlm_partition_recoveries_total", {"source": "local"}) == PARTITIONS
+    assert staging.is_dir() and not any(staging.iterdir())
