@@ -22,10 +22,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rlm.config import validators as v
 from rlm.config.protection import CompressionSettings, EncryptionSettings, compression, encryption
 from rlm.config.server import check_server
-from rlm.errors import ConfigError, LogDirError
-from rlm.formats.naming import parse_partition_dir
+from rlm.config.validators import Validator
+from rlm.errors import ConfigError
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 
 Eligibility = Literal["high-watermark", "rolled"]
@@ -33,7 +34,6 @@ LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 ENV_PREFIX = "RLM_"
-_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,136 +182,30 @@ class Settings:
     source: str = "<defaults>"
 
 
-# --- validators: each returns the converted value or raises ConfigError naming key and value ---
-
-Validator = Callable[[str, Any], Any]
-
-
-def _fail(key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"config key {key} = {value!r}: {allowed}")
-
-
-def _int(minimum: int, maximum: int = 2**63 - 1, *, disabled: int | None = None) -> Validator:
-    def check(key: str, value: Any) -> int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if ok and (value == disabled or minimum <= value <= maximum):
-            return int(value)
-        extra = f" or {disabled} to disable" if disabled is not None else ""
-        raise _fail(key, value, f"must be an integer in [{minimum}, {maximum}]{extra}")
-
-    return check
-
-
-def _str(choices: tuple[str, ...] | None = None, *, non_empty: bool = False) -> Validator:
-    def check(key: str, value: Any) -> str:
-        if not isinstance(value, str):
-            raise _fail(key, value, "must be a string")
-        if choices is not None and value not in choices:
-            raise _fail(key, value, "must be one of " + ", ".join(repr(c) for c in choices))
-        if non_empty and not value:
-            raise _fail(key, value, "must not be empty")
-        return value
-
-    return check
-
-
-def _path(key: str, value: Any, text: str) -> Path:
-    # No OS path holds a NUL byte; refused here, os calls would raise ValueError later.
-    if "\x00" in text:
-        raise _fail(key, value, "a path cannot contain a NUL byte")
-    return Path(text).expanduser().absolute()
-
-
-def _dirs(key: str, value: Any) -> tuple[Path, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise _fail(key, value, "must be a non-empty list of directory paths")
-    return tuple(_path(key, value, v) for v in value)
-
-
-def _optional_path(key: str, value: Any) -> Path | None:
-    if value in ("", None):
-        return None
-    if not isinstance(value, str):
-        raise _fail(key, value, "must be a directory path")
-    return _path(key, value, value)
-
-
-def _optional_file(key: str, value: Any) -> Path | None:
-    if value in ("", None):
-        return None
-    if not isinstance(value, str):
-        raise _fail(key, value, "must be a file path")
-    return _path(key, value, value)
-
-
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(key, value, "must be true or false")
-    return value
-
-
-def _globs(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise _fail(key, value, "must be a list of glob patterns on topic names")
-    return tuple(value)
-
-
 #: The keys of one ``[topics.overrides."<glob>"]`` table; ``-1`` disables a retention limit.
 _OVERRIDE_KEYS: dict[str, Validator] = {
-    "retention_ms": _int(0, disabled=-1),
-    "retention_bytes": _int(0, disabled=-1),
-    "enabled": _bool,
-    "archive_compacted": _bool,
+    "retention_ms": v.integer(0, disabled=-1),
+    "retention_bytes": v.integer(0, disabled=-1),
+    "enabled": v.boolean,
+    "archive_compacted": v.boolean,
 }
 
 
 def _overrides(key: str, value: Any) -> tuple[TopicOverride, ...]:
     """``{glob: {key: value}}`` in file order (TOML tables keep it): the first match wins."""
     if not isinstance(value, dict):
-        raise _fail(key, value, 'must be a table of [topics.overrides."<glob>"] tables')
+        raise v.fail(key, value, 'must be a table of [topics.overrides."<glob>"] tables')
     out = []
     for pattern, table in value.items():
         where = f'{key}."{pattern}"'
         if not isinstance(table, dict):
-            raise _fail(where, table, "must be a table")
+            raise v.fail(where, table, "must be a table")
         extra = sorted(set(table) - set(_OVERRIDE_KEYS))
         if extra:
             raise ConfigError(f"unknown key {where}.{extra[0]}; known keys: {', '.join(_OVERRIDE_KEYS)}")
         values = {k: _OVERRIDE_KEYS[k](f"{where}.{k}", v) for k, v in table.items()}
         out.append(TopicOverride(pattern, **values))
     return tuple(out)
-
-
-def _servers(key: str, value: Any) -> tuple[str, ...]:
-    """``"host:port"`` strings (IPv6 hosts in brackets, ``[::1]:9092``)."""
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise _fail(key, value, 'must be a list of "host:port" strings')
-    for server in value:
-        host, sep, port = server.rpartition(":") if isinstance(server, str) else ("", "", "")
-        if not (host and sep and port.isdigit() and 0 < int(port) <= 65535):
-            raise _fail(key, value, f'{server!r} is not "host:port"')
-    return tuple(value)
-
-
-def _leaders(key: str, value: Any) -> dict[str, int]:
-    """``{"<topic>-<partition>": node_id}``; the names follow Kafka's partition directory rule."""
-    if not isinstance(value, dict):
-        raise _fail(key, value, 'must be a table of "<topic>-<partition>" = node_id')
-    node = _int(0, _INT32_MAX)
-    out = {}
-    for name, node_id in value.items():
-        try:
-            parse_partition_dir(name)
-        except LogDirError:
-            raise _fail(f'{key}."{name}"', node_id, 'the key must be "<topic>-<partition>"') from None
-        out[name] = node(f'{key}."{name}"', node_id)
-    return out
 
 
 def _check_cluster(c: ClusterSettings) -> None:
@@ -329,17 +223,6 @@ def _check_cluster(c: ClusterSettings) -> None:
                           f"{c.security_protocol!r} needs a user name and a password file")
 
 
-def _listen(key: str, value: Any) -> str:
-    """``"host:port"`` (IPv6 hosts in brackets, ``[::1]:9093``; port 0 = any free port) or empty."""
-    if value == "":
-        return ""
-    text = value if isinstance(value, str) else ""
-    host, sep, port = text.rpartition(":")
-    if not (host and sep and port.isdigit() and 0 <= int(port) <= 65535):
-        raise _fail(key, value, 'must be "host:port" (port 0 = any free port) or empty')
-    return text
-
-
 def _check_kafka(k: KafkaSettings) -> None:
     """TLS needs both files; a certificate without its key (or the reverse) is a mistake."""
     if (k.tls_cert is None) != (k.tls_key is None):
@@ -347,113 +230,85 @@ def _check_kafka(k: KafkaSettings) -> None:
         raise ConfigError(f"config key {missing} is empty: TLS needs kafka.tls_cert and kafka.tls_key")
 
 
-def _options(key: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(key, value, "must be a table of backend options")
-    return dict(value)
-
-
-def _properties(key: str, value: Any) -> dict[str, str]:
-    """A table of catalog properties: pyiceberg takes strings (numbers and booleans are converted)."""
-    if not isinstance(value, dict):
-        raise _fail(key, value, "must be a table of catalog properties")
-    out = {}
-    for name, v in value.items():
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        if not isinstance(v, str | int | float):
-            raise _fail(f'{key}."{name}"', v, "must be a string, number or boolean")
-        out[str(name)] = str(v)
-    return out
-
-
-def _identifier(key: str, value: Any) -> str:
-    """An Iceberg namespace/table name: no dots (a dot separates namespace levels)."""
-    text: str = _str(non_empty=True)(key, value)
-    if "." in text or "/" in text:
-        raise _fail(key, value, "must not contain '.' or '/'")
-    return text
-
-
 _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
     "log": (LogSettings, {
-        "dirs": _dirs,
-        "eligibility": _str(("high-watermark", "rolled")),
-        "index_interval_bytes": _int(0, _INT32_MAX),
+        "dirs": v.dirs,
+        "eligibility": v.string(("high-watermark", "rolled")),
+        "index_interval_bytes": v.integer(0, v.INT32_MAX),
     }),
     "remote": (RemoteSettings, {
-        "backend": _str(non_empty=True),
-        "options": _options,
-        "unreachable_after_ms": _int(0),
-        "probe_interval_ms": _int(0),
+        "backend": v.string(non_empty=True),
+        "options": v.options,
+        "unreachable_after_ms": v.integer(0),
+        "probe_interval_ms": v.integer(0),
         "compression": compression,
         "encryption": encryption,
-        "prefix_spread": _int(0, 4),
+        "prefix_spread": v.integer(0, 4),
     }),
     "tiering": (TieringSettings, {
-        "task_interval_ms": _int(100),
-        "index_entry_bytes": _int(1, _INT32_MAX),
-        "index_rotate_bytes": _int(1, _INT32_MAX),
-        "index_rotate_ms": _int(1),
-        "retention_ms": _int(0, disabled=-1),
-        "retention_bytes": _int(0, disabled=-1),
-        "upload_bytes_per_sec": _int(1, disabled=-1),
-        "max_concurrent_uploads": _int(1, 1024),
-        "gc_grace_ms": _int(0),
-        "state_dir": _optional_path,
-        "remote_cache_bytes": _int(0),
-        "read_ahead_bytes": _int(0),
-        "read_ahead_total_bytes": _int(0),
-        "read_ahead_idle_ms": _int(1),
-        "read_ahead_threads": _int(1, 256),
-        "old_incarnation_grace_ms": _int(0),
-        "keep_old_incarnations": _bool,
-        "trust_local_state": _bool,
+        "task_interval_ms": v.integer(100),
+        "index_entry_bytes": v.integer(1, v.INT32_MAX),
+        "index_rotate_bytes": v.integer(1, v.INT32_MAX),
+        "index_rotate_ms": v.integer(1),
+        "retention_ms": v.integer(0, disabled=-1),
+        "retention_bytes": v.integer(0, disabled=-1),
+        "upload_bytes_per_sec": v.integer(1, disabled=-1),
+        "max_concurrent_uploads": v.integer(1, 1024),
+        "gc_grace_ms": v.integer(0),
+        "state_dir": v.optional_path,
+        "remote_cache_bytes": v.integer(0),
+        "read_ahead_bytes": v.integer(0),
+        "read_ahead_total_bytes": v.integer(0),
+        "read_ahead_idle_ms": v.integer(1),
+        "read_ahead_threads": v.integer(1, 256),
+        "old_incarnation_grace_ms": v.integer(0),
+        "keep_old_incarnations": v.boolean,
+        "trust_local_state": v.boolean,
     }),
     "topics": (TopicsSettings, {
-        "include": _globs,
-        "exclude": _globs,
-        "follow_kafka_configs": _bool,
-        "metadata_log_dir": _optional_path,
+        "include": v.globs,
+        "exclude": v.globs,
+        "follow_kafka_configs": v.boolean,
+        "metadata_log_dir": v.optional_path,
         "overrides": _overrides,
     }),
     "server": (ServerSettings, {
-        "host": _str(non_empty=True),
-        "port": _int(0, 65535),
-        "token": _str(),
-        "request_timeout_ms": _int(1),
-        "max_body_bytes": _int(0),
-        "token_file": _optional_file,
-        "tls_cert": _optional_file,
-        "tls_key": _optional_file,
-        "tls_ca": _optional_file,
+        "host": v.string(non_empty=True),
+        "port": v.integer(0, 65535),
+        "token": v.string(),
+        "request_timeout_ms": v.integer(1),
+        "max_body_bytes": v.integer(0),
+        "token_file": v.optional_file,
+        "tls_cert": v.optional_file,
+        "tls_key": v.optional_file,
+        "tls_ca": v.optional_file,
     }),
     "cluster": (ClusterSettings, {
-        "node_id": _int(0, _INT32_MAX),
-        "leadership": _str(("auto", "kraft", "kafka-admin", "static", "always")),
-        "bootstrap_servers": _servers,
-        "security_protocol": _str(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-        "sasl_mechanism": _str(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
-        "sasl_username": _str(),
-        "sasl_password_file": _optional_file,
-        "ssl_cafile": _optional_file,
-        "metadata_refresh_ms": _int(100),
-        "leaders": _leaders,
+        "node_id": v.integer(0, v.INT32_MAX),
+        "leadership": v.string(("auto", "kraft", "kafka-admin", "static", "always")),
+        "bootstrap_servers": v.servers,
+        "security_protocol": v.string(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        "sasl_mechanism": v.string(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+        "sasl_username": v.string(),
+        "sasl_password_file": v.optional_file,
+        "ssl_cafile": v.optional_file,
+        "metadata_refresh_ms": v.integer(100),
+        "leaders": v.leaders,
     }),
     "iceberg": (IcebergSettings, {
-        "catalog": _properties,
-        "catalog_name": _identifier,
-        "namespace": _identifier,
-        "table": _identifier,
+        "catalog": v.properties,
+        "catalog_name": v.identifier,
+        "namespace": v.identifier,
+        "table": v.identifier,
     }),
     "kafka": (KafkaSettings, {
-        "listen": _listen,
-        "tls_cert": _optional_file,
-        "tls_key": _optional_file,
-        "sasl_plain_users_file": _optional_file,
-        "max_request_bytes": _int(1024, _INT32_MAX),
-        "idle_timeout_ms": _int(1000),
-        "max_wait_ms": _int(0, _INT32_MAX),
+        "listen": v.listen,
+        "tls_cert": v.optional_file,
+        "tls_key": v.optional_file,
+        "sasl_plain_users_file": v.optional_file,
+        "max_request_bytes": v.integer(1024, v.INT32_MAX),
+        "idle_timeout_ms": v.integer(1000),
+        "max_wait_ms": v.integer(0, v.INT32_MAX),
     }),
 }
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlm.config import _OVERRIDE_KEYS, _SCHEMA, ENV_PREFIX, Settings, Validator
+from rlm.config import _OVERRIDE_KEYS, _SCHEMA, ENV_PREFIX, Settings
 from rlm.config.protection import CODECS, SUB_KEYS, ZSTD_LEVELS
+from rlm.config.validators import Validator
 from rlm.errors import ConfigError
 
 KEY_DOCS: dict[str, str] = {
