@@ -102,7 +102,8 @@ def clear_staging(staging: Path) -> None:
 
 
 def _read_local(ctx: PartitionContext) -> _Trusted | None:
-    """The local half of :func:`resume`: file reads only; None when recovery must run."""
+    """The local half of :func:`resume`: local files only (reads, and stale pins removed from the
+    staging dir once the state is trusted); None when recovery must run."""
     saved = Progress.load(ctx.progress_path)
     usable, key_id = _root_key_id(ctx, saved)
     why = "progress names no usable root" if not usable else _why_not(ctx, saved)
