@@ -90,6 +90,7 @@ kcat:
 
 lint: install
 	$(BIN)/ruff check rlm tests bench plugins
+	$(BIN)/ruff format --check rlm tests bench plugins
 	$(BIN)/mypy rlm
 	$(BIN)/lint-imports
 

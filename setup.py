@@ -11,14 +11,21 @@ _CFLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 EXTENSIONS = [
     # Record batches -> Arrow column buffers (docs/decoder.md)
-    Extension("rlm.formats.records._columns", ["rlm/formats/records/_columns.c"],
-              depends=["rlm/formats/records/_columns_wire.h", "rlm/formats/records/_columns_objects.h"],
-              extra_compile_args=_CFLAGS, optional=True),
+    Extension(
+        "rlm.formats.records._columns",
+        ["rlm/formats/records/_columns.c"],
+        depends=["rlm/formats/records/_columns_wire.h", "rlm/formats/records/_columns_objects.h"],
+        extra_compile_args=_CFLAGS,
+        optional=True,
+    ),
     # The v2 batch-header walk + CRC-32C behind iter_batches (docs/scan.md)
-    Extension("rlm.formats.records._scan", ["rlm/formats/records/_scan.c"],
-              depends=["rlm/formats/records/_scan_crc.h"],
-              extra_compile_args=[*_CFLAGS, "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
-              optional=True),
+    Extension(
+        "rlm.formats.records._scan",
+        ["rlm/formats/records/_scan.c"],
+        depends=["rlm/formats/records/_scan_crc.h"],
+        extra_compile_args=[*_CFLAGS, "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
+        optional=True,
+    ),
 ]
 
 setup(ext_modules=EXTENSIONS)

@@ -18,9 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
-FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
 
 
 def machine() -> str:
@@ -36,8 +40,10 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{os.cpu_count()} CPUs (nproc), {mem_kib / 2**20:.1f} GiB RAM, {cpu}; "
-            f"Python {platform.python_version()} on {platform.system()} {platform.release()}")
+    return (
+        f"{os.cpu_count()} CPUs (nproc), {mem_kib / 2**20:.1f} GiB RAM, {cpu}; "
+        f"Python {platform.python_version()} on {platform.system()} {platform.release()}"
+    )
 
 
 def command_line(argv: Sequence[str] | None = None, *, env: str = "") -> str:
@@ -58,8 +64,9 @@ def record(section: str, entry: str, *, intro: str = "") -> None:
     except StopIteration:
         if not text.endswith("\n"):
             text += "\n"
-        BENCHMARKS.write_text(text + f"\n{section}\n\n" + (intro.rstrip("\n") + "\n\n" if intro else "")
-                              + entry)
+        BENCHMARKS.write_text(
+            text + f"\n{section}\n\n" + (intro.rstrip("\n") + "\n\n" if intro else "") + entry
+        )
         return
     nxt = next((i for i in range(head + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
@@ -80,9 +87,12 @@ class MotoProcess:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                      "-p", str(self.port)], stdout=out, stderr=out,
-                                     env={**os.environ, **FAKE_AWS})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=out,
+            stderr=out,
+            env={**os.environ, **FAKE_AWS},
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -143,14 +153,18 @@ def template_batch(records: int, value_bytes: int, *, compression: object = None
     from rlm.formats.compression import Compression
     from rlm.formats.records import RecordSpec, build_batch
 
-    specs = [RecordSpec(1_766_799_076_131 + i, f"k{i}".encode(), (b"v%06d" % i).ljust(value_bytes, b"."))
-             for i in range(records)]
-    return build_batch(specs, base_offset=0, compression=compression or Compression.NONE,
-                       partition_leader_epoch=1)
+    specs = [
+        RecordSpec(1_766_799_076_131 + i, f"k{i}".encode(), (b"v%06d" % i).ljust(value_bytes, b"."))
+        for i in range(records)
+    ]
+    return build_batch(
+        specs, base_offset=0, compression=compression or Compression.NONE, partition_leader_epoch=1
+    )
 
 
-def write_segment(part_dir: Path, base: int, template: bytes | Sequence[bytes], count: int, *,
-                  index_interval: int = 4096) -> int:
+def write_segment(
+    part_dir: Path, base: int, template: bytes | Sequence[bytes], count: int, *, index_interval: int = 4096
+) -> int:
     """Write ``<base>.log`` of ``count`` batches — copies of ``template``, or of a list of
     templates in turn (distinct bytes, so a compressor sees no repeats; each with the same record
     count) — bases rewritten (the CRC does not cover them), plus a sparse ``.index`` and a
@@ -186,8 +200,9 @@ def write_segment(part_dir: Path, base: int, template: bytes | Sequence[bytes], 
     return last + 1
 
 
-def write_rolled_partition(logs: Path, topic: str, segments: int, segment_mib: int,
-                           template: bytes | Sequence[bytes]) -> int:
+def write_rolled_partition(
+    logs: Path, topic: str, segments: int, segment_mib: int, template: bytes | Sequence[bytes]
+) -> int:
     """``<logs>/<topic>-0``: ``segments`` rolled segments of ~``segment_mib`` MiB of ``template``
     copies (or of a list of templates in turn), the empty active segment after them and the high
     watermark at its base (every rolled segment committed); returns that base."""

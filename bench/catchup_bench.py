@@ -119,16 +119,19 @@ def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
     logs = tmp / "logs"
     end = generate(logs, args.segments, args.segment_mib)
     options = weed.options(BUCKET, prefix="bench")
-    raw = {"log": {"dirs": [str(logs)], "eligibility": "rolled"},
-           "remote": {"backend": "s3", "options": options},
-           "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0}}
+    raw = {
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {"backend": "s3", "options": options},
+        "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0},
+    }
     settings = settings_from_mapping(raw)
     backend = create_backend("s3", options)
     t = time.perf_counter()
     results = RemoteLogManager(settings, backend).run_once()
     assert all(r.error is None for r in results), results
-    print(f"tiered {args.segments} × {args.segment_mib} MiB in {time.perf_counter() - t:.1f} s",
-          file=sys.stderr)
+    print(
+        f"tiered {args.segments} × {args.segment_mib} MiB in {time.perf_counter() - t:.1f} s", file=sys.stderr
+    )
     part = logs / f"{TOPIC}-0"
     for seg in list_segments(part)[:-1]:  # every byte now comes from the store
         for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):
@@ -146,8 +149,9 @@ def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
 
 
 @contextmanager
-def api_server(rig: Rig, *, http: str = "auto", loop: str = "auto",
-               cache_bytes: int | None = None) -> Iterator[tuple[str, Any]]:
+def api_server(
+    rig: Rig, *, http: str = "auto", loop: str = "auto", cache_bytes: int | None = None
+) -> Iterator[tuple[str, Any]]:
     """A fresh server (empty range cache) over the tiered partition: (url, TieredReaders)."""
     from prometheus_client import CollectorRegistry
 
@@ -241,8 +245,7 @@ def records_read(pool: Any, url: str, offset: int, stop: int) -> list[bytes]:
 
 def stream_read(pool: Any, url: str, offset: int, max_bytes: int) -> list[bytes]:
     path = f"{url}/v1/topics/{TOPIC}/partitions/0/records/stream"
-    resp = pool.request("GET", path, fields={"offset": offset, "max_bytes": max_bytes},
-                        preload_content=False)
+    resp = pool.request("GET", path, fields={"offset": offset, "max_bytes": max_bytes}, preload_content=False)
     assert resp.status == 200, resp.read()[:300]
     chunks = list(resp.stream(MIB))
     resp.release_conn()
@@ -318,8 +321,9 @@ def single_round(rig: Rig, args: argparse.Namespace, n: int) -> list[Result]:
     for label, http, loop in stacks if n % 2 == 0 else stacks[::-1]:  # alternate who goes first
         pool = urllib3.PoolManager(maxsize=4)
         with api_process(rig, http=http, loop=loop) as url:
-            out.append(timed(f"/records 1 MiB{label}",
-                             lambda u=url, p=pool: records_read(p, u, 0, rig.end_offset)))
+            out.append(
+                timed(f"/records 1 MiB{label}", lambda u=url, p=pool: records_read(p, u, 0, rig.end_offset))
+            )
         with api_process(rig, http=http, loop=loop) as url:
             out.append(timed(f"stream{label}", lambda u=url, p=pool: stream_read(p, u, 0, total)))
     with api_process(rig) as url:
@@ -329,7 +333,7 @@ def single_round(rig: Rig, args: argparse.Namespace, n: int) -> list[Result]:
 
 def quarters(rig: Rig, readers: int) -> list[list[tuple[str, int, int]]]:
     per = max(1, len(rig.objects) // readers)
-    return [rig.objects[i * per: (i + 1) * per if i < readers - 1 else None] for i in range(readers)]
+    return [rig.objects[i * per : (i + 1) * per if i < readers - 1 else None] for i in range(readers)]
 
 
 def concurrent_round(rig: Rig, args: argparse.Namespace) -> list[Result]:
@@ -339,19 +343,34 @@ def concurrent_round(rig: Rig, args: argparse.Namespace) -> list[Result]:
     groups = quarters(rig, args.readers)
     clients = [rig.s3 for _ in groups]  # botocore clients are thread-safe; the pool has 16 slots
     n = len(groups)
-    out = [parallel(f"{n} × boto3", [lambda g=g, c=c: boto3_read(c, g, args.range_mib * MIB)
-                                     for g, c in zip(groups, clients, strict=True)])]
+    out = [
+        parallel(
+            f"{n} × boto3",
+            [
+                lambda g=g, c=c: boto3_read(c, g, args.range_mib * MIB)
+                for g, c in zip(groups, clients, strict=True)
+            ],
+        )
+    ]
 
     def stop_of(i: int) -> int:
         return groups[i + 1][0][2] if i + 1 < n else rig.end_offset
 
     pool = urllib3.PoolManager(maxsize=8)
     with api_process(rig) as url:
-        out.append(parallel(f"{n} × /records 1 MiB", [
-            lambda i=i: records_read(pool, url, groups[i][0][2], stop_of(i)) for i in range(n)]))
+        out.append(
+            parallel(
+                f"{n} × /records 1 MiB",
+                [lambda i=i: records_read(pool, url, groups[i][0][2], stop_of(i)) for i in range(n)],
+            )
+        )
     with api_process(rig) as url:
-        out.append(parallel(f"{n} × stream", [
-            lambda g=g: stream_read(pool, url, g[0][2], sum(s for _, s, _ in g)) for g in groups]))
+        out.append(
+            parallel(
+                f"{n} × stream",
+                [lambda g=g: stream_read(pool, url, g[0][2], sum(s for _, s, _ in g)) for g in groups],
+            )
+        )
     return out
 
 
@@ -446,42 +465,53 @@ def main() -> int:
 def _cpu_cell(r: Result) -> str:
     cpu = r.cpu or {}
     per = {role: cpu.get(role, 0.0) * 1000 / (r.nbytes / 1e6) for role in ("client", "server", "store")}
-    return (f"{per['client']:.1f} + {per['server']:.1f} + {per['store']:.1f} = "
-            f"**{sum(per.values()):.1f}**")
+    return f"{per['client']:.1f} + {per['server']:.1f} + {per['store']:.1f} = **{sum(per.values()):.1f}**"
 
 
-def report(rig: Rig, args: argparse.Namespace, results: list[Result],
-           hot: tuple[float, float, int]) -> None:
+def report(rig: Rig, args: argparse.Namespace, results: list[Result], hot: tuple[float, float, int]) -> None:
     by = {r.name: r for r in results}
     single, multi = by["boto3 ranged GETs"], by[f"{args.readers} × boto3"]
     digests = {r.digest for r in results}
     assert len(digests) == 1, {r.name: r.digest for r in results}  # bytes identical everywhere
-    rows = ["| measurement | MB | seconds | MB/s | vs boto3 | CPU ms/MB: client + server + store |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| measurement | MB | seconds | MB/s | vs boto3 | CPU ms/MB: client + server + store |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         base = multi if r.name.startswith(f"{args.readers} ×") else single
-        rows.append(f"| {r.name} | {r.nbytes / 1e6:,.0f} | {r.seconds:.2f} | {r.mbps:,.1f} | "
-                    f"**{r.mbps / base.mbps:.2f}** | {_cpu_cell(r)} |")
+        rows.append(
+            f"| {r.name} | {r.nbytes / 1e6:,.0f} | {r.seconds:.2f} | {r.mbps:,.1f} | "
+            f"**{r.mbps / base.mbps:.2f}** | {_cpu_cell(r)} |"
+        )
     alone, during, lookups = hot
-    rows.append(f"| hot-key lookups ({args.hot_keys} keys at {args.hot_rate:g}/s, {args.cache_mib} MiB "
-                f"cache): hit rate alone / during a catch-up stream ({lookups} lookups) | | | | "
-                f"**{alone:.2f} / {during:.2f}** | |")
+    rows.append(
+        f"| hot-key lookups ({args.hot_keys} keys at {args.hot_rate:g}/s, {args.cache_mib} MiB "
+        f"cache): hit rate alone / during a catch-up stream ({lookups} lookups) | | | | "
+        f"**{alone:.2f} / {during:.2f}** | |"
+    )
     table = "\n".join(rows)
     print(table)
     if args.no_record:
         return
     cmd = command_line()
-    entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB remote-only "
-             f"(~16 KiB batches), S3 = SeaweedFS `weed server` on loopback\n\n"
-             f"- machine: {machine()}; shared with other engineers' jobs\n- command: `{cmd}`\n"
-             f"- best of {args.rounds} alternating rounds; every API row on a fresh server process "
-             f"(empty cache); SHA-256 of every row's bytes identical: `{(single.digest or '')[:16]}…`\n\n"
-             f"{table}\n")
-    record(SECTION, entry, intro=(
-        "`bench/catchup_bench.py`: a consumer catching up from the remote tier through the HTTP API "
-        "(`/records` 1 MiB requests, the streaming read, 4 concurrent readers) vs boto3 ranged GETs "
-        "of the same objects on the same SeaweedFS, same run; and a hot-key lookup workload's cache "
-        "hit rate while a catch-up reader runs. Targets (issue #14): ≥ 0.9 × boto3; hit rate ≥ 0.9."))
+    entry = (
+        f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB remote-only "
+        f"(~16 KiB batches), S3 = SeaweedFS `weed server` on loopback\n\n"
+        f"- machine: {machine()}; shared with other engineers' jobs\n- command: `{cmd}`\n"
+        f"- best of {args.rounds} alternating rounds; every API row on a fresh server process "
+        f"(empty cache); SHA-256 of every row's bytes identical: `{(single.digest or '')[:16]}…`\n\n"
+        f"{table}\n"
+    )
+    record(
+        SECTION,
+        entry,
+        intro=(
+            "`bench/catchup_bench.py`: a consumer catching up from the remote tier through the HTTP API "
+            "(`/records` 1 MiB requests, the streaming read, 4 concurrent readers) vs boto3 ranged GETs "
+            "of the same objects on the same SeaweedFS, same run; and a hot-key lookup workload's cache "
+            "hit rate while a catch-up reader runs. Targets (issue #14): ≥ 0.9 × boto3; hit rate ≥ 0.9."
+        ),
+    )
 
 
 if __name__ == "__main__":

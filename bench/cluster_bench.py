@@ -47,22 +47,39 @@ from rlm.testing.replicas import ReplicaSet
 from rlm.testing.toml import toml_value
 
 SECTION = "## Cluster"
-INTRO = ("`bench/cluster_bench.py`: three `rlm run` daemons beside three replicas (byte-identical "
-         "batches, different roll points) on one S3 store (moto), leaders moved once: stored `.log` bytes "
-         "/ one replica's tiered bytes, uploaded bytes / stored objects (1.0 = ideal). And a follower's "
-         "store requests per idle pass at 1000 partitions (local store, requests counted by "
-         "`rlm.testing.counting`).")
+INTRO = (
+    "`bench/cluster_bench.py`: three `rlm run` daemons beside three replicas (byte-identical "
+    "batches, different roll points) on one S3 store (moto), leaders moved once: stored `.log` bytes "
+    "/ one replica's tiered bytes, uploaded bytes / stored objects (1.0 = ideal). And a follower's "
+    "store requests per idle pass at 1000 partitions (local store, requests counted by "
+    "`rlm.testing.counting`)."
+)
 BUCKET = "rlm-cluster-bench"
 COPY_BYTES = re.compile(r"^rlm_remote_copy_bytes_total(?:\{[^}]*\})? ([0-9.e+]+)$", re.M)
 
 
-def write_cfg(path: Path, log_dir: Path, backend: str, options: dict[str, Any], port: int,
-              cluster: dict[str, Any] | None, **tiering: Any) -> Path:
+def write_cfg(
+    path: Path,
+    log_dir: Path,
+    backend: str,
+    options: dict[str, Any],
+    port: int,
+    cluster: dict[str, Any] | None,
+    **tiering: Any,
+) -> Path:
     """A TOML config; ``cluster`` None writes no ``[cluster]`` section (the baseline)."""
-    lines = ["[log]", f"dirs = {toml_value([str(log_dir)])}", "[remote]", f"backend = {toml_value(backend)}",
-             "[remote.options]", *[f"{k} = {toml_value(v)}" for k, v in options.items()],
-             "[tiering]", *[f"{k} = {toml_value(v)}" for k, v in tiering.items()],
-             "[server]", f"port = {port}"]
+    lines = [
+        "[log]",
+        f"dirs = {toml_value([str(log_dir)])}",
+        "[remote]",
+        f"backend = {toml_value(backend)}",
+        "[remote.options]",
+        *[f"{k} = {toml_value(v)}" for k, v in options.items()],
+        "[tiering]",
+        *[f"{k} = {toml_value(v)}" for k, v in tiering.items()],
+        "[server]",
+        f"port = {port}",
+    ]
     if cluster is not None:
         lines += ["[cluster]", *[f"{k} = {toml_value(v)}" for k, v in cluster.items() if k != "leaders"]]
         lines += ["[cluster.leaders]", *[f"{json.dumps(n)} = {b}" for n, b in cluster["leaders"].items()]]
@@ -90,17 +107,29 @@ class Daemons:
         self.copied = 0.0
 
     def config(self, broker: int) -> Path:
-        cluster = None if self.baseline else {"node_id": broker, "leadership": "static",
-                                              "leaders": self.rs.leaders()}
-        return write_cfg(self.work / f"rlm-{broker}.toml", self.rs.log_dirs[broker], "s3", self.options,
-                         self.ports[broker], cluster, task_interval_ms=200, gc_grace_ms=0)
+        cluster = (
+            None
+            if self.baseline
+            else {"node_id": broker, "leadership": "static", "leaders": self.rs.leaders()}
+        )
+        return write_cfg(
+            self.work / f"rlm-{broker}.toml",
+            self.rs.log_dirs[broker],
+            "s3",
+            self.options,
+            self.ports[broker],
+            cluster,
+            task_interval_ms=200,
+            gc_grace_ms=0,
+        )
 
     def start(self) -> None:
         for b in self.rs.brokers:
             cmd = [sys.executable, "-m", "rlm", "run", "--config", str(self.config(b))]
             with (self.work / f"daemon-{b}.stderr").open("ab") as err:
-                self.procs[b] = subprocess.Popen(cmd, env=rlm_env(), stdout=subprocess.DEVNULL, stderr=err,
-                                                 cwd=self.work)
+                self.procs[b] = subprocess.Popen(
+                    cmd, env=rlm_env(), stdout=subprocess.DEVNULL, stderr=err, cwd=self.work
+                )
 
     def stop(self) -> None:
         for b, proc in self.procs.items():
@@ -158,14 +187,27 @@ def amplification(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
     work = OUT / "cluster" / "amplification"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    with MotoProcess(work / "moto.log") as moto, \
-            ReplicaSet(work / "logs", partitions=partitions, seed=seed, segment_bytes=16384) as rs:
-        client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1",
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    with (
+        MotoProcess(work / "moto.log") as moto,
+        ReplicaSet(work / "logs", partitions=partitions, seed=seed, segment_bytes=16384) as rs,
+    ):
+        client = boto3.client(
+            "s3",
+            endpoint_url=moto.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         client.create_bucket(Bucket=BUCKET)
         store = (client, BUCKET)
-        options = {"bucket": BUCKET, "endpoint_url": moto.endpoint, "path_style": True, "region": "us-east-1",
-                   "access_key_id": "testing", "secret_access_key": "testing"}
+        options = {
+            "bucket": BUCKET,
+            "endpoint_url": moto.endpoint,
+            "path_style": True,
+            "region": "us-east-1",
+            "access_key_id": "testing",
+            "secret_access_key": "testing",
+        }
         daemons = Daemons(rs, work, options, baseline)
         rs.grow(96, roll=False)  # active segments left open: the new leaders' segments straddle
         started = time.perf_counter()
@@ -186,9 +228,17 @@ def amplification(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
         tiered = sum(len(b.data) for p in rs.partitions for b in p.log)
         changes = sum(p.leader_changes for p in rs.partitions)
         bound = tiered + changes * max(r.segment_bytes for p in rs.partitions for r in p.replicas.values())
-    return {"partitions": partitions, "tiered": tiered, "stored": stored, "stored_all": stored_all,
-            "uploaded": daemons.copied,
-            "leader_changes": changes, "bound": bound, "converged": converged, "seconds": elapsed}
+    return {
+        "partitions": partitions,
+        "tiered": tiered,
+        "stored": stored,
+        "stored_all": stored_all,
+        "uploaded": daemons.copied,
+        "leader_changes": changes,
+        "bound": bound,
+        "converged": converged,
+        "seconds": elapsed,
+    }
 
 
 def _counting_manager(cfg: Path) -> tuple[Any, Any]:
@@ -208,16 +258,32 @@ def follower_cost(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
     work.mkdir(parents=True)
     options = {"root": str(work / "store"), "fsync": False}
     t = time.perf_counter()
-    with ReplicaSet(work / "logs", brokers=(1, 2), topic="sync", partitions=partitions, seed=seed,
-                    segment_bytes=512, records_per_batch=2, value_bytes=16) as rs:
+    with ReplicaSet(
+        work / "logs",
+        brokers=(1, 2),
+        topic="sync",
+        partitions=partitions,
+        seed=seed,
+        segment_bytes=512,
+        records_per_batch=2,
+        value_bytes=16,
+    ) as rs:
         rs.grow(8)
     leaders = {p.name: 1 for p in rs.partitions}  # broker 1 leads all: broker 2 follows everywhere
     gen_s = time.perf_counter() - t
 
     def cfg(broker: int) -> Path:
         cluster = None if baseline else {"node_id": broker, "leadership": "static", "leaders": leaders}
-        return write_cfg(work / f"rlm-{broker}.toml", rs.log_dirs[broker], "local", options, free_port(),
-                         cluster, task_interval_ms=3_600_000, gc_grace_ms=3_600_000)
+        return write_cfg(
+            work / f"rlm-{broker}.toml",
+            rs.log_dirs[broker],
+            "local",
+            options,
+            free_port(),
+            cluster,
+            task_interval_ms=3_600_000,
+            gc_grace_ms=3_600_000,
+        )
 
     t = time.perf_counter()
     cmd = [sys.executable, "-m", "rlm", "run", "--once", "--quiet", "--config", str(cfg(1))]
@@ -237,9 +303,17 @@ def follower_cost(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
         manager.stop()
     errors = [r.error for r in first + idle if r.error]
     copied = sum(len(r.copied) for r in first + idle)
-    return {"partitions": partitions, "gen_s": gen_s, "leader_s": leader_s, "first_s": first_s,
-            "first_calls": first_calls, "idle_s": idle_s, "idle_calls": idle_calls,
-            "follower_copied": copied, "errors": errors[:3]}
+    return {
+        "partitions": partitions,
+        "gen_s": gen_s,
+        "leader_s": leader_s,
+        "first_s": first_s,
+        "first_calls": first_calls,
+        "idle_s": idle_s,
+        "idle_calls": idle_calls,
+        "follower_copied": copied,
+        "errors": errors[:3],
+    }
 
 
 def _calls(calls: dict[str, int]) -> str:
@@ -259,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     f = follower_cost(args.sync_partitions, args.baseline, args.seed)
     print(json.dumps(f), flush=True)
     idle_total = sum(f["idle_calls"].values())
-    mode = "baseline (no `[cluster]`)" if args.baseline else "cluster mode (`leadership = \"static\"`)"
+    mode = "baseline (no `[cluster]`)" if args.baseline else 'cluster mode (`leadership = "static"`)'
     table = (
         "| measure | value |\n|---|---|\n"
         f"| stored / one replica's tiered bytes | **{a['stored'] / a['tiered']:.2f}** "
@@ -272,16 +346,19 @@ def main(argv: list[str] | None = None) -> int:
         f"| follower first pass, {f['partitions']} partitions | {_calls(f['first_calls'])} requests, "
         f"{f['first_s']:.1f} s, {f['follower_copied']} segments copied by the follower |\n"
         f"| follower idle pass, {f['partitions']} partitions | **{_calls(f['idle_calls'])}** requests = "
-        f"**{idle_total / f['partitions']:.2f} per partition**, {f['idle_s']:.1f} s |\n")
+        f"**{idle_total / f['partitions']:.2f} per partition**, {f['idle_s']:.1f} s |\n"
+    )
     if f["errors"]:
         table += f"| follower errors | {'; '.join(f['errors'])} |\n"
     print(table)
     if not args.no_record:
         flag = " --baseline" if args.baseline else ""
-        entry = (f"### {dt.date.today().isoformat()} — {mode}\n\n- machine: {machine()}\n"
-                 f"- command: `.venv/bin/python bench/cluster_bench.py{flag}`; "
-                 f"{a['partitions']} partitions × 3 replicas for amplification, {f['partitions']} × 2 for "
-                 "the follower\n\n" + table)
+        entry = (
+            f"### {dt.date.today().isoformat()} — {mode}\n\n- machine: {machine()}\n"
+            f"- command: `.venv/bin/python bench/cluster_bench.py{flag}`; "
+            f"{a['partitions']} partitions × 3 replicas for amplification, {f['partitions']} × 2 for "
+            "the follower\n\n" + table
+        )
         record(SECTION, entry, intro=INTRO)
         print("recorded in BENCHMARKS.md")
     return 0

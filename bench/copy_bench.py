@@ -65,7 +65,8 @@ INTRO = (
     "backend: pin, CRC-verifying scan, multipart upload, index objects, manifest, local index) vs "
     "boto3 `upload_file` of the same `.log`/`.index`/`.timeindex` files with the same part size and "
     "concurrency, to the same S3 server (SeaweedFS unless `--server moto`) in its own process; "
-    "alternating, best of each. Target: rlm ≥ 0.95 × boto3.")
+    "alternating, best of each. Target: rlm ≥ 0.95 × boto3."
+)
 
 
 SERVER: list[int] = []  # the S3 server's pid
@@ -106,9 +107,16 @@ def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
 
 
 def s3_options(endpoint: str, prefix: str, part_mib: int, concurrency: int) -> dict[str, Any]:
-    return {"bucket": BUCKET, "prefix": prefix, "endpoint_url": endpoint, "region": "us-east-1",
-            "path_style": True, "part_size": f"{part_mib}MiB", "max_concurrency": concurrency,
-            "conditional_create": "native"}
+    return {
+        "bucket": BUCKET,
+        "prefix": prefix,
+        "endpoint_url": endpoint,
+        "region": "us-east-1",
+        "path_style": True,
+        "part_size": f"{part_mib}MiB",
+        "max_concurrency": concurrency,
+        "conditional_create": "native",
+    }
 
 
 def reset_local(logs: Path, state: Path) -> None:
@@ -117,14 +125,16 @@ def reset_local(logs: Path, state: Path) -> None:
     shutil.rmtree(state, ignore_errors=True)
 
 
-def run_rlm(work: Path, logs: Path, backend: Any, args: argparse.Namespace,
-            profile: cProfile.Profile | None = None) -> Timed:
+def run_rlm(
+    work: Path, logs: Path, backend: Any, args: argparse.Namespace, profile: cProfile.Profile | None = None
+) -> Timed:
     """One pass with fresh local state; ``backend`` is long-lived, as in the daemon (and as the
     boto3 client of the baseline), so client start-up is not part of the timing."""
     state = work / "state"
     reset_local(logs, state)
-    cfg = write_config(work / "rlm.toml", [logs], backend="s3", options={"bucket": BUCKET},
-                       state_dir=str(state))
+    cfg = write_config(
+        work / "rlm.toml", [logs], backend="s3", options={"bucket": BUCKET}, state_dir=str(state)
+    )
     manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
     with Timed() as timed:
         if profile is not None:
@@ -142,10 +152,18 @@ def boto_client(endpoint: str, concurrency: int) -> Any:
     import boto3
     import botocore.config
 
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=botocore.config.Config(
-        s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"},
-        max_pool_connections=max(10, 2 * concurrency), request_checksum_calculation="when_supported",
-        response_checksum_validation="when_supported"))
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        config=botocore.config.Config(
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=max(10, 2 * concurrency),
+            request_checksum_calculation="when_supported",
+            response_checksum_validation="when_supported",
+        ),
+    )
 
 
 def run_boto(client: Any, files: list[Path], prefix: str, args: argparse.Namespace) -> Timed:
@@ -177,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile one rlm pass and print the top")
     ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
     ap.add_argument("--label", default="", help="a note for the BENCHMARKS.md entry")
-    ap.add_argument("--server", choices=S3_SERVERS, default="seaweedfs",
-                    help="the S3 server, in its own process (default seaweedfs: a real one)")
+    ap.add_argument(
+        "--server",
+        choices=S3_SERVERS,
+        default="seaweedfs",
+        help="the S3 server, in its own process (default seaweedfs: a real one)",
+    )
     args = ap.parse_args(argv)
     os.environ.update(FAKE_AWS)
 
@@ -215,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     boto_t.append(t := run_boto(client, files, "boto/", args))
                 empty(client, "")
-                print(f"  round {i} {who}: {size / t.wall / 1e6:.0f} MB/s, CPU s client {t.client:.2f} "
-                      f"server {t.server:.2f}", flush=True)
+                print(
+                    f"  round {i} {who}: {size / t.wall / 1e6:.0f} MB/s, CPU s client {t.client:.2f} "
+                    f"server {t.server:.2f}",
+                    flush=True,
+                )
         backend.close()
         client.close()
 
@@ -242,15 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
-        shown = [a for i, a in enumerate(given)
-                 if not a.startswith("--label") and not (i and given[i - 1] == "--label")]
+        shown = [
+            a
+            for i, a in enumerate(given)
+            if not a.startswith("--label") and not (i and given[i - 1] == "--label")
+        ]
         cmd = " ".join([".venv/bin/python bench/copy_bench.py", *shown])
-        entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
-                 f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
-                 f"{' — ' + args.label if args.label else ''}\n\n"
-                 f"- machine: {machine()}\n"
-                 f"- command: `{cmd}` ({args.server} server in its own process; "
-                 f"alternating, best of {args.repeat})\n\n" + table)
+        entry = (
+            f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
+            f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
+            f"{' — ' + args.label if args.label else ''}\n\n"
+            f"- machine: {machine()}\n"
+            f"- command: `{cmd}` ({args.server} server in its own process; "
+            f"alternating, best of {args.repeat})\n\n" + table
+        )
         record(SECTION, entry, intro=INTRO)
         print("recorded in BENCHMARKS.md")
     return 0

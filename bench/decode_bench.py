@@ -56,8 +56,10 @@ def templates(batch_bytes: int, value_bytes: int, count: int = 8) -> list[bytes]
         size = 0
         while size < batch_bytes - value_bytes:
             status = rng.choice(["NEW", "PAID", "SHIPPED"])
-            head = (f'{{"order_id":{rng.randrange(10**9)},"status":"{status}",'
-                    f'"amount":{rng.random() * 1000:.2f},"note":"')
+            head = (
+                f'{{"order_id":{rng.randrange(10**9)},"status":"{status}",'
+                f'"amount":{rng.random() * 1000:.2f},"note":"'
+            )
             value = (head + rng.randbytes(value_bytes).hex())[: value_bytes - 2].encode() + b'"}'
             key = f"order-{rng.randrange(10**6)}".encode()
             headers = (Header("trace-id", rng.randbytes(8).hex().encode()), Header("source", b"web"))
@@ -85,6 +87,7 @@ def rlm_decoder(name: native.Decoder) -> Callable[[ReadTask, bytes], pa.Table]:
     def run(task: ReadTask, data: bytes) -> pa.Table:
         native.set_decoder(name)
         return pa.Table.from_batches(list(task_to_arrow(task, data)), arrow_schema())
+
     return run
 
 
@@ -99,12 +102,21 @@ def aiokafka_arrow(task: ReadTask, data: bytes) -> pa.Table:
     def flush() -> None:
         keys, values, offsets, stamps, types, headers = cols
         n = len(offsets)
-        out.append(pa.RecordBatch.from_arrays([
-            pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-            pa.array([task.topic] * n, pa.string()), pa.array([task.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array([t * 1000 for t in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(types, pa.int32()), pa.array(headers, schema.field("headers").type)], schema=schema))
+        out.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(keys, pa.binary()),
+                    pa.array(values, pa.binary()),
+                    pa.array([task.topic] * n, pa.string()),
+                    pa.array([task.partition] * n, pa.int32()),
+                    pa.array(offsets, pa.int64()),
+                    pa.array([t * 1000 for t in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                    pa.array(types, pa.int32()),
+                    pa.array(headers, schema.field("headers").type),
+                ],
+                schema=schema,
+            )
+        )
         for c in cols:
             c.clear()
 
@@ -153,11 +165,13 @@ def fetch_json(decoder: native.Decoder) -> Callable[[ReadTask, bytes], Any]:
         native.set_decoder(decoder)
         fetched = FetchResult("bench", 0, "remote", data, list(iter_batches(data)), None)
         return json.dumps(_fetch_json(fetched))
+
     return run
 
 
-def interleaved(contenders: list[tuple[str, Callable[[ReadTask, bytes], Any]]], task: ReadTask, data: bytes,
-                runs: int) -> list[tuple[str, float, Any]]:
+def interleaved(
+    contenders: list[tuple[str, Callable[[ReadTask, bytes], Any]]], task: ReadTask, data: bytes, runs: int
+) -> list[tuple[str, float, Any]]:
     """Best time of each contender over ``runs`` rounds, the contenders alternating inside a round
     (a shared machine's load then weighs on all of them alike)."""
     times: dict[str, list[float]] = {name: [] for name, _ in contenders}
@@ -183,10 +197,12 @@ def main() -> None:
     data, n = segment(args.mib, templates(args.batch_kib << 10, args.value_bytes))
     task = ReadTask("bench", 0, "local", "(memory)", 0, len(data), 0, (1 << 63) - 1)
     mb = len(data) / 1e6
-    contenders = [("rlm native → Arrow", rlm_decoder("native")),
-                  ("rlm python → Arrow", rlm_decoder("python")),
-                  ("aiokafka C + pyarrow → Arrow", aiokafka_arrow),
-                  ("aiokafka C, decode only (no Arrow)", aiokafka_decode_only)]
+    contenders = [
+        ("rlm native → Arrow", rlm_decoder("native")),
+        ("rlm python → Arrow", rlm_decoder("python")),
+        ("aiokafka C + pyarrow → Arrow", aiokafka_arrow),
+        ("aiokafka C, decode only (no Arrow)", aiokafka_decode_only),
+    ]
     rows: list[tuple[str, float]] = []
     reference = None
     for name, secs, result in interleaved(contenders, task, data, args.runs):
@@ -196,37 +212,53 @@ def main() -> None:
                 reference = result
             assert result.equals(reference), f"{name}: rows differ from rlm native"
         rows.append((name, secs))
-        print(f"{name:38s} {secs:7.3f} s  {n / secs / 1e6:6.2f} M records/s  {mb / secs:7.1f} MB/s",
-              flush=True)
+        print(
+            f"{name:38s} {secs:7.3f} s  {n / secs / 1e6:6.2f} M records/s  {mb / secs:7.1f} MB/s", flush=True
+        )
     native.set_decoder(None)
     base = dict(rows)["aiokafka C + pyarrow → Arrow"]
     table = ["| decoder | seconds | M records/s | MB/s | vs aiokafka C + pyarrow |", "|---|---|---|---|---|"]
-    table += [f"| {name} | {secs:.3f} | {n / secs / 1e6:.2f} | {mb / secs:.1f} | **{base / secs:.2f}x** |"
-              for name, secs in rows]
+    table += [
+        f"| {name} | {secs:.3f} | {n / secs / 1e6:.2f} | {mb / secs:.1f} | **{base / secs:.2f}x** |"
+        for name, secs in rows
+    ]
     # /records?format=json (and rlm fetch, lookups): Record objects, then rlm's JSON rendering.
     small, small_n = segment(max(1, args.mib // 8), templates(args.batch_kib << 10, args.value_bytes))
     small_task = ReadTask("bench", 0, "local", "(memory)", 0, len(small), 0, (1 << 63) - 1)
-    json_rows = interleaved([("python", fetch_json("python")), ("native", fetch_json("native"))],
-                            small_task, small, args.runs)
+    json_rows = interleaved(
+        [("python", fetch_json("python")), ("native", fetch_json("native"))], small_task, small, args.runs
+    )
     native.set_decoder(None)
     assert json_rows[0][2] == json_rows[1][2], "fetch JSON differs between the decoders"
     py_secs = json_rows[0][1]
-    table += ["", f"`/records?format=json` rendering of {len(small) >> 20} MiB ({small_n} records), "
-              "identical bytes under both decoders:", "",
-              "| decode_records | seconds | M records/s | vs python |", "|---|---|---|---|"]
-    table += [f"| {name} | {secs:.3f} | {small_n / secs / 1e6:.2f} | **{py_secs / secs:.2f}x** |"
-              for name, secs, _ in json_rows]
-    entry = (f"### {dt.date.today()} — {args.mib} MiB of snappy {args.batch_kib} KiB batches, "
-             f"~{args.value_bytes} B values + key + 2 headers ({n} records), one core\n\n"
-             f"- machine: {machine()}; shared with other engineers' jobs\n"
-             f"- command: `.venv/bin/python bench/decode_bench.py --mib {args.mib} --runs {args.runs}`\n"
-             f"- best of {args.runs} interleaved rounds; data in memory; every Arrow table checked equal "
-             "to rlm native's\n\n"
-             + "\n".join(table) + "\n")
+    table += [
+        "",
+        f"`/records?format=json` rendering of {len(small) >> 20} MiB ({small_n} records), "
+        "identical bytes under both decoders:",
+        "",
+        "| decode_records | seconds | M records/s | vs python |",
+        "|---|---|---|---|",
+    ]
+    table += [
+        f"| {name} | {secs:.3f} | {small_n / secs / 1e6:.2f} | **{py_secs / secs:.2f}x** |"
+        for name, secs, _ in json_rows
+    ]
+    entry = (
+        f"### {dt.date.today()} — {args.mib} MiB of snappy {args.batch_kib} KiB batches, "
+        f"~{args.value_bytes} B values + key + 2 headers ({n} records), one core\n\n"
+        f"- machine: {machine()}; shared with other engineers' jobs\n"
+        f"- command: `.venv/bin/python bench/decode_bench.py --mib {args.mib} --runs {args.runs}`\n"
+        f"- best of {args.runs} interleaved rounds; data in memory; every Arrow table checked equal "
+        "to rlm native's\n\n" + "\n".join(table) + "\n"
+    )
     print(entry)
     if not args.no_record:
-        record(SECTION, entry, intro="Record batches → Arrow columns (Spark's Kafka schema) in one process: "
-               "the compiled decoder vs the Python reference vs aiokafka's C parser (docs/decoder.md).")
+        record(
+            SECTION,
+            entry,
+            intro="Record batches → Arrow columns (Spark's Kafka schema) in one process: "
+            "the compiled decoder vs the Python reference vs aiokafka's C parser (docs/decoder.md).",
+        )
 
 
 if __name__ == "__main__":

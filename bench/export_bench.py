@@ -112,12 +112,16 @@ def baseline(settings: Settings, parts: list[int], out: Path) -> int:
                         stamps.append(r.timestamp * 1000)
                         types.append(ts_type)
                         headers.append(r.headers or None)
-        table = pa.table({
-            "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-            "offset": pa.array(offsets, pa.int64()),
-            "timestamp": pa.array(stamps, pa.int64()).cast(schema.field("timestamp").type),
-            "timestampType": pa.array(types, pa.int32()),
-            "headers": pa.array(headers, schema.field("headers").type)})
+        table = pa.table(
+            {
+                "key": pa.array(keys, pa.binary()),
+                "value": pa.array(values, pa.binary()),
+                "offset": pa.array(offsets, pa.int64()),
+                "timestamp": pa.array(stamps, pa.int64()).cast(schema.field("timestamp").type),
+                "timestampType": pa.array(types, pa.int32()),
+                "headers": pa.array(headers, schema.field("headers").type),
+            }
+        )
         d = out / f"topic={TOPIC}" / f"partition={pp.partition}"
         d.mkdir(parents=True)
         pq.write_table(table, d / "part-0.parquet", compression="snappy")
@@ -139,17 +143,41 @@ def digest(out: Path) -> tuple[int, str]:
     return rows, h.hexdigest()
 
 
-def _spark_runs(results: dict[str, Any], name: str, master: str, conf: dict[str, str] | None,
-                settings: Settings, work: Path, parts: list[int], repeat: int) -> None:
+def _spark_runs(
+    results: dict[str, Any],
+    name: str,
+    master: str,
+    conf: dict[str, str] | None,
+    settings: Settings,
+    work: Path,
+    parts: list[int],
+    repeat: int,
+) -> None:
     """The Spark contender on ``master``: session start and a warm-up job (JIT, Python workers)
     outside the timings. (Its CPU is in the JVM and Python workers: not counted.)"""
-    spark = spark_session(master, "rlm export bench", progress=False,
-                          conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g", **(conf or {})})
+    spark = spark_session(
+        master,
+        "rlm export bench",
+        progress=False,
+        conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g", **(conf or {})},
+    )
     try:
-        export(spark, settings, [TOPIC], str(work / "out-warmup"), partitions=[0],
-               end=START_TS + 30_000, mode="overwrite")
-        more = run_contenders(settings, work, parts, repeat, {name: lambda s, p, o: export(
-            spark, s, [TOPIC], str(o), partitions=p).records})
+        export(
+            spark,
+            settings,
+            [TOPIC],
+            str(work / "out-warmup"),
+            partitions=[0],
+            end=START_TS + 30_000,
+            mode="overwrite",
+        )
+        more = run_contenders(
+            settings,
+            work,
+            parts,
+            repeat,
+            {name: lambda s, p, o: export(spark, s, [TOPIC], str(o), partitions=p).records},
+        )
     finally:
         spark.stop()
     results["best"].update(more["best"])
@@ -163,8 +191,13 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_contenders(settings: Settings, work: Path, parts: list[int], repeat: int,
-                   contenders: dict[str, Callable[[Settings, list[int], Path], int]]) -> dict[str, Any]:
+def run_contenders(
+    settings: Settings,
+    work: Path,
+    parts: list[int],
+    repeat: int,
+    contenders: dict[str, Callable[[Settings, list[int], Path], int]],
+) -> dict[str, Any]:
     """Best-of-``repeat`` seconds per contender (alternating), the CPU seconds of that run, and
     each one's row digest."""
     best: dict[str, float] = {}
@@ -216,15 +249,20 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rlm-export-bench-"))
     log_dir, store = work / "logs", work / "store"
-    settings = settings_from_mapping({"log": {"dirs": [str(log_dir)]},
-                                      "remote": {"backend": "local", "options": {"root": str(store)}},
-                                      "cluster": {"leadership": "always"}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(log_dir)]},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "cluster": {"leadership": "always"},
+        }
+    )
     if not log_dir.exists():
         log_dir.mkdir(parents=True)
         t = time.perf_counter()
         generate(log_dir, args.partitions, args.mib)
-        print(f"generated {args.partitions} x {args.mib} MiB in {time.perf_counter() - t:.1f}s",
-              file=sys.stderr)
+        print(
+            f"generated {args.partitions} x {args.mib} MiB in {time.perf_counter() - t:.1f}s", file=sys.stderr
+        )
         RemoteLogManager(settings, create_backend("local", {"root": str(store)})).run_once()
     parts = list(range(args.partitions))
     plan = plan_read(settings, [TOPIC], parts)
@@ -235,8 +273,7 @@ def main() -> None:
         "rlm_1proc": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p, parallelism=1).records,
         "local": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p).records,
         # the same on process workers (the default, with the compiled decoder: threads)
-        "local_processes": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p,
-                                                        pool="process").records,
+        "local_processes": lambda s, p, o: export_local(s, [TOPIC], o, partitions=p, pool="process").records,
     }
     results = run_contenders(settings, work, parts, args.repeat, contenders)
     if not args.no_spark:
@@ -244,9 +281,16 @@ def main() -> None:
     master, cluster = _cluster_master(args, work)
     try:
         if master is not None:
-            _spark_runs(results, "cluster", master, {"spark.driver.host": "127.0.0.1",
-                                                     "spark.driver.bindAddress": "127.0.0.1"},
-                        settings, work, parts, args.repeat)
+            _spark_runs(
+                results,
+                "cluster",
+                master,
+                {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+                settings,
+                work,
+                parts,
+                args.repeat,
+            )
     finally:
         if cluster is not None:
             cluster.stop()
@@ -258,17 +302,26 @@ def report(results: dict[str, Any], mb: float, tasks: int, args: argparse.Namesp
     identical = len(set(digests.values())) == 1
     rows = next(iter(digests.values()))[0]
     base = best["baseline"]
-    table = ["| contender | seconds | records/s | MB/s | vs baseline | CPU s (this process + workers) |",
-             "|---|---|---|---|---|---|"]
+    table = [
+        "| contender | seconds | records/s | MB/s | vs baseline | CPU s (this process + workers) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, secs in best.items():
         used = f"{cpu[name]:.2f}" if name in cpu else "n/a (JVM)"
-        table.append(f"| {name} | {secs:.2f} | {rows / secs:,.0f} | {mb / secs:.1f} | **{base / secs:.2f}** "
-                     f"| {used} |")
-    doc = {"partitions": args.partitions, "segment_MB": round(mb, 1), "tasks": tasks, "records": rows,
-           "rows_identical": identical, "digest": next(iter(digests.values()))[1][:16],
-           "seconds": {k: round(v, 2) for k, v in best.items()},
-           "vs_baseline": {k: round(base / v, 2) for k, v in best.items()},
-           "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()}}
+        table.append(
+            f"| {name} | {secs:.2f} | {rows / secs:,.0f} | {mb / secs:.1f} | **{base / secs:.2f}** | {used} |"
+        )
+    doc = {
+        "partitions": args.partitions,
+        "segment_MB": round(mb, 1),
+        "tasks": tasks,
+        "records": rows,
+        "rows_identical": identical,
+        "digest": next(iter(digests.values()))[1][:16],
+        "seconds": {k: round(v, 2) for k, v in best.items()},
+        "vs_baseline": {k: round(base / v, 2) for k, v in best.items()},
+        "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
+    }
     if "spark" in best:
         doc["spark_vs_rlm_1proc"] = round(best["rlm_1proc"] / best["spark"], 2)
     doc["load_average"] = [round(x, 1) for x in os.getloadavg()]  # the host is shared
@@ -277,12 +330,13 @@ def report(results: dict[str, Any], mb: float, tasks: int, args: argparse.Namesp
     if not identical:
         sys.exit(f"rows differ between contenders: {digests}")
     if args.record:
-        entry = (f"### {time.strftime('%Y-%m-%d')} — {args.partitions} partitions x {args.mib} MiB, "
-                 f"{rows:,} records, {tasks} tasks\n\n- machine: {machine()}\n- command: "
-                 f"`{command_line()}`\n"
-                 f"- rows identical across contenders: {identical} (sha256 {doc['digest']}…); "
-                 f"load average after the run: {doc['load_average']}\n\n"
-                 + "\n".join(table) + "\n")
+        entry = (
+            f"### {time.strftime('%Y-%m-%d')} — {args.partitions} partitions x {args.mib} MiB, "
+            f"{rows:,} records, {tasks} tasks\n\n- machine: {machine()}\n- command: "
+            f"`{command_line()}`\n"
+            f"- rows identical across contenders: {identical} (sha256 {doc['digest']}…); "
+            f"load average after the run: {doc['load_average']}\n\n" + "\n".join(table) + "\n"
+        )
         record("## Export: engines vs the aiokafka-C + pyarrow baseline (`bench/export_bench.py`)", entry)
 
 

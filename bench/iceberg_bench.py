@@ -38,8 +38,14 @@ def _step(name: str, fn: Any) -> dict[str, Any]:
     result = fn()
     secs = time.perf_counter() - t
     records, mb = result.records, result.bytes_planned / 1e6
-    row = {"step": name, "seconds": round(secs, 2), "records": records, "segment_MB": round(mb, 1),
-           "records_per_s": round(records / secs), "MB_per_s": round(mb / secs, 1)}
+    row = {
+        "step": name,
+        "seconds": round(secs, 2),
+        "records": records,
+        "segment_MB": round(mb, 1),
+        "records_per_s": round(records / secs),
+        "MB_per_s": round(mb / secs, 1),
+    }
     print(json.dumps(row), flush=True)
     return row
 
@@ -61,42 +67,62 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlm-iceberg-bench-"))
     log_dir, store = work / "logs", work / "store"
-    settings = settings_from_mapping({"log": {"dirs": [str(log_dir)]},
-                                      "remote": {"backend": "local", "options": {"root": str(store)}},
-                                      "topics": {"follow_kafka_configs": False},
-                                      "cluster": {"leadership": "always"}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(log_dir)]},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "topics": {"follow_kafka_configs": False},
+            "cluster": {"leadership": "always"},
+        }
+    )
     log_dir.mkdir(parents=True)
     generate(log_dir, args.partitions, args.mib)
     RemoteLogManager(settings, create_backend("local", {"root": str(store)})).run_once()
     _move_high_watermarks(log_dir, 0.1)
     mb = sum(t.size for t in plan_read(settings, ["bench"]).tasks) / 1e6
-    spark = spark_session(args.master, "rlm iceberg bench", progress=False,
-                          conf={"spark.ui.enabled": "false"})
+    spark = spark_session(
+        args.master, "rlm iceberg bench", progress=False, conf={"spark.ui.enabled": "false"}
+    )
     export(spark, settings, ["bench"], str(work / "warmup"), partitions=[0], end=START_TS + 30_000)
     target = IcebergTarget.from_settings(settings, work / "ice-spark")
     local = IcebergTarget.from_settings(settings, work / "ice-local")
     rows = [
         _step("parquet (spark)", lambda: export(spark, settings, ["bench"], str(work / "parquet"))),
-        _step("iceberg full (spark engine)",
-              lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark))),
-        _step("iceberg full (local engine)",
-              lambda: export_iceberg(settings, ["bench"], local, local_engine())),
-        _step("iceberg incremental no-op",
-              lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True)),
+        _step(
+            "iceberg full (spark engine)",
+            lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark)),
+        ),
+        _step(
+            "iceberg full (local engine)", lambda: export_iceberg(settings, ["bench"], local, local_engine())
+        ),
+        _step(
+            "iceberg incremental no-op",
+            lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True),
+        ),
     ]
     full = log_dir / "replication-offset-checkpoint.full"
     (log_dir / "replication-offset-checkpoint").write_text(full.read_text())
-    rows.append(_step("iceberg incremental +10 %", lambda: export_iceberg(
-        settings, ["bench"], target, spark_engine(spark), incremental=True)))
+    rows.append(
+        _step(
+            "iceberg incremental +10 %",
+            lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True),
+        )
+    )
     spark.stop()
     print(json.dumps({"segment_MB": round(mb, 1), "master": args.master}), file=sys.stderr)
     if not args.no_record:
-        lines = [f"`python bench/iceberg_bench.py --partitions {args.partitions} --mib {args.mib}` "
-                 f"({args.master}; {machine()}; {mb:.1f} MB of segments):", "",
-                 "| step | seconds | records | segment MB read | records/s | MB/s |",
-                 "|---|---|---|---|---|---|"]
-        lines += [f"| {r['step']} | {r['seconds']} | {r['records']} | {r['segment_MB']} | "
-                  f"{r['records_per_s']} | {r['MB_per_s']} |" for r in rows]
+        lines = [
+            f"`python bench/iceberg_bench.py --partitions {args.partitions} --mib {args.mib}` "
+            f"({args.master}; {machine()}; {mb:.1f} MB of segments):",
+            "",
+            "| step | seconds | records | segment MB read | records/s | MB/s |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['step']} | {r['seconds']} | {r['records']} | {r['segment_MB']} | "
+            f"{r['records_per_s']} | {r['MB_per_s']} |"
+            for r in rows
+        ]
         record("## Iceberg export", "\n".join(lines) + "\n")
 
 

@@ -53,19 +53,35 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _rlm(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    return subprocess.run([sys.executable, "-m", "rlm", *args], capture_output=True, text=True, check=True,
-                          env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *args], capture_output=True, text=True, check=True, env=env, cwd=REPO
+    )
 
 
 def _prepare(work: Path, segments: int, segment_mib: int) -> tuple[Path, int]:
     logs = work / "logs"
     end = write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(16, 1000))
     config = work / "rlm.toml"
-    config.write_text("\n".join([
-        "[log]", f"dirs = {json.dumps([str(logs)])}", 'eligibility = "rolled"',
-        "[remote]", 'backend = "local"', "[remote.options]", f"root = {json.dumps(str(work / 'store'))}",
-        "[tiering]", "task_interval_ms = 600000", "[server]", "port = 0",
-        "[kafka]", 'listen = "127.0.0.1:0"']) + "\n")
+    config.write_text(
+        "\n".join(
+            [
+                "[log]",
+                f"dirs = {json.dumps([str(logs)])}",
+                'eligibility = "rolled"',
+                "[remote]",
+                'backend = "local"',
+                "[remote.options]",
+                f"root = {json.dumps(str(work / 'store'))}",
+                "[tiering]",
+                "task_interval_ms = 600000",
+                "[server]",
+                "port = 0",
+                "[kafka]",
+                'listen = "127.0.0.1:0"',
+            ]
+        )
+        + "\n"
+    )
     _rlm("run", "--config", str(config), "--once", "--quiet")
     part = logs / f"{TOPIC}-0"
     for f in part.iterdir():  # every rolled segment is tiered: delete the local copies
@@ -79,8 +95,13 @@ class Daemon:
         self.log = config.with_suffix(".log")
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
         self._err = self.log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(config)], cwd=REPO,
-                                     env=env, stdout=subprocess.DEVNULL, stderr=self._err)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             text = self.log.read_text()
@@ -105,8 +126,9 @@ def http_stream(daemon: Daemon, end: int, decode: bool = False) -> tuple[int, in
     import urllib3
 
     http = urllib3.PoolManager()
-    resp = http.request("GET", f"{daemon.url}/v1/topics/{TOPIC}/partitions/0/records/stream?offset=0",
-                        preload_content=False)
+    resp = http.request(
+        "GET", f"{daemon.url}/v1/topics/{TOPIC}/partitions/0/records/stream?offset=0", preload_content=False
+    )
     digest, size, data = hashlib.sha256(), 0, bytearray()
     for chunk in resp.stream(1 << 20):
         digest.update(chunk)
@@ -137,11 +159,26 @@ def kafka_fetch_loop(daemon: Daemon, end: int) -> tuple[int, int, str]:
         reader = sock.makefile("rb")
         while offset < end:
             corr += 1
-            part = t.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
-            req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                               isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
-                               rack_id="", topics=[t(topic=TOPIC, partitions=[part])])
+            part = t.FetchPartition(
+                partition=0,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+            req = FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                forgotten_topics_data=[],
+                rack_id="",
+                topics=[t(topic=TOPIC, partitions=[part])],
+            )
             req.with_header(correlation_id=corr, client_id="bench")
             sock.sendall(bytes(req.encode(version=12, header=True, framed=True)))
             frame = reader.read(int.from_bytes(reader.read(4), "big"))
@@ -158,9 +195,9 @@ def _next_offset(data: bytes) -> int:
     int32 @8, lastOffsetDelta int32 @23)."""
     pos, nxt = 0, 0
     while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos + 8:pos + 12], "big")
-        base = int.from_bytes(data[pos:pos + 8], "big")
-        nxt = base + int.from_bytes(data[pos + 23:pos + 27], "big") + 1
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+        base = int.from_bytes(data[pos : pos + 8], "big")
+        nxt = base + int.from_bytes(data[pos + 23 : pos + 27], "big") + 1
         pos += 12 + length
     return nxt
 
@@ -168,9 +205,13 @@ def _next_offset(data: bytes) -> int:
 def kafka_python_consumer(daemon: Daemon, end: int) -> tuple[int, int, str]:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{daemon.port}", group_id=None,
-                             enable_auto_commit=False, fetch_max_bytes=8 << 20,
-                             max_partition_fetch_bytes=4 << 20)
+    consumer = KafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{daemon.port}",
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_bytes=8 << 20,
+        max_partition_fetch_bytes=4 << 20,
+    )
     tp = TopicPartition(TOPIC, 0)
     consumer.assign([tp])
     consumer.seek_to_beginning()
@@ -187,8 +228,12 @@ def aiokafka_consumer(daemon: Daemon, end: int) -> tuple[int, int, str]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> tuple[int, int]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=f"127.0.0.1:{daemon.port}", enable_auto_commit=False,
-                                    fetch_max_bytes=8 << 20, max_partition_fetch_bytes=4 << 20)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{daemon.port}",
+            enable_auto_commit=False,
+            fetch_max_bytes=8 << 20,
+            max_partition_fetch_bytes=4 << 20,
+        )
         await consumer.start()
         tp = TopicPartition(TOPIC, 0)
         consumer.assign([tp])
@@ -262,21 +307,29 @@ def _report(rows: dict[str, tuple[float, int, int, str]], args: argparse.Namespa
     total_mb = rows["HTTP /records/stream, raw bytes"][2] / 1e6
     lines = ["| reader | seconds | records/s | batch MB/s | vs HTTP stream |", "|---|---|---|---|---|"]
     for name, (took, _n, _size, _d) in rows.items():
-        lines.append(f"| {name} | {took:.2f} | {end / took:,.0f} | {total_mb / took:.1f} | "
-                     f"**{base_s / took:.2f}x** |")
+        lines.append(
+            f"| {name} | {took:.2f} | {end / took:,.0f} | {total_mb / took:.1f} | **{base_s / took:.2f}x** |"
+        )
     table = "\n".join(lines)
     print(table)
     if args.no_record:
         return
-    cmd = "python bench/kafka_bench.py" + (f" --segments {args.segments} --segment-mib {args.segment_mib}"
-                                           f" --rounds {args.rounds}")
-    entry = (f"### {dt.date.today()} — {args.segments} × {args.segment_mib} MiB remote-only (~16 KiB "
-             f"batches, {end} records), local-folder store, one `rlm run`\n\n"
-             f"`{cmd}` ({machine()}; best of {args.rounds} rounds, same daemon, same run):\n\n"
-             f"{table}\n")
-    record(SECTION, entry, intro="Consumer catch-up through `rlm run`'s Kafka listener vs the HTTP "
-           "stream on the same remote-only partition (bench/kafka_bench.py; docs/kafka-listener.md). "
-           "\"batch MB/s\" is the partition's record-batch bytes over the time to read them all.")
+    cmd = "python bench/kafka_bench.py" + (
+        f" --segments {args.segments} --segment-mib {args.segment_mib} --rounds {args.rounds}"
+    )
+    entry = (
+        f"### {dt.date.today()} — {args.segments} × {args.segment_mib} MiB remote-only (~16 KiB "
+        f"batches, {end} records), local-folder store, one `rlm run`\n\n"
+        f"`{cmd}` ({machine()}; best of {args.rounds} rounds, same daemon, same run):\n\n"
+        f"{table}\n"
+    )
+    record(
+        SECTION,
+        entry,
+        intro="Consumer catch-up through `rlm run`'s Kafka listener vs the HTTP "
+        "stream on the same remote-only partition (bench/kafka_bench.py; docs/kafka-listener.md). "
+        '"batch MB/s" is the partition\'s record-batch bytes over the time to read them all.',
+    )
 
 
 if __name__ == "__main__":

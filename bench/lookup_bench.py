@@ -80,8 +80,9 @@ def main() -> int:
     ap.add_argument("--http-requests", type=int, default=2_000)
     ap.add_argument("--http-threads", type=int, default=4)
     ap.add_argument("--no-record", action="store_true")
-    ap.add_argument("--server", choices=S3_SERVERS, default="seaweedfs",
-                    help="the S3 server (default: seaweedfs)")
+    ap.add_argument(
+        "--server", choices=S3_SERVERS, default="seaweedfs", help="the S3 server (default: seaweedfs)"
+    )
     args = ap.parse_args()
 
     for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}.items():
@@ -118,14 +119,25 @@ def main() -> int:
             buf = seg.log.read_bytes()
             for b in iter_batches(buf):
                 records.extend((r.offset, r.timestamp) for r in decode_records(buf, b))
-        print(f"generated {len(segments)} segments, {size / 2**20:.1f} MiB, {len(records)} records "
-              f"in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        options = {"bucket": "rlm-bench", "prefix": "bench", "endpoint_url": endpoint, "path_style": True,
-                   "region": "us-east-1"}
-        settings = settings_from_mapping({
-            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-            "remote": {"backend": "s3", "options": options},
-            "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0}})
+        print(
+            f"generated {len(segments)} segments, {size / 2**20:.1f} MiB, {len(records)} records "
+            f"in {time.perf_counter() - t:.1f}s",
+            file=sys.stderr,
+        )
+        options = {
+            "bucket": "rlm-bench",
+            "prefix": "bench",
+            "endpoint_url": endpoint,
+            "path_style": True,
+            "region": "us-east-1",
+        }
+        settings = settings_from_mapping(
+            {
+                "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+                "remote": {"backend": "s3", "options": options},
+                "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0},
+            }
+        )
         backend = CountingBackend(create_backend("s3", options))
         t = time.perf_counter()
         manager = RemoteLogManager(settings, backend)
@@ -166,8 +178,13 @@ def main() -> int:
                 reqs.append(backend.total - before)
                 res = look(reader, q)
                 assert res.found and res.tier == "remote" and (kind == "timestamp" or res.offset == q[idx])
-            rows.append((f"remote {kind}, cold", cold,
-                         f"{statistics.mean(reqs):.2f} avg / {max(reqs)} max store requests"))
+            rows.append(
+                (
+                    f"remote {kind}, cold",
+                    cold,
+                    f"{statistics.mean(reqs):.2f} avg / {max(reqs)} max store requests",
+                )
+            )
             for q in remote_q:  # fill the cache
                 look(warm_reader, q)
             before = backend.total
@@ -178,8 +195,9 @@ def main() -> int:
         registry_readers = readers()
         from prometheus_client import CollectorRegistry
 
-        app = create_app(registry_readers, settings.server, status=manager.status,
-                         registry=CollectorRegistry())
+        app = create_app(
+            registry_readers, settings.server, status=manager.status, registry=CollectorRegistry()
+        )
         server = ApiServer(app, "127.0.0.1", 0).start()
         per_thread = args.http_requests // args.http_threads
         queries = [rnd.choice(records)[0] for _ in range(per_thread)]
@@ -206,26 +224,36 @@ def main() -> int:
         rps = per_thread * args.http_threads / http_s
 
         header = "| measurement | n | p50 ms | p99 ms | notes |\n|---|---|---|---|---|"
-        lines = [f"| {name} | {len(s)} | {pct(s, 50):.2f} | {pct(s, 99):.2f} | {note} |"
-                 for name, s, note in rows]
-        lines.append(f"| HTTP offset lookups, {args.http_threads} client threads (warm cache) | "
-                     f"{per_thread * args.http_threads} | | | **{rps:,.0f} requests/s** |")
+        lines = [
+            f"| {name} | {len(s)} | {pct(s, 50):.2f} | {pct(s, 99):.2f} | {note} |" for name, s, note in rows
+        ]
+        lines.append(
+            f"| HTTP offset lookups, {args.http_threads} client threads (warm cache) | "
+            f"{per_thread * args.http_threads} | | | **{rps:,.0f} requests/s** |"
+        )
         table = "\n".join([header, *lines])
         print(table)
         if not args.no_record:
             cmd = command_line(env="AWS_DEFAULT_REGION=us-east-1")
-            entry = (f"\n### {dt.date.today().isoformat()} — {len(segments)} segments, "
-                     f"{size / 2**20:.1f} MiB, "
-                     f"{len(records):,} records; {len(segments) - keep} segments remote only "
-                     f"(S3 on {args.server})\n\n"
-                     f"- machine: {machine()}\n"
-                     f"- command: `{cmd}`\n"
-                     f"- cold = a fresh reader (empty range cache) per lookup; {args.server} runs on "
-                     f"this machine, so remote latency is a local-HTTP S3, not a WAN one\n\n{table}\n")
-            record(SECTION, entry.lstrip("\n"), intro=(
-                "`bench/lookup_bench.py`: lookup latency per tier (local, remote cold, remote warm) "
-                "with the remote tier on S3 (SeaweedFS or moto), HTTP requests/s, and object-store "
-                "requests per cold lookup."))
+            entry = (
+                f"\n### {dt.date.today().isoformat()} — {len(segments)} segments, "
+                f"{size / 2**20:.1f} MiB, "
+                f"{len(records):,} records; {len(segments) - keep} segments remote only "
+                f"(S3 on {args.server})\n\n"
+                f"- machine: {machine()}\n"
+                f"- command: `{cmd}`\n"
+                f"- cold = a fresh reader (empty range cache) per lookup; {args.server} runs on "
+                f"this machine, so remote latency is a local-HTTP S3, not a WAN one\n\n{table}\n"
+            )
+            record(
+                SECTION,
+                entry.lstrip("\n"),
+                intro=(
+                    "`bench/lookup_bench.py`: lookup latency per tier (local, remote cold, remote warm) "
+                    "with the remote tier on S3 (SeaweedFS or moto), HTTP requests/s, and object-store "
+                    "requests per cold lookup."
+                ),
+            )
     finally:
         stack.close()
         import shutil

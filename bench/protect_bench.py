@@ -63,12 +63,20 @@ def templates(count: int, producer_zstd: float, seed: int) -> list[bytes]:
     for t in range(count):
         specs = []
         for i in range(RECORDS_PER_BATCH):
-            event = {"order_id": rnd.randrange(10**9), "customer": f"c-{rnd.randrange(10**6):06d}",
-                     "sku": rnd.choice(_SKUS), "qty": rnd.randint(1, 9), "event": rnd.choice(_EVENTS),
-                     "amount": round(rnd.uniform(1, 500), 2), "currency": "EUR",
-                     "ts": 1_766_799_076_131 + t * RECORDS_PER_BATCH + i, "note": rnd.randbytes(12).hex()}
-            specs.append(RecordSpec(event["ts"], f"o-{event['order_id']}".encode(),
-                                    json.dumps(event).encode()))
+            event = {
+                "order_id": rnd.randrange(10**9),
+                "customer": f"c-{rnd.randrange(10**6):06d}",
+                "sku": rnd.choice(_SKUS),
+                "qty": rnd.randint(1, 9),
+                "event": rnd.choice(_EVENTS),
+                "amount": round(rnd.uniform(1, 500), 2),
+                "currency": "EUR",
+                "ts": 1_766_799_076_131 + t * RECORDS_PER_BATCH + i,
+                "note": rnd.randbytes(12).hex(),
+            }
+            specs.append(
+                RecordSpec(event["ts"], f"o-{event['order_id']}".encode(), json.dumps(event).encode())
+            )
         codec = Compression.ZSTD if rnd.random() < producer_zstd else Compression.NONE
         out.append(build_batch(specs, base_offset=0, compression=codec, partition_leader_epoch=1))
     return out
@@ -101,10 +109,20 @@ def modes(tmp: Path, weed: Any, args: argparse.Namespace, end: int) -> dict[str,
         if name == "protected":
             remote["compression"] = {"codec": "zstd", "level": args.level}
             remote["encryption"] = {"key_files": {"bench": str(key_file)}, "active_key": "bench"}
-        raw = {"log": {"dirs": [str(logs)], "eligibility": "rolled"}, "remote": remote,
-               "tiering": {"state_dir": str(tmp / f"state-{name}"), "gc_grace_ms": 0}}
-        out[name] = Mode(name, logs, tmp / f"state-{name}", name + "/", raw, settings_from_mapping(raw),
-                         create_backend("s3", options))
+        raw = {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": remote,
+            "tiering": {"state_dir": str(tmp / f"state-{name}"), "gc_grace_ms": 0},
+        }
+        out[name] = Mode(
+            name,
+            logs,
+            tmp / f"state-{name}",
+            name + "/",
+            raw,
+            settings_from_mapping(raw),
+            create_backend("s3", options),
+        )
     return out
 
 
@@ -179,8 +197,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--level", type=int, default=3, help="zstd level of the protected mode")
     ap.add_argument("--templates", type=int, default=64, help="distinct batches in the log")
-    ap.add_argument("--producer-zstd", type=float, default=0.0,
-                    help="share of batches compressed by the producer (zstd), 0..1")
+    ap.add_argument(
+        "--producer-zstd",
+        type=float,
+        default=0.0,
+        help="share of batches compressed by the producer (zstd), 0..1",
+    )
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -195,8 +217,13 @@ def main() -> int:
         CPU_PIDS["store"] = weed.proc.pid
         weed.make_bucket(BUCKET)
         s3 = weed.client(max_pool_connections=16)
-        end = write_rolled_partition(tmp / "logs", TOPIC, args.segments, args.segment_mib,
-                                     templates(args.templates, args.producer_zstd, seed=18))
+        end = write_rolled_partition(
+            tmp / "logs",
+            TOPIC,
+            args.segments,
+            args.segment_mib,
+            templates(args.templates, args.producer_zstd, seed=18),
+        )
         log_bytes = sum(f.stat().st_size for f in (tmp / "logs" / f"{TOPIC}-0").glob("*.log"))
         ms = modes(tmp, weed, args, end)
         best: dict[str, Result] = {}
@@ -224,42 +251,58 @@ def main() -> int:
     return 0
 
 
-def report(args: argparse.Namespace, best: dict[str, Result], sizes: dict[str, tuple[int, int]],
-           log_bytes: int) -> None:
+def report(
+    args: argparse.Namespace, best: dict[str, Result], sizes: dict[str, tuple[int, int]], log_bytes: int
+) -> None:
     reads = [r for r in best.values() if r.digest is not None and not r.name.startswith("copy")]
     digests = {r.digest for r in reads}
     assert len(digests) == 1, {r.name: r.digest for r in reads}  # byte-identical in both modes
-    rows = ["| measurement | plain MB/s | protected MB/s | **protected / plain** | "
-            "CPU ms/MB plain (client + server + store) | CPU ms/MB protected |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| measurement | plain MB/s | protected MB/s | **protected / plain** | "
+        "CPU ms/MB plain (client + server + store) | CPU ms/MB protected |",
+        "|---|---|---|---|---|---|",
+    ]
     for what in ("copy {}", "/records 1 MiB, {}", "stream, {}"):
         plain, prot = best[what.format("plain")], best[what.format("protected")]
-        rows.append(f"| {what.format('').rstrip(', ')} | {plain.mbps:,.1f} | {prot.mbps:,.1f} | "
-                    f"**{prot.mbps / plain.mbps:.2f}** | {_cpu_ms_per_mb(plain)} | {_cpu_ms_per_mb(prot)} |")
+        rows.append(
+            f"| {what.format('').rstrip(', ')} | {plain.mbps:,.1f} | {prot.mbps:,.1f} | "
+            f"**{prot.mbps / plain.mbps:.2f}** | {_cpu_ms_per_mb(plain)} | {_cpu_ms_per_mb(prot)} |"
+        )
     (all_p, log_p), (all_x, log_x) = sizes["plain"], sizes["protected"]
-    rows.append(f"| stored bytes, every object (MB) | {all_p / 1e6:,.1f} | {all_x / 1e6:,.1f} | "
-                f"**{all_x / all_p:.2f}** | | |")
-    rows.append(f"| stored bytes, `segment.log` objects (MB) | {log_p / 1e6:,.1f} | {log_x / 1e6:,.1f} | "
-                f"**{log_x / log_p:.2f}** | | |")
+    rows.append(
+        f"| stored bytes, every object (MB) | {all_p / 1e6:,.1f} | {all_x / 1e6:,.1f} | "
+        f"**{all_x / all_p:.2f}** | | |"
+    )
+    rows.append(
+        f"| stored bytes, `segment.log` objects (MB) | {log_p / 1e6:,.1f} | {log_x / 1e6:,.1f} | "
+        f"**{log_x / log_p:.2f}** | | |"
+    )
     table = "\n".join(rows)
     print(table)
     if args.no_record:
         return
     cmd = command_line()
-    entry = (f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB "
-             f"({log_bytes / 1e6:,.0f} MB of JSON order events, {args.templates} distinct ~16 KiB batches, "
-             f"{args.producer_zstd:.0%} producer-compressed), zstd level {args.level} + AES-256-GCM "
-             f"vs plain, S3 = SeaweedFS `weed server` on loopback\n\n"
-             f"- machine: {machine()}; shared with other engineers' jobs\n- command: `{cmd}`\n"
-             f"- best of {args.rounds} alternating rounds per mode; copy = one `run_once` pass with fresh "
-             f"local state; reads on a fresh API server process each (empty cache), from offset 0 to "
-             f"the end; SHA-256 of the bytes read identical in both modes: "
-             f"`{(next(iter(r.digest for r in best.values() if r.digest)) or '')[:16]}…`\n\n{table}\n")
-    record(SECTION, entry, intro=(
-        "`bench/protect_bench.py`: copy throughput, catch-up read throughput (HTTP `/records` and the "
-        "streaming read) and stored size with `[remote.compression]` zstd + `[remote.encryption]` on "
-        "vs off, same data, same SeaweedFS, same run (issue #18; docs/protection.md). Ratios are "
-        "protected / plain."))
+    entry = (
+        f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB "
+        f"({log_bytes / 1e6:,.0f} MB of JSON order events, {args.templates} distinct ~16 KiB batches, "
+        f"{args.producer_zstd:.0%} producer-compressed), zstd level {args.level} + AES-256-GCM "
+        f"vs plain, S3 = SeaweedFS `weed server` on loopback\n\n"
+        f"- machine: {machine()}; shared with other engineers' jobs\n- command: `{cmd}`\n"
+        f"- best of {args.rounds} alternating rounds per mode; copy = one `run_once` pass with fresh "
+        f"local state; reads on a fresh API server process each (empty cache), from offset 0 to "
+        f"the end; SHA-256 of the bytes read identical in both modes: "
+        f"`{(next(iter(r.digest for r in best.values() if r.digest)) or '')[:16]}…`\n\n{table}\n"
+    )
+    record(
+        SECTION,
+        entry,
+        intro=(
+            "`bench/protect_bench.py`: copy throughput, catch-up read throughput (HTTP `/records` and the "
+            "streaming read) and stored size with `[remote.compression]` zstd + `[remote.encryption]` on "
+            "vs off, same data, same SeaweedFS, same run (issue #18; docs/protection.md). Ratios are "
+            "protected / plain."
+        ),
+    )
 
 
 if __name__ == "__main__":

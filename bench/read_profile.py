@@ -49,11 +49,14 @@ def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: ar
     tiering: dict[str, Any] = {"state_dir": str(root / "state"), "gc_grace_ms": 0}
     tiering["read_ahead_threads"] = args.threads
     tiering["read_ahead_bytes"] = 0 if args.no_read_ahead else args.ahead_mib << 20
-    settings = settings_from_mapping({
-        "log": {"dirs": [str(part.parent)], "eligibility": "rolled"},
-        "remote": {"backend": backend, "options": options},
-        "cluster": {"leadership": "always"},
-        "tiering": tiering})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(part.parent)], "eligibility": "rolled"},
+            "remote": {"backend": backend, "options": options},
+            "cluster": {"leadership": "always"},
+            "tiering": tiering,
+        }
+    )
     store = create_backend(backend, options)
     assert all(r.error is None for r in RemoteLogManager(settings, store).run_once())
     for seg in list_segments(part)[:-1]:
@@ -82,8 +85,10 @@ def run(name: str, readers: Any, args: argparse.Namespace) -> None:
     total, secs = catch_up(readers, args.max_bytes, args.verify)
     if prof:
         prof.disable()
-    print(f"{name}: {total / 1e6:.1f} MB in {secs:.2f} s = {total / 1e6 / secs:.1f} MB/s "
-          f"(max_bytes {args.max_bytes}, verify={args.verify})")
+    print(
+        f"{name}: {total / 1e6:.1f} MB in {secs:.2f} s = {total / 1e6 / secs:.1f} MB/s "
+        f"(max_bytes {args.max_bytes}, verify={args.verify})"
+    )
     if prof:
         for key in ("cumulative", "tottime"):
             out = io.StringIO()
@@ -93,8 +98,12 @@ def run(name: str, readers: Any, args: argparse.Namespace) -> None:
 
 def raw_boto3(client: Any, bucket: str, chunk: int = 1 << 20) -> tuple[int, float]:
     """Sequential ranged GETs of ``chunk`` bytes over every segment object (the same bytes)."""
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-            for o in page.get("Contents", []) if o["Key"].endswith(".log")]
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for o in page.get("Contents", [])
+        if o["Key"].endswith(".log")
+    ]
     sizes = {k: client.head_object(Bucket=bucket, Key=k)["ContentLength"] for k in keys}
     total = 0
     t = time.perf_counter()
@@ -120,8 +129,7 @@ def main() -> int:
         root = Path(tmp)
         if args.store in ("local", "both"):
             part = build(root / "l", args.mib)
-            readers = tier(root / "l", part, "local", {"root": str(root / "l" / "store")},
-                           args)
+            readers = tier(root / "l", part, "local", {"root": str(root / "l" / "store")}, args)
             run("local store", readers, args)
         if args.store in ("s3", "both"):
             from rlm.testing.seaweed import SeaweedServer
@@ -133,8 +141,10 @@ def main() -> int:
                 readers = tier(root / "s", part, "s3", weed.options("rlm-profile"), args)
                 run("SeaweedFS", readers, args)
                 total, secs = raw_boto3(weed.client(), "rlm-profile")
-                print(f"SeaweedFS raw boto3 ranged GETs: {total / 1e6:.1f} MB in {secs:.2f} s = "
-                      f"{total / 1e6 / secs:.1f} MB/s")
+                print(
+                    f"SeaweedFS raw boto3 ranged GETs: {total / 1e6:.1f} MB in {secs:.2f} s = "
+                    f"{total / 1e6 / secs:.1f} MB/s"
+                )
             finally:
                 weed.kill()
     return 0

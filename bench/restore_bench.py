@@ -88,12 +88,17 @@ def _setup(work: Path, args: argparse.Namespace, store: tuple[str, dict[str, Any
         (work / f"w{p}" / f"{TOPIC}-0").rename(logs / f"{TOPIC}-{p}")
     hw = {(TOPIC, p): list_segments(logs / f"{TOPIC}-{p}")[-1].base_offset for p in range(args.partitions)}
     (logs / "replication-offset-checkpoint").write_text(
-        "0\n" + str(len(hw)) + "\n" + "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(hw.items())))
+        "0\n" + str(len(hw)) + "\n" + "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(hw.items()))
+    )
     name, options = store
-    settings = settings_from_mapping({"log": {"dirs": [str(logs)]},
-                                      "remote": {"backend": name, "options": options},
-                                      "tiering": {"gc_grace_ms": 3_600_000},
-                                      "topics": {"follow_kafka_configs": False}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)]},
+            "remote": {"backend": name, "options": options},
+            "tiering": {"gc_grace_ms": 3_600_000},
+            "topics": {"follow_kafka_configs": False},
+        }
+    )
     results = RemoteLogManager(settings, create_backend(name, options), metrics=TieringMetrics()).run_once()
     assert all(r.error is None for r in results), [r.error for r in results]
     for p in range(args.partitions):
@@ -117,8 +122,11 @@ def main() -> None:
     logging.getLogger("rlm").setLevel(logging.ERROR)  # benchlib's sparse indexes are rebuilt: noise
     work = Path(tempfile.mkdtemp(prefix="rlm-restore-bench-"))
     try:
-        server = (s3_server("seaweedfs", work, BUCKET) if args.store == "seaweedfs"
-                  else contextlib.nullcontext(None))
+        server = (
+            s3_server("seaweedfs", work, BUCKET)
+            if args.store == "seaweedfs"
+            else contextlib.nullcontext(None)
+        )
         with server as endpoint:
             store = _store(args.store, endpoint, work)
             settings = _setup(work, args, store)
@@ -144,29 +152,45 @@ def _store(kind: str, endpoint: Any, work: Path) -> tuple[str, dict[str, Any]]:
     if kind == "local":
         return "local", {"root": str(work / "store")}
     url, _pid = endpoint
-    return "s3", {"bucket": BUCKET, "prefix": "bench", "endpoint_url": url, "path_style": True,
-                  "region": "us-east-1", "access_key_id": "any", "secret_access_key": "any"}
+    return "s3", {
+        "bucket": BUCKET,
+        "prefix": "bench",
+        "endpoint_url": url,
+        "path_style": True,
+        "region": "us-east-1",
+        "access_key_id": "any",
+        "secret_access_key": "any",
+    }
 
 
 def _report(args: argparse.Namespace, segments: int, mib: float, times: dict[str, list[float]]) -> None:
     base = statistics.median(times["baseline"])
     lines = ["| reader | median s | MiB/s | time / baseline |", "|---|---|---|---|"]
     for name, values in times.items():
-        label = "baseline: sequential whole-object GETs" if name == "baseline" else \
-            f"rlm restore --parallelism {name[1:]}"
+        label = (
+            "baseline: sequential whole-object GETs"
+            if name == "baseline"
+            else f"rlm restore --parallelism {name[1:]}"
+        )
         med = statistics.median(values)
         lines.append(f"| {label} | {med:.2f} | {mib / med:.0f} | {med / base:.2f} |")
     table = "\n".join(lines)
     print(table)
     if args.record:
         cmd = command_line()
-        entry = (f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} — {args.partitions} partitions x "
-                 f"{args.segments} segments x {args.segment_mib} MiB ({segments} objects, {mib:.0f} MiB), "
-                 f"{args.store}, {args.latency_ms:g} ms added per read, median of {args.rounds} rounds"
-                 f"\n\n- machine: {machine()}\n"
-                 f"- command: `{cmd}`\n\n" + table + "\n")
-        record("## Restore", entry, intro="`bench/restore_bench.py` (docs/restore.md): `rlm restore` "
-               "vs a plain sequential download of the same `.log` objects, same run, same store.")
+        entry = (
+            f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} — {args.partitions} partitions x "
+            f"{args.segments} segments x {args.segment_mib} MiB ({segments} objects, {mib:.0f} MiB), "
+            f"{args.store}, {args.latency_ms:g} ms added per read, median of {args.rounds} rounds"
+            f"\n\n- machine: {machine()}\n"
+            f"- command: `{cmd}`\n\n" + table + "\n"
+        )
+        record(
+            "## Restore",
+            entry,
+            intro="`bench/restore_bench.py` (docs/restore.md): `rlm restore` "
+            "vs a plain sequential download of the same `.log` objects, same run, same store.",
+        )
 
 
 if __name__ == "__main__":

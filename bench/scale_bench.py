@@ -59,7 +59,8 @@ INTRO = (
     "(ms and store requests per segment); a restart (new process → every partition passed once "
     "with nothing to copy) and its store requests; steady idle passes (ms per partition, store "
     "requests); RSS; daemon startup (→ `/healthz`, → every partition's first pass). Restart cost "
-    "should not depend on S (docs/remote-state.md).")
+    "should not depend on S (docs/remote-state.md)."
+)
 
 
 def generate(logs: Path, partitions: int, segments: int) -> None:
@@ -112,8 +113,16 @@ def child_copy(cfg: str) -> None:
     requests = dict(counting.calls)
     time.sleep(0.3)  # a partition is marked idle only once its directory settled (rlm.fsutil.SETTLE_NS)
     settled = manager.run_once(gc=False)
-    print(json.dumps({"copy_s": elapsed, "copied": sum(len(r.copied) for r in results),
-                      "errors": [r.error for r in results + settled if r.error][:3], "requests": requests}))
+    print(
+        json.dumps(
+            {
+                "copy_s": elapsed,
+                "copied": sum(len(r.copied) for r in results),
+                "errors": [r.error for r in results + settled if r.error][:3],
+                "requests": requests,
+            }
+        )
+    )
 
 
 def child_restart(cfg: str, started: float) -> None:
@@ -139,14 +148,24 @@ def child_restart(cfg: str, started: float) -> None:
         results = manager.run_once(gc=False)
         steady.append(time.perf_counter() - t)
     errors = [r.error for r in first + results if r.error]
-    print(json.dumps({"restart_s": restart_s, "restart_cpu_s": restart_cpu_s, "first_pass_s": first_s,
-                      "first_idle": first_idle,
-                      "restart_requests": restart_requests,
-                      "steady_s": min(steady),
-                      "steady_requests": dict(counting.calls), "idle": sum(r.idle for r in results),
-                      "rss_kib": rss_kib(os.getpid()),
-                      "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "errors": errors[:3], "partitions": len(first)}))
+    print(
+        json.dumps(
+            {
+                "restart_s": restart_s,
+                "restart_cpu_s": restart_cpu_s,
+                "first_pass_s": first_s,
+                "first_idle": first_idle,
+                "restart_requests": restart_requests,
+                "steady_s": min(steady),
+                "steady_requests": dict(counting.calls),
+                "idle": sum(r.idle for r in results),
+                "rss_kib": rss_kib(os.getpid()),
+                "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "errors": errors[:3],
+                "partitions": len(first),
+            }
+        )
+    )
 
 
 def rlm_env() -> dict[str, str]:
@@ -157,8 +176,9 @@ def write_cfg(path: Path, logs: Path, remote: dict[str, Any], port: int) -> Path
     opts = "".join(f"{k} = {toml_value(v)}\n" for k, v in remote["options"].items())
     path.write_text(
         f'[log]\ndirs = ["{logs}"]\n[remote]\nbackend = "{remote["backend"]}"\n[remote.options]\n{opts}'
-        f'[tiering]\ntask_interval_ms = 3600000\ngc_grace_ms = 3600000\n'
-        f'state_dir = "{logs.parent / "state"}"\n[server]\nport = {port}\n')
+        f"[tiering]\ntask_interval_ms = 3600000\ngc_grace_ms = 3600000\n"
+        f'state_dir = "{logs.parent / "state"}"\n[server]\nport = {port}\n'
+    )
     return path
 
 
@@ -169,8 +189,13 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
     log_path = cfg.parent / "daemon.log"
     start = time.perf_counter()
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], env=rlm_env(),
-                                stdout=subprocess.DEVNULL, stderr=log_file, cwd=cfg.parent)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+            env=rlm_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            cwd=cfg.parent,
+        )
     url = f"http://127.0.0.1:{port}"
     health = done = None
     rss = 0
@@ -209,8 +234,14 @@ def store(kind: str, work: Path) -> Iterator[dict[str, Any]]:
 
 def _run_child(mode: str, cfg: Path, work: Path) -> dict[str, Any]:
     # cwd: not the repo, whose rlm/ would shadow a PYTHONPATH-selected one
-    out = subprocess.run([sys.executable, __file__, f"--child-{mode}", str(cfg), repr(time.time())],
-                         env=rlm_env(), capture_output=True, text=True, check=False, cwd=work)
+    out = subprocess.run(
+        [sys.executable, __file__, f"--child-{mode}", str(cfg), repr(time.time())],
+        env=rlm_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     assert not result["errors"], result
@@ -242,37 +273,51 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         changed = _run_child("restart", cfg, work)  # every partition re-examined (local files only)
         assert changed["partitions"] == partitions and changed["first_idle"] == 0, changed
     n = partitions * segments
-    res = {"store": kind, "P": partitions, "S": segments,
-           "copy_ms_per_segment": copy["copy_s"] / n * 1000,
-           "copy_requests_per_segment": sum(copy["requests"].values()) / n, "copy_requests": copy["requests"],
-           "restart_s": restart["restart_s"], "first_pass_s": restart["first_pass_s"],
-           "restart_cpu_s": restart["restart_cpu_s"],
-           "restart_requests": restart["restart_requests"],
-           "changed_s": changed["restart_s"], "changed_requests": changed["restart_requests"],
-           "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
-           "steady_requests": restart["steady_requests"], "idle": restart["idle"],
-           "rss_mib": restart["rss_kib"] / 1024, "d_health": d["healthz"], "d_first": d["first_pass"],
-           "d_rss_mib": d["rss_kib"] / 1024}
+    res = {
+        "store": kind,
+        "P": partitions,
+        "S": segments,
+        "copy_ms_per_segment": copy["copy_s"] / n * 1000,
+        "copy_requests_per_segment": sum(copy["requests"].values()) / n,
+        "copy_requests": copy["requests"],
+        "restart_s": restart["restart_s"],
+        "first_pass_s": restart["first_pass_s"],
+        "restart_cpu_s": restart["restart_cpu_s"],
+        "restart_requests": restart["restart_requests"],
+        "changed_s": changed["restart_s"],
+        "changed_requests": changed["restart_requests"],
+        "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
+        "steady_requests": restart["steady_requests"],
+        "idle": restart["idle"],
+        "rss_mib": restart["rss_kib"] / 1024,
+        "d_health": d["healthz"],
+        "d_first": d["first_pass"],
+        "d_rss_mib": d["rss_kib"] / 1024,
+    }
     print(json.dumps(res), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return res
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = ("| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
-           "first idle pass (of which the pass) [CPU] | its store requests | "
-           "restart, every partition changed | its store requests | "
-           "steady idle pass: ms / partition | its store requests | "
-           "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    out = (
+        "| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
+        "first idle pass (of which the pass) [CPU] | its store requests | "
+        "restart, every partition changed | its store requests | "
+        "steady idle pass: ms / partition | its store requests | "
+        "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
     for r in rows:
-        out += (f"| {r['store']} | {r['P']} × {r['S']} | {r['copy_ms_per_segment']:.1f} | "
-                f"{r['copy_requests_per_segment']:.1f} | "
-                f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) [{r['restart_cpu_s']:.2f} s] | "
-                f"{sum(r['restart_requests'].values())} | {r['changed_s']:.2f} s | "
-                f"{sum(r['changed_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
-                f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
-                f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n")
+        out += (
+            f"| {r['store']} | {r['P']} × {r['S']} | {r['copy_ms_per_segment']:.1f} | "
+            f"{r['copy_requests_per_segment']:.1f} | "
+            f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) [{r['restart_cpu_s']:.2f} s] | "
+            f"{sum(r['restart_requests'].values())} | {r['changed_s']:.2f} s | "
+            f"{sum(r['changed_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
+            f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
+            f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n"
+        )
     return out
 
 
@@ -295,18 +340,27 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
-        shown = [a for i, a in enumerate(given)
-                 if not a.startswith("--label") and not (i and given[i - 1] == "--label")]
-        entry = (f"### {dt.date.today().isoformat()} — {args.store} store, up to {max(args.partitions)} "
-                 f"partitions × {max(args.segments)} segments{' — ' + args.label if args.label else ''}\n\n"
-                 f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f} (other "
-                 "processes share the host: the CPU column is what load cannot inflate)\n"
-                 f"- command: `{' '.join(['.venv/bin/python bench/scale_bench.py', *shown])}`; the restart "
-                 "is measured from the spawn of a new process (interpreter and imports included)\n"
-                 "- requests by operation: "
-                 + "; ".join(f"{r['P']}×{r['S']}: copy {r['copy_requests']}, restart "
-                             f"{r['restart_requests']}, steady {r['steady_requests']}" for r in rows)
-                 + "\n\n" + text)
+        shown = [
+            a
+            for i, a in enumerate(given)
+            if not a.startswith("--label") and not (i and given[i - 1] == "--label")
+        ]
+        entry = (
+            f"### {dt.date.today().isoformat()} — {args.store} store, up to {max(args.partitions)} "
+            f"partitions × {max(args.segments)} segments{' — ' + args.label if args.label else ''}\n\n"
+            f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f} (other "
+            "processes share the host: the CPU column is what load cannot inflate)\n"
+            f"- command: `{' '.join(['.venv/bin/python bench/scale_bench.py', *shown])}`; the restart "
+            "is measured from the spawn of a new process (interpreter and imports included)\n"
+            "- requests by operation: "
+            + "; ".join(
+                f"{r['P']}×{r['S']}: copy {r['copy_requests']}, restart "
+                f"{r['restart_requests']}, steady {r['steady_requests']}"
+                for r in rows
+            )
+            + "\n\n"
+            + text
+        )
         record(SECTION, entry, intro=INTRO)
         print("recorded in BENCHMARKS.md")
     return 0

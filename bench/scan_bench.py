@@ -201,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         f"| **cold ratio** (scan / raw, target ≥ {TARGET_RATIO}) | | **{cold_ratio:.2f}** |\n"
     )
     avg_kib = size / batches / 1024
-    print(f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}, "
-          f"scan: {SCAN_IMPL}")
+    print(
+        f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}, "
+        f"scan: {SCAN_IMPL}"
+    )
     print(table)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]

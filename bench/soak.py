@@ -58,8 +58,15 @@ from tests.tiering.helpers import assert_manifests_complete, check_store, write_
 
 SECTION = "## Soak"
 TOPIC = "soak"
-FAULTS = {"throttle_rate": 0.04, "error_rate": 0.04, "timeout_rate": 0.01, "lost_ack_rate": 0.04,
-          "partial_upload_rate": 0.03, "latency_ms": 2.0, "latency_jitter_ms": 8.0}
+FAULTS = {
+    "throttle_rate": 0.04,
+    "error_rate": 0.04,
+    "timeout_rate": 0.01,
+    "lost_ack_rate": 0.04,
+    "partial_upload_rate": 0.03,
+    "latency_ms": 2.0,
+    "latency_jitter_ms": 8.0,
+}
 CODECS = (Compression.NONE, Compression.NONE, Compression.GZIP, Compression.ZSTD, Compression.SNAPPY)
 
 # Runs the CLI with the faulty wrapper dumping its injected-fault counters to a file every second
@@ -95,8 +102,9 @@ def daemon_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def killer(cfg: str, out: str, seed: int, min_s: float, max_s: float,
-           drain: Any, stop: Any, stats_path: str) -> None:
+def killer(
+    cfg: str, out: str, seed: int, min_s: float, max_s: float, drain: Any, stop: Any, stats_path: str
+) -> None:
     """The separate process: own the daemon, SIGKILL + restart it at random until ``drain``."""
     rng = random.Random(seed)
     starts = 0
@@ -106,12 +114,17 @@ def killer(cfg: str, out: str, seed: int, min_s: float, max_s: float,
     def start() -> subprocess.Popen[bytes]:
         nonlocal starts
         starts += 1
-        env = daemon_env({"RLM_REMOTE__OPTIONS__SEED": str(seed * 1000 + starts),
-                          "SOAK_FAULTS_FILE": str(Path(out) / f"faults-{starts}.json")})
+        env = daemon_env(
+            {
+                "RLM_REMOTE__OPTIONS__SEED": str(seed * 1000 + starts),
+                "SOAK_FAULTS_FILE": str(Path(out) / f"faults-{starts}.json"),
+            }
+        )
         log.write(f"--- start {starts} at {time.time():.1f}\n".encode())
         log.flush()
-        return subprocess.Popen([sys.executable, "-c", LAUNCHER, "run", "--config", cfg],
-                                stdout=log, stderr=log, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER, "run", "--config", cfg], stdout=log, stderr=log, env=env
+        )
 
     proc = start()
     while not drain.is_set():
@@ -138,8 +151,9 @@ def drained(logs: Path, inner: LocalBackend) -> tuple[int, int]:
     total = remote = 0
     for part in discover_partitions([logs]):
         segs = list_segments(part)
-        eligible = [s for s in eligible_segments(segs, partition_state(part, cps), "high-watermark")
-                    if s.size > 0]
+        eligible = [
+            s for s in eligible_segments(segs, partition_state(part, cps), "high-watermark") if s.size > 0
+        ]
         have = {i.key.rsplit("/", 1)[1] for i in inner.list(f"{part.name}/manifests/")}
         total += len(eligible)
         remote += sum(f"{s.base_offset:020d}.json" in have for s in eligible)
@@ -184,15 +198,31 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True)
     inner = LocalBackend(root=str(store))
     options = {"inner": "local", "inner_options": {"root": str(store)}, "seed": 0, **FAULTS}
-    cfg = write_config(out / "soak.toml", [logs], backend="faulty", options=options,
-                       server_port=free_port(), task_interval_ms=500, gc_grace_ms=5000,
-                       index_entry_bytes=8192, index_rotate_bytes=256 * 1024)
-    clean_cfg = write_config(out / "final.toml", [logs], root=store, gc_grace_ms=1000,
-                             index_entry_bytes=8192, index_rotate_bytes=256 * 1024)
+    cfg = write_config(
+        out / "soak.toml",
+        [logs],
+        backend="faulty",
+        options=options,
+        server_port=free_port(),
+        task_interval_ms=500,
+        gc_grace_ms=5000,
+        index_entry_bytes=8192,
+        index_rotate_bytes=256 * 1024,
+    )
+    clean_cfg = write_config(
+        out / "final.toml",
+        [logs],
+        root=store,
+        gc_grace_ms=1000,
+        index_entry_bytes=8192,
+        index_rotate_bytes=256 * 1024,
+    )
 
     rng = random.Random(args.seed)
-    writers = {p: LogWriter(logs, TOPIC, p, segment_bytes=args.segment_kib * 1024, index_interval_bytes=4096)
-               for p in range(args.partitions)}
+    writers = {
+        p: LogWriter(logs, TOPIC, p, segment_bytes=args.segment_kib * 1024, index_interval_bytes=4096)
+        for p in range(args.partitions)
+    }
     for w in writers.values():
         w.high_watermark = 0
         w.write_checkpoints()
@@ -200,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")
     drain, stop = ctx.Event(), ctx.Event()
     stats_path = out / "killer.json"
-    kp = ctx.Process(target=killer, args=(str(cfg), str(out), args.seed, args.kill_min_s, args.kill_max_s,
-                                          drain, stop, str(stats_path)))
+    kp = ctx.Process(
+        target=killer,
+        args=(str(cfg), str(out), args.seed, args.kill_min_s, args.kill_max_s, drain, stop, str(stats_path)),
+    )
     started = time.monotonic()
     kp.start()
 
@@ -214,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         for p, w in writers.items():
             n = rng.randint(5, 40)
             base = w.log_end_offset
-            specs = [RecordSpec(int(time.time() * 1000), f"k{base + i}".encode(), value_for(p, base + i))
-                     for i in range(n)]
+            specs = [
+                RecordSpec(int(time.time() * 1000), f"k{base + i}".encode(), value_for(p, base + i))
+                for i in range(n)
+            ]
             w.append(specs, compression=rng.choice(CODECS))
             records += n
             batches += 1
@@ -230,8 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             checks += 1
             next_check = now + 60
             total, remote = drained(logs, inner)
-            print(f"  {now - started:6.0f} s: {records} records, {remote}/{total} eligible segments remote",
-                  flush=True)
+            print(
+                f"  {now - started:6.0f} s: {records} records, {remote}/{total} eligible segments remote",
+                flush=True,
+            )
         time.sleep(0.02)
 
     # Stop producing: roll the active segments and commit everything.
@@ -265,14 +301,24 @@ def main(argv: list[str] | None = None) -> int:
 
     # Final pass and GC without faults.
     env = daemon_env({})
-    once = subprocess.run([sys.executable, "-m", "rlm", "run", "--config", str(clean_cfg), "--once",
-                           "--quiet"], capture_output=True, text=True, env=env, check=False)
+    once = subprocess.run(
+        [sys.executable, "-m", "rlm", "run", "--config", str(clean_cfg), "--once", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert once.returncode == 0, once.stderr[-3000:]
     final_copied = json.loads(once.stdout)["segments_copied"]
     orphans_before = check_store([logs], inner, deep=False).unreferenced
     time.sleep(1.2)
-    gc = subprocess.run([sys.executable, "-m", "rlm", "gc", "--config", str(clean_cfg), "--quiet"],
-                        capture_output=True, text=True, env=env, check=False)
+    gc = subprocess.run(
+        [sys.executable, "-m", "rlm", "gc", "--config", str(clean_cfg), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert gc.returncode == 0, gc.stderr[-3000:]
     gc_attempts = [json.loads(line) for line in gc.stdout.splitlines()]
 
@@ -303,19 +349,26 @@ def main(argv: list[str] | None = None) -> int:
     print(table, flush=True)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
-        entry = (f"### {dt.date.today().isoformat()} — {args.minutes:g} min, {args.partitions} partitions, "
-                 f"{stats['kills']} kills: all checks passed\n\n"
-                 f"- machine: {machine()}\n"
-                 f"- command: `{' '.join(['.venv/bin/python bench/soak.py', *given])}` (`make soak`)\n"
-                 f"- faults: {json.dumps(FAULTS)}; kill interval uniform "
-                 f"{args.kill_min_s:g}–{args.kill_max_s:g} s; segment.bytes {args.segment_kib} KiB; "
-                 "task_interval_ms 500\n\n" + table)
-        record(SECTION, entry, intro=(
-            "`bench/soak.py` (`make soak`, not in CI): LogWriter produces into several partitions while "
-            "the real `rlm run` daemon tiers through the faulty store and a separate process SIGKILLs "
-            "and restarts it at random; then drain, clean stop, final `run --once` + `gc`, and the "
-            "checks (every produced offset remote exactly once and decoded equal, local index == "
-            "manifests' entries, no orphans)."))
+        entry = (
+            f"### {dt.date.today().isoformat()} — {args.minutes:g} min, {args.partitions} partitions, "
+            f"{stats['kills']} kills: all checks passed\n\n"
+            f"- machine: {machine()}\n"
+            f"- command: `{' '.join(['.venv/bin/python bench/soak.py', *given])}` (`make soak`)\n"
+            f"- faults: {json.dumps(FAULTS)}; kill interval uniform "
+            f"{args.kill_min_s:g}–{args.kill_max_s:g} s; segment.bytes {args.segment_kib} KiB; "
+            "task_interval_ms 500\n\n" + table
+        )
+        record(
+            SECTION,
+            entry,
+            intro=(
+                "`bench/soak.py` (`make soak`, not in CI): LogWriter produces into several partitions while "
+                "the real `rlm run` daemon tiers through the faulty store and a separate process SIGKILLs "
+                "and restarts it at random; then drain, clean stop, final `run --once` + `gc`, and the "
+                "checks (every produced offset remote exactly once and decoded equal, local index == "
+                "manifests' entries, no orphans)."
+            ),
+        )
         print("recorded in BENCHMARKS.md")
     return 0
 

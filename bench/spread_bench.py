@@ -58,19 +58,25 @@ def run_one(spread: int, logs: Path, name: str, options: dict[str, Any]) -> dict
 
     row: dict[str, Any] = {"spread": spread}
     row["open"], _ = _measure(counting, open_it)
-    settings = settings_from_mapping({
-        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-        "remote": {"backend": name, "options": options, "prefix_spread": spread},
-        "tiering": {"gc_grace_ms": 3_600_000}, "topics": {"follow_kafka_configs": False}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {"backend": name, "options": options, "prefix_spread": spread},
+            "tiering": {"gc_grace_ms": 3_600_000},
+            "topics": {"follow_kafka_configs": False},
+        }
+    )
     manager = RemoteLogManager(settings, store, metrics=TieringMetrics())
     copied: list[int] = []
     row["copy"], row["copy_s"] = _measure(
-        counting, lambda: copied.append(sum(len(r.copied) for r in manager.run_once())))
+        counting, lambda: copied.append(sum(len(r.copied) for r in manager.run_once()))
+    )
     row["segments"] = copied[0]
     row["idle"], row["idle_s"] = _measure(counting, manager.run_once)
     found: list[int] = []
     row["list_all"], row["list_all_s"] = _measure(
-        counting, lambda: found.append(sum(1 for _ in manifest_keys(store, RetryPolicy(), None))))
+        counting, lambda: found.append(sum(1 for _ in manifest_keys(store, RetryPolicy(), None)))
+    )
     assert found[0] == row["segments"], (found, row)
     store.close()
     return row
@@ -88,8 +94,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rlm-spread-bench-"))
     try:
         source = work / "source"
-        generate_log_dir(source, [("spread.bench", args.partitions)], seed=1, records=args.records,
-                         segment_bytes=args.segment_bytes)
+        generate_log_dir(
+            source,
+            [("spread.bench", args.partitions)],
+            seed=1,
+            records=args.records,
+            segment_bytes=args.segment_bytes,
+        )
         rows = []
         with _server(args.store, work) as server:
             for run, spread in enumerate(args.spreads):  # a setting may repeat (order effects)
@@ -112,29 +123,40 @@ def _store(kind: str, server: Any, work: Path, run: int) -> tuple[str, dict[str,
     if kind == "local":
         return "local", {"root": str(work / f"store-{run}")}
     endpoint, _pid = server
-    return "s3", {"bucket": BUCKET, "prefix": f"run-{run}", "endpoint_url": endpoint,
-                  "path_style": True, "region": "us-east-1", "access_key_id": "any",
-                  "secret_access_key": "any"}
+    return "s3", {
+        "bucket": BUCKET,
+        "prefix": f"run-{run}",
+        "endpoint_url": endpoint,
+        "path_style": True,
+        "region": "us-east-1",
+        "access_key_id": "any",
+        "secret_access_key": "any",
+    }
 
 
 def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     base = next(r for r in rows if r["spread"] == 0)  # the first spread-0 run
-    head = ("| spread | open | copy pass | per segment | idle pass | whole-store listing | "
-            "copy time / spread 0 | idle time / spread 0 | listing time / spread 0 |")
+    head = (
+        "| spread | open | copy pass | per segment | idle pass | whole-store listing | "
+        "copy time / spread 0 | idle time / spread 0 | listing time / spread 0 |"
+    )
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         lines.append(
             f"| {r['spread']} | {r['open']} | {r['copy']} | {r['copy'] / max(1, r['segments']):.2f} | "
             f"{r['idle']} | {r['list_all']} | {r['copy_s'] / base['copy_s']:.2f} | "
-            f"{r['idle_s'] / base['idle_s']:.2f} | {r['list_all_s'] / base['list_all_s']:.2f} |")
+            f"{r['idle_s'] / base['idle_s']:.2f} | {r['list_all_s'] / base['list_all_s']:.2f} |"
+        )
     table = "\n".join(lines)
     print(table)
     if args.record:
         cmd = command_line()
-        entry = (f"### {dt.datetime.now(dt.UTC):%Y-%m-%d} — {args.partitions} partitions, "
-                 f"{base['segments']} segments, {args.store}\n\n- machine: {machine()}\n"
-                 f"- command: `{cmd}`\n- store requests (counted below the mapping) "
-                 "and wall times as ratios to spread 0, same run:\n\n" + table + "\n")
+        entry = (
+            f"### {dt.datetime.now(dt.UTC):%Y-%m-%d} — {args.partitions} partitions, "
+            f"{base['segments']} segments, {args.store}\n\n- machine: {machine()}\n"
+            f"- command: `{cmd}`\n- store requests (counted below the mapping) "
+            "and wall times as ratios to spread 0, same run:\n\n" + table + "\n"
+        )
         record("## Key prefix spread", entry, intro="`bench/spread_bench.py` (docs/key-spread.md).")
 
 

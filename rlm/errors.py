@@ -212,8 +212,15 @@ class ProtectionError(RlmError):
     names the object (``file``), the offset where known and the key id; never any key material.
     The CLI exits 1; the API answers 500 for a key problem, 502 for a tampered object."""
 
-    def __init__(self, reason: str, *, key_id: str | None = None, file: str | os.PathLike[str] | None = None,
-                 position: int | None = None, offset: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        key_id: str | None = None,
+        file: str | os.PathLike[str] | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         super().__init__(reason, file=file, position=position, offset=offset)
         self.key_id = key_id
 

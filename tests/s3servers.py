@@ -35,17 +35,25 @@ class S3Target:
     name: str  # "seaweedfs" or "external"
 
     def options(self, **extra: Any) -> dict[str, Any]:
-        return {"bucket": self.bucket, "prefix": self.prefix, "endpoint_url": self.endpoint,
-                "path_style": True, **self.credentials, **extra}
+        return {
+            "bucket": self.bucket,
+            "prefix": self.prefix,
+            "endpoint_url": self.endpoint,
+            "path_style": True,
+            **self.credentials,
+            **extra,
+        }
 
     def client(self) -> Any:
         """A raw boto3 client (no retries) for checks behind the backend's back."""
         import boto3
         import botocore.config
 
-        creds = {"aws_access_key_id": self.credentials.get("access_key_id"),
-                 "aws_secret_access_key": self.credentials.get("secret_access_key"),
-                 "region_name": self.credentials.get("region") or "us-east-1"}
+        creds = {
+            "aws_access_key_id": self.credentials.get("access_key_id"),
+            "aws_secret_access_key": self.credentials.get("secret_access_key"),
+            "region_name": self.credentials.get("region") or "us-east-1",
+        }
         cfg = botocore.config.Config(retries={"total_max_attempts": 1}, s3={"addressing_style": "path"})
         return boto3.client("s3", endpoint_url=self.endpoint, config=cfg, **creds)
 
@@ -55,9 +63,11 @@ def external_target() -> S3Target | None:
     endpoint = os.environ.get("RLM_TEST_S3_ENDPOINT")
     if not endpoint:
         return None
-    creds = {"access_key_id": os.environ.get("RLM_TEST_S3_ACCESS_KEY") or None,
-             "secret_access_key": os.environ.get("RLM_TEST_S3_SECRET_KEY") or None,
-             "region": os.environ.get("RLM_TEST_S3_REGION") or "us-east-1"}
+    creds = {
+        "access_key_id": os.environ.get("RLM_TEST_S3_ACCESS_KEY") or None,
+        "secret_access_key": os.environ.get("RLM_TEST_S3_SECRET_KEY") or None,
+        "region": os.environ.get("RLM_TEST_S3_REGION") or "us-east-1",
+    }
     return S3Target(endpoint, os.environ.get("RLM_TEST_S3_BUCKET", "rlm"), "", creds, "external")
 
 

@@ -43,7 +43,11 @@ def test_every_design_key_is_read(tmp_path: Path) -> None:
     assert s.remote.backend == "s3" and s.remote.options == {"bucket": "tiered", "prefix": "prod"}
     t = s.tiering
     assert (t.task_interval_ms, t.index_entry_bytes, t.index_rotate_bytes, t.index_rotate_ms) == (
-        5000, 65536, 1048576, 3600000)
+        5000,
+        65536,
+        1048576,
+        3600000,
+    )
     assert (t.retention_ms, t.retention_bytes) == (86400000, -1)
     assert (s.server.host, s.server.port, s.server.token) == ("127.0.0.1", 9464, "s3cret")
     assert "s3cret" not in repr(s)
@@ -111,8 +115,10 @@ def test_bad_env_override_is_named(tmp_path: Path) -> None:
 
 def test_iceberg_catalog_properties_become_strings_and_env_overrides_nest(tmp_path: Path) -> None:
     text = '[iceberg]\nnamespace = "ops"\n[iceberg.catalog]\ntype = "rest"\n"s3.path-style-access" = true\n'
-    s = load_settings(write(tmp_path, text), environ={"RLM_ICEBERG__CATALOG__URI": "http://cat:8181",
-                                                      "RLM_ICEBERG__TABLE": "history"})
+    s = load_settings(
+        write(tmp_path, text),
+        environ={"RLM_ICEBERG__CATALOG__URI": "http://cat:8181", "RLM_ICEBERG__TABLE": "history"},
+    )
     assert s.iceberg.catalog == {"type": "rest", "s3.path-style-access": "true", "uri": "http://cat:8181"}
     assert (s.iceberg.namespace, s.iceberg.table, s.iceberg.catalog_name) == ("ops", "history", "rlm")
     assert load_settings(write(tmp_path, ""), environ={}).iceberg.catalog == {}  # embedded SQLite

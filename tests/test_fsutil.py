@@ -16,6 +16,7 @@ def _counting(calls: list[Path]) -> FileMemo[bytes]:
             return path.read_bytes()
         except FileNotFoundError:
             return b"<missing>"
+
     return FileMemo(parse)
 
 

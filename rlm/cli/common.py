@@ -23,8 +23,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def config_option(func: F) -> F:
-    return click.option("--config", "config_path", required=True, type=click.Path(path_type=Path),
-                        help="TOML configuration file (docs/configuration.md).")(func)
+    return click.option(
+        "--config",
+        "config_path",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="TOML configuration file (docs/configuration.md).",
+    )(func)
 
 
 def load(config_path: Path) -> Settings:
@@ -51,8 +56,10 @@ def tracked_backend(settings: Settings) -> StorageBackend:
     """The configured backend behind a store-health tracker, for commands without a manager
     (``rlm lookup``/``fetch``): an unreachable store ends them after ``remote.unreachable_after_ms``
     instead of every retry layer's worth of timeouts (docs/operations.md)."""
-    health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
-                         probe_interval_ms=settings.remote.probe_interval_ms)
+    health = StoreHealth(
+        unreachable_after_ms=settings.remote.unreachable_after_ms,
+        probe_interval_ms=settings.remote.probe_interval_ms,
+    )
     return HealthTrackingBackend(open_store(settings), health)
 
 
@@ -61,8 +68,9 @@ def open_store(settings: Settings) -> StorageBackend:
     store that has not answered within ``remote.unreachable_after_ms`` is checked later, so the
     daemon starts (and serves local data) during an outage."""
     remote = settings.remote
-    return open_backend(remote.backend, remote.options, remote.prefix_spread,
-                        wait_s=remote.unreachable_after_ms / 1000)
+    return open_backend(
+        remote.backend, remote.options, remote.prefix_spread, wait_s=remote.unreachable_after_ms / 1000
+    )
 
 
 def interactive(quiet: bool = False) -> bool:
@@ -71,8 +79,9 @@ def interactive(quiet: bool = False) -> bool:
 
 
 @contextmanager
-def partition_progress(manager: RemoteLogManager, desc: str, quiet: bool = False
-                       ) -> Iterator[Callable[[str], None]]:
+def partition_progress(
+    manager: RemoteLogManager, desc: str, quiet: bool = False
+) -> Iterator[Callable[[str], None]]:
     """A per-partition tqdm bar on stderr (only on a terminal, see :func:`interactive`); yields
     the ``on_partition(name)`` callback the manager calls as it reaches each partition."""
     from tqdm import tqdm

@@ -61,8 +61,11 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
 
 def _transform_names(transform: int) -> list[str]:
     """A magic 1 entry's transform bits by name, in the order they were applied."""
-    return [name for bit, name in ((TRANSFORM_ZSTD, "zstd"), (TRANSFORM_AES_GCM, "aes-256-gcm"))
-            if transform & bit]
+    return [
+        name
+        for bit, name in ((TRANSFORM_ZSTD, "zstd"), (TRANSFORM_AES_GCM, "aes-256-gcm"))
+        if transform & bit
+    ]
 
 
 def _base_offset(path: Path) -> int | None:
@@ -194,8 +197,11 @@ def dump_remote_log_index(path: Path) -> DumpResult:
             "data_length": d.entry.data_length,
             "rdi": str(d.entry.rdi),
             # magic 1 (docs/protection.md): how the entry is stored
-            **({"stored_length": d.entry.stored_length, "transform": _transform_names(d.entry.transform)}
-               if d.entry.transformed else {}),
+            **(
+                {"stored_length": d.entry.stored_length, "transform": _transform_names(d.entry.transform)}
+                if d.entry.transformed
+                else {}
+            ),
         }
         for d in scan.entries
     ]
@@ -214,12 +220,14 @@ def dump_checkpoint(path: Path) -> DumpResult:
     try:
         if path.name == "leader-epoch-checkpoint":
             lec = parse_leader_epoch_checkpoint(text)
-            entries: list[Json] = [
-                {"epoch": e.epoch, "start_offset": e.start_offset} for e in lec.entries
-            ]
+            entries: list[Json] = [{"epoch": e.epoch, "start_offset": e.start_offset} for e in lec.entries]
             return DumpResult(
-                {"file": str(path), "kind": "leader_epoch_checkpoint", "version": lec.version,
-                 "entries": entries}
+                {
+                    "file": str(path),
+                    "kind": "leader_epoch_checkpoint",
+                    "version": lec.version,
+                    "entries": entries,
+                }
             )
         oc = parse_offset_checkpoint(text)
         entries = [
@@ -227,8 +235,7 @@ def dump_checkpoint(path: Path) -> DumpResult:
             for (topic, partition), offset in oc.entries.items()
         ]
         return DumpResult(
-            {"file": str(path), "kind": "offset_checkpoint", "version": oc.version,
-             "entries": entries}
+            {"file": str(path), "kind": "offset_checkpoint", "version": oc.version, "entries": entries}
         )
     except FormatError as err:
         return DumpResult({"file": str(path), "kind": "checkpoint", "entries": []}, err.in_file(path))

@@ -30,8 +30,9 @@ def exit_code_for(err: BaseException) -> int:
 
 
 #: A Python exception line of a traceback (``rlm.errors.LogDirError: ...``), not a JVM one.
-_PY_EXCEPTION_LINE = re.compile(r"^(?!(?:org|java|javax|scala|py4j)\.)(?:\w+\.)*\w*(?:Error|Exception): .*$",
-                                re.MULTILINE)
+_PY_EXCEPTION_LINE = re.compile(
+    r"^(?!(?:org|java|javax|scala|py4j)\.)(?:\w+\.)*\w*(?:Error|Exception): .*$", re.MULTILINE
+)
 
 
 def spark_task_failure(err: BaseException) -> str | None:

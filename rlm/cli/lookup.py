@@ -39,8 +39,12 @@ def _readers(config_path: Path) -> TieredReaders:
 @click.option("--topic", required=True)
 @click.option("--partition", required=True, type=click.IntRange(min=0))
 @click.option("--offset", type=click.IntRange(min=0), help="first record offset >= this")
-@click.option("--timestamp", type=int, help="ms since the epoch, or -1 latest, -2 earliest, "
-              "-3 max timestamp, -4 earliest local, -5 latest tiered")
+@click.option(
+    "--timestamp",
+    type=int,
+    help="ms since the epoch, or -1 latest, -2 earliest, "
+    "-3 max timestamp, -4 earliest local, -5 latest tiered",
+)
 @handle_errors
 def lookup(config_path: Path, topic: str, partition: int, offset: int | None, timestamp: int | None) -> None:
     """Where is offset O / the first record at time TS: one JSON object."""
@@ -64,8 +68,7 @@ def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...]
     partition with no record that recent gets its high watermark (consumers resume at the end of
     what is committed, docs/visibility.md).
     """
-    rows = _readers(config_path).offsets_for_times(timestamp, list(topics) or None,
-                                                   parse_duration_ms(minus))
+    rows = _readers(config_path).offsets_for_times(timestamp, list(topics) or None, parse_duration_ms(minus))
     out = csv.writer(sys.stdout, lineterminator="\n")
     for row in rows:
         out.writerow([row.topic, row.partition, row.offset])
@@ -77,15 +80,34 @@ def offsets_for_times(config_path: Path, timestamp: int, topics: tuple[str, ...]
 @click.option("--partition", required=True, type=click.IntRange(min=0))
 @click.option("--offset", required=True, type=click.IntRange(min=0))
 @click.option("--max-bytes", default=1 << 20, show_default=True, type=click.IntRange(min=1))
-@click.option("--format", "fmt", type=click.Choice(["json", "raw"]), default="json", show_default=True,
-              help="json: decoded records (base64 keys/values); raw: the batches' bytes to stdout")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "raw"]),
+    default="json",
+    show_default=True,
+    help="json: decoded records (base64 keys/values); raw: the batches' bytes to stdout",
+)
 @click.option("--verify", is_flag=True, help="CRC-check remote batches again (checked before upload)")
-@click.option("--isolation", type=click.Choice(txn.ISOLATION_LEVELS), default="read_uncommitted",
-              show_default=True, help="read_committed: below the last stable offset, without aborted "
-              "transactions or control batches (docs/transactions.md)")
+@click.option(
+    "--isolation",
+    type=click.Choice(txn.ISOLATION_LEVELS),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: below the last stable offset, without aborted "
+    "transactions or control batches (docs/transactions.md)",
+)
 @handle_errors
-def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes: int, fmt: str,
-          verify: bool, isolation: str) -> None:
+def fetch(
+    config_path: Path,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    fmt: str,
+    verify: bool,
+    isolation: str,
+) -> None:
     """Records from OFFSET on, from whichever tier holds them (Kafka fetch semantics), below the
     high watermark only; OFFSET = the high watermark prints nothing (docs/visibility.md)."""
     reader = _readers(config_path).reader(topic, partition)
@@ -99,7 +121,17 @@ def fetch(config_path: Path, topic: str, partition: int, offset: int, max_bytes:
 
     for batch in result.batches:
         for r in result.records(batch, from_requested=True):
-            sys.stdout.write(json.dumps({
-                "offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key), "value": b64(r.value),
-                "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers],
-                "tier": result.tier, "is_control": batch.is_control}) + "\n")
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": b64(r.key),
+                        "value": b64(r.value),
+                        "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers],
+                        "tier": result.tier,
+                        "is_control": batch.is_control,
+                    }
+                )
+                + "\n"
+            )

@@ -19,6 +19,19 @@ def main() -> None:
     """rlm — tiered-storage remote log manager for Kafka-format log directories."""
 
 
-for command in (dump, generate, run, status, gc, rebuild_index, lookup, offsets_for_times, fetch,
-                export, verify, restore, rewrap):
+for command in (
+    dump,
+    generate,
+    run,
+    status,
+    gc,
+    rebuild_index,
+    lookup,
+    offsets_for_times,
+    fetch,
+    export,
+    verify,
+    restore,
+    rewrap,
+):
     main.add_command(command)

@@ -18,32 +18,54 @@ from rlm.tiering.rewrap import rewrap_store
 
 @click.command("rewrap")
 @config_option
-@click.option("--to", "to", required=True, metavar="KEY_ID",
-              help="Key id of [remote.encryption] key_files to wrap every data key with.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="KEY_ID",
+    help="Key id of [remote.encryption] key_files to wrap every data key with.",
+)
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable; default all).")
 @click.option("--dry-run", is_flag=True, help="Count what would be re-wrapped; write nothing.")
-@click.option("--parallelism", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Manifests handled at once.")
+@click.option(
+    "--parallelism",
+    type=click.IntRange(1, 256),
+    default=8,
+    show_default=True,
+    help="Manifests handled at once.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
-def rewrap(config_path: Path, to: str, topics: tuple[str, ...], dry_run: bool, parallelism: int,
-           quiet: bool) -> None:
+def rewrap(
+    config_path: Path, to: str, topics: tuple[str, ...], dry_run: bool, parallelism: int, quiet: bool
+) -> None:
     """Re-wrap every segment's data key that is not under KEY_ID (unwrapping it with its own key
     from the ring) and rewrite its manifest; data objects are never touched. Idempotent; a JSON
     summary on stdout; exit 1 when a manifest could not be re-wrapped (one line each)."""
     settings = settings_for_tool(config_path)
     ring = KeyRing.from_settings(settings.remote.encryption)
     if ring is None:
-        raise ConfigError("rlm rewrap: [remote.encryption] key_files is empty: the key ring needs the "
-                          f"key that wrapped each data key and the target key {to!r} ({settings.source})")
+        raise ConfigError(
+            "rlm rewrap: [remote.encryption] key_files is empty: the key ring needs the "
+            f"key that wrapped each data key and the target key {to!r} ({settings.source})"
+        )
     if to not in ring.key_ids:
-        raise ConfigError(f"rlm rewrap --to {to!r}: not a key id of [remote.encryption] key_files "
-                          f"(known: {', '.join(ring.key_ids)})")
+        raise ConfigError(
+            f"rlm rewrap --to {to!r}: not a key id of [remote.encryption] key_files "
+            f"(known: {', '.join(ring.key_ids)})"
+        )
     from tqdm import tqdm
 
     with tqdm(unit="manifest", desc="rewrap", disable=not interactive(quiet)) as bar:
-        result = rewrap_store(tracked_backend(settings), ring, to, topics=frozenset(topics) or None,
-                              dry_run=dry_run, parallelism=parallelism, on_manifest=lambda: bar.update(1))
+        result = rewrap_store(
+            tracked_backend(settings),
+            ring,
+            to,
+            topics=frozenset(topics) or None,
+            dry_run=dry_run,
+            parallelism=parallelism,
+            on_manifest=lambda: bar.update(1),
+        )
     sys.stdout.write(json.dumps(result.to_json(), separators=(",", ":")) + "\n")
     for line in result.errors:
         click.echo(f"rlm: error: {line}", err=True)

@@ -104,8 +104,10 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
         from rlm.kafka.api import KafkaApi
         from rlm.kafka.server import KafkaListener
     except ImportError as err:
-        raise ConfigError(f"config key kafka.listen is set but {err.name or 'kafka-python'} is not "
-                          "installed: pip install 'rlm[kafka]' (kafka-python 3)") from None
+        raise ConfigError(
+            f"config key kafka.listen is set but {err.name or 'kafka-python'} is not "
+            "installed: pip install 'rlm[kafka]' (kafka-python 3)"
+        ) from None
 
     api = KafkaApi(parts.readers, node_id=settings.cluster.node_id or 0)
     return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics)
@@ -116,15 +118,17 @@ def _once(manager: RemoteLogManager, quiet: bool) -> None:
     parts = manager.discover()
     from tqdm import tqdm
 
-    with tqdm(total=len(parts), unit="partition", disable=not interactive(quiet),
-              desc="tiering") as bar:
+    with tqdm(total=len(parts), unit="partition", disable=not interactive(quiet), desc="tiering") as bar:
         copied = {"segments": 0, "bytes": 0}
 
         def done(r: PassResult) -> None:
             copied["segments"] += len(r.copied)
             copied["bytes"] += r.copied_bytes
-            bar.set_postfix_str(f"{r.topic}-{r.partition}, copied {copied['segments']} segments "
-                                f"/ {_human_bytes(copied['bytes'])}", refresh=False)
+            bar.set_postfix_str(
+                f"{r.topic}-{r.partition}, copied {copied['segments']} segments "
+                f"/ {_human_bytes(copied['bytes'])}",
+                refresh=False,
+            )
             bar.update(1)
 
         results = manager.run_once(on_result=done)
@@ -151,8 +155,11 @@ def status(config_path: Path) -> None:
     _emit(manager.status())
     store = manager.health.snapshot()
     if not store["reachable"]:
-        click.echo(f"rlm: warning: remote store unreachable for {store['unreachable_for_ms'] // 1000} s "
-                   f"(remote_segments/remote_bytes may be stale): {store['last_error']}", err=True)
+        click.echo(
+            f"rlm: warning: remote store unreachable for {store['unreachable_for_ms'] // 1000} s "
+            f"(remote_segments/remote_bytes may be stale): {store['last_error']}",
+            err=True,
+        )
 
 
 @click.command("gc")
@@ -168,12 +175,28 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
         old: list[OldIncarnation] = []
         orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step, old=old)
     for orphan in orphans:
-        _emit({"topic": orphan.topic, "partition": orphan.partition, "base_offset": orphan.base_offset,
-               "attempt": orphan.attempt_id, "objects": list(orphan.keys), "bytes": orphan.bytes,
-               "age_ms": orphan.age_ms, "deleted": not dry_run})
+        _emit(
+            {
+                "topic": orphan.topic,
+                "partition": orphan.partition,
+                "base_offset": orphan.base_offset,
+                "attempt": orphan.attempt_id,
+                "objects": list(orphan.keys),
+                "bytes": orphan.bytes,
+                "age_ms": orphan.age_ms,
+                "deleted": not dry_run,
+            }
+        )
     for inc in old:  # a re-created topic's predecessor (docs/topic-identity.md)
-        _emit({"topic": inc.topic, "partition": inc.partition, "old_incarnation": inc.to_json(),
-               "bytes": inc.bytes, "deleted": inc.deleted})
+        _emit(
+            {
+                "topic": inc.topic,
+                "partition": inc.partition,
+                "old_incarnation": inc.to_json(),
+                "bytes": inc.bytes,
+                "deleted": inc.deleted,
+            }
+        )
 
 
 @click.command("rebuild-index")

@@ -29,17 +29,28 @@ class DaemonApi:
     kafka_metrics: KafkaMetrics  # the Kafka listener's, registered even when it is off
 
 
-def build_api(settings: Settings, manager: RemoteLogManager, *,
-              history_interval_s: float = 10.0) -> DaemonApi:
+def build_api(
+    settings: Settings, manager: RemoteLogManager, *, history_interval_s: float = 10.0
+) -> DaemonApi:
     """The HTTP app over ``manager``: status from memory and persisted state (never the store),
     lookups and fetches through readers sharing the manager's store, policy resolver and registry;
     the status page's history sampled every ``history_interval_s`` once started."""
     registry = manager.shared.metrics.registry
     readers = TieredReaders(
-        settings, manager.shared.backend, progress=manager.live_progress,
+        settings,
+        manager.shared.backend,
+        progress=manager.live_progress,
         cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
-        policies=manager.policies, protection=manager.shared.protection)
+        policies=manager.policies,
+        protection=manager.shared.protection,
+    )
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart
-    app = create_app(readers, settings.server, status=lambda: manager.status(observe=False),
-                     registry=registry, history=history.snapshot, store=manager.store_status)
+    app = create_app(
+        readers,
+        settings.server,
+        status=lambda: manager.status(observe=False),
+        registry=registry,
+        history=history.snapshot,
+        store=manager.store_status,
+    )
     return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))

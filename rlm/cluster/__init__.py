@@ -10,5 +10,11 @@ from rlm.cluster.leadership import (
     resolve_node_id,
 )
 
-__all__ = ["Leadership", "LeadershipSource", "Role", "leadership_mode", "leadership_source",
-           "resolve_node_id"]
+__all__ = [
+    "Leadership",
+    "LeadershipSource",
+    "Role",
+    "leadership_mode",
+    "leadership_source",
+    "resolve_node_id",
+]

@@ -40,7 +40,7 @@ _TIMEOUT_FLOOR_MS = 1_000
 @dataclass(frozen=True, slots=True)
 class PartitionLeader:
     leader: int
-    leader_epoch: int | None   # None: the broker's Metadata version has none (< v7) or sent -1
+    leader_epoch: int | None  # None: the broker's Metadata version has none (< v7) or sent -1
     replicas: tuple[int, ...] | None = None
 
 
@@ -48,15 +48,18 @@ def _kafka() -> ModuleType:
     try:
         return importlib.import_module("kafka")
     except ImportError:
-        raise ConfigError('config key cluster.leadership = "kafka-admin" needs kafka-python: '
-                          "pip install 'rlm[kafka]'") from None
+        raise ConfigError(
+            "config key cluster.leadership = \"kafka-admin\" needs kafka-python: pip install 'rlm[kafka]'"
+        ) from None
 
 
 def _password(cluster: ClusterSettings) -> str:
     path = cluster.sasl_password_file
     if path is None:
-        raise ConfigError("config key cluster.sasl_password_file is empty: "
-                          f"security_protocol = {cluster.security_protocol!r} needs a password file")
+        raise ConfigError(
+            "config key cluster.sasl_password_file is empty: "
+            f"security_protocol = {cluster.security_protocol!r} needs a password file"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -82,15 +85,19 @@ def admin_client_config(cluster: ClusterSettings, node_id: int, known: set[str])
         if key in known:
             config[key] = timeout
     if cluster.security_protocol.startswith("SASL_"):
-        config.update(sasl_mechanism=cluster.sasl_mechanism, sasl_plain_username=cluster.sasl_username,
-                      sasl_plain_password=_password(cluster))
+        config.update(
+            sasl_mechanism=cluster.sasl_mechanism,
+            sasl_plain_username=cluster.sasl_username,
+            sasl_plain_password=_password(cluster),
+        )
     if cluster.security_protocol.endswith("SSL") and cluster.ssl_cafile is not None:
         config["ssl_cafile"] = str(cluster.ssl_cafile)
     return config
 
 
-def parse_metadata(topics: list[dict[str, Any]]) -> tuple[dict[tuple[str, int], PartitionLeader],
-                                                          dict[str, str]]:
+def parse_metadata(
+    topics: list[dict[str, Any]],
+) -> tuple[dict[tuple[str, int], PartitionLeader], dict[str, str]]:
     """``describe_topics()`` output → leaders per ``(topic, partition)`` and topic-level errors.
 
     Reads kafka-python 3's field names (``name``, ``partition_index``, ``leader_id``) and falls
@@ -112,8 +119,10 @@ def parse_metadata(topics: list[dict[str, Any]]) -> tuple[dict[tuple[str, int], 
             replicas = part.get("replica_nodes", part.get("replicas"))
             if isinstance(index, int) and isinstance(leader, int):
                 leaders[(name, index)] = PartitionLeader(
-                    leader, epoch if isinstance(epoch, int) and epoch >= 0 else None,
-                    tuple(replicas) if isinstance(replicas, list) else None)
+                    leader,
+                    epoch if isinstance(epoch, int) and epoch >= 0 else None,
+                    tuple(replicas) if isinstance(replicas, list) else None,
+                )
     return leaders, errors
 
 
@@ -122,20 +131,20 @@ class KafkaAdminSource:
 
     name = "kafka-admin"
 
-    def __init__(self, cluster: ClusterSettings, node_id: int, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, cluster: ClusterSettings, node_id: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.node_id: int | None = node_id
         self._kafka = _kafka()
-        self._config = admin_client_config(cluster, node_id,
-                                           set(self._kafka.KafkaAdminClient.DEFAULT_CONFIG))
+        self._config = admin_client_config(cluster, node_id, set(self._kafka.KafkaAdminClient.DEFAULT_CONFIG))
         self._period_s = cluster.metadata_refresh_ms / 1000
         self._clock = clock
         self._client: Any = None
         self._leaders: dict[tuple[str, int], PartitionLeader] | None = None
         self._topic_errors: dict[str, str] = {}
         self.error: str | None = "no Metadata response yet"
-        self.attempted_at: float | None = None     # clock() of the last request, None = never
-        self.refreshed_ms: int | None = None       # wall clock of the last successful answer
+        self.attempted_at: float | None = None  # clock() of the last request, None = never
+        self.refreshed_ms: int | None = None  # wall clock of the last successful answer
         self.requests = self.failures = 0
         self._lock = threading.Lock()
 
@@ -166,8 +175,11 @@ class KafkaAdminSource:
             self.failures += 1
             text = f"{type(err).__name__}: {err}".rstrip(": ")
             if self.error != text:
-                log.error("kafka-admin leadership: cannot read the cluster metadata from %s: %s",
-                          ",".join(self._config["bootstrap_servers"]), text)
+                log.error(
+                    "kafka-admin leadership: cannot read the cluster metadata from %s: %s",
+                    ",".join(self._config["bootstrap_servers"]),
+                    text,
+                )
             self._leaders, self._topic_errors, self.error = None, {}, text
             self._close_client()
             return
@@ -183,18 +195,27 @@ class KafkaAdminSource:
         found = leaders.get((topic, partition))
         if found is None:
             why = self._topic_errors.get(topic)
-            detail = f"topic error in the Metadata response: {why}" if why else (
-                "partition not in the cluster metadata")
+            detail = (
+                f"topic error in the Metadata response: {why}"
+                if why
+                else ("partition not in the cluster metadata")
+            )
             return Leadership("unknown", None, None, self.name, detail)
         return from_leader(self.name, self.node_id, found.leader, found.leader_epoch, found.replicas)
 
     def describe(self) -> dict[str, Any]:
         leaders = self._leaders
-        return {"source": self.name, "node_id": self.node_id, "error": self.error,
-                "bootstrap_servers": list(self._config["bootstrap_servers"]),
-                "security_protocol": self._config["security_protocol"],
-                "refreshed_ms": self.refreshed_ms, "requests": self.requests, "failures": self.failures,
-                "partitions": len(leaders) if leaders is not None else None}
+        return {
+            "source": self.name,
+            "node_id": self.node_id,
+            "error": self.error,
+            "bootstrap_servers": list(self._config["bootstrap_servers"]),
+            "security_protocol": self._config["security_protocol"],
+            "refreshed_ms": self.refreshed_ms,
+            "requests": self.requests,
+            "failures": self.failures,
+            "partitions": len(leaders) if leaders is not None else None,
+        }
 
     def _close_client(self) -> None:
         client, self._client = self._client, None

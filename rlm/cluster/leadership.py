@@ -31,8 +31,18 @@ from rlm.config import Settings
 from rlm.errors import ConfigError, RlmError
 from rlm.logdir.kraft import KraftMetadataLog, MetadataImage, find_metadata_log, read_node_id
 
-__all__ = ["AlwaysSource", "KraftSource", "Leadership", "LeadershipSource", "Role", "StaticSource",
-           "leadership_mode", "leadership_source", "metadata_log_dir", "resolve_node_id"]
+__all__ = [
+    "AlwaysSource",
+    "KraftSource",
+    "Leadership",
+    "LeadershipSource",
+    "Role",
+    "StaticSource",
+    "leadership_mode",
+    "leadership_source",
+    "metadata_log_dir",
+    "resolve_node_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +54,10 @@ Mode = Literal["always", "static", "kraft", "kafka-admin"]
 class Leadership:
     """Who leads one partition, as one source sees it now."""
 
-    role: Role                 # unknown = the source cannot tell (never copy then)
-    leader: int | None         # node id of the leader, None = unknown / no leader
-    leader_epoch: int | None   # from KRaft / admin metadata; None when the source has none
-    source: str                # "always" | "static" | "kraft" | "kafka-admin"
+    role: Role  # unknown = the source cannot tell (never copy then)
+    leader: int | None  # node id of the leader, None = unknown / no leader
+    leader_epoch: int | None  # from KRaft / admin metadata; None when the source has none
+    source: str  # "always" | "static" | "kraft" | "kafka-admin"
     detail: str | None = None  # why unknown (or why there is no leader)
 
     @property
@@ -55,8 +65,13 @@ class Leadership:
         return self.role == "leader"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "leader": self.leader, "leader_epoch": self.leader_epoch,
-                "source": self.source, "detail": self.detail}
+        return {
+            "role": self.role,
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "source": self.source,
+            "detail": self.detail,
+        }
 
 
 class LeadershipSource(Protocol):
@@ -75,8 +90,9 @@ class LeadershipSource(Protocol):
         """For status output: ``source``, ``node_id``, ``error`` (None when healthy) and more."""
 
 
-def from_leader(source: str, node_id: int | None, leader: int, epoch: int | None,
-                replicas: tuple[int, ...] | None = None) -> Leadership:
+def from_leader(
+    source: str, node_id: int | None, leader: int, epoch: int | None, replicas: tuple[int, ...] | None = None
+) -> Leadership:
     """The role of ``node_id`` when ``leader`` leads (-1 or below: nobody leads, e.g. offline).
 
     A partition without a leader whose only replica is this node (a single broker that is down,
@@ -85,8 +101,9 @@ def from_leader(source: str, node_id: int | None, leader: int, epoch: int | None
     """
     if leader < 0:
         if node_id is not None and replicas == (node_id,):
-            return Leadership("leader", None, epoch, source,
-                              "the partition has no leader; this node holds its only replica")
+            return Leadership(
+                "leader", None, epoch, source, "the partition has no leader; this node holds its only replica"
+            )
         return Leadership("follower", None, epoch, source, "the partition has no leader (offline)")
     return Leadership("leader" if leader == node_id else "follower", leader, epoch, source)
 
@@ -129,9 +146,13 @@ class StaticSource:
         return from_leader(self.name, self.node_id, leader, None)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": self.name, "node_id": self.node_id, "error": None,
-                "partitions": len(self.leaders),
-                "led_here": sum(1 for n in self.leaders.values() if n == self.node_id)}
+        return {
+            "source": self.name,
+            "node_id": self.node_id,
+            "error": None,
+            "partitions": len(self.leaders),
+            "led_here": sum(1 for n in self.leaders.values() if n == self.node_id),
+        }
 
 
 class KraftSource:
@@ -144,9 +165,14 @@ class KraftSource:
 
     name = "kraft"
 
-    def __init__(self, node_id: int, directory: Path, *,
-                 image: Callable[[], MetadataImage | None] | None = None,
-                 refresh_image: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        directory: Path,
+        *,
+        image: Callable[[], MetadataImage | None] | None = None,
+        refresh_image: Callable[[], None] | None = None,
+    ) -> None:
         self.node_id: int | None = node_id
         self.directory = directory
         self.error: str | None = None
@@ -175,21 +201,27 @@ class KraftSource:
         image = self._image()
         if image is None:
             why = f": {self.error}" if self.error else ""
-            return Leadership("unknown", None, None, self.name,
-                              f"the KRaft metadata log has not been read{why}")
+            return Leadership(
+                "unknown", None, None, self.name, f"the KRaft metadata log has not been read{why}"
+            )
         found = image.topics_by_name.get(topic)
         part = found.partitions.get(partition) if found is not None else None
         if part is None:
             what = "topic" if found is None else "partition"
-            return Leadership("unknown", None, None, self.name,
-                              f"{what} not in the metadata image (offset {image.offset})")
+            return Leadership(
+                "unknown", None, None, self.name, f"{what} not in the metadata image (offset {image.offset})"
+            )
         return from_leader(self.name, self.node_id, part.leader, part.leader_epoch, part.replicas)
 
     def describe(self) -> dict[str, Any]:
         image = self._image()
-        return {"source": self.name, "node_id": self.node_id, "metadata_log": str(self.directory),
-                "metadata_offset": image.offset if image is not None else None,
-                "error": self.error or (None if image is not None else "the metadata log has not been read")}
+        return {
+            "source": self.name,
+            "node_id": self.node_id,
+            "metadata_log": str(self.directory),
+            "metadata_offset": image.offset if image is not None else None,
+            "error": self.error or (None if image is not None else "the metadata log has not been read"),
+        }
 
 
 def metadata_log_dir(settings: Settings) -> Path | None:
@@ -218,14 +250,23 @@ def resolve_node_id(settings: Settings, *, required: bool) -> int | None:
     if not required:
         return None
     where = ", ".join(str(d) for d in settings.log.dirs)
-    found = f"meta.properties has node id {text!r}, not an integer" if text is not None else (
-        f"no meta.properties with node.id or broker.id in {where}")
-    raise ConfigError(f"config key cluster.node_id is unset and {found}: leadership = "
-                      f"{leadership_mode(settings)!r} needs this broker's node id")
+    found = (
+        f"meta.properties has node id {text!r}, not an integer"
+        if text is not None
+        else (f"no meta.properties with node.id or broker.id in {where}")
+    )
+    raise ConfigError(
+        f"config key cluster.node_id is unset and {found}: leadership = "
+        f"{leadership_mode(settings)!r} needs this broker's node id"
+    )
 
 
-def leadership_source(settings: Settings, *, image: Callable[[], MetadataImage | None] | None = None,
-                      refresh_image: Callable[[], None] | None = None) -> LeadershipSource:
+def leadership_source(
+    settings: Settings,
+    *,
+    image: Callable[[], MetadataImage | None] | None = None,
+    refresh_image: Callable[[], None] | None = None,
+) -> LeadershipSource:
     """The source ``[cluster]`` asks for. ``image`` / ``refresh_image``: the KRaft reader already
     polled elsewhere (the manager passes the topic-policy resolver's); used by ``kraft`` only.
     Raises :class:`ConfigError` (naming the key) when the source cannot work at all."""
@@ -239,8 +280,10 @@ def leadership_source(settings: Settings, *, image: Callable[[], MetadataImage |
     if mode == "kraft":
         directory = metadata_log_dir(settings)
         if directory is None:
-            raise ConfigError('config key cluster.leadership = "kraft": no __cluster_metadata-0 directory '
-                              "in log.dirs; set topics.metadata_log_dir (Kafka's metadata.log.dir)")
+            raise ConfigError(
+                'config key cluster.leadership = "kraft": no __cluster_metadata-0 directory '
+                "in log.dirs; set topics.metadata_log_dir (Kafka's metadata.log.dir)"
+            )
         return KraftSource(node_id, directory, image=image, refresh_image=refresh_image)
     from rlm.cluster.kafka_admin import KafkaAdminSource  # kafka-python is an optional extra
 

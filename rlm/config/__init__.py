@@ -51,12 +51,12 @@ class RemoteSettings:
 
     backend: str = "local"
     options: Mapping[str, Any] = field(default_factory=dict)
-    unreachable_after_ms: int = 5_000    # failing (or hanging) this long = store unreachable
-    probe_interval_ms: int = 5_000       # while unreachable, one probe call per interval
+    unreachable_after_ms: int = 5_000  # failing (or hanging) this long = store unreachable
+    probe_interval_ms: int = 5_000  # while unreachable, one probe call per interval
     # [remote.compression] / [remote.encryption]: off by default (docs/protection.md)
     compression: CompressionSettings = field(default_factory=CompressionSettings)
     encryption: EncryptionSettings = field(default_factory=EncryptionSettings)
-    prefix_spread: int = 0               # hex digits of a hash prefix on every key (docs/key-spread.md)
+    prefix_spread: int = 0  # hex digits of a hash prefix on every key (docs/key-spread.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +69,16 @@ class TieringSettings:
     index_rotate_ms: int = 604_800_000
     retention_ms: int = -1
     retention_bytes: int = -1
-    upload_bytes_per_sec: int = -1       # token-bucket cap on the upload stream; -1 = unlimited
-    max_concurrent_uploads: int = 4      # global cap across partitions
-    gc_grace_ms: int = 3_600_000         # abandoned attempts younger than this are left alone
-    state_dir: Path | None = None        # journal, pins, progress; default: <log dir>.rlm-state
+    upload_bytes_per_sec: int = -1  # token-bucket cap on the upload stream; -1 = unlimited
+    max_concurrent_uploads: int = 4  # global cap across partitions
+    gc_grace_ms: int = 3_600_000  # abandoned attempts younger than this are left alone
+    state_dir: Path | None = None  # journal, pins, progress; default: <log dir>.rlm-state
     remote_cache_bytes: int = 268_435_456  # byte-bounded LRU of remote ranges read by lookups
     # Read-ahead of sequential remote readers (docs/read-path.md); 0 bytes disables it.
-    read_ahead_bytes: int = 16_777_216        # per reader: prefetched + in flight
+    read_ahead_bytes: int = 16_777_216  # per reader: prefetched + in flight
     read_ahead_total_bytes: int = 134_217_728  # all readers together
-    read_ahead_idle_ms: int = 30_000          # a reader idle this long is dropped, its window freed
-    read_ahead_threads: int = 8               # ranged GETs in parallel (all readers)
+    read_ahead_idle_ms: int = 30_000  # a reader idle this long is dropped, its window freed
+    read_ahead_threads: int = 8  # ranged GETs in parallel (all readers)
     # A re-created topic's predecessor (docs/topic-identity.md): deleted this long after it is first
     # seen retired, unless kept.
     old_incarnation_grace_ms: int = 86_400_000
@@ -106,7 +106,7 @@ class TopicsSettings:
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
     follow_kafka_configs: bool | None = None  # None: true when a KRaft metadata log is found
-    metadata_log_dir: Path | None = None       # default: <log dir>/__cluster_metadata-0 if present
+    metadata_log_dir: Path | None = None  # default: <log dir>/__cluster_metadata-0 if present
     overrides: tuple[TopicOverride, ...] = ()
 
 
@@ -118,11 +118,11 @@ class ServerSettings:
     port: int = 9464
     token: str = ""
     request_timeout_ms: int = 30_000
-    max_body_bytes: int = 1_048_576      # larger request bodies are refused with 413
-    token_file: Path | None = None       # the token read from a file instead (exclusive with token)
-    tls_cert: Path | None = None         # PEM certificate chain; with tls_key: HTTPS only
-    tls_key: Path | None = None          # PEM private key (unencrypted)
-    tls_ca: Path | None = None           # clients of this server (rlm.http.client): CA bundle to verify it
+    max_body_bytes: int = 1_048_576  # larger request bodies are refused with 413
+    token_file: Path | None = None  # the token read from a file instead (exclusive with token)
+    tls_cert: Path | None = None  # PEM certificate chain; with tls_key: HTTPS only
+    tls_key: Path | None = None  # PEM private key (unencrypted)
+    tls_ca: Path | None = None  # clients of this server (rlm.http.client): CA bundle to verify it
 
     def __repr__(self) -> str:  # never print the token
         return f"ServerSettings(host={self.host!r}, port={self.port}, token={'***' if self.token else ''!r})"
@@ -132,7 +132,7 @@ class ServerSettings:
 class ClusterSettings:
     """``[cluster]``: which partitions this broker leads, so only their leader copies (docs/cluster.md)."""
 
-    node_id: int | None = None           # None: node.id / broker.id from meta.properties
+    node_id: int | None = None  # None: node.id / broker.id from meta.properties
     leadership: LeadershipMode = "auto"
     bootstrap_servers: tuple[str, ...] = ()
     security_protocol: SecurityProtocol = "PLAINTEXT"
@@ -140,7 +140,7 @@ class ClusterSettings:
     sasl_username: str = ""
     sasl_password_file: Path | None = None  # the password itself is never in the config file
     ssl_cafile: Path | None = None
-    metadata_refresh_ms: int = 30_000    # kafka-admin: at most one Metadata request per period
+    metadata_refresh_ms: int = 30_000  # kafka-admin: at most one Metadata request per period
     leaders: Mapping[str, int] = field(default_factory=dict)  # static: "<topic>-<partition>" -> node id
 
 
@@ -148,13 +148,13 @@ class ClusterSettings:
 class KafkaSettings:
     """``[kafka]``: a read-only Kafka-protocol listener in ``rlm run`` (docs/kafka-listener.md)."""
 
-    listen: str = ""                     # "host:port" (port 0 = any free port); empty = no listener
-    tls_cert: Path | None = None         # PEM certificate chain; with tls_key: the listener speaks TLS
+    listen: str = ""  # "host:port" (port 0 = any free port); empty = no listener
+    tls_cert: Path | None = None  # PEM certificate chain; with tls_key: the listener speaks TLS
     tls_key: Path | None = None
     sasl_plain_users_file: Path | None = None  # lines "user:password": clients must SASL/PLAIN first
     max_request_bytes: int = 104_857_600  # Kafka's socket.request.max.bytes: larger frames close
-    idle_timeout_ms: int = 600_000       # Kafka's connections.max.idle.ms: silent connections close
-    max_wait_ms: int = 30_000            # cap on a Fetch's max_wait_ms (a client may ask for longer)
+    idle_timeout_ms: int = 600_000  # Kafka's connections.max.idle.ms: silent connections close
+    max_wait_ms: int = 30_000  # cap on a Fetch's max_wait_ms (a client may ask for longer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,7 @@ class IcebergSettings:
     catalog: Mapping[str, str] = field(default_factory=dict)  # empty: SQLite catalog under --out
     catalog_name: str = "rlm"
     namespace: str = "kafka"
-    table: str = "records"               # one table for every exported topic (partitioned by topic)
+    table: str = "records"  # one table for every exported topic (partitioned by topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,16 +211,25 @@ def _overrides(key: str, value: Any) -> tuple[TopicOverride, ...]:
 def _check_cluster(c: ClusterSettings) -> None:
     """The keys each leadership source needs (checked once the whole section is read)."""
     if c.leadership == "static" and not c.leaders:
-        raise ConfigError('config key cluster.leaders is empty: leadership = "static" needs a '
-                          '[cluster.leaders] table of "<topic>-<partition>" = node_id')
+        raise ConfigError(
+            'config key cluster.leaders is empty: leadership = "static" needs a '
+            '[cluster.leaders] table of "<topic>-<partition>" = node_id'
+        )
     if c.leadership == "kafka-admin" and not c.bootstrap_servers:
-        raise ConfigError('config key cluster.bootstrap_servers is empty: leadership = "kafka-admin" '
-                          'needs the brokers to ask ("host:port", ...)')
-    if c.security_protocol.startswith("SASL_") and c.leadership == "kafka-admin" and not (
-            c.sasl_username and c.sasl_password_file):
+        raise ConfigError(
+            'config key cluster.bootstrap_servers is empty: leadership = "kafka-admin" '
+            'needs the brokers to ask ("host:port", ...)'
+        )
+    if (
+        c.security_protocol.startswith("SASL_")
+        and c.leadership == "kafka-admin"
+        and not (c.sasl_username and c.sasl_password_file)
+    ):
         missing = "cluster.sasl_username" if not c.sasl_username else "cluster.sasl_password_file"
-        raise ConfigError(f"config key {missing} is empty: security_protocol = "
-                          f"{c.security_protocol!r} needs a user name and a password file")
+        raise ConfigError(
+            f"config key {missing} is empty: security_protocol = "
+            f"{c.security_protocol!r} needs a user name and a password file"
+        )
 
 
 def _check_kafka(k: KafkaSettings) -> None:
@@ -231,90 +240,117 @@ def _check_kafka(k: KafkaSettings) -> None:
 
 
 _SCHEMA: dict[str, tuple[type[Any], dict[str, Validator]]] = {
-    "log": (LogSettings, {
-        "dirs": v.dirs,
-        "eligibility": v.string(("high-watermark", "rolled")),
-        "index_interval_bytes": v.integer(0, v.INT32_MAX),
-    }),
-    "remote": (RemoteSettings, {
-        "backend": v.string(non_empty=True),
-        "options": v.options,
-        "unreachable_after_ms": v.integer(0),
-        "probe_interval_ms": v.integer(0),
-        "compression": compression,
-        "encryption": encryption,
-        "prefix_spread": v.integer(0, 4),
-    }),
-    "tiering": (TieringSettings, {
-        "task_interval_ms": v.integer(100),
-        "index_entry_bytes": v.integer(1, v.INT32_MAX),
-        "index_rotate_bytes": v.integer(1, v.INT32_MAX),
-        "index_rotate_ms": v.integer(1),
-        "retention_ms": v.integer(0, disabled=-1),
-        "retention_bytes": v.integer(0, disabled=-1),
-        "upload_bytes_per_sec": v.integer(1, disabled=-1),
-        "max_concurrent_uploads": v.integer(1, 1024),
-        "gc_grace_ms": v.integer(0),
-        "state_dir": v.optional_path,
-        "remote_cache_bytes": v.integer(0),
-        "read_ahead_bytes": v.integer(0),
-        "read_ahead_total_bytes": v.integer(0),
-        "read_ahead_idle_ms": v.integer(1),
-        "read_ahead_threads": v.integer(1, 256),
-        "old_incarnation_grace_ms": v.integer(0),
-        "keep_old_incarnations": v.boolean,
-        "trust_local_state": v.boolean,
-    }),
-    "topics": (TopicsSettings, {
-        "include": v.globs,
-        "exclude": v.globs,
-        "follow_kafka_configs": v.boolean,
-        "metadata_log_dir": v.optional_path,
-        "overrides": _overrides,
-    }),
-    "server": (ServerSettings, {
-        "host": v.string(non_empty=True),
-        "port": v.integer(0, 65535),
-        "token": v.string(),
-        "request_timeout_ms": v.integer(1),
-        "max_body_bytes": v.integer(0),
-        "token_file": v.optional_file,
-        "tls_cert": v.optional_file,
-        "tls_key": v.optional_file,
-        "tls_ca": v.optional_file,
-    }),
-    "cluster": (ClusterSettings, {
-        "node_id": v.integer(0, v.INT32_MAX),
-        "leadership": v.string(("auto", "kraft", "kafka-admin", "static", "always")),
-        "bootstrap_servers": v.servers,
-        "security_protocol": v.string(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-        "sasl_mechanism": v.string(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
-        "sasl_username": v.string(),
-        "sasl_password_file": v.optional_file,
-        "ssl_cafile": v.optional_file,
-        "metadata_refresh_ms": v.integer(100),
-        "leaders": v.leaders,
-    }),
-    "iceberg": (IcebergSettings, {
-        "catalog": v.properties,
-        "catalog_name": v.identifier,
-        "namespace": v.identifier,
-        "table": v.identifier,
-    }),
-    "kafka": (KafkaSettings, {
-        "listen": v.listen,
-        "tls_cert": v.optional_file,
-        "tls_key": v.optional_file,
-        "sasl_plain_users_file": v.optional_file,
-        "max_request_bytes": v.integer(1024, v.INT32_MAX),
-        "idle_timeout_ms": v.integer(1000),
-        "max_wait_ms": v.integer(0, v.INT32_MAX),
-    }),
+    "log": (
+        LogSettings,
+        {
+            "dirs": v.dirs,
+            "eligibility": v.string(("high-watermark", "rolled")),
+            "index_interval_bytes": v.integer(0, v.INT32_MAX),
+        },
+    ),
+    "remote": (
+        RemoteSettings,
+        {
+            "backend": v.string(non_empty=True),
+            "options": v.options,
+            "unreachable_after_ms": v.integer(0),
+            "probe_interval_ms": v.integer(0),
+            "compression": compression,
+            "encryption": encryption,
+            "prefix_spread": v.integer(0, 4),
+        },
+    ),
+    "tiering": (
+        TieringSettings,
+        {
+            "task_interval_ms": v.integer(100),
+            "index_entry_bytes": v.integer(1, v.INT32_MAX),
+            "index_rotate_bytes": v.integer(1, v.INT32_MAX),
+            "index_rotate_ms": v.integer(1),
+            "retention_ms": v.integer(0, disabled=-1),
+            "retention_bytes": v.integer(0, disabled=-1),
+            "upload_bytes_per_sec": v.integer(1, disabled=-1),
+            "max_concurrent_uploads": v.integer(1, 1024),
+            "gc_grace_ms": v.integer(0),
+            "state_dir": v.optional_path,
+            "remote_cache_bytes": v.integer(0),
+            "read_ahead_bytes": v.integer(0),
+            "read_ahead_total_bytes": v.integer(0),
+            "read_ahead_idle_ms": v.integer(1),
+            "read_ahead_threads": v.integer(1, 256),
+            "old_incarnation_grace_ms": v.integer(0),
+            "keep_old_incarnations": v.boolean,
+            "trust_local_state": v.boolean,
+        },
+    ),
+    "topics": (
+        TopicsSettings,
+        {
+            "include": v.globs,
+            "exclude": v.globs,
+            "follow_kafka_configs": v.boolean,
+            "metadata_log_dir": v.optional_path,
+            "overrides": _overrides,
+        },
+    ),
+    "server": (
+        ServerSettings,
+        {
+            "host": v.string(non_empty=True),
+            "port": v.integer(0, 65535),
+            "token": v.string(),
+            "request_timeout_ms": v.integer(1),
+            "max_body_bytes": v.integer(0),
+            "token_file": v.optional_file,
+            "tls_cert": v.optional_file,
+            "tls_key": v.optional_file,
+            "tls_ca": v.optional_file,
+        },
+    ),
+    "cluster": (
+        ClusterSettings,
+        {
+            "node_id": v.integer(0, v.INT32_MAX),
+            "leadership": v.string(("auto", "kraft", "kafka-admin", "static", "always")),
+            "bootstrap_servers": v.servers,
+            "security_protocol": v.string(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+            "sasl_mechanism": v.string(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+            "sasl_username": v.string(),
+            "sasl_password_file": v.optional_file,
+            "ssl_cafile": v.optional_file,
+            "metadata_refresh_ms": v.integer(100),
+            "leaders": v.leaders,
+        },
+    ),
+    "iceberg": (
+        IcebergSettings,
+        {
+            "catalog": v.properties,
+            "catalog_name": v.identifier,
+            "namespace": v.identifier,
+            "table": v.identifier,
+        },
+    ),
+    "kafka": (
+        KafkaSettings,
+        {
+            "listen": v.listen,
+            "tls_cert": v.optional_file,
+            "tls_key": v.optional_file,
+            "sasl_plain_users_file": v.optional_file,
+            "max_request_bytes": v.integer(1024, v.INT32_MAX),
+            "idle_timeout_ms": v.integer(1000),
+            "max_wait_ms": v.integer(0, v.INT32_MAX),
+        },
+    ),
 }
 
 #: Checks across the keys of one section, run once it is complete.
-_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {"cluster": _check_cluster, "server": check_server,
-                                                      "kafka": _check_kafka}
+_SECTION_CHECKS: dict[str, Callable[[Any], None]] = {
+    "cluster": _check_cluster,
+    "server": check_server,
+    "kafka": _check_kafka,
+}
 
 
 def _env_value(text: str) -> Any:
@@ -328,7 +364,7 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
     for name, text in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        path = [part.lower() for part in name[len(ENV_PREFIX):].split("__")]
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if len(path) < 2 or not all(path):
             raise ConfigError(f"environment variable {name}: expected RLM_<SECTION>__<KEY>")
         node = raw
@@ -344,8 +380,7 @@ def settings_from_mapping(raw: Mapping[str, Any], *, source: str = "<mapping>") 
     """Validate a parsed TOML document (after env overrides) into :class:`Settings`."""
     unknown = sorted(set(raw) - set(_SCHEMA))
     if unknown:
-        raise ConfigError(
-            f"{source}: unknown section [{unknown[0]}]; known sections: {', '.join(_SCHEMA)}")
+        raise ConfigError(f"{source}: unknown section [{unknown[0]}]; known sections: {', '.join(_SCHEMA)}")
     sections: dict[str, Any] = {}
     for section, (cls, validators) in _SCHEMA.items():
         table = raw.get(section, {})
@@ -354,7 +389,8 @@ def settings_from_mapping(raw: Mapping[str, Any], *, source: str = "<mapping>") 
         extra = sorted(set(table) - set(validators))
         if extra:
             raise ConfigError(
-                f"{source}: unknown key {section}.{extra[0]}; known keys: {', '.join(validators)}")
+                f"{source}: unknown key {section}.{extra[0]}; known keys: {', '.join(validators)}"
+            )
         values = {k: validators[k](f"{section}.{k}", v) for k, v in table.items()}
         assert {f.name for f in fields(cls)} >= set(values)
         sections[section] = cls(**values)

@@ -74,8 +74,10 @@ def read_key_file(key_id: str, path: Path) -> bytes:
     except (binascii.Error, ValueError):
         raise ConfigError(f"{where}: the key file is not base64 text") from None
     if len(key) != KEY_BYTES:
-        raise ConfigError(f"{where}: the key file holds {len(key)} bytes, an AES-256 key is {KEY_BYTES} "
-                          "(make one with: head -c 32 /dev/urandom | base64)")
+        raise ConfigError(
+            f"{where}: the key file holds {len(key)} bytes, an AES-256 key is {KEY_BYTES} "
+            "(make one with: head -c 32 /dev/urandom | base64)"
+        )
     return key
 
 
@@ -93,8 +95,9 @@ def compression(key: str, value: Any) -> CompressionSettings:
     table = _table(key, value, ("codec", "level"))
     codec = table.get("codec", "none")
     if codec not in CODECS:
-        raise ConfigError(f"config key {key}.codec = {codec!r}: must be one of "
-                          + ", ".join(repr(c) for c in CODECS))
+        raise ConfigError(
+            f"config key {key}.codec = {codec!r}: must be one of " + ", ".join(repr(c) for c in CODECS)
+        )
     level = table.get("level", 3)
     lo, hi = ZSTD_LEVELS
     if not isinstance(level, int) or isinstance(level, bool) or not lo <= level <= hi:
@@ -104,10 +107,13 @@ def compression(key: str, value: Any) -> CompressionSettings:
 
 def _key_id(key: str, key_id: Any) -> str:
     # The id is stored in manifests and bound into the wrapping: printable ASCII, no spaces.
-    if not (isinstance(key_id, str) and 0 < len(key_id) <= 64 and key_id.isascii()
-            and all(c.isalnum() or c in "._-" for c in key_id)):
-        raise ConfigError(f"config key {key} = {key_id!r}: a key id is 1-64 characters of "
-                          "[A-Za-z0-9._-]")
+    if not (
+        isinstance(key_id, str)
+        and 0 < len(key_id) <= 64
+        and key_id.isascii()
+        and all(c.isalnum() or c in "._-" for c in key_id)
+    ):
+        raise ConfigError(f"config key {key} = {key_id!r}: a key id is 1-64 characters of [A-Za-z0-9._-]")
     return key_id
 
 
@@ -116,7 +122,7 @@ def encryption(key: str, value: Any) -> EncryptionSettings:
     table = _table(key, value, ("key_files", "active_key"))
     files = table.get("key_files", {})
     if not isinstance(files, dict):
-        raise ConfigError(f"config key {key}.key_files = {files!r}: must be a table of <key id> = \"<path>\"")
+        raise ConfigError(f'config key {key}.key_files = {files!r}: must be a table of <key id> = "<path>"')
     paths: dict[str, Path] = {}
     for key_id, text in files.items():
         _key_id(f"{key}.key_files", key_id)
@@ -129,15 +135,20 @@ def encryption(key: str, value: Any) -> EncryptionSettings:
         raise ConfigError(f"config key {key}.active_key = {active!r}: must be a key id")
     if active and active not in paths:
         known = ", ".join(sorted(paths)) or "none"
-        raise ConfigError(f"config key {key}.active_key = {active!r}: not in {key}.key_files "
-                          f"(known key ids: {known})")
+        raise ConfigError(
+            f"config key {key}.active_key = {active!r}: not in {key}.key_files (known key ids: {known})"
+        )
     if paths and not active:
-        raise ConfigError(f"config key {key}.active_key is empty: set it to one of the key ids of "
-                          f"{key}.key_files ({', '.join(sorted(paths))})")
+        raise ConfigError(
+            f"config key {key}.active_key is empty: set it to one of the key ids of "
+            f"{key}.key_files ({', '.join(sorted(paths))})"
+        )
     return EncryptionSettings(paths, active)
 
 
 #: The sub-keys, for the configuration reference (rlm/config/reference.py).
-SUB_KEYS: dict[str, tuple[str, ...]] = {"compression": ("codec", "level"),
-                                         "encryption": ("key_files", "active_key")}
+SUB_KEYS: dict[str, tuple[str, ...]] = {
+    "compression": ("codec", "level"),
+    "encryption": ("key_files", "active_key"),
+}
 VALIDATORS: dict[str, Callable[[str, Any], Any]] = {"compression": compression, "encryption": encryption}

@@ -22,15 +22,21 @@ def check_server(server: ServerSettings) -> None:
     """Refuse combinations that would silently serve or connect differently than configured:
     a certificate without its key (or the reverse), two token sources, a CA without HTTPS."""
     if (server.tls_cert is None) != (server.tls_key is None):
-        given, missing = (("tls_cert", "tls_key") if server.tls_cert is not None else ("tls_key", "tls_cert"))
-        raise ConfigError(f"config key server.{missing} is empty: server.{given} is set, and HTTPS "
-                          "needs both the certificate (tls_cert) and its private key (tls_key)")
+        given, missing = ("tls_cert", "tls_key") if server.tls_cert is not None else ("tls_key", "tls_cert")
+        raise ConfigError(
+            f"config key server.{missing} is empty: server.{given} is set, and HTTPS "
+            "needs both the certificate (tls_cert) and its private key (tls_key)"
+        )
     if server.token and server.token_file is not None:
-        raise ConfigError("config keys server.token and server.token_file are both set: give the "
-                          "bearer token one way (token_file keeps it out of the config file)")
+        raise ConfigError(
+            "config keys server.token and server.token_file are both set: give the "
+            "bearer token one way (token_file keeps it out of the config file)"
+        )
     if server.tls_ca is not None and server.tls_cert is None:
-        raise ConfigError("config key server.tls_ca is set but server.tls_cert is not: the CA "
-                          "verifies the API's HTTPS certificate, and the API serves plain HTTP")
+        raise ConfigError(
+            "config key server.tls_ca is set but server.tls_cert is not: the CA "
+            "verifies the API's HTTPS certificate, and the API serves plain HTTP"
+        )
 
 
 def bearer_token(server: ServerSettings) -> str:

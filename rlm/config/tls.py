@@ -37,14 +37,18 @@ def server_context(cert: Path, key: Path, *, section: str = "server") -> ssl.SSL
     cert_key, key_key = f"{section}.tls_cert", f"{section}.tls_key"
     cert_pem, key_pem = _read_pem(cert_key, cert), _read_pem(key_key, key)
     if _CERT_MARK not in cert_pem:
-        raise ConfigError(f"config key {cert_key} = '{cert}': not a PEM certificate "
-                          "(no BEGIN CERTIFICATE block)")
+        raise ConfigError(
+            f"config key {cert_key} = '{cert}': not a PEM certificate (no BEGIN CERTIFICATE block)"
+        )
     if _KEY_MARK not in key_pem:
-        raise ConfigError(f"config key {key_key} = '{key}': not a PEM private key "
-                          "(no BEGIN PRIVATE KEY block)")
+        raise ConfigError(
+            f"config key {key_key} = '{key}': not a PEM private key (no BEGIN PRIVATE KEY block)"
+        )
     if b"ENCRYPTED" in key_pem:
-        raise ConfigError(f"config key {key_key} = '{key}': the private key is encrypted; rlm "
-                          "needs it unencrypted (protect the file with permissions, docs/security.md)")
+        raise ConfigError(
+            f"config key {key_key} = '{key}': the private key is encrypted; rlm "
+            "needs it unencrypted (protect the file with permissions, docs/security.md)"
+        )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
 
@@ -54,12 +58,15 @@ def server_context(cert: Path, key: Path, *, section: str = "server") -> ssl.SSL
     try:
         ctx.load_cert_chain(cert, key, password=no_passphrase)
     except ssl.SSLError as err:
-        raise ConfigError(f"config keys {cert_key} = '{cert}' and {key_key} = '{key}': "
-                          f"not a usable certificate and matching private key "
-                          f"({err.reason or err.strerror})") from None
+        raise ConfigError(
+            f"config keys {cert_key} = '{cert}' and {key_key} = '{key}': "
+            f"not a usable certificate and matching private key "
+            f"({err.reason or err.strerror})"
+        ) from None
     except OSError as err:  # replaced between the read above and this one
-        raise ConfigError(f"config key {cert_key} = '{cert}': cannot be read: "
-                          f"{err.strerror or err}") from None
+        raise ConfigError(
+            f"config key {cert_key} = '{cert}': cannot be read: {err.strerror or err}"
+        ) from None
     return ctx
 
 
@@ -76,6 +83,5 @@ def client_context(ca: Path | None, *, key: str = "server.tls_ca") -> ssl.SSLCon
     try:
         ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
     except ssl.SSLError as err:
-        raise ConfigError(f"config key {key} = '{ca}': not a usable CA bundle "
-                          f"({err.reason})") from None
+        raise ConfigError(f"config key {key} = '{ca}': not a usable CA bundle ({err.reason})") from None
     return ctx

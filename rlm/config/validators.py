@@ -153,4 +153,3 @@ def identifier(key: str, value: Any) -> str:
     if "." in text or "/" in text:
         raise fail(key, value, "must not contain '.' or '/'")
     return text
-

@@ -50,8 +50,9 @@ class StateDirLock:
     def __enter__(self) -> StateDirLock:
         return self.acquire()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 
@@ -65,8 +66,9 @@ def _lock_one(state_dir: Path) -> int:
         holder = _holder(fd)
         os.close(fd)
         raise StateDirLockedError(
-            f"another rlm run{holder} already owns this state dir; stop it first "
-            "(one daemon per state dir)", file=state_dir) from None
+            f"another rlm run{holder} already owns this state dir; stop it first (one daemon per state dir)",
+            file=state_dir,
+        ) from None
     except BaseException:
         os.close(fd)
         raise

@@ -51,8 +51,9 @@ class TieringDaemon:
             executors={"default": ThreadPoolExecutor(max_workers=4)},  # discover, sweep, gc, probe
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
-        self.passes = concurrent.futures.ThreadPoolExecutor(t.max_concurrent_uploads + 2,
-                                                            thread_name_prefix="rlm-pass")
+        self.passes = concurrent.futures.ThreadPoolExecutor(
+            t.max_concurrent_uploads + 2, thread_name_prefix="rlm-pass"
+        )
         self.stopped = threading.Event()
         self._partitions: dict[str, PartitionDir] = {}
         self._submitted: dict[str, concurrent.futures.Future[None]] = {}  # name -> its latest pass
@@ -102,8 +103,11 @@ class TieringDaemon:
             if self._first_round:
                 return
             self._first_round = None
-        log.info("startup: every partition passed once (%d partitions) %.2f s after the daemon started",
-                 len(self._partitions), time.monotonic() - self._started)
+        log.info(
+            "startup: every partition passed once (%d partitions) %.2f s after the daemon started",
+            len(self._partitions),
+            time.monotonic() - self._started,
+        )
 
     def sweep(self) -> None:
         """Every task interval: a pass of every known partition not still in one."""
@@ -132,8 +136,9 @@ class TieringDaemon:
         log.info("record scan: %s", SCAN_IMPL)
         active_decoder()  # logs "record decoder: native (...)" or "python (why)" once (docs/decoder.md)
         self.scheduler.start()
-        self.scheduler.add_job(self.discover, "interval", id="discover", seconds=self.interval_s,
-                               next_run_time=_now())
+        self.scheduler.add_job(
+            self.discover, "interval", id="discover", seconds=self.interval_s, next_run_time=_now()
+        )
         self.scheduler.add_job(self.sweep, "interval", id="sweep", seconds=self.interval_s)
         gc_every = max(self.interval_s, self.manager.settings.tiering.gc_grace_ms / 4000)
         self.scheduler.add_job(self._gc, "interval", id="gc", seconds=gc_every)
@@ -144,8 +149,10 @@ class TieringDaemon:
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
         if not self.stopped.is_set():
-            log.info("shutting down (%s): finishing or abandoning in-flight copies",
-                     signal.Signals(signum).name if signum else "requested")
+            log.info(
+                "shutting down (%s): finishing or abandoning in-flight copies",
+                signal.Signals(signum).name if signum else "requested",
+            )
         self.stopped.set()
 
     def _dump_state(self, _signum: int | None = None, _frame: FrameType | None = None) -> None:
@@ -156,8 +163,13 @@ class TieringDaemon:
             log.warning("partition %s: pass lock %s", name, "held" if held else "free")
         now = time.monotonic()
         for name, (started, finished, at) in self._runs.items():
-            log.warning("partition %s: %d passes started, %d finished, last started %.1f s ago",
-                        name, started, finished, now - at)
+            log.warning(
+                "partition %s: %d passes started, %d finished, last started %.1f s ago",
+                name,
+                started,
+                finished,
+                now - at,
+            )
         executor = self.scheduler._lookup_executor("default")
         log.warning("running job instances: %s", getattr(executor, "_instances", "?"))
         with self._submit_lock:

@@ -17,8 +17,9 @@ from typing import ClassVar, Generic, Protocol, TypeVar, overload
 from rlm.errors import CorruptIndexError, InvalidArgumentError
 
 
-def entry_image(buf: bytes | bytearray | memoryview | mmap.mmap, entry_size: int, what: str, *,
-                preallocated: bool) -> bytes:
+def entry_image(
+    buf: bytes | bytearray | memoryview | mmap.mmap, entry_size: int, what: str, *, preallocated: bool
+) -> bytes:
     """The bytes of an index file's real entries.
 
     A length that is not a multiple of ``entry_size`` is :class:`CorruptIndexError` (``position``

@@ -72,8 +72,10 @@ def _lz4_frame(data: memoryview, pos: int) -> tuple[int, int]:
             break
         size = word & 0x7FFFFFFF
         if size > block_max:
-            raise CompressionError(f"lz4: block of {size} bytes at byte {p - 4} exceeds the frame's "
-                                   f"maximum block size {block_max}")
+            raise CompressionError(
+                f"lz4: block of {size} bytes at byte {p - 4} exceeds the frame's "
+                f"maximum block size {block_max}"
+            )
         bound += size if word & 0x80000000 else block_max
         p += size + (4 if flg & 0x10 else 0)
         _need(data, p, 0, "lz4", "block")
@@ -82,8 +84,12 @@ def _lz4_frame(data: memoryview, pos: int) -> tuple[int, int]:
     return bound, p
 
 
-def _frames_bound(data: bytes | bytearray | memoryview, codec: str, magic_number: int,
-                  frame: Callable[[memoryview, int], tuple[int, int]]) -> int:
+def _frames_bound(
+    data: bytes | bytearray | memoryview,
+    codec: str,
+    magic_number: int,
+    frame: Callable[[memoryview, int], tuple[int, int]],
+) -> int:
     """Sum of ``frame``'s bound over the concatenated frames of ``data`` (skippable frames skipped)."""
     view, pos, total = memoryview(data), 0, 0
     while pos < len(view):
@@ -150,8 +156,9 @@ def _zstd_frame(data: memoryview, pos: int) -> tuple[int, int]:
     _need(data, p, 0, "zstd", "checksum")
     if content is not None:
         if content > bound:
-            raise CompressionError(f"zstd: frame at byte {pos} declares {content} bytes but its blocks "
-                                   f"hold at most {bound}")
+            raise CompressionError(
+                f"zstd: frame at byte {pos} declares {content} bytes but its blocks hold at most {bound}"
+            )
         bound = content
     return bound, p
 

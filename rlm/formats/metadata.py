@@ -180,9 +180,17 @@ class UnknownMetadataRecord:
 
 
 MetadataRecord: TypeAlias = (
-    TopicRecord | PartitionRecord | PartitionChangeRecord | RemoveTopicRecord | ConfigRecord
-    | FeatureLevelRecord | BeginTransactionRecord | EndTransactionRecord | AbortTransactionRecord
-    | UnknownMetadataRecord)
+    TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | FeatureLevelRecord
+    | BeginTransactionRecord
+    | EndTransactionRecord
+    | AbortTransactionRecord
+    | UnknownMetadataRecord
+)
 
 
 class _Reader:
@@ -196,20 +204,22 @@ class _Reader:
         self.offset = offset
 
     def fail(self, what: str) -> CorruptMetadataRecordError:
-        return CorruptMetadataRecordError(f"metadata record: {what} at value byte {self.pos}",
-                                          offset=self.offset)
+        return CorruptMetadataRecordError(
+            f"metadata record: {what} at value byte {self.pos}", offset=self.offset
+        )
 
     def take(self, n: int, what: str) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
             raise self.fail(f"{what} needs {n} bytes, {len(self.buf) - self.pos} left")
-        out = self.buf[self.pos:self.pos + n]
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
     def uvarint(self, what: str) -> int:
         try:
-            value, self.pos = decode_uvarint(self.buf, self.pos, _MAX_UVARINT_BYTES,
-                                             f"unsigned varint for {what}")
+            value, self.pos = decode_uvarint(
+                self.buf, self.pos, _MAX_UVARINT_BYTES, f"unsigned varint for {what}"
+            )
         except CorruptRecordError as err:
             raise self.fail(err.reason) from None
         return value
@@ -287,8 +297,9 @@ def _partition(r: _Reader, version: int) -> PartitionRecord:
     partition_epoch = r.int32("PartitionRecord.PartitionEpoch")
     if version >= 1:
         r.skip_uuid_array("PartitionRecord.Directories")
-    return PartitionRecord(topic_id, partition, tuple(replicas), tuple(isr), leader, leader_epoch,
-                           partition_epoch)
+    return PartitionRecord(
+        topic_id, partition, tuple(replicas), tuple(isr), leader, leader_epoch, partition_epoch
+    )
 
 
 def _partition_change(r: _Reader, version: int) -> PartitionChangeRecord:
@@ -297,10 +308,12 @@ def _partition_change(r: _Reader, version: int) -> PartitionChangeRecord:
     tags = r.tagged()
     isr_r, leader_r, replicas_r = (_tag_reader(tags, t, r) for t in (0, 1, 2))
     return PartitionChangeRecord(
-        topic_id, partition,
+        topic_id,
+        partition,
         leader=leader_r.int32("PartitionChangeRecord.Leader") if leader_r else LEADER_UNCHANGED,
         isr=isr_r.int32_array("PartitionChangeRecord.Isr") if isr_r else None,
-        replicas=replicas_r.int32_array("PartitionChangeRecord.Replicas") if replicas_r else None)
+        replicas=replicas_r.int32_array("PartitionChangeRecord.Replicas") if replicas_r else None,
+    )
 
 
 def _remove_topic(r: _Reader, version: int) -> RemoveTopicRecord:

@@ -107,13 +107,15 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
 #: Kafka's internal logs. The broker never tiers them (they are compacted state, or the KRaft quorum's
 #: own log, not a topic), so neither does rlm. ``__remote_log_metadata`` is the topic-based remote
 #: log metadata manager's own topic. rlm/tiering/policy.py decides (docs/topic-policy.md).
-INTERNAL_TOPICS = frozenset({
-    "__consumer_offsets",
-    "__transaction_state",
-    "__share_group_state",
-    "__remote_log_metadata",
-    "__cluster_metadata",
-})
+INTERNAL_TOPICS = frozenset(
+    {
+        "__consumer_offsets",
+        "__transaction_state",
+        "__share_group_state",
+        "__remote_log_metadata",
+        "__cluster_metadata",
+    }
+)
 
 
 def is_internal_topic(topic: str) -> bool:

@@ -70,16 +70,18 @@ def _field(lines: list[tuple[int, str]], index: int, name: str) -> tuple[int, st
     position, line = lines[index]
     match = _LINE_RE.fullmatch(line)
     if match is None or match.group(1) != name:
-        raise PartitionMetadataError(f"field {name!r}: expected '{name}: <value>', found {line[:60]!r}",
-                                     position=position)
+        raise PartitionMetadataError(
+            f"field {name!r}: expected '{name}: <value>', found {line[:60]!r}", position=position
+        )
     return position, match.group(2)
 
 
 def parse_partition_metadata(data: bytes) -> PartitionMetadata:
     """Parse a ``partition.metadata`` file's bytes (see the module doc)."""
     if len(data) > MAX_FILE_BYTES:
-        raise PartitionMetadataError(f"{len(data)} bytes is too long for a partition.metadata file "
-                                     f"(at most {MAX_FILE_BYTES})")
+        raise PartitionMetadataError(
+            f"{len(data)} bytes is too long for a partition.metadata file (at most {MAX_FILE_BYTES})"
+        )
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError as err:
@@ -92,12 +94,15 @@ def parse_partition_metadata(data: bytes) -> PartitionMetadata:
         position += len(line) + 1
     at, version_text = _field(lines, 0, "version")
     if not version_text.isdigit() or len(version_text) > 9:
-        raise PartitionMetadataError(f"field 'version': {version_text[:20]!r} is not a version number",
-                                     position=at)
+        raise PartitionMetadataError(
+            f"field 'version': {version_text[:20]!r} is not a version number", position=at
+        )
     version = int(version_text)
     if version != PARTITION_METADATA_VERSION:
-        raise PartitionMetadataError(f"field 'version': {version} is not supported (this rlm reads "
-                                     f"{PARTITION_METADATA_VERSION})", position=at)
+        raise PartitionMetadataError(
+            f"field 'version': {version} is not supported (this rlm reads {PARTITION_METADATA_VERSION})",
+            position=at,
+        )
     at, topic_id = _field(lines, 1, "topic_id")
     try:
         validate_topic_id(topic_id)

@@ -75,8 +75,9 @@ class ProducerSnapshot:
 
     def open_transactions(self) -> dict[int, int]:
         """Producer id → first offset of its transaction open at the snapshot's offset."""
-        return {e.producer_id: e.current_txn_first_offset for e in self.entries
-                if e.current_txn_first_offset >= 0}
+        return {
+            e.producer_id: e.current_txn_first_offset for e in self.entries if e.current_txn_first_offset >= 0
+        }
 
 
 def parse_producer_snapshot(buf: Buffer) -> ProducerSnapshot:
@@ -84,12 +85,14 @@ def parse_producer_snapshot(buf: Buffer) -> ProducerSnapshot:
     for a short file, an unknown version, a CRC mismatch, a bad count or trailing bytes."""
     data = memoryview(buf)
     if len(data) < _HEADER.size:
-        raise CorruptSnapshotError(f"header: {len(data)} bytes, a snapshot has at least {_HEADER.size}",
-                                   position=0)
+        raise CorruptSnapshotError(
+            f"header: {len(data)} bytes, a snapshot has at least {_HEADER.size}", position=0
+        )
     version, crc, count = _HEADER.unpack_from(data, 0)
     if version != PRODUCER_SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"version {version}: only {PRODUCER_SNAPSHOT_VERSION} is known",
-                                   position=0)
+        raise CorruptSnapshotError(
+            f"version {version}: only {PRODUCER_SNAPSHOT_VERSION} is known", position=0
+        )
     computed = _crc32c.crc32c(data[_CRC_FROM:])
     if computed != crc:
         raise CorruptSnapshotError(f"crc: stored {crc:#010x}, computed {computed:#010x}", position=2)
@@ -97,8 +100,10 @@ def parse_producer_snapshot(buf: Buffer) -> ProducerSnapshot:
         raise CorruptSnapshotError(f"count {count}: must not be negative", position=6)
     expected = _HEADER.size + count * _ENTRY.size
     if len(data) != expected:
-        raise CorruptSnapshotError(f"count {count} needs {expected} bytes, the snapshot has {len(data)}",
-                                   position=6)
-    entries = tuple(ProducerSnapshotEntry(*_ENTRY.unpack_from(data, _HEADER.size + n * _ENTRY.size))
-                    for n in range(count))
+        raise CorruptSnapshotError(
+            f"count {count} needs {expected} bytes, the snapshot has {len(data)}", position=6
+        )
+    entries = tuple(
+        ProducerSnapshotEntry(*_ENTRY.unpack_from(data, _HEADER.size + n * _ENTRY.size)) for n in range(count)
+    )
     return ProducerSnapshot(entries)

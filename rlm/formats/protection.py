@@ -42,8 +42,17 @@ from rlm.errors import CompressionError, TamperedObjectError
 from rlm.formats.offset_index import Buffer
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, RemoteLogIndexEntry
 
-__all__ = ["OBJECT_OVERHEAD", "TAG_BYTES", "EntryBinding", "compressible", "entry_ad", "open_entry",
-           "open_object", "seal_entry", "seal_object"]
+__all__ = [
+    "OBJECT_OVERHEAD",
+    "TAG_BYTES",
+    "EntryBinding",
+    "compressible",
+    "entry_ad",
+    "open_entry",
+    "open_object",
+    "seal_entry",
+    "seal_object",
+]
 
 TAG_BYTES = 16
 _NONCE_BYTES = 12
@@ -65,14 +74,29 @@ class EntryBinding:
     attempt_id: str
 
 
-def entry_ad(binding: EntryBinding, *, first_offset: int, last_offset: int, data_length: int,
-             transform: int, stored_position: int) -> bytes:
+def entry_ad(
+    binding: EntryBinding,
+    *,
+    first_offset: int,
+    last_offset: int,
+    data_length: int,
+    transform: int,
+    stored_position: int,
+) -> bytes:
     """``b"rlm-entry-v1:" ‖ topic ‖ 0x00 ‖ attempt ‖ 0x00 ‖`` partition int32, base, first, last
     offsets int64, dataLength int32, 0 int32 (reserved), transform uint8, stored position int64
     (big-endian). Topic names and attempt ids hold no NUL, so the text part parses one way only."""
     text = f"rlm-entry-v1:{binding.topic}\x00{binding.attempt_id}\x00".encode()
-    return text + _ENTRY_AD.pack(binding.partition, binding.base_offset, first_offset, last_offset,
-                                 data_length, 0, transform, stored_position)
+    return text + _ENTRY_AD.pack(
+        binding.partition,
+        binding.base_offset,
+        first_offset,
+        last_offset,
+        data_length,
+        0,
+        transform,
+        stored_position,
+    )
 
 
 def _entry_nonce(first_offset: int) -> bytes:
@@ -86,8 +110,16 @@ def compressible(attributes: Iterable[int]) -> bool:
     return not all(a & _CODEC_MASK != 0 for a in attributes)
 
 
-def seal_entry(plain: Buffer, *, compress_level: int | None, key: bytes | None, binding: EntryBinding,
-               first_offset: int, last_offset: int, stored_position: int) -> tuple[bytes, int]:
+def seal_entry(
+    plain: Buffer,
+    *,
+    compress_level: int | None,
+    key: bytes | None,
+    binding: EntryBinding,
+    first_offset: int,
+    last_offset: int,
+    stored_position: int,
+) -> tuple[bytes, int]:
     """``(stored bytes, transform)`` of one entry's batches ``plain``. zstd is applied when
     ``compress_level`` is set and it makes the entry smaller; AES-256-GCM when ``key`` is set (the
     associated data :func:`entry_ad` binds ``binding``, the offsets, the length, the transform and
@@ -102,13 +134,20 @@ def seal_entry(plain: Buffer, *, compress_level: int | None, key: bytes | None, 
     if key is None:
         return bytes(data), transform
     transform |= TRANSFORM_AES_GCM
-    ad = entry_ad(binding, first_offset=first_offset, last_offset=last_offset,
-                  data_length=len(memoryview(plain)), transform=transform, stored_position=stored_position)
+    ad = entry_ad(
+        binding,
+        first_offset=first_offset,
+        last_offset=last_offset,
+        data_length=len(memoryview(plain)),
+        transform=transform,
+        stored_position=stored_position,
+    )
     return AESGCM(key).encrypt(_entry_nonce(first_offset), bytes(data), ad), transform
 
 
-def open_entry(stored: Buffer, entry: RemoteLogIndexEntry, *, key: bytes | None,
-               binding: EntryBinding | None) -> bytes:
+def open_entry(
+    stored: Buffer, entry: RemoteLogIndexEntry, *, key: bytes | None, binding: EntryBinding | None
+) -> bytes:
     """The batches of ``entry`` (``data_length`` bytes) from its stored bytes. A GCM tag that fails
     is :class:`TamperedObjectError`; a zstd frame that does not inflate to exactly ``data_length``
     bytes is :class:`CompressionError` (when encrypted it cannot happen: the tag covers it). A magic
@@ -120,25 +159,35 @@ def open_entry(stored: Buffer, entry: RemoteLogIndexEntry, *, key: bytes | None,
     if entry.transform & TRANSFORM_AES_GCM:
         if key is None or binding is None:
             raise TamperedObjectError("entry is encrypted but no data key was given", offset=first)
-        ad = entry_ad(binding, first_offset=first, last_offset=entry.last_offset,
-                      data_length=entry.data_length, transform=entry.transform,
-                      stored_position=entry.rdi.position)
+        ad = entry_ad(
+            binding,
+            first_offset=first,
+            last_offset=entry.last_offset,
+            data_length=entry.data_length,
+            transform=entry.transform,
+            stored_position=entry.rdi.position,
+        )
         try:
             data = AESGCM(key).decrypt(_entry_nonce(first), bytes(stored), ad)
         except InvalidTag:
-            raise TamperedObjectError("entry fails authentication (AES-256-GCM tag): its stored bytes "
-                                      "were changed, truncated or moved", offset=first) from None
+            raise TamperedObjectError(
+                "entry fails authentication (AES-256-GCM tag): its stored bytes "
+                "were changed, truncated or moved",
+                offset=first,
+            ) from None
     if not entry.transform & TRANSFORM_ZSTD:
         return bytes(data)
     out = bytearray(entry.data_length)
     try:
         n = cramjam.zstd.decompress_into(data, out)
     except cramjam.DecompressionError as err:
-        raise CompressionError(f"entry does not inflate to its {entry.data_length} bytes: {err}",
-                               offset=first) from None
+        raise CompressionError(
+            f"entry does not inflate to its {entry.data_length} bytes: {err}", offset=first
+        ) from None
     if n != entry.data_length:
-        raise CompressionError(f"entry inflates to {n} bytes, its index entry says {entry.data_length}",
-                               offset=first)
+        raise CompressionError(
+            f"entry inflates to {n} bytes, its index entry says {entry.data_length}", offset=first
+        )
     return bytes(out)
 
 
@@ -152,11 +201,15 @@ def open_object(stored: Buffer, *, key: bytes, object_key: str) -> bytes:
     """The plaintext of :func:`seal_object`'s form; any change → :class:`TamperedObjectError`."""
     view = memoryview(stored)
     if len(view) < OBJECT_OVERHEAD or bytes(view[:4]) != _OBJECT_NONCE_PREFIX:
-        raise TamperedObjectError(f"object is {len(view)} bytes, not an encrypted object (nonce ‖ "
-                                  "ciphertext ‖ tag)")
+        raise TamperedObjectError(
+            f"object is {len(view)} bytes, not an encrypted object (nonce ‖ ciphertext ‖ tag)"
+        )
     try:
-        return AESGCM(key).decrypt(bytes(view[:_NONCE_BYTES]), bytes(view[_NONCE_BYTES:]),
-                                   _OBJECT_AD + object_key.encode())
+        return AESGCM(key).decrypt(
+            bytes(view[:_NONCE_BYTES]), bytes(view[_NONCE_BYTES:]), _OBJECT_AD + object_key.encode()
+        )
     except InvalidTag:
-        raise TamperedObjectError("object fails authentication (AES-256-GCM tag): its bytes were "
-                                  "changed, truncated or it was moved to another key") from None
+        raise TamperedObjectError(
+            "object fails authentication (AES-256-GCM tag): its bytes were "
+            "changed, truncated or it was moved to another key"
+        ) from None

@@ -136,8 +136,8 @@ class RemoteLogIndexEntry:
     data_length: int
     rdi: RemoteDataIdentifier
     magic: int = REMOTE_LOG_INDEX_MAGIC
-    transform: int = 0        # magic 1 only: TRANSFORM_* bits
-    stored_length: int = 0    # magic 1 only: bytes in the object
+    transform: int = 0  # magic 1 only: TRANSFORM_* bits
+    stored_length: int = 0  # magic 1 only: bytes in the object
 
     def __post_init__(self) -> None:
         if self.magic == REMOTE_LOG_INDEX_MAGIC:
@@ -145,8 +145,10 @@ class RemoteLogIndexEntry:
                 raise InvalidArgumentError("a magic 0 entry has no transform or stored length")
         elif self.magic == STORED_ENTRY_MAGIC:
             if not 0 < self.transform <= _TRANSFORMS:
-                raise InvalidArgumentError(f"entry transform {self.transform:#04x} is not a combination "
-                                           "of zstd (0x01) and AES-256-GCM (0x02)")
+                raise InvalidArgumentError(
+                    f"entry transform {self.transform:#04x} is not a combination "
+                    "of zstd (0x01) and AES-256-GCM (0x02)"
+                )
             if not 0 < self.stored_length <= INT32_MAX:
                 raise InvalidArgumentError(f"stored length {self.stored_length} is not in [1, 2^31-1]")
         else:
@@ -185,11 +187,23 @@ class RemoteLogIndexEntry:
 
     def encode(self) -> bytes:
         rdi = str(self.rdi).encode()
-        fields = (self.first_offset, self.last_offset, self.first_timestamp, self.last_timestamp,
-                  self.data_length)
+        fields = (
+            self.first_offset,
+            self.last_offset,
+            self.first_timestamp,
+            self.last_timestamp,
+            self.data_length,
+        )
         if self.transformed:
-            header = _HEADER_1.pack(self.magic, _LENGTH_BASE_1 + len(rdi), 0, *fields, self.stored_length,
-                                    self.transform, len(rdi))
+            header = _HEADER_1.pack(
+                self.magic,
+                _LENGTH_BASE_1 + len(rdi),
+                0,
+                *fields,
+                self.stored_length,
+                self.transform,
+                len(rdi),
+            )
         else:
             header = _HEADER.pack(self.magic, _LENGTH_BASE + len(rdi), 0, *fields, len(rdi))
         body = bytearray(header)
@@ -240,11 +254,23 @@ def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
         )
     stored_length = transform = 0
     if magic == REMOTE_LOG_INDEX_MAGIC:
-        (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length
-         ) = _HEADER.unpack_from(view, position)
+        (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length) = (
+            _HEADER.unpack_from(view, position)
+        )
     else:
-        (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, stored_length, transform,
-         rdi_length) = _HEADER_1.unpack_from(view, position)
+        (
+            _,
+            _,
+            crc,
+            first_offset,
+            last_offset,
+            first_ts,
+            last_ts,
+            data_length,
+            stored_length,
+            transform,
+            rdi_length,
+        ) = _HEADER_1.unpack_from(view, position)
     if rdi_length != length - base:
         raise CorruptRemoteIndexError(
             f"bad entry length {length}: rdiLength {rdi_length} needs {base + rdi_length}",
@@ -260,8 +286,9 @@ def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
     try:
         rdi_bytes = bytes(view[position + base + _PREFIX.size : position + size])
         rdi = RemoteDataIdentifier.parse(rdi_bytes.decode())
-        entry = RemoteLogIndexEntry(first_offset, last_offset, first_ts, last_ts, data_length, rdi, magic,
-                                    transform, stored_length)
+        entry = RemoteLogIndexEntry(
+            first_offset, last_offset, first_ts, last_ts, data_length, rdi, magic, transform, stored_length
+        )
     except (UnicodeDecodeError, InvalidArgumentError) as exc:
         reason = exc.reason if isinstance(exc, InvalidArgumentError) else f"RDI is not UTF-8: {exc}"
         raise CorruptRemoteIndexError(

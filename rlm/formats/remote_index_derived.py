@@ -41,8 +41,6 @@ class AppendedEntry:
     time_index: bytes
 
 
-
-
 class RemoteIndexSetBuilder:
     """The three files of one remote index set, built entry by entry (pure, in memory).
 

@@ -45,11 +45,18 @@ class SegmentIndexer:
     :meth:`on_inactive`. ``index_interval_bytes`` >= 0; ``max_index_bytes`` (Kafka's
     ``segment.index.bytes``) enables the builders' full checks."""
 
-    __slots__ = ("bytes_since_last_index_entry", "index_interval_bytes", "max_timestamp_so_far",
-                 "offset_of_max_timestamp", "offsets", "times")
+    __slots__ = (
+        "bytes_since_last_index_entry",
+        "index_interval_bytes",
+        "max_timestamp_so_far",
+        "offset_of_max_timestamp",
+        "offsets",
+        "times",
+    )
 
-    def __init__(self, base_offset: int, index_interval_bytes: int, *,
-                 max_index_bytes: int | None = None) -> None:
+    def __init__(
+        self, base_offset: int, index_interval_bytes: int, *, max_index_bytes: int | None = None
+    ) -> None:
         self.index_interval_bytes = index_interval_bytes
         self.offsets = OffsetIndexBuilder(base_offset, max_index_size=max_index_bytes)
         self.times = TimeIndexBuilder(base_offset, max_index_size=max_index_bytes)
@@ -57,8 +64,9 @@ class SegmentIndexer:
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
 
-    def on_append(self, position: int, size: int, last_offset: int,
-                  max_timestamp: int) -> tuple[bytes, bytes]:
+    def on_append(
+        self, position: int, size: int, last_offset: int, max_timestamp: int
+    ) -> tuple[bytes, bytes]:
         """One append of ``size`` bytes at byte ``position`` whose last offset is ``last_offset``;
         returns the bytes appended to (``.index``, ``.timeindex``), possibly empty."""
         if max_timestamp > self.max_timestamp_so_far:
@@ -79,12 +87,14 @@ class SegmentIndexer:
         """The segment rolls or closes: the final time entry (max timestamp so far) if it grows."""
         if self.max_timestamp_so_far < 0:
             return b""
-        return self.times.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
-                                       skip_full_check=True)
+        return self.times.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+        )
 
 
-def rebuild_indexes(base_offset: int, batches: Sequence[RecordBatch],
-                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> tuple[bytes, bytes]:
+def rebuild_indexes(
+    base_offset: int, batches: Sequence[RecordBatch], index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+) -> tuple[bytes, bytes]:
     """The (``.index``, ``.timeindex``) bytes Kafka's ``LogSegment.recover`` builds for a rolled
     segment holding ``batches`` (each batch one append), trimmed to their entries."""
     indexer = SegmentIndexer(base_offset, index_interval_bytes)
@@ -110,13 +120,17 @@ def check_offset_index(index: OffsetIndex, batches: Sequence[RecordBatch]) -> No
             raise CorruptIndexError(
                 f"entry {n} ({entry.offset}, {entry.position}) points at byte {entry.position}, "
                 "which is not the start of a batch of the .log",
-                position=n * index.ENTRY_SIZE, offset=entry.offset)
+                position=n * index.ENTRY_SIZE,
+                offset=entry.offset,
+            )
         if not batch.last_offset <= entry.offset <= last:
             raise CorruptIndexError(
                 f"entry {n} ({entry.offset}, {entry.position}): the batch there holds offsets "
                 f"{batch.base_offset}-{batch.last_offset} and the segment ends at {last}; the entry's "
                 "offset must be in [that batch's last offset, the segment's last offset]",
-                position=n * index.ENTRY_SIZE, offset=entry.offset)
+                position=n * index.ENTRY_SIZE,
+                offset=entry.offset,
+            )
 
 
 def check_time_index(index: TimeIndex, batches: Sequence[RecordBatch]) -> None:
@@ -132,11 +146,15 @@ def check_time_index(index: TimeIndex, batches: Sequence[RecordBatch]) -> None:
             raise CorruptIndexError(
                 f"entry {n} ({entry.timestamp}, {entry.offset}) names an offset outside the segment "
                 f"[{index.base_offset}, {_segment_last_offset(index.base_offset, batches)}]",
-                position=n * index.ENTRY_SIZE, offset=entry.offset)
+                position=n * index.ENTRY_SIZE,
+                offset=entry.offset,
+            )
         before = running[k - 1] if k else -1
         if entry.timestamp != running[k] or entry.timestamp <= before:
             raise CorruptIndexError(
                 f"entry {n} ({entry.timestamp}, {entry.offset}): the max timestamp is {before} before "
                 f"that offset's batch and {running[k]} through it; the entry must name the batch where "
                 "the max timestamp first reached its timestamp",
-                position=n * index.ENTRY_SIZE, offset=entry.offset)
+                position=n * index.ENTRY_SIZE,
+                offset=entry.offset,
+            )

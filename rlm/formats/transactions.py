@@ -51,8 +51,9 @@ def control_type(buf: Buffer, batch: RecordBatch) -> int | None:
     return parse_control_record(records[0]).type if records else None
 
 
-def committed_batches(buf: Buffer, batches: Iterable[RecordBatch],
-                      aborted: Iterable[AbortedTxn]) -> tuple[list[RecordBatch], int]:
+def committed_batches(
+    buf: Buffer, batches: Iterable[RecordBatch], aborted: Iterable[AbortedTxn]
+) -> tuple[list[RecordBatch], int]:
     """The batches a read_committed consumer returns records from, and how many it skipped
     (aborted data batches and control batches).
 
@@ -134,8 +135,11 @@ def summarize(buf: Buffer, batches: Iterable[RecordBatch]) -> TxnSummary:
             continue
         current = out.open.pop(pid, None)
         if kind == ABORT:
-            out.aborts.append(PendingAbort(pid, current.first_offset if current else None,
-                                           batch.base_offset, pid in out.marked))
+            out.aborts.append(
+                PendingAbort(
+                    pid, current.first_offset if current else None, batch.base_offset, pid in out.marked
+                )
+            )
         else:
             out.commits += 1
         out.marked.add(pid)

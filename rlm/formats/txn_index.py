@@ -53,13 +53,21 @@ class AbortedTxn:
 
     def encode(self) -> bytes:
         """The 34 bytes of this entry (version 0)."""
-        return _ENTRY.pack(ABORTED_TXN_VERSION, self.producer_id, self.first_offset, self.last_offset,
-                           self.last_stable_offset)
+        return _ENTRY.pack(
+            ABORTED_TXN_VERSION,
+            self.producer_id,
+            self.first_offset,
+            self.last_offset,
+            self.last_stable_offset,
+        )
 
     def to_json(self) -> dict[str, int]:
         """Kafka's fetch-response field names (``AbortedTransaction``) plus the marker offset."""
-        return {"producer_id": self.producer_id, "first_offset": self.first_offset,
-                "last_offset": self.last_offset}
+        return {
+            "producer_id": self.producer_id,
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+        }
 
 
 def parse_txn_index(buf: Buffer, base_offset: int | None = None) -> list[AbortedTxn]:
@@ -74,7 +82,9 @@ def parse_txn_index(buf: Buffer, base_offset: int | None = None) -> list[Aborted
     if len(view) % ABORTED_TXN_SIZE:
         raise CorruptIndexError(
             f"transaction index is {len(view)} bytes, not a multiple of {ABORTED_TXN_SIZE} "
-            "(a torn last entry)", position=len(view) - len(view) % ABORTED_TXN_SIZE)
+            "(a torn last entry)",
+            position=len(view) - len(view) % ABORTED_TXN_SIZE,
+        )
     out: list[AbortedTxn] = []
     previous = -1
     for pos in range(0, len(view), ABORTED_TXN_SIZE):
@@ -82,14 +92,24 @@ def parse_txn_index(buf: Buffer, base_offset: int | None = None) -> list[Aborted
         if version != ABORTED_TXN_VERSION:
             raise CorruptIndexError(f"aborted transaction entry version {version} is not 0", position=pos)
         if not 0 <= first <= last:
-            raise CorruptIndexError(f"aborted transaction of producer {pid}: firstOffset {first} is not "
-                                    f"in [0, lastOffset {last}]", position=pos, offset=last)
+            raise CorruptIndexError(
+                f"aborted transaction of producer {pid}: firstOffset {first} is not "
+                f"in [0, lastOffset {last}]",
+                position=pos,
+                offset=last,
+            )
         if last <= previous:
-            raise CorruptIndexError(f"aborted transaction markers do not increase: {last} after "
-                                    f"{previous}", position=pos, offset=last)
+            raise CorruptIndexError(
+                f"aborted transaction markers do not increase: {last} after {previous}",
+                position=pos,
+                offset=last,
+            )
         if base_offset is not None and last < base_offset:
-            raise CorruptIndexError(f"ABORT marker offset {last} is below the segment's base offset "
-                                    f"{base_offset}", position=pos, offset=last)
+            raise CorruptIndexError(
+                f"ABORT marker offset {last} is below the segment's base offset {base_offset}",
+                position=pos,
+                offset=last,
+            )
         previous = last
         out.append(AbortedTxn(first, last, pid, lso))
     return out
@@ -100,8 +120,9 @@ def encode_txn_index(entries: Iterable[AbortedTxn]) -> bytes:
     return b"".join(e.encode() for e in entries)
 
 
-def collect_aborted(entries: Iterable[AbortedTxn], fetch_offset: int,
-                    upper_bound: int) -> tuple[list[AbortedTxn], bool]:
+def collect_aborted(
+    entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound: int
+) -> tuple[list[AbortedTxn], bool]:
     """Kafka's ``TransactionIndex.collectAbortedTxns`` over one segment's entries: those that
     overlap ``[fetch_offset, upper_bound)`` (``lastOffset >= fetch_offset`` and
     ``firstOffset < upper_bound``), and whether the search is *complete* — an entry whose

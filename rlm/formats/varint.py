@@ -39,8 +39,9 @@ _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
 
 
-def decode_uvarint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 5,
-                   kind: str = "unsigned varint") -> tuple[int, int]:
+def decode_uvarint(
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 5, kind: str = "unsigned varint"
+) -> tuple[int, int]:
     """Decode an unsigned LEB128 varint (no zig-zag; Kafka's ``UNSIGNED_VARINT``) of at most
     ``max_bytes`` bytes at ``pos``; return ``(value, position after it)``. Truncated or overlong
     input → :class:`CorruptRecordError` with the start position."""
@@ -48,8 +49,13 @@ def decode_uvarint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int
 
 
 def _decode(
-    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, mask: int, kind: str,
-    *, zigzag: bool = True,
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    max_bytes: int,
+    mask: int,
+    kind: str,
+    *,
+    zigzag: bool = True,
 ) -> tuple[int, int]:
     start = pos
     end = len(buf)

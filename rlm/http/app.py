@@ -95,14 +95,24 @@ def _field_of(err: RlmError) -> str | None:
     return None
 
 
-def create_app(readers: TieredReaders, server: ServerSettings, *, status: StatusSource,
-               registry: CollectorRegistry, history: HistorySource | None = None,
-               store: StoreSource | None = None) -> FastAPI:
+def create_app(
+    readers: TieredReaders,
+    server: ServerSettings,
+    *,
+    status: StatusSource,
+    registry: CollectorRegistry,
+    history: HistorySource | None = None,
+    store: StoreSource | None = None,
+) -> FastAPI:
     # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
     # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
-    app = FastAPI(title="rlm", version=__version__, redirect_slashes=False,
-                  description="Tiered-storage remote log manager: lookups across the local and "
-                              "remote tiers of Kafka-format logs.")
+    app = FastAPI(
+        title="rlm",
+        version=__version__,
+        redirect_slashes=False,
+        description="Tiered-storage remote log manager: lookups across the local and "
+        "remote tiers of Kafka-format logs.",
+    )
     timeout_s = server.request_timeout_ms / 1000
     stream_metrics = StreamMetrics(registry)
     token = bearer_token(server).encode()  # token_file: read once, here (docs/security.md)
@@ -204,49 +214,73 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    @app.get("/v1/topics/{topic}/partitions/{partition}/offsets/{offset}", tags=["lookup"],
-             dependencies=auth)
+    @app.get("/v1/topics/{topic}/partitions/{partition}/offsets/{offset}", tags=["lookup"], dependencies=auth)
     async def by_offset(topic: str, partition: int, offset: int) -> dict[str, Any]:
         check_topic(topic)
         reader = readers.reader(topic, partition)
         result = await run_in_threadpool(reader.lookup_offset, offset)
         return result.to_json()
 
-    @app.get("/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}", tags=["lookup"],
-             dependencies=auth)
+    @app.get(
+        "/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}", tags=["lookup"], dependencies=auth
+    )
     async def by_timestamp(topic: str, partition: int, timestamp: int) -> dict[str, Any]:
         reader = readers.reader(topic, partition)
         result = await run_in_threadpool(reader.lookup_timestamp, timestamp)
         return result.to_json()
 
-    @app.get("/v1/topics/{topic}/partitions/{partition}/records", tags=["fetch"], dependencies=auth,
-             response_model=None)
-    async def records(request: Request, topic: str, partition: int, offset: int,
-                      max_bytes: int = 1_048_576,
-                      format: Literal["raw", "json"] = "raw",
-                      verify: bool = False,
-                      isolation: txn.Isolation = "read_uncommitted") -> Response | dict[str, Any]:
+    @app.get(
+        "/v1/topics/{topic}/partitions/{partition}/records",
+        tags=["fetch"],
+        dependencies=auth,
+        response_model=None,
+    )
+    async def records(
+        request: Request,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1_048_576,
+        format: Literal["raw", "json"] = "raw",
+        verify: bool = False,
+        isolation: txn.Isolation = "read_uncommitted",
+    ) -> Response | dict[str, Any]:
         """``verify``: CRC-check remote batches again (they were checked before upload).
         ``isolation``: Kafka's; read_committed answers only committed records (docs/transactions.md)."""
         reader = readers.reader(topic, partition)
         if max_bytes <= 0 or max_bytes > 64 << 20:
             raise InvalidArgumentError(f"max_bytes {max_bytes} must be in [1, 67108864]")
-        fetched = await run_in_threadpool(txn.fetch, reader, offset, max_bytes, isolation, verify=verify,
-                                          reader_key=reader_key(request))
+        fetched = await run_in_threadpool(
+            txn.fetch, reader, offset, max_bytes, isolation, verify=verify, reader_key=reader_key(request)
+        )
         if format == "json":
             return _fetch_json(fetched)
-        headers = {"X-Rlm-Tier": fetched.tier, "X-Rlm-Next-Offset": str(fetched.next_offset),
-                   "X-Rlm-Batches": str(len(fetched.batches)), **_txn_headers(fetched)}
+        headers = {
+            "X-Rlm-Tier": fetched.tier,
+            "X-Rlm-Next-Offset": str(fetched.next_offset),
+            "X-Rlm-Batches": str(len(fetched.batches)),
+            **_txn_headers(fetched),
+        }
         if fetched.high_watermark is not None:
             headers["X-Rlm-High-Watermark"] = str(fetched.high_watermark)
         # The fetched bytes go to the socket as they are (no re-encoding, no join).
         return Response(fetched.data, media_type="application/octet-stream", headers=headers)
 
-    @app.get("/v1/topics/{topic}/partitions/{partition}/records/stream", tags=["fetch"],
-             dependencies=auth, response_class=Response)
-    async def records_stream(request: Request, topic: str, partition: int, offset: int,
-                             max_bytes: int = DEFAULT_STREAM_BYTES, verify: bool = False,
-                             isolation: txn.Isolation = "read_uncommitted") -> Response:
+    @app.get(
+        "/v1/topics/{topic}/partitions/{partition}/records/stream",
+        tags=["fetch"],
+        dependencies=auth,
+        response_class=Response,
+    )
+    async def records_stream(
+        request: Request,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = DEFAULT_STREAM_BYTES,
+        verify: bool = False,
+        isolation: txn.Isolation = "read_uncommitted",
+    ) -> Response:
         """Raw record batches back to back from the batch holding ``offset`` (chunked) while they
         fit ``max_bytes`` (≥ 1 batch), ending at the visible end; the same bytes as successive
         ``/records`` calls (docs/streaming.md). read_committed: only committed data batches, up to
@@ -261,16 +295,22 @@ def create_app(readers: TieredReaders, server: ServerSettings, *, status: Status
             headers.update({"X-Rlm-Batches": "0", "X-Rlm-Next-Offset": str(first.next_offset)})
             return Response(b"", media_type="application/octet-stream", headers=headers)
         where = f"{topic}-{partition} stream from {offset}"
-        body = stream_body(first, fetch, max_bytes, stall_s=timeout_s, metrics=stream_metrics,
-                           where=where)
+        body = stream_body(first, fetch, max_bytes, stall_s=timeout_s, metrics=stream_metrics, where=where)
         return BatchStream(body, media_type="application/octet-stream", headers=headers)
 
     @app.post("/v1/offsets-for-times", tags=["lookup"], dependencies=auth)
     async def offsets_for_times(body: OffsetsForTimesRequest) -> list[dict[str, Any]]:
-        rows = await run_in_threadpool(readers.offsets_for_times, body.timestamp, body.topics,
-                                       body.minus_ms)
-        return [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                 "timestamp": r.timestamp, "tier": r.tier} for r in rows]
+        rows = await run_in_threadpool(readers.offsets_for_times, body.timestamp, body.topics, body.minus_ms)
+        return [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "tier": r.tier,
+            }
+            for r in rows
+        ]
 
     return app
 
@@ -293,8 +333,10 @@ def _txn_headers(fetched: FetchResult) -> dict[str, str]:
     body; these say the LSO applied and how many aborted transactions the range had."""
     if fetched.isolation != "read_committed":
         return {}
-    out = {"X-Rlm-Isolation": fetched.isolation,
-           "X-Rlm-Aborted-Transactions": str(len(fetched.aborted_transactions))}
+    out = {
+        "X-Rlm-Isolation": fetched.isolation,
+        "X-Rlm-Aborted-Transactions": str(len(fetched.aborted_transactions)),
+    }
     if fetched.last_stable_offset is not None:
         out["X-Rlm-Last-Stable-Offset"] = str(fetched.last_stable_offset)
     return out
@@ -305,18 +347,38 @@ def _fetch_json(fetched: FetchResult) -> dict[str, Any]:
         return None if v is None else base64.b64encode(v).decode()
 
     return {
-        "topic": fetched.topic, "partition": fetched.partition, "tier": fetched.tier,
-        "next_offset": fetched.next_offset, "high_watermark": fetched.high_watermark,
+        "topic": fetched.topic,
+        "partition": fetched.partition,
+        "tier": fetched.tier,
+        "next_offset": fetched.next_offset,
+        "high_watermark": fetched.high_watermark,
         "log_start_offset": fetched.log_start_offset,
-        **({"isolation": fetched.isolation, "last_stable_offset": fetched.last_stable_offset,
-            "aborted_transactions": [a.to_json() for a in fetched.aborted_transactions],
-            "scanned_segments": len(fetched.txn_scanned)}
-           if fetched.isolation == "read_committed" else {}),
-        "batches": [{
-            "base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control,
-            "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": b64(r.key),
-                         "value": b64(r.value),
-                         "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers]}
-                        for r in fetched.records(b)],
-        } for b in fetched.batches],
+        **(
+            {
+                "isolation": fetched.isolation,
+                "last_stable_offset": fetched.last_stable_offset,
+                "aborted_transactions": [a.to_json() for a in fetched.aborted_transactions],
+                "scanned_segments": len(fetched.txn_scanned),
+            }
+            if fetched.isolation == "read_committed"
+            else {}
+        ),
+        "batches": [
+            {
+                "base_offset": b.base_offset,
+                "last_offset": b.last_offset,
+                "is_control": b.is_control,
+                "records": [
+                    {
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": b64(r.key),
+                        "value": b64(r.value),
+                        "headers": [{"key": h.key, "value": b64(h.value)} for h in r.headers],
+                    }
+                    for r in fetched.records(b)
+                ],
+            }
+            for b in fetched.batches
+        ],
     }

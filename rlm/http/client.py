@@ -48,15 +48,22 @@ class StreamedBatch:
     @property
     def data(self) -> bytes:
         """The batch's own bytes (Kafka's on-disk format)."""
-        return self.chunk[self.batch.position: self.batch.end_position]
+        return self.chunk[self.batch.position : self.batch.end_position]
 
     def records(self) -> list[Record]:
         return decode_records(self.chunk, self.batch)
 
 
 class RlmClient:
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0,
-                 reader: str | None = None, ca_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        reader: str | None = None,
+        ca_file: Path | None = None,
+    ) -> None:
         """``reader``: a name the server's read engine knows this client by (``X-Rlm-Reader``),
         for sequential-read detection across connections; default: the connection. ``ca_file``:
         PEM bundle verifying an ``https://`` server (default: the system's CAs); the certificate
@@ -64,12 +71,12 @@ class RlmClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if reader:
             headers["X-Rlm-Reader"] = reader
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
-                                  verify=client_context(ca_file))
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, verify=client_context(ca_file)
+        )
 
     @classmethod
-    def for_server(cls, server: ServerSettings, *, host: str | None = None,
-                   **kwargs: Any) -> RlmClient:
+    def for_server(cls, server: ServerSettings, *, host: str | None = None, **kwargs: Any) -> RlmClient:
         """A client of the API ``server`` describes: ``https`` when it has ``tls_cert`` (verified
         with ``tls_ca``), its token (``token`` or ``token_file``); ``host`` defaults to the
         server's, a wildcard address (0.0.0.0, ::) to loopback. ``host`` must match the
@@ -77,8 +84,12 @@ class RlmClient:
         target = host or {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
         scheme = "https" if server.tls_cert is not None else "http"
         authority = f"[{target}]" if ":" in target else target
-        return cls(f"{scheme}://{authority}:{server.port}", token=bearer_token(server) or None,
-                   ca_file=server.tls_ca, **kwargs)
+        return cls(
+            f"{scheme}://{authority}:{server.port}",
+            token=bearer_token(server) or None,
+            ca_file=server.tls_ca,
+            **kwargs,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -121,25 +132,46 @@ class RlmClient:
     def lookup_timestamp(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
         return self._object(f"/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}")
 
-    def fetch_raw(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, *,
-                  isolation: str = "read_uncommitted") -> tuple[bytes, dict[str, str]]:
+    def fetch_raw(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1 << 20,
+        *,
+        isolation: str = "read_uncommitted",
+    ) -> tuple[bytes, dict[str, str]]:
         """Raw batches and the X-Rlm-* headers (tier, next offset, high watermark); with
         ``isolation="read_committed"`` only committed data batches (docs/transactions.md)."""
         params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
         if isolation != "read_uncommitted":
             params["isolation"] = isolation
-        resp = self._check(self._http.get(f"/v1/topics/{topic}/partitions/{partition}/records",
-                                          params=params))
+        resp = self._check(
+            self._http.get(f"/v1/topics/{topic}/partitions/{partition}/records", params=params)
+        )
         return resp.content, {k: v for k, v in resp.headers.items() if k.lower().startswith("x-rlm-")}
 
-    def fetch_json(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, *,
-                   isolation: str = "read_uncommitted") -> dict[str, Any]:
+    def fetch_json(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1 << 20,
+        *,
+        isolation: str = "read_uncommitted",
+    ) -> dict[str, Any]:
         extra = {"isolation": isolation} if isolation != "read_uncommitted" else {}
-        return self._object(f"/v1/topics/{topic}/partitions/{partition}/records",
-                            offset=offset, max_bytes=max_bytes, format="json", **extra)
+        return self._object(
+            f"/v1/topics/{topic}/partitions/{partition}/records",
+            offset=offset,
+            max_bytes=max_bytes,
+            format="json",
+            **extra,
+        )
 
-    def offsets_for_times(self, timestamp: int, topics: list[str] | None = None,
-                          minus_ms: int = 0) -> list[dict[str, Any]]:
+    def offsets_for_times(
+        self, timestamp: int, topics: list[str] | None = None, minus_ms: int = 0
+    ) -> list[dict[str, Any]]:
         body = {"timestamp": timestamp, "topics": topics, "minus_ms": minus_ms}
         return self._rows(self._check(self._http.post("/v1/offsets-for-times", json=body)).json())
 
@@ -148,9 +180,16 @@ class RlmClient:
 
     # -- streaming --------------------------------------------------------------------------------
 
-    def iter_batches(self, topic: str, partition: int, offset: int, *, request_bytes: int = 256 << 20,
-                     verify_crc: bool = False,
-                     isolation: str = "read_uncommitted") -> Iterator[StreamedBatch]:
+    def iter_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        request_bytes: int = 256 << 20,
+        verify_crc: bool = False,
+        isolation: str = "read_uncommitted",
+    ) -> Iterator[StreamedBatch]:
         """Every batch from the one holding ``offset`` up to the visible end as the server sees it,
         over as many streaming requests as ``request_bytes`` (per request) needs.
 
@@ -176,20 +215,35 @@ class RlmClient:
             if high_watermark is not None and offset >= high_watermark:
                 return
 
-    def iter_records(self, topic: str, partition: int, offset: int, *, request_bytes: int = 256 << 20,
-                     isolation: str = "read_uncommitted") -> Iterator[Record]:
+    def iter_records(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        request_bytes: int = 256 << 20,
+        isolation: str = "read_uncommitted",
+    ) -> Iterator[Record]:
         """The records a consumer reading from ``offset`` sees: none below ``offset`` (the first
         batch may start before it), none of a control batch (transaction markers)."""
-        for streamed in self.iter_batches(topic, partition, offset, request_bytes=request_bytes,
-                                          isolation=isolation):
+        for streamed in self.iter_batches(
+            topic, partition, offset, request_bytes=request_bytes, isolation=isolation
+        ):
             if streamed.batch.is_control:
                 continue
             for record in streamed.records():
                 if record.offset >= offset:
                     yield record
 
-    def _stream(self, topic: str, partition: int, offset: int, max_bytes: int,
-                verify_crc: bool, isolation: str = "read_uncommitted") -> Iterator[StreamedBatch | int]:
+    def _stream(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        verify_crc: bool,
+        isolation: str = "read_uncommitted",
+    ) -> Iterator[StreamedBatch | int]:
         """One streaming request: the high watermark header (an int) first, then the batches."""
         path = f"/v1/topics/{topic}/partitions/{partition}/records/stream"
         params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
@@ -214,18 +268,22 @@ class RlmClient:
                     for batch in iter_batches(chunk, verify_crc=verify_crc):
                         yield StreamedBatch(batch, chunk)
             except httpx.TransportError as err:
-                raise StreamInterruptedError(f"stream of {topic}-{partition} from offset {offset} broke "
-                                             f"after the last whole batch: {err}") from err
+                raise StreamInterruptedError(
+                    f"stream of {topic}-{partition} from offset {offset} broke "
+                    f"after the last whole batch: {err}"
+                ) from err
             if pending:
-                raise StreamInterruptedError(f"stream of {topic}-{partition} from offset {offset} ended "
-                                             f"inside a batch ({len(pending)} bytes left over)")
+                raise StreamInterruptedError(
+                    f"stream of {topic}-{partition} from offset {offset} ended "
+                    f"inside a batch ({len(pending)} bytes left over)"
+                )
 
 
 def _whole_entries(buf: bytearray) -> int:
     """How many leading bytes of ``buf`` are whole batches (offset, size, then size bytes)."""
     pos = 0
     while pos + _ENTRY_HEADER <= len(buf):
-        size = int.from_bytes(buf[pos + 8: pos + _ENTRY_HEADER], "big", signed=True)
+        size = int.from_bytes(buf[pos + 8 : pos + _ENTRY_HEADER], "big", signed=True)
         end = pos + _ENTRY_HEADER + max(size, 0)
         if end > len(buf):
             break

@@ -75,16 +75,24 @@ class BodyLimitMiddleware:
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
     async def _too_large(self, send: Send) -> None:
-        await self._refuse(send, 413, f"request body larger than {self.max_bytes} bytes "
-                                      "(server.max_body_bytes)")
+        await self._refuse(
+            send, 413, f"request body larger than {self.max_bytes} bytes (server.max_body_bytes)"
+        )
 
     @staticmethod
     async def _refuse(send: Send, status: int, reason: str) -> None:
         body = json.dumps({"error": {"field": "body", "reason": reason}}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -113,8 +121,11 @@ class DeadlineMiddleware:
             try:
                 await asyncio.wait_for(send(message), timeout_s)
             except TimeoutError:
-                log.warning("%s: the client took no bytes for %.1f s; closing the stream",
-                            scope.get("path"), timeout_s)
+                log.warning(
+                    "%s: the client took no bytes for %.1f s; closing the stream",
+                    scope.get("path"),
+                    timeout_s,
+                )
                 raise
 
         task = asyncio.ensure_future(self.app(scope, receive, timed_send))
@@ -132,11 +143,19 @@ class DeadlineMiddleware:
             task.exception()  # retrieved: no "exception was never retrieved" noise
         if started:  # it started while being cancelled: nothing more can be said to this client
             return
-        body = json.dumps({"error": {"field": None, "reason": (
-            f"request took longer than {self.timeout_ms} ms")}}).encode()
-        await send({"type": "http.response.start", "status": 504,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {"error": {"field": None, "reason": (f"request took longer than {self.timeout_ms} ms")}}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 504,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

@@ -38,13 +38,22 @@ class ApiServer:
     """uvicorn on ``host:port`` (port 0 = any free port, see :attr:`port`) in a daemon thread;
     HTTPS when ``tls`` is given."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, *, http: str = "auto",
-                 loop: str = "auto", tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        *,
+        http: str = "auto",
+        loop: str = "auto",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the
         # socket says it is TCP (proto 0 does not), and without it every response whose headers and
         # body are written separately waits out the client's delayed ACK (~40 ms per request).
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
-                                   socket.IPPROTO_TCP)
+        self._sock = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
@@ -53,11 +62,20 @@ class ApiServer:
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self.scheme = "https" if tls is not None else "http"
-        config = _Config(app, log_level="warning", access_log=False, timeout_keep_alive=5,
-                         lifespan="off", http=http, loop=loop, tls=tls)
+        config = _Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=5,
+            lifespan="off",
+            http=http,
+            loop=loop,
+            tls=tls,
+        )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        name="rlm-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="rlm-http", daemon=True
+        )
 
     @property
     def url(self) -> str:

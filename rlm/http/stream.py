@@ -47,16 +47,22 @@ CHUNK_BYTES = 4 << 20
 DEFAULT_STREAM_BYTES = 256 << 20
 MAX_STREAM_BYTES = 1 << 40
 
+
 class StreamMetrics:
     """Open streams and what they sent, on the app's registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.active = Gauge("rlm_http_streams_active", "Streaming reads (/records/stream) open now",
-                            registry=registry)
-        self.bytes = Counter("rlm_http_stream_bytes", "Record batch bytes written by streaming reads",
-                             registry=registry)
-        self.aborted = Counter("rlm_http_streams_aborted", "Streaming reads ended early: the client "
-                               "went away or stopped reading, or a read failed", registry=registry)
+        self.active = Gauge(
+            "rlm_http_streams_active", "Streaming reads (/records/stream) open now", registry=registry
+        )
+        self.bytes = Counter(
+            "rlm_http_stream_bytes", "Record batch bytes written by streaming reads", registry=registry
+        )
+        self.aborted = Counter(
+            "rlm_http_streams_aborted",
+            "Streaming reads ended early: the client went away or stopped reading, or a read failed",
+            registry=registry,
+        )
 
 
 class BatchStream(StreamingResponse):
@@ -80,8 +86,9 @@ async def first_chunk(fetch: Fetch, offset: int, max_bytes: int) -> FetchResult:
     return await anyio.to_thread.run_sync(fetch, offset, min(max_bytes, CHUNK_BYTES))
 
 
-async def stream_body(first: FetchResult, fetch: Fetch, max_bytes: int, *, stall_s: float,
-                      metrics: StreamMetrics, where: str) -> AsyncIterator[bytes | memoryview]:
+async def stream_body(
+    first: FetchResult, fetch: Fetch, max_bytes: int, *, stall_s: float, metrics: StreamMetrics, where: str
+) -> AsyncIterator[bytes | memoryview]:
     """Chunks from ``first`` on until ``max_bytes`` (whole batches, ≥ 1) or the visible end."""
     metrics.active.inc()
     pending: asyncio.Future[FetchResult] | None = None
@@ -121,8 +128,9 @@ async def _next(pending: asyncio.Future[FetchResult], stall_s: float, where: str
     """The look-ahead chunk; None when the offset fell out of range meanwhile (end cleanly)."""
     done, _ = await asyncio.wait({pending}, timeout=stall_s)
     if not done:
-        log.warning("%s: no chunk read within %.1f s (server.request_timeout_ms); closing the stream",
-                    where, stall_s)
+        log.warning(
+            "%s: no chunk read within %.1f s (server.request_timeout_ms); closing the stream", where, stall_s
+        )
         raise TimeoutError(f"{where}: stream read stalled for {stall_s} s")
     try:
         return pending.result()

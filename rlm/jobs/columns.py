@@ -27,9 +27,12 @@ def to_record_batch(cols: Columns, topic: str, partition: int, schema: Any) -> A
     headers_type = schema.field("headers").type
     entry = headers_type.value_type
     struct = pa.StructArray.from_arrays(
-        [binary(pa.string(), cols.n_headers, None, cols.hkey_offsets, cols.hkey_data),
-         binary(pa.binary(), cols.n_headers, cols.hval_validity, cols.hval_offsets, cols.hval_data)],
-        fields=[entry.field(0), entry.field(1)])
+        [
+            binary(pa.string(), cols.n_headers, None, cols.hkey_offsets, cols.hkey_data),
+            binary(pa.binary(), cols.n_headers, cols.hval_validity, cols.hval_offsets, cols.hval_data),
+        ],
+        fields=[entry.field(0), entry.field(1)],
+    )
     arrays = [
         binary(pa.binary(), n, cols.key_validity, cols.key_offsets, cols.key_data),
         binary(pa.binary(), n, cols.value_validity, cols.value_offsets, cols.value_data),
@@ -38,7 +41,8 @@ def to_record_batch(cols: Columns, topic: str, partition: int, schema: Any) -> A
         pa.Array.from_buffers(pa.int64(), n, [None, buf(cols.offsets)]),
         pa.Array.from_buffers(schema.field("timestamp").type, n, [None, buf(cols.stamps)]),
         pa.Array.from_buffers(pa.int32(), n, [None, buf(cols.types)]),
-        pa.Array.from_buffers(headers_type, n, [opt(cols.headers_validity), buf(cols.headers_offsets)],
-                              children=[struct]),
+        pa.Array.from_buffers(
+            headers_type, n, [opt(cols.headers_validity), buf(cols.headers_offsets)], children=[struct]
+        ),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

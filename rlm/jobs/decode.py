@@ -25,9 +25,11 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import SegmentManifest
 
 #: Spark's Kafka source schema (``includeHeaders=true``), as DDL.
-KAFKA_SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
-                    "timestamp timestamp, timestampType int, "
-                    "headers array<struct<key:string,value:binary>>")
+KAFKA_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int, "
+    "headers array<struct<key:string,value:binary>>"
+)
 
 ROWS_PER_BATCH = 8192
 
@@ -36,12 +38,18 @@ def arrow_schema() -> Any:
     """The Arrow schema matching :data:`KAFKA_SCHEMA_DDL` (timestamps in µs, UTC)."""
     import pyarrow as pa
 
-    return pa.schema([
-        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-        ("partition", pa.int32()), ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ])
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestampType", pa.int32()),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ]
+    )
 
 
 def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy | None = None) -> bytes:
@@ -59,10 +67,12 @@ def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy
     try:
         fd = os.open(task.location, os.O_RDONLY)
     except FileNotFoundError:
-        raise LogDirError(f"local segment file missing on host {socket.gethostname()}: local-tier tasks "
-                          "read the sidecar host's log dirs, so their executors must run there (or the "
-                          "broker deleted the segment after the plan); docs/spark-cluster.md",
-                          file=task.location) from None
+        raise LogDirError(
+            f"local segment file missing on host {socket.gethostname()}: local-tier tasks "
+            "read the sidecar host's log dirs, so their executors must run there (or the "
+            "broker deleted the segment after the plan); docs/spark-cluster.md",
+            file=task.location,
+        ) from None
     try:
         return os.pread(fd, task.size, task.start)
     finally:
@@ -75,8 +85,11 @@ _MIN_TS_MS = -((1 << 63) // 1000)
 
 
 def _timestamp_range(batch: RecordBatch) -> CorruptRecordError:
-    return CorruptRecordError("a record timestamp does not fit int64 microseconds", position=batch.position,
-                              offset=batch.base_offset)
+    return CorruptRecordError(
+        "a record timestamp does not fit int64 microseconds",
+        position=batch.position,
+        offset=batch.base_offset,
+    )
 
 
 Row = tuple[bytes | None, bytes | None, int, int, int, list[tuple[str, bytes | None]] | None]
@@ -110,8 +123,7 @@ def iter_task_records(task: ReadTask, data: bytes) -> Iterator[Row]:
 
 def _in_task(task: ReadTask, err: RlmError) -> RlmError:
     """``err`` prefixed with the object/file, segment and byte range the task read."""
-    where = (f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at "
-             f"{task.start})")
+    where = f"{task.source} {task.location} (segment {task.base_offset}, byte range starting at {task.start})"
     clone = copy.copy(err)  # the same class: it, not the text, says what went wrong
     clone.reason, clone.file, clone.position, clone.offset = f"{where}: {err}", None, None, None
     clone.args = (clone.reason,)
@@ -179,14 +191,19 @@ def _python_task_to_arrow(task: ReadTask, data: bytes, rows_per_batch: int) -> I
         keys_, values, offsets, stamps, types, headers = cols
         n = len(offsets)
         stamps_us = pa.array([t * 1000 for t in stamps], pa.int64())
-        batch = pa.RecordBatch.from_arrays([
-            pa.array(keys_, pa.binary()), pa.array(values, pa.binary()),
-            pa.array([task.topic] * n, pa.string()),
-            pa.array([task.partition] * n, pa.int32()), pa.array(offsets, pa.int64()),
-            stamps_us.cast(pa.timestamp("us", tz="UTC")),
-            pa.array(types, pa.int32()),
-            pa.array(headers, schema.field("headers").type),
-        ], schema=schema)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(keys_, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array([task.topic] * n, pa.string()),
+                pa.array([task.partition] * n, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                stamps_us.cast(pa.timestamp("us", tz="UTC")),
+                pa.array(types, pa.int32()),
+                pa.array(headers, schema.field("headers").type),
+            ],
+            schema=schema,
+        )
         for c in cols:
             c.clear()
         return batch

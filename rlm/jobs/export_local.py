@@ -91,8 +91,9 @@ def _process_context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def run_sink(plan: ReadPlan, spec: BackendSpec, sink: Sink, *, parallelism: int | None = None,
-             pool: PoolKind = "auto") -> list[DataFile]:
+def run_sink(
+    plan: ReadPlan, spec: BackendSpec, sink: Sink, *, parallelism: int | None = None, pool: PoolKind = "auto"
+) -> list[DataFile]:
     """Run every task of ``plan`` through ``sink`` on ``parallelism`` workers (default: the CPU
     count), then commit the sink; on any failure (or interrupt) cancel what is left, abort the
     sink and re-raise. Returns the committed files in task order."""
@@ -115,12 +116,14 @@ def run_sink(plan: ReadPlan, spec: BackendSpec, sink: Sink, *, parallelism: int 
     return files
 
 
-def _run_pool(kind: PoolKind, workers: int, sink: Sink, spec: BackendSpec,
-              tasks: Sequence[ReadTask]) -> list[list[DataFile]]:
+def _run_pool(
+    kind: PoolKind, workers: int, sink: Sink, spec: BackendSpec, tasks: Sequence[ReadTask]
+) -> list[list[DataFile]]:
     executor = _executor(kind, workers)
     try:
         futures: dict[Future[list[DataFile]], int] = {
-            executor.submit(run_task, sink, spec, i, t): i for i, t in enumerate(tasks)}
+            executor.submit(run_task, sink, spec, i, t): i for i, t in enumerate(tasks)
+        }
         results: list[list[DataFile]] = [[] for _ in tasks]
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()  # the first failure ends the export
@@ -130,19 +133,41 @@ def _run_pool(kind: PoolKind, workers: int, sink: Sink, spec: BackendSpec,
     return results
 
 
-def export_local(settings: Settings, topics: Sequence[str] | None, out: str | os.PathLike[str], *,
-                 partitions: Sequence[int] | None = None, start: int | None = None,
-                 end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
-                 overwrite: bool = False, compression: str = "snappy",
-                 isolation: str = "read_uncommitted", parallelism: int | None = None,
-                 pool: PoolKind = "auto") -> ExportResult:
+def export_local(
+    settings: Settings,
+    topics: Sequence[str] | None,
+    out: str | os.PathLike[str],
+    *,
+    partitions: Sequence[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    overwrite: bool = False,
+    compression: str = "snappy",
+    isolation: str = "read_uncommitted",
+    parallelism: int | None = None,
+    pool: PoolKind = "auto",
+) -> ExportResult:
     """:func:`rlm.jobs.export` without Spark: the same plan, rows and Parquet layout under
     ``out`` (a local path), written to a staging dir next to ``out`` and renamed at the end.
     ``out`` must not exist unless ``overwrite`` (then it is replaced only once the export
     succeeded). Records are counted from what the workers wrote."""
-    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
-                     isolation=check_isolation(isolation))
+    plan = plan_read(
+        settings,
+        topics,
+        partitions,
+        start=start,
+        end=end,
+        target_bytes=target_bytes,
+        isolation=check_isolation(isolation),
+    )
     sink = ParquetSink.begin(out, overwrite=overwrite, compression=compression)
     files = run_sink(plan, BackendSpec.from_settings(settings), sink, parallelism=parallelism, pool=pool)
-    return ExportResult(str(out), len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks),
-                        sum(f.records for f in files), engine="local")
+    return ExportResult(
+        str(out),
+        len(plan.partitions),
+        len(plan.tasks),
+        sum(t.size for t in plan.tasks),
+        sum(f.records for f in files),
+        engine="local",
+    )

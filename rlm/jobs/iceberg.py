@@ -75,14 +75,24 @@ class IcebergTarget:
         (``catalog.db``) and warehouse (``warehouse/``) are under ``out``."""
         conf = settings.iceberg
         if conf.catalog:
-            return cls(conf.catalog_name, dict(conf.catalog), conf.namespace, conf.table,
-                       orphan_grace_ms=settings.tiering.gc_grace_ms)
+            return cls(
+                conf.catalog_name,
+                dict(conf.catalog),
+                conf.namespace,
+                conf.table,
+                orphan_grace_ms=settings.tiering.gc_grace_ms,
+            )
         if out is None:
-            raise InvalidArgumentError("--format iceberg without an [iceberg] catalog needs --out "
-                                       "(the directory of the embedded catalog and its warehouse)")
+            raise InvalidArgumentError(
+                "--format iceberg without an [iceberg] catalog needs --out "
+                "(the directory of the embedded catalog and its warehouse)"
+            )
         out = out.absolute()
-        props = {"type": "sql", "uri": f"sqlite:///{out / 'catalog.db'}",
-                 "warehouse": (out / "warehouse").as_uri()}
+        props = {
+            "type": "sql",
+            "uri": f"sqlite:///{out / 'catalog.db'}",
+            "warehouse": (out / "warehouse").as_uri(),
+        }
         return cls(conf.catalog_name, props, conf.namespace, conf.table, lock_dir=out)
 
     @property
@@ -109,8 +119,9 @@ class IcebergTarget:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise TableError("another rlm export is writing this table; wait for it",
-                                 file=self.lock_dir) from None
+                raise TableError(
+                    "another rlm export is writing this table; wait for it", file=self.lock_dir
+                ) from None
             yield
         finally:
             os.close(fd)
@@ -148,8 +159,10 @@ def _create_table(catalog: Any, identifier: str) -> None:
     # Full (untruncated) column bounds on the partition sources: add_files infers a file's
     # partition from them, and a topic name longer than the default 16-char truncation would
     # leave lower != upper.
-    properties = {"write.metadata.metrics.column.topic": "full",
-                  "write.metadata.metrics.column.timestamp": "full"}
+    properties = {
+        "write.metadata.metrics.column.topic": "full",
+        "write.metadata.metrics.column.timestamp": "full",
+    }
     tx = catalog.create_table_transaction(identifier, schema=arrow_schema(), properties=properties)
     with tx.update_spec() as spec:
         for source, transform, name in partition_spec_fields():
@@ -168,8 +181,10 @@ def _check_table(table: Any, identifier: str) -> None:
     schema = table.schema()
     got = [(schema.find_field(f.source_id).name, str(f.transform), f.name) for f in table.spec().fields]
     if got != partition_spec_fields():
-        raise TableError(f"table {identifier} is partitioned by {got}, expected "
-                         f"{partition_spec_fields()} (topic identity, day(timestamp))")
+        raise TableError(
+            f"table {identifier} is partitioned by {got}, expected "
+            f"{partition_spec_fields()} (topic identity, day(timestamp))"
+        )
 
 
 def _rlm_summary(table: Any) -> dict[str, str]:
@@ -189,15 +204,18 @@ def exported_offsets(table: Any) -> Offsets:
     out: Offsets = {}
     for key, value in _rlm_summary(table).items():
         if key.startswith(OFFSET_PROPERTY):
-            topic, _, partition = key[len(OFFSET_PROPERTY):].rpartition("-")
+            topic, _, partition = key[len(OFFSET_PROPERTY) :].rpartition("-")
             out[(topic, int(partition))] = int(value)
     return out
 
 
 def exported_topic_ids(table: Any) -> dict[str, str]:
     """``topic → topic id`` of the incarnations the table holds (topics without an id: absent)."""
-    return {key[len(TOPIC_ID_PROPERTY):]: value for key, value in _rlm_summary(table).items()
-            if key.startswith(TOPIC_ID_PROPERTY)}
+    return {
+        key[len(TOPIC_ID_PROPERTY) :]: value
+        for key, value in _rlm_summary(table).items()
+        if key.startswith(TOPIC_ID_PROPERTY)
+    }
 
 
 def planned_topic_ids(known: Mapping[str, str], plan: ReadPlan, identifier: str) -> dict[str, str]:
@@ -210,9 +228,11 @@ def planned_topic_ids(known: Mapping[str, str], plan: ReadPlan, identifier: str)
             continue
         old = out.setdefault(p.topic, p.topic_id)
         if old != p.topic_id:
-            raise TableError(f"table {identifier}: topic {p.topic} was re-created (topic id {old} in "
-                             f"the table, {p.topic_id} in the log dir): a new log whose offsets start "
-                             "again; export it into another table (docs/iceberg.md)")
+            raise TableError(
+                f"table {identifier}: topic {p.topic} was re-created (topic id {old} in "
+                f"the table, {p.topic_id} in the log dir): a new log whose offsets start "
+                "again; export it into another table (docs/iceberg.md)"
+            )
     return out
 
 
@@ -242,8 +262,9 @@ def remove_orphans(table: Any, grace_ms: int) -> int:
         if info.mtime is not None and info.mtime.timestamp() > cutoff:
             return False
         if referenced is None:  # read the manifests only when there is a candidate
-            referenced = {io.parse_location(p)[2]
-                          for p in table.inspect.all_files().column("file_path").to_pylist()}
+            referenced = {
+                io.parse_location(p)[2] for p in table.inspect.all_files().column("file_path").to_pylist()
+            }
         return info.path not in referenced
 
     removed = _remove_data_files(io_properties, f"{table.location()}/data", orphan)
@@ -252,8 +273,9 @@ def remove_orphans(table: Any, grace_ms: int) -> int:
     return removed
 
 
-def _remove_data_files(io_properties: dict[str, str], data_location: str,
-                       select: Callable[[Any], bool]) -> int:
+def _remove_data_files(
+    io_properties: dict[str, str], data_location: str, select: Callable[[Any], bool]
+) -> int:
     """Delete the files under ``data_location`` that ``select`` (given a pyarrow ``FileInfo``)
     picks; how many."""
     from pyarrow.fs import FileSelector, FileType
@@ -283,11 +305,19 @@ class IcebergExportResult:
     offsets: Offsets = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": self.out, "format": "iceberg", "table": self.table, "partitions": self.partitions,
-                "tasks": self.tasks, "bytes_planned": self.bytes_planned, "records": self.records,
-                "files": self.files, "snapshot_id": self.snapshot_id,
-                "orphans_removed": self.orphans_removed,
-                "next_offsets": {f"{t}-{p}": o for (t, p), o in sorted(self.offsets.items())}}
+        return {
+            "out": self.out,
+            "format": "iceberg",
+            "table": self.table,
+            "partitions": self.partitions,
+            "tasks": self.tasks,
+            "bytes_planned": self.bytes_planned,
+            "records": self.records,
+            "files": self.files,
+            "snapshot_id": self.snapshot_id,
+            "orphans_removed": self.orphans_removed,
+            "next_offsets": {f"{t}-{p}": o for (t, p), o in sorted(self.offsets.items())},
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,8 +339,9 @@ class IcebergSink:
     topic_ids: tuple[tuple[str, str], ...] = ()  # (topic, id) of every incarnation the table holds
 
     def write_task(self, index: int, task: ReadTask, batches: Iterable[Any]) -> list[DataFile]:
-        return write_day_files(self.io_properties, self.data_location, self.attempt, index, task,
-                               batches, self.compression)
+        return write_day_files(
+            self.io_properties, self.data_location, self.attempt, index, task, batches, self.compression
+        )
 
     def commit(self, files: Sequence[DataFile]) -> None:
         if not files:
@@ -320,8 +351,10 @@ class IcebergSink:
         table = load_table(self.target)
         current = table.current_snapshot()
         if (current.snapshot_id if current is not None else None) != self.base_snapshot_id:
-            raise TableError(f"table {self.target.identifier} changed while exporting (another writer "
-                             "committed); run again")
+            raise TableError(
+                f"table {self.target.identifier} changed while exporting (another writer "
+                "committed); run again"
+            )
         props = {ATTEMPT_PROPERTY: self.attempt}
         props.update({f"{OFFSET_PROPERTY}{t}-{p}": str(o) for (t, p), o in self.offsets.items()})
         props.update({f"{TOPIC_ID_PROPERTY}{t}": i for t, i in self.topic_ids})
@@ -330,19 +363,30 @@ class IcebergSink:
             # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
             table.add_files([f.path for f in files], snapshot_properties=props, check_duplicate_files=False)
         except CommitFailedException as err:
-            raise TableError(f"table {self.target.identifier} changed while exporting ({err}); run "
-                             "again") from err
+            raise TableError(
+                f"table {self.target.identifier} changed while exporting ({err}); run again"
+            ) from err
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):  # best effort; leftovers are orphans of the next run
-            _remove_data_files(self.io_properties, self.data_location,
-                               lambda info: info.base_name.startswith(f"{FILE_PREFIX}{self.attempt}-"))
+            _remove_data_files(
+                self.io_properties,
+                self.data_location,
+                lambda info: info.base_name.startswith(f"{FILE_PREFIX}{self.attempt}-"),
+            )
 
 
-def export_iceberg(settings: Settings, topics: Sequence[str] | None, target: IcebergTarget,
-                   engine: Engine, *, partitions: Sequence[int] | None = None,
-                   incremental: bool = False, target_bytes: int = DEFAULT_TARGET_BYTES,
-                   isolation: str = "read_uncommitted") -> IcebergExportResult:
+def export_iceberg(
+    settings: Settings,
+    topics: Sequence[str] | None,
+    target: IcebergTarget,
+    engine: Engine,
+    *,
+    partitions: Sequence[int] | None = None,
+    incremental: bool = False,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    isolation: str = "read_uncommitted",
+) -> IcebergExportResult:
     """Export ``topics`` (``partitions``) into the table in one snapshot (docs/iceberg.md).
 
     Without ``incremental`` the table must hold no snapshot yet (else :class:`TableError`: a
@@ -355,23 +399,44 @@ def export_iceberg(settings: Settings, topics: Sequence[str] | None, target: Ice
         orphans = remove_orphans(table, target.orphan_grace_ms)
         base = table.current_snapshot()
         if not incremental and base is not None:
-            raise TableError(f"table {target.identifier} already holds data (snapshot "
-                             f"{base.snapshot_id}); use --incremental to append only new offsets")
+            raise TableError(
+                f"table {target.identifier} already holds data (snapshot "
+                f"{base.snapshot_id}); use --incremental to append only new offsets"
+            )
         done = exported_offsets(table)
-        plan = plan_read(settings, topics, partitions, target_bytes=target_bytes,
-                         isolation=check_isolation(isolation), start_offsets=done)
+        plan = plan_read(
+            settings,
+            topics,
+            partitions,
+            target_bytes=target_bytes,
+            isolation=check_isolation(isolation),
+            start_offsets=done,
+        )
         ids = planned_topic_ids(exported_topic_ids(table), plan, target.identifier)
-        sink = IcebergSink(target, dict(table.io.properties), f"{table.location()}/data",
-                           uuid.uuid4().hex, next_offsets(done, plan),
-                           base.snapshot_id if base is not None else None,
-                           topic_ids=tuple(sorted(ids.items())))
+        sink = IcebergSink(
+            target,
+            dict(table.io.properties),
+            f"{table.location()}/data",
+            uuid.uuid4().hex,
+            next_offsets(done, plan),
+            base.snapshot_id if base is not None else None,
+            topic_ids=tuple(sorted(ids.items())),
+        )
         files = engine(plan, BackendSpec.from_settings(settings), sink)
         snapshot = load_table(target).current_snapshot() if files else None
     out = str(target.lock_dir) if target.lock_dir is not None else table.location()
-    return IcebergExportResult(out, target.identifier, len(plan.partitions), len(plan.tasks),
-                               sum(t.size for t in plan.tasks), sum(f.records for f in files),
-                               len(files), snapshot.snapshot_id if snapshot is not None else None,
-                               orphans, sink.offsets)
+    return IcebergExportResult(
+        out,
+        target.identifier,
+        len(plan.partitions),
+        len(plan.tasks),
+        sum(t.size for t in plan.tasks),
+        sum(f.records for f in files),
+        len(files),
+        snapshot.snapshot_id if snapshot is not None else None,
+        orphans,
+        sink.offsets,
+    )
 
 
 def spark_engine(spark: Any) -> Engine:
@@ -412,4 +477,5 @@ def spark_read_table(spark: Any, table: Any) -> Any:
     rdd = spark.sparkContext.parallelize([(p,) for p in paths], len(paths))
     return spark.createDataFrame(rdd, "path string").mapInArrow(
         lambda batches: read_data_files(props, (p for b in batches for p in b.column(0).to_pylist())),
-        KAFKA_SCHEMA_DDL)
+        KAFKA_SCHEMA_DDL,
+    )

@@ -34,8 +34,15 @@ def day_path(day: int) -> str:
     return (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).isoformat()
 
 
-def write_day_files(io_properties: dict[str, str], data_location: str, attempt: str, index: int,
-                    task: ReadTask, batches: Iterable[Any], compression: str = "snappy") -> list[DataFile]:
+def write_day_files(
+    io_properties: dict[str, str],
+    data_location: str,
+    attempt: str,
+    index: int,
+    task: ReadTask,
+    batches: Iterable[Any],
+    compression: str = "snappy",
+) -> list[DataFile]:
     """Write the task's Arrow batches, split by UTC day, under ``data_location`` (the table's
     ``<location>/data``): ``topic=<t>/timestamp_day=<date>/rlm-<attempt>-<index>-<n>.parquet``,
     through the catalog's FileIO (``io_properties``). Rows keep offset order within a file; a
@@ -55,12 +62,17 @@ def write_day_files(io_properties: dict[str, str], data_location: str, attempt: 
     out = []
     for n, day in enumerate(int(d) for d in np.unique(days)):
         part = rows.filter(pa.array(days == day))
-        path = (f"{data_location}/topic={quote(task.topic, safe='')}/timestamp_day={day_path(day)}/"
-                f"{FILE_PREFIX}{attempt}-{index:06d}-{n:03d}.parquet")
+        path = (
+            f"{data_location}/topic={quote(task.topic, safe='')}/timestamp_day={day_path(day)}/"
+            f"{FILE_PREFIX}{attempt}-{index:06d}-{n:03d}.parquet"
+        )
         size = _write_parquet(io, path, part, compression)
         offsets = part.column("offset")
-        out.append(DataFile(path, task.topic, task.partition, part.num_rows, size,
-                            offsets[0].as_py(), offsets[-1].as_py()))
+        out.append(
+            DataFile(
+                path, task.topic, task.partition, part.num_rows, size, offsets[0].as_py(), offsets[-1].as_py()
+            )
+        )
     return out
 
 

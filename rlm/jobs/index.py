@@ -14,15 +14,20 @@ from rlm.tiering.remote_state import RemoteState, remote_view
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 
-def _fetch_partition(spec: BackendSpec, topic: str, partition: int,
-                     key_id: str | None) -> tuple[str, int, list[bytes], list[bytes]]:
+def _fetch_partition(
+    spec: BackendSpec, topic: str, partition: int, key_id: str | None
+) -> tuple[str, int, list[bytes], list[bytes]]:
     """Executor side: the manifests (JSON) of what the partition's incarnation serves (``key_id``:
     its root, docs/topic-identity.md; the store's chain, docs/cluster.md) and each one's entries
     for the offsets it serves, encoded."""
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     links = remote.chain().links
-    return (topic, partition, [lk.manifest.to_json() for lk in links],
-            [b"".join(e.encode() for e in remote.link_entries(lk)) for lk in links])
+    return (
+        topic,
+        partition,
+        [lk.manifest.to_json() for lk in links],
+        [b"".join(e.encode() for e in remote.link_entries(lk)) for lk in links],
+    )
 
 
 def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None = None) -> dict[str, int]:
@@ -46,8 +51,11 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
     views = {tp: remote_view(settings.tiering, p) for tp, p in parts.items()}
     wanted = sorted((t, p, views[(t, p)].key_id) for t, p in parts if views[(t, p)].servable)
     spec = BackendSpec.from_settings(settings)
-    fetched = (spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
-               .map(lambda tpk: _fetch_partition(spec, tpk[0], tpk[1], tpk[2])).collect())
+    fetched = (
+        spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
+        .map(lambda tpk: _fetch_partition(spec, tpk[0], tpk[1], tpk[2]))
+        .collect()
+    )
     manager = RemoteLogManager(settings, open_backend(spec.name, spec.options, spec.prefix_spread))
     rebuilt: dict[str, int] = {}
     for topic, partition, manifest_docs, entry_blobs in sorted(fetched):
@@ -81,8 +89,9 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
 OffsetRow = tuple[str, int, int, int | None, str | None]
 
 
-def _lookup_partitions(settings: Settings, spec: BackendSpec, target: int,
-                       rows: Iterator[tuple[str, int]]) -> Iterator[OffsetRow]:
+def _lookup_partitions(
+    settings: Settings, spec: BackendSpec, target: int, rows: Iterator[tuple[str, int]]
+) -> Iterator[OffsetRow]:
     from rlm.tiering.readers import TieredReaders
 
     readers = TieredReaders(settings, spec.create())
@@ -91,8 +100,9 @@ def _lookup_partitions(settings: Settings, spec: BackendSpec, target: int,
         yield row.topic, row.partition, row.offset, row.timestamp, row.tier
 
 
-def offsets_for_times(spark: Any, settings: Settings, timestamp: int,
-                      topics: Sequence[str] | None = None, minus_ms: int = 0) -> Any:
+def offsets_for_times(
+    spark: Any, settings: Settings, timestamp: int, topics: Sequence[str] | None = None, minus_ms: int = 0
+) -> Any:
     """Per partition, the offset a consumer resumes at to read from ``timestamp - minus_ms`` on
     (Kafka ListOffsets, incl. the special values -1…-5), as a DataFrame
     ``topic string, partition int, offset long, timestamp long, tier string`` — row for row what
@@ -112,6 +122,7 @@ def offsets_for_times(spark: Any, settings: Settings, timestamp: int,
     if not parts:
         return spark.createDataFrame([], OFFSETS_SCHEMA_DDL)
     spec = BackendSpec.from_settings(settings)
-    rdd = (spark.sparkContext.parallelize(parts, min(len(parts), spark.sparkContext.defaultParallelism * 4))
-           .mapPartitions(lambda rows: _lookup_partitions(settings, spec, target, rows)))
+    rdd = spark.sparkContext.parallelize(
+        parts, min(len(parts), spark.sparkContext.defaultParallelism * 4)
+    ).mapPartitions(lambda rows: _lookup_partitions(settings, spec, target, rows))
     return spark.createDataFrame(rdd, OFFSETS_SCHEMA_DDL)

@@ -94,8 +94,13 @@ class BackendSpec:
         here, since executors run in other working directories (docs/spark-cluster.md)."""
         name = settings.remote.backend
         files = tuple((k, str(v)) for k, v in sorted(settings.remote.encryption.key_files.items()))
-        return cls(name, backend_class(name).portable_options(settings.remote.options), rlm_build(),
-                   settings.remote.prefix_spread, files)
+        return cls(
+            name,
+            backend_class(name).portable_options(settings.remote.options),
+            rlm_build(),
+            settings.remote.prefix_spread,
+            files,
+        )
 
     def protection(self) -> StoreProtection:
         """Opens protected segments with the key files named (read once per process)."""
@@ -191,13 +196,17 @@ def check_time_range(start: int | None, end: int | None) -> None:
         raise InvalidArgumentError(f"time range [{start}, {end}) is empty: end is before start")
 
 
-def select_partitions(settings: Settings, topics: Sequence[str] | None,
-                      partitions: Sequence[int] | None = None) -> list[PartitionDir]:
+def select_partitions(
+    settings: Settings, topics: Sequence[str] | None, partitions: Sequence[int] | None = None
+) -> list[PartitionDir]:
     """The discovered partitions of ``topics`` (all when None), optionally only ``partitions``."""
     wanted = {naming.validate_topic(t) for t in topics} if topics else None
     found = discover_partitions(settings.log.dirs)
-    return [p for p in found if (wanted is None or p.topic in wanted)
-            and (partitions is None or p.partition in set(partitions))]
+    return [
+        p
+        for p in found
+        if (wanted is None or p.topic in wanted) and (partitions is None or p.partition in set(partitions))
+    ]
 
 
 def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
@@ -222,8 +231,9 @@ def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
     return out
 
 
-def _group_by_object(backend: StorageBackend,
-                     entries: Iterable[RemoteLogIndexEntry]) -> dict[str, list[RemoteLogIndexEntry]]:
+def _group_by_object(
+    backend: StorageBackend, entries: Iterable[RemoteLogIndexEntry]
+) -> dict[str, list[RemoteLogIndexEntry]]:
     out: dict[str, list[RemoteLogIndexEntry]] = {}
     for e in entries:
         try:
@@ -234,8 +244,9 @@ def _group_by_object(backend: StorageBackend,
     return out
 
 
-def pack_entries(entries: Sequence[RemoteLogIndexEntry], target_bytes: int,
-                 keep: Callable[[RemoteLogIndexEntry], bool]) -> list[tuple[int, int]]:
+def pack_entries(
+    entries: Sequence[RemoteLogIndexEntry], target_bytes: int, keep: Callable[[RemoteLogIndexEntry], bool]
+) -> list[tuple[int, int]]:
     """Byte ranges of runs of consecutive kept entries, each ≤ ``target_bytes`` (or one entry)."""
     ranges: list[tuple[int, int]] = []
     run_start: int | None = None
@@ -258,8 +269,9 @@ def pack_entries(entries: Sequence[RemoteLogIndexEntry], target_bytes: int,
     return ranges
 
 
-def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int,
-                index_interval_bytes: int) -> list[tuple[int, int]]:
+def _local_cuts(
+    seg: SegmentFiles, first_pos: int, size: int, target_bytes: int, index_interval_bytes: int
+) -> list[tuple[int, int]]:
     """Split ``[first_pos, size)`` of a local segment at ``.index`` positions (batch starts)."""
     cuts = [first_pos]
     if size - first_pos > target_bytes and seg.index is not None:
@@ -270,8 +282,11 @@ def _local_cuts(seg: SegmentFiles, first_pos: int, size: int, target_bytes: int,
             index = None
         if index is not None:
             for entry in index:
-                if entry.position > cuts[-1] and entry.position - cuts[-1] >= target_bytes \
-                        and entry.position < size:
+                if (
+                    entry.position > cuts[-1]
+                    and entry.position - cuts[-1] >= target_bytes
+                    and entry.position < size
+                ):
                     cuts.append(entry.position)
     cuts.append(size)
     return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
@@ -287,15 +302,24 @@ def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:
         return 0
 
 
-def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | None = None,
-                   end: int | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
-                   include_local: bool = True, ordered_timestamps: bool = False,
-                   retry: RetryPolicy | None = None,
-                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                   policy: EligibilityPolicy = "high-watermark",
-                   progress: Progress | None = None, view: RemoteView | None = None,
-                   isolation: Isolation = "read_uncommitted", min_offset: int = 0,
-                   protection: StoreProtection | None = None) -> PartitionPlan:
+def plan_partition(
+    part: PartitionDir,
+    backend: StorageBackend,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    include_local: bool = True,
+    ordered_timestamps: bool = False,
+    retry: RetryPolicy | None = None,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    policy: EligibilityPolicy = "high-watermark",
+    progress: Progress | None = None,
+    view: RemoteView | None = None,
+    isolation: Isolation = "read_uncommitted",
+    min_offset: int = 0,
+    protection: StoreProtection | None = None,
+) -> PartitionPlan:
     """Plan one partition (see the module doc for the tier split and the pruning rules);
     ``index_interval_bytes`` rebuilds a broken local ``.index`` (docs/broker-files.md).
 
@@ -342,10 +366,11 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     local_by_key = _group_by_object(backend, read_local_entries(part.path)) if manifests else {}
     for link in links:
         m = link.manifest
-        if (start is not None and m.max_timestamp < start) or (
-                ordered_timestamps and end is not None and m.first_timestamp >= end) or (
-                link.last_offset < lowest or link.first_offset > highest_visible
-                or lowest > highest_visible):
+        if (
+            (start is not None and m.max_timestamp < start)
+            or (ordered_timestamps and end is not None and m.first_timestamp >= end)
+            or (link.last_offset < lowest or link.first_offset > highest_visible or lowest > highest_visible)
+        ):
             plan.pruned_segments += 1
             continue
         entries = local_by_key.get(m.log.key, [])
@@ -353,10 +378,23 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
             entries = remote.link_entries(link)
         ranges_ = pack_entries(entries, target_bytes, keep_entry)
         plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
-        plan.tasks += [ReadTask(part.topic, part.partition, "remote", m.log.key, s, t,
-                                max(link.first_offset, lowest), min(link.last_offset, highest_visible),
-                                start, end, m.base_offset, sealed=_sealed(m, entries, s, t))
-                       for s, t in ranges_]
+        plan.tasks += [
+            ReadTask(
+                part.topic,
+                part.partition,
+                "remote",
+                m.log.key,
+                s,
+                t,
+                max(link.first_offset, lowest),
+                min(link.last_offset, highest_visible),
+                start,
+                end,
+                m.base_offset,
+                sealed=_sealed(m, entries, s, t),
+            )
+            for s, t in ranges_
+        ]
 
     plan.local_min_offset = max(highest + 1, lowest)
     plan.local_max_offset = highest_visible
@@ -367,8 +405,9 @@ def plan_partition(part: PartitionDir, backend: StorageBackend, *, start: int | 
     return plan
 
 
-def _sealed(m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], start: int,
-            end: int) -> tuple[bytes, bytes] | None:
+def _sealed(
+    m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], start: int, end: int
+) -> tuple[bytes, bytes] | None:
     """:attr:`ReadTask.sealed` of the task reading ``[start, end)`` of ``m``'s log object."""
     if m.protection is None:
         return None
@@ -376,8 +415,15 @@ def _sealed(m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], start: i
     return m.to_json(), b"".join(e.encode() for e in inside)
 
 
-def _local_tasks(part: PartitionDir, segments: Sequence[SegmentFiles], plan: PartitionPlan, start: int | None,
-                 end: int | None, target_bytes: int, index_interval_bytes: int) -> list[ReadTask]:
+def _local_tasks(
+    part: PartitionDir,
+    segments: Sequence[SegmentFiles],
+    plan: PartitionPlan,
+    start: int | None,
+    end: int | None,
+    target_bytes: int,
+    index_interval_bytes: int,
+) -> list[ReadTask]:
     tasks: list[ReadTask] = []
     for i, seg in enumerate(segments):
         seg_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else MAX_OFFSET
@@ -385,24 +431,47 @@ def _local_tasks(part: PartitionDir, segments: Sequence[SegmentFiles], plan: Par
             continue
         first = _local_first_position(seg, plan.local_min_offset)
         for s, t in _local_cuts(seg, first, seg.size, target_bytes, index_interval_bytes):
-            tasks.append(ReadTask(part.topic, part.partition, "local", str(seg.log), s, t,
-                                  plan.local_min_offset, plan.local_max_offset, start, end,
-                                  seg.base_offset))
+            tasks.append(
+                ReadTask(
+                    part.topic,
+                    part.partition,
+                    "local",
+                    str(seg.log),
+                    s,
+                    t,
+                    plan.local_min_offset,
+                    plan.local_max_offset,
+                    start,
+                    end,
+                    seg.base_offset,
+                )
+            )
     return tasks
 
 
 def _with_aborted(task: ReadTask, txns: PartitionTxns) -> ReadTask:
     found = txns.aborted(task.min_offset, task.max_offset + 1).entries
-    return replace(task, isolation="read_committed",
-                   aborted=tuple((a.producer_id, a.first_offset, a.last_offset) for a in found))
+    return replace(
+        task,
+        isolation="read_committed",
+        aborted=tuple((a.producer_id, a.first_offset, a.last_offset) for a in found),
+    )
 
 
-def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequence[int] | None = None,
-              *, start: int | None = None, end: int | None = None,
-              target_bytes: int = DEFAULT_TARGET_BYTES, include_local: bool = True,
-              ordered_timestamps: bool = False, backend: StorageBackend | None = None,
-              isolation: Isolation = "read_uncommitted",
-              start_offsets: Mapping[tuple[str, int], int] | None = None) -> ReadPlan:
+def plan_read(
+    settings: Settings,
+    topics: Sequence[str] | None,
+    partitions: Sequence[int] | None = None,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    include_local: bool = True,
+    ordered_timestamps: bool = False,
+    backend: StorageBackend | None = None,
+    isolation: Isolation = "read_uncommitted",
+    start_offsets: Mapping[tuple[str, int], int] | None = None,
+) -> ReadPlan:
     """Plan every selected partition (manifests and entries fetched with a few threads).
 
     ``start_offsets``: ``(topic, partition) → first offset`` to plan (partitions not in it start
@@ -417,11 +486,25 @@ def plan_read(settings: Settings, topics: Sequence[str] | None, partitions: Sequ
     protection = StoreProtection.from_settings(settings.remote)  # docs/protection.md
 
     with ThreadPoolExecutor(_PLAN_THREADS, "rlm-plan") as pool:
-        plans = list(pool.map(lambda p: plan_partition(
-            p, backend, start=start, end=end, target_bytes=target_bytes, include_local=include_local,
-            ordered_timestamps=ordered_timestamps, index_interval_bytes=settings.log.index_interval_bytes,
-            policy=policy, progress=persisted_progress(settings.tiering, p),
-            view=remote_view(settings.tiering, p),
-            isolation=isolation, min_offset=(start_offsets or {}).get((p.topic, p.partition), 0),
-            protection=protection), parts))
+        plans = list(
+            pool.map(
+                lambda p: plan_partition(
+                    p,
+                    backend,
+                    start=start,
+                    end=end,
+                    target_bytes=target_bytes,
+                    include_local=include_local,
+                    ordered_timestamps=ordered_timestamps,
+                    index_interval_bytes=settings.log.index_interval_bytes,
+                    policy=policy,
+                    progress=persisted_progress(settings.tiering, p),
+                    view=remote_view(settings.tiering, p),
+                    isolation=isolation,
+                    min_offset=(start_offsets or {}).get((p.topic, p.partition), 0),
+                    protection=protection,
+                ),
+                parts,
+            )
+        )
     return ReadPlan(plans)

@@ -26,6 +26,7 @@ def _read_partition(spec: BackendSpec) -> Any:
             for blob in arrow_batch.column(0).to_pylist():
                 task: ReadTask = pickle.loads(blob)
                 yield from task_to_arrow(task, read_task_bytes(task, spec))
+
     return run
 
 
@@ -38,11 +39,19 @@ def tiered_dataframe(spark: Any, settings: Settings, plan: ReadPlan) -> Any:
     return tasks_dataframe(spark, tasks).mapInArrow(_read_partition(spec), KAFKA_SCHEMA_DDL)
 
 
-def read_tiered(spark: Any, settings: Settings, topics: Sequence[str] | None,
-                partitions: Sequence[int] | None = None, start: int | None = None,
-                end: int | None = None, *, target_bytes: int = DEFAULT_TARGET_BYTES,
-                include_local: bool = True, ordered_timestamps: bool = False,
-                isolation: str = "read_uncommitted") -> Any:
+def read_tiered(
+    spark: Any,
+    settings: Settings,
+    topics: Sequence[str] | None,
+    partitions: Sequence[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    *,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    include_local: bool = True,
+    ordered_timestamps: bool = False,
+    isolation: str = "read_uncommitted",
+) -> Any:
     """Every record of ``topics`` (all discovered topics when None; only ``partitions`` when
     given) from both tiers, as a DataFrame with Spark's Kafka source schema
     (``key, value, topic, partition, offset, timestamp, timestampType, headers``).
@@ -60,9 +69,17 @@ def read_tiered(spark: Any, settings: Settings, topics: Sequence[str] | None,
     on the sidecar host (``local[*]``) unless ``include_local=False``. See
     :mod:`rlm.jobs.plan` for ``target_bytes`` and ``ordered_timestamps``.
     """
-    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
-                     include_local=include_local, ordered_timestamps=ordered_timestamps,
-                     isolation=check_isolation(isolation))
+    plan = plan_read(
+        settings,
+        topics,
+        partitions,
+        start=start,
+        end=end,
+        target_bytes=target_bytes,
+        include_local=include_local,
+        ordered_timestamps=ordered_timestamps,
+        isolation=check_isolation(isolation),
+    )
     return tiered_dataframe(spark, settings, plan)
 
 
@@ -76,8 +93,14 @@ class ExportResult:
     engine: str = "spark"
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": self.out, "partitions": self.partitions, "tasks": self.tasks,
-                "bytes_planned": self.bytes_planned, "records": self.records, "engine": self.engine}
+        return {
+            "out": self.out,
+            "partitions": self.partitions,
+            "tasks": self.tasks,
+            "bytes_planned": self.bytes_planned,
+            "records": self.records,
+            "engine": self.engine,
+        }
 
 
 #: Save modes written through the staged ParquetSink for a local ``out`` (docs/export.md), and
@@ -85,10 +108,20 @@ class ExportResult:
 _STAGED_MODES = {"error": False, "errorifexists": False, "overwrite": True}
 
 
-def export(spark: Any, settings: Settings, topics: Sequence[str] | None, out: str, *,
-           partitions: Sequence[int] | None = None, start: int | None = None, end: int | None = None,
-           target_bytes: int = DEFAULT_TARGET_BYTES, mode: str = "errorifexists",
-           compression: str = "snappy", isolation: str = "read_uncommitted") -> ExportResult:
+def export(
+    spark: Any,
+    settings: Settings,
+    topics: Sequence[str] | None,
+    out: str,
+    *,
+    partitions: Sequence[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    mode: str = "errorifexists",
+    compression: str = "snappy",
+    isolation: str = "read_uncommitted",
+) -> ExportResult:
     """Write :func:`read_tiered` as Parquet under ``out``, partitioned by ``topic``/``partition``
     (Spark's ``partitionBy`` layout: ``out/topic=T/partition=P/part-*.parquet``; read it back
     with ``spark.sql.sources.partitionColumnTypeInference.enabled=false`` if topic names look
@@ -102,8 +135,15 @@ def export(spark: Any, settings: Settings, topics: Sequence[str] | None, out: st
     ``out``, renamed into place once every task succeeded: a failed job leaves ``out`` as it was
     (docs/export.md). Other filesystems and modes use Spark's own writer and commit (a failed job
     may leave ``_temporary`` files there)."""
-    plan = plan_read(settings, topics, partitions, start=start, end=end, target_bytes=target_bytes,
-                     isolation=check_isolation(isolation))
+    plan = plan_read(
+        settings,
+        topics,
+        partitions,
+        start=start,
+        end=end,
+        target_bytes=target_bytes,
+        isolation=check_isolation(isolation),
+    )
     path = local_path(out)
     if path is not None and mode.lower() in _STAGED_MODES:
         # Executors write each task's Arrow batches with pyarrow (the sink seam): no Arrow → JVM
@@ -117,8 +157,11 @@ def export(spark: Any, settings: Settings, topics: Sequence[str] | None, out: st
     else:
         df = tiered_dataframe(spark, settings, plan)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # not legacy INT96
-        (df.write.mode(mode).option("compression", compression)
-         .partitionBy("topic", "partition").parquet(out))
+        (
+            df.write.mode(mode)
+            .option("compression", compression)
+            .partitionBy("topic", "partition")
+            .parquet(out)
+        )
         records = spark.read.parquet(out).count()
-    return ExportResult(out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks),
-                        records)
+    return ExportResult(out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks), records)

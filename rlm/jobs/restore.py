@@ -96,13 +96,20 @@ class PartitionRestore:
     skipped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "topic_id": self.topic_id,
-                "dir": self.directory, "segments": len(self.segments),
-                "bytes": sum(s.size for s in self.segments),
-                "indexes_rebuilt": sum(1 for s in self.segments if s.rebuilt_indexes),
-                "cut_segments": sum(1 for s in self.segments if s.cut),
-                "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
-                "high_watermark": self.log_end_offset, "skipped": self.skipped}
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "topic_id": self.topic_id,
+            "dir": self.directory,
+            "segments": len(self.segments),
+            "bytes": sum(s.size for s in self.segments),
+            "indexes_rebuilt": sum(1 for s in self.segments if s.rebuilt_indexes),
+            "cut_segments": sum(1 for s in self.segments if s.cut),
+            "log_start_offset": self.log_start_offset,
+            "log_end_offset": self.log_end_offset,
+            "high_watermark": self.log_end_offset,
+            "skipped": self.skipped,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +119,13 @@ class RestoreResult:
 
     def to_json(self) -> dict[str, Any]:
         done = [p for p in self.partitions if p.skipped is None]
-        return {"out": self.out, "partitions": [p.to_json() for p in self.partitions],
-                "restored_partitions": len(done),
-                "segments": sum(len(p.segments) for p in done),
-                "bytes": sum(s.size for p in done for s in p.segments)}
+        return {
+            "out": self.out,
+            "partitions": [p.to_json() for p in self.partitions],
+            "restored_partitions": len(done),
+            "segments": sum(len(p.segments) for p in done),
+            "bytes": sum(s.size for p in done for s in p.segments),
+        }
 
 
 def _select(links: Sequence[Link], log_start: int, visible_end: int, start: StartAt) -> list[SegmentPlan]:
@@ -123,21 +133,31 @@ def _select(links: Sequence[Link], log_start: int, visible_end: int, start: Star
     lowest = max(log_start, start.offset or 0)
     chosen = [lk for lk in links if lk.last_offset >= lowest and lk.first_offset < visible_end]
     if start.timestamp is not None:
-        at = next((i for i, lk in enumerate(chosen) if lk.manifest.max_timestamp >= start.timestamp),
-                  len(chosen))
+        at = next(
+            (i for i, lk in enumerate(chosen) if lk.manifest.max_timestamp >= start.timestamp), len(chosen)
+        )
         chosen = chosen[at:]
     return [SegmentPlan(lk.manifest, lk.first_offset, min(lk.last_offset, visible_end - 1)) for lk in chosen]
 
 
-def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionDir, start: StartAt,
-                   protection: StoreProtection | None = None) -> tuple[PartitionPlan, str | None]:
+def plan_partition(
+    settings: Settings,
+    backend: StorageBackend,
+    part: PartitionDir,
+    start: StartAt,
+    protection: StoreProtection | None = None,
+) -> tuple[PartitionPlan, str | None]:
     """What to restore of ``part`` and, when it is nothing, why; ``protection`` opens protected
     segments (docs/protection.md). Raises :class:`IdentityConflictError` when the tiered data is not
     this incarnation's."""
     view = remote_view(settings.tiering, part)
     if not view.servable:
-        raise IdentityConflictError(part.identity_error or "a lineage conflict is recorded for it: the "
-                                    "tiered data is not this log's (docs/topic-identity.md)", file=part.path)
+        raise IdentityConflictError(
+            part.identity_error
+            or "a lineage conflict is recorded for it: the "
+            "tiered data is not this log's (docs/topic-identity.md)",
+            file=part.path,
+        )
     state = view.state(backend, part, protection=protection)
     links = state.chain().links  # what the store serves (docs/cluster.md), as the export planner
     segments = list_segments(part)
@@ -147,8 +167,9 @@ def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionD
             raise IdentityConflictError(conflict, file=part.path)
     deleted = persisted_progress(settings.tiering, part).delete_records_offset
     highest, remote_start = (links[-1].last_offset, links[0].first_offset) if links else (-1, -1)
-    ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments,
-                               policy=settings.log.eligibility)
+    ranges = partition_offsets(
+        part, Progress(highest, remote_start, deleted), segments, policy=settings.log.eligibility
+    )
     plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
     if not links:
         root = keys.root(part.topic, part.partition, state.key_id)
@@ -157,38 +178,59 @@ def plan_partition(settings: Settings, backend: StorageBackend, part: PartitionD
         return plan, "nothing tiered is visible"
     chosen = _select(links, ranges.log_start_offset, ranges.visible_end_offset, start)
     if not chosen:
-        what = (f"offset {start.offset}" if start.offset is not None else
-                f"timestamp {start.timestamp}" if start.timestamp is not None else "its log start")
-        return plan, (f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
-                      f"records at or after {what} (tiered: {remote_start}-{highest})")
-    return PartitionPlan(part.topic, part.partition, part.topic_id, state, tuple(chosen),
-                         ranges.log_start_offset), None
+        what = (
+            f"offset {start.offset}"
+            if start.offset is not None
+            else f"timestamp {start.timestamp}"
+            if start.timestamp is not None
+            else "its log start"
+        )
+        return plan, (
+            f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
+            f"records at or after {what} (tiered: {remote_start}-{highest})"
+        )
+    return PartitionPlan(
+        part.topic, part.partition, part.topic_id, state, tuple(chosen), ranges.log_start_offset
+    ), None
 
 
 def _other_incarnations(state: RemoteState, part: PartitionDir) -> str:
     """When the directory's incarnation has nothing tiered: the topic ids the store holds data of
     for the partition (one listing), so a directory re-made after a lost disk can name one."""
     listing = state.list_prefix(keys.id_roots_prefix(part.topic, part.partition))
-    found = sorted({root.topic_id for info in listing
-                    if (root := keys.parse_root(info.key)) is not None and root.topic_id is not None
-                    and root.topic_id != state.key_id})
+    found = sorted(
+        {
+            root.topic_id
+            for info in listing
+            if (root := keys.parse_root(info.key)) is not None
+            and root.topic_id is not None
+            and root.topic_id != state.key_id
+        }
+    )
     if not found:
         return ""
-    return (f"; the store holds the incarnation(s) with topic id {', '.join(found)}: to restore one, "
-            f"put its {PARTITION_METADATA} into {part.path} (docs/restore.md)")
+    return (
+        f"; the store holds the incarnation(s) with topic id {', '.join(found)}: to restore one, "
+        f"put its {PARTITION_METADATA} into {part.path} (docs/restore.md)"
+    )
 
 
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:
     check_topic(topic)
-    found = [p for p in discover_partitions(settings.log.dirs) if p.topic == topic
-             and (not partitions or p.partition in partitions)]
+    found = [
+        p
+        for p in discover_partitions(settings.log.dirs)
+        if p.topic == topic and (not partitions or p.partition in partitions)
+    ]
     missing = sorted(set(partitions or ()) - {p.partition for p in found})
     if missing or not found:
         which = ", ".join(f"{topic}-{n}" for n in missing) if missing else f"no partition of topic {topic}"
         dirs = ", ".join(map(str, settings.log.dirs))
-        raise PartitionNotFoundError(f"{which} is not in log.dirs ({dirs}): "
-                                     "restore reads the incarnation from its partition directory "
-                                     "(docs/restore.md)")
+        raise PartitionNotFoundError(
+            f"{which} is not in log.dirs ({dirs}): "
+            "restore reads the incarnation from its partition directory "
+            "(docs/restore.md)"
+        )
     return found
 
 
@@ -215,8 +257,9 @@ def _read_checkpoints(out: Path) -> dict[str, dict[tuple[str, int], int]]:
     return found
 
 
-def _write_checkpoints(out: Path, current: dict[str, dict[tuple[str, int], int]],
-                       done: Sequence[PartitionRestore]) -> None:
+def _write_checkpoints(
+    out: Path, current: dict[str, dict[tuple[str, int], int]], done: Sequence[PartitionRestore]
+) -> None:
     """Entries for the restored partitions (docs/restore.md "What comes back"): recovery point and
     high watermark = the restored log end; a log start entry only when it is above the first
     segment's base, as Kafka writes it (otherwise an old entry is removed)."""
@@ -233,15 +276,22 @@ def _write_checkpoints(out: Path, current: dict[str, dict[tuple[str, int], int]]
         atomic_write(out / name, format_offset_checkpoint(current[name]).encode("ascii"))
 
 
-def _write_all(todo: Sequence[tuple[PartitionPlan, PartitionRestore]], staged: Sequence[StagedDir],
-               interval: int, parallelism: int, on_bytes: OnBytes) -> None:
+def _write_all(
+    todo: Sequence[tuple[PartitionPlan, PartitionRestore]],
+    staged: Sequence[StagedDir],
+    interval: int,
+    parallelism: int,
+    on_bytes: OnBytes,
+) -> None:
     """Every segment of every partition into its staging dir, ``parallelism`` at a time (threads:
     the work is store reads and file writes), then each partition's own files. The first failure
     cancels what has not started and waits for what runs, so nothing writes after it."""
     jobs = [(n, seg) for n, (plan, _res) in enumerate(todo) for seg in plan.segments]
     with ThreadPoolExecutor(max(1, min(parallelism, len(jobs))), "rlm-restore") as pool:
-        futures = [pool.submit(restore_segment, todo[n][0].state, seg, staged[n].staging, interval, on_bytes)
-                   for n, seg in jobs]
+        futures = [
+            pool.submit(restore_segment, todo[n][0].state, seg, staged[n].staging, interval, on_bytes)
+            for n, seg in jobs
+        ]
         try:
             done = [f.result() for f in futures]
         except BaseException:
@@ -260,10 +310,19 @@ def _write_all(todo: Sequence[tuple[PartitionPlan, PartitionRestore]], staged: S
         res.log_end_offset = res.segments[-1].last_offset + 1
 
 
-def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, *,
-            partitions: Sequence[int] | None = None, start: StartAt = StartAt(),
-            overwrite: bool = False, parallelism: int = DEFAULT_PARALLELISM,
-            on_bytes: OnBytes | None = None, on_plan: Callable[[int], None] | None = None) -> RestoreResult:
+def restore(
+    settings: Settings,
+    backend: StorageBackend,
+    topic: str,
+    out: Path,
+    *,
+    partitions: Sequence[int] | None = None,
+    start: StartAt = StartAt(),
+    overwrite: bool = False,
+    parallelism: int = DEFAULT_PARALLELISM,
+    on_bytes: OnBytes | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> RestoreResult:
     """Restore ``topic``'s partitions (all in ``log.dirs``, or ``partitions``) into the log dir
     ``out`` (module doc), ``parallelism`` segments at a time. ``on_plan`` gets the total ``.log``
     bytes to read, ``on_bytes`` each chunk read (from the worker threads)."""
@@ -278,8 +337,10 @@ def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, 
     results = [PartitionRestore(p.topic, p.partition, p.topic_id, skipped=why) for p, why in planned]
     todo = [(plan, res) for (plan, why), res in zip(planned, results, strict=True) if why is None]
     if not todo:
-        raise InvalidArgumentError(f"{topic}: nothing to restore: " +
-                                   "; ".join(f"{r.topic}-{r.partition}: {r.skipped}" for r in results))
+        raise InvalidArgumentError(
+            f"{topic}: nothing to restore: "
+            + "; ".join(f"{r.topic}-{r.partition}: {r.skipped}" for r in results)
+        )
     if on_plan is not None:
         on_plan(sum(s.manifest.log.size for plan, _ in todo for s in plan.segments))
     created = not out.exists()
@@ -289,8 +350,9 @@ def restore(settings: Settings, backend: StorageBackend, topic: str, out: Path, 
         current = _read_checkpoints(out)
         for plan, _ in todo:
             staged.append(_target(out, plan.name, overwrite))
-        _write_all(todo, staged, settings.log.index_interval_bytes, parallelism,
-                   on_bytes or (lambda _n: None))
+        _write_all(
+            todo, staged, settings.log.index_interval_bytes, parallelism, on_bytes or (lambda _n: None)
+        )
     except BaseException:
         for stage in staged:
             stage.abort(settle_s=0)

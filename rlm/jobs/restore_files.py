@@ -41,8 +41,15 @@ from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState
 
-__all__ = ["CHUNK_BYTES", "PartitionPlan", "RestoredSegment", "SegmentPlan", "finish_partition",
-           "leader_epochs", "restore_segment"]
+__all__ = [
+    "CHUNK_BYTES",
+    "PartitionPlan",
+    "RestoredSegment",
+    "SegmentPlan",
+    "finish_partition",
+    "leader_epochs",
+    "restore_segment",
+]
 
 #: Bytes per ranged read of a stored object (bounds memory whatever the segment size).
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -64,8 +71,9 @@ class SegmentPlan:
 
     @property
     def whole(self) -> bool:
-        return (self.first_offset <= self.manifest.base_offset
-                and self.last_offset >= self.manifest.last_offset)
+        return (
+            self.first_offset <= self.manifest.base_offset and self.last_offset >= self.manifest.last_offset
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +127,15 @@ def download(state: RemoteState, m: SegmentManifest, path: Path, on_bytes: OnByt
     if written != obj.size:
         raise CorruptObjectError(f"object is {written} bytes, its manifest records {obj.size}", file=obj.key)
     if stored_crc != obj.crc32c:
-        raise CorruptObjectError(f"CRC-32C 0x{stored_crc:08x} differs from its manifest's "
-                                 f"0x{obj.crc32c:08x}", file=obj.key)
+        raise CorruptObjectError(
+            f"CRC-32C 0x{stored_crc:08x} differs from its manifest's 0x{obj.crc32c:08x}", file=obj.key
+        )
     if plain_crc != m.content_crc32c:
-        raise CorruptObjectError(f"the opened segment's CRC-32C 0x{plain_crc:08x} differs from its "
-                                 f"manifest's protection.log_crc32c 0x{m.content_crc32c:08x}", file=obj.key)
+        raise CorruptObjectError(
+            f"the opened segment's CRC-32C 0x{plain_crc:08x} differs from its "
+            f"manifest's protection.log_crc32c 0x{m.content_crc32c:08x}",
+            file=obj.key,
+        )
 
 
 def _read_plan(state: RemoteState, m: SegmentManifest) -> list[tuple[int, int, list[RemoteLogIndexEntry]]]:
@@ -138,9 +150,12 @@ def _read_plan(state: RemoteState, m: SegmentManifest) -> list[tuple[int, int, l
     for entry in state.segment_entries(m):
         lo, hi = entry.byte_range
         if lo != at:
-            raise CorruptObjectError(f"entry {entry.first_offset}-{entry.last_offset} is stored at byte "
-                                     f"{lo}, the previous one ends at {at}: the entries do not tile the "
-                                     "object", file=m.objects[keys.REMOTE_LOG_INDEX].key)
+            raise CorruptObjectError(
+                f"entry {entry.first_offset}-{entry.last_offset} is stored at byte "
+                f"{lo}, the previous one ends at {at}: the entries do not tile the "
+                "object",
+                file=m.objects[keys.REMOTE_LOG_INDEX].key,
+            )
         if reads and hi - reads[-1][0] <= CHUNK_BYTES:
             reads[-1] = (reads[-1][0], hi, [*reads[-1][2], entry])
         else:
@@ -155,11 +170,14 @@ def read_object(state: RemoteState, m: SegmentManifest, name: str) -> bytes:
     obj = m.objects[name]
     data = state.read_range(obj.key, 0, obj.size) if obj.size else b""
     if len(data) != obj.size:
-        raise CorruptObjectError(f"object is {len(data)} bytes, its manifest records {obj.size}",
-                                 file=obj.key)
+        raise CorruptObjectError(
+            f"object is {len(data)} bytes, its manifest records {obj.size}", file=obj.key
+        )
     if crc32c.crc32c(data) != obj.crc32c:
-        raise CorruptObjectError(f"CRC-32C 0x{crc32c.crc32c(data):08x} differs from its manifest's "
-                                 f"0x{obj.crc32c:08x}", file=obj.key)
+        raise CorruptObjectError(
+            f"CRC-32C 0x{crc32c.crc32c(data):08x} differs from its manifest's 0x{obj.crc32c:08x}",
+            file=obj.key,
+        )
     return state.protection.open_object(m, obj.key, data)
 
 
@@ -177,8 +195,9 @@ def _batches(path: Path) -> list[RecordBatch]:
                 raise err.in_file(path) from err
     end = batches[-1].position + batches[-1].size if batches else 0
     if end != size:
-        raise CorruptObjectError(f"segment ends with {size - end} bytes that are not a complete batch",
-                                 file=path, position=end)
+        raise CorruptObjectError(
+            f"segment ends with {size - end} bytes that are not a complete batch", file=path, position=end
+        )
     return batches
 
 
@@ -188,9 +207,13 @@ def _kept(plan: SegmentPlan, batches: Sequence[RecordBatch], key: str) -> list[R
     kept = []
     for batch in batches:
         if batch.base_offset < plan.first_offset <= batch.last_offset:
-            raise RlmError(f"batch {batch.base_offset}-{batch.last_offset} straddles offset "
-                           f"{plan.first_offset}, where the previous stored segment ends: the "
-                           "replicas' batches differ (docs/cluster.md)", file=key, position=batch.position)
+            raise RlmError(
+                f"batch {batch.base_offset}-{batch.last_offset} straddles offset "
+                f"{plan.first_offset}, where the previous stored segment ends: the "
+                "replicas' batches differ (docs/cluster.md)",
+                file=key,
+                position=batch.position,
+            )
         if batch.base_offset >= plan.first_offset and batch.last_offset <= plan.last_offset:
             kept.append(batch)
     return kept
@@ -219,16 +242,18 @@ def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: 
         path.write_bytes(data)
 
 
-def restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, interval: int,
-                    on_bytes: OnBytes) -> RestoredSegment | None:
+def restore_segment(
+    state: RemoteState, plan: SegmentPlan, directory: Path, interval: int, on_bytes: OnBytes
+) -> RestoredSegment | None:
     """Write one segment's files into ``directory``; None when the cut leaves no batch."""
     done = _restore_segment(state, plan, directory, interval, on_bytes)
     crash_point("restore_after_segment")
     return done
 
 
-def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, interval: int,
-                     on_bytes: OnBytes) -> RestoredSegment | None:
+def _restore_segment(
+    state: RemoteState, plan: SegmentPlan, directory: Path, interval: int, on_bytes: OnBytes
+) -> RestoredSegment | None:
     m = plan.manifest
     base = m.base_offset
     log_path = directory / naming.segment_file_name(base, naming.LOG)
@@ -243,13 +268,15 @@ def _restore_segment(state: RemoteState, plan: SegmentPlan, directory: Path, int
         snapshot = m.objects.get("producer_snapshot")
         if snapshot is not None and not m.partial:  # a partial copy's snapshot is its source file's
             (directory / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(
-                read_object(state, m, "producer_snapshot"))
+                read_object(state, m, "producer_snapshot")
+            )
         return RestoredSegment(base, m.last_offset, log_path.stat().st_size, False, bool(missing))
     return _restore_cut(state, plan, log_path, interval)
 
 
-def _restore_cut(state: RemoteState, plan: SegmentPlan, log_path: Path,
-                 interval: int) -> RestoredSegment | None:
+def _restore_cut(
+    state: RemoteState, plan: SegmentPlan, log_path: Path, interval: int
+) -> RestoredSegment | None:
     """A segment cut at batch boundaries: its kept bytes under the kept head's name, indexes
     rebuilt for them, its ``.txnindex`` truncated; no producer snapshot (it describes the state
     at another offset than the cut's)."""
@@ -272,8 +299,9 @@ def _restore_cut(state: RemoteState, plan: SegmentPlan, log_path: Path,
         staged.rename(target)
     rebased = _batches(target)
     _write_indexes(directory, base, rebased, interval)
-    _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX),
-                     kept[-1].last_offset + 1)
+    _write_txn_index(
+        state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX), kept[-1].last_offset + 1
+    )
     return RestoredSegment(base, kept[-1].last_offset, end - start, True, True)
 
 
@@ -311,8 +339,9 @@ def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end:
     return out
 
 
-def finish_partition(plan: PartitionPlan, directory: Path,
-                     done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]) -> list[RestoredSegment]:
+def finish_partition(
+    plan: PartitionPlan, directory: Path, done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]
+) -> list[RestoredSegment]:
     """The partition's own files beside its restored segments (``done``: each planned segment and
     what :func:`restore_segment` wrote of it, in offset order); returns the segments written."""
     written = [r for _seg, r in done if r is not None]

@@ -9,8 +9,13 @@ from typing import Any
 DEFAULT_MASTER = "local[*]"
 
 
-def spark_session(master: str = DEFAULT_MASTER, app_name: str = "rlm", *,
-                  progress: bool | None = None, conf: dict[str, str] | None = None) -> Any:
+def spark_session(
+    master: str = DEFAULT_MASTER,
+    app_name: str = "rlm",
+    *,
+    progress: bool | None = None,
+    conf: dict[str, str] | None = None,
+) -> Any:
     """Get or create a SparkSession on ``master`` (log level WARN).
 
     ``progress`` (default: stderr is a terminal) turns Spark's console progress bar on/off.
@@ -22,9 +27,12 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "rlm", *,
     from pyspark.sql import SparkSession
 
     show = sys.stderr.isatty() if progress is None else progress
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.showConsoleProgress", "true" if show else "false")
-               .config("spark.sql.session.timeZone", "UTC"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.showConsoleProgress", "true" if show else "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

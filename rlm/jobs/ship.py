@@ -42,10 +42,13 @@ def check_build(driver_build: str) -> None:
     mine = rlm_build()
     if not driver_build or driver_build == mine:
         return
-    if UNHASHED in (driver_build.rpartition("+")[2], mine.rpartition("+")[2]) and \
-            driver_build.partition("+")[0] == mine.partition("+")[0]:
+    if (
+        UNHASHED in (driver_build.rpartition("+")[2], mine.rpartition("+")[2])
+        and driver_build.partition("+")[0] == mine.partition("+")[0]
+    ):
         return
     raise ExecutorEnvironmentError(
         f"executor host {socket.gethostname()} runs rlm {mine} from {Path(rlm.__file__).parent} "
         f"(python {sys.executable}), the driver rlm {driver_build}: install the driver's rlm on the "
-        "executors or ship its environment (docs/spark-cluster.md)")
+        "executors or ship its environment (docs/spark-cluster.md)"
+    )

@@ -46,8 +46,12 @@ ABORT_SETTLE_S = 30.0
 
 #: Spark's ``compression`` option → (pyarrow codec, the file-name infix Spark writes).
 PARQUET_CODECS: dict[str, tuple[str, str]] = {
-    "none": ("none", ""), "uncompressed": ("none", ""), "snappy": ("snappy", ".snappy"),
-    "gzip": ("gzip", ".gz"), "zstd": ("zstd", ".zstd"), "lz4_raw": ("lz4", ".lz4raw"),
+    "none": ("none", ""),
+    "uncompressed": ("none", ""),
+    "snappy": ("snappy", ".snappy"),
+    "gzip": ("gzip", ".gz"),
+    "zstd": ("zstd", ".zstd"),
+    "lz4_raw": ("lz4", ".lz4raw"),
     "brotli": ("brotli", ".br"),
 }
 
@@ -210,8 +214,9 @@ def parquet_codec(compression: str) -> tuple[str, str]:
     try:
         return PARQUET_CODECS[compression.lower()]
     except KeyError:
-        raise InvalidArgumentError(f"compression {compression!r} is not one of "
-                                   f"{', '.join(sorted(PARQUET_CODECS))}") from None
+        raise InvalidArgumentError(
+            f"compression {compression!r} is not one of {', '.join(sorted(PARQUET_CODECS))}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +230,15 @@ class ParquetSink:
     compression: str = "snappy"
 
     @classmethod
-    def begin(cls, out: str | os.PathLike[str], *, overwrite: bool = False,
-              compression: str = "snappy") -> ParquetSink:
+    def begin(
+        cls, out: str | os.PathLike[str], *, overwrite: bool = False, compression: str = "snappy"
+    ) -> ParquetSink:
         path = local_path(out)
         if path is None:
-            raise InvalidArgumentError(f"--out {os.fspath(out)}: the local engine writes local paths "
-                                       "only (use --engine spark for other filesystems)")
+            raise InvalidArgumentError(
+                f"--out {os.fspath(out)}: the local engine writes local paths "
+                "only (use --engine spark for other filesystems)"
+            )
         parquet_codec(compression)
         return cls(StagedDir.begin(path, overwrite), str(uuid.uuid4()), compression)
 
@@ -258,8 +266,9 @@ class ParquetSink:
                 # the staging dir that abort() removed.
                 directory.parent.mkdir(exist_ok=True)
                 directory.mkdir(exist_ok=True)
-                writer = pq.ParquetWriter(attempt, table.schema, compression=codec,
-                                          use_dictionary=DICTIONARY_COLUMNS)
+                writer = pq.ParquetWriter(
+                    attempt, table.schema, compression=codec, use_dictionary=DICTIONARY_COLUMNS
+                )
             writer.write_table(table)
             pending.clear()
             pending_bytes = 0

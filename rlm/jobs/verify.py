@@ -78,20 +78,29 @@ class VerifyReport:
         return not self.errors
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "deep": self.deep,
-                "summary": {"partitions": self.partitions, "segments": self.segments,
-                            "objects": self.objects, "bytes_read": self.bytes_read,
-                            "batches_checked": self.batches_checked,
-                            "errors": len(self.errors), "warnings": len(self.warnings)},
-                "problems": [p.to_json() for p in self.errors],
-                "warnings": [p.to_json() for p in self.warnings]}
+        return {
+            "ok": self.ok,
+            "deep": self.deep,
+            "summary": {
+                "partitions": self.partitions,
+                "segments": self.segments,
+                "objects": self.objects,
+                "bytes_read": self.bytes_read,
+                "batches_checked": self.batches_checked,
+                "errors": len(self.errors),
+                "warnings": len(self.warnings),
+            },
+            "problems": [p.to_json() for p in self.errors],
+            "warnings": [p.to_json() for p in self.warnings],
+        }
 
     def summary_lines(self) -> list[str]:
-        head = (f"rlm verify{' --deep' if self.deep else ''}: {self.partitions} partitions, "
-                f"{self.segments} segments, {self.objects} objects"
-                + (f", {self.bytes_read} bytes and {self.batches_checked} batches checked"
-                   if self.deep else "")
-                + f": {len(self.errors)} problems, {len(self.warnings)} warnings")
+        head = (
+            f"rlm verify{' --deep' if self.deep else ''}: {self.partitions} partitions, "
+            f"{self.segments} segments, {self.objects} objects"
+            + (f", {self.bytes_read} bytes and {self.batches_checked} batches checked" if self.deep else "")
+            + f": {len(self.errors)} problems, {len(self.warnings)} warnings"
+        )
         return [head] + [p.line() for p in self.problems]
 
 
@@ -104,24 +113,26 @@ class _PartitionFacts:
     topic: str
     partition: int
     problems: list[Problem]
-    manifests: list[bytes]              # JSON of each parseable manifest, offset order
-    entries: dict[int, bytes]           # base offset -> the uploaded entries object (when valid)
+    manifests: list[bytes]  # JSON of each parseable manifest, offset order
+    entries: dict[int, bytes]  # base offset -> the uploaded entries object (when valid)
     orphan_bases: list[int]
     objects: int
-    key_id: str | None = None           # the incarnation's root (docs/topic-identity.md)
+    key_id: str | None = None  # the incarnation's root (docs/topic-identity.md)
     #: base offset -> the offsets [first, last] the store's chain serves of it (docs/cluster.md)
     links: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: base offset -> the served entries of a segment served only in part, encoded
     clipped: dict[int, bytes] = field(default_factory=dict)
 
 
-def _check_entries(topic: str, partition: int, backend: StorageBackend, m: SegmentManifest,
-                   blob: bytes, key: str) -> list[Problem]:
+def _check_entries(
+    topic: str, partition: int, backend: StorageBackend, m: SegmentManifest, blob: bytes, key: str
+) -> list[Problem]:
     out: list[Problem] = []
 
     def bad(message: str, **kw: Any) -> None:
-        out.append(Problem("entries_object", topic, partition, message, base_offset=m.base_offset,
-                           key=key, **kw))
+        out.append(
+            Problem("entries_object", topic, partition, message, base_offset=m.base_offset, key=key, **kw)
+        )
 
     try:
         decoded = list(iter_entries(blob))
@@ -138,11 +149,18 @@ def _check_entries(topic: str, partition: int, backend: StorageBackend, m: Segme
         except ValueError:
             url_key = None
         if url_key != m.log.key:
-            bad(f"entry RDI {e.rdi} does not name the segment's log object {m.log.key}",
-                position=d.position, offset=e.first_offset)
+            bad(
+                f"entry RDI {e.rdi} does not name the segment's log object {m.log.key}",
+                position=d.position,
+                offset=e.first_offset,
+            )
         if e.rdi.position != position:
-            bad(f"entry starts at byte {e.rdi.position} of the log object, expected {position} "
-                "(entries must cover the object back to back)", position=d.position, offset=e.first_offset)
+            bad(
+                f"entry starts at byte {e.rdi.position} of the log object, expected {position} "
+                "(entries must cover the object back to back)",
+                position=d.position,
+                offset=e.first_offset,
+            )
         position = e.rdi.position + e.stored_size
     if decoded:
         # Stored entries cover the stored object; their plaintext the segment (docs/protection.md).
@@ -153,16 +171,22 @@ def _check_entries(topic: str, partition: int, backend: StorageBackend, m: Segme
         if m.protection is not None and plain != m.size_bytes:
             bad(f"entries hold {plain} plaintext bytes, the manifest says {m.size_bytes}")
         if decoded[0].entry.first_offset < m.base_offset:
-            bad(f"first entry offset {decoded[0].entry.first_offset} is below the segment base",
-                offset=decoded[0].entry.first_offset)
+            bad(
+                f"first entry offset {decoded[0].entry.first_offset} is below the segment base",
+                offset=decoded[0].entry.first_offset,
+            )
         if decoded[-1].entry.last_offset != m.last_offset:
-            bad(f"last entry ends at offset {decoded[-1].entry.last_offset}, the manifest says "
-                f"{m.last_offset}", offset=decoded[-1].entry.last_offset)
+            bad(
+                f"last entry ends at offset {decoded[-1].entry.last_offset}, the manifest says "
+                f"{m.last_offset}",
+                offset=decoded[-1].entry.last_offset,
+            )
     return out
 
 
-def _read_manifests(remote: RemoteState, listing: Iterable[ObjectInfo],
-                    problems: list[Problem]) -> list[SegmentManifest]:
+def _read_manifests(
+    remote: RemoteState, listing: Iterable[ObjectInfo], problems: list[Problem]
+) -> list[SegmentManifest]:
     """The listed manifests that parse and name their own key, in offset order; a problem for
     each other one."""
     topic, partition = remote.topic, remote.partition
@@ -171,20 +195,29 @@ def _read_manifests(remote: RemoteState, listing: Iterable[ObjectInfo],
         try:
             m = remote.read_manifest(key)
         except FormatError as err:
-            problems.append(Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base,
-                                    key=key))
+            problems.append(
+                Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base, key=key)
+            )
             continue
         if (m.topic, m.partition, m.base_offset) != (topic, partition, base):
-            problems.append(Problem("manifest_key", topic, partition,
-                                    f"manifest describes {m.topic}-{m.partition} segment {m.base_offset}",
-                                    base_offset=base, key=key))
+            problems.append(
+                Problem(
+                    "manifest_key",
+                    topic,
+                    partition,
+                    f"manifest describes {m.topic}-{m.partition} segment {m.base_offset}",
+                    base_offset=base,
+                    key=key,
+                )
+            )
             continue
         manifests.append(m)
     return manifests
 
 
-def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int,
-                    now_ms: int, key_id: str | None = None) -> _PartitionFacts:
+def check_partition(
+    spec: BackendSpec, topic: str, partition: int, grace_ms: int, now_ms: int, key_id: str | None = None
+) -> _PartitionFacts:
     """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
     (docs/topic-identity.md; None = the name-only root)."""
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
@@ -199,28 +232,64 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             objects += 1
             ref = keys.parse_data_key(topic, partition, stored.key, key_id)
             if ref is None or (ref.base_offset, ref.attempt_id) != (m.base_offset, m.attempt_id):
-                problems.append(Problem("object_foreign", topic, partition,
-                                        f"manifest object {name!r} is not under the manifest's attempt "
-                                        f"{m.attempt_id}", base_offset=m.base_offset, key=stored.key))
+                problems.append(
+                    Problem(
+                        "object_foreign",
+                        topic,
+                        partition,
+                        f"manifest object {name!r} is not under the manifest's attempt {m.attempt_id}",
+                        base_offset=m.base_offset,
+                        key=stored.key,
+                    )
+                )
             info = listing.get(stored.key)
             if info is None:
-                problems.append(Problem("object_missing", topic, partition,
-                                        f"manifest object {name!r} does not exist",
-                                        base_offset=m.base_offset, key=stored.key))
+                problems.append(
+                    Problem(
+                        "object_missing",
+                        topic,
+                        partition,
+                        f"manifest object {name!r} does not exist",
+                        base_offset=m.base_offset,
+                        key=stored.key,
+                    )
+                )
             elif info.size != stored.size:
-                problems.append(Problem("object_size", topic, partition,
-                                        f"object {name!r} has {info.size} bytes, the manifest says "
-                                        f"{stored.size}", base_offset=m.base_offset, key=stored.key))
+                problems.append(
+                    Problem(
+                        "object_size",
+                        topic,
+                        partition,
+                        f"object {name!r} has {info.size} bytes, the manifest says {stored.size}",
+                        base_offset=m.base_offset,
+                        key=stored.key,
+                    )
+                )
         entries_obj = m.objects.get(keys.REMOTE_LOG_INDEX)
         if entries_obj is None:
-            problems.append(Problem("entries_object", topic, partition,
-                                    "manifest names no uploaded entries object", base_offset=m.base_offset))
+            problems.append(
+                Problem(
+                    "entries_object",
+                    topic,
+                    partition,
+                    "manifest names no uploaded entries object",
+                    base_offset=m.base_offset,
+                )
+            )
         elif entries_obj.key in listing:
             try:
                 blob = remote.entries_blob(m)
             except ProtectionError as err:  # a missing/wrong key, a tampered object: one problem
-                problems.append(Problem("protection", topic, partition, err.reason, base_offset=m.base_offset,
-                                        key=err.file or entries_obj.key))
+                problems.append(
+                    Problem(
+                        "protection",
+                        topic,
+                        partition,
+                        err.reason,
+                        base_offset=m.base_offset,
+                        key=err.file or entries_obj.key,
+                    )
+                )
                 continue
             found = _check_entries(topic, partition, remote.backend, m, blob, entries_obj.key)
             problems += found
@@ -232,14 +301,26 @@ def check_partition(spec: BackendSpec, topic: str, partition: int, grace_ms: int
             clipped[link.manifest.base_offset] = b"".join(e.encode() for e in remote.link_entries(link))
     orphans = remote.unreferenced(remote.attempts(listing.values()), manifests, now_ms)
     problems += [_orphan_problem(o, grace_ms, key_id) for o in orphans]
-    return _PartitionFacts(topic, partition, problems, [lk.manifest.to_json() for lk in chain.links], entries,
-                           [o.base_offset for o in orphans], objects, key_id,
-                           {lk.manifest.base_offset: (lk.first_offset, lk.last_offset) for lk in chain.links},
-                           clipped)
+    return _PartitionFacts(
+        topic,
+        partition,
+        problems,
+        [lk.manifest.to_json() for lk in chain.links],
+        entries,
+        [o.base_offset for o in orphans],
+        objects,
+        key_id,
+        {lk.manifest.base_offset: (lk.first_offset, lk.last_offset) for lk in chain.links},
+        clipped,
+    )
 
 
-def _resolve(remote: RemoteState, listing: Iterable[ObjectInfo], manifests: list[SegmentManifest],
-             problems: list[Problem]) -> Chain:
+def _resolve(
+    remote: RemoteState,
+    listing: Iterable[ObjectInfo],
+    manifests: list[SegmentManifest],
+    problems: list[Problem],
+) -> Chain:
     """The store's chain under its lineage markers (docs/cluster.md). What it leaves out is a
     warning: the partition's leader uncommits such segments on its next pass."""
     topic, partition = remote.topic, remote.partition
@@ -251,16 +332,32 @@ def _resolve(remote: RemoteState, listing: Iterable[ObjectInfo], manifests: list
             problems.append(Problem("lineage_marker", topic, partition, err.reason, key=key, offset=epoch))
     chain = resolve_chain(manifests, lineages)
     for m in chain.superseded:
-        problems.append(Problem("overlap", topic, partition,
-                                f"segment {m.base_offset}-{m.last_offset} is wholly covered by earlier "
-                                "segments (another sidecar's copy): not served; the leader uncommits it",
-                                severity="warning", base_offset=m.base_offset, offset=m.base_offset))
+        problems.append(
+            Problem(
+                "overlap",
+                topic,
+                partition,
+                f"segment {m.base_offset}-{m.last_offset} is wholly covered by earlier "
+                "segments (another sidecar's copy): not served; the leader uncommits it",
+                severity="warning",
+                base_offset=m.base_offset,
+                offset=m.base_offset,
+            )
+        )
     for m, cut in chain.diverged:
-        problems.append(Problem("diverged", topic, partition,
-                                f"segment {m.base_offset}-{m.last_offset} is not on the partition's lineage "
-                                f"from offset {cut} (leader epochs {list(m.leader_epochs)}): not served; "
-                                "the leader uncommits it", severity="warning", base_offset=m.base_offset,
-                                offset=cut))
+        problems.append(
+            Problem(
+                "diverged",
+                topic,
+                partition,
+                f"segment {m.base_offset}-{m.last_offset} is not on the partition's lineage "
+                f"from offset {cut} (leader epochs {list(m.leader_epochs)}): not served; "
+                "the leader uncommits it",
+                severity="warning",
+                base_offset=m.base_offset,
+                offset=cut,
+            )
+        )
     return chain
 
 
@@ -269,20 +366,25 @@ def _orphan_problem(o: Orphan, grace_ms: int, key_id: str | None) -> Problem:
     age counts as new, docs/remote-state.md), else a warning: the copy may be in flight."""
     old = o.age_ms >= grace_ms
     return Problem(
-        "orphan", o.topic, o.partition,
+        "orphan",
+        o.topic,
+        o.partition,
         f"copy attempt {o.attempt_id} ({len(o.keys)} objects, {o.bytes} bytes, {o.age_ms} ms old) "
         "is referenced by no manifest"
         + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
-        severity="error" if old else "warning", base_offset=o.base_offset,
-        key=keys.attempt_prefix(o.topic, o.partition, o.base_offset, o.attempt_id, key_id))
+        severity="error" if old else "warning",
+        base_offset=o.base_offset,
+        key=keys.attempt_prefix(o.topic, o.partition, o.base_offset, o.attempt_id, key_id),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # driver: local index sets and gaps
 
 
-def _check_local(part: PartitionDir, facts: _PartitionFacts,
-                 manifests: list[SegmentManifest]) -> list[Problem]:
+def _check_local(
+    part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentManifest]
+) -> list[Problem]:
     topic, partition = part.topic, part.partition
     problems: list[Problem] = []
     local: list[tuple[str, int, RemoteLogIndexEntry]] = []  # (file, position, entry)
@@ -292,34 +394,75 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
             base = naming.parse_base_offset(path.name)
             decoded = list(iter_entries(buf))
         except (FormatError, ValueError) as err:
-            problems.append(Problem("local_index", topic, partition, str(getattr(err, "reason", err)),
-                                    key=str(path), position=getattr(err, "position", None),
-                                    offset=getattr(err, "offset", None)))
+            problems.append(
+                Problem(
+                    "local_index",
+                    topic,
+                    partition,
+                    str(getattr(err, "reason", err)),
+                    key=str(path),
+                    position=getattr(err, "position", None),
+                    offset=getattr(err, "offset", None),
+                )
+            )
             continue
         if decoded and decoded[0].entry.first_offset != base:
-            problems.append(Problem("local_index", topic, partition,
-                                    f"set named {base} starts at offset {decoded[0].entry.first_offset}",
-                                    key=str(path), position=0, offset=decoded[0].entry.first_offset))
+            problems.append(
+                Problem(
+                    "local_index",
+                    topic,
+                    partition,
+                    f"set named {base} starts at offset {decoded[0].entry.first_offset}",
+                    key=str(path),
+                    position=0,
+                    offset=decoded[0].entry.first_offset,
+                )
+            )
         offset_bytes, time_bytes = derive_remote_indexes(buf, base)
-        for suffix, expected in ((naming.REMOTE_OFFSET_INDEX, offset_bytes),
-                                 (naming.REMOTE_TIME_INDEX, time_bytes)):
+        for suffix, expected in (
+            (naming.REMOTE_OFFSET_INDEX, offset_bytes),
+            (naming.REMOTE_TIME_INDEX, time_bytes),
+        ):
             derived = path.with_suffix(suffix)
             if not derived.exists() or derived.read_bytes() != expected:
-                problems.append(Problem("local_derived_index", topic, partition,
-                                        "does not match its .remotelogindex", key=str(derived)))
+                problems.append(
+                    Problem(
+                        "local_derived_index",
+                        topic,
+                        partition,
+                        "does not match its .remotelogindex",
+                        key=str(derived),
+                    )
+                )
         local += [(str(path), d.position, d.entry) for d in decoded]
     for (_, _, a), (f, pos, b) in itertools.pairwise(local):
         if b.first_offset <= a.last_offset:
-            problems.append(Problem("local_contiguity", topic, partition,
-                                    f"entry starts at {b.first_offset}, not after the previous entry's "
-                                    f"last offset {a.last_offset}", key=f, position=pos,
-                                    offset=b.first_offset))
+            problems.append(
+                Problem(
+                    "local_contiguity",
+                    topic,
+                    partition,
+                    f"entry starts at {b.first_offset}, not after the previous entry's "
+                    f"last offset {a.last_offset}",
+                    key=f,
+                    position=pos,
+                    offset=b.first_offset,
+                )
+            )
     # Compare with the committed segments' uploaded entries (only segments whose entries are valid).
     if not manifests:
         for f, pos, e in local[:1]:
-            problems.append(Problem("local_index_ahead", topic, partition,
-                                    "local index entries exist but the store has no committed segment",
-                                    key=f, position=pos, offset=e.first_offset))
+            problems.append(
+                Problem(
+                    "local_index_ahead",
+                    topic,
+                    partition,
+                    "local index entries exist but the store has no committed segment",
+                    key=f,
+                    position=pos,
+                    offset=e.first_offset,
+                )
+            )
         return problems
     spans = [facts.links.get(m.base_offset, (m.base_offset, m.last_offset)) for m in manifests]
     remote_start = spans[0][0]
@@ -341,28 +484,54 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
         uploaded = [d.entry for d in iter_entries(blob)]
         if not got:
             sev: Severity = "warning" if m is manifests[-1] else "error"
-            problems.append(Problem("local_index_missing", topic, partition,
-                                    f"no local index entries for committed segment {m.base_offset}-"
-                                    f"{m.last_offset}" + (" (the daemon may not have appended them yet)"
-                                                          if sev == "warning" else ""),
-                                    severity=sev, base_offset=m.base_offset, offset=m.base_offset))
+            problems.append(
+                Problem(
+                    "local_index_missing",
+                    topic,
+                    partition,
+                    f"no local index entries for committed segment {m.base_offset}-"
+                    f"{m.last_offset}"
+                    + (" (the daemon may not have appended them yet)" if sev == "warning" else ""),
+                    severity=sev,
+                    base_offset=m.base_offset,
+                    offset=m.base_offset,
+                )
+            )
             continue
         for n, (f, pos, e) in enumerate(got):
             if n >= len(uploaded) or e != uploaded[n]:
-                theirs = (f"{uploaded[n].first_offset}-{uploaded[n].last_offset} @ {uploaded[n].rdi}"
-                          if n < len(uploaded) else "(none)")
-                problems.append(Problem("local_index_mismatch", topic, partition,
-                                        f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs "
-                                        f"from the segment's uploaded entry {theirs}",
-                                        base_offset=m.base_offset, key=f, position=pos,
-                                        offset=e.first_offset))
+                theirs = (
+                    f"{uploaded[n].first_offset}-{uploaded[n].last_offset} @ {uploaded[n].rdi}"
+                    if n < len(uploaded)
+                    else "(none)"
+                )
+                problems.append(
+                    Problem(
+                        "local_index_mismatch",
+                        topic,
+                        partition,
+                        f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs "
+                        f"from the segment's uploaded entry {theirs}",
+                        base_offset=m.base_offset,
+                        key=f,
+                        position=pos,
+                        offset=e.first_offset,
+                    )
+                )
                 break
         else:
             if len(got) < len(uploaded):
-                problems.append(Problem("local_index_mismatch", topic, partition,
-                                        f"{len(got)} local entries, the segment has {len(uploaded)}",
-                                        base_offset=m.base_offset, key=got[-1][0], offset=uploaded[len(got)]
-                                        .first_offset))
+                problems.append(
+                    Problem(
+                        "local_index_mismatch",
+                        topic,
+                        partition,
+                        f"{len(got)} local entries, the segment has {len(uploaded)}",
+                        base_offset=m.base_offset,
+                        key=got[-1][0],
+                        offset=uploaded[len(got)].first_offset,
+                    )
+                )
     runs: list[list[tuple[str, int, RemoteLogIndexEntry]]] = []
     for x in unowned:  # group consecutive unowned entries of one file
         if runs and runs[-1][-1][0] == x[0] and runs[-1][-1][1] < x[1]:
@@ -371,16 +540,28 @@ def _check_local(part: PartitionDir, facts: _PartitionFacts,
             runs.append([x])
     for run in runs:
         f, pos, e = run[0]
-        problems.append(Problem("local_index_orphan_entries", topic, partition,
-                                f"{len(run)} local entries, offsets {e.first_offset}-"
-                                f"{run[-1][2].last_offset}, belong to no committed segment",
-                                key=f, position=pos, offset=e.first_offset))
+        problems.append(
+            Problem(
+                "local_index_orphan_entries",
+                topic,
+                partition,
+                f"{len(run)} local entries, offsets {e.first_offset}-"
+                f"{run[-1][2].last_offset}, belong to no committed segment",
+                key=f,
+                position=pos,
+                offset=e.first_offset,
+            )
+        )
     problems += _gaps(part, facts, manifests, [x[2] for x in local])
     return problems
 
 
-def _gaps(part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentManifest],
-          local: list[RemoteLogIndexEntry]) -> list[Problem]:
+def _gaps(
+    part: PartitionDir,
+    facts: _PartitionFacts,
+    manifests: list[SegmentManifest],
+    local: list[RemoteLogIndexEntry],
+) -> list[Problem]:
     out = []
     segment_bases = [s.base_offset for s in list_segments(part)]
     for a, b in itertools.pairwise(manifests):
@@ -388,23 +569,42 @@ def _gaps(part: PartitionDir, facts: _PartitionFacts, manifests: list[SegmentMan
         hi = facts.links.get(b.base_offset, (b.base_offset, b.last_offset))[0] - 1
         if hi < lo:
             continue
-        evidence = [f"local index entry at offset {e.first_offset}" for e in local
-                    if e.first_offset <= hi and e.last_offset >= lo][:1]
+        evidence = [
+            f"local index entry at offset {e.first_offset}"
+            for e in local
+            if e.first_offset <= hi and e.last_offset >= lo
+        ][:1]
         evidence += [f"local segment {s}" for s in segment_bases if lo <= s <= hi][:1]
         evidence += [f"orphan attempt of segment {o}" for o in facts.orphan_bases if lo <= o <= hi][:1]
-        out.append(Problem(
-            "gap", part.topic, part.partition,
-            f"offsets {lo}-{hi} lie between segment {a.base_offset} (last offset {a.last_offset}) and "
-            f"segment {b.base_offset}: "
-            + (f"a committed segment is missing ({'; '.join(evidence)})" if evidence else
-               "no sign of a missing segment (normal after compaction)"),
-            severity="error" if evidence else "warning", base_offset=b.base_offset,
-            key=keys.manifest_key(part.topic, part.partition, b.base_offset, facts.key_id), offset=lo))
+        out.append(
+            Problem(
+                "gap",
+                part.topic,
+                part.partition,
+                f"offsets {lo}-{hi} lie between segment {a.base_offset} (last offset {a.last_offset}) and "
+                f"segment {b.base_offset}: "
+                + (
+                    f"a committed segment is missing ({'; '.join(evidence)})"
+                    if evidence
+                    else "no sign of a missing segment (normal after compaction)"
+                ),
+                severity="error" if evidence else "warning",
+                base_offset=b.base_offset,
+                key=keys.manifest_key(part.topic, part.partition, b.base_offset, facts.key_id),
+                offset=lo,
+            )
+        )
     return out
 
 
-def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequence[str] | None = None,
-           now_ms: int | None = None) -> VerifyReport:
+def verify(
+    spark: Any,
+    settings: Settings,
+    *,
+    deep: bool = False,
+    topics: Sequence[str] | None = None,
+    now_ms: int | None = None,
+) -> VerifyReport:
     """Scrub every partition of ``settings.log.dirs`` (of ``topics``); see the module doc.
 
     The report's ``ok`` is False when any error-severity problem was found.
@@ -416,8 +616,14 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
     grace = settings.tiering.gc_grace_ms
     sc = spark.sparkContext
     facts: list[_PartitionFacts] = (
-        sc.parallelize(roots, max(1, len(roots)))
-        .map(lambda r: check_partition(spec, r[0], r[1], grace, now, r[2])).collect()) if parts else []
+        (
+            sc.parallelize(roots, max(1, len(roots)))
+            .map(lambda r: check_partition(spec, r[0], r[1], grace, now, r[2]))
+            .collect()
+        )
+        if parts
+        else []
+    )
     report = VerifyReport(deep, partitions=len(parts))
     policies = TopicPolicyResolver(settings)
     policies.refresh()
@@ -428,21 +634,28 @@ def verify(spark: Any, settings: Settings, *, deep: bool = False, topics: Sequen
         report.objects += f.objects
         report.problems += f.problems
         report.problems += _check_local(parts[(f.topic, f.partition)], f, manifests)
-        report.problems += check_local_segments(parts[(f.topic, f.partition)],
-                                                settings.log.index_interval_bytes)
-        report.problems += check_compaction(parts[(f.topic, f.partition)], manifests,
-                                            policies.policy(f.topic))
-        deep_jobs += [(m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests,
-                                                                                     strict=True)]
+        report.problems += check_local_segments(
+            parts[(f.topic, f.partition)], settings.log.index_interval_bytes
+        )
+        report.problems += check_compaction(
+            parts[(f.topic, f.partition)], manifests, policies.policy(f.topic)
+        )
+        deep_jobs += [
+            (m.log.size, d, f.entries.get(m.base_offset)) for m, d in zip(manifests, f.manifests, strict=True)
+        ]
     if deep and deep_jobs:
         deep_jobs.sort(key=lambda j: -j[0])
-        results = (sc.parallelize([(d, e) for _, d, e in deep_jobs], len(deep_jobs))
-                   .map(lambda j: deep_check_segment(spec, j[0], j[1])).collect())
+        results = (
+            sc.parallelize([(d, e) for _, d, e in deep_jobs], len(deep_jobs))
+            .map(lambda j: deep_check_segment(spec, j[0], j[1]))
+            .collect()
+        )
         for problems, read, batches in results:
             report.problems += problems
             report.bytes_read += read
             report.batches_checked += batches
     order = {"error": 0, "warning": 1}
-    report.problems.sort(key=lambda p: (order[p.severity], p.topic, p.partition, p.base_offset or -1,
-                                        p.position or -1))
+    report.problems.sort(
+        key=lambda p: (order[p.severity], p.topic, p.partition, p.base_offset or -1, p.position or -1)
+    )
     return report

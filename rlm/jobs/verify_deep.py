@@ -23,10 +23,9 @@ __all__ = ["DEEP_CHUNK_BYTES", "deep_check_segment"]
 DEEP_CHUNK_BYTES = 16 * 1024 * 1024
 
 
-
-
-def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
-                       entries_blob: bytes | None) -> tuple[list[Problem], int, int]:
+def deep_check_segment(
+    spec: BackendSpec, manifest_json: bytes, entries_blob: bytes | None
+) -> tuple[list[Problem], int, int]:
     """Read every object of the segment; return (problems, bytes read, batches checked)."""
     backend, retry = spec.create(), RetryPolicy()
     m = SegmentManifest.from_json(manifest_json)
@@ -35,7 +34,8 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
     read = 0
     log_key = m.log.key
     entries: list[RemoteLogIndexEntry] = (
-        [d.entry for d in iter_entries(entries_blob)] if entries_blob is not None else [])
+        [d.entry for d in iter_entries(entries_blob)] if entries_blob is not None else []
+    )
     chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
     crc, batches, max_ts = 0, 0, -1
     pending = list(entries)
@@ -59,8 +59,13 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
                 if entry is not None and entry.transformed and plain is None:
                     continue  # not authentic / no key: reported once by the opener
                 batch_count, entry_max, errs = _check_range(
-                    topic, partition, base, log_key, *((plain, 0, len(plain), start + s) if plain is not None
-                                                       else (data, s, t, start)), entry)
+                    topic,
+                    partition,
+                    base,
+                    log_key,
+                    *((plain, 0, len(plain), start + s) if plain is not None else (data, s, t, start)),
+                    entry,
+                )
                 batches += batch_count
                 max_ts = max(max_ts, entry_max)
                 problems += errs
@@ -68,34 +73,63 @@ def deep_check_segment(spec: BackendSpec, manifest_json: bytes,
         problems.append(Problem("object_read", topic, partition, str(err), base_offset=base, key=log_key))
         return problems, read, batches
     if read != m.log.size or crc != m.log.crc32c:
-        problems.append(Problem("object_crc32c", topic, partition,
-                                f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
-                                f"{m.log.size} bytes with {m.log.crc32c:#010x}", base_offset=base,
-                                key=log_key))
+        problems.append(
+            Problem(
+                "object_crc32c",
+                topic,
+                partition,
+                f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
+                f"{m.log.size} bytes with {m.log.crc32c:#010x}",
+                base_offset=base,
+                key=log_key,
+            )
+        )
     if batches != m.record_batches and not opened.failed:  # entries that did not open: reported
-        problems.append(Problem("manifest_batches", topic, partition,
-                                f"{batches} batches in the log object, the manifest says {m.record_batches}",
-                                base_offset=base, key=log_key))
+        problems.append(
+            Problem(
+                "manifest_batches",
+                topic,
+                partition,
+                f"{batches} batches in the log object, the manifest says {m.record_batches}",
+                base_offset=base,
+                key=log_key,
+            )
+        )
     if batches and max_ts != m.max_timestamp and not opened.failed:
-        problems.append(Problem("manifest_timestamp", topic, partition,
-                                f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
-                                base_offset=base, key=log_key))
+        problems.append(
+            Problem(
+                "manifest_timestamp",
+                topic,
+                partition,
+                f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
+                base_offset=base,
+                key=log_key,
+            )
+        )
     for name, stored in sorted(m.objects.items()):
         if name == "log":
             continue
         try:
             data = retry.call(lambda k=stored.key: backend.read(k))
         except RlmError as err:
-            problems.append(Problem("object_read", topic, partition, str(err), base_offset=base,
-                                    key=stored.key))
+            problems.append(
+                Problem("object_read", topic, partition, str(err), base_offset=base, key=stored.key)
+            )
             continue
         read += len(data)
         actual = _crc32c.crc32c(data)
         if len(data) != stored.size or actual != stored.crc32c:
-            problems.append(Problem("object_crc32c", topic, partition,
-                                    f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
-                                    f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
-                                    base_offset=base, key=stored.key))
+            problems.append(
+                Problem(
+                    "object_crc32c",
+                    topic,
+                    partition,
+                    f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
+                    f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
+                    base_offset=base,
+                    key=stored.key,
+                )
+            )
         opened.whole(stored.key, data)  # authenticates an encrypted object (docs/protection.md)
     return problems, read, batches
 
@@ -119,8 +153,17 @@ class _Opener:
 
     def _report(self, err: RlmError) -> None:
         self.failed = True
-        self.problems.append(Problem("protection", self.m.topic, self.m.partition, err.reason,
-                                     base_offset=self.m.base_offset, key=err.file, offset=err.offset))
+        self.problems.append(
+            Problem(
+                "protection",
+                self.m.topic,
+                self.m.partition,
+                err.reason,
+                base_offset=self.m.base_offset,
+                key=err.file,
+                offset=err.offset,
+            )
+        )
 
     def entry(self, entry: RemoteLogIndexEntry, stored: bytes) -> bytes | None:
         if self.protection is None or not self.usable:
@@ -140,38 +183,91 @@ class _Opener:
             self._report(err)
 
 
-def _check_range(topic: str, partition: int, base: int, key: str, data: bytes, s: int, t: int,
-                 chunk_start: int, entry: RemoteLogIndexEntry | None) -> tuple[int, int, list[Problem]]:
+def _check_range(
+    topic: str,
+    partition: int,
+    base: int,
+    key: str,
+    data: bytes,
+    s: int,
+    t: int,
+    chunk_start: int,
+    entry: RemoteLogIndexEntry | None,
+) -> tuple[int, int, list[Problem]]:
     """CRC-check the batches in ``data[s:t]`` (one entry): (batches, max timestamp, problems)."""
     errs: list[Problem] = []
     found = []
     try:
         found = list(iter_batches(data, s, verify_crc=False, end=t))
     except FormatError as err:
-        errs.append(Problem("batch_corrupt", topic, partition, err.reason, base_offset=base, key=key,
-                            position=None if err.position is None else chunk_start + err.position,
-                            offset=err.offset))
+        errs.append(
+            Problem(
+                "batch_corrupt",
+                topic,
+                partition,
+                err.reason,
+                base_offset=base,
+                key=key,
+                position=None if err.position is None else chunk_start + err.position,
+                offset=err.offset,
+            )
+        )
     for b in found:
         if not b.crc_valid:
-            errs.append(Problem("batch_crc", topic, partition,
-                                f"record batch CRC mismatch (stored {b.crc:#010x}, offsets "
-                                f"{b.base_offset}-{b.last_offset})", base_offset=base, key=key,
-                                position=chunk_start + b.position, offset=b.base_offset))
+            errs.append(
+                Problem(
+                    "batch_crc",
+                    topic,
+                    partition,
+                    f"record batch CRC mismatch (stored {b.crc:#010x}, offsets "
+                    f"{b.base_offset}-{b.last_offset})",
+                    base_offset=base,
+                    key=key,
+                    position=chunk_start + b.position,
+                    offset=b.base_offset,
+                )
+            )
     covered = found[-1].end_position if found else s
     if not errs and covered != t:
-        errs.append(Problem("batch_corrupt", topic, partition,
-                            f"batches end at byte {chunk_start + covered}, the entry ends at "
-                            f"{chunk_start + t} (torn or mis-framed)", base_offset=base, key=key,
-                            position=chunk_start + covered))
+        errs.append(
+            Problem(
+                "batch_corrupt",
+                topic,
+                partition,
+                f"batches end at byte {chunk_start + covered}, the entry ends at "
+                f"{chunk_start + t} (torn or mis-framed)",
+                base_offset=base,
+                key=key,
+                position=chunk_start + covered,
+            )
+        )
     if entry is not None and found and not errs:
         if (found[0].base_offset, found[-1].last_offset) != (entry.first_offset, entry.last_offset):
-            errs.append(Problem("entry_mismatch", topic, partition,
-                                f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
-                                f"hold {found[0].base_offset}-{found[-1].last_offset}", base_offset=base,
-                                key=key, position=chunk_start + s, offset=entry.first_offset))
+            errs.append(
+                Problem(
+                    "entry_mismatch",
+                    topic,
+                    partition,
+                    f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
+                    f"hold {found[0].base_offset}-{found[-1].last_offset}",
+                    base_offset=base,
+                    key=key,
+                    position=chunk_start + s,
+                    offset=entry.first_offset,
+                )
+            )
         elif max(b.max_timestamp for b in found) != entry.last_timestamp:
-            errs.append(Problem("entry_mismatch", topic, partition,
-                                f"entry last timestamp {entry.last_timestamp} != max batch timestamp "
-                                f"{max(b.max_timestamp for b in found)}", base_offset=base, key=key,
-                                position=chunk_start + s, offset=entry.first_offset))
+            errs.append(
+                Problem(
+                    "entry_mismatch",
+                    topic,
+                    partition,
+                    f"entry last timestamp {entry.last_timestamp} != max batch timestamp "
+                    f"{max(b.max_timestamp for b in found)}",
+                    base_offset=base,
+                    key=key,
+                    position=chunk_start + s,
+                    offset=entry.first_offset,
+                )
+            )
     return len(found), max((b.max_timestamp for b in found), default=-1), errs

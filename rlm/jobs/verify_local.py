@@ -41,20 +41,31 @@ from rlm.tiering.policy import TopicPolicy
 __all__ = ["check_compaction", "check_local_segments"]
 
 
-def check_compaction(part: PartitionDir, manifests: list[SegmentManifest], policy: TopicPolicy
-                     ) -> list[Problem]:
+def check_compaction(
+    part: PartitionDir, manifests: list[SegmentManifest], policy: TopicPolicy
+) -> list[Problem]:
     """Findings for local segments rewritten by compaction after they were tiered (a segment that
     merely rolled elsewhere, with the same batches, is not one: see the module doc)."""
     archived = policy.compacted and policy.archive_compacted
     segments = list_segments(part)
     findings = rewrite_findings(segments, manifests, archived=archived)
     if findings:
-        same = _same_batches(segments, [m for m in manifests if any(
-            m.base_offset in r.tiered_bases for _, _, r in findings)])
+        same = _same_batches(
+            segments, [m for m in manifests if any(m.base_offset in r.tiered_bases for _, _, r in findings)]
+        )
         findings = [f for f in findings if not set(f[2].tiered_bases) <= same]
-    return [Problem("compacted", part.topic, part.partition, message, severity=severity,
-                    base_offset=r.base_offset, offset=r.base_offset)
-            for severity, message, r in findings]
+    return [
+        Problem(
+            "compacted",
+            part.topic,
+            part.partition,
+            message,
+            severity=severity,
+            base_offset=r.base_offset,
+            offset=r.base_offset,
+        )
+        for severity, message, r in findings
+    ]
 
 
 @dataclass
@@ -96,8 +107,9 @@ def _same_batches(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentM
     return same
 
 
-def _tally_file(path: Path, manifests: Sequence[SegmentManifest], bases: list[int],
-                tallies: list[_Tally]) -> None:
+def _tally_file(
+    path: Path, manifests: Sequence[SegmentManifest], bases: list[int], tallies: list[_Tally]
+) -> None:
     with path.open("rb") as fh:
         if fh.seek(0, 2) == 0:
             return  # an empty active segment (mmap cannot map 0 bytes)
@@ -112,7 +124,7 @@ def _tally_file(path: Path, manifests: Sequence[SegmentManifest], bases: list[in
                 t.first = b.base_offset if t.first is None else t.first
                 t.last = b.last_offset
                 t.size += b.size
-                t.crc = crc32c.crc32c(buf[b.position:b.end_position], t.crc)
+                t.crc = crc32c.crc32c(buf[b.position : b.end_position], t.crc)
 
 
 def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[Problem]:
@@ -126,14 +138,24 @@ def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[
         except FileNotFoundError:
             continue  # deleted by the broker meanwhile
         except SegmentQuarantined as err:
-            problems.append(Problem(
-                "local_segment_quarantine", topic, partition,
-                f"{err.reason} ({err.cause}): tiering quarantines this segment and waits for the broker "
-                "to replace or remove it", base_offset=seg.base_offset, key=str(seg.log),
-                position=err.position, offset=err.offset))
+            problems.append(
+                Problem(
+                    "local_segment_quarantine",
+                    topic,
+                    partition,
+                    f"{err.reason} ({err.cause}): tiering quarantines this segment and waits for the broker "
+                    "to replace or remove it",
+                    base_offset=seg.base_offset,
+                    key=str(seg.log),
+                    position=err.position,
+                    offset=err.offset,
+                )
+            )
             continue
-        checks: tuple[tuple[IndexKind, Path | None], ...] = (("index", seg.index),
-                                                             ("timeindex", seg.time_index))
+        checks: tuple[tuple[IndexKind, Path | None], ...] = (
+            ("index", seg.index),
+            ("timeindex", seg.time_index),
+        )
         for kind, file in checks:
             if file is None:
                 continue
@@ -142,10 +164,18 @@ def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[
             except FileNotFoundError:
                 continue
             except CorruptIndexError as err:
-                problems.append(Problem(
-                    "local_broken_index", topic, partition,
-                    f"{err.reason}: rlm uses and uploads an index rebuilt from the .log "
-                    f"(index.interval.bytes {index_interval_bytes}); the broker reads this file "
-                    "until it rebuilds it", base_offset=seg.base_offset, key=str(file),
-                    position=err.position, offset=err.offset))
+                problems.append(
+                    Problem(
+                        "local_broken_index",
+                        topic,
+                        partition,
+                        f"{err.reason}: rlm uses and uploads an index rebuilt from the .log "
+                        f"(index.interval.bytes {index_interval_bytes}); the broker reads this file "
+                        "until it rebuilds it",
+                        base_offset=seg.base_offset,
+                        key=str(file),
+                        position=err.position,
+                        offset=err.offset,
+                    )
+                )
     return problems

@@ -28,7 +28,7 @@ __all__ = ["FetchAnswer", "KafkaApi"]
 
 _TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
 _SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5  # DescribeConfigs config_source: DYNAMIC_TOPIC_CONFIG, DEFAULT
-_STRING, _LONG = 2, 5                  # DescribeConfigs config_type (v3+)
+_STRING, _LONG = 2, 5  # DescribeConfigs config_type (v3+)
 _DESCRIBED = ("cleanup.policy", "retention.bytes", "retention.ms")
 
 
@@ -75,8 +75,13 @@ class KafkaApi:
         cls = MetadataResponse
         topics = [self._metadata_topic(name, by_topic.get(name, [])) for name in names]
         broker = cls.MetadataResponseBroker(node_id=self.node_id, host=host, port=port, rack=None)
-        return cls(throttle_time_ms=0, brokers=[broker], cluster_id=self.cluster_id,
-                   controller_id=self.node_id, topics=topics)
+        return cls(
+            throttle_time_ms=0,
+            brokers=[broker],
+            cluster_id=self.cluster_id,
+            controller_id=self.node_id,
+            topics=topics,
+        )
 
     def _metadata_topic(self, name: str, parts: list[PartitionDir]) -> Any:
         topic = MetadataResponse.MetadataResponseTopic
@@ -86,8 +91,9 @@ class KafkaApi:
                 code = Codes.UNKNOWN_TOPIC_OR_PARTITION
             except RlmError:
                 code = Codes.INVALID_TOPIC_EXCEPTION
-            return topic(error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
-                         partitions=[])
+            return topic(
+                error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[]
+            )
         node, held = self.node_id, {p.partition for p in parts}
         entry = topic.MetadataResponsePartition
         # Leader epoch -1: clients then skip epoch validation (OffsetForLeaderEpoch is not served).
@@ -95,13 +101,34 @@ class KafkaApi:
         # leader: clients index partitions by id (librdkafka ignores a partition 3 of a topic
         # said to have one partition), and a real cluster lists a partition whose broker is down so.
         partitions = [
-            entry(error_code=Codes.NONE, partition_index=i, leader_id=node, leader_epoch=-1,
-                  replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) if i in held else
-            entry(error_code=Codes.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=-1,
-                  replica_nodes=[], isr_nodes=[], offline_replicas=[])
-            for i in range(max(held) + 1)]
-        return topic(error_code=Codes.NONE, name=name, topic_id=_topic_uuid(parts[0].topic_id),
-                     is_internal=is_internal_topic(name), partitions=partitions)
+            entry(
+                error_code=Codes.NONE,
+                partition_index=i,
+                leader_id=node,
+                leader_epoch=-1,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            if i in held
+            else entry(
+                error_code=Codes.LEADER_NOT_AVAILABLE,
+                partition_index=i,
+                leader_id=-1,
+                leader_epoch=-1,
+                replica_nodes=[],
+                isr_nodes=[],
+                offline_replicas=[],
+            )
+            for i in range(max(held) + 1)
+        ]
+        return topic(
+            error_code=Codes.NONE,
+            name=name,
+            topic_id=_topic_uuid(parts[0].topic_id),
+            is_internal=is_internal_topic(name),
+            partitions=partitions,
+        )
 
     def describe_configs(self, req: Any, _version: int) -> Any:
         """retention.ms, retention.bytes and cleanup.policy of a topic, as rlm's policy resolves
@@ -117,9 +144,15 @@ class KafkaApi:
                     configs = self._topic_configs(res.resource_name, res.configuration_keys)
             elif res.resource_type != _BROKER_RESOURCE:
                 code = Codes.INVALID_REQUEST
-            results.append(cls.DescribeConfigsResult(
-                error_code=code, error_message=None, resource_type=res.resource_type,
-                resource_name=res.resource_name, configs=configs))
+            results.append(
+                cls.DescribeConfigsResult(
+                    error_code=code,
+                    error_message=None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=configs,
+                )
+            )
         return cls(throttle_time_ms=0, results=results)
 
     def _holds(self, topic: str) -> bool:
@@ -130,19 +163,29 @@ class KafkaApi:
 
     def _topic_configs(self, topic: str, keys: list[str] | None) -> list[Any]:
         policy = self.readers.policies.policy(topic)
-        values = {"retention.ms": policy.retention_ms, "retention.bytes": policy.retention_bytes,
-                  "cleanup.policy": policy.cleanup_policy}
+        values = {
+            "retention.ms": policy.retention_ms,
+            "retention.bytes": policy.retention_bytes,
+            "cleanup.policy": policy.cleanup_policy,
+        }
         entry = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
         out = []
         for name in _DESCRIBED:
             if keys is not None and name not in keys:
                 continue
             setting = values[name]
-            out.append(entry(name=name, value=str(setting.value), read_only=True,
-                             config_source=_SOURCE_TOPIC if setting.source == "kafka" else _SOURCE_DEFAULT,
-                             is_sensitive=False, synonyms=[],
-                             config_type=_STRING if name == "cleanup.policy" else _LONG,
-                             documentation=None))
+            out.append(
+                entry(
+                    name=name,
+                    value=str(setting.value),
+                    read_only=True,
+                    config_source=_SOURCE_TOPIC if setting.source == "kafka" else _SOURCE_DEFAULT,
+                    is_sensitive=False,
+                    synonyms=[],
+                    config_type=_STRING if name == "cleanup.policy" else _LONG,
+                    documentation=None,
+                )
+            )
         return out
 
     # -- reads --------------------------------------------------------------------------------
@@ -155,9 +198,15 @@ class KafkaApi:
             parts = []
             for p in t.partitions:
                 got = list_offset(self.readers, t.name, p.partition_index, p.timestamp, committed, version)
-                parts.append(cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                    partition_index=p.partition_index, error_code=got.error, timestamp=got.timestamp,
-                    offset=got.offset, leader_epoch=got.leader_epoch))
+                parts.append(
+                    cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=got.error,
+                        timestamp=got.timestamp,
+                        offset=got.offset,
+                        leader_epoch=got.leader_epoch,
+                    )
+                )
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
@@ -167,8 +216,16 @@ class KafkaApi:
         gets at least one whole batch (KIP-74); a later one that does not fit answers no records."""
         cls = FetchResponse
         if getattr(req, "session_id", 0):  # no fetch session was ever created here
-            return FetchAnswer(cls(throttle_time_ms=0, error_code=Codes.FETCH_SESSION_ID_NOT_FOUND,
-                                   session_id=0, responses=[]), 0, True)
+            return FetchAnswer(
+                cls(
+                    throttle_time_ms=0,
+                    error_code=Codes.FETCH_SESSION_ID_NOT_FOUND,
+                    session_id=0,
+                    responses=[],
+                ),
+                0,
+                True,
+            )
         committed = bool(req.isolation_level)
         budget, total, errors = req.max_bytes, 0, False
         responses = []
@@ -180,18 +237,26 @@ class KafkaApi:
                 errors = errors or got.error != Codes.NONE
                 parts.append(_partition_data(p.partition, got))
             responses.append(cls.FetchableTopicResponse(topic=t.topic, partitions=parts))
-        return FetchAnswer(cls(throttle_time_ms=0, error_code=Codes.NONE, session_id=0,
-                               responses=responses), total, errors)
+        return FetchAnswer(
+            cls(throttle_time_ms=0, error_code=Codes.NONE, session_id=0, responses=responses), total, errors
+        )
 
-    def _fetch_one(self, topic: str, p: Any, committed: bool, left: int, started: bool,
-                   reader_key: Hashable) -> FetchedPartition:
+    def _fetch_one(
+        self, topic: str, p: Any, committed: bool, left: int, started: bool, reader_key: Hashable
+    ) -> FetchedPartition:
         limit = min(p.partition_max_bytes, left) if started else p.partition_max_bytes
         if started and limit <= 0:
             return partition_offsets(self.readers, topic, p.partition)
         got = fetch_partition(self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key)
         if started and len(got.records) > limit:  # the response is full: offsets only
-            return FetchedPartition(got.error, got.high_watermark, got.last_stable_offset,
-                                    got.log_start_offset, b"", [] if committed else None)
+            return FetchedPartition(
+                got.error,
+                got.high_watermark,
+                got.last_stable_offset,
+                got.log_start_offset,
+                b"",
+                [] if committed else None,
+            )
         return got
 
     # -- what a read-only broker refuses ------------------------------------------------------
@@ -202,11 +267,19 @@ class KafkaApi:
         the coordinator is "not available", and poll nothing): GROUP_AUTHORIZATION_FAILED is not
         retriable, so such a client fails at once with an error naming the group instead of
         hanging. Clients without a group id never ask (docs/kafka-listener.md "Groups")."""
-        code = (Codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if req.key_type == 1
-                else Codes.GROUP_AUTHORIZATION_FAILED)
-        return FindCoordinatorResponse(throttle_time_ms=0, error_code=code,
-                                       error_message="rlm's Kafka listener serves no consumer groups",
-                                       node_id=-1, host="", port=-1)
+        code = (
+            Codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if req.key_type == 1
+            else Codes.GROUP_AUTHORIZATION_FAILED
+        )
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=code,
+            error_message="rlm's Kafka listener serves no consumer groups",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
 
     @staticmethod
     def group_error(api: Api, _req: Any, _version: int) -> Any:
@@ -220,23 +293,44 @@ class KafkaApi:
         cls = ProduceResponse
         out = []
         for t in req.topic_data:
-            parts = [cls.TopicProduceResponse.PartitionProduceResponse(
-                index=p.index, error_code=Codes.TOPIC_AUTHORIZATION_FAILED, base_offset=-1,
-                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                error_message="rlm's Kafka listener is read-only") for p in t.partition_data]
+            parts = [
+                cls.TopicProduceResponse.PartitionProduceResponse(
+                    index=p.index,
+                    error_code=Codes.TOPIC_AUTHORIZATION_FAILED,
+                    base_offset=-1,
+                    log_append_time_ms=-1,
+                    log_start_offset=-1,
+                    record_errors=[],
+                    error_message="rlm's Kafka listener is read-only",
+                )
+                for p in t.partition_data
+            ]
             out.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
         return cls(responses=out, throttle_time_ms=0)
 
     def init_producer_id(self, _req: Any, _version: int) -> Any:
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=Codes.CLUSTER_AUTHORIZATION_FAILED,
-                                      producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=Codes.CLUSTER_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
 
 
 def _partition_data(partition: int, got: FetchedPartition) -> Any:
     data = FetchResponse.FetchableTopicResponse.PartitionData
-    aborted = None if got.aborted is None else [
-        data.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in got.aborted]
-    return data(partition_index=partition, error_code=got.error, high_watermark=got.high_watermark,
-                last_stable_offset=got.last_stable_offset, log_start_offset=got.log_start_offset,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=got.records)
-
+    aborted = (
+        None
+        if got.aborted is None
+        else [data.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in got.aborted]
+    )
+    return data(
+        partition_index=partition,
+        error_code=got.error,
+        high_watermark=got.high_watermark,
+        last_stable_offset=got.last_stable_offset,
+        log_start_offset=got.log_start_offset,
+        aborted_transactions=aborted,
+        preferred_read_replica=-1,
+        records=got.records,
+    )

@@ -14,16 +14,31 @@ __all__ = ["KafkaMetrics"]
 
 class KafkaMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.requests = Counter("rlm_kafka_requests", "Requests answered by the Kafka listener, by API "
-                                "(Kafka: kafka.network RequestsPerSec)", ["api"], registry=registry)
-        self.partition_errors = Counter("rlm_kafka_partition_errors", "Fetch/ListOffsets partitions answered "
-                                        "with a Kafka error code, by API and code name", ["api", "error"],
-                                        registry=registry)
-        self.fetch_bytes = Counter("rlm_kafka_fetch_bytes", "Record batch bytes sent in Fetch responses "
-                                   "(Kafka: BytesOutPerSec)", registry=registry)
-        self.connections = Gauge("rlm_kafka_connections_active", "Kafka listener connections open now",
-                                 registry=registry)
-        self.closed = Counter("rlm_kafka_connections_closed", "Kafka listener connections closed by the "
-                              "listener, by reason: protocol (bad frame, API or version), idle (silent, "
-                              "half-open or not reading), auth (SASL), error (a handler failed)", ["reason"],
-                              registry=registry)
+        self.requests = Counter(
+            "rlm_kafka_requests",
+            "Requests answered by the Kafka listener, by API (Kafka: kafka.network RequestsPerSec)",
+            ["api"],
+            registry=registry,
+        )
+        self.partition_errors = Counter(
+            "rlm_kafka_partition_errors",
+            "Fetch/ListOffsets partitions answered with a Kafka error code, by API and code name",
+            ["api", "error"],
+            registry=registry,
+        )
+        self.fetch_bytes = Counter(
+            "rlm_kafka_fetch_bytes",
+            "Record batch bytes sent in Fetch responses (Kafka: BytesOutPerSec)",
+            registry=registry,
+        )
+        self.connections = Gauge(
+            "rlm_kafka_connections_active", "Kafka listener connections open now", registry=registry
+        )
+        self.closed = Counter(
+            "rlm_kafka_connections_closed",
+            "Kafka listener connections closed by the "
+            "listener, by reason: protocol (bad frame, API or version), idle (silent, "
+            "half-open or not reading), auth (SASL), error (a handler failed)",
+            ["reason"],
+            registry=registry,
+        )

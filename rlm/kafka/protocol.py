@@ -56,8 +56,17 @@ from kafka.protocol.sasl import (
 
 from rlm.errors import KafkaProtocolError
 
-__all__ = ["API_VERSIONS", "SERVED", "Api", "Codes", "RequestFrame", "code_name", "encode_response",
-           "parse_request", "unsupported_api_versions"]
+__all__ = [
+    "API_VERSIONS",
+    "SERVED",
+    "Api",
+    "Codes",
+    "RequestFrame",
+    "code_name",
+    "encode_response",
+    "parse_request",
+    "unsupported_api_versions",
+]
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
 
@@ -108,22 +117,25 @@ class Api:
 # Versions: what each handler fills field by field (docs/kafka-listener.md "Versions"). Fetch stops
 # at 12 (13+ name topics by id only), ListOffsets at 9 (-5 latest tiered; 10+ add a timeout and
 # -6), Metadata at 12 (13 adds a top-level error and nothing a reader needs).
-SERVED: dict[int, Api] = {api.key: api for api in (
-    Api(0, ProduceRequest, ProduceResponse, 3, 9),              # refused: read-only
-    Api(1, FetchRequest, FetchResponse, 4, 12),
-    Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 9),
-    Api(3, MetadataRequest, MetadataResponse, 0, 12),
-    Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: refused
-    Api(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
-    Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4),
-    Api(13, LeaveGroupRequest, LeaveGroupResponse, 0, 4),
-    Api(14, SyncGroupRequest, SyncGroupResponse, 0, 4),
-    Api(17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
-    Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
-    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),  # refused: read-only
-    Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
-    Api(36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
-)}
+SERVED: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(0, ProduceRequest, ProduceResponse, 3, 9),  # refused: read-only
+        Api(1, FetchRequest, FetchResponse, 4, 12),
+        Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 9),
+        Api(3, MetadataRequest, MetadataResponse, 0, 12),
+        Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: refused
+        Api(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
+        Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4),
+        Api(13, LeaveGroupRequest, LeaveGroupResponse, 0, 4),
+        Api(14, SyncGroupRequest, SyncGroupResponse, 0, 4),
+        Api(17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+        Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+        Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),  # refused: read-only
+        Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
+        Api(36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
+    )
+}
 
 API_VERSIONS_KEY = 18
 #: ``(api_key, min_version, max_version)`` as ApiVersions advertises them.
@@ -157,16 +169,19 @@ def parse_request(frame: bytes) -> RequestFrame:
     key, version, correlation_id = peek_header(frame)
     api = SERVED.get(key)
     if api is None:
-        raise KafkaProtocolError(f"api_key {key} (version {version}) is not served by this read-only "
-                                 "listener")
+        raise KafkaProtocolError(
+            f"api_key {key} (version {version}) is not served by this read-only listener"
+        )
     if not api.min_version <= version <= api.max_version:
-        raise KafkaProtocolError(f"api_key {key} version {version} is not served (versions "
-                                 f"{api.min_version}-{api.max_version})")
+        raise KafkaProtocolError(
+            f"api_key {key} version {version} is not served (versions {api.min_version}-{api.max_version})"
+        )
     try:
         body = api.request.decode(frame, version=version, header=True)
     except Exception as err:  # the library raises struct/Index/Value/Unicode errors on garbage
-        raise KafkaProtocolError(f"api_key {key} version {version}: the request does not decode: "
-                                 f"{type(err).__name__}: {err}") from None
+        raise KafkaProtocolError(
+            f"api_key {key} version {version}: the request does not decode: {type(err).__name__}: {err}"
+        ) from None
     return RequestFrame(api, version, correlation_id, body.header.client_id, body)
 
 
@@ -182,12 +197,15 @@ def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> b
 def unsupported_api_versions(correlation_id: int) -> bytes | bytearray:
     """Kafka's answer to an ApiVersions request of a version it does not know: a **v0** response
     with UNSUPPORTED_VERSION and the served list, so the client retries with a version in it."""
-    return encode_response(SERVED[API_VERSIONS_KEY], 0, correlation_id,
-                           api_versions_body(Codes.UNSUPPORTED_VERSION))
+    return encode_response(
+        SERVED[API_VERSIONS_KEY], 0, correlation_id, api_versions_body(Codes.UNSUPPORTED_VERSION)
+    )
 
 
 def api_versions_body(error_code: int = Codes.NONE) -> Any:
     key = ApiVersionsResponse.ApiVersion
-    return ApiVersionsResponse(error_code=error_code, throttle_time_ms=0,
-                               api_keys=[key(api_key=k, min_version=lo, max_version=hi)
-                                         for k, lo, hi in API_VERSIONS])
+    return ApiVersionsResponse(
+        error_code=error_code,
+        throttle_time_ms=0,
+        api_keys=[key(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in API_VERSIONS],
+    )

@@ -27,8 +27,16 @@ from rlm.tiering.lookup import (
 from rlm.tiering.readers import PartitionNotFoundError, TieredReaders
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
-__all__ = ["FetchedPartition", "ListedOffset", "error_code", "fetch_partition", "list_offset",
-           "partition_offsets", "reader_for", "served"]
+__all__ = [
+    "FetchedPartition",
+    "ListedOffset",
+    "error_code",
+    "fetch_partition",
+    "list_offset",
+    "partition_offsets",
+    "reader_for",
+    "served",
+]
 
 #: The KRaft quorum's own log lives in a log dir but is no topic: Kafka never serves it to consumers.
 _NOT_TOPICS = frozenset({"__cluster_metadata"})
@@ -98,8 +106,15 @@ def partition_offsets(readers: TieredReaders, topic: str, partition: int) -> Fet
     return FetchedPartition(Codes.NONE, _or(ranges.visible_end_offset, 0), -1, _or(ranges.log_start_offset))
 
 
-def fetch_partition(readers: TieredReaders, topic: str, partition: int, offset: int, max_bytes: int,
-                    committed: bool, reader_key: Hashable) -> FetchedPartition:
+def fetch_partition(
+    readers: TieredReaders,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    committed: bool,
+    reader_key: Hashable,
+) -> FetchedPartition:
     """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (at least one,
     as Kafka answers a first partition with data; the caller enforces the response's budget),
     below the high watermark — below the last stable offset under read_committed."""
@@ -135,8 +150,9 @@ def _out_of_range(readers: TieredReaders, topic: str, partition: int) -> Fetched
     return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE, answer.high_watermark, -1, answer.log_start_offset)
 
 
-def list_offset(readers: TieredReaders, topic: str, partition: int, timestamp: int, committed: bool,
-                version: int) -> ListedOffset:
+def list_offset(
+    readers: TieredReaders, topic: str, partition: int, timestamp: int, committed: bool, version: int
+) -> ListedOffset:
     """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
     watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
     record with the largest timestamp, -4 the local log start offset, -5 the highest tiered

@@ -29,8 +29,7 @@ def parse_users(path: Path) -> dict[str, bytes]:
             continue
         user, sep, password = line.partition(":")
         if not sep or not user:
-            raise ConfigError(f"kafka.sasl_plain_users_file {path}: line {number} is not "
-                              '"user:password"')
+            raise ConfigError(f'kafka.sasl_plain_users_file {path}: line {number} is not "user:password"')
         users[user] = password.encode()
     if not users:
         raise ConfigError(f"kafka.sasl_plain_users_file {path} lists no user")

@@ -71,11 +71,11 @@ class _Conn:
     """One client connection's state."""
 
     peer: str
-    host: str                 # the address the client reached: what Metadata advertises
+    host: str  # the address the client reached: what Metadata advertises
     port: int
-    key: tuple[str, str]      # who reads, for read-ahead (docs/read-path.md)
+    key: tuple[str, str]  # who reads, for read-ahead (docs/read-path.md)
     authenticated: bool
-    handshake: bool = False   # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
+    handshake: bool = False  # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
     raw_token_next: bool = False
     close_after: bool = False
     auth_failed: bool = False  # why it is closed, for the metric
@@ -84,8 +84,9 @@ class _Conn:
 class KafkaListener:
     """The listener on ``kafka.listen`` (port 0 = any free port: see :attr:`port`)."""
 
-    def __init__(self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8,
-                 metrics: KafkaMetrics | None = None) -> None:
+    def __init__(
+        self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8, metrics: KafkaMetrics | None = None
+    ) -> None:
         self.api = api
         self.settings = settings
         self.metrics = metrics or KafkaMetrics()  # unregistered unless the daemon's are given
@@ -93,8 +94,9 @@ class KafkaListener:
         self._tls = _tls(settings)
         path = settings.sasl_plain_users_file
         self._users = PlainUsers(path) if path is not None else None
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
-                                   socket.IPPROTO_TCP)  # IPPROTO_TCP: asyncio sets TCP_NODELAY then
+        self._sock = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )  # IPPROTO_TCP: asyncio sets TCP_NODELAY then
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
@@ -111,9 +113,14 @@ class KafkaListener:
         self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._run, name="rlm-kafka", daemon=True)
         self._handlers: dict[int, Callable[[Any, int], Any]] = {
-            0: api.produce, 2: api.list_offsets, 10: api.find_coordinator, 18: api.api_versions,
-            22: api.init_producer_id, 32: api.describe_configs,
-            **{k: functools.partial(api.group_error, SERVED[k]) for k in (11, 12, 13, 14)}}
+            0: api.produce,
+            2: api.list_offsets,
+            10: api.find_coordinator,
+            18: api.api_versions,
+            22: api.init_producer_id,
+            32: api.describe_configs,
+            **{k: functools.partial(api.group_error, SERVED[k]) for k in (11, 12, 13, 14)},
+        }
 
     @property
     def address(self) -> str:
@@ -144,8 +151,12 @@ class KafkaListener:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._serve, sock=self._sock, ssl=self._tls,
-                                            ssl_handshake_timeout=self._idle_s if self._tls else None)
+        server = await asyncio.start_server(
+            self._serve,
+            sock=self._sock,
+            ssl=self._tls,
+            ssl_handshake_timeout=self._idle_s if self._tls else None,
+        )
         self._ready.set()
         async with server:
             await self._stop.wait()
@@ -158,8 +169,13 @@ class KafkaListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
         local = writer.get_extra_info("sockname") or (self.host, self.port)
-        conn = _Conn(f"{peer[0]}:{peer[1]}", local[0], int(local[1]), (str(peer[0]), f"kafka:{peer[1]}"),
-                     authenticated=self._users is None)
+        conn = _Conn(
+            f"{peer[0]}:{peer[1]}",
+            local[0],
+            int(local[1]),
+            (str(peer[0]), f"kafka:{peer[1]}"),
+            authenticated=self._users is None,
+        )
         self._writers.add(writer)
         self.metrics.connections.inc()
         reason = ""
@@ -186,8 +202,9 @@ class KafkaListener:
                 self.metrics.closed.labels(reason=reason).inc()
             writer.close()
 
-    async def _loop_requests(self, conn: _Conn, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
+    async def _loop_requests(
+        self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         while True:
             try:
                 head = await asyncio.wait_for(reader.readexactly(4), self._idle_s)
@@ -197,8 +214,10 @@ class KafkaListener:
                 raise
             size = int.from_bytes(head, "big", signed=True)
             if not 0 <= size <= self.settings.max_request_bytes:
-                raise KafkaProtocolError(f"request frame of {size} bytes (kafka.max_request_bytes is "
-                                         f"{self.settings.max_request_bytes})")
+                raise KafkaProtocolError(
+                    f"request frame of {size} bytes (kafka.max_request_bytes is "
+                    f"{self.settings.max_request_bytes})"
+                )
             frame = await asyncio.wait_for(reader.readexactly(size), self._idle_s)
             out = await self._answer(conn, frame)
             writer.write(out)
@@ -282,8 +301,9 @@ class KafkaListener:
 
     def _authenticate(self, conn: _Conn, req: RequestFrame) -> Any:
         def answer(code: int, message: str | None) -> Any:
-            return SaslAuthenticateResponse(error_code=code, error_message=message, auth_bytes=b"",
-                                            session_lifetime_ms=0)
+            return SaslAuthenticateResponse(
+                error_code=code, error_message=message, auth_bytes=b"", session_lifetime_ms=0
+            )
 
         if self._users is None or not conn.handshake or conn.authenticated:
             conn.close_after = True
@@ -292,7 +312,8 @@ class KafkaListener:
         if user is None:
             conn.close_after = conn.auth_failed = True  # as Kafka: answered, then the connection closed
             log.info("kafka: %s: SASL/PLAIN authentication failed", conn.peer)
-            return answer(Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username "
-                                                            "or password")
+            return answer(
+                Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password"
+            )
         conn.authenticated = True
         return answer(Codes.NONE, None)

@@ -29,8 +29,16 @@ from rlm.formats.records import RecordBatch
 from rlm.formats.segment_index import check_offset_index, check_time_index
 from rlm.formats.time_index import TimeIndex
 
-__all__ = ["FileVersion", "IndexKind", "cached_rebuild", "file_version", "fstat_version",
-           "note_rebuilt", "parse_checked", "rebuild_counts"]
+__all__ = [
+    "FileVersion",
+    "IndexKind",
+    "cached_rebuild",
+    "file_version",
+    "fstat_version",
+    "note_rebuilt",
+    "parse_checked",
+    "rebuild_counts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +65,9 @@ def file_version(path: Path | None) -> FileVersion | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def parse_checked(kind: IndexKind, base_offset: int, raw: bytes,
-                  batches: Sequence[RecordBatch] | None = None) -> OffsetIndex | TimeIndex:
+def parse_checked(
+    kind: IndexKind, base_offset: int, raw: bytes, batches: Sequence[RecordBatch] | None = None
+) -> OffsetIndex | TimeIndex:
     """Parse ``raw`` (a broker file, zero tail allowed) and check it; with ``batches`` (every batch
     of the segment) check it against the ``.log`` too. Raises :class:`rlm.errors.CorruptIndexError`."""
     if kind == "index":

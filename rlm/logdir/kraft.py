@@ -90,7 +90,7 @@ class MetadataImage:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     features: dict[str, int] = field(default_factory=dict)
     offset: int = -1
-    snapshot: str | None = None          # name of the snapshot file the image started from
+    snapshot: str | None = None  # name of the snapshot file the image started from
     gaps: list[str] = field(default_factory=list)
 
     def apply(self, record: md.MetadataRecord) -> None:
@@ -119,8 +119,13 @@ class MetadataImage:
         topic = self.topics_by_id.get(record.topic_id)
         if topic is not None:
             topic.partitions[record.partition] = PartitionImage(
-                record.partition, record.leader, record.leader_epoch, record.partition_epoch,
-                record.replicas, record.isr)
+                record.partition,
+                record.leader,
+                record.leader_epoch,
+                record.partition_epoch,
+                record.replicas,
+                record.isr,
+            )
 
     def _apply_change(self, record: md.PartitionChangeRecord) -> None:
         topic = self.topics_by_id.get(record.topic_id)
@@ -193,16 +198,20 @@ def read_node_id(log_dirs: list[Path] | tuple[Path, ...]) -> str | None:
             text = (Path(log_dir) / "meta.properties").read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):  # missing, a name too long, unreadable: unknown
             continue
-        props = dict(line.split("=", 1) for line in text.splitlines()
-                     if "=" in line and not line.lstrip().startswith("#"))
+        props = dict(
+            line.split("=", 1)
+            for line in text.splitlines()
+            if "=" in line and not line.lstrip().startswith("#")
+        )
         for key in ("node.id", "broker.id"):
             if key in props:
                 return props[key].strip()
     return None
 
 
-def _records(buf: Buffer, path: Path, start: int, after: int
-             ) -> Iterator[tuple[int, int, int, int, list[tuple[int, md.MetadataRecord]]]]:
+def _records(
+    buf: Buffer, path: Path, start: int, after: int
+) -> Iterator[tuple[int, int, int, int, list[tuple[int, md.MetadataRecord]]]]:
     """Per complete batch from byte ``start``: (position, end, crc, last offset, [(offset, record)])
     with the data records at offsets > ``after`` (none for control batches). Errors name ``path``."""
     try:
@@ -253,10 +262,10 @@ class KraftMetadataLog:
 
     def _reset(self) -> None:
         self._image = MetadataImage()
-        self._next_offset = 0                  # first offset not yet applied
-        self._snapshot_end = -1                # end offset of the snapshot loaded, -1 = none
-        self._segment: int | None = None       # base offset of the segment being read
-        self._position = 0                     # byte position of the next batch in it
+        self._next_offset = 0  # first offset not yet applied
+        self._snapshot_end = -1  # end offset of the snapshot loaded, -1 = none
+        self._segment: int | None = None  # base offset of the segment being read
+        self._position = 0  # byte position of the next batch in it
         self._last_batch: tuple[int, int] | None = None  # (position, crc) of the last batch read
         self._pending: list[md.MetadataRecord] | None = None  # inside a metadata transaction
         self._work: MetadataImage | None = None  # the copy one poll changes (see _edit)
@@ -285,8 +294,11 @@ class KraftMetadataLog:
         if newest is not None and newest[0] > max(self._next_offset, self._snapshot_end):
             self._load_snapshot(newest[0], newest[2])
         if not self._read_segments() and self._next_offset > 0:
-            log.warning("%s: the metadata log was truncated below offset %d; reloading",
-                        self.directory, self._next_offset)
+            log.warning(
+                "%s: the metadata log was truncated below offset %d; reloading",
+                self.directory,
+                self._next_offset,
+            )
             self._reset()
             if newest is not None:
                 self._load_snapshot(newest[0], newest[2])
@@ -303,8 +315,11 @@ class KraftMetadataLog:
         """Read new batches; False when the log no longer holds what was read (truncated)."""
         segments = list_segments(self.directory)
         bases = [s.base_offset for s in segments]
-        if self._segment is not None and self._segment not in bases and (
-                not bases or max(bases) < self._segment):
+        if (
+            self._segment is not None
+            and self._segment not in bases
+            and (not bases or max(bases) < self._segment)
+        ):
             return False
         self._work = None
         for index, seg in enumerate(segments):
@@ -315,8 +330,10 @@ class KraftMetadataLog:
             if resume and not self._still_there(seg.log, seg.size):
                 return False
             if not resume and seg.base_offset > self._next_offset:
-                gap = (f"offsets {self._next_offset}-{seg.base_offset - 1} are in no segment or snapshot "
-                       "(deleted before they were read)")
+                gap = (
+                    f"offsets {self._next_offset}-{seg.base_offset - 1} are in no segment or snapshot "
+                    "(deleted before they were read)"
+                )
                 self._edit().gaps.append(gap)
                 log.warning("%s: %s: topic configs changed there are not known", self.directory, gap)
             if not resume:

@@ -101,12 +101,16 @@ class LogSegment:
         self._indexes_loaded = False
 
     @classmethod
-    def open(cls, files: SegmentFiles, *,
-             index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> LogSegment:
+    def open(
+        cls, files: SegmentFiles, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    ) -> LogSegment:
         """Open a segment found by :func:`rlm.logdir.scan.list_segments` (only its listed indexes)."""
         segment = cls(
-            files.log, index_path=files.index, time_index_path=files.time_index,
-            base_offset=files.base_offset, index_interval_bytes=index_interval_bytes,
+            files.log,
+            index_path=files.index,
+            time_index_path=files.time_index,
+            base_offset=files.base_offset,
+            index_interval_bytes=index_interval_bytes,
         )
         # An index missing from the listing must not be picked up by name later.
         if files.index is None:
@@ -202,7 +206,8 @@ class LogSegment:
             with contextlib.suppress(RlmError):  # a corrupt .log: index what precedes the damage
                 batches.extend(iter_batches(self._buf, verify_crc=False))
             return rebuild_indexes(self.base_offset, batches, self.index_interval_bytes)[
-                0 if kind == "index" else 1]
+                0 if kind == "index" else 1
+            ]
 
         key = (kind, version, self._log_version, self.size, self.index_interval_bytes)
         data = cached_rebuild(key, build)
@@ -241,8 +246,10 @@ class LogSegment:
                 return TimeIndex(self.base_offset, raw[: keep * index.ENTRY_SIZE])
             raise CorruptIndexError(
                 f"last entry ({final.timestamp}, {final.offset}) names an offset past the end of the "
-                f"log (last offset {last_offset})", position=(len(index) - 1) * index.ENTRY_SIZE,
-                offset=final.offset)
+                f"log (last offset {last_offset})",
+                position=(len(index) - 1) * index.ENTRY_SIZE,
+                offset=final.offset,
+            )
         return index
 
     def _check_entry(self, offset: int, position: int, entry_position: int) -> None:
@@ -254,7 +261,10 @@ class LogSegment:
         if batch is None or batch.last_offset > offset:
             raise CorruptIndexError(
                 f"entry ({offset}, {position}) does not point at a batch holding offsets up to "
-                f"{offset} (the log has {self.size} bytes)", position=entry_position, offset=offset)
+                f"{offset} (the log has {self.size} bytes)",
+                position=entry_position,
+                offset=offset,
+            )
 
     def _last_offset(self) -> int | None:
         """The mapped log's last offset, scanning from the offset index's last entry (None when

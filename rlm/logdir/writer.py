@@ -133,8 +133,9 @@ class _Segment:
             self.rolling_based_timestamp = batch.max_timestamp
         self.log.write(data)
         self.size += len(data)
-        offset_entry, time_entry = self.indexer.on_append(position, len(data), batch.last_offset,
-                                                          batch.max_timestamp)
+        offset_entry, time_entry = self.indexer.on_append(
+            position, len(data), batch.last_offset, batch.max_timestamp
+        )
         self.index.write(offset_entry)
         self.time_index.write(time_entry)
         return position

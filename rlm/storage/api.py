@@ -200,7 +200,7 @@ class StorageBackend(ABC):
         root = self.url("x")[:-1]
         if not url.startswith(root):
             raise ValueError(f"{url!r} is not an object URL of this {self.name} store ({root}...)")
-        return validate_key(url[len(root):])
+        return validate_key(url[len(root) :])
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections/threads. Idempotent."""

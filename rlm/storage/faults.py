@@ -76,8 +76,10 @@ class FaultyBackend(WrappingBackend):
     ) -> None:
         super().__init__(**options)
         o = self.options
-        total = sum(o[k] for k in ("throttle_rate", "error_rate", "timeout_rate",
-                                   "lost_ack_rate", "partial_upload_rate"))
+        total = sum(
+            o[k]
+            for k in ("throttle_rate", "error_rate", "timeout_rate", "lost_ack_rate", "partial_upload_rate")
+        )
         if total > 1.0:
             raise ConfigError(f"faulty: the fault rates add up to {total}, more than 1")
         if inner_backend is not None and not isinstance(inner_backend, StorageBackend):
@@ -97,8 +99,9 @@ class FaultyBackend(WrappingBackend):
         self.injected: collections.Counter[str] = collections.Counter()
 
     @classmethod
-    def wrap(cls, inner: StorageBackend, *, sleep: Callable[[float], None] | None = None,
-             **fault_options: Any) -> FaultyBackend:
+    def wrap(
+        cls, inner: StorageBackend, *, sleep: Callable[[float], None] | None = None, **fault_options: Any
+    ) -> FaultyBackend:
         """Wrap an existing backend instance (``fault_options`` as in the module doc, minus ``inner*``)."""
         return cls(inner_backend=inner, sleep=sleep, inner=inner.name, **fault_options)
 

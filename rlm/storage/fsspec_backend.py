@@ -152,8 +152,9 @@ class FsspecBackend(StorageBackend):
         if info.get("type") != "file":
             raise ObjectNotFoundError(f"{self.name}: no object {key!r}")
         mtime = info.get("mtime") or info.get("modificationTime")
-        return ObjectInfo(key, int(info.get("size") or 0), None,
-                          float(mtime) if isinstance(mtime, int | float) else None)
+        return ObjectInfo(
+            key, int(info.get("size") or 0), None, float(mtime) if isinstance(mtime, int | float) else None
+        )
 
     def _head(self, key: str) -> ObjectInfo:
         try:
@@ -183,9 +184,14 @@ class FsspecBackend(StorageBackend):
         infos = []
         for path, info in found.items():
             key = "/" + path.lstrip("/")
-            key = key[len("/" + self.root.strip("/")) + 1:] if self.root != "/" else key[1:]
-            if (not key or key.startswith(RESERVED_PREFIX) or not key.startswith(prefix)
-                    or (start_after is not None and key <= start_after) or info.get("type") != "file"):
+            key = key[len("/" + self.root.strip("/")) + 1 :] if self.root != "/" else key[1:]
+            if (
+                not key
+                or key.startswith(RESERVED_PREFIX)
+                or not key.startswith(prefix)
+                or (start_after is not None and key <= start_after)
+                or info.get("type") != "file"
+            ):
                 continue
             infos.append((key, info))
         infos.sort(key=lambda t: t[0])

@@ -59,11 +59,15 @@ class StoreHealth:
     injectable for tests. ``registry`` gets the ``rlm_remote_store_*`` metrics.
     """
 
-    def __init__(self, *, unreachable_after_ms: int = DEFAULT_UNREACHABLE_AFTER_MS,
-                 probe_interval_ms: int = DEFAULT_PROBE_INTERVAL_MS,
-                 registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        unreachable_after_ms: int = DEFAULT_UNREACHABLE_AFTER_MS,
+        probe_interval_ms: int = DEFAULT_PROBE_INTERVAL_MS,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         if unreachable_after_ms < 0 or probe_interval_ms < 0:
             raise ValueError("unreachable_after_ms and probe_interval_ms must be >= 0")
         self.unreachable_after = unreachable_after_ms / 1000
@@ -71,8 +75,8 @@ class StoreHealth:
         self._clock, self._wall = clock, wall
         self._lock = threading.Lock()
         self._down = False
-        self._streak: tuple[float, float] | None = None   # (monotonic, wall) start of the first failure
-        self._failures = 0                                  # consecutive failed calls
+        self._streak: tuple[float, float] | None = None  # (monotonic, wall) start of the first failure
+        self._failures = 0  # consecutive failed calls
         self._last_error: str | None = None
         self._last_error_wall: float | None = None
         self._last_success_wall: float | None = None
@@ -80,22 +84,35 @@ class StoreHealth:
         self._ids = itertools.count()
         self._probing = False
         self._last_probe = float("-inf")
-        self._last_done = float("-inf")                    # monotonic end of the last answered/failed call
-        self.timer_probes = False                          # True: only probe() probes (daemon timer)
+        self._last_done = float("-inf")  # monotonic end of the last answered/failed call
+        self.timer_probes = False  # True: only probe() probes (daemon timer)
         self._metrics(registry or CollectorRegistry())
 
     def _metrics(self, registry: CollectorRegistry) -> None:
-        up = Gauge("rlm_remote_store_up", "1 while the remote store answers, 0 while it is unreachable "
-                   "(every call failed or one hangs for remote.unreachable_after_ms)", registry=registry)
+        up = Gauge(
+            "rlm_remote_store_up",
+            "1 while the remote store answers, 0 while it is unreachable "
+            "(every call failed or one hangs for remote.unreachable_after_ms)",
+            registry=registry,
+        )
         up.set_function(lambda: 0.0 if self.unreachable_since() is not None else 1.0)
-        down_for = Gauge("rlm_remote_store_unreachable_seconds", "Seconds since the remote store became "
-                         "unreachable; 0 while it answers", registry=registry)
+        down_for = Gauge(
+            "rlm_remote_store_unreachable_seconds",
+            "Seconds since the remote store became unreachable; 0 while it answers",
+            registry=registry,
+        )
         down_for.set_function(self._unreachable_seconds)
-        self.errors = Counter("rlm_remote_store_errors", "Store calls that failed with a transient "
-                              "error (connection, timeout, 5xx) after the backend's own retries",
-                              registry=registry)
-        self.fast_failures = Counter("rlm_remote_store_fast_failures", "Store calls refused without "
-                                     "network I/O because the store is unreachable", registry=registry)
+        self.errors = Counter(
+            "rlm_remote_store_errors",
+            "Store calls that failed with a transient "
+            "error (connection, timeout, 5xx) after the backend's own retries",
+            registry=registry,
+        )
+        self.fast_failures = Counter(
+            "rlm_remote_store_fast_failures",
+            "Store calls refused without network I/O because the store is unreachable",
+            registry=registry,
+        )
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -133,8 +150,11 @@ class StoreHealth:
             if since is not None and stalled is not None and not self._down:
                 error = f"a store call has not answered for {now - stalled[0]:.1f} s"
             known = self._last_success_wall is not None or self._last_error_wall is not None
-            next_probe = (None if since is None else
-                          (wall + max(0.0, self._last_probe + self.probe_interval - now)) * 1000)
+            next_probe = (
+                None
+                if since is None
+                else (wall + max(0.0, self._last_probe + self.probe_interval - now)) * 1000
+            )
             return {
                 "status": "unreachable" if since is not None else ("up" if known else "unknown"),
                 "reachable": since is None,
@@ -142,8 +162,9 @@ class StoreHealth:
                 "unreachable_for_ms": None if since is None else int((now - since[0]) * 1000),
                 "last_error": error,
                 "last_error_ms": None if self._last_error_wall is None else int(self._last_error_wall * 1000),
-                "last_success_ms": (None if self._last_success_wall is None
-                                    else int(self._last_success_wall * 1000)),
+                "last_success_ms": (
+                    None if self._last_success_wall is None else int(self._last_success_wall * 1000)
+                ),
                 "consecutive_failures": self._failures,
                 "next_probe_ms": None if next_probe is None else int(next_probe),
                 "unreachable_after_ms": int(self.unreachable_after * 1000),
@@ -163,8 +184,12 @@ class StoreHealth:
                 return False
             stalled = self._stalled_locked(now) is not None
             may_probe = probing or not self.timer_probes
-            if (may_probe and not stalled and not self._probing
-                    and now - self._last_probe >= self.probe_interval):
+            if (
+                may_probe
+                and not stalled
+                and not self._probing
+                and now - self._last_probe >= self.probe_interval
+            ):
                 self._probing, self._last_probe = True, now
                 return True
             error = self._last_error or "a store call has not answered"
@@ -172,7 +197,8 @@ class StoreHealth:
         self.fast_failures.inc()
         raise StoreUnavailableError(
             f"remote store unreachable since {_iso(since[1] * 1000)} ({now - since[0]:.0f} s); "
-            f"next probe in {wait:.1f} s; last error: {error}")
+            f"next probe in {wait:.1f} s; last error: {error}"
+        )
 
     def succeeded(self, probe: bool) -> None:
         with self._lock:
@@ -201,8 +227,12 @@ class StoreHealth:
             down = self._down
         self.errors.inc()
         if newly:
-            log.error("remote store unreachable since %s: %s (calls fail fast; probing every %.1f s)",
-                      _iso(self._streak_wall() * 1000), err, self.probe_interval)
+            log.error(
+                "remote store unreachable since %s: %s (calls fail fast; probing every %.1f s)",
+                _iso(self._streak_wall() * 1000),
+                err,
+                self.probe_interval,
+            )
         return down
 
     def _streak_wall(self) -> float:

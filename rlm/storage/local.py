@@ -93,7 +93,7 @@ class LocalBackend(StorageBackend):
         root = self.url("x")[:-1]
         if not url.startswith(root):
             raise ValueError(f"{url!r} is not an object URL of this {self.name} store ({root}...)")
-        return validate_key(urllib.parse.unquote(url[len(root):]))
+        return validate_key(urllib.parse.unquote(url[len(root) :]))
 
     @property
     def capabilities(self) -> Capabilities:

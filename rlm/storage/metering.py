@@ -35,7 +35,8 @@ from rlm.storage.wrapper import WrappingBackend
 OPS = ("put", "get", "list", "head", "delete")
 _FIELDS = (*OPS, "bytes_sent", "bytes_received")
 _PARTITION: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
-    "rlm_store_partition", default=None)
+    "rlm_store_partition", default=None
+)
 
 
 @contextlib.contextmanager
@@ -55,15 +56,26 @@ def current_partition() -> tuple[str, int] | None:
 class RequestMeter:
     """Per-partition request counts and bytes, plus the Prometheus counters; thread-safe."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *,
-                 attribute: Callable[[str], tuple[str, int] | None] | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        attribute: Callable[[str], tuple[str, int] | None] | None = None,
+    ) -> None:
         r = registry or CollectorRegistry()
         self.attribute = attribute
-        self._requests = Counter("rlm_store_requests", "Object-store requests by operation and "
-                                 "partition (empty labels: not for one partition, e.g. GC)",
-                                 ["op", "topic", "partition"], registry=r)
-        self._bytes = Counter("rlm_store_request_bytes", "Bytes sent to (put) and received from (get) "
-                              "the object store", ["op", "direction"], registry=r)
+        self._requests = Counter(
+            "rlm_store_requests",
+            "Object-store requests by operation and partition (empty labels: not for one partition, e.g. GC)",
+            ["op", "topic", "partition"],
+            registry=r,
+        )
+        self._bytes = Counter(
+            "rlm_store_request_bytes",
+            "Bytes sent to (put) and received from (get) the object store",
+            ["op", "direction"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._by_partition: dict[tuple[str, int] | None, dict[str, int]] = {}
 

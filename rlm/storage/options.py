@@ -21,8 +21,18 @@ from rlm.errors import ConfigError
 REDACTED = "***"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-               "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,7 @@ def _coerce(backend: str, opt: Option, value: Any) -> Any:
         raise bad("a number")
     if kind == "size":
         if isinstance(value, bool):
-            raise bad("a byte size (e.g. 8388608 or \"8MiB\")")
+            raise bad('a byte size (e.g. 8388608 or "8MiB")')
         if isinstance(value, int):
             return value
         if isinstance(value, str):
@@ -96,7 +106,7 @@ def _coerce(backend: str, opt: Option, value: Any) -> Any:
             if m:
                 unit = (m.group(2) or "").lower().rstrip("b")
                 return int(m.group(1)) * _SIZE_UNITS[unit]
-        raise bad("a byte size (e.g. 8388608 or \"8MiB\")")
+        raise bad('a byte size (e.g. 8388608 or "8MiB")')
     if kind == "dict":
         if not isinstance(value, Mapping):
             raise bad("a table")
@@ -127,8 +137,10 @@ def parse_options(backend: str, options: Mapping[str, Any] | None, spec: Iterabl
     for opt in spec:
         if opt.name not in options or options[opt.name] is None:
             if opt.required:
-                raise ConfigError(f"remote.options.{opt.name} is required for backend {backend!r}"
-                                  + (f" ({opt.help})" if opt.help else ""))
+                raise ConfigError(
+                    f"remote.options.{opt.name} is required for backend {backend!r}"
+                    + (f" ({opt.help})" if opt.help else "")
+                )
             out[opt.name] = opt.default
             continue
         value = _coerce(backend, opt, options[opt.name])

@@ -68,8 +68,13 @@ def create_backend(name: str, options: Mapping[str, Any] | None = None) -> Stora
     return backend_class(name).from_options(options or {})
 
 
-def open_backend(name: str, options: Mapping[str, Any] | None = None, prefix_spread: int = 0, *,
-                 wait_s: float | None = None) -> StorageBackend:
+def open_backend(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    prefix_spread: int = 0,
+    *,
+    wait_s: float | None = None,
+) -> StorageBackend:
     """The configured store as rlm uses it: :func:`create_backend`, then the key layout
     (``[remote] prefix_spread``) checked against the store — waiting at most ``wait_s`` seconds
     for its answer (None = as long as the backend's own timeouts) — and applied
@@ -87,10 +92,11 @@ def backend_from_config(remote: Mapping[str, Any]) -> StorageBackend:
     allowed = {"backend", "options", "unreachable_after_ms", "probe_interval_ms", "prefix_spread"}
     unknown = sorted(set(remote) - allowed)
     if unknown:
-        raise ConfigError(f"unknown key(s) in [remote]: {', '.join(unknown)}; "
-                          f"allowed: {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"unknown key(s) in [remote]: {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
     if "backend" not in remote:
-        raise ConfigError("remote.backend is required (e.g. backend = \"local\")")
+        raise ConfigError('remote.backend is required (e.g. backend = "local")')
     backend = create_backend(remote["backend"], remote.get("options"))
     from rlm.storage.spread import MAX_SPREAD, SpreadBackend
 

@@ -63,8 +63,9 @@ class RetryPolicy:
         with self._lock:
             return self.rng.uniform(0, cap)
 
-    def call(self, fn: Callable[..., T], *args: Any, before_retry: Callable[[], None] | None = None,
-             **kwargs: Any) -> T:
+    def call(
+        self, fn: Callable[..., T], *args: Any, before_retry: Callable[[], None] | None = None, **kwargs: Any
+    ) -> T:
         """Call ``fn(*args, **kwargs)``, retrying ``retry_on`` errors; re-raise the last one.
 
         ``before_retry`` runs before each retry (e.g. rewind a stream); if it raises, that error
@@ -81,8 +82,13 @@ class RetryPolicy:
                     gave_up(e, attempt + 1)
                     raise
                 pause = self.delay(attempt)
-                log.debug("transient storage error (attempt %d/%d), retrying in %.3fs: %s",
-                          attempt + 1, self.max_attempts, pause, e)
+                log.debug(
+                    "transient storage error (attempt %d/%d), retrying in %.3fs: %s",
+                    attempt + 1,
+                    self.max_attempts,
+                    pause,
+                    e,
+                )
                 self.sleep(pause)
                 attempt += 1
                 if before_retry is not None:
@@ -164,8 +170,11 @@ class RetryingBackend(WrappingBackend):
         self.options = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "inner": self.inner.describe(),
-                "max_attempts": self.policy.max_attempts}
+        return {
+            "backend": self.name,
+            "inner": self.inner.describe(),
+            "max_attempts": self.policy.max_attempts,
+        }
 
     def __repr__(self) -> str:
         return f"RetryingBackend({self.inner!r}, max_attempts={self.policy.max_attempts})"
@@ -187,8 +196,9 @@ class RetryingBackend(WrappingBackend):
         return super().put(key, data, if_absent=if_absent)
 
     def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
-        return self.policy.call(self.inner.put, key, stream, if_absent=if_absent,
-                                before_retry=_rewinder(stream))
+        return self.policy.call(
+            self.inner.put, key, stream, if_absent=if_absent, before_retry=_rewinder(stream)
+        )
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         return self.policy.call(self.inner.read, key, start, end)

@@ -81,7 +81,7 @@ def bucket(name: str, digits: int) -> str:
 
 def all_buckets(digits: int) -> list[str]:
     """Every bucket of a spread of ``digits`` hex digits, in key order."""
-    return [f"{i:0{digits}x}" for i in range(16 ** digits)]
+    return [f"{i:0{digits}x}" for i in range(16**digits)]
 
 
 def names_partition(prefix: str) -> bool:
@@ -104,8 +104,10 @@ def parse_layout(data: bytes, where: str) -> int:
     if not isinstance(doc, dict) or doc.get("format") != LAYOUT_FORMAT:
         raise FormatError(f"{where}: not an rlm layout object (field 'format' != {LAYOUT_FORMAT!r})")
     if doc.get("version") != LAYOUT_VERSION or doc.get("hash") != HASH:
-        raise FormatError(f"{where}: layout version {doc.get('version')!r} / hash {doc.get('hash')!r} "
-                          f"is not supported by this rlm (version {LAYOUT_VERSION}, hash {HASH!r})")
+        raise FormatError(
+            f"{where}: layout version {doc.get('version')!r} / hash {doc.get('hash')!r} "
+            f"is not supported by this rlm (version {LAYOUT_VERSION}, hash {HASH!r})"
+        )
     spread = doc.get("prefix_spread")
     if not isinstance(spread, int) or isinstance(spread, bool) or not 0 <= spread <= MAX_SPREAD:
         raise FormatError(f"{where}: field 'prefix_spread' = {spread!r} is not an integer 0-{MAX_SPREAD}")
@@ -116,7 +118,8 @@ def _refuse(store: StorageBackend, configured: int, recorded: int, why: str) -> 
     return StoreLayoutError(
         f"config key remote.prefix_spread = {configured} does not match the store: {why} "
         f"prefix_spread = {recorded} ({store.url(LAYOUT_KEY)}); set remote.prefix_spread = {recorded} "
-        "(docs/key-spread.md)")
+        "(docs/key-spread.md)"
+    )
 
 
 def check_layout(store: StorageBackend, digits: int) -> None:
@@ -166,8 +169,11 @@ class SpreadBackend(WrappingBackend):
         return (_rebuild_spread, (self.inner, self.digits))
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "options": {"prefix_spread": self.digits},
-                "inner": self.inner.describe()}
+        return {
+            "backend": self.name,
+            "options": {"prefix_spread": self.digits},
+            "inner": self.inner.describe(),
+        }
 
     def __repr__(self) -> str:
         return f"SpreadBackend({self.inner!r}, prefix_spread={self.digits})"
@@ -198,8 +204,10 @@ class SpreadBackend(WrappingBackend):
         if not self.digits:
             return key
         if not self.owns(key):
-            raise ValueError(f"stored key {key!r} is not under its prefix_spread = {self.digits} "
-                             "hash prefix (docs/key-spread.md)")
+            raise ValueError(
+                f"stored key {key!r} is not under its prefix_spread = {self.digits} "
+                "hash prefix (docs/key-spread.md)"
+            )
         return key.partition("/")[2]
 
     def owns(self, key: str) -> bool:
@@ -249,8 +257,11 @@ class SpreadBackend(WrappingBackend):
         if names_partition(prefix):
             # One bucket; resuming after a key of another bucket still means "keys > start_after".
             head = bucket(spread_name(prefix), self.digits)
-            page = self.inner.list_page(f"{head}/{prefix}", limit=limit,
-                                        token=None if start_after is None else f"{head}/{start_after}")
+            page = self.inner.list_page(
+                f"{head}/{prefix}",
+                limit=limit,
+                token=None if start_after is None else f"{head}/{start_after}",
+            )
             objects = tuple(self._info(o) for o in page.objects)
             token = None if page.next_token is None else self.logical(page.next_token)
             return ListPage(objects, token)
@@ -310,8 +321,9 @@ class SpreadBackend(WrappingBackend):
 class _Cursor:
     """One bucket's listing under a logical prefix, fetched a page of ``per`` objects at a time."""
 
-    def __init__(self, spread: SpreadBackend, bucket_name: str, prefix: str,
-                 start_after: str | None, per: int) -> None:
+    def __init__(
+        self, spread: SpreadBackend, bucket_name: str, prefix: str, start_after: str | None, per: int
+    ) -> None:
         self.spread, self.per = spread, per
         self.prefix = f"{bucket_name}/{prefix}"
         self.token: str | None = None if start_after is None else f"{bucket_name}/{start_after}"
@@ -361,14 +373,20 @@ def open_spread(inner: StorageBackend, digits: int, *, wait_s: float | None = No
 
     threading.Thread(target=check, name="rlm-layout-check", daemon=True).start()
     if not done.wait(wait_s):
-        log.info("store layout (remote.prefix_spread) not checked yet: no answer within %.1f s; "
-                 "checked before the first store call", wait_s or 0.0)
+        log.info(
+            "store layout (remote.prefix_spread) not checked yet: no answer within %.1f s; "
+            "checked before the first store call",
+            wait_s or 0.0,
+        )
         return spread
     if outcome:
         err = outcome[0]
         if isinstance(err, StoreLayoutError) or not isinstance(err, StorageError):
             raise err
-        log.info("store layout (remote.prefix_spread) not checked yet, the store did not answer: "
-                 "%s; checked before the first store call", err)
+        log.info(
+            "store layout (remote.prefix_spread) not checked yet, the store did not answer: "
+            "%s; checked before the first store call",
+            err,
+        )
         return spread
     return spread if digits else inner

@@ -130,8 +130,22 @@ class BackendSuite:
     def test_ranged_reads_are_half_open(self, backend: StorageBackend, ns: str) -> None:
         data = bytes(range(256)) * 4
         backend.put(ns + "r", data)
-        cases = [(0, None), (0, 1), (10, 20), (0, 1024), (1023, 1024), (100, None), (1000, 1024),
-                 (1000, 5000), (5, 5), (1024, 1024), (1024, None), (2000, 3000), (2000, None), (0, 0)]
+        cases = [
+            (0, None),
+            (0, 1),
+            (10, 20),
+            (0, 1024),
+            (1023, 1024),
+            (100, None),
+            (1000, 1024),
+            (1000, 5000),
+            (5, 5),
+            (1024, 1024),
+            (1024, None),
+            (2000, 3000),
+            (2000, None),
+            (0, 0),
+        ]
         for start, end in cases:
             assert backend.read(ns + "r", start, end) == data[start:end], (start, end)
 
@@ -185,8 +199,19 @@ class BackendSuite:
     # -- listing --------------------------------------------------------------------------------
 
     def test_listing_is_in_key_order(self, backend: StorageBackend, ns: str) -> None:
-        names = ["b", "a/b", "a-c", "a0", "a/a/z", "a/b0", "A", "a.b/c", "z", "00000000000000000100.log",
-                 "00000000000000000020.log"]
+        names = [
+            "b",
+            "a/b",
+            "a-c",
+            "a0",
+            "a/a/z",
+            "a/b0",
+            "A",
+            "a.b/c",
+            "z",
+            "00000000000000000100.log",
+            "00000000000000000020.log",
+        ]
         for i, n in enumerate(names):
             backend.put(ns + n, bytes([i]) * (i + 1))
         listed = list(backend.list(ns))

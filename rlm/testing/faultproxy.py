@@ -133,8 +133,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         action = self.server.decide(s3_operation(self.command, self.path))
         if action in _ERRORS:
             status, code = _ERRORS[action]
-            self._answer(status, f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode(),
-                         [("Content-Type", "application/xml")])
+            self._answer(
+                status,
+                f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode(),
+                [("Content-Type", "application/xml")],
+            )
             return
         status, headers, data = self._forward(body)
         if action == "lost_ack":

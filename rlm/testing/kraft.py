@@ -20,8 +20,16 @@ from rlm.formats.varint import encode_uvarint
 from rlm.logdir.kraft import METADATA_LOG_DIR
 from rlm.logdir.writer import LogWriter
 
-__all__ = ["MetadataLogBuilder", "encode_metadata_record", "metadata_writer", "new_topic_id", "snapshot_name",
-           "topic_records", "write_records", "write_snapshot"]
+__all__ = [
+    "MetadataLogBuilder",
+    "encode_metadata_record",
+    "metadata_writer",
+    "new_topic_id",
+    "snapshot_name",
+    "topic_records",
+    "write_records",
+    "write_snapshot",
+]
 
 
 def _string(value: str | None) -> bytes:
@@ -49,10 +57,17 @@ def _body(record: md.MetadataRecord) -> tuple[int, int, bytes]:
     if isinstance(record, md.TopicRecord):
         return md.TOPIC, 0, _string(record.name) + md.uuid_to_bytes(record.topic_id) + _tagged({})
     if isinstance(record, md.PartitionRecord):
-        body = (struct.pack(">i", record.partition) + md.uuid_to_bytes(record.topic_id)
-                + _int32s(record.replicas) + _int32s(record.isr) + _int32s(()) + _int32s(())
-                + struct.pack(">iii", record.leader, record.leader_epoch, record.partition_epoch)
-                + encode_uvarint(len(record.replicas) + 1) + bytes(16) * len(record.replicas))  # Directories
+        body = (
+            struct.pack(">i", record.partition)
+            + md.uuid_to_bytes(record.topic_id)
+            + _int32s(record.replicas)
+            + _int32s(record.isr)
+            + _int32s(())
+            + _int32s(())
+            + struct.pack(">iii", record.leader, record.leader_epoch, record.partition_epoch)
+            + encode_uvarint(len(record.replicas) + 1)
+            + bytes(16) * len(record.replicas)
+        )  # Directories
         return md.PARTITION, 1, body + _tagged({0: b"\x00"})  # LeaderRecoveryState 0
     if isinstance(record, md.PartitionChangeRecord):
         tags: dict[int, bytes] = {}
@@ -67,8 +82,12 @@ def _body(record: md.MetadataRecord) -> tuple[int, int, bytes]:
     if isinstance(record, md.RemoveTopicRecord):
         return md.REMOVE_TOPIC, 0, md.uuid_to_bytes(record.topic_id) + _tagged({})
     if isinstance(record, md.ConfigRecord):
-        body = (struct.pack(">b", record.resource_type) + _string(record.resource_name)
-                + _string(record.name) + _string(record.value))
+        body = (
+            struct.pack(">b", record.resource_type)
+            + _string(record.resource_name)
+            + _string(record.name)
+            + _string(record.value)
+        )
         return md.CONFIG, 0, body + _tagged({})
     if isinstance(record, md.FeatureLevelRecord):
         return md.FEATURE_LEVEL, 0, _string(record.name) + struct.pack(">h", record.level) + _tagged({})
@@ -92,8 +111,9 @@ def _specs(records: Iterable[md.MetadataRecord], timestamp: int) -> list[RecordS
     return [RecordSpec(timestamp, None, encode_metadata_record(r)) for r in records]
 
 
-def write_records(writer: LogWriter, batches: Iterable[Sequence[md.MetadataRecord]], *,
-                  timestamp: int = 1_700_000_000_000) -> None:
+def write_records(
+    writer: LogWriter, batches: Iterable[Sequence[md.MetadataRecord]], *, timestamp: int = 1_700_000_000_000
+) -> None:
     """Append each sequence of records as one batch of the metadata log, then flush."""
     for batch in batches:
         writer.append(_specs(batch, timestamp))
@@ -122,8 +142,15 @@ def _control(kind: ControlRecordType, base_offset: int, timestamp: int) -> bytes
     return build_batch([rec], base_offset=base_offset, is_control=True)
 
 
-def write_snapshot(directory: Path, end_offset: int, epoch: int, records: Sequence[md.MetadataRecord], *,
-                   footer: bool = True, timestamp: int = 1_700_000_000_000) -> Path:
+def write_snapshot(
+    directory: Path,
+    end_offset: int,
+    epoch: int,
+    records: Sequence[md.MetadataRecord],
+    *,
+    footer: bool = True,
+    timestamp: int = 1_700_000_000_000,
+) -> Path:
     """Write ``<end_offset>-<epoch>.checkpoint`` holding ``records`` (the whole image)."""
     data = _control(ControlRecordType.SNAPSHOT_HEADER, 0, timestamp)
     if records:
@@ -169,18 +196,28 @@ class MetadataLogBuilder:
         for writer in self.writers:
             write_records(writer, [records])
 
-    def create_topic(self, name: str, replicas: Sequence[Sequence[int]], *,
-                     topic_id: str | None = None) -> str:
+    def create_topic(
+        self, name: str, replicas: Sequence[Sequence[int]], *, topic_id: str | None = None
+    ) -> str:
         """Create ``name`` (see :func:`topic_records`); returns its topic id."""
         self.topic_ids[name] = topic_id or new_topic_id()
         self.append(topic_records(name, self.topic_ids[name], replicas))
         return self.topic_ids[name]
 
-    def move_leader(self, topic: str, partition: int, leader: int, *,
-                    isr: Sequence[int] | None = None) -> None:
+    def move_leader(
+        self, topic: str, partition: int, leader: int, *, isr: Sequence[int] | None = None
+    ) -> None:
         """A PartitionChangeRecord electing ``leader`` (-1: no leader); the epoch goes up by one."""
-        self.append([md.PartitionChangeRecord(self.topic_ids[topic], partition, leader=leader,
-                                              isr=tuple(isr) if isr is not None else None)])
+        self.append(
+            [
+                md.PartitionChangeRecord(
+                    self.topic_ids[topic],
+                    partition,
+                    leader=leader,
+                    isr=tuple(isr) if isr is not None else None,
+                )
+            ]
+        )
 
     def delete_topic(self, topic: str) -> None:
         self.append([md.RemoveTopicRecord(self.topic_ids.pop(topic))])

@@ -75,8 +75,10 @@ def write_meta_properties(log_dir: Path, node_id: int, cluster_id: str) -> Path:
     """``meta.properties`` as a KRaft broker writes it (version 1, node.id, cluster.id, directory.id)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     directory_id = base64.urlsafe_b64encode(random.Random(node_id).randbytes(16)).rstrip(b"=").decode()
-    text = (f"#\n#Written by rlm.testing.replicas\ncluster.id={cluster_id}\ndirectory.id={directory_id}\n"
-            f"node.id={node_id}\nversion=1\n")
+    text = (
+        f"#\n#Written by rlm.testing.replicas\ncluster.id={cluster_id}\ndirectory.id={directory_id}\n"
+        f"node.id={node_id}\nversion=1\n"
+    )
     path = log_dir / "meta.properties"
     path.write_text(text, encoding="utf-8")
     return path
@@ -127,15 +129,32 @@ class Replica:
 
 def _new_writer(log_dir: Path, topic: str, partition: int, segment_bytes: int, topic_id: str) -> LogWriter:
     # index_interval_bytes small: a few index entries per (small) segment, as with real sizes.
-    return LogWriter(log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=256,
-                     clock=lambda: EPOCH_MS, topic_id=topic_id)
+    return LogWriter(
+        log_dir,
+        topic,
+        partition,
+        segment_bytes=segment_bytes,
+        index_interval_bytes=256,
+        clock=lambda: EPOCH_MS,
+        topic_id=topic_id,
+    )
 
 
 class ReplicatedPartition:
     """One partition on every broker; the leader's log is the lineage (:attr:`log`)."""
 
-    def __init__(self, topic: str, partition: int, topic_id: str, replicas: dict[int, Replica],
-                 leader: int, rng: random.Random, *, records_per_batch: int, value_bytes: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str,
+        replicas: dict[int, Replica],
+        leader: int,
+        rng: random.Random,
+        *,
+        records_per_batch: int,
+        value_bytes: int,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -173,8 +192,12 @@ class ReplicatedPartition:
             self.timestamp += self.rng.randint(1, 20)
             key = f"key-{self.rng.randrange(1000)}".encode()
             specs.append(RecordSpec(self.timestamp, key, self.rng.randbytes(self.value_bytes)))
-        data = build_batch(specs, base_offset=base, compression=self.rng.choice(CODECS),
-                           partition_leader_epoch=self.leader_epoch)
+        data = build_batch(
+            specs,
+            base_offset=base,
+            compression=self.rng.choice(CODECS),
+            partition_leader_epoch=self.leader_epoch,
+        )
         return Batch(data, base, base + len(specs) - 1, self.leader_epoch)
 
     def append(self, batches: int) -> None:
@@ -223,15 +246,16 @@ class ReplicatedPartition:
         for path in list(replica.path.iterdir()):
             if path.name.endswith(_SEGMENT_SUFFIXES):
                 path.unlink()
-        replica.writer = _new_writer(replica.log_dir, self.topic, self.partition, replica.segment_bytes,
-                                     self.topic_id)
+        replica.writer = _new_writer(
+            replica.log_dir, self.topic, self.partition, replica.segment_bytes, self.topic_id
+        )
         replica.batches, replica.history = [], []
         for item in kept:
             if item is None:
                 replica.roll()
             else:
                 replica.append(item)
-        for batch in self.log[len(replica.batches):]:
+        for batch in self.log[len(replica.batches) :]:
             replica.append(batch)
         replica.in_sync = True
         self._commit()
@@ -246,9 +270,19 @@ class ReplicaSet:
     leader epoch 0. ``kraft`` adds each broker's ``__cluster_metadata-0``.
     """
 
-    def __init__(self, root: Path, *, brokers: Sequence[int] = (1, 2, 3), topic: str = "repl.t",
-                 partitions: int = 2, seed: int = 0, segment_bytes: int = 4096, kraft: bool = False,
-                 records_per_batch: int = 4, value_bytes: int = 64) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        brokers: Sequence[int] = (1, 2, 3),
+        topic: str = "repl.t",
+        partitions: int = 2,
+        seed: int = 0,
+        segment_bytes: int = 4096,
+        kraft: bool = False,
+        records_per_batch: int = 4,
+        value_bytes: int = 64,
+    ) -> None:
         naming.validate_topic(topic)
         self.root = Path(root)
         self.brokers = tuple(brokers)
@@ -266,9 +300,16 @@ class ReplicaSet:
                 seg = segment_bytes * (3 + i) // 3
                 writer = _new_writer(self.log_dirs[broker], topic, p, seg, self.topic_id)
                 replicas[broker] = Replica(broker, self.log_dirs[broker], seg, self.topic_id, writer)
-            part = ReplicatedPartition(topic, p, self.topic_id, replicas, self.brokers[p % len(self.brokers)],
-                                       random.Random(rng.getrandbits(64)),
-                                       records_per_batch=records_per_batch, value_bytes=value_bytes)
+            part = ReplicatedPartition(
+                topic,
+                p,
+                self.topic_id,
+                replicas,
+                self.brokers[p % len(self.brokers)],
+                random.Random(rng.getrandbits(64)),
+                records_per_batch=records_per_batch,
+                value_bytes=value_bytes,
+            )
             part._commit()
             self.partitions.append(part)
         self._metadata: dict[int, LogWriter] = {}
@@ -277,9 +318,14 @@ class ReplicaSet:
             # remote.storage.enable=true, as a topic tiered by Kafka's own remote log manager sets it.
             records: list[md.MetadataRecord] = [
                 md.TopicRecord(topic, self.topic_id),
-                md.ConfigRecord(md.RESOURCE_TOPIC, topic, "remote.storage.enable", "true")]
-            records += [md.PartitionRecord(self.topic_id, p.partition, self.brokers, self.brokers, p.leader,
-                                           p.leader_epoch, 0) for p in self.partitions]
+                md.ConfigRecord(md.RESOURCE_TOPIC, topic, "remote.storage.enable", "true"),
+            ]
+            records += [
+                md.PartitionRecord(
+                    self.topic_id, p.partition, self.brokers, self.brokers, p.leader, p.leader_epoch, 0
+                )
+                for p in self.partitions
+            ]
             self._metadata_append(records)
 
     # -- queries -------------------------------------------------------------------------------
@@ -383,5 +429,5 @@ def read_batches(partition_dir: Path) -> list[bytes]:
     out = []
     for log in sorted(partition_dir.glob("*" + naming.LOG)):
         data = log.read_bytes()
-        out += [data[b.position:b.end_position] for b in iter_batches(data)]
+        out += [data[b.position : b.end_position] for b in iter_batches(data)]
     return out

@@ -72,10 +72,22 @@ class SeaweedServer:
         return f"http://127.0.0.1:{self.s3_port}"
 
     def command(self) -> list[str]:
-        return [self.binary, "server", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                "-s3", f"-s3.port={self.s3_port}", f"-master.port={self.master_port}",
-                f"-volume.port={self.volume_port}", f"-filer.port={self.filer_port}", "-volume.max=200",
-                "-master.volumeSizeLimitMB=256", "-s3.port.iceberg=0", "-s3.port.lance=0"]
+        return [
+            self.binary,
+            "server",
+            f"-dir={self.data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-s3",
+            f"-s3.port={self.s3_port}",
+            f"-master.port={self.master_port}",
+            f"-volume.port={self.volume_port}",
+            f"-filer.port={self.filer_port}",
+            "-volume.max=200",
+            "-master.volumeSizeLimitMB=256",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+        ]
 
     def start(self, timeout: float = 90.0) -> SeaweedServer:
         """Start (or restart on the same dir and ports) and wait until S3 answers a listing."""
@@ -84,13 +96,15 @@ class SeaweedServer:
         # weed turns AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in its environment into its only
         # identity (auth on): without them it accepts any credentials, which is what tests want.
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=env)
+        self.proc = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed server exited with {self.proc.returncode}; see "
-                                   f"{self.data_dir / 'weed.log'}")
+                raise RuntimeError(
+                    f"weed server exited with {self.proc.returncode}; see {self.data_dir / 'weed.log'}"
+                )
             if self._answers():
                 break
             if time.monotonic() > deadline:
@@ -111,8 +125,9 @@ class SeaweedServer:
         import boto3
         import botocore.config
 
-        cfg = botocore.config.Config(retries={"total_max_attempts": 1}, s3={"addressing_style": "path"},
-                                     **config)
+        cfg = botocore.config.Config(
+            retries={"total_max_attempts": 1}, s3={"addressing_style": "path"}, **config
+        )
         return boto3.client("s3", endpoint_url=self.endpoint, config=cfg, **CREDENTIALS)
 
     def make_bucket(self, bucket: str, timeout: float = 30.0) -> None:
@@ -139,9 +154,15 @@ class SeaweedServer:
 
     def options(self, bucket: str, **extra: Any) -> dict[str, Any]:
         """``[remote.options]`` of the ``s3`` backend for this server."""
-        return {"bucket": bucket, "endpoint_url": self.endpoint, "path_style": True, "region": "us-east-1",
-                "access_key_id": CREDENTIALS["aws_access_key_id"],
-                "secret_access_key": CREDENTIALS["aws_secret_access_key"], **extra}
+        return {
+            "bucket": bucket,
+            "endpoint_url": self.endpoint,
+            "path_style": True,
+            "region": "us-east-1",
+            "access_key_id": CREDENTIALS["aws_access_key_id"],
+            "secret_access_key": CREDENTIALS["aws_secret_access_key"],
+            **extra,
+        }
 
     def kill(self) -> None:
         """SIGKILL and reap (a crash: nothing flushed on purpose)."""

@@ -61,8 +61,16 @@ class SparkCluster:
     """A standalone master and ``workers`` workers on ``127.0.0.1`` (``cores`` each, ``memory``
     offered to executors, e.g. ``"1g"``); daemon JVM heaps are ``daemon_memory``."""
 
-    def __init__(self, work_dir: Path, workers: int = 2, *, cores: int = 1, memory: str = "1g",
-                 daemon_memory: str = "256m", executor_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        workers: int = 2,
+        *,
+        cores: int = 1,
+        memory: str = "1g",
+        daemon_memory: str = "256m",
+        executor_env: Mapping[str, str] | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"a cluster needs at least one worker, got {workers}")
         self.work_dir = Path(work_dir).absolute()
@@ -76,9 +84,16 @@ class SparkCluster:
         self.master_port, self.webui_port = ports[0], ports[1]
         self._worker_ports = [(ports[2 + 2 * i], ports[3 + 2 * i]) for i in range(workers)]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(_WITHHELD)}
-        self.env.update({"SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
-                         "SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOG_DIR": str(self.log_dir),
-                         "SPARK_DAEMON_MEMORY": daemon_memory, "SPARK_NO_DAEMONIZE": "1"})
+        self.env.update(
+            {
+                "SPARK_HOME": str(self.home),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_CONF_DIR": str(self.conf_dir),
+                "SPARK_LOG_DIR": str(self.log_dir),
+                "SPARK_DAEMON_MEMORY": daemon_memory,
+                "SPARK_NO_DAEMONIZE": "1",
+            }
+        )
         self.env.update(executor_env or {})
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
@@ -98,28 +113,64 @@ class SparkCluster:
     def _spawn(self, name: str, args: list[str], cwd: Path, env: Mapping[str, str]) -> None:
         cwd.mkdir(parents=True, exist_ok=True)
         log = self._logs[name] = open(self.log_dir / f"{name}.out", "ab")  # noqa: SIM115 - closed in stop()
-        self.procs[name] = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], cwd=cwd,
-                                            env=dict(env), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            [str(self.home / "bin" / "spark-class"), *args],
+            cwd=cwd,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def start(self, timeout: float = 180.0) -> SparkCluster:
         """Start the master, then the workers; wait until the master lists them all ALIVE."""
         assert not self.procs, "already started"
         try:
-            self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                   "--port", str(self.master_port), "--webui-port", str(self.webui_port)],
-                        self.work_dir / "master", self.env)
+            self._spawn(
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.master_port),
+                    "--webui-port",
+                    str(self.webui_port),
+                ],
+                self.work_dir / "master",
+                self.env,
+            )
             # Workers that find no master retry only after 5-15 s: start them once it answers.
             self._wait(timeout, "answer", lambda: self.state() is not None)
             for i, (port, webui) in enumerate(self._worker_ports):
                 env = {**self.env, "SPARK_WORKER_DIR": str(self.worker_dir(i))}
-                self._spawn(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                            "--port", str(port), "--webui-port", str(webui),
-                                            "--cores", str(self.cores), "--memory", self.memory,
-                                            "--work-dir", str(self.worker_dir(i)), self.master_url],
-                            self.worker_dir(i), env)
-            self._wait(timeout, f"list {self.workers} ALIVE workers",
-                       lambda: len(self.alive_workers()) >= self.workers)
+                self._spawn(
+                    f"worker-{i}",
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--webui-port",
+                        str(webui),
+                        "--cores",
+                        str(self.cores),
+                        "--memory",
+                        self.memory,
+                        "--work-dir",
+                        str(self.worker_dir(i)),
+                        self.master_url,
+                    ],
+                    self.worker_dir(i),
+                    env,
+                )
+            self._wait(
+                timeout,
+                f"list {self.workers} ALIVE workers",
+                lambda: len(self.alive_workers()) >= self.workers,
+            )
         except BaseException:
             self.stop()
             raise

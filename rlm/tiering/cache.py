@@ -47,38 +47,70 @@ class RemoteRangeCache:
         r = registry or CollectorRegistry()
         self.registry = r
         self.hits = Counter("rlm_remote_cache_hits", "Remote range reads served from the cache", registry=r)
-        self.misses = Counter("rlm_remote_cache_misses", "Remote range reads that went to the store",
-                              registry=r)
-        self.evictions = Counter("rlm_remote_cache_evictions", "Ranges evicted to stay under the byte "
-                                 "bound", registry=r)
+        self.misses = Counter(
+            "rlm_remote_cache_misses", "Remote range reads that went to the store", registry=r
+        )
+        self.evictions = Counter(
+            "rlm_remote_cache_evictions", "Ranges evicted to stay under the byte bound", registry=r
+        )
         self.size = Gauge("rlm_remote_cache_bytes", "Bytes held by the remote range cache", registry=r)
-        self.admissions = Counter("rlm_remote_cache_admissions", "Ranges admitted to the cache, by "
-                                  "class: lookup (main segment) or sequential (low priority, evicted "
-                                  "first)", ["class"], registry=r)
-        self.class_reads = Counter("rlm_remote_cache_reads", "Cache reads by reader class (lookup | "
-                                   "sequential) and result (hit | miss)", ["class", "result"], registry=r)
+        self.admissions = Counter(
+            "rlm_remote_cache_admissions",
+            "Ranges admitted to the cache, by "
+            "class: lookup (main segment) or sequential (low priority, evicted "
+            "first)",
+            ["class"],
+            registry=r,
+        )
+        self.class_reads = Counter(
+            "rlm_remote_cache_reads",
+            "Cache reads by reader class (lookup | sequential) and result (hit | miss)",
+            ["class", "result"],
+            registry=r,
+        )
         # The read-ahead's (rlm/tiering/readahead.py): kept here so one registry holds them once.
-        self.prefetch_hits = Counter("rlm_remote_prefetch_hits", "Entries a fetch needed that read-ahead "
-                                     "had already read (no second GET)", registry=r)
-        self.prefetch_requests = Counter("rlm_remote_prefetch_requests", "Ranged reads issued ahead of "
-                                         "sequential readers (also counted in rlm_remote_fetch_requests)",
-                                         registry=r)
-        self.prefetch_wasted = Counter("rlm_remote_prefetch_wasted_bytes", "Bytes read ahead and "
-                                       "dropped unused (the reader jumped, went idle or away)", registry=r)
-        self.prefetch_in_flight = Gauge("rlm_remote_prefetch_in_flight", "Read-ahead reads queued or "
-                                        "running", registry=r)
-        self.prefetch_bytes = Gauge("rlm_remote_prefetch_bytes", "Bytes held or in flight in read-ahead "
-                                    "windows, all readers", registry=r)
-        self.prefetch_readers = Gauge("rlm_remote_prefetch_readers", "Readers tracked by the read-ahead",
-                                      registry=r)
+        self.prefetch_hits = Counter(
+            "rlm_remote_prefetch_hits",
+            "Entries a fetch needed that read-ahead had already read (no second GET)",
+            registry=r,
+        )
+        self.prefetch_requests = Counter(
+            "rlm_remote_prefetch_requests",
+            "Ranged reads issued ahead of sequential readers (also counted in rlm_remote_fetch_requests)",
+            registry=r,
+        )
+        self.prefetch_wasted = Counter(
+            "rlm_remote_prefetch_wasted_bytes",
+            "Bytes read ahead and dropped unused (the reader jumped, went idle or away)",
+            registry=r,
+        )
+        self.prefetch_in_flight = Gauge(
+            "rlm_remote_prefetch_in_flight", "Read-ahead reads queued or running", registry=r
+        )
+        self.prefetch_bytes = Gauge(
+            "rlm_remote_prefetch_bytes",
+            "Bytes held or in flight in read-ahead windows, all readers",
+            registry=r,
+        )
+        self.prefetch_readers = Gauge(
+            "rlm_remote_prefetch_readers", "Readers tracked by the read-ahead", registry=r
+        )
         # Reads that reach the store (cache misses and read-ahead), named after Kafka's RemoteFetch*.
-        self.fetch_requests = Counter("rlm_remote_fetch_requests", "Ranged reads sent to remote storage "
-                                      "by lookups and fetches (Kafka: RemoteFetchRequestsPerSec)",
-                                      registry=r)
-        self.fetch_bytes = Counter("rlm_remote_fetch_bytes", "Bytes read from remote storage by "
-                                   "lookups and fetches (Kafka: RemoteFetchBytesPerSec)", registry=r)
-        self.fetch_errors = Counter("rlm_remote_fetch_errors", "Ranged reads from remote storage that "
-                                    "failed (Kafka: RemoteFetchErrorsPerSec)", registry=r)
+        self.fetch_requests = Counter(
+            "rlm_remote_fetch_requests",
+            "Ranged reads sent to remote storage by lookups and fetches (Kafka: RemoteFetchRequestsPerSec)",
+            registry=r,
+        )
+        self.fetch_bytes = Counter(
+            "rlm_remote_fetch_bytes",
+            "Bytes read from remote storage by lookups and fetches (Kafka: RemoteFetchBytesPerSec)",
+            registry=r,
+        )
+        self.fetch_errors = Counter(
+            "rlm_remote_fetch_errors",
+            "Ranged reads from remote storage that failed (Kafka: RemoteFetchErrorsPerSec)",
+            registry=r,
+        )
 
     def get(self, key: RangeKey, admission: Admission = "lookup") -> RangeBytes | None:
         with self._lock:
@@ -137,8 +169,9 @@ class RemoteRangeCache:
         self.fetch_bytes.inc(len(data))
         return data
 
-    def get_or_load(self, key: RangeKey, load: Callable[[], RangeBytes],
-                    admission: Admission = "lookup") -> RangeBytes:
+    def get_or_load(
+        self, key: RangeKey, load: Callable[[], RangeBytes], admission: Admission = "lookup"
+    ) -> RangeBytes:
         data = self.get(key, admission)
         if data is None:
             data = self.load(load)

@@ -39,20 +39,34 @@ class RewrittenRange:
     untiered_from: int | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"base_offset": self.base_offset, "end_offset": self.end_offset,
-                "local_bytes": self.local_bytes, "tiered_segments": list(self.tiered_bases),
-                "tiered_bytes": self.tiered_bytes, "untiered_from": self.untiered_from}
+        return {
+            "base_offset": self.base_offset,
+            "end_offset": self.end_offset,
+            "local_bytes": self.local_bytes,
+            "tiered_segments": list(self.tiered_bases),
+            "tiered_bytes": self.tiered_bytes,
+            "untiered_from": self.untiered_from,
+        }
 
     def describe(self) -> str:
-        tail = (f"; offsets {self.untiered_from}-{self.end_offset - 1} were compacted together with "
-                "tiered ones and are not archived") if self.untiered_from is not None else ""
-        return (f"local segment {self.base_offset} (offsets {self.base_offset}-{self.end_offset - 1}, "
-                f"{self.local_bytes} bytes) was rewritten by compaction after tiering; the remote "
-                f"tier keeps segments {list(self.tiered_bases)} ({self.tiered_bytes} bytes){tail}")
+        tail = (
+            (
+                f"; offsets {self.untiered_from}-{self.end_offset - 1} were compacted together with "
+                "tiered ones and are not archived"
+            )
+            if self.untiered_from is not None
+            else ""
+        )
+        return (
+            f"local segment {self.base_offset} (offsets {self.base_offset}-{self.end_offset - 1}, "
+            f"{self.local_bytes} bytes) was rewritten by compaction after tiering; the remote "
+            f"tier keeps segments {list(self.tiered_bases)} ({self.tiered_bytes} bytes){tail}"
+        )
 
 
-def find_rewrites(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest]
-                  ) -> list[RewrittenRange]:
+def find_rewrites(
+    segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest]
+) -> list[RewrittenRange]:
     """Rolled local segments (``segments`` in base order, the last one active) that overlap the
     committed remote segments (``manifests`` in base order) but are not byte-for-byte the same
     size and start as one of them."""
@@ -72,14 +86,22 @@ def find_rewrites(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentM
         if not overlap:
             continue  # between remote segments: a missing segment (verify's gap check), no rewrite
         covered_to = max(m.last_offset for m in overlap)
-        found.append(RewrittenRange(
-            seg.base_offset, end, seg.size, tuple(m.base_offset for m in overlap),
-            sum(m.size_bytes for m in overlap), covered_to + 1 if covered_to < end - 1 else None))
+        found.append(
+            RewrittenRange(
+                seg.base_offset,
+                end,
+                seg.size,
+                tuple(m.base_offset for m in overlap),
+                sum(m.size_bytes for m in overlap),
+                covered_to + 1 if covered_to < end - 1 else None,
+            )
+        )
     return found
 
 
-def rewrite_findings(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest], *,
-                     archived: bool) -> list[tuple[Literal["error", "warning"], str, RewrittenRange]]:
+def rewrite_findings(
+    segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest], *, archived: bool
+) -> list[tuple[Literal["error", "warning"], str, RewrittenRange]]:
     """``(severity, message, range)`` per rewrite for ``rlm verify``: a warning that names the
     compaction when the topic is archived on purpose (``archive_compacted``), an error otherwise
     (the two tiers then disagree about the same offsets)."""
@@ -88,6 +110,12 @@ def rewrite_findings(segments: Sequence[SegmentFiles], manifests: Sequence[Segme
         if archived:
             out.append(("warning", r.describe() + " (archive_compacted: answered from the remote tier)", r))
         else:
-            out.append(("error", r.describe() + "; the topic is not archived with archive_compacted, so "
-                        "the local and remote answers for these offsets differ", r))
+            out.append(
+                (
+                    "error",
+                    r.describe() + "; the topic is not archived with archive_compacted, so "
+                    "the local and remote answers for these offsets differ",
+                    r,
+                )
+            )
     return out

@@ -73,9 +73,16 @@ class SegmentQuarantined(RlmError):
     bytes), ``torn_tail`` (it ends inside a batch) or ``corrupt`` (a CRC or framing error).
     """
 
-    def __init__(self, reason: str, *, cause: str = "corrupt", file: str | os.PathLike[str] | None = None,
-                 position: int | None = None, offset: int | None = None,
-                 version: FileVersion | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        cause: str = "corrupt",
+        file: str | os.PathLike[str] | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+        version: FileVersion | None = None,
+    ) -> None:
         super().__init__(reason, file=file, position=position, offset=offset)
         self.cause = cause
         self.version = version  # of the .log that failed: the quarantine lasts while it is unchanged
@@ -131,8 +138,11 @@ def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, 
                 continue
     if keys.LOG not in pinned:
         shutil.rmtree(pin_dir, ignore_errors=True)
-        raise SegmentVanished("segment deleted by the log store before it was copied",
-                              file=segment.log, offset=segment.base_offset)
+        raise SegmentVanished(
+            "segment deleted by the log store before it was copied",
+            file=segment.log,
+            offset=segment.base_offset,
+        )
     return pinned
 
 
@@ -152,29 +162,46 @@ def scan(log_path: Path) -> ScannedSegment:
         if size == 0:
             # Kafka never rolls an empty segment (it replaces one at the same base), so a rolled
             # .log of 0 bytes was truncated on disk: its offsets exist nowhere else.
-            raise SegmentQuarantined("rolled segment's .log is empty (0 bytes)", cause="empty",
-                                     file=log_path, position=0, version=version)
+            raise SegmentQuarantined(
+                "rolled segment's .log is empty (0 bytes)",
+                cause="empty",
+                file=log_path,
+                position=0,
+                version=version,
+            )
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
                 batches = list(iter_batches(buf, verify_crc=True))
             except FormatError as err:
-                raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=log_path,
-                                         position=err.position, offset=err.offset, version=version) from err
+                raise SegmentQuarantined(
+                    f"corrupt segment: {err.reason}",
+                    file=log_path,
+                    position=err.position,
+                    offset=err.offset,
+                    version=version,
+                ) from err
             valid = batches[-1].position + batches[-1].size if batches else 0
             if valid != size:
                 raise SegmentQuarantined(
                     f"rolled segment ends with {size - valid} bytes that are not a complete batch",
-                    cause="torn_tail", file=log_path, position=valid, version=version)
+                    cause="torn_tail",
+                    file=log_path,
+                    position=valid,
+                    version=version,
+                )
             checksum = crc32c.crc32c(buf)
     return ScannedSegment(batches, size, checksum)
 
 
 _INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
-    (keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"))
+    (keys.OFFSET_INDEX, "index"),
+    (keys.TIME_INDEX, "timeindex"),
+)
 
 
-def check_indexes(ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path],
-                  scanned: ScannedSegment) -> None:
+def check_indexes(
+    ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path], scanned: ScannedSegment
+) -> None:
     """Check the pinned ``.index`` / ``.timeindex`` against the scanned batches (docs/broker-files.md);
     a failed or missing one is replaced in the pin dir by the index Kafka's ``recover`` would
     build, so the rebuild is what gets uploaded. The broker's own files are never written."""
@@ -267,8 +294,13 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
         version = fstat_version(fh.fileno())
         size = fh.seek(0, 2)
         if size == 0:
-            raise SegmentQuarantined("rolled segment's .log is empty (0 bytes)", cause="empty",
-                                     file=segment.log, position=0, version=version)
+            raise SegmentQuarantined(
+                "rolled segment's .log is empty (0 bytes)",
+                cause="empty",
+                file=segment.log,
+                position=0,
+                version=version,
+            )
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             position = size
             try:
@@ -281,10 +313,18 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
                             f"batch {batch.base_offset}-{batch.last_offset} holds both the highest tiered "
                             f"offset {highest} and the offsets after it: this replica's batches are not "
                             "the ones that were tiered (the lineages disagree); not copying from it",
-                            file=segment.log, position=batch.position, offset=batch.base_offset)
+                            file=segment.log,
+                            position=batch.position,
+                            offset=batch.base_offset,
+                        )
             except FormatError as err:
-                raise SegmentQuarantined(f"corrupt segment: {err.reason}", file=segment.log,
-                                         position=err.position, offset=err.offset, version=version) from err
+                raise SegmentQuarantined(
+                    f"corrupt segment: {err.reason}",
+                    file=segment.log,
+                    position=err.position,
+                    offset=err.offset,
+                    version=version,
+                ) from err
         tail = src.with_name(src.name + ".tail")
         fh.seek(position)
         with tail.open("wb") as out:
@@ -307,8 +347,9 @@ def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], scanned: Scann
         pinned[role] = target
 
 
-def prepare_segment(ctx: PartitionContext, segment: SegmentFiles,
-                    from_offset: int | None = None) -> PreparedSegment:
+def prepare_segment(
+    ctx: PartitionContext, segment: SegmentFiles, from_offset: int | None = None
+) -> PreparedSegment:
     """Pin and scan one segment. The manager runs this for the next segment while the current one
     uploads, so the CRC-verifying scan overlaps the network instead of adding to it.
 
@@ -350,12 +391,18 @@ def prepare_segment(ctx: PartitionContext, segment: SegmentFiles,
 def _describe(m: SegmentManifest) -> str:
     """What a conflict message compares: offsets, size, checksum and leader epochs of a segment."""
     epochs = ", ".join(f"{e}@{o}" for e, o in m.leader_epochs) or "none"
-    return (f"offsets {m.base_offset}-{m.last_offset}, {m.size_bytes} bytes, log CRC-32C "
-            f"{m.log.crc32c:#010x}, leader epochs [{epochs}], attempt {m.attempt_id}")
+    return (
+        f"offsets {m.base_offset}-{m.last_offset}, {m.size_bytes} bytes, log CRC-32C "
+        f"{m.log.crc32c:#010x}, leader epochs [{epochs}], attempt {m.attempt_id}"
+    )
 
 
-def _commit(ctx: PartitionContext, manifest: SegmentManifest, objects: dict[str, StoredObject],
-            entries: list[RemoteLogIndexEntry]) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
+def _commit(
+    ctx: PartitionContext,
+    manifest: SegmentManifest,
+    objects: dict[str, StoredObject],
+    entries: list[RemoteLogIndexEntry],
+) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
     """Create the manifest only if absent (the commit); ``(manifest, entries, adopted)``.
 
     When another attempt (e.g. the sidecar of another replica) committed the same bytes first, its
@@ -373,17 +420,30 @@ def _commit(ctx: PartitionContext, manifest: SegmentManifest, objects: dict[str,
     if not existing.same_segment_as(manifest):
         raise StorageError(
             f"remote already holds a different segment at base offset {manifest.base_offset} "
-            f"(remote: {_describe(existing)}; local: {_describe(manifest)})", file=manifest_key)
+            f"(remote: {_describe(existing)}; local: {_describe(manifest)})",
+            file=manifest_key,
+        )
     shared.backend.delete_many(o.key for o in objects.values())
-    log.info("%s-%d: segment %d-%d was already tiered by another sidecar (attempt %s); dropped this "
-             "node's duplicate upload (attempt %s, %d bytes)", ctx.topic, ctx.partition,
-             existing.base_offset, existing.last_offset, existing.attempt_id, manifest.attempt_id,
-             sum(o.size for o in objects.values()))
+    log.info(
+        "%s-%d: segment %d-%d was already tiered by another sidecar (attempt %s); dropped this "
+        "node's duplicate upload (attempt %s, %d bytes)",
+        ctx.topic,
+        ctx.partition,
+        existing.base_offset,
+        existing.last_offset,
+        existing.attempt_id,
+        manifest.attempt_id,
+        sum(o.size for o in objects.values()),
+    )
     return existing, remote.segment_entries(existing), True
 
 
-def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: PreparedSegment | None = None,
-                 from_offset: int | None = None) -> CopyResult | None:
+def copy_segment(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prepared: PreparedSegment | None = None,
+    from_offset: int | None = None,
+) -> CopyResult | None:
     """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
     it holds no batch to copy (an empty .log is quarantined by the scan instead,
     docs/broker-files.md, so this is defensive).
@@ -409,31 +469,51 @@ def copy_segment(ctx: PartitionContext, segment: SegmentFiles, prepared: Prepare
         def key(name: str) -> str:
             return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
-        entries = build_entries(scanned.batches, object_url=shared.backend.url(key(keys.LOG)),
-                                index_entry_bytes=shared.settings.index_entry_bytes)
+        entries = build_entries(
+            scanned.batches,
+            object_url=shared.backend.url(key(keys.LOG)),
+            index_entry_bytes=shared.settings.index_entry_bytes,
+        )
 
         ctx.journal.append("COPY_STARTED", base, attempt)
         ctx.in_flight.add(attempt)
         crash_point("after_journal_start")
         # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/seal.py.
-        uploaded = upload_attempt(ctx, pinned, prep.txn.path if prep.txn is not None else None, entries,
-                                  scanned.batches, base, attempt, key, scanned.crc32c)
+        uploaded = upload_attempt(
+            ctx,
+            pinned,
+            prep.txn.path if prep.txn is not None else None,
+            entries,
+            scanned.batches,
+            base,
+            attempt,
+            key,
+            scanned.crc32c,
+        )
         objects, entries = uploaded.objects, uploaded.entries
         crash_point("after_data")
 
         manifest = SegmentManifest(
-            topic=ctx.topic, partition=ctx.partition, base_offset=base, last_offset=last.last_offset,
+            topic=ctx.topic,
+            partition=ctx.partition,
+            base_offset=base,
+            last_offset=last.last_offset,
             first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
             max_timestamp=max(b.max_timestamp for b in scanned.batches),
-            size_bytes=scanned.size, record_batches=len(scanned.batches), index_entries=len(entries),
-            attempt_id=attempt, created_ms=shared.clock_ms(), objects=objects,
-            leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset,
-                                         last.last_offset),
+            size_bytes=scanned.size,
+            record_batches=len(scanned.batches),
+            index_entries=len(entries),
+            attempt_id=attempt,
+            created_ms=shared.clock_ms(),
+            objects=objects,
+            leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset, last.last_offset),
             source_base_offset=segment.base_offset if prep.source_position is not None else None,
             source_position=prep.source_position,
-            txn_index=prep.txn.manifest_field(state_before_copy(
-                segment, pinned, base, prep.source_position is not None, ctx.manifests))
-            if prep.txn is not None else None,
+            txn_index=prep.txn.manifest_field(
+                state_before_copy(segment, pinned, base, prep.source_position is not None, ctx.manifests)
+            )
+            if prep.txn is not None
+            else None,
             protection=uploaded.protection,
         )
         manifest, entries, adopted = _commit(ctx, manifest, objects, entries)

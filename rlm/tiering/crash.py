@@ -13,15 +13,15 @@ import signal
 import threading
 
 POINTS = (
-    "after_pin",             # segment files hard-linked into staging
-    "after_journal_start",   # COPY_STARTED durable, nothing uploaded
-    "mid_upload",            # the .log upload is half sent
-    "after_data",            # data + entries uploaded, no manifest
-    "after_manifest",        # committed remotely, local index not yet appended
-    "mid_local_append",      # part of the segment's entries appended locally
-    "before_fsync",          # local index bytes written, not yet fsynced
-    "before_journal_finish", # local index durable, COPY_FINISHED not written
-    "after_delete_manifest", # retention: manifest deleted, data still there
+    "after_pin",  # segment files hard-linked into staging
+    "after_journal_start",  # COPY_STARTED durable, nothing uploaded
+    "mid_upload",  # the .log upload is half sent
+    "after_data",  # data + entries uploaded, no manifest
+    "after_manifest",  # committed remotely, local index not yet appended
+    "mid_local_append",  # part of the segment's entries appended locally
+    "before_fsync",  # local index bytes written, not yet fsynced
+    "before_journal_finish",  # local index durable, COPY_FINISHED not written
+    "after_delete_manifest",  # retention: manifest deleted, data still there
 )
 
 #: ``rlm export`` (kept apart: the tiering crash tests drive every point of POINTS with ``rlm run``).
@@ -32,7 +32,7 @@ EXPORT_POINTS = (
 #: ``rlm restore`` (docs/restore.md "Never half-written"; tests/jobs/test_restore.py).
 RESTORE_POINTS = (
     "restore_after_segment",  # a segment's files written into its staging dir
-    "restore_mid_commit",     # one partition renamed into place, the others and the checkpoints not
+    "restore_mid_commit",  # one partition renamed into place, the others and the checkpoints not
 )
 
 _counts: dict[str, int] = {}

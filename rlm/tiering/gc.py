@@ -29,8 +29,12 @@ def find_orphans(ctx: PartitionContext) -> list[Orphan]:
         refresh(ctx)
         return [m for _s, m in ctx.store.manifests.values()]
 
-    return of_context(ctx).orphans(ctx.shared.clock_ms(), ctx.shared.settings.gc_grace_ms,
-                                   ctx.in_flight, listed if ctx.recovered else None)
+    return of_context(ctx).orphans(
+        ctx.shared.clock_ms(),
+        ctx.shared.settings.gc_grace_ms,
+        ctx.in_flight,
+        listed if ctx.recovered else None,
+    )
 
 
 def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orphan]:

@@ -33,8 +33,14 @@ def _total(metric: MetricWrapperBase) -> float:
 class TieringHistory:
     """Totals over time: copied bytes (cumulative and per second), copy lag, remote size, errors."""
 
-    def __init__(self, metrics: TieringMetrics, *, interval_s: float = 10.0, window_s: float = 3600.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        metrics: TieringMetrics,
+        *,
+        interval_s: float = 10.0,
+        window_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if interval_s <= 0 or window_s < interval_s:
             raise ValueError("interval_s must be > 0 and window_s >= interval_s")
         self.metrics = metrics
@@ -77,6 +83,7 @@ class TieringHistory:
 
     def start(self) -> TieringHistory:
         """Sample now and then every ``interval_s`` in a daemon thread until :meth:`stop`."""
+
         def loop() -> None:
             while True:
                 self.sample()

@@ -73,7 +73,7 @@ def _local_bytes(segments: Sequence[SegmentFiles], offset: int, length: int) -> 
                 batch = seg.find_batch(offset)
                 if batch is None or batch.base_offset != offset:
                     return None
-                return bytes(seg.buffer[batch.position: batch.position + length])
+                return bytes(seg.buffer[batch.position : batch.position + length])
         except (OSError, RlmError):
             return None  # unreadable or corrupt: the broken-files checks report that, not this
     return None
@@ -83,13 +83,19 @@ def log_end_conflict(leo: int | None, highest_tiered: int) -> str | None:
     """The cheap half of :func:`lineage_conflict`: the log ends at or below what was tiered."""
     if highest_tiered < 0 or leo is None or leo > highest_tiered:
         return None
-    return (f"the local log ends at offset {leo}, at or below the highest tiered offset "
-            f"{highest_tiered}: the partition was re-created (or truncated below what was tiered); "
-            "the tiered data is not this log's and is not served (docs/topic-identity.md)")
+    return (
+        f"the local log ends at offset {leo}, at or below the highest tiered offset "
+        f"{highest_tiered}: the partition was re-created (or truncated below what was tiered); "
+        "the tiered data is not this log's and is not served (docs/topic-identity.md)"
+    )
 
 
-def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[SegmentManifest],
-                     highest_tiered: int, head: SegmentHead) -> str | None:
+def lineage_conflict(
+    segments: Sequence[SegmentFiles],
+    manifests: Sequence[SegmentManifest],
+    highest_tiered: int,
+    head: SegmentHead,
+) -> str | None:
     """Why the tiered data cannot be this log's, or None when nothing contradicts it.
 
     Two signals: the log ends at or below ``highest_tiered``; or the first batch of the newest
@@ -113,10 +119,12 @@ def lineage_conflict(segments: Sequence[SegmentFiles], manifests: Sequence[Segme
     local = _local_bytes(segments, first, length)
     if local == remote[:length]:
         return None
-    return (f"the local batch at offset {first} differs from the tiered one (segment "
-            f"{probe.base_offset}-{probe.last_offset}, {probe.log.key}): the partition was re-created "
-            "under the same name; the tiered data is not this log's and is not served "
-            "(docs/topic-identity.md)")
+    return (
+        f"the local batch at offset {first} differs from the tiered one (segment "
+        f"{probe.base_offset}-{probe.last_offset}, {probe.log.key}): the partition was re-created "
+        "under the same name; the tiered data is not this log's and is not served "
+        "(docs/topic-identity.md)"
+    )
 
 
 def read_dir_token(path: Path) -> str | None:
@@ -142,8 +150,9 @@ def same_dir(ctx: PartitionContext) -> bool:
 
 def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
     """The remote state of the partition's root ``topic_id`` (None = the name-only root)."""
-    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry,
-                       ctx.shared.protection)
+    return RemoteState(
+        ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry, ctx.shared.protection
+    )
 
 
 def check_lineage(ctx: PartitionContext, manifests: Sequence[SegmentManifest], highest: int) -> None:
@@ -169,8 +178,13 @@ def _migrate_state(ctx: PartitionContext) -> None:
             return  # the id's own state already holds something: never overwrite it
         shutil.rmtree(target)
     legacy.rename(target)
-    log.info("%s: moved the name-only state %s to %s (adopted by topic id %s)", ctx.part.name,
-             legacy, target, ctx.part.topic_id)
+    log.info(
+        "%s: moved the name-only state %s to %s (adopted by topic id %s)",
+        ctx.part.name,
+        legacy,
+        target,
+        ctx.part.topic_id,
+    )
 
 
 def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
@@ -208,33 +222,48 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     if own.manifest_keys(own.list_prefix(keys.manifests_prefix(ctx.topic, ctx.partition, own.key_id))):
         # This incarnation already tiered under its own root: adopting now would split one log
         # over two roots (and make its own root look like an old incarnation to GC).
-        conflict: str | None = (f"topic id {ctx.part.topic_id} already has segments under its own root; "
-                                "the data tiered under the name is another log's")
+        conflict: str | None = (
+            f"topic id {ctx.part.topic_id} already has segments under its own root; "
+            "the data tiered under the name is another log's"
+        )
     else:
         conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, legacy.segment_head)
     if conflict is None:
         owner = legacy.create_marker(keys.OWNER_MARKER, {"topic_id": ctx.part.topic_id, "adopted_ms": now})
-        log.info("%s: topic id %s adopted the data tiered under the name (up to offset %d)",
-                 ctx.part.name, ctx.part.topic_id, highest)
+        log.info(
+            "%s: topic id %s adopted the data tiered under the name (up to offset %d)",
+            ctx.part.name,
+            ctx.part.topic_id,
+            highest,
+        )
         return owner
-    legacy.create_marker(keys.RETIRED_MARKER,
-                         {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict})
-    log.warning("%s: the data tiered under the name is not topic id %s's: %s", ctx.part.name,
-                ctx.part.topic_id, conflict)
+    legacy.create_marker(
+        keys.RETIRED_MARKER, {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict}
+    )
+    log.warning(
+        "%s: the data tiered under the name is not topic id %s's: %s",
+        ctx.part.name,
+        ctx.part.topic_id,
+        conflict,
+    )
     return None
 
 
-def served_progress(part: PartitionDir, progress: Progress,
-                    segments: Sequence[SegmentFiles] | None = None) -> Progress:
+def served_progress(
+    part: PartitionDir, progress: Progress, segments: Sequence[SegmentFiles] | None = None
+) -> Progress:
     """The progress readers may use for ``part``: nothing tiered when the identity is unknown
     (malformed ``partition.metadata``), the progress is another incarnation's, a lineage conflict
     was recorded, or the local log ends at or below what it says was tiered (a re-created
     partition the daemon has not looked at yet)."""
     if progress.highest_tiered_offset < 0:
         return progress
-    if part.identity_error is not None or progress.lineage_conflict is not None or (
-            progress.topic_id is not None and progress.topic_id != part.topic_id) or (
-            progress.dir_token is not None and read_dir_token(part.path) != progress.dir_token):
+    if (
+        part.identity_error is not None
+        or progress.lineage_conflict is not None
+        or (progress.topic_id is not None and progress.topic_id != part.topic_id)
+        or (progress.dir_token is not None and read_dir_token(part.path) != progress.dir_token)
+    ):
         return Progress(topic_id=part.topic_id)
     if part.topic_id is not None:
         # A re-created partition has a new id (caught above); a replica whose log ends below what
@@ -246,8 +275,9 @@ def served_progress(part: PartitionDir, progress: Progress,
     return progress
 
 
-def persisted_progress(settings: TieringSettings, part: PartitionDir,
-                       load: Callable[[Path], Progress] = Progress.load) -> Progress:
+def persisted_progress(
+    settings: TieringSettings, part: PartitionDir, load: Callable[[Path], Progress] = Progress.load
+) -> Progress:
     """What readers without a live daemon may use for ``part``: the progress the daemon persisted
     for it (``load`` reads the file; readers pass a memo), as :func:`served_progress` allows."""
     return served_progress(part, load(state_dir(settings, part) / PROGRESS_FILE))

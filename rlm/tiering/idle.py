@@ -54,7 +54,7 @@ class Fingerprint:
     directory: Signature
     metadata: Signature
     state: tuple[int | None, int | None, int | None]  # high watermark, log start, recovery point
-    policy: str                                      # policy_key()
+    policy: str  # policy_key()
 
 
 def fingerprint(part: PartitionDir, state: PartitionState, policy: TopicPolicy) -> Fingerprint:
@@ -64,8 +64,9 @@ def fingerprint(part: PartitionDir, state: PartitionState, policy: TopicPolicy) 
     return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy))
 
 
-def fingerprint_of(part: PartitionDir, checkpoints: CheckpointCache,
-                   policy: TopicPolicy) -> Fingerprint | None:
+def fingerprint_of(
+    part: PartitionDir, checkpoints: CheckpointCache, policy: TopicPolicy
+) -> Fingerprint | None:
     """:func:`fingerprint` with the log dir's cached checkpoints; None when they cannot be read
     (the pass reports that)."""
     try:
@@ -78,8 +79,13 @@ def fingerprint_of(part: PartitionDir, checkpoints: CheckpointCache,
 def still_idle(ctx: PartitionContext | None, fp: Fingerprint | None, now_ms: int) -> bool:
     """Whether a pass over ``ctx`` now would find what its last clean pass found: nothing to do."""
     mark = ctx.idle if ctx is not None else None
-    return (fp is not None and ctx is not None and ctx.recovered and isinstance(mark, IdleMark)
-            and mark.still_idle(fp, ctx.progress, now_ms))
+    return (
+        fp is not None
+        and ctx is not None
+        and ctx.recovered
+        and isinstance(mark, IdleMark)
+        and mark.still_idle(fp, ctx.progress, now_ms)
+    )
 
 
 def load_mark(ctx: PartitionContext) -> None:
@@ -128,13 +134,22 @@ class IdleMark:
         return cls(fp, _progress_key(progress), due_ms)
 
     def still_idle(self, fp: Fingerprint, progress: Progress, now_ms: int) -> bool:
-        return (fp == self.fingerprint and (self.due_ms is None or now_ms < self.due_ms)
-                and _progress_key(progress) == self.progress)
+        return (
+            fp == self.fingerprint
+            and (self.due_ms is None or now_ms < self.due_ms)
+            and _progress_key(progress) == self.progress
+        )
 
     def save(self, state_dir: Path) -> None:
         fp = self.fingerprint
-        doc = {"directory": fp.directory, "metadata": fp.metadata, "state": fp.state, "policy": fp.policy,
-               "progress": self.progress, "due_ms": self.due_ms}
+        doc = {
+            "directory": fp.directory,
+            "metadata": fp.metadata,
+            "state": fp.state,
+            "policy": fp.policy,
+            "progress": self.progress,
+            "due_ms": self.due_ms,
+        }
         atomic_write(state_dir / IDLE_FILE, json.dumps(doc).encode(), durable=False)
 
     @classmethod
@@ -142,8 +157,12 @@ class IdleMark:
         """The persisted mark; None when absent or not whole (then the first pass is a full one)."""
         try:
             doc = json.loads((state_dir / IDLE_FILE).read_bytes())
-            fp = Fingerprint(_sig(doc["directory"]), _sig(doc["metadata"]), _ints(doc["state"], 3, True),
-                             _text(doc["policy"]))
+            fp = Fingerprint(
+                _sig(doc["directory"]),
+                _sig(doc["metadata"]),
+                _ints(doc["state"], 3, True),
+                _text(doc["policy"]),
+            )
             progress = _ints(doc["progress"], 3, False)
             due = doc["due_ms"]
             if due is not None and (not isinstance(due, int) or isinstance(due, bool)):
@@ -158,8 +177,13 @@ class IdleMark:
 
 
 def _ints(value: Any, n: int, nullable: bool) -> tuple[Any, ...]:
-    if not isinstance(value, list) or len(value) != n or not all(
-            (v is None and nullable) or (isinstance(v, int) and not isinstance(v, bool)) for v in value):
+    if (
+        not isinstance(value, list)
+        or len(value) != n
+        or not all(
+            (v is None and nullable) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+        )
+    ):
         raise ValueError(f"bad value {value!r}")
     return tuple(value)
 

@@ -63,10 +63,17 @@ class OldIncarnation:
     deleted: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic_id": self.topic_id, "prefix": self.prefix, "objects": self.objects,
-                "bytes": self.bytes, "retired_ms": self.retired_ms,
-                "delete_after_ms": self.delete_after_ms, "kept": self.kept,
-                "state_dir": self.state_dir, "deleted": self.deleted}
+        return {
+            "topic_id": self.topic_id,
+            "prefix": self.prefix,
+            "objects": self.objects,
+            "bytes": self.bytes,
+            "retired_ms": self.retired_ms,
+            "delete_after_ms": self.delete_after_ms,
+            "kept": self.kept,
+            "state_dir": self.state_dir,
+            "deleted": self.deleted,
+        }
 
     @classmethod
     def from_json(cls, topic: str, partition: int, doc: Any) -> OldIncarnation:
@@ -98,8 +105,12 @@ def remember_identity(ctx: PartitionContext) -> str | None:
     if ctx.part.topic_id is None or ctx.key_id is None:
         return None
     state = _name_root_state(ctx)
-    doc = {"topic_id": ctx.part.topic_id, "key_id": ctx.key_id, "name_root": state,
-           "old_incarnations": [o.to_json() for o in ctx.old_incarnations]}
+    doc = {
+        "topic_id": ctx.part.topic_id,
+        "key_id": ctx.key_id,
+        "name_root": state,
+        "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
+    }
     ctx.state_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(ctx.state_dir / IDENTITY_FILE, json.dumps(doc).encode(), durable=False)
     return state
@@ -110,8 +121,12 @@ def _recalled(ctx: PartitionContext) -> dict[str, Any] | None:
         doc = loads_or_none((ctx.state_dir / IDENTITY_FILE).read_bytes())
     except OSError:
         return None
-    ok = (isinstance(doc, dict) and doc.get("topic_id") == ctx.part.topic_id and "key_id" in doc
-          and isinstance(doc.get("old_incarnations"), list))
+    ok = (
+        isinstance(doc, dict)
+        and doc.get("topic_id") == ctx.part.topic_id
+        and "key_id" in doc
+        and isinstance(doc.get("old_incarnations"), list)
+    )
     return doc if ok else None
 
 
@@ -182,14 +197,16 @@ def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
     return found
 
 
-def _retired_ms(ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool,
-                local: Path | None) -> int | None:
+def _retired_ms(
+    ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool, local: Path | None
+) -> int | None:
     root = _root(ctx, topic_id)
     key = root.marker_key(keys.RETIRED_MARKER)
     doc = root.read_marker(keys.RETIRED_MARKER) if any(i.key == key for i in infos) else None
     if doc is None and mark and infos:
-        doc = root.create_marker(keys.RETIRED_MARKER,
-                                 {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()})
+        doc = root.create_marker(
+            keys.RETIRED_MARKER, {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()}
+        )
     if doc is not None:
         value = doc.get("retired_ms")
         return value if isinstance(value, int) else None
@@ -216,10 +233,20 @@ def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncar
         retired = _retired_ms(ctx, topic_id, infos, mark, local)
         kept = settings.keep_old_incarnations
         due = None if kept or retired is None else retired + settings.old_incarnation_grace_ms
-        out.append(OldIncarnation(ctx.topic, ctx.partition, topic_id,
-                                  keys.root(ctx.topic, ctx.partition, topic_id), len(infos),
-                                  sum(i.size for i in infos), retired, due, kept,
-                                  str(local) if local is not None else None))
+        out.append(
+            OldIncarnation(
+                ctx.topic,
+                ctx.partition,
+                topic_id,
+                keys.root(ctx.topic, ctx.partition, topic_id),
+                len(infos),
+                sum(i.size for i in infos),
+                retired,
+                due,
+                kept,
+                str(local) if local is not None else None,
+            )
+        )
     return out
 
 
@@ -244,8 +271,14 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
     for old in olds:
         if not dry_run and old.delete_after_ms is not None and now >= old.delete_after_ms:
             _delete(ctx, old)
-            log.info("%s: deleted old incarnation %s (%d objects, %d bytes, retired at %d ms)",
-                     ctx.part.name, old.prefix, old.objects, old.bytes, old.retired_ms or 0)
+            log.info(
+                "%s: deleted old incarnation %s (%d objects, %d bytes, retired at %d ms)",
+                ctx.part.name,
+                old.prefix,
+                old.objects,
+                old.bytes,
+                old.retired_ms or 0,
+            )
             ctx.series(ctx.shared.metrics.orphans_deleted).inc(old.objects)
             old = replace(old, deleted=True)
         result.append(old)
@@ -255,11 +288,16 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
         if remember_identity(ctx) == "undecided" and (before or {}).get("name_root") == "empty":
             # Data appeared under the name since the root was decided: the partition's next pass
             # recovers, which adopts or retires it (docs/topic-identity.md).
-            log.info("%s: data appeared under the name-only root: recovering at the next pass",
-                     ctx.part.name)
+            log.info("%s: data appeared under the name-only root: recovering at the next pass", ctx.part.name)
             ctx.recovered = False
     return result
 
 
-__all__ = ["IDENTITY_FILE", "OldIncarnation", "collect_old_incarnations", "find_old_incarnations",
-           "recall_identity", "remember_identity"]
+__all__ = [
+    "IDENTITY_FILE",
+    "OldIncarnation",
+    "collect_old_incarnations",
+    "find_old_incarnations",
+    "recall_identity",
+    "remember_identity",
+]

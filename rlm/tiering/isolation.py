@@ -97,8 +97,13 @@ class TxnLookup:
 class PartitionTxns:
     """Aborted transactions and the last stable offset of one partition, over ``sources``."""
 
-    def __init__(self, sources: Sequence[TxnSource], backend: StorageBackend | None,
-                 retry: RetryPolicy | None = None, protection: StoreProtection | None = None) -> None:
+    def __init__(
+        self,
+        sources: Sequence[TxnSource],
+        backend: StorageBackend | None,
+        retry: RetryPolicy | None = None,
+        protection: StoreProtection | None = None,
+    ) -> None:
         self.sources = list(sources)
         self.backend = backend
         self.retry = retry or RetryPolicy()
@@ -120,8 +125,12 @@ class PartitionTxns:
         if src.manifest is not None:  # stored compressed/encrypted: entry by entry
             data = self.protection.open_log(backend, self.retry, src.manifest, data)
         if not src.captured:  # once per segment and process: the summary is cached
-            log.info("%s: tiered before rlm captured its transaction index: scanned its control "
-                     "batches (one read of %d bytes; docs/transactions.md)", src.location, len(data))
+            log.info(
+                "%s: tiered before rlm captured its transaction index: scanned its control "
+                "batches (one read of %d bytes; docs/transactions.md)",
+                src.location,
+                len(data),
+            )
         return use(data)
 
     def summary(self, i: int) -> TxnSummary:
@@ -130,16 +139,21 @@ class PartitionTxns:
 
         def load() -> TxnSummary:
             def run(buf: Buffer) -> TxnSummary:
-                mine = (b for b in iter_batches(buf, verify_crc=False)
-                        if b.base_offset >= src.first_offset and b.last_offset <= src.last_offset)
+                mine = (
+                    b
+                    for b in iter_batches(buf, verify_crc=False)
+                    if b.base_offset >= src.first_offset and b.last_offset <= src.last_offset
+                )
                 return summarize(buf, mine)
+
             try:
                 return self._with_bytes(src, run)  # type: ignore[no-any-return]
             except RlmError as err:
                 raise err.in_file(src.location) if err.file is None else err from err
 
         found: TxnSummary = FACTS.get(
-            ("summary", src.location, src.identity, src.first_offset, src.last_offset), load)
+            ("summary", src.location, src.identity, src.first_offset, src.last_offset), load
+        )
         return found
 
     def _earlier(self, i: int) -> Iterator[TxnSummary]:
@@ -182,8 +196,12 @@ class PartitionTxns:
         if stored is not None:
             return stored, True
         summary = self.summary(i)
-        return [AbortedTxn(resolve_first(p, self._earlier(i)), p.marker_offset, p.producer_id,
-                           REBUILT_LAST_STABLE_OFFSET) for p in summary.aborts], False
+        return [
+            AbortedTxn(
+                resolve_first(p, self._earlier(i)), p.marker_offset, p.producer_id, REBUILT_LAST_STABLE_OFFSET
+            )
+            for p in summary.aborts
+        ], False
 
     def _checked(self, i: int, stored: list[AbortedTxn]) -> list[AbortedTxn] | None:
         """A broker's local entries if they name the segment's ABORT markers, else None (scan)."""
@@ -191,9 +209,15 @@ class PartitionTxns:
         if [(e.producer_id, e.last_offset) for e in stored] == markers:
             return stored
         src = self.sources[i]
-        FACTS.get(("mismatch", src.txn_index, src.identity), lambda: log.warning(
-            "%s: its entries do not name the segment's %d ABORT markers; scanning the segment's "
-            "control batches instead (docs/transactions.md)", src.txn_index, len(markers)))
+        FACTS.get(
+            ("mismatch", src.txn_index, src.identity),
+            lambda: log.warning(
+                "%s: its entries do not name the segment's %d ABORT markers; scanning the segment's "
+                "control batches instead (docs/transactions.md)",
+                src.txn_index,
+                len(markers),
+            ),
+        )
         return None
 
     # -- answers ------------------------------------------------------------------------------
@@ -244,13 +268,19 @@ class PartitionTxns:
                 st = os.stat(where)
             except FileNotFoundError:
                 return None
-            return FACTS.get(("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),  # type: ignore[no-any-return]
-                             lambda: open_at_local(where))
+            return FACTS.get(
+                ("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),  # type: ignore[no-any-return]
+                lambda: open_at_local(where),
+            )
         if self.backend is None:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
-        return FACTS.get(("snapshot", where), lambda: open_at_remote(  # type: ignore[no-any-return]
-            backend, self.retry, self.protection, where, src.manifest))
+        return FACTS.get(
+            ("snapshot", where),
+            lambda: open_at_remote(  # type: ignore[no-any-return]
+                backend, self.retry, self.protection, where, src.manifest
+            ),
+        )
 
     def _state_before(self, i: int) -> dict[int, int] | None:
         """The transactions open before ``sources[i]`` (``i == len``: after the last), if known:
@@ -279,10 +309,17 @@ class PartitionTxns:
             i, found = 0, {}
         if newest - i > 1:
             first = self.sources[i]
-            FACTS.get(("replay", first.location, first.identity, newest), lambda: log.info(
-                "%s: no producer snapshot or recorded open transactions nearer the local log: the "
-                "last stable offset is replayed from the batches of %d tiered segment(s) from "
-                "offset %d (docs/transactions.md)", first.location, newest - i, first.first_offset))
+            FACTS.get(
+                ("replay", first.location, first.identity, newest),
+                lambda: log.info(
+                    "%s: no producer snapshot or recorded open transactions nearer the local log: the "
+                    "last stable offset is replayed from the batches of %d tiered segment(s) from "
+                    "offset %d (docs/transactions.md)",
+                    first.location,
+                    newest - i,
+                    first.first_offset,
+                ),
+            )
         return i, found
 
 
@@ -297,23 +334,42 @@ def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> 
     lso = txns.last_stable_offset(end) if end is not None else None
     examined = list(fetched.batches if lso is None else batches_below(iter(fetched.batches), lso))
     if not examined:
-        return replace(fetched, data=b"", batches=[], isolation=isolation, last_stable_offset=lso,
-                       resume_offset=fetched.requested_offset)
+        return replace(
+            fetched,
+            data=b"",
+            batches=[],
+            isolation=isolation,
+            last_stable_offset=lso,
+            resume_offset=fetched.requested_offset,
+        )
     upper = examined[-1].last_offset + 1
     found = txns.aborted(examined[0].base_offset, upper)
     if found.scanned:
-        log.debug("read_committed %s-%s [%d, %d): no transaction index stored for %d segment(s); "
-                 "scanned their control batches", fetched.topic, fetched.partition,
-                 examined[0].base_offset, upper, len(found.scanned))
+        log.debug(
+            "read_committed %s-%s [%d, %d): no transaction index stored for %d segment(s); "
+            "scanned their control batches",
+            fetched.topic,
+            fetched.partition,
+            examined[0].base_offset,
+            upper,
+            len(found.scanned),
+        )
     kept, _skipped = committed_batches(fetched.data, examined, found.entries)
-    data = b"".join(fetched.data[b.position: b.end_position] for b in kept)
+    data = b"".join(fetched.data[b.position : b.end_position] for b in kept)
     rebased, origin = [], 0
     for b in kept:
         rebased.append(replace(b, position=origin))
         origin += b.size
-    return replace(fetched, data=data, batches=rebased, isolation=isolation, last_stable_offset=lso,
-                   resume_offset=upper, aborted_transactions=tuple(found.entries),
-                   txn_scanned=tuple(found.scanned))
+    return replace(
+        fetched,
+        data=data,
+        batches=rebased,
+        isolation=isolation,
+        last_stable_offset=lso,
+        resume_offset=upper,
+        aborted_transactions=tuple(found.entries),
+        txn_scanned=tuple(found.scanned),
+    )
 
 
 # -- the partition readers' view (HTTP, CLI) ---------------------------------------------------
@@ -348,9 +404,14 @@ def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _F
         return _Facts(protected=protected)
     snap = snapshot_key(manifest, manifest.base_offset)
     stored = manifest.objects.get("txn_index")
-    return _Facts(manifest.txn_index is not None, stored.key if stored is not None else None, protected,
-                  (manifest.base_offset, snap) if snap is not None else None, manifest.last_offset,
-                  open_at_end(manifest))
+    return _Facts(
+        manifest.txn_index is not None,
+        stored.key if stored is not None else None,
+        protected,
+        (manifest.base_offset, snap) if snap is not None else None,
+        manifest.last_offset,
+        open_at_end(manifest),
+    )
 
 
 def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
@@ -358,8 +419,10 @@ def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
     for view in reader._sets():
         last = view.last.entry.rdi.url if view.last is not None else ""
-        out += FACTS.get(("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
-                          lambda v=view: _set_groups(v))  # type: ignore[misc]
+        out += FACTS.get(
+            ("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
+            lambda v=view: _set_groups(v),
+        )  # type: ignore[misc]
     return out
 
 
@@ -387,19 +450,39 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         if (local_start is not None and first >= local_start) or first >= end:
             continue
         key = res.backend.key_for_url(url)
-        facts: _Facts = FACTS.get(("manifest", url), lambda k=key: _manifest_facts(  # type: ignore[misc]
-            res.backend, res.retry, k))
+        facts: _Facts = FACTS.get(
+            ("manifest", url),
+            lambda k=key: _manifest_facts(  # type: ignore[misc]
+                res.backend, res.retry, k
+            ),
+        )
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
         snap = facts.snapshot
-        sources.append(TxnSource(first, last, "remote", key, facts.txn_key, facts.captured, (url,),
-                                 facts.protected, snap[1] if snap is not None and snap[0] == first else None,
-                                 facts.open_at_end if last == facts.last_offset else None))
+        sources.append(
+            TxnSource(
+                first,
+                last,
+                "remote",
+                key,
+                facts.txn_key,
+                facts.captured,
+                (url,),
+                facts.protected,
+                snap[1] if snap is not None and snap[0] == first else None,
+                facts.open_at_end if last == facts.last_offset else None,
+            )
+        )
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
     return PartitionTxns(sources, res.backend, res.retry, res.protection)
 
 
-def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isolation = "read_uncommitted",
-          **options: Any) -> FetchResult:
+def fetch(
+    reader: PartitionReader,
+    offset: int,
+    max_bytes: int,
+    isolation: Isolation = "read_uncommitted",
+    **options: Any,
+) -> FetchResult:
     """:meth:`PartitionReader.fetch` (``options``: its keyword options) under ``isolation``
     (see :func:`apply_isolation`)."""
     fetched = reader.fetch(offset, max_bytes, **options)
@@ -410,8 +493,9 @@ def fetch(reader: PartitionReader, offset: int, max_bytes: int, isolation: Isola
     return result
 
 
-def fetcher(reader: PartitionReader, isolation: Isolation = "read_uncommitted",
-            **options: Any) -> Callable[[int, int], FetchResult]:
+def fetcher(
+    reader: PartitionReader, isolation: Isolation = "read_uncommitted", **options: Any
+) -> Callable[[int, int], FetchResult]:
     """``(offset, max_bytes) → FetchResult`` for a stream of fetches (``/records/stream``): under
     read_committed a fetch whose batches were all aborted or markers is followed at once by the
     next one, so an answer has batches unless it reached the last stable offset."""
@@ -424,4 +508,5 @@ def fetcher(reader: PartitionReader, isolation: Isolation = "read_uncommitted",
             if got.batches or got.next_offset is None or got.next_offset <= offset:
                 return got
             offset = got.next_offset
+
     return run

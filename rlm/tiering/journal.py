@@ -21,9 +21,7 @@ from typing import Any, Literal, cast
 from rlm.fsutil import atomic_write, fsync_dir
 from rlm.tiering.statefiles import int_field, loads_or_none
 
-EventType = Literal[
-    "COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"
-]
+EventType = Literal["COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"]
 _TYPES = frozenset(("COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"))
 _ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}
 COMPACT_BYTES = 1 << 20
@@ -106,8 +104,12 @@ class Journal:
         return not self.open_attempts()
 
     def append(self, type_: EventType, base_offset: int, attempt_id: str) -> None:
-        line = json.dumps({"type": type_, "base": base_offset, "attempt": attempt_id,
-                           "at": int(time.time() * 1000)}) + "\n"
+        line = (
+            json.dumps(
+                {"type": type_, "base": base_offset, "attempt": attempt_id, "at": int(time.time() * 1000)}
+            )
+            + "\n"
+        )
         created = not self.path.exists()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -66,8 +66,10 @@ class WrappedKey:
         except (binascii.Error, ValueError):
             blob = b""
         if len(blob) != _WRAPPED_BYTES:
-            raise FormatError(f"{where}: protection.encryption.wrapped_key is not the base64 of a "
-                              f"{_WRAPPED_BYTES}-byte wrapped key")
+            raise FormatError(
+                f"{where}: protection.encryption.wrapped_key is not the base64 of a "
+                f"{_WRAPPED_BYTES}-byte wrapped key"
+            )
         return cls(doc["key_id"], blob)
 
 
@@ -136,9 +138,11 @@ class KeyRing:
         try:
             plaintext = AESGCM(master).decrypt(nonce, body, _ad(wrapped.key_id))
         except InvalidTag:
-            raise WrongKeyError(f"{where}: key {wrapped.key_id!r} does not unwrap the data key (the key "
-                                "file under that id is not the key that wrapped it)",
-                                key_id=wrapped.key_id) from None
+            raise WrongKeyError(
+                f"{where}: key {wrapped.key_id!r} does not unwrap the data key (the key "
+                "file under that id is not the key that wrapped it)",
+                key_id=wrapped.key_id,
+            ) from None
         with self._lock:
             self._unwrapped[memo] = plaintext
             if len(self._unwrapped) > _UNWRAPPED_CACHE:
@@ -149,6 +153,8 @@ class KeyRing:
         key = self._keys.get(key_id)
         if key is None:
             known = ", ".join(sorted(self._keys)) or "none"
-            raise KeyNotFoundError(f"{where}: key {key_id!r} is not in [remote.encryption] key_files "
-                                   f"(known: {known})", key_id=key_id)
+            raise KeyNotFoundError(
+                f"{where}: key {key_id!r} is not in [remote.encryption] key_files (known: {known})",
+                key_id=key_id,
+            )
         return key

@@ -102,7 +102,7 @@ def lineage_marker_key(topic: str, partition: int, epoch: int, topic_id: str | N
 def parse_lineage_marker_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> int | None:
     """The leader epoch named by a lineage marker key, or None for any other key."""
     prefix = manifests_prefix(topic, partition, topic_id) + LINEAGE_MARKER_PREFIX
-    name = key[len(prefix):] if key.startswith(prefix) else ""
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
     stem, dot, ext = name.partition(".")
     if ext != "json" or not dot or len(stem) != 10 or not stem.isdigit():
         return None
@@ -113,13 +113,15 @@ def data_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
     return f"{root(topic, partition, topic_id)}{DATA}/"
 
 
-def attempt_prefix(topic: str, partition: int, base_offset: int, attempt_id: str,
-                   topic_id: str | None = None) -> str:
+def attempt_prefix(
+    topic: str, partition: int, base_offset: int, attempt_id: str, topic_id: str | None = None
+) -> str:
     return f"{data_prefix(topic, partition, topic_id)}{base_offset:020d}-{attempt_id}/"
 
 
-def data_key(topic: str, partition: int, base_offset: int, attempt_id: str, name: str,
-             topic_id: str | None = None) -> str:
+def data_key(
+    topic: str, partition: int, base_offset: int, attempt_id: str, name: str, topic_id: str | None = None
+) -> str:
     return attempt_prefix(topic, partition, base_offset, attempt_id, topic_id) + name
 
 
@@ -150,8 +152,9 @@ def parse_root(key: str) -> Root | None:
     topic, dash, number = name.rpartition("-")
     if not dash or not topic or not number.isascii() or not number.isdigit() or len(number) > 10:
         return None
-    if sep and (len(topic_id) != 22 or not topic_id.isascii()
-                or not all(c.isalnum() or c in "_-" for c in topic_id)):
+    if sep and (
+        len(topic_id) != 22 or not topic_id.isascii() or not all(c.isalnum() or c in "_-" for c in topic_id)
+    ):
         return None
     return Root(topic, int(number), topic_id if sep else None)
 
@@ -173,7 +176,7 @@ def parse_data_key(topic: str, partition: int, key: str, topic_id: str | None = 
     prefix = data_prefix(topic, partition, topic_id)
     if not key.startswith(prefix):
         return None
-    dir_name = key[len(prefix):].split("/", 1)[0]
+    dir_name = key[len(prefix) :].split("/", 1)[0]
     base, sep, attempt = dir_name.partition("-")
     if not sep or len(base) != 20 or not base.isdigit() or not attempt:
         return None
@@ -183,7 +186,7 @@ def parse_data_key(topic: str, partition: int, key: str, topic_id: str | None = 
 def parse_manifest_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> int | None:
     """The base offset named by a manifest key, or None for a foreign key."""
     prefix = manifests_prefix(topic, partition, topic_id)
-    name = key[len(prefix):] if key.startswith(prefix) else ""
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
     stem, dot, ext = name.partition(".")
     if ext != "json" or not dot or len(stem) != 20 or not stem.isdigit():
         return None

@@ -117,9 +117,16 @@ class LineageMarker:
     written_ms: int
 
     def to_json(self) -> bytes:
-        return json.dumps({"epoch": self.epoch, "lineage": [list(e) for e in self.lineage],
-                           "diverged_from": self.diverged_from, "node_id": self.node_id,
-                           "written_ms": self.written_ms}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "epoch": self.epoch,
+                "lineage": [list(e) for e in self.lineage],
+                "diverged_from": self.diverged_from,
+                "node_id": self.node_id,
+                "written_ms": self.written_ms,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes, *, key: str) -> LineageMarker:
@@ -157,8 +164,9 @@ class Link:
 
     @property
     def whole(self) -> bool:
-        return (self.first_offset == self.manifest.base_offset
-                and self.last_offset == self.manifest.last_offset)
+        return (
+            self.first_offset == self.manifest.base_offset and self.last_offset == self.manifest.last_offset
+        )
 
     @property
     def signature(self) -> tuple[int, str, int, int]:
@@ -171,8 +179,8 @@ class Chain:
     """The resolved remote log: ``links`` in offset order, and what is not served."""
 
     links: tuple[Link, ...]
-    superseded: tuple[SegmentManifest, ...] = ()                 # wholly covered by earlier links
-    diverged: tuple[tuple[SegmentManifest, int], ...] = ()       # wholly diverged: (manifest, cut)
+    superseded: tuple[SegmentManifest, ...] = ()  # wholly covered by earlier links
+    diverged: tuple[tuple[SegmentManifest, int], ...] = ()  # wholly diverged: (manifest, cut)
 
     @property
     def highest(self) -> int:
@@ -240,5 +248,3 @@ class StoreView:
     markers: dict[str, tuple[Stamp, LineageMarker]] = field(default_factory=dict)
     held: tuple[tuple[int, str, int, int], ...] | None = None
     chain: Chain = field(default_factory=lambda: Chain(()))
-
-

@@ -49,8 +49,13 @@ log = logging.getLogger(__name__)
 
 Tier = Literal["local", "remote"]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-SPECIAL_TIMESTAMPS = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "max-timestamp",
-                      EARLIEST_LOCAL: "earliest-local", LATEST_TIERED: "latest-tiered"}
+SPECIAL_TIMESTAMPS = {
+    LATEST: "latest",
+    EARLIEST: "earliest",
+    MAX_TIMESTAMP: "max-timestamp",
+    EARLIEST_LOCAL: "earliest-local",
+    LATEST_TIERED: "latest-tiered",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +79,19 @@ class LookupResult:
             doc["reason"] = self.reason
             doc["valid_ranges"] = self.ranges.to_json()
             return doc
-        doc.update({
-            "tier": self.tier,
-            "offset": self.offset,
-            "timestamp": self.timestamp,
-            "batch": (None if self.batch is None else
-                      {"base_offset": self.batch.base_offset, "last_offset": self.batch.last_offset}),
-            "location": self.location,
-        })
+        doc.update(
+            {
+                "tier": self.tier,
+                "offset": self.offset,
+                "timestamp": self.timestamp,
+                "batch": (
+                    None
+                    if self.batch is None
+                    else {"base_offset": self.batch.base_offset, "last_offset": self.batch.last_offset}
+                ),
+                "location": self.location,
+            }
+        )
         return doc
 
 
@@ -164,8 +174,14 @@ class PartitionReader:
 
     # -- offset -------------------------------------------------------------------------------
 
-    def lookup_offset(self, offset: int, *, tier: Tier | None = None,
-                      source: EntrySource | None = None, timestamp: bool = True) -> LookupResult:
+    def lookup_offset(
+        self,
+        offset: int,
+        *,
+        tier: Tier | None = None,
+        source: EntrySource | None = None,
+        timestamp: bool = True,
+    ) -> LookupResult:
         """The first visible record with offset ≥ ``offset``; ``tier`` forces one tier.
 
         Only offsets in ``[log start, visible end)`` are answered (docs/visibility.md).
@@ -203,10 +219,12 @@ class PartitionReader:
         latest / earliest answers on an empty visible range."""
         return LookupResult(self.part.topic, self.part.partition, True, ranges, tier, offset, -1)
 
-    def _local_offset(self, segments: Sequence[SegmentFiles], offset: int,
-                      ranges: PartitionOffsets, timestamp: bool = True) -> LookupResult | None:
+    def _local_offset(
+        self, segments: Sequence[SegmentFiles], offset: int, ranges: PartitionOffsets, timestamp: bool = True
+    ) -> LookupResult | None:
         candidates = [s for s in segments if s.base_offset <= offset][-1:] + [
-            s for s in segments if s.base_offset > offset]
+            s for s in segments if s.base_offset > offset
+        ]
         for files in candidates:
             try:
                 with LogSegment.open(files) as seg:
@@ -215,14 +233,29 @@ class PartitionReader:
                         first = None if timestamp else first_offset_at_least(batch, offset)
                         if first is not None:
                             return LookupResult(
-                                self.part.topic, self.part.partition, True, ranges, "local", first,
-                                None, batch, {"file": str(files.log), "position": batch.position})
+                                self.part.topic,
+                                self.part.partition,
+                                True,
+                                ranges,
+                                "local",
+                                first,
+                                None,
+                                batch,
+                                {"file": str(files.log), "position": batch.position},
+                            )
                         for record in seg.read_records(batch):
                             if record.offset >= offset:
                                 return LookupResult(
-                                    self.part.topic, self.part.partition, True, ranges, "local",
-                                    record.offset, record.timestamp, batch,
-                                    {"file": str(files.log), "position": batch.position})
+                                    self.part.topic,
+                                    self.part.partition,
+                                    True,
+                                    ranges,
+                                    "local",
+                                    record.offset,
+                                    record.timestamp,
+                                    batch,
+                                    {"file": str(files.log), "position": batch.position},
+                                )
                         batch = next(seg.batches(batch.position + batch.size), None)
             except FileNotFoundError:
                 continue  # deleted by the log store meanwhile: the next segment or the remote tier
@@ -232,8 +265,9 @@ class PartitionReader:
         """One entry's bytes and CRC-checked batches, for timestamp lookups (cached)."""
         return EntrySource(self.res).batches(entry)
 
-    def _remote_offset(self, offset: int, ranges: PartitionOffsets, source: EntrySource,
-                       timestamp: bool = True) -> LookupResult | None:
+    def _remote_offset(
+        self, offset: int, ranges: PartitionOffsets, source: EntrySource, timestamp: bool = True
+    ) -> LookupResult | None:
         source.views = source.views or self._sets()
         for current in chain_from(source.views, max(offset, ranges.remote_log_start_offset or 0)):
             data, batches = source.batches(current)
@@ -243,12 +277,30 @@ class PartitionReader:
                     continue
                 first = None if timestamp else first_offset_at_least(batch, offset)
                 if first is not None:
-                    return LookupResult(self.part.topic, self.part.partition, True, ranges, "remote",
-                                        first, None, batch, where)
+                    return LookupResult(
+                        self.part.topic,
+                        self.part.partition,
+                        True,
+                        ranges,
+                        "remote",
+                        first,
+                        None,
+                        batch,
+                        where,
+                    )
                 for record in decode_records(data, batch):
                     if record.offset >= offset:
-                        return LookupResult(self.part.topic, self.part.partition, True, ranges, "remote",
-                                            record.offset, record.timestamp, batch, where)
+                        return LookupResult(
+                            self.part.topic,
+                            self.part.partition,
+                            True,
+                            ranges,
+                            "remote",
+                            record.offset,
+                            record.timestamp,
+                            batch,
+                            where,
+                        )
         return None
 
     # -- timestamp ----------------------------------------------------------------------------
@@ -257,8 +309,10 @@ class PartitionReader:
         """Kafka ListOffsets semantics, incl. the special values −1…−5, over visible records only
         (docs/visibility.md): −1 is the visible end (the high watermark), −2 the log start."""
         if timestamp < LATEST_TIERED:
-            raise InvalidArgumentError(f"timestamp {timestamp} is invalid: use ms since the epoch or "
-                                       "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered")
+            raise InvalidArgumentError(
+                f"timestamp {timestamp} is invalid: use ms since the epoch or "
+                "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered"
+            )
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
         end = ranges.visible_end_offset
@@ -269,12 +323,14 @@ class PartitionReader:
             if max_ts is None:
                 return self._not_found(ranges, "the partition has no visible records")
             timestamp = max_ts
-        found = (self._remote_timestamp(timestamp, ranges)
-                 or self._local_timestamp(segments, timestamp, ranges))
+        found = self._remote_timestamp(timestamp, ranges) or self._local_timestamp(
+            segments, timestamp, ranges
+        )
         if found is None or end is None:
             return self._not_found(ranges, f"no record has a timestamp >= {timestamp}")
-        return self._visible_only(found, f"no record below the high watermark {end} has a timestamp "
-                                         f">= {timestamp}")
+        return self._visible_only(
+            found, f"no record below the high watermark {end} has a timestamp >= {timestamp}"
+        )
 
     def _special(self, timestamp: int, ranges: PartitionOffsets) -> LookupResult:
         """−1, −2, −4, −5: offsets clamped to the visible range (docs/visibility.md)."""
@@ -297,8 +353,9 @@ class PartitionReader:
             return self._not_found(ranges, "nothing visible is tiered")
         return self._or_offset(self.lookup_offset(last, tier="remote"), ranges, last, "remote")
 
-    def _or_offset(self, found: LookupResult, ranges: PartitionOffsets, offset: int,
-                   tier: Tier | None) -> LookupResult:
+    def _or_offset(
+        self, found: LookupResult, ranges: PartitionOffsets, offset: int, tier: Tier | None
+    ) -> LookupResult:
         return found if found.found else self._offset_only(ranges, offset, tier)
 
     def _remote_timestamp(self, ts: int, ranges: PartitionOffsets) -> LookupResult | None:
@@ -323,14 +380,22 @@ class PartitionReader:
                         continue
                     for record in decode_records(data, batch):
                         if record.timestamp >= ts and record.offset >= start:
-                            return LookupResult(self.part.topic, self.part.partition, True, ranges,
-                                                "remote", record.offset, record.timestamp, batch,
-                                                {"rdi": str(current.entry.rdi),
-                                                 "data_length": current.entry.data_length})
+                            return LookupResult(
+                                self.part.topic,
+                                self.part.partition,
+                                True,
+                                ranges,
+                                "remote",
+                                record.offset,
+                                record.timestamp,
+                                batch,
+                                {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length},
+                            )
         return None
 
-    def _local_timestamp(self, segments: Sequence[SegmentFiles], ts: int,
-                         ranges: PartitionOffsets) -> LookupResult | None:
+    def _local_timestamp(
+        self, segments: Sequence[SegmentFiles], ts: int, ranges: PartitionOffsets
+    ) -> LookupResult | None:
         start = ranges.local_log_start_offset
         for files in segments:
             try:
@@ -339,9 +404,17 @@ class PartitionReader:
             except FileNotFoundError:
                 continue
             if hit is not None:
-                return LookupResult(self.part.topic, self.part.partition, True, ranges, "local",
-                                    hit.offset, hit.timestamp, hit.batch,
-                                    {"file": str(files.log), "position": hit.batch.position})
+                return LookupResult(
+                    self.part.topic,
+                    self.part.partition,
+                    True,
+                    ranges,
+                    "local",
+                    hit.offset,
+                    hit.timestamp,
+                    hit.batch,
+                    {"file": str(files.log), "position": hit.batch.position},
+                )
         return None
 
     def _max_timestamp(self, segments: Sequence[SegmentFiles], ranges: PartitionOffsets) -> int | None:
@@ -349,16 +422,20 @@ class PartitionReader:
         start, end = ranges.log_start_offset, ranges.visible_end_offset
         if start is None or end is None or start >= end:
             return None
-        found = [remote_max_timestamp(self._sets(), ranges.remote_log_start_offset, end, self._entry_batches)
-                 if ranges.remote_log_start_offset is not None else None]
+        found = [
+            remote_max_timestamp(self._sets(), ranges.remote_log_start_offset, end, self._entry_batches)
+            if ranges.remote_log_start_offset is not None
+            else None
+        ]
         if ranges.local_log_start_offset is not None:
             found.append(local_max_timestamp(segments, ranges.local_log_start_offset, end))
         return max((ts for ts in found if ts is not None), default=None)
 
     # -- fetch --------------------------------------------------------------------------------
 
-    def fetch(self, offset: int, max_bytes: int, *, verify: bool = False,
-              reader_key: Hashable | None = None) -> FetchResult:
+    def fetch(
+        self, offset: int, max_bytes: int, *, verify: bool = False, reader_key: Hashable | None = None
+    ) -> FetchResult:
         """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (≥ 1 batch),
         each with its last offset below the visible end (docs/visibility.md).
 
@@ -380,8 +457,7 @@ class PartitionReader:
             held = ranges.visible(offset) and any(_tiers_holding(offset, ranges))
             if end is not None and (offset == end or held):
                 return self._empty(offset, ranges)
-            raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}",
-                                        offset=offset)
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}", offset=offset)
         assert end is not None
         if found.tier == "local":
             assert found.location is not None
@@ -390,30 +466,62 @@ class PartitionReader:
                 batches = _take(visible, max_bytes)
                 if not batches:
                     return self._empty(offset, ranges)
-                data = bytes(seg.buffer[batches[0].position: batches[-1].end_position])
-            return FetchResult(self.part.topic, self.part.partition, "local", data,
-                               _rebased(batches, batches[0].position), end, offset,
-                               ranges.log_start_offset)
-        answer, taken = remote_fetch(source.views or self._sets(), source, found.batch.base_offset,
-                                     max_bytes, end)
+                data = bytes(seg.buffer[batches[0].position : batches[-1].end_position])
+            return FetchResult(
+                self.part.topic,
+                self.part.partition,
+                "local",
+                data,
+                _rebased(batches, batches[0].position),
+                end,
+                offset,
+                ranges.log_start_offset,
+            )
+        answer, taken = remote_fetch(
+            source.views or self._sets(), source, found.batch.base_offset, max_bytes, end
+        )
         if not taken:
             return self._empty(found.batch.base_offset, ranges)
-        return FetchResult(self.part.topic, self.part.partition, "remote", answer, taken, end,
-                           found.offset, ranges.log_start_offset)
+        return FetchResult(
+            self.part.topic,
+            self.part.partition,
+            "remote",
+            answer,
+            taken,
+            end,
+            found.offset,
+            ranges.log_start_offset,
+        )
 
     def _empty(self, offset: int, ranges: PartitionOffsets) -> FetchResult:
-        tier: Tier = ("remote" if ranges.local_log_start_offset is None
-                      or offset < ranges.local_log_start_offset else "local")
-        return FetchResult(self.part.topic, self.part.partition, tier, b"", [],
-                           ranges.visible_end_offset, offset, ranges.log_start_offset)
+        tier: Tier = (
+            "remote"
+            if ranges.local_log_start_offset is None or offset < ranges.local_log_start_offset
+            else "local"
+        )
+        return FetchResult(
+            self.part.topic,
+            self.part.partition,
+            tier,
+            b"",
+            [],
+            ranges.visible_end_offset,
+            offset,
+            ranges.log_start_offset,
+        )
 
 
 def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
     """Whether the local and the remote tier hold ``offset`` (neither: a gap, out of range)."""
-    local = (ranges.local_log_start_offset is not None and ranges.log_end_offset is not None
-             and ranges.local_log_start_offset <= offset < ranges.log_end_offset)
-    remote = (ranges.remote_log_start_offset is not None
-              and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset)
+    local = (
+        ranges.local_log_start_offset is not None
+        and ranges.log_end_offset is not None
+        and ranges.local_log_start_offset <= offset < ranges.log_end_offset
+    )
+    remote = (
+        ranges.remote_log_start_offset is not None
+        and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset
+    )
     return local, remote
 
 

@@ -90,36 +90,46 @@ class PassResult:
 
     topic: str
     partition: int
-    copied: list[int] = field(default_factory=list)       # base offsets
-    deleted: list[int] = field(default_factory=list)      # base offsets removed by retention
-    skipped: bool = False                                 # another pass held the partition
+    copied: list[int] = field(default_factory=list)  # base offsets
+    deleted: list[int] = field(default_factory=list)  # base offsets removed by retention
+    skipped: bool = False  # another pass held the partition
     error: str | None = None
-    copied_bytes: int = 0                                 # bytes of the copied segments (progress)
-    idle: bool = False                                    # nothing changed since a clean pass (idle.py)
+    copied_bytes: int = 0  # bytes of the copied segments (progress)
+    idle: bool = False  # nothing changed since a clean pass (idle.py)
 
 
 class RemoteLogManager:
     """Owns the shared resources and one :class:`PartitionContext` per discovered partition."""
 
-    def __init__(self, settings: Settings, backend: StorageBackend, *,
-                 metrics: TieringMetrics | None = None,
-                 clock_ms: Callable[[], int] | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: StorageBackend,
+        *,
+        metrics: TieringMetrics | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self.settings = settings
         t = settings.tiering
         metrics = metrics or TieringMetrics()
         # Every store call of the process (passes, GC, the readers built on shared.backend) goes
         # through one health tracker: docs/operations.md.
-        self.health = StoreHealth(unreachable_after_ms=settings.remote.unreachable_after_ms,
-                                  probe_interval_ms=settings.remote.probe_interval_ms,
-                                  registry=metrics.registry)
+        self.health = StoreHealth(
+            unreachable_after_ms=settings.remote.unreachable_after_ms,
+            probe_interval_ms=settings.remote.probe_interval_ms,
+            registry=metrics.registry,
+        )
         # Counted below the call sites, above the backend's own request retries: docs/store-requests.md.
         self.store = HealthTrackingBackend(MeteringBackend(backend, metrics.requests), self.health)
         self.shared = SharedResources(
-            backend=self.store, settings=t, metrics=metrics,
+            backend=self.store,
+            settings=t,
+            metrics=metrics,
             bucket=TokenBucket(t.upload_bytes_per_sec),
             upload_slots=threading.BoundedSemaphore(t.max_concurrent_uploads),
-            stop=threading.Event(), retry=retry or RetryPolicy(),
+            stop=threading.Event(),
+            retry=retry or RetryPolicy(),
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
             protection=protect.StoreProtection.from_settings(settings.remote),  # docs/protection.md
@@ -133,8 +143,11 @@ class RemoteLogManager:
         self.policy_metrics = PolicyMetrics(self.shared.metrics.registry)
         # One KRaft reader: leadership reads the image the policy resolver polls (docs/cluster.md).
         shared = self.policies.follow and self.policies.metadata_dir is not None
-        source = leadership_source(settings, image=(lambda: self.policies.image) if shared else None,
-                                   refresh_image=self.policies.refresh if shared else None)
+        source = leadership_source(
+            settings,
+            image=(lambda: self.policies.image) if shared else None,
+            refresh_image=self.policies.refresh if shared else None,
+        )
         self.roles = Roles(source, self.shared.metrics.registry)
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
@@ -176,9 +189,13 @@ class RemoteLogManager:
             if ctx is None:
                 state_dir = self._state_dir(part)
                 t = self.settings.tiering
-                family = RemoteIndexFamily(part.path, state_dir / "index-sets.json",
-                                           rotate_bytes=t.index_rotate_bytes, rotate_ms=t.index_rotate_ms,
-                                           clock_ms=self.shared.clock_ms)
+                family = RemoteIndexFamily(
+                    part.path,
+                    state_dir / "index-sets.json",
+                    rotate_bytes=t.index_rotate_bytes,
+                    rotate_ms=t.index_rotate_ms,
+                    clock_ms=self.shared.clock_ms,
+                )
                 journal = Journal(state_dir / "journal.jsonl")
                 ctx = PartitionContext(part, state_dir, self.shared, family, journal)
                 self._contexts[key] = ctx
@@ -214,8 +231,7 @@ class RemoteLogManager:
         result = PassResult(part.topic, part.partition)
         lock = self._locks[(part.topic, part.partition)]
         if not lock.acquire(timeout=PASS_LOCK_WAIT_S):
-            log.warning("%s: pass skipped: the partition stayed busy for %.0f s", part.name,
-                        PASS_LOCK_WAIT_S)
+            log.warning("%s: pass skipped: the partition stayed busy for %.0f s", part.name, PASS_LOCK_WAIT_S)
             result.skipped = True
             return result
         started = time.monotonic()
@@ -242,8 +258,15 @@ class RemoteLogManager:
             lock.release()
         return result
 
-    def _pass(self, ctx: PartitionContext, result: PassResult, fp: Fingerprint | None, started_ns: int,
-              *, retention: bool) -> None:
+    def _pass(
+        self,
+        ctx: PartitionContext,
+        result: PassResult,
+        fp: Fingerprint | None,
+        started_ns: int,
+        *,
+        retention: bool,
+    ) -> None:
         """The work of one pass: load the state (first pass), copy, compaction metric, retention;
         mark the partition idle when it found nothing to do (idle.py)."""
         if self.roles.cluster:
@@ -260,19 +283,24 @@ class RemoteLogManager:
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
         note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
-        pending = (self._copy_eligible(ctx, result, segments) if leader
-                   else self._publish_lag(ctx, self._pending(ctx, segments)))
+        pending = (
+            self._copy_eligible(ctx, result, segments)
+            if leader
+            else self._publish_lag(ctx, self._pending(ctx, segments))
+        )
         self._compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
             # The topic's own limits (docs/topic-policy.md)
             plan, due_ms = retention_pass(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
             result.deleted = [m.base_offset for m in plan.expired]
-            if fp is not None and not (pending or result.copied or result.deleted or ctx.quarantined
-                                       or result.error):
+            if fp is not None and not (
+                pending or result.copied or result.deleted or ctx.quarantined or result.error
+            ):
                 set_mark(ctx, fp, started_ns, due_ms)
 
-    def _pending(self, ctx: PartitionContext, segments: list[SegmentFiles],
-                 progress: Progress | None = None) -> list[PendingSegment]:
+    def _pending(
+        self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
+    ) -> list[PendingSegment]:
         """Eligible segments not yet tiered: each with its next base offset and the offset to copy
         from — its base, or the highest tiered offset + 1 for a segment that straddles it (a
         replica that rolled elsewhere than the one whose sidecar tiered so far: only its tail is
@@ -301,15 +329,25 @@ class RemoteLogManager:
         identity.check_log_end(ctx, segments)
         pending = self._pending(ctx, segments)
         self._publish_lag(ctx, pending)
-        if pending and ctx.progress.highest_tiered_offset >= 0 and (
-                pending[0].from_offset > ctx.progress.highest_tiered_offset + 1):
-            log.warning("%s: offsets %d-%d were deleted locally before they were tiered", ctx.part.name,
-                        ctx.progress.highest_tiered_offset + 1, pending[0].from_offset - 1)
+        if (
+            pending
+            and ctx.progress.highest_tiered_offset >= 0
+            and (pending[0].from_offset > ctx.progress.highest_tiered_offset + 1)
+        ):
+            log.warning(
+                "%s: offsets %d-%d were deleted locally before they were tiered",
+                ctx.part.name,
+                ctx.progress.highest_tiered_offset + 1,
+                pending[0].from_offset - 1,
+            )
             ctx.series(m.skipped_deleted).inc()
         # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
         # current one uploads: the scan overlaps the network instead of adding to it.
-        scanner = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan")
-                   if len(pending) > 1 else None)
+        scanner = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan")
+            if len(pending) > 1
+            else None
+        )
         ahead: concurrent.futures.Future[PreparedSegment] | None = None
         try:
             for index, (seg, _next_base, from_offset) in enumerate(pending):
@@ -322,11 +360,12 @@ class RemoteLogManager:
                 if current is None and scanner is not None:  # FIFO: pinned before the next one
                     current = scanner.submit(prepare_segment, ctx, seg, from_offset)
                 if scanner is not None and index + 1 < len(pending):
-                    ahead = scanner.submit(prepare_segment, ctx, pending[index + 1].segment,
-                                           pending[index + 1].from_offset)
+                    ahead = scanner.submit(
+                        prepare_segment, ctx, pending[index + 1].segment, pending[index + 1].from_offset
+                    )
                 if not self._copy_one(ctx, result, seg, current, from_offset):
                     break
-                self._publish_lag(ctx, pending[index + 1:])
+                self._publish_lag(ctx, pending[index + 1 :])
         finally:
             if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
                 with contextlib.suppress(Exception):
@@ -335,15 +374,22 @@ class RemoteLogManager:
                 scanner.shutdown(wait=True)
         return len(pending)
 
-    def _copy_one(self, ctx: PartitionContext, result: PassResult, seg: SegmentFiles,
-                  prepared: concurrent.futures.Future[PreparedSegment] | None, from_offset: int) -> bool:
+    def _copy_one(
+        self,
+        ctx: PartitionContext,
+        result: PassResult,
+        seg: SegmentFiles,
+        prepared: concurrent.futures.Future[PreparedSegment] | None,
+        from_offset: int,
+    ) -> bool:
         """Copy one segment from ``from_offset``; False when it was quarantined (the partition's
         pass stops there)."""
         m = self.shared.metrics
         try:
             with self.watchdog.watch(ctx, seg):
-                copied = copy_segment(ctx, seg, prepared.result() if prepared is not None else None,
-                                      from_offset)
+                copied = copy_segment(
+                    ctx, seg, prepared.result() if prepared is not None else None, from_offset
+                )
         except SegmentVanished as err:
             log.warning("%s", err)
             ctx.series(m.skipped_deleted).inc()
@@ -376,8 +422,9 @@ class RemoteLogManager:
         ctx.series(m.copy_lag_bytes).set(sum(p.segment.size for p in pending))
         return len(pending)
 
-    def run_once(self, *, on_result: Callable[[PassResult], None] | None = None,
-                 gc: bool = True) -> list[PassResult]:
+    def run_once(
+        self, *, on_result: Callable[[PassResult], None] | None = None, gc: bool = True
+    ) -> list[PassResult]:
         """One full pass: every partition (copy + retention), then GC. Sequential per partition;
         uploads inside are bounded by the shared cap."""
         results = []
@@ -394,8 +441,13 @@ class RemoteLogManager:
 
     # -- maintenance --------------------------------------------------------------------------
 
-    def collect_garbage(self, *, dry_run: bool = False, on_partition: Callable[[str], None] | None = None,
-                        old: list[OldIncarnation] | None = None) -> list[Orphan]:
+    def collect_garbage(
+        self,
+        *,
+        dry_run: bool = False,
+        on_partition: Callable[[str], None] | None = None,
+        old: list[OldIncarnation] | None = None,
+    ) -> list[Orphan]:
         """Orphans, and old incarnations (into ``old``; docs/topic-identity.md) past their grace."""
         orphans: list[Orphan] = []
         for ctx in self.contexts():
@@ -432,8 +484,9 @@ class RemoteLogManager:
     def live_progress(self, part: PartitionDir) -> Progress:
         """The in-memory progress once recovered, else the persisted one; as readers may use it."""
         ctx = self.context(part)
-        return identity.served_progress(part, ctx.progress if ctx.recovered
-                                        else Progress.load(ctx.progress_path))
+        return identity.served_progress(
+            part, ctx.progress if ctx.recovered else Progress.load(ctx.progress_path)
+        )
 
     def status(self, *, observe: bool = True) -> list[dict[str, Any]]:
         """The ``rlm status`` fields (docs/cli.md) per partition (plus last_error / quarantined).
@@ -469,8 +522,14 @@ class RemoteLogManager:
 
     def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
         progress = Progress.load(self._state_dir(part) / PROGRESS_FILE)
-        return excluded_row(part, pol, progress, self.checkpoints.get(part.log_dir), self.policies.describe(),
-                            self.settings.log.eligibility)
+        return excluded_row(
+            part,
+            pol,
+            progress,
+            self.checkpoints.get(part.log_dir),
+            self.policies.describe(),
+            self.settings.log.eligibility,
+        )
 
     def _compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
         """Rewrites by the cleaner after tiering (compacted topics; docs/topic-policy.md), as a metric."""
@@ -482,17 +541,33 @@ class RemoteLogManager:
         progress = progress or ctx.progress
         segments = list_segments(ctx.part)
         conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
-        offsets = partition_offsets(ctx.part, Progress() if conflict else progress, segments,
-                                    self.checkpoints.get(ctx.part.log_dir), self.settings.log.eligibility)
+        offsets = partition_offsets(
+            ctx.part,
+            Progress() if conflict else progress,
+            segments,
+            self.checkpoints.get(ctx.part.log_dir),
+            self.settings.log.eligibility,
+        )
         try:
             pending, waiting_error = self._pending(ctx, segments, progress), None
         except RlmError as err:  # unreadable checkpoints: the lag is unknown, the reason is shown
             pending, waiting_error = [], str(err)
-        extra = {"compaction": [r.to_json() for r in self._compaction(ctx, segments)],
-                 "policy": self.policy_for(ctx.part).as_dict(), "kafka_configs": self.policies.describe(),
-                 **self.roles.status(ctx)}
-        return partition_row(ctx, offsets, segments, pending, waiting_error, conflict=conflict,
-                             now_ms=self.shared.clock_ms(), extra=extra)
+        extra = {
+            "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
+            "policy": self.policy_for(ctx.part).as_dict(),
+            "kafka_configs": self.policies.describe(),
+            **self.roles.status(ctx),
+        }
+        return partition_row(
+            ctx,
+            offsets,
+            segments,
+            pending,
+            waiting_error,
+            conflict=conflict,
+            now_ms=self.shared.clock_ms(),
+            extra=extra,
+        )
 
 
 def _key(part: PartitionDir) -> tuple[str, int, str | None, bool]:

@@ -18,10 +18,20 @@ from rlm.tiering.keyring import WrappedKey
 
 FORMAT_VERSION = 1
 
-_INT_FIELDS = ("partition", "base_offset", "last_offset", "first_timestamp", "max_timestamp", "size_bytes",
-               "record_batches", "index_entries", "created_ms")
-_NON_NEGATIVE = frozenset(("partition", "base_offset", "last_offset", "size_bytes", "record_batches",
-                           "index_entries"))
+_INT_FIELDS = (
+    "partition",
+    "base_offset",
+    "last_offset",
+    "first_timestamp",
+    "max_timestamp",
+    "size_bytes",
+    "record_batches",
+    "index_entries",
+    "created_ms",
+)
+_NON_NEGATIVE = frozenset(
+    ("partition", "base_offset", "last_offset", "size_bytes", "record_batches", "index_entries")
+)
 _OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
 #: Present only in the manifest of a partial copy (docs/cluster-copy.md); absent in older manifests.
 _OPTIONAL_NON_NEGATIVE = ("source_base_offset", "source_position")
@@ -46,30 +56,50 @@ def _check_fields(doc: dict[str, Any], key: str) -> None:
     for name in _INT_FIELDS:
         value: Any = doc.get(name)
         if not _is_int(value) or (name in _NON_NEGATIVE and value < 0):
-            raise bad(name, value, "must be a non-negative integer" if name in _NON_NEGATIVE else
-                      "must be an integer")
+            raise bad(
+                name,
+                value,
+                "must be a non-negative integer" if name in _NON_NEGATIVE else "must be an integer",
+            )
     for name in _OPTIONAL_NON_NEGATIVE:
         if name in doc and (not _is_int(doc[name]) or doc[name] < 0):
             raise bad(name, doc[name], "must be a non-negative integer when present")
     txn = doc.get("txn_index")
-    if txn is not None and (not isinstance(txn, dict) or txn.get("source") not in TXN_INDEX_SOURCES
-                            or not _is_int(txn.get("entries")) or txn["entries"] < 0):
+    if txn is not None and (
+        not isinstance(txn, dict)
+        or txn.get("source") not in TXN_INDEX_SOURCES
+        or not _is_int(txn.get("entries"))
+        or txn["entries"] < 0
+    ):
         raise bad("txn_index", txn, "must be {source: broker|rebuilt, entries: non-negative integer}")
     opened = txn.get("open_at_end") if isinstance(txn, dict) else None
-    if opened is not None and (not isinstance(opened, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(_is_int(v) and v >= 0 for v in p) for p in opened)):
-        raise bad("txn_index.open_at_end", opened, "must be a list of [producer id, first offset] "
-                  "non-negative integer pairs")
+    if opened is not None and (
+        not isinstance(opened, list)
+        or not all(
+            isinstance(p, list) and len(p) == 2 and all(_is_int(v) and v >= 0 for v in p) for p in opened
+        )
+    ):
+        raise bad(
+            "txn_index.open_at_end",
+            opened,
+            "must be a list of [producer id, first offset] non-negative integer pairs",
+        )
     objects = doc.get("objects")
     if not isinstance(objects, dict) or "log" not in objects:
         raise bad("objects", objects, "must be an object with a 'log' entry")
     for name, obj in objects.items():
-        if not isinstance(obj, dict) or set(obj) != set(_OBJECT_FIELDS) or not all(
-                isinstance(obj[f], t) and not isinstance(obj[f], bool) for f, t in _OBJECT_FIELDS.items()):
+        if (
+            not isinstance(obj, dict)
+            or set(obj) != set(_OBJECT_FIELDS)
+            or not all(
+                isinstance(obj[f], t) and not isinstance(obj[f], bool) for f, t in _OBJECT_FIELDS.items()
+            )
+        ):
             raise bad(f"objects.{name}", obj, "must be {key: string, size: integer, crc32c: integer}")
     epochs = doc.get("leader_epochs", [])
     if not isinstance(epochs, list) or not all(
-            isinstance(e, list) and len(e) == 2 and all(_is_int(v) for v in e) for e in epochs):
+        isinstance(e, list) and len(e) == 2 and all(_is_int(v) for v in e) for e in epochs
+    ):
         raise bad("leader_epochs", epochs, "must be a list of [epoch, start offset] integer pairs")
 
 
@@ -112,15 +142,23 @@ class Protection:
 
     @classmethod
     def from_json(cls, doc: Any, *, key: str) -> Protection:
-        if not isinstance(doc, dict) or doc.get("compression") not in COMPRESSIONS or not _is_int(
-                doc.get("log_crc32c")) or not 0 <= doc["log_crc32c"] < 2**32:
-            raise FormatError(f"{key}: manifest field protection = {repr(doc)[:80]}: must be "
-                              "{compression: none|zstd, log_crc32c: uint32, [encryption]}")
+        if (
+            not isinstance(doc, dict)
+            or doc.get("compression") not in COMPRESSIONS
+            or not _is_int(doc.get("log_crc32c"))
+            or not 0 <= doc["log_crc32c"] < 2**32
+        ):
+            raise FormatError(
+                f"{key}: manifest field protection = {repr(doc)[:80]}: must be "
+                "{compression: none|zstd, log_crc32c: uint32, [encryption]}"
+            )
         enc = doc.get("encryption")
         if enc is not None and (not isinstance(enc, dict) or enc.get("alg") != ENCRYPTION_ALG):
-            raise FormatError(f"{key}: manifest field protection.encryption.alg = "
-                              f"{enc.get('alg') if isinstance(enc, dict) else enc!r}: this rlm reads "
-                              f"{ENCRYPTION_ALG}")
+            raise FormatError(
+                f"{key}: manifest field protection.encryption.alg = "
+                f"{enc.get('alg') if isinstance(enc, dict) else enc!r}: this rlm reads "
+                f"{ENCRYPTION_ALG}"
+            )
         wrapped = None if enc is None else WrappedKey.from_json(enc, where=key)
         return cls(doc["compression"], doc["log_crc32c"], wrapped)
 
@@ -197,11 +235,13 @@ class SegmentManifest:
 
     def same_segment_as(self, other: SegmentManifest) -> bool:
         """True when both describe the same bytes (a retry/adoption check, attempt ignored)."""
-        return (
-            (self.topic, self.partition, self.base_offset, self.last_offset, self.size_bytes)
-            == (other.topic, other.partition, other.base_offset, other.last_offset, other.size_bytes)
-            and self.content_crc32c == other.content_crc32c
-        )
+        return (self.topic, self.partition, self.base_offset, self.last_offset, self.size_bytes) == (
+            other.topic,
+            other.partition,
+            other.base_offset,
+            other.last_offset,
+            other.size_bytes,
+        ) and self.content_crc32c == other.content_crc32c
 
     def to_json(self) -> bytes:
         doc = asdict(self)
@@ -223,8 +263,10 @@ class SegmentManifest:
                 raise FormatError(f"{key}: manifest is not a JSON object")
             version = doc.get("format_version")
             if version != FORMAT_VERSION:
-                raise FormatError(f"{key}: manifest format_version {version!r} is not supported "
-                                  f"(this rlm reads {FORMAT_VERSION})")
+                raise FormatError(
+                    f"{key}: manifest format_version {version!r} is not supported "
+                    f"(this rlm reads {FORMAT_VERSION})"
+                )
             _check_fields(doc, key)
             known = {f for f in cls.__dataclass_fields__ if f != "extra"}
             values = {k: doc[k] for k in known if k in doc}

@@ -41,9 +41,12 @@ class _IndexRebuilds:
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
-            "rlm_local_index_rebuilds", "Broker .index/.timeindex files that failed Kafka's sanity "
+            "rlm_local_index_rebuilds",
+            "Broker .index/.timeindex files that failed Kafka's sanity "
             "check and were rebuilt from the .log (Kafka logs 'Found a corrupted index file' and "
-            "rebuilds it)", labels=(*_TP, "index"))
+            "rebuilds it)",
+            labels=(*_TP, "index"),
+        )
         for (topic, partition, kind), count in sorted(rebuild_counts().items()):
             family.add_metric([topic, str(partition), kind], count)
         yield family
@@ -53,60 +56,133 @@ class TieringMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.copy_bytes = Counter("rlm_remote_copy_bytes", "Bytes copied to remote storage "
-                                  "(Kafka: RemoteCopyBytesPerSec)", _TP, registry=r)
-        self.copy_requests = Counter("rlm_remote_copy_requests", "Segments copied "
-                                     "(Kafka: RemoteCopyRequestsPerSec)", _TP, registry=r)
-        self.copy_errors = Counter("rlm_remote_copy_errors", "Failed segment copies "
-                                   "(Kafka: RemoteCopyErrorsPerSec)", _TP, registry=r)
-        self.copy_lag_bytes = Gauge("rlm_remote_copy_lag_bytes", "Bytes of eligible segments not yet "
-                                    "remote (Kafka: RemoteCopyLagBytes)", _TP, registry=r)
-        self.copy_lag_segments = Gauge("rlm_remote_copy_lag_segments", "Eligible segments not yet "
-                                       "remote (Kafka: RemoteCopyLagSegments)", _TP, registry=r)
-        self.delete_requests = Counter("rlm_remote_delete_requests", "Remote segments deleted by "
-                                       "retention (Kafka: RemoteDeleteRequestsPerSec)", _TP, registry=r)
-        self.delete_errors = Counter("rlm_remote_delete_errors", "Failed remote deletes "
-                                     "(Kafka: RemoteDeleteErrorsPerSec)", _TP, registry=r)
-        self.delete_lag_bytes = Gauge("rlm_remote_delete_lag_bytes", "Remote bytes past retention, "
-                                      "not yet deleted (Kafka: RemoteDeleteLagBytes)", _TP, registry=r)
-        self.delete_lag_segments = Gauge("rlm_remote_delete_lag_segments", "Remote segments past "
-                                         "retention (Kafka: RemoteDeleteLagSegments)", _TP, registry=r)
-        self.remote_log_size = Gauge("rlm_remote_log_size_bytes", "Bytes of committed remote segments "
-                                     "(Kafka: RemoteLogSizeBytes)", _TP, registry=r)
-        self.remote_segments = Gauge("rlm_remote_log_metadata_count", "Committed remote segments "
-                                     "(Kafka: RemoteLogMetadataCount)", _TP, registry=r)
-        self.highest_tiered = Gauge("rlm_highest_tiered_offset", "Highest offset safe in remote "
-                                    "storage: the store may delete local data up to it", _TP, registry=r)
-        self.skipped_deleted = Counter("rlm_segments_deleted_before_copy", "Eligible segments the log "
-                                       "store deleted before rlm copied them", _TP, registry=r)
-        self.quarantined = Gauge("rlm_segments_quarantined", "Rolled segments whose .log is empty, "
-                                 "torn or fails CRC verification; they block tiering of their "
-                                 "partition", _TP, registry=r)
-        self.quarantine_info = Gauge("rlm_segment_quarantine_info", "1 per quarantined segment: its "
-                                     ".log file, the byte position of the damage and the cause "
-                                     "(empty, torn_tail, corrupt)",
-                                     (*_TP, "base_offset", "file", "position", "cause"), registry=r)
+        self.copy_bytes = Counter(
+            "rlm_remote_copy_bytes",
+            "Bytes copied to remote storage (Kafka: RemoteCopyBytesPerSec)",
+            _TP,
+            registry=r,
+        )
+        self.copy_requests = Counter(
+            "rlm_remote_copy_requests", "Segments copied (Kafka: RemoteCopyRequestsPerSec)", _TP, registry=r
+        )
+        self.copy_errors = Counter(
+            "rlm_remote_copy_errors", "Failed segment copies (Kafka: RemoteCopyErrorsPerSec)", _TP, registry=r
+        )
+        self.copy_lag_bytes = Gauge(
+            "rlm_remote_copy_lag_bytes",
+            "Bytes of eligible segments not yet remote (Kafka: RemoteCopyLagBytes)",
+            _TP,
+            registry=r,
+        )
+        self.copy_lag_segments = Gauge(
+            "rlm_remote_copy_lag_segments",
+            "Eligible segments not yet remote (Kafka: RemoteCopyLagSegments)",
+            _TP,
+            registry=r,
+        )
+        self.delete_requests = Counter(
+            "rlm_remote_delete_requests",
+            "Remote segments deleted by retention (Kafka: RemoteDeleteRequestsPerSec)",
+            _TP,
+            registry=r,
+        )
+        self.delete_errors = Counter(
+            "rlm_remote_delete_errors",
+            "Failed remote deletes (Kafka: RemoteDeleteErrorsPerSec)",
+            _TP,
+            registry=r,
+        )
+        self.delete_lag_bytes = Gauge(
+            "rlm_remote_delete_lag_bytes",
+            "Remote bytes past retention, not yet deleted (Kafka: RemoteDeleteLagBytes)",
+            _TP,
+            registry=r,
+        )
+        self.delete_lag_segments = Gauge(
+            "rlm_remote_delete_lag_segments",
+            "Remote segments past retention (Kafka: RemoteDeleteLagSegments)",
+            _TP,
+            registry=r,
+        )
+        self.remote_log_size = Gauge(
+            "rlm_remote_log_size_bytes",
+            "Bytes of committed remote segments (Kafka: RemoteLogSizeBytes)",
+            _TP,
+            registry=r,
+        )
+        self.remote_segments = Gauge(
+            "rlm_remote_log_metadata_count",
+            "Committed remote segments (Kafka: RemoteLogMetadataCount)",
+            _TP,
+            registry=r,
+        )
+        self.highest_tiered = Gauge(
+            "rlm_highest_tiered_offset",
+            "Highest offset safe in remote storage: the store may delete local data up to it",
+            _TP,
+            registry=r,
+        )
+        self.skipped_deleted = Counter(
+            "rlm_segments_deleted_before_copy",
+            "Eligible segments the log store deleted before rlm copied them",
+            _TP,
+            registry=r,
+        )
+        self.quarantined = Gauge(
+            "rlm_segments_quarantined",
+            "Rolled segments whose .log is empty, "
+            "torn or fails CRC verification; they block tiering of their "
+            "partition",
+            _TP,
+            registry=r,
+        )
+        self.quarantine_info = Gauge(
+            "rlm_segment_quarantine_info",
+            "1 per quarantined segment: its "
+            ".log file, the byte position of the damage and the cause "
+            "(empty, torn_tail, corrupt)",
+            (*_TP, "base_offset", "file", "position", "cause"),
+            registry=r,
+        )
         r.register(_IndexRebuilds())
-        self.slow_copies = Counter("rlm_copy_watchdog_slow", "Copies that took far longer than their "
-                                   "size warrants", _TP, registry=r)
-        self.orphans_deleted = Counter("rlm_gc_orphan_objects_deleted", "Objects of abandoned "
-                                       "attempts deleted by GC", _TP, registry=r)
-        self.copy_seconds = Histogram("rlm_remote_copy_task_seconds", "Duration of one segment copy "
-                                      "(Kafka: RemoteLogManager copy task time)", _TP, registry=r,
-                                      buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900))
-        self.task_seconds = Histogram("rlm_partition_task_seconds", "Duration of one partition pass "
-                                      "(copy + retention)", _TP, registry=r,
-                                      buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600))
+        self.slow_copies = Counter(
+            "rlm_copy_watchdog_slow", "Copies that took far longer than their size warrants", _TP, registry=r
+        )
+        self.orphans_deleted = Counter(
+            "rlm_gc_orphan_objects_deleted", "Objects of abandoned attempts deleted by GC", _TP, registry=r
+        )
+        self.copy_seconds = Histogram(
+            "rlm_remote_copy_task_seconds",
+            "Duration of one segment copy (Kafka: RemoteLogManager copy task time)",
+            _TP,
+            registry=r,
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+        )
+        self.task_seconds = Histogram(
+            "rlm_partition_task_seconds",
+            "Duration of one partition pass (copy + retention)",
+            _TP,
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600),
+        )
         # Store requests by operation and partition (docs/store-requests.md), counted by the
         # MeteringBackend the manager puts over its store.
         self.requests = RequestMeter(r, attribute=_partition_of_key)
         # Unlabeled: per-partition series would cost more than the passes they count.
-        self.idle_passes = Counter("rlm_partition_passes_idle", "Partition passes skipped because nothing "
-                                   "the pass reads changed since a clean pass (docs/operations.md)",
-                                   registry=r)
-        self.recoveries = Counter("rlm_partition_recoveries", "Partition state loads at start or after a "
-                                  "failed pass: source=local (trusted local files, no store request) or "
-                                  "store (full recovery; docs/remote-state.md)", ("source",), registry=r)
+        self.idle_passes = Counter(
+            "rlm_partition_passes_idle",
+            "Partition passes skipped because nothing "
+            "the pass reads changed since a clean pass (docs/operations.md)",
+            registry=r,
+        )
+        self.recoveries = Counter(
+            "rlm_partition_recoveries",
+            "Partition state loads at start or after a "
+            "failed pass: source=local (trusted local files, no store request) or "
+            "store (full recovery; docs/remote-state.md)",
+            ("source",),
+            registry=r,
+        )
 
     def labels(self, topic: str, partition: int) -> dict[str, str]:
         return {"topic": topic, "partition": str(partition)}
@@ -114,8 +190,13 @@ class TieringMetrics:
     @staticmethod
     def _quarantine_labels(labels: dict[str, str], q: _QuarantineFacts) -> dict[str, str]:
         position = "" if q.position is None else str(q.position)
-        return {**labels, "base_offset": str(q.base_offset), "file": q.file, "position": position,
-                "cause": q.cause}
+        return {
+            **labels,
+            "base_offset": str(q.base_offset),
+            "file": q.file,
+            "position": position,
+            "cause": q.cause,
+        }
 
     def quarantine_set(self, labels: dict[str, str], q: _QuarantineFacts) -> None:
         self.quarantine_info.labels(**self._quarantine_labels(labels, q)).set(1)

@@ -49,14 +49,23 @@ from rlm.logdir.scan import (
 from rlm.tiering.state import PartitionContext, Progress
 from rlm.tiering.visibility import partition_offsets
 
-__all__ = ["PolicyMetrics", "Setting", "TopicPolicy", "TopicPolicyResolver", "excluded_row",
-           "retention_limits"]
+__all__ = [
+    "PolicyMetrics",
+    "Setting",
+    "TopicPolicy",
+    "TopicPolicyResolver",
+    "excluded_row",
+    "retention_limits",
+]
 
 log = logging.getLogger(__name__)
 
 KAFKA, OVERRIDE, DEFAULT = "kafka", "override", "default"
-_RETENTION_MS_BROKER = (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
-                        ("log.retention.hours", 3_600_000))
+_RETENTION_MS_BROKER = (
+    ("log.retention.ms", 1),
+    ("log.retention.minutes", 60_000),
+    ("log.retention.hours", 3_600_000),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +118,16 @@ class TopicPolicy:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "tiered": self.tiered, "source": self.source, "reason": self.reason, "topic_id": self.topic_id,
-            "enabled": self.enabled.as_dict(), "retention_ms": self.retention_ms.as_dict(),
+            "tiered": self.tiered,
+            "source": self.source,
+            "reason": self.reason,
+            "topic_id": self.topic_id,
+            "enabled": self.enabled.as_dict(),
+            "retention_ms": self.retention_ms.as_dict(),
             "retention_bytes": self.retention_bytes.as_dict(),
             "retention_bytes_scope": "whole log" if self.whole_log_size else "remote",
-            "cleanup_policy": self.cleanup_policy.as_dict(), "archive_compacted": self.archive_compacted,
+            "cleanup_policy": self.cleanup_policy.as_dict(),
+            "archive_compacted": self.archive_compacted,
         }
 
 
@@ -136,8 +150,9 @@ class TopicPolicyResolver:
         self.settings = settings
         t = settings.topics
         self.metadata_dir = t.metadata_log_dir or find_metadata_log(settings.log.dirs)
-        self.follow = t.follow_kafka_configs if t.follow_kafka_configs is not None else (
-            self.metadata_dir is not None)
+        self.follow = (
+            t.follow_kafka_configs if t.follow_kafka_configs is not None else (self.metadata_dir is not None)
+        )
         self._log = KraftMetadataLog(self.metadata_dir) if self.follow and self.metadata_dir else None
         self.node_id = read_node_id(settings.log.dirs)
         self.image: MetadataImage | None = None
@@ -167,8 +182,10 @@ class TopicPolicyResolver:
             try:
                 image = self._log.poll()
                 if image is not self.image:  # "tier only those": known once per image, not per topic
-                    self._opt_in = any(c.get("remote.storage.enable", "").strip().lower() == "true"
-                                       for c in image.topic_configs.values())
+                    self._opt_in = any(
+                        c.get("remote.storage.enable", "").strip().lower() == "true"
+                        for c in image.topic_configs.values()
+                    )
                 self.image, self.error = image, None
             except RlmError as err:
                 if self.error != str(err):
@@ -177,8 +194,11 @@ class TopicPolicyResolver:
 
     # -- resolution ------------------------------------------------------------------------------
 
-    def classify(self, parts: list[PartitionDir]) -> tuple[
-            list[PartitionDir], list[tuple[PartitionDir, TopicPolicy]], dict[tuple[str, int], TopicPolicy]]:
+    def classify(
+        self, parts: list[PartitionDir]
+    ) -> tuple[
+        list[PartitionDir], list[tuple[PartitionDir, TopicPolicy]], dict[tuple[str, int], TopicPolicy]
+    ]:
         """``parts`` split into the tiered ones and the others (with their policy), plus every
         partition's policy (resolved once per topic)."""
         by_topic: dict[str, TopicPolicy] = {}
@@ -230,29 +250,46 @@ class TopicPolicyResolver:
         kafka_retention = None if "delete" not in str(cleanup.value).split(",") else image
         topic_retention = topic_cfg if kafka_retention is not None else {}
         policy = TopicPolicy(
-            topic, False, None, None, enabled,
+            topic,
+            False,
+            None,
+            None,
+            enabled,
             self._retention(topic_retention, override, kafka_retention, "retention.ms", "retention_ms"),
             self._retention(topic_retention, override, kafka_retention, "retention.bytes", "retention_bytes"),
-            cleanup, archive,
-            image.topics_by_name[topic].topic_id if image is not None and topic in image.topics_by_name
-            else None)
+            cleanup,
+            archive,
+            image.topics_by_name[topic].topic_id
+            if image is not None and topic in image.topics_by_name
+            else None,
+        )
         if reason is None and policy.compacted and not archive:
-            reason = "compacted", (f"compacted topic (cleanup.policy={cleanup.value}, {cleanup.origin}); "
-                                   "set archive_compacted to tier it as an archive")
+            reason = (
+                "compacted",
+                (
+                    f"compacted topic (cleanup.policy={cleanup.value}, {cleanup.origin}); "
+                    "set archive_compacted to tier it as an archive"
+                ),
+            )
         if reason is None:
             return dataclasses.replace(policy, tiered=True)
         return dataclasses.replace(policy, reason_code=reason[0], reason=reason[1])
 
-    def _enabled(self, topic: str, cfg: dict[str, str], override: TopicOverride | None,
-                 image: MetadataImage | None) -> Setting:
+    def _enabled(
+        self, topic: str, cfg: dict[str, str], override: TopicOverride | None, image: MetadataImage | None
+    ) -> Setting:
         if "remote.storage.enable" in cfg:
             value = cfg["remote.storage.enable"].strip().lower() == "true"
             return Setting(value, KAFKA, f"remote.storage.enable={cfg['remote.storage.enable']} on the topic")
         if override is not None and override.enabled is not None:
             return Setting(override.enabled, OVERRIDE, f"override {override.pattern!r} enabled")
         if image is not None and self._opt_in:
-            return Setting(False, KAFKA, "remote.storage.enable is not set on this topic while other "
-                                         "topics set it (only those are tiered)")
+            return Setting(
+                False,
+                KAFKA,
+                "remote.storage.enable is not set on this topic while other "
+                "topics set it (only those are tiered)",
+            )
         return Setting(True, DEFAULT, "every selected topic is tiered")
 
     def _broker_value(self, image: MetadataImage | None, key: str) -> tuple[str, str] | None:
@@ -264,8 +301,14 @@ class TopicPolicyResolver:
                 return image.broker_configs[name][key], label
         return None
 
-    def _retention(self, cfg: dict[str, str], override: TopicOverride | None, image: MetadataImage | None,
-                   kafka_key: str, rlm_key: str) -> Setting:
+    def _retention(
+        self,
+        cfg: dict[str, str],
+        override: TopicOverride | None,
+        image: MetadataImage | None,
+        kafka_key: str,
+        rlm_key: str,
+    ) -> Setting:
         if kafka_key in cfg and (value := _int_config(cfg[kafka_key], kafka_key)) is not None:
             return Setting(value, KAFKA, f"{kafka_key} on the topic")
         if override is not None and getattr(override, rlm_key) is not None:
@@ -289,11 +332,13 @@ class TopicPolicyResolver:
 
     def describe(self) -> dict[str, Any]:
         """Where Kafka configs come from, for status."""
-        return {"follow_kafka_configs": self.follow,
-                "metadata_log": str(self.metadata_dir) if self.metadata_dir else None,
-                "metadata_offset": self.image.offset if self.image is not None else None,
-                "metadata_error": self.error,
-                "metadata_gaps": list(self.image.gaps) if self.image is not None else []}
+        return {
+            "follow_kafka_configs": self.follow,
+            "metadata_log": str(self.metadata_dir) if self.metadata_dir else None,
+            "metadata_offset": self.image.offset if self.image is not None else None,
+            "metadata_error": self.error,
+            "metadata_gaps": list(self.image.gaps) if self.image is not None else [],
+        }
 
 
 class PolicyMetrics:
@@ -302,18 +347,39 @@ class PolicyMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ("topic", "partition", "source")
-        self.tiered = Gauge("rlm_topic_policy_tiered", "1 when the partition is tiered, 0 when the "
-                            "policy excludes it; source = where the decision came from", labels,
-                            registry=registry)
-        self.retention_ms = Gauge("rlm_topic_policy_retention_ms", "Remote retention by time in force "
-                                  "(-1 = unlimited)", labels, registry=registry)
-        self.retention_bytes = Gauge("rlm_topic_policy_retention_bytes", "Remote retention by size in "
-                                     "force (-1 = unlimited)", labels, registry=registry)
-        self.compacted = Gauge("rlm_compacted_local_segments", "Local segments of a compacted topic "
-                               "that the log cleaner rewrote after they were tiered (the remote tier "
-                               "keeps the pre-compaction history)", ("topic", "partition"), registry=registry)
-        self.excluded = Gauge("rlm_partitions_excluded", "Partitions in the log dirs that are not "
-                              "tiered, per reason", ("reason",), registry=registry)
+        self.tiered = Gauge(
+            "rlm_topic_policy_tiered",
+            "1 when the partition is tiered, 0 when the "
+            "policy excludes it; source = where the decision came from",
+            labels,
+            registry=registry,
+        )
+        self.retention_ms = Gauge(
+            "rlm_topic_policy_retention_ms",
+            "Remote retention by time in force (-1 = unlimited)",
+            labels,
+            registry=registry,
+        )
+        self.retention_bytes = Gauge(
+            "rlm_topic_policy_retention_bytes",
+            "Remote retention by size in force (-1 = unlimited)",
+            labels,
+            registry=registry,
+        )
+        self.compacted = Gauge(
+            "rlm_compacted_local_segments",
+            "Local segments of a compacted topic "
+            "that the log cleaner rewrote after they were tiered (the remote tier "
+            "keeps the pre-compaction history)",
+            ("topic", "partition"),
+            registry=registry,
+        )
+        self.excluded = Gauge(
+            "rlm_partitions_excluded",
+            "Partitions in the log dirs that are not tiered, per reason",
+            ("reason",),
+            registry=registry,
+        )
         self._seen: dict[tuple[str, int], dict[Gauge, tuple[str, ...]]] = {}
         self._lock = threading.Lock()
         self._published: dict[tuple[str, int], TopicPolicy] | None = None
@@ -327,16 +393,26 @@ class PolicyMetrics:
                 self._drop(key)
             counts: dict[str, int] = {}
             for (topic, partition), pol in policies.items():
-                self._set(self.tiered, (topic, partition), (topic, str(partition), pol.source),
-                          int(pol.tiered))
-                for gauge, setting in ((self.retention_ms, pol.retention_ms),
-                                       (self.retention_bytes, pol.retention_bytes)):
-                    self._set(gauge, (topic, partition), (topic, str(partition), setting.source),
-                              setting.value)
+                self._set(
+                    self.tiered, (topic, partition), (topic, str(partition), pol.source), int(pol.tiered)
+                )
+                for gauge, setting in (
+                    (self.retention_ms, pol.retention_ms),
+                    (self.retention_bytes, pol.retention_bytes),
+                ):
+                    self._set(
+                        gauge, (topic, partition), (topic, str(partition), setting.source), setting.value
+                    )
                 if pol.reason_code is not None:
                     counts[pol.reason_code] = counts.get(pol.reason_code, 0) + 1
-            for code in {"exclude", "internal", "include", "override-disabled", "kafka-disabled",
-                         "compacted"}:
+            for code in {
+                "exclude",
+                "internal",
+                "include",
+                "override-disabled",
+                "kafka-disabled",
+                "compacted",
+            }:
                 self.excluded.labels(reason=code).set(counts.get(code, 0))
 
     def _set(self, gauge: Gauge, key: tuple[str, int], labels: tuple[str, ...], value: float) -> None:
@@ -360,27 +436,48 @@ def retention_limits(pol: TopicPolicy, ctx: PartitionContext) -> dict[str, int]:
     if pol.whole_log_size:
         highest = ctx.progress.highest_tiered_offset
         local_only = sum(s.size for s in list_segments(ctx.part) if s.base_offset > highest)
-    return {"retention_ms": int(pol.retention_ms.value), "retention_bytes": int(pol.retention_bytes.value),
-            "local_only_bytes": local_only}
+    return {
+        "retention_ms": int(pol.retention_ms.value),
+        "retention_bytes": int(pol.retention_bytes.value),
+        "local_only_bytes": local_only,
+    }
 
 
-def excluded_row(part: PartitionDir, pol: TopicPolicy, progress: Progress, checkpoints: LogDirCheckpoints,
-                 kafka: dict[str, Any], eligibility: EligibilityPolicy = "high-watermark") -> dict[str, Any]:
+def excluded_row(
+    part: PartitionDir,
+    pol: TopicPolicy,
+    progress: Progress,
+    checkpoints: LogDirCheckpoints,
+    kafka: dict[str, Any],
+    eligibility: EligibilityPolicy = "high-watermark",
+) -> dict[str, Any]:
     """The status row of a partition the policy leaves alone: the same keys as a tiered one, from
     local facts and the persisted progress (the store is not asked), plus why it is not tiered."""
     segments = list_segments(part)
     offsets = partition_offsets(part, progress, segments, checkpoints, eligibility)
     return {
-        "topic": part.topic, "partition": part.partition,
+        "topic": part.topic,
+        "partition": part.partition,
         "log_start_offset": offsets.log_start_offset,
         "local_log_start_offset": offsets.local_log_start_offset,
-        "high_watermark": offsets.high_watermark, "log_end_offset": offsets.log_end_offset,
+        "high_watermark": offsets.high_watermark,
+        "log_end_offset": offsets.log_end_offset,
         "highest_tiered_offset": offsets.highest_tiered_offset,
         "remote_log_start_offset": offsets.remote_log_start_offset,
-        "remote_segments": 0, "remote_bytes": 0, "copy_lag_segments": 0, "copy_lag_bytes": 0,
-        "quarantined": {}, "last_error": None, "eligible_end_offset": None, "copy_lag_age_ms": 0,
-        "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
-        "tiered": False, "excluded_reason": pol.reason, "compaction": [], "policy": pol.as_dict(),
+        "remote_segments": 0,
+        "remote_bytes": 0,
+        "copy_lag_segments": 0,
+        "copy_lag_bytes": 0,
+        "quarantined": {},
+        "last_error": None,
+        "eligible_end_offset": None,
+        "copy_lag_age_ms": 0,
+        "local_segments": len(segments),
+        "local_bytes": sum(s.size for s in segments),
+        "tiered": False,
+        "excluded_reason": pol.reason,
+        "compaction": [],
+        "policy": pol.as_dict(),
         "kafka_configs": kafka,
         "visible_end_offset": offsets.visible_end_offset,  # docs/visibility.md
         "high_watermark_source": offsets.high_watermark_source,

@@ -63,8 +63,13 @@ def open_at_local(path: str) -> dict[int, int] | None:
     return _parse(raw, path)
 
 
-def open_at_remote(backend: StorageBackend, retry: RetryPolicy, protection: StoreProtection,
-                   key: str, manifest: SegmentManifest | None) -> dict[int, int] | None:
+def open_at_remote(
+    backend: StorageBackend,
+    retry: RetryPolicy,
+    protection: StoreProtection,
+    key: str,
+    manifest: SegmentManifest | None,
+) -> dict[int, int] | None:
     """The open transactions of a stored snapshot (``manifest``: set when stored protected)."""
     try:
         raw = retry.call(lambda: backend.read(key))

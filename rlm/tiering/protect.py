@@ -86,8 +86,10 @@ class StoreProtection:
         if self._settings is not None:
             return StoreProtection.from_settings, (self._settings,)
         if self.ring is not None:
-            raise TypeError("a StoreProtection with a key ring not built from settings is not "
-                            "picklable: it would ship key material")
+            raise TypeError(
+                "a StoreProtection with a key ring not built from settings is not "
+                "picklable: it would ship key material"
+            )
         return StoreProtection, (self.compression, None)
 
     @property
@@ -105,9 +107,13 @@ class StoreProtection:
             return None
         wrapped = m.protection.encryption
         if self.ring is None:
-            raise KeyNotFoundError(f"{_where(m)}: encrypted with key {wrapped.key_id!r}, but "
-                                   "[remote.encryption] is not configured", key_id=wrapped.key_id,
-                                   file=m.log.key, offset=m.base_offset)
+            raise KeyNotFoundError(
+                f"{_where(m)}: encrypted with key {wrapped.key_id!r}, but "
+                "[remote.encryption] is not configured",
+                key_id=wrapped.key_id,
+                file=m.log.key,
+                offset=m.base_offset,
+            )
         try:
             return self.ring.unwrap(wrapped, where=_where(m))
         except ProtectionError as err:
@@ -133,8 +139,9 @@ class StoreProtection:
         except (ProtectionError, FormatError) as err:
             raise _named(err, m, m.log.key, entry.first_offset) from err
 
-    def open_log(self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest,
-                 stored: bytes) -> bytes:
+    def open_log(
+        self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, stored: bytes
+    ) -> bytes:
         """The whole segment's plaintext from its whole stored ``.log`` (its entries object read to
         find the stored entries; each entry opened)."""
         if m.protection is None:
@@ -146,19 +153,21 @@ class StoreProtection:
             raise err.in_file(m.objects[keys.REMOTE_LOG_INDEX].key) from err
         return self.open_entries(m, entries, stored, 0)
 
-    def open_entries(self, m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], stored: bytes,
-                     start: int) -> bytes:
+    def open_entries(
+        self, m: SegmentManifest, entries: Sequence[RemoteLogIndexEntry], stored: bytes, start: int
+    ) -> bytes:
         """The plaintext of consecutive ``entries`` whose stored bytes are ``stored``, read from
         byte ``start`` of the object (one ranged read of a job task)."""
         view = memoryview(stored)
         parts = []
         for e in entries:
             lo, hi = e.byte_range
-            parts.append(self.open_entry(m, e, bytes(view[lo - start:hi - start])))
+            parts.append(self.open_entry(m, e, bytes(view[lo - start : hi - start])))
         return b"".join(parts)
 
-    def read_object(self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest,
-                    name: str) -> bytes:
+    def read_object(
+        self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, name: str
+    ) -> bytes:
         """Read ``m.objects[name]`` whole and open it."""
         key = m.objects[name].key
         return self.open_object(m, key, retry.call(lambda: backend.read(key)))
@@ -197,12 +206,18 @@ class EntryOpener:
             return hit
         manifest_key = keys.manifest_key_of_data_key(log_key)
         if manifest_key is None:
-            raise StorageError("an encrypted entry's object key is not a segment data key: its "
-                               "manifest (and data key) cannot be found", file=log_key)
+            raise StorageError(
+                "an encrypted entry's object key is not a segment data key: its "
+                "manifest (and data key) cannot be found",
+                file=log_key,
+            )
         m = SegmentManifest.from_json(self._read(manifest_key), key=manifest_key)
         if m.log.key != log_key:
-            raise StorageError(f"the segment's manifest names log object {m.log.key}, not this one "
-                               "(an uncommitted attempt's entry)", file=log_key)
+            raise StorageError(
+                f"the segment's manifest names log object {m.log.key}, not this one "
+                "(an uncommitted attempt's entry)",
+                file=log_key,
+            )
         self.protection.remember(m)
         return m
 

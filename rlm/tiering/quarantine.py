@@ -23,13 +23,25 @@ log = logging.getLogger(__name__)
 
 def quarantine(ctx: PartitionContext, seg: SegmentFiles, err: SegmentQuarantined) -> None:
     """Record ``err`` as the quarantine of ``seg``: in memory, on disk, in the metrics and the log."""
-    q = Quarantine(seg.base_offset, err.file or str(seg.log), err.position, err.cause, str(err),
-                   ctx.shared.clock_ms(), err.version)
+    q = Quarantine(
+        seg.base_offset,
+        err.file or str(seg.log),
+        err.position,
+        err.cause,
+        str(err),
+        ctx.shared.clock_ms(),
+        err.version,
+    )
     ctx.quarantined[seg.base_offset] = q
     Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)
     ctx.shared.metrics.quarantine_set(ctx.labels, q)
-    log.error("%s: segment %d quarantined, tiering of the partition waits until the broker fixes "
-              "or removes the file: %s", ctx.part.name, seg.base_offset, err)
+    log.error(
+        "%s: segment %d quarantined, tiering of the partition waits until the broker fixes "
+        "or removes the file: %s",
+        ctx.part.name,
+        seg.base_offset,
+        err,
+    )
 
 
 def reexamine_quarantine(ctx: PartitionContext, segments: list[SegmentFiles]) -> None:
@@ -48,7 +60,11 @@ def reexamine_quarantine(ctx: PartitionContext, segments: list[SegmentFiles]) ->
         del ctx.quarantined[base]
         lifted = True
         ctx.shared.metrics.quarantine_clear(ctx.labels, q)
-        log.warning("%s: segment %d %s; lifting its quarantine", ctx.part.name, base,
-                    "was removed" if version is None else "changed on disk, examining it again")
+        log.warning(
+            "%s: segment %d %s; lifting its quarantine",
+            ctx.part.name,
+            base,
+            "was removed" if version is None else "changed on disk, examining it again",
+        )
     if lifted:
         Quarantine.save_all(ctx.quarantine_path, ctx.quarantined)

@@ -41,8 +41,9 @@ class ReadAheadLimits:
 
     @classmethod
     def from_settings(cls, t: TieringSettings) -> ReadAheadLimits:
-        return cls(t.read_ahead_bytes, t.read_ahead_total_bytes, t.read_ahead_idle_ms / 1000,
-                   t.read_ahead_threads)
+        return cls(
+            t.read_ahead_bytes, t.read_ahead_total_bytes, t.read_ahead_idle_ms / 1000, t.read_ahead_threads
+        )
 
 
 @dataclass(slots=True)
@@ -64,8 +65,13 @@ class _Reader:
 class ReadAhead:
     """Per-reader windows of ranges read ahead. ``load(key)`` reads one range from the store."""
 
-    def __init__(self, load: Callable[[RangeKey], RangeBytes], limits: ReadAheadLimits,
-                 cache: RemoteRangeCache, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        load: Callable[[RangeKey], RangeBytes],
+        limits: ReadAheadLimits,
+        cache: RemoteRangeCache,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._load, self.limits, self._m, self._clock = load, limits, cache, clock
         self._readers: dict[Hashable, _Reader] = {}
         self._bytes = 0
@@ -144,8 +150,7 @@ class ReadAhead:
             self._reserve(st, key, _Ahead(len(data), done, kept=True))
             st.window.move_to_end(key, last=False)
 
-    def ahead(self, rid: Hashable, next_offset: int | None, upcoming: Iterable[tuple[RangeKey, int]]
-              ) -> None:
+    def ahead(self, rid: Hashable, next_offset: int | None, upcoming: Iterable[tuple[RangeKey, int]]) -> None:
         """After a fetch: where ``rid`` continues; when sequential, issue reads of the ``upcoming``
         ranges (chain order, ``(key, bytes)``) not yet in its window while they fit the bounds."""
         with self._lock:
@@ -201,8 +206,7 @@ class ReadAhead:
     # -- internals (the lock held where named *_locked or documented) --------------------------
 
     def _fits(self, st: _Reader, size: int) -> bool:
-        return (st.bytes + size <= self.limits.reader_bytes
-                and self._bytes + size <= self.limits.total_bytes)
+        return st.bytes + size <= self.limits.reader_bytes and self._bytes + size <= self.limits.total_bytes
 
     def _reserve(self, st: _Reader, key: RangeKey, ahead: _Ahead) -> None:
         st.window[key] = ahead
@@ -272,7 +276,7 @@ class ReadAhead:
                     if error is not None:
                         part.set_exception(error)
                     elif not part.cancelled():
-                        part.set_result(view[lo - start:hi - start])
+                        part.set_result(view[lo - start : hi - start])
                         continue
                 except InvalidStateError:  # cancelled between the check and the set
                     pass
@@ -333,8 +337,9 @@ class ReaderResources:
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
-        self.opener = EntryOpener(self.protection,
-                                  lambda key: self.retry.call(lambda: self.backend.read(key)))
+        self.opener = EntryOpener(
+            self.protection, lambda key: self.retry.call(lambda: self.backend.read(key))
+        )
         self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 
     def read(self, key: RangeKey) -> bytes:
@@ -371,8 +376,12 @@ def _runs(picked: list[_Pick]) -> list[list[_Pick]]:
     runs: list[list[_Pick]] = []
     for key, part in picked:
         last = runs[-1][-1][0] if runs else None
-        if (last is not None and last[0] == key[0] and last[2] == key[1]
-                and key[2] - runs[-1][0][0][1] <= COALESCE_BYTES):
+        if (
+            last is not None
+            and last[0] == key[0]
+            and last[2] == key[1]
+            and key[2] - runs[-1][0][0][1] <= COALESCE_BYTES
+        ):
             runs[-1].append((key, part))
         else:
             runs.append([(key, part)])

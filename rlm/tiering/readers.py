@@ -38,7 +38,7 @@ class PartitionNotFoundError(RlmError):
 class OffsetForTime:
     topic: str
     partition: int
-    offset: int           # the reset target: first visible offset with timestamp >= ts, else the HW
+    offset: int  # the reset target: first visible offset with timestamp >= ts, else the HW
     timestamp: int | None  # that record's timestamp; None when no record is that recent
     tier: str | None
 
@@ -57,18 +57,27 @@ def check_partition(partition: int) -> int:
 
 
 class TieredReaders:
-    def __init__(self, settings: Settings, backend: StorageBackend, *,
-                 progress: ProgressSource | None = None, cache: RemoteRangeCache | None = None,
-                 policies: TopicPolicyResolver | None = None,
-                 protection: StoreProtection | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: StorageBackend,
+        *,
+        progress: ProgressSource | None = None,
+        cache: RemoteRangeCache | None = None,
+        policies: TopicPolicyResolver | None = None,
+        protection: StoreProtection | None = None,
+    ) -> None:
         """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
         process reads the metadata log once; a one-shot command gets its own. ``protection``: the
         daemon passes its manager's (one key ring per process); else built from the settings."""
         self.settings = settings
         self.resources = ReaderResources(
-            backend, cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
-            eligibility=settings.log.eligibility, limits=ReadAheadLimits.from_settings(settings.tiering),
-            protection=protection or StoreProtection.from_settings(settings.remote))
+            backend,
+            cache or RemoteRangeCache(settings.tiering.remote_cache_bytes),
+            eligibility=settings.log.eligibility,
+            limits=ReadAheadLimits.from_settings(settings.tiering),
+            protection=protection or StoreProtection.from_settings(settings.remote),
+        )
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
         # Asked on every request: read again only when the file changed (docs/read-path.md).
@@ -84,8 +93,9 @@ class TieredReaders:
     def _persisted_progress(self, part: PartitionDir) -> Progress:
         # The incarnation's own state dir; nothing tiered when it is not this log's (topic identity).
         # Progress is mutable: each reader gets a copy of the memo's
-        return persisted_progress(self.settings.tiering, part,
-                                  lambda path: dataclasses.replace(self._progress_files.get(path)))
+        return persisted_progress(
+            self.settings.tiering, part, lambda path: dataclasses.replace(self._progress_files.get(path))
+        )
 
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
         wanted = {check_topic(t) for t in topics} if topics else None
@@ -102,8 +112,9 @@ class TieredReaders:
                 return self._reader(partition_dir(Path(log_dir), topic, partition, path))
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 
-    def offsets_for_times(self, timestamp: int, topics: Sequence[str] | None = None,
-                          minus_ms: int = 0) -> list[OffsetForTime]:
+    def offsets_for_times(
+        self, timestamp: int, topics: Sequence[str] | None = None, minus_ms: int = 0
+    ) -> list[OffsetForTime]:
         """Per partition: where a consumer should resume to read from ``timestamp - minus_ms`` on
         (KIP-33 failover). A partition with no visible record that recent resumes at its visible
         end (the high watermark, docs/visibility.md), never at the log end above it."""
@@ -112,8 +123,7 @@ class TieredReaders:
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
         if timestamp >= 0 and target < 0:
             target = 0
-        return [self._offset_for_time(self._reader(part), target)
-                for part in self.partitions(topics)]
+        return [self._offset_for_time(self._reader(part), target) for part in self.partitions(topics)]
 
     def offset_for_time(self, topic: str, partition: int, target: int) -> OffsetForTime:
         """One partition's row of :meth:`offsets_for_times` (``target`` already has the margin

@@ -50,8 +50,14 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
                 ctx.journal.append("COPY_FINISHED", ev.base_offset, ev.attempt_id)
                 continue
             deleted = remote.delete_attempt(ev.base_offset, ev.attempt_id)
-            log.info("%s-%d: aborted copy attempt %s of segment %d (%d objects deleted)",
-                     ctx.topic, ctx.partition, ev.attempt_id, ev.base_offset, len(deleted))
+            log.info(
+                "%s-%d: aborted copy attempt %s of segment %d (%d objects deleted)",
+                ctx.topic,
+                ctx.partition,
+                ev.attempt_id,
+                ev.base_offset,
+                len(deleted),
+            )
             ctx.journal.append("COPY_ABORTED", ev.base_offset, ev.attempt_id)
         else:  # DELETE_STARTED: finish it
             if manifest is not None and manifest.attempt_id == ev.attempt_id:
@@ -72,8 +78,9 @@ def _seed_view(ctx: PartitionContext) -> None:
         rows = snapshot.load(ctx.snapshot_path)
     except FormatError:
         return  # missing or damaged: read everything, as always
-    ctx.store.manifests = {key: (stamp, m) for key, stamp, m in rows
-                           if key and stamp != snapshot.UNKNOWN_STAMP}
+    ctx.store.manifests = {
+        key: (stamp, m) for key, stamp, m in rows if key and stamp != snapshot.UNKNOWN_STAMP
+    }
 
 
 def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
@@ -93,8 +100,9 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     read = refresh(ctx)
     committed = {m.base_offset: m for _s, m in ctx.store.manifests.values()}
     _resolve_journal(ctx, committed)
-    ctx.store.manifests = {k: sm for k, sm in ctx.store.manifests.items()
-                           if committed.get(sm[1].base_offset) is sm[1]}
+    ctx.store.manifests = {
+        k: sm for k, sm in ctx.store.manifests.items() if committed.get(sm[1].base_offset) is sm[1]
+    }
     manifests = sorted(committed.values(), key=lambda m: m.base_offset)
     shutil.rmtree(ctx.staging_dir, ignore_errors=True)
 
@@ -105,8 +113,9 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
             check_lineage(ctx, manifests, max(remote_highest, saved.highest_tiered_offset))
         except IdentityConflictError:
             ctx.manifests = []  # not this log's: never counted, served or retained as its own
-            ctx.progress = Progress(saved.highest_tiered_offset, saved.remote_log_start_offset,
-                                    saved.delete_records_offset)
+            ctx.progress = Progress(
+                saved.highest_tiered_offset, saved.remote_log_start_offset, saved.delete_records_offset
+            )
             ctx.save_progress()
             raise
     local_highest = ctx.family.last_offset
@@ -115,7 +124,9 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
             f"the local remote index of {ctx.topic}-{ctx.partition} covers offsets up to "
             f"{local_highest} but the remote store has nothing above {remote_highest}: is "
             f"[remote] pointing at the right bucket/prefix? (`rlm rebuild-index` rebuilds the "
-            "local index from the store)", file=ctx.part.path)
+            "local index from the store)",
+            file=ctx.part.path,
+        )
     result = settle(ctx, leader=leader, read=read)
     ctx.progress = Progress(*progress_after(result.chain, saved), saved.delete_records_offset)
     mark_dir(ctx)
@@ -131,8 +142,9 @@ def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     tell it)."""
     ctx.family.open()
     ctx.family.delete_all()
-    Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset
-             ).save(ctx.progress_path)
+    Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset).save(
+        ctx.progress_path
+    )
     ctx.recovered = False
     recover(ctx, leader=leader)
     return sum(m.index_entries for m in ctx.manifests)

@@ -96,13 +96,22 @@ class EntrySource:
             return
         for entry in entries:
             key = self.res.key_of(entry)
-            if key in self._memo or key in self._pending or key in self.res.cache or (
-                    self.rid is not None and self.res.ahead.holds(self.rid, key)):
+            if (
+                key in self._memo
+                or key in self._pending
+                or key in self.res.cache
+                or (self.rid is not None and self.res.ahead.holds(self.rid, key))
+            ):
                 continue
             self._pending[key] = self.res.ahead.load_soon(key)
 
-    def finish(self, next_offset: int | None, unused: Sequence[DecodedEntry],
-               upcoming: Iterator[DecodedEntry], end: int) -> None:
+    def finish(
+        self,
+        next_offset: int | None,
+        unused: Sequence[DecodedEntry],
+        upcoming: Iterator[DecodedEntry],
+        end: int,
+    ) -> None:
         """After a fetch: keep what it read but did not use up, read ahead what comes next."""
         # A reader not (yet) sequential finds them in the cache, where they were admitted as lookups.
         for entry in unused if self.sequential and self.rid is not None else ():
@@ -112,19 +121,22 @@ class EntrySource:
         if self.rid is None:
             return
         nxt = itertools.takewhile(lambda e: e.entry.first_offset < end, upcoming)
-        self.res.ahead.ahead(self.rid, next_offset,
-                             ((self.res.key_of(e), e.entry.stored_size) for e in nxt))
+        self.res.ahead.ahead(self.rid, next_offset, ((self.res.key_of(e), e.entry.stored_size) for e in nxt))
 
 
-def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max_bytes: int,
-                 end: int) -> tuple[FetchBytes, list[RecordBatch]]:
+def remote_fetch(
+    views: Sequence[SetView], source: EntrySource, offset: int, max_bytes: int, end: int
+) -> tuple[FetchBytes, list[RecordBatch]]:
     """Whole batches from the one holding ``offset`` along the chain while they fit ``max_bytes``
     (≥ 1), each with its last offset below ``end``, from one segment (object) as Kafka's fetch;
     batch positions are relative to the answer. Read-ahead crosses segments."""
     chain = chain_from(views, offset)
     planned = _plan(chain, max_bytes, end)
-    source.load_together(e for e in planned[1:]  # the last may be past the object or the end
-                         if e.entry.rdi.url == planned[0].entry.rdi.url and e.entry.first_offset < end)
+    source.load_together(
+        e
+        for e in planned[1:]  # the last may be past the object or the end
+        if e.entry.rdi.url == planned[0].entry.rdi.url and e.entry.first_offset < end
+    )
     chain = itertools.chain(planned, chain)
     parts: list[FetchBytes] = []
     out: list[RecordBatch] = []
@@ -135,8 +147,9 @@ def remote_fetch(views: Sequence[SetView], source: EntrySource, offset: int, max
         if entry.entry.first_offset >= end:
             break
         if url is not None and entry.entry.rdi.url != url:  # the next segment: the next fetch's
-            source.finish(out[-1].last_offset + 1 if out else offset, unused,
-                          itertools.chain([entry], chain), end)
+            source.finish(
+                out[-1].last_offset + 1 if out else offset, unused, itertools.chain([entry], chain), end
+            )
             return _joined(parts), out
         url = entry.entry.rdi.url
         data, batches = source.batches(entry)
@@ -165,8 +178,11 @@ def _plan(chain: Iterator[DecodedEntry], max_bytes: int, end: int) -> list[Decod
     for entry in chain:
         planned.append(entry)
         before += entry.entry.data_length
-        if (before >= max_bytes or entry.entry.first_offset >= end
-                or entry.entry.rdi.url != planned[0].entry.rdi.url):
+        if (
+            before >= max_bytes
+            or entry.entry.first_offset >= end
+            or entry.entry.rdi.url != planned[0].entry.rdi.url
+        ):
             break
     return planned
 
@@ -176,8 +192,9 @@ def _joined(parts: list[FetchBytes]) -> FetchBytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _fit(batches: Sequence[RecordBatch], offset: int, end: int, room: int, *, first: bool
-         ) -> tuple[list[RecordBatch], bool]:
+def _fit(
+    batches: Sequence[RecordBatch], offset: int, end: int, room: int, *, first: bool
+) -> tuple[list[RecordBatch], bool]:
     """The batches of one entry a fetch takes (last offset ≥ ``offset`` and < ``end``, while they
     fit ``room`` bytes — the first batch of the answer always), and whether the answer is full."""
     taken: list[RecordBatch] = []

@@ -113,8 +113,9 @@ class RemoteIndexSet:
     def _load_bounds(self) -> None:
         if self._last is not None:
             return
-        offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(),
-                              preallocated=False)
+        offsets = OffsetIndex(
+            self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(), preallocated=False
+        )
         with mapped(self.log_index_path) as buf:
             if len(offsets) == 0 or len(buf) == 0:
                 return
@@ -146,8 +147,9 @@ class RemoteIndexSet:
         ``.remotelogindex`` exactly: what any state but an interrupted append leaves. Reads two
         small pieces of the set, never all of it."""
         try:
-            offsets = OffsetIndex(self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(),
-                                  preallocated=False)
+            offsets = OffsetIndex(
+                self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(), preallocated=False
+            )
             with mapped(self.log_index_path) as buf:
                 if len(offsets) == 0 or len(buf) == 0:
                     return False
@@ -171,8 +173,13 @@ class RemoteIndexSet:
                 traceback.clear_frames(scan.error.__traceback__)
         report = RepairReport()
         if scan.valid_length < total:
-            log.warning("repairing %s: truncating %d bytes at byte %d (%s)",
-                        path, total - scan.valid_length, scan.valid_length, scan.error)
+            log.warning(
+                "repairing %s: truncating %d bytes at byte %d (%s)",
+                path,
+                total - scan.valid_length,
+                scan.valid_length,
+                scan.error,
+            )
             with path.open("r+b") as fh:
                 fh.truncate(scan.valid_length)
                 os.fsync(fh.fileno())
@@ -181,8 +188,10 @@ class RemoteIndexSet:
             offset_bytes, time_bytes = derive_remote_indexes(buf, self.base_offset)
             builder = RemoteIndexSetBuilder.from_log_index(buf, self.base_offset)
         rewrote = False
-        for suffix, expected in ((naming.REMOTE_OFFSET_INDEX, offset_bytes),
-                                 (naming.REMOTE_TIME_INDEX, time_bytes)):
+        for suffix, expected in (
+            (naming.REMOTE_OFFSET_INDEX, offset_bytes),
+            (naming.REMOTE_TIME_INDEX, time_bytes),
+        ):
             target = self.path(suffix)
             try:
                 current = target.read_bytes()
@@ -200,9 +209,7 @@ class RemoteIndexSet:
 
     def fits(self, entry: RemoteLogIndexEntry) -> bool:
         assert self._builder is not None
-        return self._builder.fits(entry) and (
-            self._builder.log_index_size + entry.encoded_size <= INT32_MAX
-        )
+        return self._builder.fits(entry) and (self._builder.log_index_size + entry.encoded_size <= INT32_MAX)
 
     def append(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
         """Append entries (all must :meth:`fits`); durable when this returns."""
@@ -259,8 +266,15 @@ class RemoteIndexFamily:
     ``meta_path`` stores each set's creation time (for rotation by age across restarts).
     """
 
-    def __init__(self, directory: Path, meta_path: Path, *, rotate_bytes: int, rotate_ms: int,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        meta_path: Path,
+        *,
+        rotate_bytes: int,
+        rotate_ms: int,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.directory = directory
         self.meta_path = meta_path
         self.rotate_bytes = rotate_bytes
@@ -278,8 +292,11 @@ class RemoteIndexFamily:
         except FileNotFoundError:
             return {}
         # Unreadable entries are absent: that set's age restarts now (statefiles).
-        return {int(k): v for k in (doc if isinstance(doc, dict) else {})
-                if k.isascii() and k.isdigit() and len(k) <= 20 and (v := int_field(doc, k)) is not None}
+        return {
+            int(k): v
+            for k in (doc if isinstance(doc, dict) else {})
+            if k.isascii() and k.isdigit() and len(k) <= 20 and (v := int_field(doc, k)) is not None
+        }
 
     def _save_meta(self) -> None:
         self.meta_path.parent.mkdir(parents=True, exist_ok=True)
@@ -361,8 +378,7 @@ class RemoteIndexFamily:
     # -- writing --------------------------------------------------------------------------------
 
     def _must_rotate(self, active: RemoteIndexSet) -> bool:
-        return (active.size_bytes >= self.rotate_bytes
-                or self._clock() - active.created_ms >= self.rotate_ms)
+        return active.size_bytes >= self.rotate_bytes or self._clock() - active.created_ms >= self.rotate_ms
 
     def _new_set(self, base_offset: int) -> RemoteIndexSet:
         if self.sets:

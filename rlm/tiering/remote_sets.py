@@ -110,9 +110,12 @@ def chain_from(views: Sequence[SetView], offset: int) -> Iterator[DecodedEntry]:
             floor = entry.entry.last_offset + 1
 
 
-def remote_max_timestamp(views: Sequence[SetView], start: int, end: int,
-                         entry_batches: Callable[[DecodedEntry], tuple[Buffer, list[RecordBatch]]]
-                         ) -> int | None:
+def remote_max_timestamp(
+    views: Sequence[SetView],
+    start: int,
+    end: int,
+    entry_batches: Callable[[DecodedEntry], tuple[Buffer, list[RecordBatch]]],
+) -> int | None:
     """The max record timestamp (ms) among the remote offsets in ``[start, end)``: a set wholly
     inside answers from its time index's running max, entries wholly inside from their
     ``last_timestamp``, boundary entries are read (``entry_batches``) and decoded record by record."""

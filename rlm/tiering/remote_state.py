@@ -182,29 +182,40 @@ class RemoteState:
         if entry.transformed:
             # A stored (compressed/encrypted) entry is one unit: its batches cannot be addressed
             # as a byte range of the object (docs/protection.md, "Limits").
-            raise RlmError(f"entry {entry.first_offset}-{entry.last_offset} is stored transformed and "
-                           f"cannot be clipped to the served range {link.first_offset}-{link.last_offset}",
-                           file=key, position=pos)
+            raise RlmError(
+                f"entry {entry.first_offset}-{entry.last_offset} is stored transformed and "
+                f"cannot be clipped to the served range {link.first_offset}-{link.last_offset}",
+                file=key,
+                position=pos,
+            )
         data = self.read_range(key, pos, pos + entry.data_length)
         kept = []
         for batch in iter_batches(data):
             inside = link.first_offset <= batch.base_offset and batch.last_offset <= link.last_offset
             outside = batch.last_offset < link.first_offset or batch.base_offset > link.last_offset
             if not (inside or outside):
-                raise RlmError(f"batch {batch.base_offset}-{batch.last_offset} straddles the served range "
-                               f"{link.first_offset}-{link.last_offset} of the segment: the replicas' "
-                               "batches differ (docs/cluster.md)", file=key, position=pos + batch.position)
+                raise RlmError(
+                    f"batch {batch.base_offset}-{batch.last_offset} straddles the served range "
+                    f"{link.first_offset}-{link.last_offset} of the segment: the replicas' "
+                    "batches differ (docs/cluster.md)",
+                    file=key,
+                    position=pos + batch.position,
+                )
             if inside:
                 kept.append(batch)
         if not kept:
             return []
         first, last = kept[0], kept[-1]
-        return [RemoteLogIndexEntry(
-            first_offset=first.base_offset, last_offset=last.last_offset,
-            first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
-            last_timestamp=max(b.max_timestamp for b in kept),
-            data_length=last.position + last.size - first.position,
-            rdi=RemoteDataIdentifier(entry.rdi.url, pos + first.position))]
+        return [
+            RemoteLogIndexEntry(
+                first_offset=first.base_offset,
+                last_offset=last.last_offset,
+                first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+                last_timestamp=max(b.max_timestamp for b in kept),
+                data_length=last.position + last.size - first.position,
+                rdi=RemoteDataIdentifier(entry.rdi.url, pos + first.position),
+            )
+        ]
 
     # -- lineage markers (docs/cluster.md) -------------------------------------------------------
 
@@ -238,9 +249,13 @@ class RemoteState:
                 groups[ref].append(info)
         return groups
 
-    def unreferenced(self, attempts: dict[keys.AttemptRef, list[ObjectInfo]],
-                     manifests: Iterable[SegmentManifest], now_ms: int,
-                     in_flight: Iterable[str] = ()) -> list[Orphan]:
+    def unreferenced(
+        self,
+        attempts: dict[keys.AttemptRef, list[ObjectInfo]],
+        manifests: Iterable[SegmentManifest],
+        now_ms: int,
+        in_flight: Iterable[str] = (),
+    ) -> list[Orphan]:
         """The attempts no manifest names and none in ``in_flight`` (attempt ids), whatever their
         age, ordered by base offset then attempt id."""
         live = {(m.base_offset, m.attempt_id) for m in manifests}
@@ -249,13 +264,26 @@ class RemoteState:
         for ref, infos in sorted(attempts.items(), key=lambda kv: (kv[0].base_offset, kv[0].attempt_id)):
             if (ref.base_offset, ref.attempt_id) in live or ref.attempt_id in busy:
                 continue
-            out.append(Orphan(self.topic, self.partition, ref.base_offset, ref.attempt_id,
-                              tuple(i.key for i in infos), sum(i.size for i in infos),
-                              attempt_age_ms(ref.attempt_id, infos, now_ms)))
+            out.append(
+                Orphan(
+                    self.topic,
+                    self.partition,
+                    ref.base_offset,
+                    ref.attempt_id,
+                    tuple(i.key for i in infos),
+                    sum(i.size for i in infos),
+                    attempt_age_ms(ref.attempt_id, infos, now_ms),
+                )
+            )
         return out
 
-    def orphans(self, now_ms: int, grace_ms: int, in_flight: Iterable[str] = (),
-                manifests: Callable[[], Iterable[SegmentManifest]] | None = None) -> list[Orphan]:
+    def orphans(
+        self,
+        now_ms: int,
+        grace_ms: int,
+        in_flight: Iterable[str] = (),
+        manifests: Callable[[], Iterable[SegmentManifest]] | None = None,
+    ) -> list[Orphan]:
         """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`).
         ``manifests`` lists the committed ones (default :meth:`list_manifests`; the daemon's
         reuses what it read before, docs/remote-state.md)."""
@@ -324,11 +352,22 @@ class RemoteView:
     servable: bool
     key_id: str | None
 
-    def state(self, backend: StorageBackend, part: PartitionDir, retry: RetryPolicy | None = None,
-              protection: StoreProtection | None = None) -> RemoteState:
+    def state(
+        self,
+        backend: StorageBackend,
+        part: PartitionDir,
+        retry: RetryPolicy | None = None,
+        protection: StoreProtection | None = None,
+    ) -> RemoteState:
         """The :class:`RemoteState` of that root."""
-        return RemoteState(backend, part.topic, part.partition, self.key_id, retry or RetryPolicy(),
-                           protection or StoreProtection())
+        return RemoteState(
+            backend,
+            part.topic,
+            part.partition,
+            self.key_id,
+            retry or RetryPolicy(),
+            protection or StoreProtection(),
+        )
 
 
 def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
@@ -347,5 +386,6 @@ def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
 def of_context(ctx: PartitionContext) -> RemoteState:
     """The daemon's view of a partition: its current root (``ctx.key_id``, which recovery may
     change) and the shared retry policy."""
-    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry,
-                       ctx.shared.protection)
+    return RemoteState(
+        ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry, ctx.shared.protection
+    )

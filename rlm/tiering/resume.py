@@ -108,8 +108,10 @@ def _read_local(ctx: PartitionContext) -> _Trusted | None:
     usable, key_id = _root_key_id(ctx, saved)
     why = "progress names no usable root" if not usable else _why_not(ctx, saved)
     header = snapshot.read_header(ctx.snapshot_path) if why is None else None
-    if why is None and (header is None or (header.highest, header.start) != (
-            saved.highest_tiered_offset, saved.remote_log_start_offset)):
+    if why is None and (
+        header is None
+        or (header.highest, header.start) != (saved.highest_tiered_offset, saved.remote_log_start_offset)
+    ):
         why = "no manifest snapshot written for this progress"
     if why is None and header is not None:
         expected_last = header.highest if header.count else -1
@@ -164,8 +166,10 @@ def _load(ctx: PartitionContext) -> list[SegmentManifest]:
     """The snapshot's manifests, also as the store view (what sync and status read)."""
     rows = snapshot.load(ctx.snapshot_path)
     view = ctx.store
-    found = {key or keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)
-             for key, stamp, m in rows}
+    found = {
+        key or keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)
+        for key, stamp, m in rows
+    }
     view.manifests = {**view.manifests, **found}  # replaced, never mutated: status may be iterating it
     manifests = [m for _k, _s, m in rows]
     view.chain = resolve_chain(manifests)

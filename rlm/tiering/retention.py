@@ -37,9 +37,15 @@ class RetentionPlan:
         return sum(m.size_bytes for m in self.expired)
 
 
-def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retention_ms: int,
-                   retention_bytes: int, local_only_bytes: int = 0,
-                   log_start_offset: int = -1) -> RetentionPlan:
+def plan_retention(
+    manifests: Sequence[SegmentManifest],
+    *,
+    now_ms: int,
+    retention_ms: int,
+    retention_bytes: int,
+    local_only_bytes: int = 0,
+    log_start_offset: int = -1,
+) -> RetentionPlan:
     """Which committed segments retention deletes now (pure; ``-1`` disables a limit): first
     those wholly below ``log_start_offset`` (the DeleteRecords point; -1 = none).
     ``local_only_bytes`` (local data not yet tiered) counts towards ``retention_bytes`` when the
@@ -48,9 +54,16 @@ def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retenti
     expired: list[SegmentManifest] = []
     reason: dict[int, str] = {}
     for m in sorted(manifests, key=lambda m: m.base_offset):
-        why = expiry_reason(m.last_offset, m.max_timestamp, m.size_bytes, remaining, now_ms=now_ms,
-                            retention_ms=retention_ms, retention_bytes=retention_bytes,
-                            log_start_offset=log_start_offset)
+        why = expiry_reason(
+            m.last_offset,
+            m.max_timestamp,
+            m.size_bytes,
+            remaining,
+            now_ms=now_ms,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            log_start_offset=log_start_offset,
+        )
         if why is None:
             break
         reason[m.base_offset] = why
@@ -59,8 +72,17 @@ def plan_retention(manifests: Sequence[SegmentManifest], *, now_ms: int, retenti
     return RetentionPlan(expired, reason)
 
 
-def expiry_reason(last_offset: int, max_timestamp: int, size: int, remaining: int, *, now_ms: int,
-                  retention_ms: int, retention_bytes: int, log_start_offset: int) -> str | None:
+def expiry_reason(
+    last_offset: int,
+    max_timestamp: int,
+    size: int,
+    remaining: int,
+    *,
+    now_ms: int,
+    retention_ms: int,
+    retention_bytes: int,
+    log_start_offset: int,
+) -> str | None:
     """Why the oldest remaining segment (offsets up to ``last_offset``, ``size`` bytes, of
     ``remaining`` bytes counted towards the size limit) is deleted now, None when it is kept: the
     rule :func:`plan_retention` applies segment by segment."""
@@ -88,8 +110,13 @@ def delete_segment(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     ctx.journal.append("DELETE_FINISHED", manifest.base_offset, manifest.attempt_id)
 
 
-def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
-                    retention_bytes: int | None = None, local_only_bytes: int = 0) -> RetentionPlan:
+def apply_retention(
+    ctx: PartitionContext,
+    *,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    local_only_bytes: int = 0,
+) -> RetentionPlan:
     """Delete what :func:`plan_retention` selects; advance the remote log start; drop local sets
     entirely below it. Limits default to ``[tiering]``'s; the topic policy passes its own."""
     settings, metrics = ctx.shared.settings, ctx.shared.metrics
@@ -99,15 +126,30 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
     oldest = ctx.oldest_manifest()
     # The oldest segment decides whether anything goes (deletion removes a prefix): asked of the
     # snapshot's header, a restart's pending manifests are parsed only when retention is due.
-    if oldest is None or expiry_reason(
-            oldest[1], oldest[2], oldest[3], local_only_bytes + ctx.remote_bytes, now_ms=now_ms,
-            retention_ms=retention_ms, retention_bytes=retention_bytes,
-            log_start_offset=ctx.progress.delete_records_offset) is None:
+    if (
+        oldest is None
+        or expiry_reason(
+            oldest[1],
+            oldest[2],
+            oldest[3],
+            local_only_bytes + ctx.remote_bytes,
+            now_ms=now_ms,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            log_start_offset=ctx.progress.delete_records_offset,
+        )
+        is None
+    ):
         plan = RetentionPlan([], {})
     else:
-        plan = plan_retention(ctx.manifests, now_ms=now_ms, retention_ms=retention_ms,
-                              retention_bytes=retention_bytes, local_only_bytes=local_only_bytes,
-                              log_start_offset=ctx.progress.delete_records_offset)
+        plan = plan_retention(
+            ctx.manifests,
+            now_ms=now_ms,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            local_only_bytes=local_only_bytes,
+            log_start_offset=ctx.progress.delete_records_offset,
+        )
     ctx.series(metrics.delete_lag_segments).set(len(plan.expired))
     ctx.series(metrics.delete_lag_bytes).set(plan.bytes)
     if not plan.expired:
@@ -121,12 +163,19 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
         ctx.manifests.remove(manifest)
         note_deleted(ctx, manifest)
         ctx.progress.remote_log_start_offset = (
-            ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1)
+            ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1
+        )
         ctx.save_progress()
         ctx.series(metrics.delete_requests).inc()
-        log.info("%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)", ctx.topic,
-                 ctx.partition, plan.reason[manifest.base_offset], manifest.base_offset,
-                 manifest.last_offset, manifest.size_bytes)
+        log.info(
+            "%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)",
+            ctx.topic,
+            ctx.partition,
+            plan.reason[manifest.base_offset],
+            manifest.base_offset,
+            manifest.last_offset,
+            manifest.size_bytes,
+        )
     ctx.family.remove_below(ctx.progress.remote_log_start_offset)
     ctx.series(metrics.delete_lag_segments).set(0)
     ctx.series(metrics.delete_lag_bytes).set(0)
@@ -134,11 +183,13 @@ def apply_retention(ctx: PartitionContext, *, retention_ms: int | None = None,
     return plan
 
 
-def retention_pass(ctx: PartitionContext, *, retention_ms: int, retention_bytes: int,
-                   local_only_bytes: int = 0) -> tuple[RetentionPlan, int | None]:
+def retention_pass(
+    ctx: PartitionContext, *, retention_ms: int, retention_bytes: int, local_only_bytes: int = 0
+) -> tuple[RetentionPlan, int | None]:
     """:func:`apply_retention`, and when (ms) retention by time deletes the oldest remaining
     segment next (None: never, by time) — an idle partition wakes for it (docs/operations.md)."""
-    plan = apply_retention(ctx, retention_ms=retention_ms, retention_bytes=retention_bytes,
-                           local_only_bytes=local_only_bytes)
+    plan = apply_retention(
+        ctx, retention_ms=retention_ms, retention_bytes=retention_bytes, local_only_bytes=local_only_bytes
+    )
     oldest = ctx.oldest_manifest()
     return plan, None if oldest is None else time_expiry_ms(oldest[2], retention_ms)

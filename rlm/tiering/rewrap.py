@@ -57,11 +57,11 @@ class RewrapResult:
     to: str
     dry_run: bool
     manifests: int = 0
-    rewrapped: int = 0          # (would be, with dry_run) rewritten under ``to``
-    already: int = 0            # already wrapped under ``to``
-    plaintext: int = 0          # not encrypted: nothing to re-wrap
-    gone: int = 0               # deleted (retention) while we worked: left deleted
-    changed: int = 0            # rewritten by another writer _ATTEMPTS times in a row: left
+    rewrapped: int = 0  # (would be, with dry_run) rewritten under ``to``
+    already: int = 0  # already wrapped under ``to``
+    plaintext: int = 0  # not encrypted: nothing to re-wrap
+    gone: int = 0  # deleted (retention) while we worked: left deleted
+    changed: int = 0  # rewritten by another writer _ATTEMPTS times in a row: left
     from_keys: Counter[str] = field(default_factory=Counter)  # key id → manifests found under it
     errors: list[str] = field(default_factory=list)
 
@@ -70,14 +70,27 @@ class RewrapResult:
         return not self.errors
 
     def to_json(self) -> dict[str, Any]:
-        return {"to": self.to, "dry_run": self.dry_run, "manifests": self.manifests,
-                "rewrapped": self.rewrapped, "already": self.already, "plaintext": self.plaintext,
-                "gone": self.gone, "changed": self.changed, "from_keys": dict(sorted(self.from_keys.items())),
-                "failed": len(self.errors)}
+        return {
+            "to": self.to,
+            "dry_run": self.dry_run,
+            "manifests": self.manifests,
+            "rewrapped": self.rewrapped,
+            "already": self.already,
+            "plaintext": self.plaintext,
+            "gone": self.gone,
+            "changed": self.changed,
+            "from_keys": dict(sorted(self.from_keys.items())),
+            "failed": len(self.errors),
+        }
 
 
-def manifest_keys(backend: StorageBackend, retry: RetryPolicy, topics: frozenset[str] | None, *,
-                  page_size: int = MAX_LIST_LIMIT) -> Iterator[tuple[str, str | None]]:
+def manifest_keys(
+    backend: StorageBackend,
+    retry: RetryPolicy,
+    topics: frozenset[str] | None,
+    *,
+    page_size: int = MAX_LIST_LIMIT,
+) -> Iterator[tuple[str, str | None]]:
     """``(manifest key, etag)`` of every segment manifest in the store (every root, every
     incarnation, retired ones too: their data is as readable as any), in key order; only
     ``topics`` when given. One listing of the whole store: roots are the key's first component,
@@ -98,8 +111,9 @@ def manifest_keys(backend: StorageBackend, retry: RetryPolicy, topics: frozenset
 
 
 class _Rewrapper:
-    def __init__(self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool,
-                 retry: RetryPolicy) -> None:
+    def __init__(
+        self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool, retry: RetryPolicy
+    ) -> None:
         self.backend, self.ring, self.to, self.dry_run, self.retry = backend, ring, to, dry_run, retry
         self.result = RewrapResult(to, dry_run)
         self._lock = threading.Lock()
@@ -129,11 +143,13 @@ class _Rewrapper:
                 return self._count("plaintext")
             if wrapped.key_id == self.to:
                 return self._count("already", wrapped.key_id)
-            data_key = self.ring.unwrap(wrapped, where=f"{key} (its data key is wrapped by key "
-                                                       f"{wrapped.key_id!r})")
+            data_key = self.ring.unwrap(
+                wrapped, where=f"{key} (its data key is wrapped by key {wrapped.key_id!r})"
+            )
             assert m.protection is not None
-            new = dataclasses.replace(m, protection=dataclasses.replace(
-                m.protection, encryption=self.ring.wrap(data_key, self.to)))
+            new = dataclasses.replace(
+                m, protection=dataclasses.replace(m.protection, encryption=self.ring.wrap(data_key, self.to))
+            )
             if self.dry_run:
                 return self._count("rewrapped", wrapped.key_id)
             outcome = self._publish(key, etag, m, new, data_key)
@@ -142,8 +158,9 @@ class _Rewrapper:
             etag = None  # someone else wrote it: read it again and judge afresh
         return self._count("changed")
 
-    def _publish(self, key: str, etag: str | None, old: SegmentManifest, new: SegmentManifest,
-                 data_key: bytes) -> str:
+    def _publish(
+        self, key: str, etag: str | None, old: SegmentManifest, new: SegmentManifest, data_key: bytes
+    ) -> str:
         """Overwrite ``key`` with ``new``: "rewrapped", "gone" or "changed" (see the module doc)."""
         try:
             now = self.retry.call(lambda: self.backend.head(key))
@@ -167,14 +184,25 @@ class _Rewrapper:
         return "rewrapped"
 
 
-def rewrap_store(backend: StorageBackend, ring: KeyRing, to: str, *, topics: frozenset[str] | None = None,
-                 dry_run: bool = False, parallelism: int = 8, retry: RetryPolicy | None = None,
-                 on_manifest: Callable[[], None] | None = None) -> RewrapResult:
+def rewrap_store(
+    backend: StorageBackend,
+    ring: KeyRing,
+    to: str,
+    *,
+    topics: frozenset[str] | None = None,
+    dry_run: bool = False,
+    parallelism: int = 8,
+    retry: RetryPolicy | None = None,
+    on_manifest: Callable[[], None] | None = None,
+) -> RewrapResult:
     """Re-wrap the data key of every manifest (of ``topics``) not under ``to``; ``parallelism``
     manifests at once (store round trips dominate). ``to`` must be a key id of ``ring``."""
     if to not in ring.key_ids:  # before any store work
-        raise KeyNotFoundError(f"rewrap --to {to!r}: not in [remote.encryption] key_files (known: "
-                               f"{', '.join(ring.key_ids) or 'none'})", key_id=to)
+        raise KeyNotFoundError(
+            f"rewrap --to {to!r}: not in [remote.encryption] key_files (known: "
+            f"{', '.join(ring.key_ids) or 'none'})",
+            key_id=to,
+        )
     worker = _Rewrapper(backend, ring, to, dry_run=dry_run, retry=retry or RetryPolicy())
     found = list(manifest_keys(backend, worker.retry, topics))
     worker.result.manifests = len(found)

@@ -43,19 +43,41 @@ class Roles:
         self.source = source
         self._refreshed: float | None = None
         r = registry
-        self.leader = Gauge("rlm_partition_leader", "Node id of the partition's leader (-1: unknown)",
-                            _TP, registry=r)
-        self.is_leader = Gauge("rlm_partition_is_leader", "1 when this node leads the partition: it "
-                               "copies, applies retention and collects garbage", _TP, registry=r)
-        self.store_highest = Gauge("rlm_remote_store_highest_offset", "Highest offset served from the "
-                                   "store (its chain of manifests), as last synced", _TP, registry=r)
-        self.sync_lag = Gauge("rlm_remote_sync_lag_offsets", "Store highest offset minus the local "
-                              "remote index's highest offset", _TP, registry=r)
-        self.uncommitted = Counter("rlm_lineage_uncommitted_segments", "Remote segments the leader "
-                                   "uncommitted because they diverged from its lineage or were "
-                                   "overlapped by another sidecar's", (*_TP, "reason"), registry=r)
-        self.lost = Counter("rlm_leadership_lost", "Passes that stopped copying because leadership "
-                            "moved away", _TP, registry=r)
+        self.leader = Gauge(
+            "rlm_partition_leader", "Node id of the partition's leader (-1: unknown)", _TP, registry=r
+        )
+        self.is_leader = Gauge(
+            "rlm_partition_is_leader",
+            "1 when this node leads the partition: it copies, applies retention and collects garbage",
+            _TP,
+            registry=r,
+        )
+        self.store_highest = Gauge(
+            "rlm_remote_store_highest_offset",
+            "Highest offset served from the store (its chain of manifests), as last synced",
+            _TP,
+            registry=r,
+        )
+        self.sync_lag = Gauge(
+            "rlm_remote_sync_lag_offsets",
+            "Store highest offset minus the local remote index's highest offset",
+            _TP,
+            registry=r,
+        )
+        self.uncommitted = Counter(
+            "rlm_lineage_uncommitted_segments",
+            "Remote segments the leader "
+            "uncommitted because they diverged from its lineage or were "
+            "overlapped by another sidecar's",
+            (*_TP, "reason"),
+            registry=r,
+        )
+        self.lost = Counter(
+            "rlm_leadership_lost",
+            "Passes that stopped copying because leadership moved away",
+            _TP,
+            registry=r,
+        )
 
     @property
     def cluster(self) -> bool:
@@ -89,9 +111,13 @@ class Roles:
         if now.role == "leader":
             return True
         ctx.series(self.lost).inc()
-        log.info("%s: no longer the leader (now %s, leader epoch %s; was epoch %s): stopping copies",
-                 ctx.part.name, now.leader if now.leader is not None else "unknown", now.leader_epoch,
-                 getattr(before, "leader_epoch", None))
+        log.info(
+            "%s: no longer the leader (now %s, leader epoch %s; was epoch %s): stopping copies",
+            ctx.part.name,
+            now.leader if now.leader is not None else "unknown",
+            now.leader_epoch,
+            getattr(before, "leader_epoch", None),
+        )
         return False
 
     def sync(self, ctx: PartitionContext, *, leader: bool) -> SyncResult:
@@ -114,8 +140,11 @@ class Roles:
             reason = "diverged" if base in diverged else "overlapped"
             self.uncommitted.labels(**lb, reason=reason).inc()
         if result.rebuilt_from is not None:
-            log.info("%s: local remote index rewound to offset %d to match the store", ctx.part.name,
-                     result.rebuilt_from)
+            log.info(
+                "%s: local remote index rewound to offset %d to match the store",
+                ctx.part.name,
+                result.rebuilt_from,
+            )
 
     def status(self, ctx: PartitionContext) -> dict[str, Any]:
         """Status fields of ``ctx`` (docs/cluster.md); no store I/O."""

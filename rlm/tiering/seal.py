@@ -40,8 +40,12 @@ from rlm.tiering.upload import upload_bytes, upload_file
 __all__ = ["Uploaded", "upload_attempt"]
 
 #: Objects uploaded beside the ``.log``: pinned role → manifest name.
-_COMPANIONS = ((keys.OFFSET_INDEX, "index"), (keys.TIME_INDEX, "timeindex"),
-               (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"), (keys.PRODUCER_SNAPSHOT, "producer_snapshot"))
+_COMPANIONS = (
+    (keys.OFFSET_INDEX, "index"),
+    (keys.TIME_INDEX, "timeindex"),
+    (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"),
+    (keys.PRODUCER_SNAPSHOT, "producer_snapshot"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +61,29 @@ class Uploaded:
 class _Sealed:
     path: Path
     entries: list[RemoteLogIndexEntry]
-    crc32c: int        # of the stored bytes
+    crc32c: int  # of the stored bytes
     plain_crc32c: int  # of the plaintext read while sealing
 
 
-def _seal_log(src: Path, dst: Path, entries: Sequence[RemoteLogIndexEntry], batches: Sequence[RecordBatch],
-              protection: StoreProtection, data_key: bytes | None, binding: EntryBinding) -> _Sealed:
+def _seal_log(
+    src: Path,
+    dst: Path,
+    entries: Sequence[RemoteLogIndexEntry],
+    batches: Sequence[RecordBatch],
+    protection: StoreProtection,
+    data_key: bytes | None,
+    binding: EntryBinding,
+) -> _Sealed:
     """Write the stored form of the pinned ``.log`` ``src`` to ``dst``, entry by entry."""
     level = protection.compression.level if protection.compression.enabled else None
     out_entries: list[RemoteLogIndexEntry] = []
     stored_crc = plain_crc = position = 0
     b = 0
-    with src.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf, \
-            dst.open("wb") as out:
+    with (
+        src.open("rb") as fh,
+        mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf,
+        dst.open("wb") as out,
+    ):
         for e in entries:
             start, end = e.byte_range
             attrs = []
@@ -79,23 +93,44 @@ def _seal_log(src: Path, dst: Path, entries: Sequence[RemoteLogIndexEntry], batc
             plain = buf[start:end]  # a copy: a view would pin the map open past its close
             plain_crc = crc32c.crc32c(plain, plain_crc)
             stored, transform = seal_entry(
-                plain, compress_level=level if compressible(attrs) else None, key=data_key,
-                binding=binding, first_offset=e.first_offset, last_offset=e.last_offset,
-                stored_position=position)
+                plain,
+                compress_level=level if compressible(attrs) else None,
+                key=data_key,
+                binding=binding,
+                first_offset=e.first_offset,
+                last_offset=e.last_offset,
+                stored_position=position,
+            )
             out.write(stored)
             stored_crc = crc32c.crc32c(stored, stored_crc)
-            out_entries.append(RemoteLogIndexEntry(
-                e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp, e.data_length,
-                RemoteDataIdentifier(e.rdi.url, position),
-                STORED_ENTRY_MAGIC if transform else REMOTE_LOG_INDEX_MAGIC,
-                transform, len(stored) if transform else 0))
+            out_entries.append(
+                RemoteLogIndexEntry(
+                    e.first_offset,
+                    e.last_offset,
+                    e.first_timestamp,
+                    e.last_timestamp,
+                    e.data_length,
+                    RemoteDataIdentifier(e.rdi.url, position),
+                    STORED_ENTRY_MAGIC if transform else REMOTE_LOG_INDEX_MAGIC,
+                    transform,
+                    len(stored) if transform else 0,
+                )
+            )
             position += len(stored)
     return _Sealed(dst, out_entries, stored_crc, plain_crc)
 
 
-def upload_attempt(ctx: PartitionContext, pinned: dict[str, Path], txn_path: Path | None,
-                   entries: list[RemoteLogIndexEntry], batches: Sequence[RecordBatch], base: int,
-                   attempt: str, key: Callable[[str], str], plain_crc32c: int) -> Uploaded:
+def upload_attempt(
+    ctx: PartitionContext,
+    pinned: dict[str, Path],
+    txn_path: Path | None,
+    entries: list[RemoteLogIndexEntry],
+    batches: Sequence[RecordBatch],
+    base: int,
+    attempt: str,
+    key: Callable[[str], str],
+    plain_crc32c: int,
+) -> Uploaded:
     """Upload the attempt's objects (the ``.log`` first, the entries object last) under the shared
     upload slots; raise :class:`StorageError` when the ``.log`` changed meanwhile."""
     shared = ctx.shared
@@ -114,10 +149,18 @@ def upload_attempt(ctx: PartitionContext, pinned: dict[str, Path], txn_path: Pat
         _check(objects["log"].crc32c, plain_crc32c, pinned[keys.LOG], base)
         return Uploaded(objects, entries, None)
 
-    data_key, wrapped = protection.ring.new_data_key() if protection.ring and protection.encrypts \
-        else (None, None)
-    sealed = _seal_log(pinned[keys.LOG], pinned[keys.LOG].with_name(keys.LOG + ".stored"), entries, batches,
-                       protection, data_key, EntryBinding(ctx.topic, ctx.partition, base, attempt))
+    data_key, wrapped = (
+        protection.ring.new_data_key() if protection.ring and protection.encrypts else (None, None)
+    )
+    sealed = _seal_log(
+        pinned[keys.LOG],
+        pinned[keys.LOG].with_name(keys.LOG + ".stored"),
+        entries,
+        batches,
+        protection,
+        data_key,
+        EntryBinding(ctx.topic, ctx.partition, base, attempt),
+    )
     _check(sealed.plain_crc32c, plain_crc32c, pinned[keys.LOG], base)
 
     def put(object_key: str, data: bytes) -> StoredObject:
@@ -127,8 +170,11 @@ def upload_attempt(ctx: PartitionContext, pinned: dict[str, Path], txn_path: Pat
     with shared.upload_slots:
         objects["log"] = upload_file(ctx, key(keys.LOG), sealed.path, watch_half=True)
         for object_key, name, path in files:
-            objects[name] = put(object_key, path.read_bytes()) if data_key is not None else \
-                upload_file(ctx, object_key, path)
+            objects[name] = (
+                put(object_key, path.read_bytes())
+                if data_key is not None
+                else upload_file(ctx, object_key, path)
+            )
         blob = b"".join(e.encode() for e in sealed.entries)
         objects[keys.REMOTE_LOG_INDEX] = put(key(keys.REMOTE_LOG_INDEX), blob)
     _check(objects["log"].crc32c, sealed.crc32c, sealed.path, base)

@@ -56,8 +56,13 @@ def oldest_of(manifests: list[SegmentManifest]) -> tuple[int, int, int, int] | N
     return m.base_offset, m.last_offset, m.max_timestamp, m.size_bytes
 
 
-def save(path: Path, manifests: list[SegmentManifest], stamps: Mapping[tuple[int, str], tuple[str, Stamp]],
-         highest: int, start: int) -> None:
+def save(
+    path: Path,
+    manifests: list[SegmentManifest],
+    stamps: Mapping[tuple[int, str], tuple[str, Stamp]],
+    highest: int,
+    start: int,
+) -> None:
     """Write the snapshot of ``manifests`` (in offset order); ``stamps`` maps (base offset, attempt
     id) to the manifest's key and listing stamp where known."""
     rows = []
@@ -65,9 +70,15 @@ def save(path: Path, manifests: list[SegmentManifest], stamps: Mapping[tuple[int
         key, stamp = stamps.get((m.base_offset, m.attempt_id), ("", UNKNOWN_STAMP))
         rows.append([key, list(stamp), m.to_json().decode("utf-8")])
     body = json.dumps(rows, separators=(",", ":")).encode("utf-8")
-    header = {"version": VERSION, "highest": highest, "start": start, "count": len(manifests),
-              "bytes": sum(m.size_bytes for m in manifests), "oldest": oldest_of(manifests),
-              "crc32": zlib.crc32(body)}
+    header = {
+        "version": VERSION,
+        "highest": highest,
+        "start": start,
+        "count": len(manifests),
+        "bytes": sum(m.size_bytes for m in manifests),
+        "oldest": oldest_of(manifests),
+        "crc32": zlib.crc32(body),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(header).encode("utf-8") + b"\n" + body, durable=False)
 
@@ -93,8 +104,9 @@ def _split(path: Path) -> tuple[dict[str, object], bytes]:
 def _int(header: dict[str, object], name: str, path: Path) -> int:
     value = header.get(name)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise FormatError(f"manifest snapshot: header field {name} = {value!r}: must be an integer",
-                          file=path)
+        raise FormatError(
+            f"manifest snapshot: header field {name} = {value!r}: must be an integer", file=path
+        )
     return value
 
 
@@ -105,20 +117,32 @@ def read_header(path: Path) -> SnapshotHeader | None:
         oldest = header.get("oldest")
         parsed = None
         if oldest is not None:
-            if not isinstance(oldest, list) or len(oldest) != 4 or not all(
-                    isinstance(v, int) and not isinstance(v, bool) for v in oldest):
+            if (
+                not isinstance(oldest, list)
+                or len(oldest) != 4
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in oldest)
+            ):
                 return None
             parsed = (oldest[0], oldest[1], oldest[2], oldest[3])
-        return SnapshotHeader(_int(header, "highest", path), _int(header, "start", path),
-                              _int(header, "count", path), _int(header, "bytes", path), parsed)
+        return SnapshotHeader(
+            _int(header, "highest", path),
+            _int(header, "start", path),
+            _int(header, "count", path),
+            _int(header, "bytes", path),
+            parsed,
+        )
     except FormatError:
         return None
 
 
 def _stamp(value: object) -> Stamp:
-    if (isinstance(value, list) and len(value) == 3 and isinstance(value[0], int)
-            and (value[1] is None or isinstance(value[1], str))
-            and (value[2] is None or isinstance(value[2], (int, float)))):
+    if (
+        isinstance(value, list)
+        and len(value) == 3
+        and isinstance(value[0], int)
+        and (value[1] is None or isinstance(value[1], str))
+        and (value[2] is None or isinstance(value[2], (int, float)))
+    ):
         return value[0], value[1], None if value[2] is None else float(value[2])
     raise ValueError(f"bad stamp {value!r}")
 
@@ -141,7 +165,8 @@ def load(path: Path) -> list[Row]:
         raise FormatError(f"manifest snapshot: {err}", file=path) from err
 
 
-def stamps_of(view_manifests: Iterable[tuple[str, tuple[Stamp, SegmentManifest]]]
-              ) -> dict[tuple[int, str], tuple[str, Stamp]]:
+def stamps_of(
+    view_manifests: Iterable[tuple[str, tuple[Stamp, SegmentManifest]]],
+) -> dict[tuple[int, str], tuple[str, Stamp]]:
     """(base offset, attempt id) → (key, stamp) of a store view's manifests."""
     return {(m.base_offset, m.attempt_id): (key, stamp) for key, (stamp, m) in view_manifests}

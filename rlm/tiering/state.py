@@ -65,7 +65,6 @@ def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
     return state_root(settings, part) / state_dir_name(part)
 
 
-
 #: A partition's persisted progress, in its state dir.
 PROGRESS_FILE = "progress.json"
 
@@ -104,18 +103,32 @@ class Progress:
         deleted = -1 if absent else int_field(doc, "delete_records_offset")
         if highest is None or start is None or deleted is None:
             return cls()
-        return cls(highest, start, deleted, str_field(doc, "topic_id"), str_field(doc, "remote_root"),
-                   str_field(doc, "lineage_conflict"), str_field(doc, "dir_token"))
+        return cls(
+            highest,
+            start,
+            deleted,
+            str_field(doc, "topic_id"),
+            str_field(doc, "remote_root"),
+            str_field(doc, "lineage_conflict"),
+            str_field(doc, "dir_token"),
+        )
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps({"highest_tiered_offset": self.highest_tiered_offset,
-                                       "remote_log_start_offset": self.remote_log_start_offset,
-                                       "delete_records_offset": self.delete_records_offset,
-                                       "topic_id": self.topic_id, "remote_root": self.remote_root,
-                                       "lineage_conflict": self.lineage_conflict,
-                                       "dir_token": self.dir_token}).encode())
-
+        atomic_write(
+            path,
+            json.dumps(
+                {
+                    "highest_tiered_offset": self.highest_tiered_offset,
+                    "remote_log_start_offset": self.remote_log_start_offset,
+                    "delete_records_offset": self.delete_records_offset,
+                    "topic_id": self.topic_id,
+                    "remote_root": self.remote_root,
+                    "lineage_conflict": self.lineage_conflict,
+                    "dir_token": self.dir_token,
+                }
+            ).encode(),
+        )
 
 
 @dataclass
@@ -162,8 +175,14 @@ class Quarantine:
     version: tuple[int, int, int, int] | None
 
     def to_json(self) -> dict[str, object]:
-        return {"base_offset": self.base_offset, "file": self.file, "position": self.position,
-                "cause": self.cause, "reason": self.message, "since_ms": self.since_ms}
+        return {
+            "base_offset": self.base_offset,
+            "file": self.file,
+            "position": self.position,
+            "cause": self.cause,
+            "reason": self.message,
+            "since_ms": self.since_ms,
+        }
 
     @staticmethod
     def save_all(path: Path, quarantined: dict[int, Quarantine]) -> None:
@@ -181,10 +200,17 @@ class Quarantine:
             found = {}
             for d in docs:
                 version = d["version"]
-                q = cls(int(d["base_offset"]), str(d["file"]), d["position"], str(d["cause"]),
-                        str(d["reason"]), int(d["since_ms"]),
-                        None if version is None else (int(version[0]), int(version[1]),
-                                                      int(version[2]), int(version[3])))
+                q = cls(
+                    int(d["base_offset"]),
+                    str(d["file"]),
+                    d["position"],
+                    str(d["cause"]),
+                    str(d["reason"]),
+                    int(d["since_ms"]),
+                    None
+                    if version is None
+                    else (int(version[0]), int(version[1]), int(version[2]), int(version[3])),
+                )
                 found[q.base_offset] = q
             return found
         except (FileNotFoundError, ValueError, KeyError, TypeError, IndexError):
@@ -298,8 +324,13 @@ class PartitionContext:
         self.progress.dir_token = self.dir_token
         if self.pending_manifests is None:  # before the progress: a crash between is a mismatch
             stamps = snapshot.stamps_of(self.store.manifests.items())
-            snapshot.save(self.snapshot_path, self._manifests, stamps, self.progress.highest_tiered_offset,
-                          self.progress.remote_log_start_offset)
+            snapshot.save(
+                self.snapshot_path,
+                self._manifests,
+                stamps,
+                self.progress.highest_tiered_offset,
+                self.progress.remote_log_start_offset,
+            )
         self.progress.save(self.progress_path)
 
     @property

@@ -15,9 +15,17 @@ __all__ = ["eligible_end", "lag_age_ms", "partition_row"]
 Pending = Sequence[tuple[SegmentFiles, int, int]]
 
 
-def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Sequence[SegmentFiles],
-                  pending: Pending, waiting_error: str | None, *, conflict: bool, now_ms: int,
-                  extra: dict[str, Any]) -> dict[str, Any]:
+def partition_row(
+    ctx: PartitionContext,
+    offsets: PartitionOffsets,
+    segments: Sequence[SegmentFiles],
+    pending: Pending,
+    waiting_error: str | None,
+    *,
+    conflict: bool,
+    now_ms: int,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
     """The row; ``pending``: the manager's pending segments; ``extra``: the policy and cluster
     fields the manager resolves."""
     return {
@@ -40,8 +48,9 @@ def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Se
         # Beyond the original fields (status page): offsets below eligible_end_offset are in rolled,
         # committed segments (eligible to tier); how long the oldest pending segment has waited
         # (now − its .log mtime); what the local tier holds.
-        "eligible_end_offset": eligible_end(offsets.highest_tiered_offset,
-                                            offsets.local_log_start_offset, pending),
+        "eligible_end_offset": eligible_end(
+            offsets.highest_tiered_offset, offsets.local_log_start_offset, pending
+        ),
         "copy_lag_age_ms": lag_age_ms(pending, now_ms),
         "local_segments": len(segments),
         "local_bytes": sum(s.size for s in segments),
@@ -65,8 +74,7 @@ def partition_row(ctx: PartitionContext, offsets: PartitionOffsets, segments: Se
     }
 
 
-def eligible_end(highest_tiered: int, local_start: int | None,
-                 pending: Pending) -> int | None:
+def eligible_end(highest_tiered: int, local_start: int | None, pending: Pending) -> int | None:
     """Exclusive end of the offsets eligible for tiering: the next base after the newest pending
     segment; with nothing pending, everything eligible is already remote (highest tiered + 1)."""
     if pending:

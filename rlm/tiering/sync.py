@@ -47,12 +47,22 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState, of_context
 from rlm.tiering.state import PartitionContext
 
-__all__ = ["SyncResult", "local_lineage", "note_committed", "note_deleted", "reconcile", "refresh", "resolve",
-           "settle", "sync"]
+__all__ = [
+    "SyncResult",
+    "local_lineage",
+    "note_committed",
+    "note_deleted",
+    "reconcile",
+    "refresh",
+    "resolve",
+    "settle",
+    "sync",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
 
 def _stamp(info: ObjectInfo) -> Stamp:
     return info.size, info.etag, info.last_modified
@@ -61,7 +71,7 @@ def _stamp(info: ObjectInfo) -> Stamp:
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     chain: Chain
-    new_manifests: int        # manifests read this time
+    new_manifests: int  # manifests read this time
     rebuilt_from: int | None  # first offset re-indexed after a rewind, None when only appended/kept
     appended_links: int
     marker_written: LineageMarker | None = None
@@ -80,8 +90,12 @@ def local_lineage(ctx: PartitionContext) -> Lineage | None:
         return None
 
 
-def _reuse(keys_: Iterable[str], infos: dict[str, ObjectInfo], known: dict[str, tuple[Stamp, T]],
-           read: Callable[[str], T]) -> tuple[dict[str, tuple[Stamp, T]], int]:
+def _reuse(
+    keys_: Iterable[str],
+    infos: dict[str, ObjectInfo],
+    known: dict[str, tuple[Stamp, T]],
+    read: Callable[[str], T],
+) -> tuple[dict[str, tuple[Stamp, T]], int]:
     """``key -> (stamp, parsed)`` for ``keys_``: what ``known`` holds under the same stamp, the rest
     read now; and how many were read."""
     out: dict[str, tuple[Stamp, T]] = {}
@@ -99,10 +113,12 @@ def _reuse(keys_: Iterable[str], infos: dict[str, ObjectInfo], known: dict[str, 
 def _refresh(remote: RemoteState, view: StoreView, listing: Sequence[ObjectInfo]) -> int:
     """Update ``view`` from a listing of the manifests prefix; return how many manifests were read."""
     infos = {i.key: i for i in listing}
-    view.manifests, read = _reuse((k for _, k in remote.manifest_keys(listing)), infos, view.manifests,
-                                  remote.read_manifest)
-    view.markers, _ = _reuse((k for _, k in remote.lineage_marker_keys(listing)), infos, view.markers,
-                             remote.read_lineage_marker)
+    view.manifests, read = _reuse(
+        (k for _, k in remote.manifest_keys(listing)), infos, view.manifests, remote.read_manifest
+    )
+    view.markers, _ = _reuse(
+        (k for _, k in remote.lineage_marker_keys(listing)), infos, view.markers, remote.read_lineage_marker
+    )
     return read
 
 
@@ -164,20 +180,31 @@ def reconcile(ctx: PartitionContext, view: StoreView, chain: Chain) -> tuple[int
     return rewound, len(links) - held
 
 
-def _leader_marks(ctx: PartitionContext, remote: RemoteState, view: StoreView, lineage: Lineage,
-                  node_id: int | None) -> LineageMarker | None:
+def _leader_marks(
+    ctx: PartitionContext, remote: RemoteState, view: StoreView, lineage: Lineage, node_id: int | None
+) -> LineageMarker | None:
     """Write a lineage marker when the local lineage cuts what the markers alone do not."""
     manifests = [m for _s, m in view.manifests.values()]
     by_markers = resolve_chain(manifests, _lineages(view)).first_diverged
     with_local = resolve_chain(manifests, [*_lineages(view), lineage]).first_diverged
     if with_local is None or (by_markers is not None and by_markers <= with_local):
         return None
-    marker = remote.create_lineage_marker(LineageMarker(
-        epoch=lineage[-1][0], lineage=lineage, diverged_from=with_local, node_id=node_id,
-        written_ms=ctx.shared.clock_ms()))
-    log.warning("%s: tiered data from offset %d is not on this leader's lineage (leader epochs %s): "
-                "diverged after an unclean election; it is no longer served and will be removed",
-                ctx.part.name, with_local, list(lineage))
+    marker = remote.create_lineage_marker(
+        LineageMarker(
+            epoch=lineage[-1][0],
+            lineage=lineage,
+            diverged_from=with_local,
+            node_id=node_id,
+            written_ms=ctx.shared.clock_ms(),
+        )
+    )
+    log.warning(
+        "%s: tiered data from offset %d is not on this leader's lineage (leader epochs %s): "
+        "diverged after an unclean election; it is no longer served and will be removed",
+        ctx.part.name,
+        with_local,
+        list(lineage),
+    )
     return marker
 
 
@@ -189,8 +216,14 @@ def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple
     for manifest, why in dead:
         remote.delete_manifest(manifest.base_offset)
         done.append(manifest.base_offset)
-        log.warning("%s: uncommitted remote segment %d-%d (attempt %s): %s", ctx.part.name,
-                    manifest.base_offset, manifest.last_offset, manifest.attempt_id, why)
+        log.warning(
+            "%s: uncommitted remote segment %d-%d (attempt %s): %s",
+            ctx.part.name,
+            manifest.base_offset,
+            manifest.last_offset,
+            manifest.attempt_id,
+            why,
+        )
     return tuple(done)
 
 

@@ -25,9 +25,14 @@ class TokenBucket:
     larger than the burst are served in burst-sized pieces so no caller starves.
     """
 
-    def __init__(self, rate: float, burst: float | None = None, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        rate: float,
+        burst: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.rate = rate
         self.burst = burst if burst is not None else max(rate, 1.0)
         self._tokens = self.burst
@@ -66,10 +71,15 @@ class ThrottledReader(io.RawIOBase):
     boundary. Reads pass the underlying stream's result through without copying it.
     """
 
-    def __init__(self, raw: BinaryIO, bucket: TokenBucket, *,
-                 on_bytes: Callable[[int], None] | None = None,
-                 on_data: Callable[[bytes | memoryview], None] | None = None,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        raw: BinaryIO,
+        bucket: TokenBucket,
+        *,
+        on_bytes: Callable[[int], None] | None = None,
+        on_data: Callable[[bytes | memoryview], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         super().__init__()
         self._raw = raw
         self._bucket = bucket

@@ -65,8 +65,13 @@ class TxnCapture:
         return doc
 
 
-def state_before_copy(segment: SegmentFiles, pinned: dict[str, Path], base: int, partial: bool,
-                      committed: Sequence[SegmentManifest]) -> dict[int, int] | None:
+def state_before_copy(
+    segment: SegmentFiles,
+    pinned: dict[str, Path],
+    base: int,
+    partial: bool,
+    committed: Sequence[SegmentManifest],
+) -> dict[int, int] | None:
     """The transactions open before the copy named ``base`` (producer → first offset), or None
     when not known: from the broker's pinned producer snapshot (a whole copy), from nothing below
     offset 0, or from the ``open_at_end`` the copy of the segment just below recorded."""
@@ -75,8 +80,12 @@ def state_before_copy(segment: SegmentFiles, pinned: dict[str, Path], base: int,
         try:
             return parse_producer_snapshot(snap.read_bytes()).open_transactions()
         except (OSError, CorruptSnapshotError) as err:
-            log.warning("%s: producer snapshot unusable (%s); the open transactions come from the "
-                        "previous copy's record, if any", segment.snapshot or snap, err)
+            log.warning(
+                "%s: producer snapshot unusable (%s); the open transactions come from the "
+                "previous copy's record, if any",
+                segment.snapshot or snap,
+                err,
+            )
     if not partial and segment.base_offset == 0:
         return {}
     below = [m for m in committed if m.base_offset < base]
@@ -104,9 +113,13 @@ def _earlier(segment: SegmentFiles, head_end: int | None) -> Iterator[TxnSummary
         try:
             yield summarize_file(path, 0, end)
         except (FileNotFoundError, RlmError) as err:
-            log.info("%s: earlier batches in %s unreadable while resolving transactions (%s): "
-                     "first offsets of older aborted transactions are taken from later batches",
-                     segment.log, path, err)
+            log.info(
+                "%s: earlier batches in %s unreadable while resolving transactions (%s): "
+                "first offsets of older aborted transactions are taken from later batches",
+                segment.log,
+                path,
+                err,
+            )
             return
 
 
@@ -128,18 +141,23 @@ def _matches(entries: list[AbortedTxn], aborts: list[PendingAbort]) -> str | Non
     """Why the broker's entries do not describe ``aborts`` (None: they do)."""
     markers = [(p.producer_id, p.marker_offset) for p in aborts]
     if [(e.producer_id, e.last_offset) for e in entries] != markers:
-        return (f"its {len(entries)} entries do not name the segment's {len(aborts)} ABORT markers "
-                "(producer, offset)")
+        return (
+            f"its {len(entries)} entries do not name the segment's {len(aborts)} ABORT markers "
+            "(producer, offset)"
+        )
     for e, p in zip(entries, aborts, strict=True):
         seen = p.first_offset if p.first_offset is not None else p.marker_offset
         if e.first_offset > seen or (p.resolved and p.first_offset is not None and e.first_offset != seen):
-            return (f"the aborted transaction of producer {p.producer_id} ending at {p.marker_offset} "
-                    f"starts at {seen} in the batches, not at {e.first_offset}")
+            return (
+                f"the aborted transaction of producer {p.producer_id} ending at {p.marker_offset} "
+                f"starts at {seen} in the batches, not at {e.first_offset}"
+            )
     return None
 
 
-def capture_txn_index(segment: SegmentFiles, pinned: dict[str, Path], batches: list[RecordBatch],
-                      source_position: int | None) -> TxnCapture:
+def capture_txn_index(
+    segment: SegmentFiles, pinned: dict[str, Path], batches: list[RecordBatch], source_position: int | None
+) -> TxnCapture:
     """Check or rebuild the aborted-transaction entries of the pinned (possibly partial) ``.log``
     whose verified ``batches`` are given; writes their image to the pin dir when there are any."""
     log_path = pinned[keys.LOG]
@@ -160,12 +178,19 @@ def capture_txn_index(segment: SegmentFiles, pinned: dict[str, Path], batches: l
     if entries is None:
         source = "rebuilt"
         earlier = _Replayable(_earlier(segment, source_position))
-        entries = [AbortedTxn(resolve_first(p, earlier), p.marker_offset, p.producer_id,
-                              REBUILT_LAST_STABLE_OFFSET) for p in tail.aborts]
+        entries = [
+            AbortedTxn(resolve_first(p, earlier), p.marker_offset, p.producer_id, REBUILT_LAST_STABLE_OFFSET)
+            for p in tail.aborts
+        ]
         if broker is not None or entries:
             level = logging.WARNING if broker is not None else logging.INFO
-            log.log(level, "%s: %s; uploading a transaction index rebuilt from the batches "
-                    "(%d aborted transactions)", segment.txn_index or segment.log, why, len(entries))
+            log.log(
+                level,
+                "%s: %s; uploading a transaction index rebuilt from the batches (%d aborted transactions)",
+                segment.txn_index or segment.log,
+                why,
+                len(entries),
+            )
     target = log_path.with_name(keys.TXN_INDEX)
     if not entries:
         if broker is not None:

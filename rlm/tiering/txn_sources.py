@@ -80,8 +80,9 @@ class TxnSource:
         return self.txn_index is None and not (self.tier == "remote" and self.captured)
 
 
-def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
-                  from_offset: int = 0) -> list[TxnSource]:
+def local_sources(
+    segments: Sequence[SegmentFiles], visible_end: int, from_offset: int = 0
+) -> list[TxnSource]:
     """Sources for the local segments holding offsets in ``[from_offset, visible_end)``."""
     out: list[TxnSource] = []
     for n, seg in enumerate(segments):
@@ -93,15 +94,23 @@ def local_sources(segments: Sequence[SegmentFiles], visible_end: int,
             st = seg.log.stat()
         except FileNotFoundError:
             continue
-        out.append(TxnSource(seg.base_offset, last, "local", str(seg.log),
-                             str(seg.txn_index) if seg.txn_index is not None else None,
-                             identity=(st.st_ino, st.st_size, st.st_mtime_ns),
-                             snapshot=str(seg.snapshot) if seg.snapshot is not None else None))
+        out.append(
+            TxnSource(
+                seg.base_offset,
+                last,
+                "local",
+                str(seg.log),
+                str(seg.txn_index) if seg.txn_index is not None else None,
+                identity=(st.st_ino, st.st_size, st.st_mtime_ns),
+                snapshot=str(seg.snapshot) if seg.snapshot is not None else None,
+            )
+        )
     return out
 
 
-def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int,
-                 local_start: int | None) -> list[TxnSource]:
+def plan_sources(
+    links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int, local_start: int | None
+) -> list[TxnSource]:
     """The sources of a read plan (rlm.jobs.plan): the chain's links below the local log start
     (their manifests say what was captured), then the local segments — the same split as a
     reader's, so the last stable offset is replayed over the same local batches."""
@@ -113,10 +122,18 @@ def plan_sources(links: Sequence[Link], segments: Sequence[SegmentFiles], visibl
             continue
         stored = m.objects.get("txn_index")
         last = min(link.last_offset, below - 1)
-        sources.append(TxnSource(link.first_offset, last, "remote",
-                                 m.log.key, stored.key if stored is not None else None,
-                                 m.txn_index is not None, (m.log.key,),
-                                 m if m.protection is not None else None,
-                                 snapshot_key(m, link.first_offset),
-                                 open_at_end(m) if last == m.last_offset else None))
+        sources.append(
+            TxnSource(
+                link.first_offset,
+                last,
+                "remote",
+                m.log.key,
+                stored.key if stored is not None else None,
+                m.txn_index is not None,
+                (m.log.key,),
+                m if m.protection is not None else None,
+                snapshot_key(m, link.first_offset),
+                open_at_end(m) if last == m.last_offset else None,
+            )
+        )
     return sources + local_sources(segments, visible_end, local_start or 0)

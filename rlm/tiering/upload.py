@@ -48,11 +48,12 @@ def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool
             if start > covered:
                 in_order = False  # a gap: someone seeked forward
             elif end > covered:
-                crc = crc32c.crc32c(memoryview(data)[covered - start:], crc)
+                crc = crc32c.crc32c(memoryview(data)[covered - start :], crc)
                 covered = end
 
-        stream = cast(BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data,
-                                                stop=shared.stop))
+        stream = cast(
+            BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data, stop=shared.stop)
+        )
 
         def rewind() -> None:
             stream.seek(0)

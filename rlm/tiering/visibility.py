@@ -65,8 +65,11 @@ class PartitionOffsets:
 
     def visible(self, offset: int) -> bool:
         """Whether ``offset`` may be served: ``log_start ≤ offset < visible_end``."""
-        return (self.log_start_offset is not None and self.visible_end_offset is not None
-                and self.log_start_offset <= offset < self.visible_end_offset)
+        return (
+            self.log_start_offset is not None
+            and self.visible_end_offset is not None
+            and self.log_start_offset <= offset < self.visible_end_offset
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,8 +80,11 @@ class PartitionOffsets:
             "highest_tiered_offset": self.highest_tiered_offset,
             "remote_log_start_offset": self.remote_log_start_offset,
             "local": [self.local_log_start_offset, self.log_end_offset],  # half-open
-            "remote": ([self.remote_log_start_offset, self.highest_tiered_offset]  # inclusive
-                       if self.remote_log_start_offset is not None else None),
+            "remote": (
+                [self.remote_log_start_offset, self.highest_tiered_offset]  # inclusive
+                if self.remote_log_start_offset is not None
+                else None
+            ),
             "visible_end_offset": self.visible_end_offset,
             "high_watermark_source": self.high_watermark_source,
             "delete_records_offset": self.delete_records_offset,
@@ -98,8 +104,10 @@ def invisible_reason(offset: int, ranges: PartitionOffsets) -> str:
     """Why ``offset`` is not served (for a not-found answer or an out-of-range error)."""
     end = ranges.visible_end_offset
     if end is not None and offset >= end:
-        return (f"offset {offset} is out of range: at or above the high watermark {end} "
-                f"({ranges.high_watermark_source})")
+        return (
+            f"offset {offset} is out of range: at or above the high watermark {end} "
+            f"({ranges.high_watermark_source})"
+        )
     return f"offset {offset} is out of range"
 
 
@@ -116,21 +124,27 @@ def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]
     return lso if lso > segments[0].base_offset else None
 
 
-def note_delete_records(ctx: PartitionContext, state: PartitionState,
-                        segments: Sequence[SegmentFiles] | None = None) -> None:
+def note_delete_records(
+    ctx: PartitionContext, state: PartitionState, segments: Sequence[SegmentFiles] | None = None
+) -> None:
     """Persist a DeleteRecords point the checkpoint shows: the broker forgets it once its own
     retention passes it, rlm must not. It never moves backwards. ``segments``: the partition's
     listing when the caller has one."""
     point = delete_records_point(state, list_segments(ctx.part) if segments is None else segments)
     if point is not None and point > ctx.progress.delete_records_offset:
-        log.info("%s: records below offset %d were deleted (DeleteRecords): no longer served, "
-                 "remote segments wholly below it will be deleted", ctx.part.name, point)
+        log.info(
+            "%s: records below offset %d were deleted (DeleteRecords): no longer served, "
+            "remote segments wholly below it will be deleted",
+            ctx.part.name,
+            point,
+        )
         ctx.progress.delete_records_offset = point
         ctx.save_progress()
 
 
-def visible_end(state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int,
-                policy: EligibilityPolicy) -> tuple[int | None, HighWatermarkSource]:
+def visible_end(
+    state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int, policy: EligibilityPolicy
+) -> tuple[int | None, HighWatermarkSource]:
     """The exclusive end of what may be served and where it comes from (module doc)."""
     if state.high_watermark is not None:
         return state.high_watermark, "checkpoint"
@@ -142,10 +156,13 @@ def visible_end(state: PartitionState, segments: Sequence[SegmentFiles], highest
     return tiered_end, "tiered"
 
 
-def partition_offsets(part: PartitionDir, progress: Progress,
-                      segments: Sequence[SegmentFiles] | None = None,
-                      checkpoints: LogDirCheckpoints | None = None,
-                      policy: EligibilityPolicy = "high-watermark") -> PartitionOffsets:
+def partition_offsets(
+    part: PartitionDir,
+    progress: Progress,
+    segments: Sequence[SegmentFiles] | None = None,
+    checkpoints: LogDirCheckpoints | None = None,
+    policy: EligibilityPolicy = "high-watermark",
+) -> PartitionOffsets:
     """Where each tier starts and ends now (local from the log dir, remote from ``progress``)
     and the visible range (module doc); ``policy`` is ``log.eligibility``.
 
@@ -171,12 +188,22 @@ def partition_offsets(part: PartitionDir, progress: Progress,
         end = max(end, log_start)  # an empty visible range, never one that ends before it starts
     elif end is None and source == "tiered" and log_start is not None:
         end = log_start  # nothing is provably committed: nothing is visible
-    return PartitionOffsets(log_start, local_start, state.high_watermark, log_end_offset(segments),
-                            highest, remote_start, end, source, deleted)
+    return PartitionOffsets(
+        log_start,
+        local_start,
+        state.high_watermark,
+        log_end_offset(segments),
+        highest,
+        remote_start,
+        end,
+        source,
+        deleted,
+    )
 
 
-def batches_max_timestamp(data: bytes | Any, batches: Iterable[RecordBatch], start: int,
-                          end: int) -> int | None:
+def batches_max_timestamp(
+    data: bytes | Any, batches: Iterable[RecordBatch], start: int, end: int
+) -> int | None:
     """The max record timestamp (ms) of ``batches`` (decoded from ``data``) among the offsets in
     ``[start, end)``: a batch wholly inside counts by its max timestamp, a boundary batch record
     by record, so a deleted or invisible record never contributes."""
@@ -239,6 +266,14 @@ def _segment_max(seg: LogSegment, starts_inside: bool, start: int, end: int) -> 
     return best
 
 
-__all__ = ["HighWatermarkSource", "PartitionOffsets", "batches_below", "batches_max_timestamp",
-           "delete_records_point", "invisible_reason", "local_max_timestamp", "partition_offsets",
-           "visible_end"]
+__all__ = [
+    "HighWatermarkSource",
+    "PartitionOffsets",
+    "batches_below",
+    "batches_max_timestamp",
+    "delete_records_point",
+    "invisible_reason",
+    "local_max_timestamp",
+    "partition_offsets",
+    "visible_end",
+]

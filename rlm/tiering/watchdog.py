@@ -25,8 +25,14 @@ log = logging.getLogger(__name__)
 
 
 class CopyWatchdog:
-    def __init__(self, metrics: TieringMetrics, *, factor: float = 10.0, slack_s: float = 60.0,
-                 floor_bytes_per_s: float = 1 << 20) -> None:
+    def __init__(
+        self,
+        metrics: TieringMetrics,
+        *,
+        factor: float = 10.0,
+        slack_s: float = 60.0,
+        floor_bytes_per_s: float = 1 << 20,
+    ) -> None:
         self.metrics = metrics
         self.factor = factor
         self.slack_s = slack_s
@@ -41,8 +47,10 @@ class CopyWatchdog:
         return self.slack_s + self.factor * size / rate
 
     def _flag(self, ctx: PartitionContext, seg: SegmentFiles, budget: float) -> None:
-        msg = (f"{ctx.part.name}: copy of segment {seg.base_offset} ({seg.size} bytes) is taking "
-               f"longer than {budget:.0f}s")
+        msg = (
+            f"{ctx.part.name}: copy of segment {seg.base_offset} ({seg.size} bytes) is taking "
+            f"longer than {budget:.0f}s"
+        )
         log.warning(msg)
         self.flagged.append(msg)
         ctx.series(self.metrics.slow_copies).inc()

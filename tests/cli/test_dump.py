@@ -15,9 +15,24 @@ import pytest
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 
 BATCH_FIELDS = {
-    "position", "size", "base_offset", "last_offset", "magic", "crc", "crc_valid", "compression",
-    "timestamp_type", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-    "base_sequence", "partition_leader_epoch", "is_transactional", "is_control", "record_count",
+    "position",
+    "size",
+    "base_offset",
+    "last_offset",
+    "magic",
+    "crc",
+    "crc_valid",
+    "compression",
+    "timestamp_type",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "partition_leader_epoch",
+    "is_transactional",
+    "is_control",
+    "record_count",
 }
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"
@@ -26,7 +41,10 @@ ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"
 def rlm_dump(*args: str | Path) -> tuple[int, list[dict[str, Any]], str]:
     proc = subprocess.run(
         [sys.executable, "-m", "rlm", "dump", *map(str, args)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     return proc.returncode, docs, proc.stderr
@@ -56,14 +74,22 @@ def test_every_fixture_log_dumps_with_the_contract_fields(fixtures_dir: Path, ex
         assert all(set(b) == BATCH_FIELDS and b["crc_valid"] for b in doc["batches"])
         first = doc["batches"][0]
         assert (first["position"], first["size"], first["crc"]) == (
-            seg["first_batch"]["pos"], seg["first_batch"]["size"], seg["first_batch"]["crc"])
+            seg["first_batch"]["pos"],
+            seg["first_batch"]["size"],
+            seg["first_batch"]["crc"],
+        )
         assert first["compression"] == seg["first_batch"]["codec"]
         assert first["timestamp_type"] in {"CreateTime", "LogAppendTime"}
 
 
 def test_records_show_base64_keys_and_the_commit_marker(fixtures_dir: Path) -> None:
-    log = (fixtures_dir / "kafka-logs" / ITUMELENG / "_confluent-ksql-default__command_topic-0"
-           / "00000000000000000000.log")
+    log = (
+        fixtures_dir
+        / "kafka-logs"
+        / ITUMELENG
+        / "_confluent-ksql-default__command_topic-0"
+        / "00000000000000000000.log"
+    )
     code, [doc], stderr = rlm_dump("--records", log)
     assert code == 0, stderr
     data, control = doc["batches"]
@@ -78,7 +104,8 @@ def test_records_show_base64_keys_and_the_commit_marker(fixtures_dir: Path) -> N
 def test_indexes_dump_absolute_offsets(fixtures_dir: Path) -> None:
     part = fixtures_dir / "kafka-logs" / ARTHUR / "oms_order_created-1"
     code, (index, timeindex), stderr = rlm_dump(
-        part / "00000000000000081908.index", part / "00000000000000081908.timeindex")
+        part / "00000000000000081908.index", part / "00000000000000081908.timeindex"
+    )
     assert code == 0, stderr
     assert index["kind"] == "offset_index" and index["base_offset"] == 81908
     assert len(index["entries"]) == 581
@@ -98,7 +125,10 @@ def test_checkpoints_and_kraft_snapshots(fixtures_dir: Path) -> None:
     assert code == 0, stderr
     assert lec["kind"] == "leader_epoch_checkpoint"
     assert [(e["epoch"], e["start_offset"]) for e in lec["entries"]] == [
-        (10, 81908), (12, 91078), (14, 94005)]
+        (10, 81908),
+        (12, 91078),
+        (14, 94005),
+    ]
     assert hw["kind"] == "offset_checkpoint"
     assert {"topic": "oms_order_created", "partition": 1, "offset": 94646} in hw["entries"]
     assert log_doc["kind"] == "log" and len(log_doc["batches"]) == 1746
@@ -126,8 +156,9 @@ def test_flipped_byte_names_file_position_and_offset(segment_copy: Path) -> None
     segment_copy.write_bytes(bytes(data))
     code, [doc], stderr = rlm_dump(segment_copy)
     assert code == 1
-    assert_one_line_error(stderr, str(segment_copy), f"byte {victim['position']}",
-                          f"offset {victim['base_offset']}", "CRC")
+    assert_one_line_error(
+        stderr, str(segment_copy), f"byte {victim['position']}", f"offset {victim['base_offset']}", "CRC"
+    )
     assert [b["crc_valid"] for b in doc["batches"][:11]] == [True] * 10 + [False]
 
 
@@ -162,9 +193,14 @@ def test_index_with_a_torn_entry(fixtures_dir: Path, tmp_path: Path) -> None:
 
 def test_remote_log_index_with_a_bad_crc(tmp_path: Path) -> None:
     entries = [
-        RemoteLogIndexEntry(first_offset=100 + 10 * i, last_offset=109 + 10 * i,
-                            first_timestamp=1000 + i, last_timestamp=2000 + i, data_length=512,
-                            rdi=RemoteDataIdentifier("s3://bkt/pfx/t-0/x.log", 512 * i))
+        RemoteLogIndexEntry(
+            first_offset=100 + 10 * i,
+            last_offset=109 + 10 * i,
+            first_timestamp=1000 + i,
+            last_timestamp=2000 + i,
+            data_length=512,
+            rdi=RemoteDataIdentifier("s3://bkt/pfx/t-0/x.log", 512 * i),
+        )
         for i in range(3)
     ]
     encoded = [e.encode() for e in entries]

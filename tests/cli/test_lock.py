@@ -49,19 +49,33 @@ def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) ->
     store, port = tmp_path / "store", _free_port()
     first_cfg = write_config(tmp_path / "a.toml", [logs], root=store, server_port=port, task_interval_ms=200)
     # Another config file naming the same state dir explicitly (and another port): still one owner.
-    other_cfg = write_config(tmp_path / "b.toml", [logs], root=store, server_port=_free_port(),
-                             state_dir=str(default_state_dir(logs)))
+    other_cfg = write_config(
+        tmp_path / "b.toml",
+        [logs],
+        root=store,
+        server_port=_free_port(),
+        state_dir=str(default_state_dir(logs)),
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     # Its log goes to a file, not a pipe nobody reads: a full pipe would block the daemon.
     with (tmp_path / "daemon.stderr").open("w") as err:
-        daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(first_cfg)],
-                                  cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(first_cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
     try:
         _wait_healthy(port, daemon)
         lock_file = default_state_dir(logs) / LOCK_NAME
         assert json.loads(lock_file.read_text())["pid"] == daemon.pid
-        for args in (("run", "--config", first_cfg), ("run", "--config", other_cfg),
-                     ("run", "--config", first_cfg, "--once")):
+        for args in (
+            ("run", "--config", first_cfg),
+            ("run", "--config", other_cfg),
+            ("run", "--config", first_cfg, "--once"),
+        ):
             proc = rlm_cli(*args, timeout=60)
             assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
             lines = [line for line in proc.stderr.splitlines() if line.strip()]

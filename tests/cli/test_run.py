@@ -27,17 +27,23 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("body", "needles"), [
-    ("[tiering]\nretention_ms = -5\n", ["tiering.retention_ms", "-5"]),
-    ("[tiering]\nindex_rotate_bytes = \"big\"\n", ["tiering.index_rotate_bytes", "big"]),
-    ("[log]\neligibility = \"committed\"\n", ["log.eligibility", "committed", "high-watermark"]),
-    ("[tiering]\nretention_msec = 1\n", ["tiering.retention_msec"]),
-    ("[tiering\n", ["not valid TOML"]),
-])
+@pytest.mark.parametrize(
+    ("body", "needles"),
+    [
+        ("[tiering]\nretention_ms = -5\n", ["tiering.retention_ms", "-5"]),
+        ('[tiering]\nindex_rotate_bytes = "big"\n', ["tiering.index_rotate_bytes", "big"]),
+        ('[log]\neligibility = "committed"\n', ["log.eligibility", "committed", "high-watermark"]),
+        ("[tiering]\nretention_msec = 1\n", ["tiering.retention_msec"]),
+        ("[tiering\n", ["not valid TOML"]),
+    ],
+)
 def test_bad_config_exits_2_with_one_line(tmp_path: Path, body: str, needles: list[str]) -> None:
     cfg = tmp_path / "bad.toml"
-    cfg.write_text(f"[log]\ndirs = [\"{tmp_path}\"]\n" + body if not body.startswith("[log]") else
-                   body.replace("[log]\n", f"[log]\ndirs = [\"{tmp_path}\"]\n"))
+    cfg.write_text(
+        f'[log]\ndirs = ["{tmp_path}"]\n' + body
+        if not body.startswith("[log]")
+        else body.replace("[log]\n", f'[log]\ndirs = ["{tmp_path}"]\n')
+    )
     proc = rlm_cli("run", "--config", cfg, "--once")
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
@@ -74,11 +80,23 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
     generate_log_dir(logs, [("daemon.t", 2)], seed=4, records=400, segment_bytes=8 * 1024)
     store = tmp_path / "store"
     port = _free_port()
-    cfg = write_config(tmp_path / "c.toml", [logs], root=store, server_port=port, task_interval_ms=200,
-                       upload_bytes_per_sec=20_000_000)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        root=store,
+        server_port=port,
+        task_interval_ms=200,
+        upload_bytes_per_sec=20_000_000,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         rows: list[dict[str, object]] = []
@@ -101,12 +119,21 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
             except OSError:
                 assert time.monotonic() < deadline, "no /metrics"
                 time.sleep(0.2)
-        for name in ("rlm_remote_copy_bytes_total", "rlm_remote_copy_requests_total",
-                     "rlm_remote_copy_lag_bytes", "rlm_remote_copy_lag_segments", "rlm_remote_log_size_bytes",
-                     "rlm_highest_tiered_offset", "rlm_remote_log_metadata_count"):
+        for name in (
+            "rlm_remote_copy_bytes_total",
+            "rlm_remote_copy_requests_total",
+            "rlm_remote_copy_lag_bytes",
+            "rlm_remote_copy_lag_segments",
+            "rlm_remote_log_size_bytes",
+            "rlm_highest_tiered_offset",
+            "rlm_remote_log_metadata_count",
+        ):
             assert f'{name}{{partition="0",topic="daemon.t"}}' in text, name
-        copied = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith("rlm_remote_copy_bytes_total{"))
+        copied = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("rlm_remote_copy_bytes_total{")
+        )
         check = check_store([logs], LocalBackend(root=str(store)))
         assert copied >= sum(m["size_bytes"] for pc in check.partitions.values() for m in pc.manifests)
         daemon.send_signal(signal.SIGTERM)

@@ -42,8 +42,15 @@ def _free_port() -> int:
 
 def _config(tmp: Path, logs: Path, port: int, pki: Pki, token_file: Path, **server: str) -> Path:
     cfg = write_config(tmp / "rlm.toml", [logs], root=tmp / "store", task_interval_ms=200)
-    keys = {"host": "127.0.0.1", "port": port, "token_file": str(token_file), "tls_cert": str(pki.cert),
-            "tls_key": str(pki.key), "tls_ca": str(pki.ca), **server}
+    keys = {
+        "host": "127.0.0.1",
+        "port": port,
+        "token_file": str(token_file),
+        "tls_cert": str(pki.cert),
+        "tls_key": str(pki.key),
+        "tls_ca": str(pki.ca),
+        **server,
+    }
     lines = ["[server]"] + [f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}" for k, v in keys.items()]
     with cfg.open("a") as f:  # write_config without server_port ends with [tiering]
         f.write("\n".join(lines).replace("'", '"') + "\n")
@@ -73,8 +80,14 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     stderr = tmp / "daemon.stderr"
     with stderr.open("w") as err:  # a file, not a pipe nobody reads
-        proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO,
-                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
     url = f"https://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -117,10 +130,17 @@ def test_plain_http_is_refused(daemon: Daemon) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("path", ["/v1/partitions", "/metrics", "/v1/store",
-                                  f"/v1/topics/{TOPIC}/partitions/0/records?offset=0",
-                                  f"/v1/topics/{TOPIC}/partitions/0/records/stream?offset=0",
-                                  f"/v1/topics/{TOPIC}/partitions/0/offsets/0"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/partitions",
+        "/metrics",
+        "/v1/store",
+        f"/v1/topics/{TOPIC}/partitions/0/records?offset=0",
+        f"/v1/topics/{TOPIC}/partitions/0/records/stream?offset=0",
+        f"/v1/topics/{TOPIC}/partitions/0/offsets/0",
+    ],
+)
 def test_wrong_or_missing_token_is_401(daemon: Daemon, path: str) -> None:
     verify = str(daemon.pki.ca)
     for headers in ({}, _auth("wrong"), _auth(TOKEN + "x"), _auth(TOKEN[:-1]), {"Authorization": TOKEN}):
@@ -163,14 +183,18 @@ def test_bad_tls_or_token_file_ends_run_with_one_line(tmp_path: Path, case: str)
     pki, other = make_pki(tmp_path / "pki"), make_pki(tmp_path / "other")
     token_file = tmp_path / "token"
     token_file.write_text("" if case == "empty token file" else TOKEN)
-    server = {"mismatched key": {"tls_key": str(other.key)},
-              "missing cert": {"tls_cert": str(tmp_path / "nope.pem")}}.get(case, {})
+    server = {
+        "mismatched key": {"tls_key": str(other.key)},
+        "missing cert": {"tls_cert": str(tmp_path / "nope.pem")},
+    }.get(case, {})
     cfg = _config(tmp_path, logs, _free_port(), pki, token_file, **server)
     proc = rlm_cli("run", "--config", cfg, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    needle = {"mismatched key": f"server.tls_key = '{other.key}'",
-              "missing cert": f"server.tls_cert = '{tmp_path / 'nope.pem'}': cannot be read",
-              "empty token file": f"server.token_file = '{token_file}': the file is empty"}[case]
+    needle = {
+        "mismatched key": f"server.tls_key = '{other.key}'",
+        "missing cert": f"server.tls_cert = '{tmp_path / 'nope.pem'}': cannot be read",
+        "empty token file": f"server.token_file = '{token_file}': the file is empty",
+    }[case]
     assert needle in lines[0]

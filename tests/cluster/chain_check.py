@@ -78,10 +78,10 @@ class Link:
 @dataclass
 class ChainReport:
     chain: list[Link]
-    diverged: list[int] = field(default_factory=list)     # bases of manifests with nothing effective
-    superseded: list[int] = field(default_factory=list)   # bases of manifests overlapping the chain
-    stored_log_bytes: int = 0                              # every segment.log object under the root
-    tiered_bytes: int = 0                                  # the final lineage's bytes the chain covers
+    diverged: list[int] = field(default_factory=list)  # bases of manifests with nothing effective
+    superseded: list[int] = field(default_factory=list)  # bases of manifests overlapping the chain
+    stored_log_bytes: int = 0  # every segment.log object under the root
+    tiered_bytes: int = 0  # the final lineage's bytes the chain covers
     lineage_markers: list[str] = field(default_factory=list)
 
     @property
@@ -100,8 +100,15 @@ def manifests(store: RawStore, root: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def check_partition(store: RawStore, root: str, part: ReplicatedPartition, lineage: list[EpochEntry],
-                    expected_end: int, *, remote_start: int = 0) -> ChainReport:
+def check_partition(
+    store: RawStore,
+    root: str,
+    part: ReplicatedPartition,
+    lineage: list[EpochEntry],
+    expected_end: int,
+    *,
+    remote_start: int = 0,
+) -> ChainReport:
     """Assert the effective chain of ``root`` holds exactly [remote_start, expected_end] of the
     final lineage, byte for byte; return what else is stored."""
     docs = manifests(store, root)

@@ -20,10 +20,22 @@ def moto_store(moto_endpoint: str) -> tuple[RawStore, dict[str, Any]]:  # noqa: 
     import boto3
 
     prefix = f"cluster-{uuid.uuid4().hex[:8]}"
-    options = {"bucket": BUCKET, "prefix": prefix, "endpoint_url": moto_endpoint, "path_style": True,
-               "region": "us-east-1", "access_key_id": "testing", "secret_access_key": "testing"}
-    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    options = {
+        "bucket": BUCKET,
+        "prefix": prefix,
+        "endpoint_url": moto_endpoint,
+        "path_style": True,
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     return RawStore(client, BUCKET, prefix), options
 
 

@@ -57,8 +57,8 @@ class FakeKafkaBroker:
     def __init__(self, *, sasl_plain: tuple[str, str] | None = None, port: int = 0) -> None:
         self.cluster = FakeCluster()
         self.sasl_plain = sasl_plain
-        self.requests: list[tuple[str, int]] = []   # (request class name, version), in order
-        self.authenticated: list[str] = []          # user names that passed SASL PLAIN
+        self.requests: list[tuple[str, int]] = []  # (request class name, version), in order
+        self.authenticated: list[str] = []  # user names that passed SASL PLAIN
         self._lock = threading.Lock()
         self._connections: list[Any] = []
         broker = self
@@ -78,8 +78,9 @@ class FakeKafkaBroker:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def set_leader(self, topic: str, partition: int, leader: int, epoch: int,
-                   replicas: tuple[int, ...] | None = None) -> None:
+    def set_leader(
+        self, topic: str, partition: int, leader: int, epoch: int, replicas: tuple[int, ...] | None = None
+    ) -> None:
         """``replicas`` default: every broker."""
         with self._lock:
             self.cluster.topic_ids.setdefault(topic, uuid.uuid4())
@@ -123,8 +124,9 @@ class FakeKafkaBroker:
             request_class = next((c for c in _APIS if api_key == c.API_KEY), None)
             if request_class is ApiVersionsRequest and version > _APIS[request_class]:
                 # Kafka's answer to a newer ApiVersions: UNSUPPORTED_VERSION at v0, with the list.
-                response = ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=self._api_keys(),
-                                               throttle_time_ms=0)
+                response = ApiVersionsResponse(
+                    error_code=_UNSUPPORTED_VERSION, api_keys=self._api_keys(), throttle_time_ms=0
+                )
                 _send(sock, response, 0, correlation_id)
                 continue
             if request_class is None or version > _APIS[request_class]:
@@ -143,8 +145,9 @@ class FakeKafkaBroker:
             return answer, authenticated
         if isinstance(request, SaslHandshakeRequest):
             ok = self.sasl_plain is not None and request.mechanism == "PLAIN"
-            return SaslHandshakeResponse(error_code=0 if ok else _UNSUPPORTED_SASL_MECHANISM,
-                                         mechanisms=["PLAIN"]), authenticated
+            return SaslHandshakeResponse(
+                error_code=0 if ok else _UNSUPPORTED_SASL_MECHANISM, mechanisms=["PLAIN"]
+            ), authenticated
         if isinstance(request, SaslAuthenticateRequest):
             _authzid, user, password = bytes(request.auth_bytes).split(b"\0")
             ok = self.sasl_plain == (user.decode(), password.decode())
@@ -153,35 +156,68 @@ class FakeKafkaBroker:
             return SaslAuthenticateResponse(
                 error_code=0 if ok else _SASL_AUTHENTICATION_FAILED,
                 error_message=None if ok else "Authentication failed: Invalid username or password",
-                auth_bytes=b"", session_lifetime_ms=0), ok
+                auth_bytes=b"",
+                session_lifetime_ms=0,
+            ), ok
         return self._metadata(), authenticated
 
     @staticmethod
     def _api_keys() -> list[Any]:
-        return [ApiVersionsResponse.ApiVersion(api_key=c.API_KEY, min_version=0, max_version=v)
-                for c, v in _APIS.items()]
+        return [
+            ApiVersionsResponse.ApiVersion(api_key=c.API_KEY, min_version=0, max_version=v)
+            for c, v in _APIS.items()
+        ]
 
     def _metadata(self) -> Any:
         r = MetadataResponse
         with self._lock:
-            brokers = [r.MetadataResponseBroker(node_id=n, host="127.0.0.1", port=self.port, rack=None)
-                       for n in self.cluster.brokers]
+            brokers = [
+                r.MetadataResponseBroker(node_id=n, host="127.0.0.1", port=self.port, rack=None)
+                for n in self.cluster.brokers
+            ]
             by_topic: dict[str, list[Any]] = {}
             for (topic, partition), (leader, epoch) in sorted(self.cluster.partitions.items()):
-                by_topic.setdefault(topic, []).append(r.MetadataResponseTopic.MetadataResponsePartition(
-                    error_code=0 if leader >= 0 else 5,  # LEADER_NOT_AVAILABLE
-                    partition_index=partition, leader_id=leader, leader_epoch=epoch,
-                    replica_nodes=list(self.cluster.replicas[(topic, partition)]),
-                    isr_nodes=list(self.cluster.replicas[(topic, partition)]),
-                    offline_replicas=[]))
-            topics = [r.MetadataResponseTopic(
-                error_code=0, name=name, topic_id=self.cluster.topic_ids[name], is_internal=False,
-                partitions=parts, authorized_operations=set()) for name, parts in by_topic.items()]
-            topics += [r.MetadataResponseTopic(error_code=code, name=name, topic_id=uuid.UUID(int=0),
-                                               is_internal=False, partitions=[], authorized_operations=set())
-                       for name, code in self.cluster.topic_errors.items()]
-        return r(throttle_time_ms=0, brokers=brokers, cluster_id="fake-cluster", controller_id=1,
-                 topics=topics, authorized_operations=set())
+                by_topic.setdefault(topic, []).append(
+                    r.MetadataResponseTopic.MetadataResponsePartition(
+                        error_code=0 if leader >= 0 else 5,  # LEADER_NOT_AVAILABLE
+                        partition_index=partition,
+                        leader_id=leader,
+                        leader_epoch=epoch,
+                        replica_nodes=list(self.cluster.replicas[(topic, partition)]),
+                        isr_nodes=list(self.cluster.replicas[(topic, partition)]),
+                        offline_replicas=[],
+                    )
+                )
+            topics = [
+                r.MetadataResponseTopic(
+                    error_code=0,
+                    name=name,
+                    topic_id=self.cluster.topic_ids[name],
+                    is_internal=False,
+                    partitions=parts,
+                    authorized_operations=set(),
+                )
+                for name, parts in by_topic.items()
+            ]
+            topics += [
+                r.MetadataResponseTopic(
+                    error_code=code,
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=[],
+                    authorized_operations=set(),
+                )
+                for name, code in self.cluster.topic_errors.items()
+            ]
+        return r(
+            throttle_time_ms=0,
+            brokers=brokers,
+            cluster_id="fake-cluster",
+            controller_id=1,
+            topics=topics,
+            authorized_operations=set(),
+        )
 
 
 def _send(sock: Any, response: Any, version: int, correlation_id: int) -> None:

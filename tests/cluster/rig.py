@@ -50,11 +50,12 @@ class RawStore:
     def list(self, under: str = "") -> dict[str, int]:
         """Key (relative to the prefix) → size, for every object under ``under``."""
         out: dict[str, int] = {}
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
-                                                                      Prefix=self.prefix + under)
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + under
+        )
         for page in pages:
             for obj in page.get("Contents", []):
-                out[obj["Key"][len(self.prefix):]] = int(obj["Size"])
+                out[obj["Key"][len(self.prefix) :]] = int(obj["Size"])
         return out
 
     def read(self, key: str) -> bytes:
@@ -78,8 +79,13 @@ class Daemon:
     def start(self) -> None:
         assert not self.running
         with self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(self.config)],
-                                         cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rlm", "run", "--config", str(self.config)],
+                cwd=REPO,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
 
     @property
     def running(self) -> bool:
@@ -135,16 +141,23 @@ class ClusterRig:
         cluster: dict[str, Any] = {"node_id": broker, "leadership": self.mode}
         if self.mode == "static":
             cluster["leaders"] = self.rs.leaders()
-        return write_config(self.tmp / f"rlm-{broker}.toml", [self.rs.log_dirs[broker]], backend="s3",
-                            options=self.options, server_port=self.daemons[broker].port
-                            if broker in self.daemons else free_port(), cluster=cluster,
-                            task_interval_ms=TASK_INTERVAL_MS, index_entry_bytes=1024)
+        return write_config(
+            self.tmp / f"rlm-{broker}.toml",
+            [self.rs.log_dirs[broker]],
+            backend="s3",
+            options=self.options,
+            server_port=self.daemons[broker].port if broker in self.daemons else free_port(),
+            cluster=cluster,
+            task_interval_ms=TASK_INTERVAL_MS,
+            index_entry_bytes=1024,
+        )
 
     def start_all(self) -> None:
         for broker in self.rs.brokers:
             port = free_port()
-            self.daemons[broker] = Daemon(broker, self.tmp / f"rlm-{broker}.toml", port,
-                                          self.tmp / f"daemon-{broker}.stderr", self.env)
+            self.daemons[broker] = Daemon(
+                broker, self.tmp / f"rlm-{broker}.toml", port, self.tmp / f"daemon-{broker}.stderr", self.env
+            )
             self.config_for(broker)
             self.daemons[broker].start()
 
@@ -177,7 +190,8 @@ class ClusterRig:
         while time.monotonic() < deadline:
             for d in self.daemons.values():
                 assert d.proc is None or d.running or d.proc.returncode in (-9, 0, -15), (
-                    f"daemon {d.broker} exited {d.proc.returncode}: {d.tail()}")
+                    f"daemon {d.broker} exited {d.proc.returncode}: {d.tail()}"
+                )
             try:
                 if check():
                     return
@@ -200,8 +214,9 @@ class ClusterRig:
 
 
 @contextlib.contextmanager
-def cluster_rig(tmp: Path, store: RawStore, options: dict[str, Any], *, mode: str, seed: int,
-                env: dict[str, str]) -> Iterator[ClusterRig]:
+def cluster_rig(
+    tmp: Path, store: RawStore, options: dict[str, Any], *, mode: str, seed: int, env: dict[str, str]
+) -> Iterator[ClusterRig]:
     """A ReplicaSet under ``tmp/logs`` and (not yet started) daemons; everything stopped at exit."""
     rs = ReplicaSet(tmp / "logs", partitions=2, seed=seed, segment_bytes=4096, kraft=mode == "kraft")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "AWS_"))}

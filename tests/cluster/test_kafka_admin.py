@@ -35,8 +35,13 @@ class Clock:
 
 
 def admin_settings(*servers: str, **cluster: Any) -> Settings:
-    values: dict[str, Any] = {"leadership": "kafka-admin", "node_id": 2, "metadata_refresh_ms": 1000,
-                              "bootstrap_servers": list(servers), **cluster}
+    values: dict[str, Any] = {
+        "leadership": "kafka-admin",
+        "node_id": 2,
+        "metadata_refresh_ms": 1000,
+        "bootstrap_servers": list(servers),
+        **cluster,
+    }
     return settings_from_mapping({"cluster": values})
 
 
@@ -131,8 +136,11 @@ def test_unreachable_is_unknown_then_recovers() -> None:
 def test_sasl_plain_password_from_file(tmp_path: Path) -> None:
     password = tmp_path / "kafka.password"
     password.write_text("s3cret\n")
-    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_username": "rlm",
-            "sasl_password_file": str(password)}
+    sasl = {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_username": "rlm",
+        "sasl_password_file": str(password),
+    }
     with FakeKafkaBroker(sasl_plain=("rlm", "s3cret")) as broker:
         broker.set_leader("orders", 0, 2, 9)
         source = leadership_source(admin_settings(broker.address, **sasl))
@@ -168,21 +176,44 @@ def test_missing_kafka_python_is_a_config_error(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_client_config(tmp_path: Path) -> None:
-    s = admin_settings("k1:9093", "k2:9093", security_protocol="SSL", ssl_cafile=str(tmp_path / "ca.pem"),
-                       metadata_refresh_ms=60_000)
+    s = admin_settings(
+        "k1:9093",
+        "k2:9093",
+        security_protocol="SSL",
+        ssl_cafile=str(tmp_path / "ca.pem"),
+        metadata_refresh_ms=60_000,
+    )
     config = admin_client_config(s.cluster, 2, {"bootstrap_timeout_ms"})
-    assert config == {"bootstrap_servers": ["k1:9093", "k2:9093"], "client_id": "rlm-2",
-                      "security_protocol": "SSL", "request_timeout_ms": 10_000,
-                      "bootstrap_timeout_ms": 10_000, "ssl_cafile": str(tmp_path / "ca.pem")}
-    quick = admin_client_config(admin_settings("k:1", metadata_refresh_ms=200).cluster, 2,
-                                {"api_version_auto_timeout_ms"})  # kafka-python 2's name
+    assert config == {
+        "bootstrap_servers": ["k1:9093", "k2:9093"],
+        "client_id": "rlm-2",
+        "security_protocol": "SSL",
+        "request_timeout_ms": 10_000,
+        "bootstrap_timeout_ms": 10_000,
+        "ssl_cafile": str(tmp_path / "ca.pem"),
+    }
+    quick = admin_client_config(
+        admin_settings("k:1", metadata_refresh_ms=200).cluster, 2, {"api_version_auto_timeout_ms"}
+    )  # kafka-python 2's name
     assert quick["request_timeout_ms"] == quick["api_version_auto_timeout_ms"] == 1_000
 
 
 def test_parse_metadata_reads_both_kafka_python_spellings() -> None:
-    v3 = [{"error_code": 0, "name": "a", "partitions": [
-        {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 4}]}]
-    v2 = [{"error_code": 0, "topic": "a", "partitions": [  # kafka-python 2.x field names
-        {"error_code": 0, "partition": 0, "leader": 1, "leader_epoch": -1}]}]
+    v3 = [
+        {
+            "error_code": 0,
+            "name": "a",
+            "partitions": [{"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 4}],
+        }
+    ]
+    v2 = [
+        {
+            "error_code": 0,
+            "topic": "a",
+            "partitions": [  # kafka-python 2.x field names
+                {"error_code": 0, "partition": 0, "leader": 1, "leader_epoch": -1}
+            ],
+        }
+    ]
     assert parse_metadata(v3)[0][("a", 0)].leader_epoch == 4
     assert parse_metadata(v2)[0][("a", 0)].leader_epoch is None  # -1 = unknown

@@ -30,8 +30,9 @@ def settings(log_dirs: list[Path] | Path, **cluster: Any) -> Settings:
     topics = {k: cluster.pop(k) for k in ("metadata_log_dir", "follow_kafka_configs") if k in cluster}
     if "metadata_log_dir" in topics:
         topics["metadata_log_dir"] = str(topics["metadata_log_dir"])
-    return settings_from_mapping({"log": {"dirs": [str(d) for d in dirs]}, "cluster": cluster,
-                                  "topics": topics})
+    return settings_from_mapping(
+        {"log": {"dirs": [str(d) for d in dirs]}, "cluster": cluster, "topics": topics}
+    )
 
 
 def broker_dir(root: Path, node_id: int, key: str = "node.id") -> Path:
@@ -39,11 +40,13 @@ def broker_dir(root: Path, node_id: int, key: str = "node.id") -> Path:
     log_dir = root / f"broker-{node_id}"
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "meta.properties").write_text(
-        f"#\n#Mon Nov 23 22:00:00 UTC 2026\ncluster.id=test\n{key}={node_id}\nversion=1\n")
+        f"#\n#Mon Nov 23 22:00:00 UTC 2026\ncluster.id=test\n{key}={node_id}\nversion=1\n"
+    )
     return log_dir
 
 
 # --- always / static ------------------------------------------------------------------------------
+
 
 def test_always_leads_everything(tmp_path: Path) -> None:
     source = leadership_source(settings(tmp_path, leadership="always"))
@@ -57,8 +60,11 @@ def test_always_leads_everything(tmp_path: Path) -> None:
 
 
 def test_static_table(tmp_path: Path) -> None:
-    s = settings(broker_dir(tmp_path, 2), leadership="static",
-                 leaders={"orders-0": 2, "orders-1": 1, "my.topic_x-12": 2})
+    s = settings(
+        broker_dir(tmp_path, 2),
+        leadership="static",
+        leaders={"orders-0": 2, "orders-1": 1, "my.topic_x-12": 2},
+    )
     source = leadership_source(s)
     assert source.name == "static" and source.node_id == 2
     led = source.leadership("orders", 0)
@@ -66,14 +72,23 @@ def test_static_table(tmp_path: Path) -> None:
     other = source.leadership("orders", 1)
     assert (other.role, other.leader) == ("follower", 1)
     assert source.leadership("my.topic_x", 12).role == "leader"
-    unlisted = source.leadership("orders", 2)   # not listed: not led here
+    unlisted = source.leadership("orders", 2)  # not listed: not led here
     assert (unlisted.role, unlisted.leader) == ("follower", None)
     assert unlisted.detail is not None and "orders-2" in unlisted.detail
-    assert source.describe() == {"source": "static", "node_id": 2, "error": None, "partitions": 3,
-                                 "led_here": 2}
+    assert source.describe() == {
+        "source": "static",
+        "node_id": 2,
+        "error": None,
+        "partitions": 3,
+        "led_here": 2,
+    }
     # Every broker reading the same table: exactly one leader per listed partition.
-    roles = [leadership_source(settings(tmp_path, leadership="static", node_id=n, leaders=s.cluster.leaders))
-             .leadership("orders", 1).role for n in (1, 2, 3)]
+    roles = [
+        leadership_source(settings(tmp_path, leadership="static", node_id=n, leaders=s.cluster.leaders))
+        .leadership("orders", 1)
+        .role
+        for n in (1, 2, 3)
+    ]
     assert roles == ["leader", "follower", "follower"]
 
 
@@ -81,10 +96,14 @@ def test_static_env_override_and_node_id_override(tmp_path: Path) -> None:
     from rlm.config import load_settings
 
     path = tmp_path / "rlm.toml"
-    path.write_text(f'[log]\ndirs = ["{broker_dir(tmp_path, 1)}"]\n[cluster]\nleadership = "static"\n'
-                    '[cluster.leaders]\n"Orders-0" = 1\n')
-    s = load_settings(path, environ={"RLM_CLUSTER__NODE_ID": "3",
-                                     "RLM_CLUSTER__LEADERS": '{"Orders-0" = 3, "Orders-1" = 1}'})
+    path.write_text(
+        f'[log]\ndirs = ["{broker_dir(tmp_path, 1)}"]\n[cluster]\nleadership = "static"\n'
+        '[cluster.leaders]\n"Orders-0" = 1\n'
+    )
+    s = load_settings(
+        path,
+        environ={"RLM_CLUSTER__NODE_ID": "3", "RLM_CLUSTER__LEADERS": '{"Orders-0" = 3, "Orders-1" = 1}'},
+    )
     assert s.cluster.node_id == 3 and s.cluster.leaders == {"Orders-0": 3, "Orders-1": 1}
     source = leadership_source(s)  # the configured node id wins over meta.properties' 1
     assert source.leadership("Orders", 0).role == "leader"
@@ -93,10 +112,15 @@ def test_static_env_override_and_node_id_override(tmp_path: Path) -> None:
 
 # --- node ids -------------------------------------------------------------------------------------
 
+
 def test_node_id_from_meta_properties(tmp_path: Path, fixtures_dir: Path) -> None:
     leaders = {"a-0": 7}
-    assert leadership_source(settings(broker_dir(tmp_path, 7), leadership="static", leaders=leaders)
-                             ).leadership("a", 0).role == "leader"
+    assert (
+        leadership_source(settings(broker_dir(tmp_path, 7), leadership="static", leaders=leaders))
+        .leadership("a", 0)
+        .role
+        == "leader"
+    )
     zk = broker_dir(tmp_path / "zk", 5, key="broker.id")  # ZooKeeper mode writes broker.id
     assert leadership_source(settings(zk, leadership="static", leaders=leaders)).node_id == 5
     # The real brokers' meta.properties (KRaft node.id=1; ZooKeeper broker.id=1).
@@ -119,28 +143,45 @@ def test_node_id_required_but_missing_names_the_key(tmp_path: Path) -> None:
 
 # --- config errors --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("cluster", "key"), [
-    ({"leadership": "static"}, "cluster.leaders"),
-    ({"leadership": "static", "leaders": {}}, "cluster.leaders"),
-    ({"leadership": "kafka-admin"}, "cluster.bootstrap_servers"),
-    ({"leadership": "kafka-admin", "bootstrap_servers": ["kafka:9092"], "security_protocol": "SASL_SSL"},
-     "cluster.sasl_username"),
-    ({"leadership": "kafka-admin", "bootstrap_servers": "kafka:9092", "security_protocol": "SASL_PLAINTEXT",
-      "sasl_username": "rlm"}, "cluster.sasl_password_file"),
-    ({"leadership": "zookeeper"}, "cluster.leadership"),
-    ({"node_id": -1}, "cluster.node_id"),
-    ({"node_id": "1"}, "cluster.node_id"),
-    ({"bootstrap_servers": ["kafka"]}, "cluster.bootstrap_servers"),
-    ({"bootstrap_servers": ["kafka:99999"]}, "cluster.bootstrap_servers"),
-    ({"security_protocol": "TLS"}, "cluster.security_protocol"),
-    ({"sasl_mechanism": "GSSAPI"}, "cluster.sasl_mechanism"),
-    ({"metadata_refresh_ms": 0}, "cluster.metadata_refresh_ms"),
-    ({"leaders": {"orders": 1}}, 'cluster.leaders."orders"'),
-    ({"leaders": {"bad/topic-0": 1}}, 'cluster.leaders."bad/topic-0"'),
-    ({"leaders": {"orders-0": "one"}}, 'cluster.leaders."orders-0"'),
-    ({"leaders": ["orders-0"]}, "cluster.leaders"),
-    ({"node": 1}, "cluster.node"),
-])
+
+@pytest.mark.parametrize(
+    ("cluster", "key"),
+    [
+        ({"leadership": "static"}, "cluster.leaders"),
+        ({"leadership": "static", "leaders": {}}, "cluster.leaders"),
+        ({"leadership": "kafka-admin"}, "cluster.bootstrap_servers"),
+        (
+            {
+                "leadership": "kafka-admin",
+                "bootstrap_servers": ["kafka:9092"],
+                "security_protocol": "SASL_SSL",
+            },
+            "cluster.sasl_username",
+        ),
+        (
+            {
+                "leadership": "kafka-admin",
+                "bootstrap_servers": "kafka:9092",
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_username": "rlm",
+            },
+            "cluster.sasl_password_file",
+        ),
+        ({"leadership": "zookeeper"}, "cluster.leadership"),
+        ({"node_id": -1}, "cluster.node_id"),
+        ({"node_id": "1"}, "cluster.node_id"),
+        ({"bootstrap_servers": ["kafka"]}, "cluster.bootstrap_servers"),
+        ({"bootstrap_servers": ["kafka:99999"]}, "cluster.bootstrap_servers"),
+        ({"security_protocol": "TLS"}, "cluster.security_protocol"),
+        ({"sasl_mechanism": "GSSAPI"}, "cluster.sasl_mechanism"),
+        ({"metadata_refresh_ms": 0}, "cluster.metadata_refresh_ms"),
+        ({"leaders": {"orders": 1}}, 'cluster.leaders."orders"'),
+        ({"leaders": {"bad/topic-0": 1}}, 'cluster.leaders."bad/topic-0"'),
+        ({"leaders": {"orders-0": "one"}}, 'cluster.leaders."orders-0"'),
+        ({"leaders": ["orders-0"]}, "cluster.leaders"),
+        ({"node": 1}, "cluster.node"),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path: Path, cluster: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         settings(tmp_path, **cluster)
@@ -150,10 +191,18 @@ def test_config_errors_name_the_key(tmp_path: Path, cluster: dict[str, Any], key
 
 def test_config_keys_are_read(tmp_path: Path) -> None:
     secret = tmp_path / "pw"
-    s = settings(tmp_path, node_id=3, leadership="kafka-admin", bootstrap_servers=["[::1]:9092", "k2:9093"],
-                 security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="rlm",
-                 sasl_password_file=str(secret), ssl_cafile=str(tmp_path / "ca.pem"),
-                 metadata_refresh_ms=5000)
+    s = settings(
+        tmp_path,
+        node_id=3,
+        leadership="kafka-admin",
+        bootstrap_servers=["[::1]:9092", "k2:9093"],
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="rlm",
+        sasl_password_file=str(secret),
+        ssl_cafile=str(tmp_path / "ca.pem"),
+        metadata_refresh_ms=5000,
+    )
     c = s.cluster
     assert (c.node_id, c.leadership, c.bootstrap_servers) == (3, "kafka-admin", ("[::1]:9092", "k2:9093"))
     assert (c.security_protocol, c.sasl_mechanism, c.sasl_username) == ("SASL_SSL", "SCRAM-SHA-512", "rlm")
@@ -163,6 +212,7 @@ def test_config_keys_are_read(tmp_path: Path) -> None:
 
 
 # --- auto -----------------------------------------------------------------------------------------
+
 
 def test_auto_picks_kraft_when_a_metadata_log_exists(tmp_path: Path) -> None:
     plain = broker_dir(tmp_path, 1)
@@ -191,6 +241,7 @@ def test_explicit_kraft_without_a_metadata_log_names_the_key(tmp_path: Path) -> 
 
 # --- kraft: the real brokers' metadata logs -------------------------------------------------------
 
+
 def _local_epochs(log_dir: Path) -> dict[tuple[str, int], int]:
     """The last leader epoch in each partition's leader-epoch-checkpoint on the broker's disk."""
     out = {}
@@ -215,7 +266,11 @@ def test_kraft_on_itumeleng_fixture(fixtures_dir: Path) -> None:
     for (topic, partition), epoch in local.items():
         answer = source.leadership(topic, partition)
         assert (answer.role, answer.leader, answer.leader_epoch, answer.source) == (
-            "leader", 1, epoch, "kraft"), (topic, partition)
+            "leader",
+            1,
+            epoch,
+            "kraft",
+        ), (topic, partition)
     assert local[("_schemas", 0)] == 38
     created = source.leadership("patient_admissions", 4)  # only in the newest snapshot, never moved
     assert (created.role, created.leader, created.leader_epoch) == ("leader", 1, 0)
@@ -246,6 +301,7 @@ def test_kraft_on_arthur_fixture(fixtures_dir: Path) -> None:
 
 
 # --- kraft: logs written here, leaders moving -----------------------------------------------------
+
 
 def test_kraft_follows_leader_changes_on_three_brokers(tmp_path: Path) -> None:
     dirs = [broker_dir(tmp_path, n) for n in (1, 2, 3)]

@@ -104,11 +104,11 @@ def test_unclean_election_leaves_a_diverged_tail_and_rejoin_truncates(tmp_path: 
     dirs = {b: rs.log_dirs[b] / p.name for b in rs.brokers}
     raw = {b: read_batches(d) for b, d in dirs.items()}
     prefix = [b.data for b in p.log if b.base_offset < t]
-    assert all(r[:len(prefix)] == prefix for r in raw.values())
+    assert all(r[: len(prefix)] == prefix for r in raw.values())
     assert raw[1] == raw[2] == prefix + [b.data for b in old_tail]
     new_tail = [x for x in _decoded(dirs[3]) if x[0] >= t]
     assert new_tail and {epoch for _, epoch, _ in new_tail} == {new_epoch}
-    assert raw[3][len(prefix):] != raw[1][len(prefix):]
+    assert raw[3][len(prefix) :] != raw[1][len(prefix) :]
     assert _epochs(dirs[3])[-1] == EpochEntry(new_epoch, t)
     assert _epochs(dirs[1])[-1].epoch == old_epoch
     assert _hw(rs.log_dirs[1], p.topic, 0) > t  # the old tail was committed under the old leader

@@ -62,14 +62,17 @@ def _synced(rig: ClusterRig, brokers: tuple[int, ...] | None = None) -> bool:
         for p in rig.rs.partitions:
             row = rows[p.partition]
             if row["highest_tiered_offset"] != _target(rig, p) or row["last_error"] is not None:
-                behind.append(f"broker {b} {p.name}: tiered {row['highest_tiered_offset']} (want "
-                              f"{_target(rig, p)}), role {row.get('role')}, error {row['last_error']}")
+                behind.append(
+                    f"broker {b} {p.name}: tiered {row['highest_tiered_offset']} (want "
+                    f"{_target(rig, p)}), role {row.get('role')}, error {row['last_error']}"
+                )
     assert not behind, "; ".join(behind)  # settle() keeps the last reason for its failure message
     return True
 
 
-def _settle_synced(rig: ClusterRig, what: str, brokers: tuple[int, ...] | None = None, *,
-                   kills: int = 1) -> None:
+def _settle_synced(
+    rig: ClusterRig, what: str, brokers: tuple[int, ...] | None = None, *, kills: int = 1
+) -> None:
     rig.settle(what, lambda: _synced(rig, brokers), kills=kills)
     for p in rig.rs.partitions:
         rig.floor[p.partition] = _target(rig, p)
@@ -85,8 +88,10 @@ def _lineage(rig: ClusterRig, p: ReplicatedPartition) -> list[EpochEntry]:
 
 
 def _check_store(rig: ClusterRig) -> dict[int, ChainReport]:
-    return {p.partition: check_partition(rig.store, _root(rig, p), p, _lineage(rig, p), _expected_end(p))
-            for p in rig.rs.partitions}
+    return {
+        p.partition: check_partition(rig.store, _root(rig, p), p, _lineage(rig, p), _expected_end(p))
+        for p in rig.rs.partitions
+    }
 
 
 def _store_clean(rig: ClusterRig) -> bool:
@@ -107,8 +112,10 @@ def _unclean_election(rig: ClusterRig) -> int:
     assert p0.leader == 3
     t = rs.isolate(0, 1)
     rs.grow(GROW, partitions=[0])
-    rig.settle("the old-epoch tail tiered by broker 3",
-               lambda: rig.partition_rows(3)[0]["highest_tiered_offset"] == _target(rig, p0))
+    rig.settle(
+        "the old-epoch tail tiered by broker 3",
+        lambda: rig.partition_rows(3)[0]["highest_tiered_offset"] == _target(rig, p0),
+    )
     for b in (2, 3):
         rig.daemons[b].kill()
     assert rs.unclean_elect(0, 1) == t
@@ -163,8 +170,10 @@ def _assert_fetches_and_lookups_agree(rig: ClusterRig) -> None:
             for p in rig.rs.partitions:
                 for b in p.log:
                     for offset in {b.base_offset, (b.base_offset + b.last_offset + 1) // 2}:
-                        r = client.get(f"/v1/topics/{p.topic}/partitions/{p.partition}/records",
-                                       params={"offset": offset, "max_bytes": 1})
+                        r = client.get(
+                            f"/v1/topics/{p.topic}/partitions/{p.partition}/records",
+                            params={"offset": offset, "max_bytes": 1},
+                        )
                         assert r.status_code == 200, (broker, p.name, offset, r.text)
                         first = split_batches(r.content)[0][1]
                         assert first == b.data, f"broker {broker} served other bytes for {p.name}@{offset}"
@@ -187,11 +196,22 @@ def _assert_cli_fetch_at(rig: ClusterRig, partition: int, offset: int) -> None:
     batch = MemoryRecords(_canonical(p, offset)).next_batch()
     want = [(r.offset, base64.b64encode(r.value).decode()) for r in batch if r.offset >= offset]
     for broker, daemon in rig.daemons.items():
-        out = rlm_cli("fetch", "--config", daemon.config, "--topic", p.topic, "--partition", str(partition),
-                      "--offset", str(offset), "--max-bytes", "1")
+        out = rlm_cli(
+            "fetch",
+            "--config",
+            daemon.config,
+            "--topic",
+            p.topic,
+            "--partition",
+            str(partition),
+            "--offset",
+            str(offset),
+            "--max-bytes",
+            "1",
+        )
         assert out.returncode == 0, out.stderr
         got = [(r["offset"], r["value"]) for r in map(json.loads, out.stdout.splitlines())]
-        assert got[:len(want)] == want, f"broker {broker}: rlm fetch at {offset} is not the final lineage"
+        assert got[: len(want)] == want, f"broker {broker}: rlm fetch at {offset} is not the final lineage"
 
 
 def _assert_status_agrees(rig: ClusterRig) -> None:
@@ -208,8 +228,9 @@ def _assert_status_agrees(rig: ClusterRig) -> None:
 def _assert_verify_clean(rig: ClusterRig, brokers: tuple[int, ...]) -> None:
     """``rlm verify --deep`` (a Spark job, ~10 s each) on ``brokers``: the store and their local sets."""
     for daemon in (rig.daemons[b] for b in brokers):
-        out = rlm_cli("verify", "--deep", "--config", daemon.config, "--spark-master", "local[1]",
-                      timeout=300)
+        out = rlm_cli(
+            "verify", "--deep", "--config", daemon.config, "--spark-master", "local[1]", timeout=300
+        )
         assert out.returncode == 0, f"broker {daemon.broker}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
 
 
@@ -223,10 +244,12 @@ def _assert_all(rig: ClusterRig, t: int, verify_on: tuple[int, ...]) -> None:
         assert report.stored_log_bytes <= bound, (p.name, report.stored_log_bytes, report.tiered_bytes)
     # A new leader continued inside a segment of its own (docs/cluster.md): a partial copy.
     assert any(link.doc.get("source_position", 0) > 0 for r in reports.values() for link in r.chain), (
-        "no leader change straddled a segment: the scenario lost its point")
+        "no leader change straddled a segment: the scenario lost its point"
+    )
     p0 = rig.rs.partition(0)
     assert any(k.endswith(f"lineage-{p0.leader_epoch:010d}.json") for k in reports[0].lineage_markers), (
-        reports[0].lineage_markers)
+        reports[0].lineage_markers
+    )
     # Local retention on every broker: what is tiered is now served from the store only.
     for p in rig.rs.partitions:
         for replica in p.replicas.values():
@@ -239,8 +262,9 @@ def _assert_all(rig: ClusterRig, t: int, verify_on: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("store_name", ["moto", "seaweedfs"])
-def test_static_leadership_three_daemons_one_store(store_name: str, request: pytest.FixtureRequest,
-                                                   tmp_path: Path) -> None:
+def test_static_leadership_three_daemons_one_store(
+    store_name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     store, options = request.getfixturevalue("moto_store" if store_name == "moto" else "seaweed_store")
     with cluster_rig(tmp_path, store, options, mode="static", seed=SEED, env={}) as rig:
         t = _run(rig)
@@ -249,8 +273,9 @@ def test_static_leadership_three_daemons_one_store(store_name: str, request: pyt
         _assert_all(rig, t, (2,) if store_name == "moto" else (1,))
 
 
-def test_kraft_leadership_three_daemons_one_store(moto_store: tuple[RawStore, dict[str, Any]],
-                                                  tmp_path: Path) -> None:
+def test_kraft_leadership_three_daemons_one_store(
+    moto_store: tuple[RawStore, dict[str, Any]], tmp_path: Path
+) -> None:
     store, options = moto_store
     with cluster_rig(tmp_path, store, options, mode="kraft", seed=SEED + 1, env={}) as rig:
         t = _run(rig)

@@ -30,13 +30,16 @@ def test_real_broker_records(fixtures_dir: Path) -> None:
     records = _records_at(fixtures_dir / ARTHUR_LOG)
     # The fixtures README: FeatureLevelRecords at offsets 2-4.
     assert [records[o] for o in (2, 3, 4)] == [
-        md.FeatureLevelRecord("metadata.version", 25), md.FeatureLevelRecord("group.version", 1),
-        md.FeatureLevelRecord("transaction.version", 2)]
+        md.FeatureLevelRecord("metadata.version", 25),
+        md.FeatureLevelRecord("group.version", 1),
+        md.FeatureLevelRecord("transaction.version", 2),
+    ]
     created = md.TopicRecord("oms_order_created", "0CM0rYlfQiqSTCH-x54Zhw")
     assert records[162] == created
     assert records[164] == md.ConfigRecord(md.RESOURCE_TOPIC, "oms_order_created", "retention.ms", "86400000")
-    partitions = [r for r in records.values() if isinstance(r, md.PartitionRecord)
-                  and r.topic_id == created.topic_id]
+    partitions = [
+        r for r in records.values() if isinstance(r, md.PartitionRecord) and r.topic_id == created.topic_id
+    ]
     assert sorted(p.partition for p in partitions) == [0, 1, 2, 3, 4]
     assert all(p.replicas == (1,) and p.leader == 1 for p in partitions)
     kinds = {type(r) for r in records.values()}
@@ -60,18 +63,23 @@ def test_hand_built_partition_change_tags() -> None:
     assert record == md.PartitionChangeRecord(md.uuid_from_bytes(topic_id), 3, leader=7, isr=(7, 8))
 
 
-@pytest.mark.parametrize("record", [
-    md.TopicRecord("orders", "0CM0rYlfQiqSTCH-x54Zhw"),
-    md.PartitionRecord("0CM0rYlfQiqSTCH-x54Zhw", 4, (1, 2, 3), (1, 2), 2, 9, 12),
-    md.PartitionChangeRecord("0CM0rYlfQiqSTCH-x54Zhw", 1),
-    md.PartitionChangeRecord("0CM0rYlfQiqSTCH-x54Zhw", 1, leader=-1, isr=(), replicas=(5, 6)),
-    md.RemoveTopicRecord("h21Hd1FxRjC-20k1lF5oYA"),
-    md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.ms", "604800000"),
-    md.ConfigRecord(md.RESOURCE_TOPIC, "tópico", "cleanup.policy", None),
-    md.FeatureLevelRecord("metadata.version", 19),
-    md.BeginTransactionRecord("migration"), md.EndTransactionRecord(), md.AbortTransactionRecord(None),
-    md.UnknownMetadataRecord(20, 0),
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        md.TopicRecord("orders", "0CM0rYlfQiqSTCH-x54Zhw"),
+        md.PartitionRecord("0CM0rYlfQiqSTCH-x54Zhw", 4, (1, 2, 3), (1, 2), 2, 9, 12),
+        md.PartitionChangeRecord("0CM0rYlfQiqSTCH-x54Zhw", 1),
+        md.PartitionChangeRecord("0CM0rYlfQiqSTCH-x54Zhw", 1, leader=-1, isr=(), replicas=(5, 6)),
+        md.RemoveTopicRecord("h21Hd1FxRjC-20k1lF5oYA"),
+        md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.ms", "604800000"),
+        md.ConfigRecord(md.RESOURCE_TOPIC, "tópico", "cleanup.policy", None),
+        md.FeatureLevelRecord("metadata.version", 19),
+        md.BeginTransactionRecord("migration"),
+        md.EndTransactionRecord(),
+        md.AbortTransactionRecord(None),
+        md.UnknownMetadataRecord(20, 0),
+    ],
+)
 def test_round_trip(record: md.MetadataRecord) -> None:
     assert md.decode_metadata_record(encode_metadata_record(record), offset=5) == record
 
@@ -83,16 +91,19 @@ def test_newer_version_of_a_known_type_reads_the_known_fields() -> None:
     assert md.decode_metadata_record(bytes(value)) == md.TopicRecord("orders", "0CM0rYlfQiqSTCH-x54Zhw")
 
 
-@pytest.mark.parametrize(("value", "fragment"), [
-    (None, "null value"),
-    (b"", "frame version"),
-    (bytes([2, 4, 0]), "unknown frame version 2"),
-    (bytes([1, 4, 0, 2, 9]) + b"ab", "ConfigRecord.ResourceName needs 8 bytes"),
-    (bytes([1, 4, 0, 2, 0]), "ConfigRecord.ResourceName is null"),
-    (bytes([1, 2, 0, 2]) + b"t" + bytes(16) + b"\x00\x99", "1 bytes left after the record body"),
-    (bytes([1, 2, 0, 2, 0xFF]), "TopicRecord.Name is not UTF-8"),
-    (bytes([1, 0x80, 0x80, 0x80, 0x80, 0x80]), "overlong unsigned varint"),
-])
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (None, "null value"),
+        (b"", "frame version"),
+        (bytes([2, 4, 0]), "unknown frame version 2"),
+        (bytes([1, 4, 0, 2, 9]) + b"ab", "ConfigRecord.ResourceName needs 8 bytes"),
+        (bytes([1, 4, 0, 2, 0]), "ConfigRecord.ResourceName is null"),
+        (bytes([1, 2, 0, 2]) + b"t" + bytes(16) + b"\x00\x99", "1 bytes left after the record body"),
+        (bytes([1, 2, 0, 2, 0xFF]), "TopicRecord.Name is not UTF-8"),
+        (bytes([1, 0x80, 0x80, 0x80, 0x80, 0x80]), "overlong unsigned varint"),
+    ],
+)
 def test_garbage_names_the_offset(value: bytes | None, fragment: str) -> None:
     with pytest.raises(CorruptMetadataRecordError) as info:
         md.decode_metadata_record(value, offset=4242)

@@ -93,7 +93,15 @@ def test_kafka_internal_logs_are_internal(topic: str) -> None:
     assert naming.is_internal_topic(topic)
 
 
-@pytest.mark.parametrize("topic", ["_schemas", "_confluent-ksql-default__command_topic",
-                                   "__consumer_offsets2", "consumer_offsets", "oms_order_created"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "_schemas",
+        "_confluent-ksql-default__command_topic",
+        "__consumer_offsets2",
+        "consumer_offsets",
+        "oms_order_created",
+    ],
+)
 def test_user_topics_are_not_internal(topic: str) -> None:
     assert not naming.is_internal_topic(topic)

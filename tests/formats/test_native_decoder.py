@@ -45,18 +45,32 @@ from tests.fuzz.harness import fix_crcs, mutated
 
 T0 = 1_700_000_000_000
 INT64_MAX = (1 << 63) - 1
-PROPERTY = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 #: batches with headers (one non-ASCII key), null keys and values, a LogAppendTime one
-SEED_LOG = (build_batch([RecordSpec(T0 + i, None if i == 1 else b"k%d" % i, None if i == 2 else b"v" * i,
-                                    (Header("h", None), Header("é", b"x")) if i % 2 else ())
-                         for i in range(5)], base_offset=40)
-            + build_batch([RecordSpec(T0, b"k", b"v")], base_offset=45, log_append_time=T0 + 5,
-                          timestamp_type=TimestampType.LOG_APPEND_TIME))
+SEED_LOG = build_batch(
+    [
+        RecordSpec(
+            T0 + i,
+            None if i == 1 else b"k%d" % i,
+            None if i == 2 else b"v" * i,
+            (Header("h", None), Header("é", b"x")) if i % 2 else (),
+        )
+        for i in range(5)
+    ],
+    base_offset=40,
+) + build_batch(
+    [RecordSpec(T0, b"k", b"v")],
+    base_offset=45,
+    log_append_time=T0 + 5,
+    timestamp_type=TimestampType.LOG_APPEND_TIME,
+)
 
-needs_native = pytest.mark.skipif(native.extension_error() is not None,
-                                  reason=f"compiled decoder not built: {native.extension_error()}")
+needs_native = pytest.mark.skipif(
+    native.extension_error() is not None, reason=f"compiled decoder not built: {native.extension_error()}"
+)
 
 
 def test_the_extension_is_built_where_required() -> None:
@@ -65,14 +79,33 @@ def test_the_extension_is_built_where_required() -> None:
         pytest.skip("RLM_REQUIRE_NATIVE/CI unset: the Python fallback is allowed")
     assert native.extension_error() is None, (
         f"the compiled decoder did not build ({native.extension_error()}): `make install` needs a C "
-        "compiler and Python's headers (python3.11-dev); see docs/decoder.md")
+        "compiler and Python's headers (python3.11-dev); see docs/decoder.md"
+    )
 
 
-def task(*, lo: int = 0, hi: int = INT64_MAX, ts_lo: int | None = None, ts_hi: int | None = None,
-         aborted: tuple[tuple[int, int, int], ...] | None = None) -> ReadTask:
-    return ReadTask("tópic", 3, "local", "/logs/t-3/00000000000000000000.log", 0, 0, lo, hi, ts_lo, ts_hi,
-                    base_offset=0, isolation="read_uncommitted" if aborted is None else "read_committed",
-                    aborted=aborted or ())
+def task(
+    *,
+    lo: int = 0,
+    hi: int = INT64_MAX,
+    ts_lo: int | None = None,
+    ts_hi: int | None = None,
+    aborted: tuple[tuple[int, int, int], ...] | None = None,
+) -> ReadTask:
+    return ReadTask(
+        "tópic",
+        3,
+        "local",
+        "/logs/t-3/00000000000000000000.log",
+        0,
+        0,
+        lo,
+        hi,
+        ts_lo,
+        ts_hi,
+        base_offset=0,
+        isolation="read_uncommitted" if aborted is None else "read_committed",
+        aborted=aborted or (),
+    )
 
 
 def run(decoder: native.Decoder, t: ReadTask, data: bytes, rows: int) -> list[pa.RecordBatch] | str:
@@ -105,9 +138,17 @@ def assert_same(t: ReadTask, data: bytes, rows: int = 8192) -> list[pa.RecordBat
 
 utf8_keys = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 headers = st.lists(st.builds(Header, utf8_keys, st.none() | st.binary(max_size=8)), max_size=3)
-records = st.lists(st.builds(RecordSpec, st.integers(-5_000, 5_000).map(lambda d: T0 + d),
-                             st.none() | st.binary(max_size=12), st.none() | st.binary(max_size=40),
-                             headers.map(tuple)), min_size=0, max_size=12)
+records = st.lists(
+    st.builds(
+        RecordSpec,
+        st.integers(-5_000, 5_000).map(lambda d: T0 + d),
+        st.none() | st.binary(max_size=12),
+        st.none() | st.binary(max_size=40),
+        headers.map(tuple),
+    ),
+    min_size=0,
+    max_size=12,
+)
 
 
 @st.composite
@@ -122,19 +163,28 @@ def v2_batch(draw: st.DrawFn, base: int, pid: int) -> tuple[bytes, int]:
         recs = [Record(base + 3 * i, s.timestamp, s.key, s.value, s.headers) for i, s in enumerate(specs)]
     n = 3 * len(specs) if gaps else len(specs)
     ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
-    raw = build_batch(recs, base_offset=base, compression=codec, timestamp_type=ts_type,
-                      log_append_time=T0 + 7 if log_append else None,
-                      producer_id=pid if txn else -1, producer_epoch=0 if txn else -1,
-                      base_sequence=0 if txn else -1, is_transactional=txn,
-                      last_offset=base if not specs else None, max_timestamp=T0 if not specs else None,
-                      snappy_xerial=draw(st.booleans()))
+    raw = build_batch(
+        recs,
+        base_offset=base,
+        compression=codec,
+        timestamp_type=ts_type,
+        log_append_time=T0 + 7 if log_append else None,
+        producer_id=pid if txn else -1,
+        producer_epoch=0 if txn else -1,
+        base_sequence=0 if txn else -1,
+        is_transactional=txn,
+        last_offset=base if not specs else None,
+        max_timestamp=T0 if not specs else None,
+        snappy_xerial=draw(st.booleans()),
+    )
     return raw, max(n, 1)
 
 
 def control(base: int, pid: int, kind: ControlRecordType) -> bytes:
     marker = RecordSpec(T0, encode_control_key(kind), encode_end_txn_marker(0))
-    return build_batch([marker], base_offset=base, is_control=True, is_transactional=True,
-                       producer_id=pid, producer_epoch=0)
+    return build_batch(
+        [marker], base_offset=base, is_control=True, is_transactional=True, producer_id=pid, producer_epoch=0
+    )
 
 
 @st.composite
@@ -148,10 +198,12 @@ def legacy(draw: st.DrawFn, base: int) -> tuple[bytes, int]:
     if codec is Compression.NONE:
         return legacy_message(base, magic, keys[0], values[0], ts=T0 + 1, attrs=ts_attr), 1
     # v1 inner offsets are relative (0..n-1), v0 absolute; the wrapper holds the last absolute one.
-    inner = b"".join(legacy_message(i if magic == 1 else base + i, magic, keys[i], values[i], ts=T0 + i)
-                     for i in range(n))
-    return legacy_message(base + n - 1, magic, None, compress(codec, inner), attrs=int(codec) | ts_attr,
-                          ts=T0 + 9), n
+    inner = b"".join(
+        legacy_message(i if magic == 1 else base + i, magic, keys[i], values[i], ts=T0 + i) for i in range(n)
+    )
+    return legacy_message(
+        base + n - 1, magic, None, compress(codec, inner), attrs=int(codec) | ts_attr, ts=T0 + 9
+    ), n
 
 
 @st.composite
@@ -185,8 +237,9 @@ def logs(draw: st.DrawFn) -> tuple[bytes, tuple[tuple[int, int, int], ...]]:
 @needs_native
 @PROPERTY
 @given(logs(), st.data())
-def test_generated_logs_decode_the_same(log: tuple[bytes, tuple[tuple[int, int, int], ...]],
-                                        data: st.DataObject) -> None:
+def test_generated_logs_decode_the_same(
+    log: tuple[bytes, tuple[tuple[int, int, int], ...]], data: st.DataObject
+) -> None:
     raw, aborted = log
     lo = data.draw(st.integers(0, 1 << 41) | st.just(0))
     hi = data.draw(st.just(INT64_MAX) | st.integers(lo, 1 << 41))
@@ -228,19 +281,44 @@ def test_decode_records_is_the_same(log: tuple[bytes, Any], corrupt: bytes) -> N
 @needs_native
 def test_every_column_kind_round_trips() -> None:
     # One hand-checked case per column feature, so a failure names it plainly.
-    specs = [RecordSpec(T0, None, None), RecordSpec(T0 + 1, b"k", b"", (Header("ключ-🔑", None),)),
-             RecordSpec(T0 + 2, b"", b"v", (Header("", b"\x00\xff"), Header("a", b"b")))]
+    specs = [
+        RecordSpec(T0, None, None),
+        RecordSpec(T0 + 1, b"k", b"", (Header("ключ-🔑", None),)),
+        RecordSpec(T0 + 2, b"", b"v", (Header("", b"\x00\xff"), Header("a", b"b"))),
+    ]
     raw = build_batch(specs, base_offset=10, compression=Compression.ZSTD)
     (b,) = assert_same(task(), raw)
     assert b.to_pylist() == [
-        {"key": None, "value": None, "topic": "tópic", "partition": 3, "offset": 10,
-         "timestamp": b.column("timestamp")[0].as_py(), "timestampType": 0, "headers": None},
-        {"key": b"k", "value": b"", "topic": "tópic", "partition": 3, "offset": 11,
-         "timestamp": b.column("timestamp")[1].as_py(), "timestampType": 0,
-         "headers": [{"key": "ключ-🔑", "value": None}]},
-        {"key": b"", "value": b"v", "topic": "tópic", "partition": 3, "offset": 12,
-         "timestamp": b.column("timestamp")[2].as_py(), "timestampType": 0,
-         "headers": [{"key": "", "value": b"\x00\xff"}, {"key": "a", "value": b"b"}]},
+        {
+            "key": None,
+            "value": None,
+            "topic": "tópic",
+            "partition": 3,
+            "offset": 10,
+            "timestamp": b.column("timestamp")[0].as_py(),
+            "timestampType": 0,
+            "headers": None,
+        },
+        {
+            "key": b"k",
+            "value": b"",
+            "topic": "tópic",
+            "partition": 3,
+            "offset": 11,
+            "timestamp": b.column("timestamp")[1].as_py(),
+            "timestampType": 0,
+            "headers": [{"key": "ключ-🔑", "value": None}],
+        },
+        {
+            "key": b"",
+            "value": b"v",
+            "topic": "tópic",
+            "partition": 3,
+            "offset": 12,
+            "timestamp": b.column("timestamp")[2].as_py(),
+            "timestampType": 0,
+            "headers": [{"key": "", "value": b"\x00\xff"}, {"key": "a", "value": b"b"}],
+        },
     ]
     assert b.column("timestamp").cast(pa.int64()).to_pylist() == [(T0 + i) * 1000 for i in range(3)]
 
@@ -249,8 +327,9 @@ def test_every_column_kind_round_trips() -> None:
 def test_large_pending_bytes_are_taken_early(monkeypatch: pytest.MonkeyPatch) -> None:
     # Arrow's int32 offsets: once FLUSH_BYTES of key/value/header bytes are pending, the rows so far
     # go out before the next batch — the same rows, in smaller Arrow batches.
-    raw = b"".join(build_batch([RecordSpec(T0, b"k", b"v" * 300) for _ in range(5)], base_offset=5 * i)
-                   for i in range(6))
+    raw = b"".join(
+        build_batch([RecordSpec(T0, b"k", b"v" * 300) for _ in range(5)], base_offset=5 * i) for i in range(6)
+    )
     ref = run("python", task(), raw, 8192)
     monkeypatch.setattr(native, "FLUSH_BYTES", 1000)
     got = run("native", task(), raw, 8192)
@@ -260,6 +339,7 @@ def test_large_pending_bytes_are_taken_early(monkeypatch: pytest.MonkeyPatch) ->
 
 
 # -- real broker fixtures ----------------------------------------------------------------------
+
 
 def fixture_logs(root: Path) -> Iterator[Path]:
     yield from sorted(p for p in (root / "kafka-logs").rglob("*.log") if p.stat().st_size)
@@ -278,6 +358,7 @@ def test_real_fixtures_decode_the_same(fixtures_dir: Path) -> None:
 
 # -- corrupt input -------------------------------------------------------------------------------
 
+
 def reframe(batch: bytes, codec: Compression) -> bytes:
     """``batch`` (uncompressed, v2) with its records section compressed by ``codec``, CRC fixed."""
     body = compress(codec, batch[61:])
@@ -287,9 +368,18 @@ def reframe(batch: bytes, codec: Compression) -> bytes:
     return fix_crcs(bytes(head) + body)
 
 
-SEED = build_batch([RecordSpec(T0 + i, None if i == 1 else b"k%d" % i, b"v" * i,
-                               (Header("h", None), Header("é", b"x")) if i % 2 else ())
-                    for i in range(5)], base_offset=40)
+SEED = build_batch(
+    [
+        RecordSpec(
+            T0 + i,
+            None if i == 1 else b"k%d" % i,
+            b"v" * i,
+            (Header("h", None), Header("é", b"x")) if i % 2 else (),
+        )
+        for i in range(5)
+    ],
+    base_offset=40,
+)
 
 
 @needs_native
@@ -304,8 +394,16 @@ def test_mutated_records_fail_the_same(data: bytes, codec: Compression, inside: 
 
 def legacy_set(magic: int, base: int) -> bytes:
     """Three inner messages (v1: relative offsets 0..2; v0: absolute)."""
-    return b"".join(legacy_message(i if magic == 1 else base + i, magic, None if i == 1 else b"k",
-                                   None if i == 2 else b"v" * i, ts=T0 + i) for i in range(3))
+    return b"".join(
+        legacy_message(
+            i if magic == 1 else base + i,
+            magic,
+            None if i == 1 else b"k",
+            None if i == 2 else b"v" * i,
+            ts=T0 + i,
+        )
+        for i in range(3)
+    )
 
 
 @needs_native
@@ -327,8 +425,9 @@ def test_legacy_offsets_past_int64_are_exact(wrapper_offset: int) -> None:
         if magic == 0 and wrapper_offset < -(1 << 62):
             continue  # v0 inner offsets are stored absolute: they must fit the int64 field
         inner = legacy_set(magic, wrapper_offset - 2 if magic == 0 else 0)
-        wrapper = legacy_message(wrapper_offset, magic, None, compress(Compression.GZIP, inner), attrs=1,
-                                 ts=T0)
+        wrapper = legacy_message(
+            wrapper_offset, magic, None, compress(Compression.GZIP, inner), attrs=1, ts=T0
+        )
         assert_same(task(lo=-(1 << 63)), wrapper)
 
 
@@ -358,8 +457,9 @@ def test_add_v2_never_reads_outside_its_range() -> None:
     # past `end` is rejected although the bytes after it exist.
     b = native.Builder()
     rec = bytes([0x10, 0, 0, 0, 1, ord("k"), 0x02, ord("v"), 0])  # length 8 but 7 bytes follow in range
-    ok = b.add_v2(rec + b"\x00" * 16, 0, len(rec) - 1, 0, T0, T0, False, 0, 1, 0, INT64_MAX, 0, 0,
-                  False, False)
+    ok = b.add_v2(
+        rec + b"\x00" * 16, 0, len(rec) - 1, 0, T0, T0, False, 0, 1, 0, INT64_MAX, 0, 0, False, False
+    )
     assert ok < 0 and b.rows == 0
     with pytest.raises(ValueError):
         b.add_v2(rec, 0, len(rec) + 1, 0, T0, T0, False, 0, 1, 0, INT64_MAX, 0, 0, False, False)
@@ -374,12 +474,16 @@ def guard_page(request: pytest.FixtureRequest) -> memoryview:
 
 @needs_native
 @PROPERTY
-@given(st.binary(max_size=300) | mutated(SEED[61:], max_ops=4) | mutated(legacy_set(1, 0), max_ops=4),
-       st.integers(-1, 60), st.booleans())
-def test_never_reads_past_the_records(guard_page: memoryview, block: bytes, count: int,
-                                      log_append: bool) -> None:
+@given(
+    st.binary(max_size=300) | mutated(SEED[61:], max_ops=4) | mutated(legacy_set(1, 0), max_ops=4),
+    st.integers(-1, 60),
+    st.booleans(),
+)
+def test_never_reads_past_the_records(
+    guard_page: memoryview, block: bytes, count: int, log_append: bool
+) -> None:
     # The block ends where a PROT_NONE page begins: one byte read past it kills the run.
-    tail = guard_page[_PAGE - len(block):]
+    tail = guard_page[_PAGE - len(block) :]
     tail[:] = block
     b = native.Builder()
     rows = b.add_v2(tail, 0, len(tail), 40, T0, T0, log_append, 0, count, 0, INT64_MAX, 0, 0, False, False)
@@ -403,6 +507,7 @@ def test_overflowing_timestamp_is_an_rlm_error_in_both() -> None:
 
 
 # -- choice of decoder -------------------------------------------------------------------------
+
 
 def test_the_choice_is_logged_once(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     monkeypatch.setenv("RLM_DECODER", "python")

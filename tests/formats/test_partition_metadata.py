@@ -42,17 +42,20 @@ def test_round_trip_and_tolerated_layout() -> None:
     assert parse_partition_metadata(b"version:  0\r\ntopic_id:\th21Hd1FxRjC-20k1lF5oYA\n\n").version == 0
 
 
-@pytest.mark.parametrize(("data", "field", "position"), [
-    (b"", "version", None),
-    (b"version: 1\ntopic_id: h21Hd1FxRjC-20k1lF5oYA", "version", 0),
-    (b"version: x\ntopic_id: h21Hd1FxRjC-20k1lF5oYA", "version", 0),
-    (b"version: 0\n", "topic_id", None),
-    (b"version: 0\ntopicid: h21Hd1FxRjC-20k1lF5oYA", "topic_id", 11),
-    (b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA", "topic_id", 11),      # Kafka's ZERO_UUID
-    (b"version: 0\ntopic_id: h21Hd1FxRjC-20k1lF5oYB", "topic_id", 11),      # non-canonical tail
-    (b"version: 0\ntopic_id: h21Hd1FxRjC+20k1lF5oYA", "topic_id", 11),      # base64, not base64url
-    (b"version: 0\ntopic_id: h21Hd1FxRjC-20k1lF5o", "topic_id", 11),        # too short
-])
+@pytest.mark.parametrize(
+    ("data", "field", "position"),
+    [
+        (b"", "version", None),
+        (b"version: 1\ntopic_id: h21Hd1FxRjC-20k1lF5oYA", "version", 0),
+        (b"version: x\ntopic_id: h21Hd1FxRjC-20k1lF5oYA", "version", 0),
+        (b"version: 0\n", "topic_id", None),
+        (b"version: 0\ntopicid: h21Hd1FxRjC-20k1lF5oYA", "topic_id", 11),
+        (b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA", "topic_id", 11),  # Kafka's ZERO_UUID
+        (b"version: 0\ntopic_id: h21Hd1FxRjC-20k1lF5oYB", "topic_id", 11),  # non-canonical tail
+        (b"version: 0\ntopic_id: h21Hd1FxRjC+20k1lF5oYA", "topic_id", 11),  # base64, not base64url
+        (b"version: 0\ntopic_id: h21Hd1FxRjC-20k1lF5o", "topic_id", 11),  # too short
+    ],
+)
 def test_malformed_files_name_the_field(data: bytes, field: str, position: int | None) -> None:
     with pytest.raises(PartitionMetadataError) as info:
         parse_partition_metadata(data)

@@ -48,29 +48,46 @@ def test_every_fixture_snapshot_parses_and_names_real_batches(fixtures_dir: Path
             assert e.timestamp > 0  # the broker's time of the producer's last write (not the batch's)
             if not batch.is_transactional:
                 assert e.current_txn_first_offset == -1
-        assert snap.open_transactions() == {e.producer_id: e.current_txn_first_offset
-                                            for e in snap.entries if e.current_txn_first_offset >= 0}
+        assert snap.open_transactions() == {
+            e.producer_id: e.current_txn_first_offset for e in snap.entries if e.current_txn_first_offset >= 0
+        }
     assert with_entries >= 1  # the ksql command topic's idempotent producer
 
 
 def test_crafted_snapshot_round_trips_every_field() -> None:
-    entries = [(1001, 3, 41, 900, 4, 1_700_000_000_123, 7, 850),
-               (1002, 0, 9, 910, 0, 1_700_000_000_456, -1, -1),
-               (2**62, -1, -1, -1, 0, -1, -1, -1)]
+    entries = [
+        (1001, 3, 41, 900, 4, 1_700_000_000_123, 7, 850),
+        (1002, 0, 9, 910, 0, 1_700_000_000_456, -1, -1),
+        (2**62, -1, -1, -1, 0, -1, -1, -1),
+    ]
     snap = parse_producer_snapshot(craft(entries))
-    assert [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset, e.offset_delta,
-             e.timestamp, e.coordinator_epoch, e.current_txn_first_offset) for e in snap.entries] == entries
+    assert [
+        (
+            e.producer_id,
+            e.producer_epoch,
+            e.last_sequence,
+            e.last_offset,
+            e.offset_delta,
+            e.timestamp,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+        )
+        for e in snap.entries
+    ] == entries
     assert snap.open_transactions() == {1001: 850}
     assert parse_producer_snapshot(craft([])).entries == ()
 
 
-@pytest.mark.parametrize(("mutate", "field", "position"), [
-    (lambda b: b[:9], "header", 0),
-    (lambda b: b[:-1], "crc", 2),  # a torn last entry no longer matches its CRC
-    (lambda b: b[:6] + bytes([b[6] ^ 1]) + b[7:], "crc", 2),
-    (lambda b: struct.pack(">h", 2) + b[2:], "version 2", 0),
-    (lambda b: struct.pack(">h", 0) + b[2:], "version 0", 0),
-])
+@pytest.mark.parametrize(
+    ("mutate", "field", "position"),
+    [
+        (lambda b: b[:9], "header", 0),
+        (lambda b: b[:-1], "crc", 2),  # a torn last entry no longer matches its CRC
+        (lambda b: b[:6] + bytes([b[6] ^ 1]) + b[7:], "crc", 2),
+        (lambda b: struct.pack(">h", 2) + b[2:], "version 2", 0),
+        (lambda b: struct.pack(">h", 0) + b[2:], "version 0", 0),
+    ],
+)
 def test_damaged_snapshots_are_refused_naming_the_field(mutate: object, field: str, position: int) -> None:
     good = craft([(1001, 0, 5, 100, 2, 1, 0, 90)])
     with pytest.raises(CorruptSnapshotError) as err:

@@ -323,8 +323,11 @@ def test_set_builder_int32_guards() -> None:
 def open_set(entries: list[RemoteLogIndexEntry], base: int) -> tuple[OffsetIndex, TimeIndex, bytes]:
     builder = RemoteIndexSetBuilder(base)
     log = b"".join(builder.append(e).log_index for e in entries)
-    return (OffsetIndex(base, builder.offset_index_bytes(), preallocated=False),
-            TimeIndex(base, builder.time_index_bytes(), preallocated=False), log)
+    return (
+        OffsetIndex(base, builder.offset_index_bytes(), preallocated=False),
+        TimeIndex(base, builder.time_index_bytes(), preallocated=False),
+        log,
+    )
 
 
 def test_offset_lookup_gap_and_bounds() -> None:

@@ -51,12 +51,15 @@ def _run(it: Iterator[RecordBatch]) -> Outcome:
     return got, None
 
 
-def assert_same(buf: object, start: int = 0, end: int | None = None, verify: bool = True,
-                skip: bool = False) -> Outcome:
+def assert_same(
+    buf: object, start: int = 0, end: int | None = None, verify: bool = True, skip: bool = False
+) -> Outcome:
     native = _scan.Scanner(buf, start, end, verify, skip)  # type: ignore[arg-type]
     if NATIVE_ACTIVE:  # what iter_batches returns for these arguments
-        assert isinstance(iter_batches(buf, start, verify_crc=verify, end=end, skip_crc=skip),  # type: ignore[arg-type]
-                          _scan.Scanner)
+        assert isinstance(
+            iter_batches(buf, start, verify_crc=verify, end=end, skip_crc=skip),  # type: ignore[arg-type]
+            _scan.Scanner,
+        )
     ref = scan._iter_batches_py(buf, start, verify_crc=verify, end=end, skip_crc=skip)  # type: ignore[arg-type]
     expected = _run(ref)
     assert _run(native) == expected
@@ -66,15 +69,17 @@ def assert_same(buf: object, start: int = 0, end: int | None = None, verify: boo
 def _segment(n: int, codec: Compression = Compression.NONE, base: int = 0) -> bytes:
     out = b""
     for i in range(n):
-        specs = [RecordSpec(1_700_000_000_000 + j, f"k{j}".encode(), bytes(j * 31 % 700))
-                 for j in range(i % 5 + 1)]
+        specs = [
+            RecordSpec(1_700_000_000_000 + j, f"k{j}".encode(), bytes(j * 31 % 700)) for j in range(i % 5 + 1)
+        ]
         out += build_batch(specs, base_offset=base + 10 * i, compression=codec, partition_leader_epoch=i)
     return out
 
 
 SEEDS = record_seeds()
 _segments = st.lists(st.sampled_from(sorted(SEEDS)), min_size=1, max_size=6).map(
-    lambda names: b"".join(SEEDS[n] for n in names))
+    lambda names: b"".join(SEEDS[n] for n in names)
+)
 _inputs = (
     _segments
     | st.sampled_from(sorted(SEEDS)).flatmap(lambda n: mutated(SEEDS[n]) | crc_fixed(SEEDS[n]))
@@ -189,8 +194,11 @@ def test_portable_build_table_path(tmp_path: Path) -> None:
     so = tmp_path / f"_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
     src = ROOT / "rlm/formats/records/_scan.c"
     include = f"-I{sysconfig.get_paths()['include']}"
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-std=c11", "-DRLM_SCAN_PORTABLE", include, str(src),
-                    "-o", str(so)], check=True, timeout=120)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-std=c11", "-DRLM_SCAN_PORTABLE", include, str(src), "-o", str(so)],
+        check=True,
+        timeout=120,
+    )
     spec = importlib.util.spec_from_file_location("rlm.formats.records._scan", so)
     assert spec is not None and spec.loader is not None
     portable = importlib.util.module_from_spec(spec)
@@ -227,7 +235,7 @@ def guarded() -> Iterator[memoryview]:
 @fuzz_settings(4)
 @given(data=_inputs.map(lambda d: d[:_PAGE]), verify=st.booleans(), skip=st.booleans())
 def test_never_reads_past_the_buffer(guarded: memoryview, data: bytes, verify: bool, skip: bool) -> None:
-    tail = guarded[_PAGE - len(data):]
+    tail = guarded[_PAGE - len(data) :]
     tail[:] = data
     assert_same(tail, verify=verify, skip=skip)
 
@@ -246,8 +254,15 @@ _BLOCK = (
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k not in ("RLM_SCAN", "RLM_REQUIRE_NATIVE")}
     full.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, cwd=ROOT,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_extension_is_built_and_used() -> None:
@@ -281,8 +296,11 @@ def test_required_extension_missing_is_an_error() -> None:
 
 
 def test_forced_python_and_a_bad_choice() -> None:
-    out = _python("from rlm.formats.records import scan; print(scan.SCAN_IMPL)", RLM_SCAN="python",
-                  RLM_REQUIRE_NATIVE="1")
+    out = _python(
+        "from rlm.formats.records import scan; print(scan.SCAN_IMPL)",
+        RLM_SCAN="python",
+        RLM_REQUIRE_NATIVE="1",
+    )
     assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "python", "")
     out = _python("import rlm.formats.records", RLM_SCAN="fast")
     assert out.returncode != 0 and "RLM_SCAN: expected python or native, got 'fast'" in out.stderr

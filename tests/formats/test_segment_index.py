@@ -24,8 +24,9 @@ T0 = 1_700_000_000_000
 def _partition(tmp_path: Path, interval: int, seed: int = 1) -> Path:
     rnd = random.Random(seed)
     ts = T0
-    with LogWriter(tmp_path, "t", 0, segment_bytes=20_000, index_interval_bytes=interval,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        tmp_path, "t", 0, segment_bytes=20_000, index_interval_bytes=interval, clock=lambda: T0
+    ) as w:
         for _i in range(120):
             recs = []
             for _ in range(rnd.randint(1, 5)):
@@ -63,8 +64,9 @@ def test_offset_entries_must_point_at_their_batch(tmp_path: Path) -> None:
 
     def check(bad: list[tuple[int, int]]) -> CorruptIndexError:
         with pytest.raises(CorruptIndexError) as info:
-            check_offset_index(OffsetIndex(seg.base_offset, b"".join(struct.pack(">ii", *e) for e in bad)),
-                               batches)
+            check_offset_index(
+                OffsetIndex(seg.base_offset, b"".join(struct.pack(">ii", *e) for e in bad)), batches
+            )
         return info.value
 
     rel, pos = entries[2]

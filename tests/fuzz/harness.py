@@ -33,8 +33,11 @@ if PROFILE not in ("fuzz", "fuzz-ci"):
     PROFILE = "fuzz-ci"  # another suite's profile name: the fuzz tests keep their own bounded budget
 
 _COMMON: dict[str, Any] = {
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large,
-                              HealthCheck.function_scoped_fixture],
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
     "derandomize": False,
     "print_blob": True,
 }
@@ -97,8 +100,36 @@ def expect_clean(fn: Callable[..., T], *args: Any, located: bool = False, **kwar
 # --- mutators ----------------------------------------------------------------------------------
 
 #: Values that break length / count / offset arithmetic most often.
-INTERESTING = (0, 1, 2, 7, 11, 12, 13, 14, 17, 45, 46, 60, 61, 62, 127, 128, 255, 256, 4096, 65535,
-               2**15 - 1, 2**31 - 1, 2**32 - 1, 2**63 - 1, -1, -2, -(2**31), -(2**63))
+INTERESTING = (
+    0,
+    1,
+    2,
+    7,
+    11,
+    12,
+    13,
+    14,
+    17,
+    45,
+    46,
+    60,
+    61,
+    62,
+    127,
+    128,
+    255,
+    256,
+    4096,
+    65535,
+    2**15 - 1,
+    2**31 - 1,
+    2**32 - 1,
+    2**63 - 1,
+    -1,
+    -2,
+    -(2**31),
+    -(2**63),
+)
 _WIDTHS = {1: ">B", 2: ">H", 4: ">I", 8: ">Q"}
 
 

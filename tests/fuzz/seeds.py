@@ -40,14 +40,24 @@ def v2_seeds() -> dict[str, bytes]:
     seeds = {}
     for codec in Compression:
         seeds[f"v2-{codec.label}"] = build_batch(_specs(6), base_offset=100, compression=codec)
-    seeds["v2-snappy-raw"] = build_batch(_specs(6), base_offset=5, compression=Compression.SNAPPY,
-                                         snappy_xerial=False)
+    seeds["v2-snappy-raw"] = build_batch(
+        _specs(6), base_offset=5, compression=Compression.SNAPPY, snappy_xerial=False
+    )
     seeds["v2-logappend-txn"] = build_batch(
-        _specs(3), base_offset=7, compression=Compression.LZ4, timestamp_type=TimestampType.LOG_APPEND_TIME,
-        log_append_time=T0, producer_id=42, producer_epoch=1, base_sequence=0, is_transactional=True)
+        _specs(3),
+        base_offset=7,
+        compression=Compression.LZ4,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        log_append_time=T0,
+        producer_id=42,
+        producer_epoch=1,
+        base_sequence=0,
+        is_transactional=True,
+    )
     marker = RecordSpec(T0, encode_control_key(ControlRecordType.COMMIT), encode_end_txn_marker(3))
-    seeds["v2-control"] = build_batch([marker], base_offset=10, is_control=True, is_transactional=True,
-                                      producer_id=42, producer_epoch=1)
+    seeds["v2-control"] = build_batch(
+        [marker], base_offset=10, is_control=True, is_transactional=True, producer_id=42, producer_epoch=1
+    )
     seeds["v2-empty-compacted"] = build_batch([], base_offset=20, last_offset=25, max_timestamp=T0)
     return seeds
 
@@ -55,11 +65,12 @@ def v2_seeds() -> dict[str, bytes]:
 def _legacy_wrapper(magic: int, codec: Compression, base: int, n: int) -> bytes:
     # v1 inner offsets are relative (0..n-1), v0 absolute; the wrapper holds the last absolute one.
     inner = b"".join(
-        legacy_message(i if magic == 1 else base + i, magic, f"k{i}".encode(), bytes(range(i * 5)),
-                       ts=T0 + i)
-        for i in range(n))
-    return legacy_message(base + n - 1, magic, None, compress(codec, inner, xerial=True),
-                          attrs=int(codec), ts=T0)
+        legacy_message(i if magic == 1 else base + i, magic, f"k{i}".encode(), bytes(range(i * 5)), ts=T0 + i)
+        for i in range(n)
+    )
+    return legacy_message(
+        base + n - 1, magic, None, compress(codec, inner, xerial=True), attrs=int(codec), ts=T0
+    )
 
 
 @functools.cache
@@ -67,8 +78,9 @@ def legacy_seeds() -> dict[str, bytes]:
     """v0 and v1: plain messages and a compressed wrapper per legacy codec (gzip, snappy, lz4)."""
     seeds = {}
     for magic in (0, 1):
-        plain = b"".join(legacy_message(30 + i, magic, b"k" if i else None, b"value" * i, ts=T0 + i)
-                         for i in range(3))
+        plain = b"".join(
+            legacy_message(30 + i, magic, b"k" if i else None, b"value" * i, ts=T0 + i) for i in range(3)
+        )
         seeds[f"v{magic}-none"] = plain
         for codec in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4):
             seeds[f"v{magic}-{codec.label}"] = _legacy_wrapper(magic, codec, 40, 4)
@@ -113,9 +125,17 @@ def record_seeds() -> dict[str, bytes]:
 
 def v2_with(seed: bytes, **fields: int) -> bytes:
     """``seed`` (one v2 batch) with header fields overwritten (CRC not fixed: see harness.fix_crcs)."""
-    layout = {"base_offset": (0, ">q"), "size": (8, ">i"), "epoch": (12, ">i"), "magic": (16, ">b"),
-              "attributes": (21, ">h"), "last_delta": (23, ">i"), "base_ts": (27, ">q"),
-              "max_ts": (35, ">q"), "count": (57, ">i")}
+    layout = {
+        "base_offset": (0, ">q"),
+        "size": (8, ">i"),
+        "epoch": (12, ">i"),
+        "magic": (16, ">b"),
+        "attributes": (21, ">h"),
+        "last_delta": (23, ">i"),
+        "base_ts": (27, ">q"),
+        "max_ts": (35, ">q"),
+        "count": (57, ">i"),
+    }
     buf = bytearray(seed)
     for name, value in fields.items():
         pos, fmt = layout[name]

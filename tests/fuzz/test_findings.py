@@ -54,8 +54,14 @@ _RSS_BUDGET_KIB = {"gzip": (MAX_DECOMPRESSED_BYTES >> 10) * 7 // 4}
 @pytest.mark.integration  # a fresh interpreter per bomb
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_decompression_bomb_is_refused_with_bounded_memory(name: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tests.fuzz.bombs", name], capture_output=True, text=True,
-                          timeout=120, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.bombs", name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     size, grown_kib, outcome = proc.stdout.split(" ", 2)
     assert int(size) < 9 << 20  # a small batch ...
@@ -121,15 +127,18 @@ def _manifest_doc() -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize(("field", "value", "says"), [
-    ("last_offset", None, "manifest field last_offset = None: must be a non-negative integer"),
-    ("max_timestamp", "9", "manifest field max_timestamp = '9': must be an integer"),
-    ("topic", None, "manifest field topic = None: must be a string"),
-    ("partition", True, "manifest field partition = True"),
-    ("objects", {"index": {"key": "k", "size": 1, "crc32c": 2}}, "manifest field objects = "),
-    ("objects", {"log": {"key": "k", "size": None, "crc32c": 2}}, "manifest field objects.log = "),
-    ("leader_epochs", [[0, "x"]], "manifest field leader_epochs = "),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("last_offset", None, "manifest field last_offset = None: must be a non-negative integer"),
+        ("max_timestamp", "9", "manifest field max_timestamp = '9': must be an integer"),
+        ("topic", None, "manifest field topic = None: must be a string"),
+        ("partition", True, "manifest field partition = True"),
+        ("objects", {"index": {"key": "k", "size": 1, "crc32c": 2}}, "manifest field objects = "),
+        ("objects", {"log": {"key": "k", "size": None, "crc32c": 2}}, "manifest field objects.log = "),
+        ("leader_epochs", [[0, "x"]], "manifest field leader_epochs = "),
+    ],
+)
 def test_manifest_with_a_mistyped_field_is_a_format_error(field: str, value: Any, says: str) -> None:
     # Finding: from_json accepted null / string / bool values for integer fields (and a missing
     # log object), and the copier, retention or lookups later failed with a TypeError.
@@ -168,11 +177,17 @@ def test_journal_line_of_any_shape_is_a_torn_line(tmp_path: Path, bad: bytes) ->
     assert Journal(tmp_path / "journal").open_attempts() == [JournalEvent("COPY_STARTED", 7, "b", 2)]
 
 
-@pytest.mark.parametrize("bad", [b'{"highest_tiered_offset": Infinity, "remote_log_start_offset": 0}',
-                                 b"[" * 100_000, b"\x80", b"[1, 2]",
-                                 b'{"highest_tiered_offset": 5.5, "remote_log_start_offset": 0}',
-                                 b'{"highest_tiered_offset": 5, "remote_log_start_offset": 0, '
-                                 b'"delete_records_offset": null}'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"highest_tiered_offset": Infinity, "remote_log_start_offset": 0}',
+        b"[" * 100_000,
+        b"\x80",
+        b"[1, 2]",
+        b'{"highest_tiered_offset": 5.5, "remote_log_start_offset": 0}',
+        b'{"highest_tiered_offset": 5, "remote_log_start_offset": 0, "delete_records_offset": null}',
+    ],
+)
 def test_progress_file_of_any_shape_reads_as_nothing_tiered(tmp_path: Path, bad: bytes) -> None:
     # Finding: Progress.load raised OverflowError (Infinity) and RecursionError (deep nesting).
     (tmp_path / "progress.json").write_bytes(bad)
@@ -188,15 +203,17 @@ def test_remote_index_meta_of_any_shape_is_ignored(tmp_path: Path, meta: bytes) 
     # Finding: RemoteIndexFamily.open raised AttributeError for a JSON list and OverflowError for
     # Infinity in meta.json (which only holds set creation times for rotation by age).
     (tmp_path / "meta.json").write_bytes(meta)
-    family = RemoteIndexFamily(tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40,
-                               clock_ms=lambda: 42)
+    family = RemoteIndexFamily(
+        tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40, clock_ms=lambda: 42
+    )
     entry = RemoteLogIndexEntry(1000, 1009, 1, 2, 10, RemoteDataIdentifier("s3://b/k", 0))
     family.open()
     family.append_segment([entry])
     assert family.last_offset == 1009
     (tmp_path / "meta.json").write_bytes(meta)
-    reopened = RemoteIndexFamily(tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40,
-                                 clock_ms=lambda: 77)
+    reopened = RemoteIndexFamily(
+        tmp_path, tmp_path / "meta.json", rotate_bytes=1 << 20, rotate_ms=1 << 40, clock_ms=lambda: 77
+    )
     reopened.open()
     assert [s.created_ms for s in reopened.sets] == [77]  # unreadable age: restarts now
 
@@ -229,8 +246,14 @@ def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
         error = info.value  # still referenced, as dump keeps it to report after the listing
         mm.close()  # would raise BufferError while a view is alive
     assert error.position == 0
-    proc = subprocess.run([sys.executable, "-m", "rlm", "dump", "--records", str(path)], capture_output=True,
-                          text=True, timeout=60, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlm", "dump", "--records", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 1
     expected = f"rlm: error: {path}: byte 0: offset 0: zstd: cannot decompress"
     assert proc.stderr.startswith(expected), proc.stderr
@@ -242,8 +265,14 @@ def test_dump_of_a_non_utf8_checkpoint_names_the_file_and_byte(tmp_path: Path) -
     # "rlm: error: UnicodeDecodeError: ..." without the file; the parser now decodes and says where.
     path = tmp_path / "replication-offset-checkpoint"
     path.write_bytes(b"0\n1\n\x80 0 1\n")
-    proc = subprocess.run([sys.executable, "-m", "rlm", "dump", str(path)], capture_output=True, text=True,
-                          timeout=60, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlm", "dump", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 1
     assert proc.stderr == f"rlm: error: {path}: byte 4: offset checkpoint is not UTF-8: invalid start byte\n"
 
@@ -274,9 +303,14 @@ def test_topic_policy_with_an_impossible_log_dir_path_is_not_an_oserror(tmp_path
     assert resolver.policy("orders").tiered
 
 
-@pytest.mark.parametrize(("env", "key"), [("RLM_LOG__DIRS", "log.dirs"),
-                                          ("RLM_TIERING__STATE_DIR", "tiering.state_dir"),
-                                          ("RLM_TOPICS__METADATA_LOG_DIR", "topics.metadata_log_dir")])
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ("RLM_LOG__DIRS", "log.dirs"),
+        ("RLM_TIERING__STATE_DIR", "tiering.state_dir"),
+        ("RLM_TOPICS__METADATA_LOG_DIR", "topics.metadata_log_dir"),
+    ],
+)
 def test_config_path_with_a_nul_byte_is_a_config_error(tmp_path: Path, env: str, key: str) -> None:
     # Finding: a NUL byte in a path (here from an RLM_* override) passed validation and the first
     # file-system call raised ValueError("embedded null byte") out of the topic policy resolver.

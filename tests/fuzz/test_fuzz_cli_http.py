@@ -44,8 +44,9 @@ def dump_seeds() -> dict[str, bytes]:
         "00000000000000001000.remoteoffsetindex": offset_index,
         "00000000000000001000.remotetimeindex": time_index,
         "replication-offset-checkpoint": format_offset_checkpoint({("orders", 0): 12}).encode(),
-        "leader-epoch-checkpoint": format_leader_epoch_checkpoint([EpochEntry(0, 0), EpochEntry(2, 9)])
-        .encode(),
+        "leader-epoch-checkpoint": format_leader_epoch_checkpoint(
+            [EpochEntry(0, 0), EpochEntry(2, 9)]
+        ).encode(),
     }
     return seeds
 
@@ -66,8 +67,14 @@ def test_rlm_dump_on_mutated_files(case: tuple[str, bytes]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
         path.write_bytes(data)
-        proc = subprocess.run([sys.executable, "-m", "rlm", "dump", "--records", str(path)],
-                              capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlm", "dump", "--records", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=REPO,
+        )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 1), (proc.returncode, proc.stderr)
     if proc.returncode == 0:
@@ -81,8 +88,9 @@ def test_rlm_dump_on_mutated_files(case: tuple[str, bytes]) -> None:
 
 # --- HTTP ------------------------------------------------------------------------------------------
 
-_TOPICS = st.sampled_from(("orders", "audit.events_v2", "nope", ".", "..", "a" * 250, "or%ders", "ordérs",
-                           ""))
+_TOPICS = st.sampled_from(
+    ("orders", "audit.events_v2", "nope", ".", "..", "a" * 250, "or%ders", "ordérs", "")
+)
 _NUMBERS = st.sampled_from(INTERESTING) | st.integers(-(2**70), 2**70) | st.sampled_from((-1, -2, -3, -4, -5))
 _PARAM = _NUMBERS.map(str) | st.text(max_size=12) | st.sampled_from(("1e3", "0x10", " 1", "1.5", "NaN", "-0"))
 
@@ -97,9 +105,16 @@ def get_requests(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
     partition = _segment(draw(st.sampled_from(("0", "1", "3")) | _PARAM))
     route = draw(st.sampled_from(("offsets", "timestamps", "records")))
     if route == "records":
-        params = draw(st.fixed_dictionaries({}, optional={
-            "offset": _PARAM, "max_bytes": _PARAM | st.sampled_from(("1", "67108864", "67108865")),
-            "format": st.sampled_from(("raw", "json", "xml", "")) | st.text(max_size=5)}))
+        params = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "offset": _PARAM,
+                    "max_bytes": _PARAM | st.sampled_from(("1", "67108864", "67108865")),
+                    "format": st.sampled_from(("raw", "json", "xml", "")) | st.text(max_size=5),
+                },
+            )
+        )
         return f"/v1/topics/{topic}/partitions/{partition}/records", params
     return f"/v1/topics/{topic}/partitions/{partition}/{route}/{_segment(draw(_PARAM))}", {}
 
@@ -127,14 +142,22 @@ def test_http_get_routes_with_any_parameters(api: Api, request: tuple[str, dict[
 _JSON: Any = st.recursive(
     st.none() | st.booleans() | _NUMBERS | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 @st.composite
 def offsets_for_times_bodies(draw: st.DrawFn) -> bytes:
-    doc: dict[str, Any] = draw(st.fixed_dictionaries({}, optional={
-        "timestamp": _NUMBERS | _JSON, "topics": st.lists(_TOPICS | st.text(max_size=8), max_size=3) | _JSON,
-        "minus_ms": _NUMBERS | _JSON}))
+    doc: dict[str, Any] = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "timestamp": _NUMBERS | _JSON,
+                "topics": st.lists(_TOPICS | st.text(max_size=8), max_size=3) | _JSON,
+                "minus_ms": _NUMBERS | _JSON,
+            },
+        )
+    )
     text = json.dumps(doc).encode()
     return draw(st.just(text) | mutated(text) | st.binary(max_size=40) | st.just(b"[" * 5000))
 
@@ -143,6 +166,10 @@ def offsets_for_times_bodies(draw: st.DrawFn) -> bytes:
 @fuzz_settings(0.5)
 @given(offsets_for_times_bodies())
 def test_http_offsets_for_times_with_any_body(api: Api, body: bytes) -> None:  # noqa: F811
-    resp = httpx.post(api.url + "/v1/offsets-for-times", content=body, timeout=30,
-                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    resp = httpx.post(
+        api.url + "/v1/offsets-for-times",
+        content=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     _assert_answer(resp, raw_ok=False)

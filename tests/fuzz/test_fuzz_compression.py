@@ -44,8 +44,13 @@ def test_random_blocks(codec: Compression, data: bytes, max_size: int, legacy: b
 
 
 @fuzz_settings(4)
-@given(st.sampled_from(sorted(frames(), key=str)).flatmap(
-    lambda key: st.tuples(st.just(key[0]), mutated(frames()[key], max_ops=3))), _LIMITS, st.booleans())
+@given(
+    st.sampled_from(sorted(frames(), key=str)).flatmap(
+        lambda key: st.tuples(st.just(key[0]), mutated(frames()[key], max_ops=3))
+    ),
+    _LIMITS,
+    st.booleans(),
+)
 def test_mutated_frames(case: tuple[Compression, bytes], max_size: int, legacy: bool) -> None:
     codec, data = case
     _check(codec, data, max_size, legacy)

@@ -71,9 +71,14 @@ def read_kafka_index(name: str, base: int, data: bytes, target: int, preallocate
 
 
 @fuzz_settings(2)
-@given(st.sampled_from(sorted(kafka_index_seeds())).flatmap(
-    lambda n: st.tuples(st.just(n), mutated(kafka_index_seeds()[n][1]) | st.binary(max_size=400))),
-    _TARGETS, st.booleans(), st.sampled_from((0, BASE)) | st.integers(-(2**63), 2**63 - 1))
+@given(
+    st.sampled_from(sorted(kafka_index_seeds())).flatmap(
+        lambda n: st.tuples(st.just(n), mutated(kafka_index_seeds()[n][1]) | st.binary(max_size=400))
+    ),
+    _TARGETS,
+    st.booleans(),
+    st.sampled_from((0, BASE)) | st.integers(-(2**63), 2**63 - 1),
+)
 def test_kafka_indexes(case: tuple[str, bytes], target: int, preallocated: bool, base: int) -> None:
     name, data = case
     expect_clean(read_kafka_index, name, base, data, target, preallocated, located=True)
@@ -118,8 +123,9 @@ def read_remote_log_index(data: bytes, pos: int) -> None:
     decode_entry(data, min(pos, len(data)))
 
 
-_LOG_INDEX = st.one_of(mutated(remote_set()[0]), mutated(remote_set()[0]).map(fix_entry_crcs),
-                       st.binary(max_size=300))
+_LOG_INDEX = st.one_of(
+    mutated(remote_set()[0]), mutated(remote_set()[0]).map(fix_entry_crcs), st.binary(max_size=300)
+)
 
 
 @fuzz_settings(3)
@@ -167,7 +173,8 @@ def open_family(directory: Path, files: tuple[bytes, bytes, bytes], meta: bytes)
 
 
 _META = st.sampled_from((b'{"1000": 5}', b"[]", b'{"1000": Infinity}', b'{"x": 1}', b"")) | st.binary(
-    max_size=30)
+    max_size=30
+)
 
 
 @fuzz_settings(0.5, cap=1000)  # files on disk, fsynced

@@ -38,7 +38,9 @@ _RECORDS: list[md.MetadataRecord] = [
     md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.ms", "-7"),
     md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", None),
     md.FeatureLevelRecord("metadata.version", 20),
-    md.BeginTransactionRecord("tx"), md.EndTransactionRecord(), md.AbortTransactionRecord("why"),
+    md.BeginTransactionRecord("tx"),
+    md.EndTransactionRecord(),
+    md.AbortTransactionRecord("why"),
     md.RemoveTopicRecord(_TID),
 ]
 
@@ -58,8 +60,14 @@ def value_seeds() -> list[bytes]:
 
 @functools.cache
 def following_settings() -> Settings:
-    return settings_from_mapping({"topics": {"follow_kafka_configs": True, "overrides": {
-        "orders*": {"retention_ms": 5, "archive_compacted": True}}}})
+    return settings_from_mapping(
+        {
+            "topics": {
+                "follow_kafka_configs": True,
+                "overrides": {"orders*": {"retention_ms": 5, "archive_compacted": True}},
+            }
+        }
+    )
 
 
 def decode_and_apply(values: list[bytes]) -> None:
@@ -77,8 +85,13 @@ def decode_and_apply(values: list[bytes]) -> None:
 
 
 @fuzz_settings(3)
-@given(st.lists(st.sampled_from(value_seeds()).flatmap(lambda v: st.just(v) | mutated(v))
-                | st.binary(max_size=60), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.sampled_from(value_seeds()).flatmap(lambda v: st.just(v) | mutated(v)) | st.binary(max_size=60),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_metadata_records(values: list[bytes]) -> None:
     expect_clean(decode_and_apply, values, located=True)
 

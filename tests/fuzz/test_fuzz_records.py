@@ -52,9 +52,12 @@ def test_random_bytes(data: bytes, verify_crc: bool) -> None:
 
 
 @fuzz_settings(3)
-@given(st.sampled_from(sorted(record_seeds())).flatmap(
-    lambda name: st.tuples(st.just(name), mutated(record_seeds()[name]) | crc_fixed(record_seeds()[name]))),
-    st.booleans())
+@given(
+    st.sampled_from(sorted(record_seeds())).flatmap(
+        lambda name: st.tuples(st.just(name), mutated(record_seeds()[name]) | crc_fixed(record_seeds()[name]))
+    ),
+    st.booleans(),
+)
 def test_mutated_valid_logs(case: tuple[str, bytes], verify_crc: bool) -> None:
     _, data = case
     expect_clean(parse_log, data, verify_crc, located=True)
@@ -64,8 +67,11 @@ _FIELDS = ("size", "count", "last_delta", "attributes", "magic", "base_offset", 
 
 
 @fuzz_settings(2)
-@given(st.sampled_from(sorted(v2_seeds())), st.sampled_from(_FIELDS),
-       st.sampled_from(INTERESTING) | st.integers(-(2**15), 2**15))
+@given(
+    st.sampled_from(sorted(v2_seeds())),
+    st.sampled_from(_FIELDS),
+    st.sampled_from(INTERESTING) | st.integers(-(2**15), 2**15),
+)
 def test_v2_header_fields_spliced(name: str, field: str, value: int) -> None:
     bounds = {"attributes": 2**15, "magic": 2**7}.get(field, 2**31)
     if field in ("base_offset", "base_ts", "max_ts"):

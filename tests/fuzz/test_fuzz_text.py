@@ -39,17 +39,24 @@ from tests.fuzz.harness import expect_clean, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
 
 REPO = Path(__file__).resolve().parents[2]
-_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                 max_size=4), max_leaves=12)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 @functools.cache
 def checkpoint_seeds() -> list[bytes]:
-    seeds = [format_offset_checkpoint({("orders", 0): 12, ("a.b_c-d", 17): 2**62}).encode(),
-             format_leader_epoch_checkpoint([EpochEntry(0, 0), EpochEntry(3, 1234)]).encode()]
-    seeds += [data for name, data in sorted(fixture_files("checkpoint", max_bytes=4096, limit=40).items())
-              if not name.endswith(".checkpoint")][:8]  # skip KRaft snapshots (binary, fuzzed as logs)
+    seeds = [
+        format_offset_checkpoint({("orders", 0): 12, ("a.b_c-d", 17): 2**62}).encode(),
+        format_leader_epoch_checkpoint([EpochEntry(0, 0), EpochEntry(3, 1234)]).encode(),
+    ]
+    seeds += [
+        data
+        for name, data in sorted(fixture_files("checkpoint", max_bytes=4096, limit=40).items())
+        if not name.endswith(".checkpoint")
+    ][:8]  # skip KRaft snapshots (binary, fuzzed as logs)
     return seeds
 
 
@@ -69,8 +76,12 @@ _DIGITS = st.integers(21, 6000).map(lambda n: "9" * n)
 
 
 @fuzz_settings(3)
-@given(st.sampled_from(checkpoint_seeds()).flatmap(mutated) | st.binary(max_size=300)
-       | _DIGITS.map(lambda d: f"0\n1\norders 0 {d}\n".encode()), st.booleans())
+@given(
+    st.sampled_from(checkpoint_seeds()).flatmap(mutated)
+    | st.binary(max_size=300)
+    | _DIGITS.map(lambda d: f"0\n1\norders 0 {d}\n".encode()),
+    st.booleans(),
+)
 def test_checkpoints(data: bytes, as_text: bool) -> None:
     expect_clean(read_checkpoint, data, as_text)
 
@@ -80,10 +91,22 @@ def test_checkpoints(data: bytes, as_text: bool) -> None:
 
 @functools.cache
 def manifest_seed() -> bytes:
-    m = SegmentManifest("orders", 3, 100, 199, 1_700_000_000_000, 1_700_000_001_000, 4096, 7, 2, "a1b2",
-                        1_700_000_002_000, {"log": StoredObject("t/3/100.log", 4096, 123),
-                                            "index": StoredObject("t/3/100.idx", 64, 9)},
-                        ((0, 0), (2, 150)), extra={"future_field": [1, 2]})
+    m = SegmentManifest(
+        "orders",
+        3,
+        100,
+        199,
+        1_700_000_000_000,
+        1_700_000_001_000,
+        4096,
+        7,
+        2,
+        "a1b2",
+        1_700_000_002_000,
+        {"log": StoredObject("t/3/100.log", 4096, 123), "index": StoredObject("t/3/100.idx", 64, 9)},
+        ((0, 0), (2, 150)),
+        extra={"future_field": [1, 2]},
+    )
     return m.to_json()
 
 
@@ -112,8 +135,12 @@ def manifest_docs(draw: st.DrawFn) -> bytes:
 
 
 @fuzz_settings(3)
-@given(manifest_docs() | mutated(manifest_seed()) | st.binary(max_size=200)
-       | st.integers(1, 100_000).map(lambda n: b"[" * n))
+@given(
+    manifest_docs()
+    | mutated(manifest_seed())
+    | st.binary(max_size=200)
+    | st.integers(1, 100_000).map(lambda n: b"[" * n)
+)
 def test_manifests(data: bytes) -> None:
     expect_clean(use_manifest, data)
 
@@ -144,11 +171,23 @@ def config_seeds() -> list[bytes]:
 
 
 _ENV = st.dictionaries(
-    st.sampled_from(("RLM_TIERING__RETENTION_MS", "RLM_LOG__DIRS", "RLM_SERVER__PORT", "RLM_LOG", "RLM___",
-                     "RLM_REMOTE__OPTIONS__X", "RLM_TIERING__X__Y", "RLM_SERVER__TOKEN", "RLM_A__B"))
+    st.sampled_from(
+        (
+            "RLM_TIERING__RETENTION_MS",
+            "RLM_LOG__DIRS",
+            "RLM_SERVER__PORT",
+            "RLM_LOG",
+            "RLM___",
+            "RLM_REMOTE__OPTIONS__X",
+            "RLM_TIERING__X__Y",
+            "RLM_SERVER__TOKEN",
+            "RLM_A__B",
+        )
+    )
     | st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", max_size=20).map(lambda s: "RLM_" + s),
-    st.text(max_size=20) | st.sampled_from(("[1,", "inf", "nan", "9" * 5000, '{a=1}', "[[1]]", '"x"')),
-    max_size=3)
+    st.text(max_size=20) | st.sampled_from(("[1,", "inf", "nan", "9" * 5000, "{a=1}", "[[1]]", '"x"')),
+    max_size=3,
+)
 
 
 def load_config(text: bytes, environ: dict[str, str]) -> None:
@@ -163,10 +202,13 @@ def load_config(text: bytes, environ: dict[str, str]) -> None:
 
 
 @fuzz_settings(3)
-@given(st.sampled_from(config_seeds()).flatmap(lambda s: mutated(s, max_ops=3)) | st.binary(max_size=200)
-       | st.integers(1, 3000).map(lambda n: b"x = " + b"[" * n) | st.just(b"[tiering]\nretention_ms = "
-                                                                          + b"9" * 5000),
-       _ENV)
+@given(
+    st.sampled_from(config_seeds()).flatmap(lambda s: mutated(s, max_ops=3))
+    | st.binary(max_size=200)
+    | st.integers(1, 3000).map(lambda n: b"x = " + b"[" * n)
+    | st.just(b"[tiering]\nretention_ms = " + b"9" * 5000),
+    _ENV,
+)
 def test_config_files_and_env(text: bytes, environ: dict[str, str]) -> None:
     expect_clean(load_config, text, environ)
 
@@ -188,8 +230,13 @@ def journal_texts(draw: st.DrawFn) -> bytes:
             doc[draw(st.sampled_from(sorted(good)))] = draw(_JSON)
         lines.append(json.dumps(doc))
     text = ("\n".join(lines) + "\n").encode()
-    return draw(st.just(text) | mutated(text) | st.sampled_from(
-        (b'{"type": "COPY_STARTED", "base": Infinity, "attempt": "a", "at": 1}\n', b"[" * 50_000 + b"\n")))
+    return draw(
+        st.just(text)
+        | mutated(text)
+        | st.sampled_from(
+            (b'{"type": "COPY_STARTED", "base": Infinity, "attempt": "a", "at": 1}\n', b"[" * 50_000 + b"\n")
+        )
+    )
 
 
 def read_state(directory: Path, journal: bytes, progress: bytes) -> None:
@@ -200,8 +247,11 @@ def read_state(directory: Path, journal: bytes, progress: bytes) -> None:
 
 
 @fuzz_settings(2)
-@given(journal_texts(), _JSON.map(lambda d: json.dumps(d).encode()) | st.sampled_from(
-    (b'{"highest_tiered_offset": Infinity, "remote_log_start_offset": 0}', b"[" * 50_000)))
+@given(
+    journal_texts(),
+    _JSON.map(lambda d: json.dumps(d).encode())
+    | st.sampled_from((b'{"highest_tiered_offset": Infinity, "remote_log_start_offset": 0}', b"[" * 50_000)),
+)
 def test_journal_and_progress(journal: bytes, progress: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         expect_clean(read_state, Path(tmp), journal, progress)
@@ -212,8 +262,10 @@ def test_journal_and_progress(journal: bytes, progress: bytes) -> None:
 
 @functools.cache
 def partition_metadata_seeds() -> list[bytes]:
-    seeds = [format_partition_metadata("h21Hd1FxRjC-20k1lF5oYA"),
-             b"version: 0\ntopic_id: tN6Lm1YVQuaKXNYm9RWOVg\n"]
+    seeds = [
+        format_partition_metadata("h21Hd1FxRjC-20k1lF5oYA"),
+        b"version: 0\ntopic_id: tN6Lm1YVQuaKXNYm9RWOVg\n",
+    ]
     return seeds + list(fixture_files("partition.metadata", max_bytes=200, limit=4).values())
 
 
@@ -232,7 +284,10 @@ def read_partition_metadata(data: bytes) -> None:
 
 
 @fuzz_settings(3)
-@given(st.sampled_from(partition_metadata_seeds()).flatmap(mutated) | st.binary(max_size=200)
-       | st.text(alphabet="version:topic_id 0123456789AaZz_-\n\r\t", max_size=80).map(str.encode))
+@given(
+    st.sampled_from(partition_metadata_seeds()).flatmap(mutated)
+    | st.binary(max_size=200)
+    | st.text(alphabet="version:topic_id 0123456789AaZz_-\n\r\t", max_size=80).map(str.encode)
+)
 def test_partition_metadata(data: bytes) -> None:
     expect_clean(read_partition_metadata, data)

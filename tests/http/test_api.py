@@ -57,8 +57,12 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     write_generated(logs, "audit.events_v2", 3, batches=40, seed=3, segment_bytes=1 << 30)  # one segment
     brute = {p.name: BruteLog.scan(p) for p in sorted(logs.iterdir()) if p.is_dir()}
     config = write_config(tmp / "rlm.toml", [logs], store=store, index_entry_bytes=4_000)
-    settings = settings_for([logs], options={"root": str(store)}, index_entry_bytes=4_000,
-                            server={"host": "127.0.0.1", "port": 0, "token": TOKEN})
+    settings = settings_for(
+        [logs],
+        options={"root": str(store)},
+        index_entry_bytes=4_000,
+        server={"host": "127.0.0.1", "port": 0, "token": TOKEN},
+    )
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
     assert all(r.error is None for r in manager.run_once())
@@ -130,8 +134,11 @@ def test_timestamps_route_and_special_values(api: Api) -> None:
 def test_records_route_raw_and_json(api: Api) -> None:
     brute = api.brute["orders-0"]
     with api.client() as c:
-        for rec, max_bytes in [(brute.records[3], 1), (brute.records[len(brute.records) // 3], 5_000),
-                               (brute.records[-2], 1 << 20)]:
+        for rec, max_bytes in [
+            (brute.records[3], 1),
+            (brute.records[len(brute.records) // 3], 5_000),
+            (brute.records[-2], 1 << 20),
+        ]:
             data, headers = c.fetch_raw("orders", 0, rec.offset, max_bytes)
             want = expected_fetch(brute, rec.offset, max_bytes)
             assert data == b"".join(b.data for b in want)
@@ -182,16 +189,30 @@ def test_metrics_have_kafka_names(api: Api) -> None:
     with api.client() as c:
         c.lookup_offset("orders", 0, 0)  # a remote read
         text = c.metrics()
-    for name in ("rlm_remote_copy_bytes_total", "rlm_remote_copy_requests_total",
-                 "rlm_remote_copy_lag_bytes", "rlm_remote_copy_lag_segments", "rlm_remote_log_size_bytes",
-                 "rlm_remote_fetch_requests_total", "rlm_remote_fetch_errors_total",
-                 "rlm_remote_cache_hits_total"):
+    for name in (
+        "rlm_remote_copy_bytes_total",
+        "rlm_remote_copy_requests_total",
+        "rlm_remote_copy_lag_bytes",
+        "rlm_remote_copy_lag_segments",
+        "rlm_remote_log_size_bytes",
+        "rlm_remote_fetch_requests_total",
+        "rlm_remote_fetch_errors_total",
+        "rlm_remote_cache_hits_total",
+    ):
         assert f"\n{name}" in text, name
-    for kafka in ("RemoteCopyBytesPerSec", "RemoteCopyLagBytes", "RemoteFetchErrorsPerSec",
-                  "RemoteFetchRequestsPerSec", "RemoteLogSizeBytes"):
+    for kafka in (
+        "RemoteCopyBytesPerSec",
+        "RemoteCopyLagBytes",
+        "RemoteFetchErrorsPerSec",
+        "RemoteFetchRequestsPerSec",
+        "RemoteLogSizeBytes",
+    ):
         assert kafka in text, kafka
-    copied = [line for line in text.splitlines()
-              if line.startswith('rlm_remote_copy_bytes_total{partition="0",topic="orders"}')]
+    copied = [
+        line
+        for line in text.splitlines()
+        if line.startswith('rlm_remote_copy_bytes_total{partition="0",topic="orders"}')
+    ]
     assert copied and float(copied[0].split()[-1]) > 0
 
 
@@ -199,8 +220,12 @@ def test_metrics_have_kafka_names(api: Api) -> None:
 
 
 def test_token_is_required_except_for_healthz_and_docs(api: Api) -> None:
-    for path in ("/v1/partitions", "/v1/topics/orders/partitions/0/offsets/0", "/metrics",
-                 "/v1/topics/orders/partitions/0/records"):
+    for path in (
+        "/v1/partitions",
+        "/v1/topics/orders/partitions/0/offsets/0",
+        "/metrics",
+        "/v1/topics/orders/partitions/0/records",
+    ):
         for token in (None, "wrong", TOKEN + "x", ""):
             resp = _get(api, path, token=token, offset=0)
             _assert_error(resp, 401, "authorization")
@@ -213,49 +238,61 @@ def test_token_is_required_except_for_healthz_and_docs(api: Api) -> None:
     docs = httpx.get(api.url + "/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     spec = httpx.get(api.url + "/openapi.json").json()
-    for route in ("/v1/partitions", "/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
-                  "/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}",
-                  "/v1/topics/{topic}/partitions/{partition}/records", "/v1/offsets-for-times",
-                  "/metrics", "/healthz"):
+    for route in (
+        "/v1/partitions",
+        "/v1/topics/{topic}/partitions/{partition}/offsets/{offset}",
+        "/v1/topics/{topic}/partitions/{partition}/timestamps/{timestamp}",
+        "/v1/topics/{topic}/partitions/{partition}/records",
+        "/v1/offsets-for-times",
+        "/metrics",
+        "/healthz",
+    ):
         assert route in spec["paths"], route
 
 
 # --- bad input --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "params", "status", "field"), [
-    ("/v1/topics/orders/partitions/abc/offsets/0", {}, 400, "partition"),
-    ("/v1/topics/orders/partitions/-1/offsets/0", {}, 400, "partition"),
-    ("/v1/topics/orders/partitions/0/offsets/-1", {}, 400, "offset"),
-    ("/v1/topics/orders/partitions/0/offsets/1.5", {}, 400, "offset"),
-    ("/v1/topics/orders/partitions/0/timestamps/soon", {}, 400, "timestamp"),
-    ("/v1/topics/%2E%2E/partitions/0/offsets/0", {}, 400, "topic"),
-    ("/v1/topics/..%2F..%2Fetc/partitions/0/offsets/0", {}, 404, None),  # "/" never reaches a route
-    ("/v1/topics/orders/partitions/0/offsets/0%2F", {}, 404, None),  # a 404, not a redirect to a guess
-    ("/v1/partitions/", {}, 404, None),
-    ("/v1/topics/" + "t" * 250 + "/partitions/0/offsets/0", {}, 400, "topic"),
-    ("/v1/topics/bad%20name/partitions/0/offsets/0", {}, 400, "topic"),
-    ("/v1/topics/orders/partitions/9/offsets/0", {}, 404, "partition"),
-    ("/v1/topics/nosuch/partitions/0/timestamps/0", {}, 404, "partition"),
-    ("/v1/topics/orders/partitions/0/records", {"offset": 0, "max_bytes": 0}, 400, "max_bytes"),
-    ("/v1/topics/orders/partitions/0/records", {"offset": 0, "max_bytes": -5}, 400, "max_bytes"),
-    ("/v1/topics/orders/partitions/0/records", {"offset": -1}, 400, "offset"),
-    ("/v1/topics/orders/partitions/0/records", {}, 400, "offset"),
-    ("/v1/topics/orders/partitions/0/records", {"offset": 10**9}, 416, "offset"),
-    ("/v1/topics/orders/partitions/0/records", {"offset": 0, "format": "xml"}, 400, "format"),
-])
-def test_bad_input_is_a_json_4xx_naming_the_field(api: Api, path: str, params: dict[str, Any], status: int,
-                                                  field: str | None) -> None:
+@pytest.mark.parametrize(
+    ("path", "params", "status", "field"),
+    [
+        ("/v1/topics/orders/partitions/abc/offsets/0", {}, 400, "partition"),
+        ("/v1/topics/orders/partitions/-1/offsets/0", {}, 400, "partition"),
+        ("/v1/topics/orders/partitions/0/offsets/-1", {}, 400, "offset"),
+        ("/v1/topics/orders/partitions/0/offsets/1.5", {}, 400, "offset"),
+        ("/v1/topics/orders/partitions/0/timestamps/soon", {}, 400, "timestamp"),
+        ("/v1/topics/%2E%2E/partitions/0/offsets/0", {}, 400, "topic"),
+        ("/v1/topics/..%2F..%2Fetc/partitions/0/offsets/0", {}, 404, None),  # "/" never reaches a route
+        ("/v1/topics/orders/partitions/0/offsets/0%2F", {}, 404, None),  # a 404, not a redirect to a guess
+        ("/v1/partitions/", {}, 404, None),
+        ("/v1/topics/" + "t" * 250 + "/partitions/0/offsets/0", {}, 400, "topic"),
+        ("/v1/topics/bad%20name/partitions/0/offsets/0", {}, 400, "topic"),
+        ("/v1/topics/orders/partitions/9/offsets/0", {}, 404, "partition"),
+        ("/v1/topics/nosuch/partitions/0/timestamps/0", {}, 404, "partition"),
+        ("/v1/topics/orders/partitions/0/records", {"offset": 0, "max_bytes": 0}, 400, "max_bytes"),
+        ("/v1/topics/orders/partitions/0/records", {"offset": 0, "max_bytes": -5}, 400, "max_bytes"),
+        ("/v1/topics/orders/partitions/0/records", {"offset": -1}, 400, "offset"),
+        ("/v1/topics/orders/partitions/0/records", {}, 400, "offset"),
+        ("/v1/topics/orders/partitions/0/records", {"offset": 10**9}, 416, "offset"),
+        ("/v1/topics/orders/partitions/0/records", {"offset": 0, "format": "xml"}, 400, "format"),
+    ],
+)
+def test_bad_input_is_a_json_4xx_naming_the_field(
+    api: Api, path: str, params: dict[str, Any], status: int, field: str | None
+) -> None:
     _assert_error(_get(api, path, **params), status, field)
 
 
 def test_bad_offsets_for_times_bodies(api: Api) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    for body, field in [({"timestamp": 0, "topics": [".."]}, "topic"),
-                        ({"timestamp": 0, "topics": ["a/b"]}, "topic"),
-                        ({"timestamp": 0, "topics": ["x" * 250]}, "topic"),
-                        ({"timestamp": "now"}, "timestamp"),
-                        ({"timestamp": 0, "minus_ms": -1}, "minus_ms"), ({}, "timestamp")]:
+    for body, field in [
+        ({"timestamp": 0, "topics": [".."]}, "topic"),
+        ({"timestamp": 0, "topics": ["a/b"]}, "topic"),
+        ({"timestamp": 0, "topics": ["x" * 250]}, "topic"),
+        ({"timestamp": "now"}, "timestamp"),
+        ({"timestamp": 0, "minus_ms": -1}, "minus_ms"),
+        ({}, "timestamp"),
+    ]:
         resp = httpx.post(api.url + "/v1/offsets-for-times", json=body, headers=headers)
         _assert_error(resp, 400, field)
     resp = httpx.post(api.url + "/v1/offsets-for-times", content=b"{not json", headers=headers)

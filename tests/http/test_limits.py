@@ -25,8 +25,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
     tmp = tmp_path_factory.mktemp("limits")
     logs, store = tmp / "logs", tmp / "store"
     write_generated(logs, "orders", 0, batches=40, seed=5)
-    settings = settings_for([logs], options={"root": str(store)},
-                            server={"host": "127.0.0.1", "port": 0, "max_body_bytes": LIMIT})
+    settings = settings_for(
+        [logs], options={"root": str(store)}, server={"host": "127.0.0.1", "port": 0, "max_body_bytes": LIMIT}
+    )
     manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
     app = build_api(settings, manager).app  # wired as `rlm run` wires it
@@ -56,8 +57,14 @@ def test_every_route_refuses_a_declared_oversized_body(served: tuple[str, list[t
     assert "POST" in methods and any(p == "/v1/offsets-for-times" for _, p in routes)
     with httpx.Client(base_url=url, timeout=10) as http:
         for method, path in routes:
-            _assert_413(http.request(method, path, content=b"{" + b" " * LIMIT + b"}",
-                                     headers={"content-type": "application/json"}))
+            _assert_413(
+                http.request(
+                    method,
+                    path,
+                    content=b"{" + b" " * LIMIT + b"}",
+                    headers={"content-type": "application/json"},
+                )
+            )
 
 
 def test_every_route_refuses_a_streamed_oversized_body(served: tuple[str, list[tuple[str, str]]]) -> None:
@@ -69,18 +76,23 @@ def test_every_route_refuses_a_streamed_oversized_body(served: tuple[str, list[t
 
     with httpx.Client(base_url=url, timeout=10) as http:
         for method, path in routes:
-            _assert_413(http.request(method, path, content=chunks(),
-                                     headers={"content-type": "application/json"}))
+            _assert_413(
+                http.request(method, path, content=chunks(), headers={"content-type": "application/json"})
+            )
 
 
 def test_bodies_within_the_limit_still_work(served: tuple[str, list[tuple[str, str]]]) -> None:
     url, _ = served
     body = json.dumps({"timestamp": -1, "topics": ["orders"]}).encode()
     with httpx.Client(base_url=url, timeout=10) as http:
-        declared = http.post("/v1/offsets-for-times", content=body,
-                             headers={"content-type": "application/json"})
-        streamed = http.post("/v1/offsets-for-times", content=iter([body[:5], body[5:]]),
-                             headers={"content-type": "application/json"})
+        declared = http.post(
+            "/v1/offsets-for-times", content=body, headers={"content-type": "application/json"}
+        )
+        streamed = http.post(
+            "/v1/offsets-for-times",
+            content=iter([body[:5], body[5:]]),
+            headers={"content-type": "application/json"},
+        )
         assert declared.status_code == streamed.status_code == 200, (declared.text, streamed.text)
         assert declared.json() == streamed.json() and declared.json()[0]["topic"] == "orders"
 
@@ -91,4 +103,3 @@ def test_store_route_reports_health_from_memory(served: tuple[str, list[tuple[st
         doc = http.get("/v1/store").json()
     assert doc["backend"] == "local" and doc["status"] == "up" and doc["reachable"] is True
     assert doc["unreachable_since_ms"] is None and doc["last_success_ms"] > 0
-

@@ -44,8 +44,8 @@ class SlowBackend(CountingBackend):
 
 @dataclass
 class Served:
-    url: str            # token required, default deadline
-    slow_url: str       # no token, request_timeout_ms = 1000, reads through ``slow``
+    url: str  # token required, default deadline
+    slow_url: str  # no token, request_timeout_ms = 1000, reads through ``slow``
     slow: SlowBackend
     brute: dict[str, BruteLog]
     local_start: dict[str, int]
@@ -58,8 +58,12 @@ def _write_big(logs: Path) -> None:
     """~24 MiB of ~1 MiB batches (uncompressed) in 4 MiB segments: more than socket buffers hold."""
     with LogWriter(logs, "big", 0, segment_bytes=4 << 20, clock=lambda: 1_700_000_000_000) as w:
         for i in range(24):
-            w.append([RecordSpec(1_700_000_000_000 + i, b"k%d" % i, bytes([i % 251]) * (64 << 10))
-                      for _ in range(16)])
+            w.append(
+                [
+                    RecordSpec(1_700_000_000_000 + i, b"k%d" % i, bytes([i % 251]) * (64 << 10))
+                    for _ in range(16)
+                ]
+            )
 
 
 @pytest.fixture(scope="module")
@@ -69,28 +73,45 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     write_generated(logs, "orders", 0, batches=250, seed=1)
     _write_big(logs)
     brute = {p.name: BruteLog.scan(p) for p in sorted(logs.iterdir()) if p.is_dir()}
-    settings = settings_for([logs], options={"root": str(store)}, index_entry_bytes=4_000,
-                            server={"host": "127.0.0.1", "port": 0, "token": TOKEN})
+    settings = settings_for(
+        [logs],
+        options={"root": str(store)},
+        index_entry_bytes=4_000,
+        server={"host": "127.0.0.1", "port": 0, "token": TOKEN},
+    )
     manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
     delete_local_segments(logs / "orders-0", keep_last=2)
     delete_local_segments(logs / "big-0", keep_last=2)
     local_start = {name: list_segments(logs / name)[0].base_offset for name in brute}
     registry = manager.shared.metrics.registry
-    readers = TieredReaders(settings, manager.shared.backend, progress=manager.live_progress,
-                            cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry))
-    server = ApiServer(create_app(readers, settings.server, status=manager.status, registry=registry),
-                       "127.0.0.1", 0).start()
+    readers = TieredReaders(
+        settings,
+        manager.shared.backend,
+        progress=manager.live_progress,
+        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
+    )
+    server = ApiServer(
+        create_app(readers, settings.server, status=manager.status, registry=registry), "127.0.0.1", 0
+    ).start()
     slow = SlowBackend(LocalBackend(root=str(store)))
-    slow_settings = settings_for([logs], options={"root": str(store)}, index_entry_bytes=4_000,
-                                 server={"host": "127.0.0.1", "port": 0, "request_timeout_ms": 1_000})
+    slow_settings = settings_for(
+        [logs],
+        options={"root": str(store)},
+        index_entry_bytes=4_000,
+        server={"host": "127.0.0.1", "port": 0, "request_timeout_ms": 1_000},
+    )
     from prometheus_client import CollectorRegistry
 
-    slow_readers = TieredReaders(slow_settings, slow, progress=manager.live_progress,
-                                 cache=RemoteRangeCache(0))  # every read reaches the (slow) store
+    slow_readers = TieredReaders(
+        slow_settings, slow, progress=manager.live_progress, cache=RemoteRangeCache(0)
+    )  # every read reaches the (slow) store
     slow_readers.resources.read_ahead = False
-    slow_server = ApiServer(create_app(slow_readers, slow_settings.server, status=manager.status,
-                                       registry=CollectorRegistry()), "127.0.0.1", 0).start()
+    slow_server = ApiServer(
+        create_app(slow_readers, slow_settings.server, status=manager.status, registry=CollectorRegistry()),
+        "127.0.0.1",
+        0,
+    ).start()
     try:
         yield Served(server.url, slow_server.url, slow, brute, local_start)
     finally:
@@ -115,7 +136,7 @@ def _successive_records(c: RlmClient, topic: str, partition: int, offset: int, m
         for b in iter_batches(data):
             if out and total + b.size > max_bytes:
                 return b"".join(out)
-            out.append(data[b.position: b.end_position])
+            out.append(data[b.position : b.end_position])
             total += b.size
         offset = int(headers["x-rlm-next-offset"])
 
@@ -141,8 +162,14 @@ def test_stream_bytes_equal_successive_records_calls_across_segments_and_tiers(s
     segments = {b.segment_base for b in brute.batches}
     assert local_start > 0 and len(segments) > 4  # remote-only segments, then local ones
     records = brute.records
-    offsets = [0, records[5].offset, records[len(records) // 3].offset, local_start - 1, local_start,
-               records[-3].offset]
+    offsets = [
+        0,
+        records[5].offset,
+        records[len(records) // 3].offset,
+        local_start - 1,
+        local_start,
+        records[-3].offset,
+    ]
     with served.client() as c:
         for offset in offsets:
             for max_bytes in (1, 5_000, 60_000, 1 << 30):
@@ -176,10 +203,13 @@ def test_stream_at_the_visible_end_is_empty_and_above_it_416(served: Served) -> 
     at_end = _stream(served.url, "orders", 0, offset=end)
     assert at_end.status_code == 200 and at_end.content == b""
     assert at_end.headers["x-rlm-next-offset"] == str(end) and at_end.headers["x-rlm-batches"] == "0"
-    for params, status, field in [({"offset": end + 1}, 416, "offset"),
-                                  ({"offset": 0, "max_bytes": 0}, 400, "max_bytes"),
-                                  ({"offset": 0, "max_bytes": (1 << 40) + 1}, 400, "max_bytes"),
-                                  ({"offset": -1}, 400, "offset"), ({}, 400, "offset")]:
+    for params, status, field in [
+        ({"offset": end + 1}, 416, "offset"),
+        ({"offset": 0, "max_bytes": 0}, 400, "max_bytes"),
+        ({"offset": 0, "max_bytes": (1 << 40) + 1}, 400, "max_bytes"),
+        ({"offset": -1}, 400, "offset"),
+        ({}, 400, "offset"),
+    ]:
         resp = _stream(served.url, "orders", 0, **params)
         assert resp.status_code == status, (params, resp.text)
         assert resp.json()["error"]["field"] == field, (params, resp.text)
@@ -211,8 +241,10 @@ def test_iter_records_yields_what_a_consumer_sees(served: Served, request_bytes:
     brute = served.brute["orders-0"]
     start = brute.records[37].offset  # inside a batch: the records before it are not yielded
     with served.client() as c:
-        got = [(r.offset, r.timestamp, r.key, r.value)
-               for r in c.iter_records("orders", 0, start, request_bytes=request_bytes)]
+        got = [
+            (r.offset, r.timestamp, r.key, r.value)
+            for r in c.iter_records("orders", 0, start, request_bytes=request_bytes)
+        ]
         batches = list(c.iter_batches("orders", 0, 0, request_bytes=request_bytes, verify_crc=True))
     want = [(r.offset, r.timestamp, r.key, r.value) for r in brute.records if r.offset >= start]
     assert got == want
@@ -277,11 +309,13 @@ def test_a_stream_that_makes_progress_outlives_the_request_deadline(served: Serv
 def test_a_request_past_the_deadline_is_504_and_a_stalled_stream_is_cut(served: Served) -> None:
     served.slow.delay_s = 1.5
     try:
-        resp = httpx.get(served.slow_url + "/v1/topics/big/partitions/0/records", params={"offset": 0},
-                         timeout=60)
+        resp = httpx.get(
+            served.slow_url + "/v1/topics/big/partitions/0/records", params={"offset": 0}, timeout=60
+        )
         assert resp.status_code == 504 and "1000 ms" in resp.json()["error"]["reason"]
-        first_stream = httpx.get(served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0},
-                                 timeout=60)
+        first_stream = httpx.get(
+            served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0}, timeout=60
+        )
         assert first_stream.status_code == 504
     finally:
         served.slow.delay_s = 0.0
@@ -298,8 +332,10 @@ def test_a_request_past_the_deadline_is_504_and_a_stalled_stream_is_cut(served: 
 def test_a_client_that_stops_reading_is_cut_after_the_deadline(served: Served) -> None:
     total = sum(b.batch.size for b in served.brute["big-0"].batches)
     got = 0
-    with httpx.Client(timeout=30) as http, http.stream(
-            "GET", served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0}) as resp:
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("GET", served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0}) as resp,
+    ):
         assert resp.status_code == 200
         pieces = resp.iter_raw()
         got += len(next(pieces))
@@ -318,8 +354,9 @@ def test_verify_true_refuses_bytes_corrupted_in_the_store(tmp_path: Path) -> Non
     a batch body, so the framing still parses) is an error, never bytes served as good."""
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_generated(logs, "orders", 0, batches=60, seed=9)
-    settings = settings_for([logs], options={"root": str(store)}, index_entry_bytes=4_000,
-                            server={"host": "127.0.0.1", "port": 0})
+    settings = settings_for(
+        [logs], options={"root": str(store)}, index_entry_bytes=4_000, server={"host": "127.0.0.1", "port": 0}
+    )
     manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
     delete_local_segments(logs / "orders-0", keep_last=1)
@@ -331,8 +368,11 @@ def test_verify_true_refuses_bytes_corrupted_in_the_store(tmp_path: Path) -> Non
     from prometheus_client import CollectorRegistry
 
     readers = TieredReaders(settings, LocalBackend(root=str(store)), progress=manager.live_progress)
-    server = ApiServer(create_app(readers, settings.server, status=manager.status,
-                                  registry=CollectorRegistry()), "127.0.0.1", 0).start()
+    server = ApiServer(
+        create_app(readers, settings.server, status=manager.status, registry=CollectorRegistry()),
+        "127.0.0.1",
+        0,
+    ).start()
     try:
         for path in ("/v1/topics/orders/partitions/0/records", STREAM.format(t="orders", p=0)):
             resp = httpx.get(server.url + path, params={"offset": 0, "verify": "true"}, timeout=30)

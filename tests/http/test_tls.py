@@ -30,18 +30,23 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def _server(**keys: Any) -> ServerSettings:
-    return settings_from_mapping({"server": {k: str(v) if isinstance(v, Path) else v
-                                             for k, v in keys.items()}}).server
+    return settings_from_mapping(
+        {"server": {k: str(v) if isinstance(v, Path) else v for k, v in keys.items()}}
+    ).server
 
 
 # -- config checks ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("keys", "needles"), [
-    ({"tls_cert": "/x/cert.pem"}, ["server.tls_key is empty", "server.tls_cert is set"]),
-    ({"tls_key": "/x/key.pem"}, ["server.tls_cert is empty", "server.tls_key is set"]),
-    ({"token": "a", "token_file": "/x/t"}, ["server.token and server.token_file"]),
-    ({"tls_ca": "/x/ca.pem"}, ["server.tls_ca is set but server.tls_cert is not"]),
-])
+
+@pytest.mark.parametrize(
+    ("keys", "needles"),
+    [
+        ({"tls_cert": "/x/cert.pem"}, ["server.tls_key is empty", "server.tls_cert is set"]),
+        ({"tls_key": "/x/key.pem"}, ["server.tls_cert is empty", "server.tls_key is set"]),
+        ({"token": "a", "token_file": "/x/t"}, ["server.token and server.token_file"]),
+        ({"tls_ca": "/x/ca.pem"}, ["server.tls_ca is set but server.tls_cert is not"]),
+    ],
+)
 def test_config_refuses_half_configured_security(keys: dict[str, str], needles: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
         _server(**keys)
@@ -56,21 +61,35 @@ def test_repr_never_shows_the_token(tmp_path: Path) -> None:
 
 # -- token file ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("content", "token"), [
-    (b"tok-1\n", "tok-1"), (b"tok-2", "tok-2"), (b"tok-3\r\n", "tok-3"), ("t\u00f6k".encode(), "t\u00f6k"),
-])
+
+@pytest.mark.parametrize(
+    ("content", "token"),
+    [
+        (b"tok-1\n", "tok-1"),
+        (b"tok-2", "tok-2"),
+        (b"tok-3\r\n", "tok-3"),
+        ("t\u00f6k".encode(), "t\u00f6k"),
+    ],
+)
 def test_token_file_one_trailing_newline_dropped(tmp_path: Path, content: bytes, token: str) -> None:
     path = tmp_path / "token"
     path.write_bytes(content)
     assert bearer_token(_server(token_file=path)) == token
 
 
-@pytest.mark.parametrize(("content", "needle"), [
-    (b"", "empty"), (b"\n", "empty"), (b"a\nb\n", "one line"), (b" a\n", "surrounding spaces"),
-    (b"a\n\n", "one line"), (b"\xff\xfe", "not UTF-8"), (b"x" * (MAX_TOKEN_FILE_BYTES + 1), "larger than"),
-])
-def test_bad_token_file_is_one_error_naming_key_and_path(tmp_path: Path, content: bytes,
-                                                         needle: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", "empty"),
+        (b"\n", "empty"),
+        (b"a\nb\n", "one line"),
+        (b" a\n", "surrounding spaces"),
+        (b"a\n\n", "one line"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"x" * (MAX_TOKEN_FILE_BYTES + 1), "larger than"),
+    ],
+)
+def test_bad_token_file_is_one_error_naming_key_and_path(tmp_path: Path, content: bytes, needle: str) -> None:
     path = tmp_path / "token"
     path.write_bytes(content)
     with pytest.raises(ConfigError) as info:
@@ -92,6 +111,7 @@ def test_token_comes_from_config_when_no_file() -> None:
 
 
 # -- TLS contexts -------------------------------------------------------------------------------
+
 
 def test_server_context_errors_name_the_key_and_path(tmp_path: Path, pki: Pki) -> None:
     other = make_pki(tmp_path / "other")
@@ -139,8 +159,13 @@ def test_encrypted_key_is_refused_without_a_prompt(tmp_path: Path, pki: Pki) -> 
 
     key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
     locked = tmp_path / "enc.key"
-    locked.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                         serialization.BestAvailableEncryption(b"pw")))
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"pw"),
+        )
+    )
     with pytest.raises(ConfigError, match="encrypted"):
         server_context(pki.cert, locked)
 
@@ -156,6 +181,7 @@ def test_contexts_floor_tls_1_2(pki: Pki) -> None:
 
 
 # -- HTTPS in-process ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def https(pki: Pki) -> Any:

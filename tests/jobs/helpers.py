@@ -21,8 +21,11 @@ def read_export(out: Path) -> Any:
         n = table.num_rows
         topic = path.parent.parent.name.removeprefix("topic=")
         partition = int(path.parent.name.removeprefix("partition="))
-        tables.append(table.append_column("topic", pa.array([topic] * n, pa.string()))
-                      .append_column("partition", pa.array([partition] * n, pa.int32())))
+        tables.append(
+            table.append_column("topic", pa.array([topic] * n, pa.string())).append_column(
+                "partition", pa.array([partition] * n, pa.int32())
+            )
+        )
     return pa.concat_tables(tables) if tables else None
 
 

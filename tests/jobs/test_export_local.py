@@ -45,8 +45,9 @@ def _expected(env: Env, topics: set[str]) -> dict[tuple[str, int], list[Any]]:
 @pytest.mark.parametrize("pool", ["process", "thread", "inline"])
 def test_every_codec_both_tiers_equal_kafka_python(env: Env, tmp_path: Path, pool: Any) -> None:
     out = tmp_path / "out"
-    result = export_local(env.settings, ["gen", "other"], out, target_bytes=16 * 1024, parallelism=2,
-                          pool=pool)
+    result = export_local(
+        env.settings, ["gen", "other"], out, target_bytes=16 * 1024, parallelism=2, pool=pool
+    )
     plan = plan_read(env.settings, ["gen", "other"], target_bytes=16 * 1024)
     assert {t.source for t in plan.tasks} == {"remote", "local"} and len(plan.tasks) > 6
     got = arrow_records(read_export(out))
@@ -65,11 +66,20 @@ def test_layout_is_sparks(env: Env, tmp_path: Path) -> None:
     assert all(n > 1 for n in files.values())  # one file per task
     path = next(out.glob("topic=gen/partition=4/*.parquet"))
     meta = pq.read_metadata(path)
-    assert meta.schema.to_arrow_schema().names == ["key", "value", "offset", "timestamp", "timestampType",
-                                                   "headers"]
+    assert meta.schema.to_arrow_schema().names == [
+        "key",
+        "value",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
     ts = meta.schema.column(3)
-    assert ts.physical_type == "INT64" and "timeUnit=microseconds" in str(ts.logical_type) and \
-        "isAdjustedToUTC=true" in str(ts.logical_type)
+    assert (
+        ts.physical_type == "INT64"
+        and "timeUnit=microseconds" in str(ts.logical_type)
+        and "isAdjustedToUTC=true" in str(ts.logical_type)
+    )
     assert meta.row_group(0).column(1).compression == "SNAPPY"
     table = pq.read_table(path)
     assert set(table.column("timestampType").to_pylist()) == {1}  # partition 4: LogAppendTime
@@ -80,8 +90,15 @@ def test_partitions_time_range_and_empty(env: Env, tmp_path: Path) -> None:
     expected = _expected(env, {"gen"})
     stamps = sorted(r[1] for r in expected[("gen", 1)])
     start, end = stamps[len(stamps) // 3], stamps[2 * len(stamps) // 3]
-    result = export_local(env.settings, ["gen"], tmp_path / "out", partitions=[1, 3], start=start, end=end,
-                          target_bytes=16 * 1024)
+    result = export_local(
+        env.settings,
+        ["gen"],
+        tmp_path / "out",
+        partitions=[1, 3],
+        start=start,
+        end=end,
+        target_bytes=16 * 1024,
+    )
     want = {tp: [r for r in expected[tp] if start <= r[1] < end] for tp in [("gen", 1), ("gen", 3)]}
     assert arrow_records(read_export(tmp_path / "out")) == want
     assert all(want.values()) and result.records == sum(len(v) for v in want.values())
@@ -128,8 +145,9 @@ def test_process_workers_with_other_threads_alive(env: Env, tmp_path: Path) -> N
     other.start()
     try:
         assert _process_context().get_start_method() == "forkserver"
-        export_local(env.settings, ["gen"], tmp_path / "fs", target_bytes=16 * 1024, parallelism=2,
-                     pool="process")
+        export_local(
+            env.settings, ["gen"], tmp_path / "fs", target_bytes=16 * 1024, parallelism=2, pool="process"
+        )
     finally:
         stop.set()
         other.join()
@@ -174,8 +192,9 @@ def test_pool_kind() -> None:
 
 def _rlm(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-m", "rlm", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_cli_defaults_to_the_local_engine(env: Env, tmp_path: Path) -> None:
@@ -185,8 +204,10 @@ def test_cli_defaults_to_the_local_engine(env: Env, tmp_path: Path) -> None:
     done = _rlm(*base, "--task-mib", "1", "--parallelism", "2")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["engine"] == "local" and summary["records"] == len(kafka_python_records(
-        env.log_dirs[0] / "gen-2")) > 0
+    assert (
+        summary["engine"] == "local"
+        and summary["records"] == len(kafka_python_records(env.log_dirs[0] / "gen-2")) > 0
+    )
     again = _rlm(*base)
     assert again.returncode == 1 and "already exists" in again.stderr
     wrong = _rlm(*base, "--overwrite", "--engine", "local", "--spark-master", "local[2]")

@@ -51,10 +51,15 @@ SEGMENT_SUFFIXES = (naming.LOG, naming.INDEX, naming.TIME_INDEX)
 
 def _settings(log_dirs: list[Path], store: dict[str, Any], **tiering: Any) -> Settings:
     tiering.setdefault("gc_grace_ms", 0)
-    return settings_from_mapping({
-        "log": {"dirs": [str(d) for d in log_dirs]}, "remote": store, "tiering": tiering,
-        "topics": {"follow_kafka_configs": False},  # the fixtures' 1-day retention.ms would delete
-        "cluster": {"leadership": "always"}})
+    return settings_from_mapping(
+        {
+            "log": {"dirs": [str(d) for d in log_dirs]},
+            "remote": store,
+            "tiering": tiering,
+            "topics": {"follow_kafka_configs": False},  # the fixtures' 1-day retention.ms would delete
+            "cluster": {"leadership": "always"},
+        }
+    )
 
 
 def _tiered(settings: Settings) -> set[str]:
@@ -144,8 +149,9 @@ def test_fixture_segments_and_broker_indexes_restore_byte_for_byte(fixtures_rest
         assert len(got) == 3 * len(logs)
 
 
-def test_fixture_restore_opens_and_decodes_like_the_original(fixtures_restored: dict[str, Any],
-                                                            fixtures_dir: Path) -> None:
+def test_fixture_restore_opens_and_decodes_like_the_original(
+    fixtures_restored: dict[str, Any], fixtures_dir: Path
+) -> None:
     out: Path = fixtures_restored["out"]
     for name, want in fixtures_restored["records"].items():
         if name not in fixtures_restored["originals"]:
@@ -155,22 +161,33 @@ def test_fixture_restore_opens_and_decodes_like_the_original(fixtures_restored: 
         _check_loadable(restored)
         assert kafka_python_records(restored) == want, name  # HW from the restored checkpoint
         source = next((fixtures_dir / "kafka-logs").glob(f"*/{name}"))
-        end = max(b.last_offset for b in iter_batches(b"".join(
-            d for f, d in fixtures_restored["originals"][name].items() if f.endswith(naming.LOG)))) + 1
+        end = (
+            max(
+                b.last_offset
+                for b in iter_batches(
+                    b"".join(
+                        d for f, d in fixtures_restored["originals"][name].items() if f.endswith(naming.LOG)
+                    )
+                )
+            )
+            + 1
+        )
         # The broker's own partition.metadata and leader-epoch cache come back as they were, the
         # cache as Kafka trims it to the log (truncateFromEnd: no epoch starting at its end).
         assert (restored / PARTITION_METADATA).read_bytes() == (source / PARTITION_METADATA).read_bytes()
         epochs = parse_leader_epoch_checkpoint((source / LEADER_EPOCH_CHECKPOINT).read_bytes()).entries
-        assert (parse_leader_epoch_checkpoint((restored / LEADER_EPOCH_CHECKPOINT).read_bytes()).entries
-                == [e for e in epochs if e.start_offset < end])
+        assert parse_leader_epoch_checkpoint((restored / LEADER_EPOCH_CHECKPOINT).read_bytes()).entries == [
+            e for e in epochs if e.start_offset < end
+        ]
         key = (topic, int(name.rpartition("-")[2]))
         assert _checkpoint(out / topic, REPLICATION_OFFSET_CHECKPOINT)[key] == end
         assert _checkpoint(out / topic, RECOVERY_POINT_CHECKPOINT)[key] == end
         assert key not in _checkpoint(out / topic, LOG_START_OFFSET_CHECKPOINT)  # starts at its base
 
 
-def test_compacted_fixture_segment_keeps_its_base_below_its_first_batch(tmp_path: Path,
-                                                                        fixtures_dir: Path) -> None:
+def test_compacted_fixture_segment_keeps_its_base_below_its_first_batch(
+    tmp_path: Path, fixtures_dir: Path
+) -> None:
     """``__consumer_offsets-19``'s only segment is named 0 and starts with offset 186795 (the
     cleaner kept the base): restored under the same name with the broker's indexes."""
     from tests.tiering.helpers import copy_partition_as
@@ -178,7 +195,10 @@ def test_compacted_fixture_segment_keeps_its_base_below_its_first_batch(tmp_path
     logs = copy_fixture_dirs(fixtures_dir, tmp_path / "logs")
     arthur = next(d for d in logs if d.name.startswith("Arthur"))
     copy_partition_as(arthur, "__consumer_offsets-19", "offsets.copy-19")
-    settings = _settings([arthur], {"backend": "local", "options": {"root": str(tmp_path / "store")}},)
+    settings = _settings(
+        [arthur],
+        {"backend": "local", "options": {"root": str(tmp_path / "store")}},
+    )
     tier(settings)
     source = arthur / "offsets.copy-19"
     original = {p.name: p.read_bytes() for p in source.iterdir() if p.name.startswith("0" * 20)}
@@ -206,8 +226,9 @@ def _generated(root: Path, store: dict[str, Any]) -> tuple[Settings, list[Path]]
     return settings, [logs]
 
 
-def _assert_restored(out: Path, originals: dict[str, dict[str, bytes]], records: dict[str, list[Any]],
-                     result: dict[str, Any]) -> None:
+def _assert_restored(
+    out: Path, originals: dict[str, dict[str, bytes]], records: dict[str, list[Any]], result: dict[str, Any]
+) -> None:
     for name, files in originals.items():
         restored = out / name
         got = {p.name: p.read_bytes() for p in restored.iterdir() if p.suffix in SEGMENT_SUFFIXES}
@@ -226,8 +247,9 @@ def test_every_codec_restores_byte_for_byte_and_decodes(tmp_path: Path, parallel
     _delete_local(dirs)
     backend = create_backend("local", {"root": str(tmp_path / "store")})
     read: list[int] = []
-    result = restore(settings, backend, "gen", tmp_path / "out", parallelism=parallelism,
-                     on_bytes=read.append).to_json()
+    result = restore(
+        settings, backend, "gen", tmp_path / "out", parallelism=parallelism, on_bytes=read.append
+    ).to_json()
     assert sum(read) == result["bytes"]  # every .log byte read once, through the progress hook
     _assert_restored(tmp_path / "out", originals, records, result)
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no staging left
@@ -240,9 +262,15 @@ def test_restore_from_s3(tmp_path: Path, s3_target: Any, spread: int) -> None:
     settings, dirs = _generated(tmp_path, store)
     originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     _delete_local(dirs)
-    cfg = write_config(tmp_path / "c.toml", dirs, backend="s3", options=s3_target.options(),
-                       topics={"follow_kafka_configs": False}, cluster={"leadership": "always"},
-                       prefix_spread=spread)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        dirs,
+        backend="s3",
+        options=s3_target.options(),
+        topics={"follow_kafka_configs": False},
+        cluster={"leadership": "always"},
+        prefix_spread=spread,
+    )
     proc = rlm_cli("restore", "--config", cfg, "--topic", "gen", "--out", tmp_path / "out")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     _assert_restored(tmp_path / "out", originals, records, json.loads(proc.stdout))
@@ -256,8 +284,14 @@ def _segments_of(files: dict[str, bytes]) -> list[tuple[int, int, int, bytes]]:
     out = []
     for name in sorted(f for f in files if f.endswith(naming.LOG)):
         batches = list(iter_batches(files[name]))
-        out.append((naming.parse_base_offset(name), batches[-1].last_offset,
-                    max(b.max_timestamp for b in batches), files[name]))
+        out.append(
+            (
+                naming.parse_base_offset(name),
+                batches[-1].last_offset,
+                max(b.max_timestamp for b in batches),
+                files[name],
+            )
+        )
     return out
 
 
@@ -268,24 +302,36 @@ def gen_tiered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     settings, dirs = _generated(root, {"backend": "local", "options": {"root": str(root / "store")}})
     originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     _delete_local(dirs)
-    return {"settings": settings, "originals": originals, "records": records,
-            "backend": create_backend("local", {"root": str(root / "store")})}
+    return {
+        "settings": settings,
+        "originals": originals,
+        "records": records,
+        "backend": create_backend("local", {"root": str(root / "store")}),
+    }
 
 
 def test_from_offset_starts_at_the_segment_holding_it(gen_tiered: dict[str, Any], tmp_path: Path) -> None:
     segments = _segments_of(gen_tiered["originals"]["gen-1"])
     base, last = segments[2][0], segments[2][1]
     assert last > base + 2
-    result = restore(gen_tiered["settings"], gen_tiered["backend"], "gen", tmp_path, partitions=[1],
-                     start=StartAt(offset=base + 2)).to_json()
+    result = restore(
+        gen_tiered["settings"],
+        gen_tiered["backend"],
+        "gen",
+        tmp_path,
+        partitions=[1],
+        start=StartAt(offset=base + 2),
+    ).to_json()
     restored = tmp_path / "gen-1"
     assert sorted(p.name for p in restored.glob("*.log")) == [
-        naming.segment_file_name(s[0], naming.LOG) for s in segments[2:]]
+        naming.segment_file_name(s[0], naming.LOG) for s in segments[2:]
+    ]
     for s in segments[2:]:
         assert (restored / naming.segment_file_name(s[0], naming.LOG)).read_bytes() == s[3]
     _check_loadable(restored)
-    assert kafka_python_records(restored) == [r for r in gen_tiered["records"]["gen-1"]
-                                              if base <= r[0] <= segments[-1][1]]
+    assert kafka_python_records(restored) == [
+        r for r in gen_tiered["records"]["gen-1"] if base <= r[0] <= segments[-1][1]
+    ]
     assert ("gen", 1) not in _checkpoint(tmp_path, LOG_START_OFFSET_CHECKPOINT)  # the data starts at base
     [row] = result["partitions"]
     assert (row["log_start_offset"], row["log_end_offset"]) == (base, segments[-1][1] + 1)
@@ -293,25 +339,40 @@ def test_from_offset_starts_at_the_segment_holding_it(gen_tiered: dict[str, Any]
 
 
 def test_from_timestamp_starts_at_the_first_segment_with_a_record_that_recent(
-        gen_tiered: dict[str, Any], tmp_path: Path) -> None:
+    gen_tiered: dict[str, Any], tmp_path: Path
+) -> None:
     segments = _segments_of(gen_tiered["originals"]["gen-3"])
     assert len(segments) >= 3
     ts = segments[-2][2]  # timestamps go backwards too: an earlier segment may hold one as recent
     first = next(i for i, s in enumerate(segments) if s[2] >= ts)
-    restore(gen_tiered["settings"], gen_tiered["backend"], "gen", tmp_path, partitions=[3],
-            start=StartAt(timestamp=ts))
+    restore(
+        gen_tiered["settings"],
+        gen_tiered["backend"],
+        "gen",
+        tmp_path,
+        partitions=[3],
+        start=StartAt(timestamp=ts),
+    )
     assert sorted(p.name for p in (tmp_path / "gen-3").glob("*.log")) == [
-        naming.segment_file_name(s[0], naming.LOG) for s in segments[first:]]
+        naming.segment_file_name(s[0], naming.LOG) for s in segments[first:]
+    ]
     records = kafka_python_records(tmp_path / "gen-3")
     assert records[0][0] == segments[first][0] and any(r[1] >= ts for r in records)
 
 
-def test_nothing_to_restore_is_one_clear_error_and_writes_nothing(gen_tiered: dict[str, Any],
-                                                                 tmp_path: Path) -> None:
+def test_nothing_to_restore_is_one_clear_error_and_writes_nothing(
+    gen_tiered: dict[str, Any], tmp_path: Path
+) -> None:
     last = _segments_of(gen_tiered["originals"]["gen-0"])[-1][1]
     with pytest.raises(InvalidArgumentError, match=rf"gen-0: no tiered segment .* offset {last + 1}"):
-        restore(gen_tiered["settings"], gen_tiered["backend"], "gen", tmp_path / "out", partitions=[0],
-                start=StartAt(offset=last + 1))
+        restore(
+            gen_tiered["settings"],
+            gen_tiered["backend"],
+            "gen",
+            tmp_path / "out",
+            partitions=[0],
+            start=StartAt(offset=last + 1),
+        )
     with pytest.raises(RlmError, match=r"gen-9 is not in log.dirs"):
         restore(gen_tiered["settings"], gen_tiered["backend"], "gen", tmp_path / "out", partitions=[9])
     assert not (tmp_path / "out").exists()
@@ -329,8 +390,13 @@ def test_high_watermark_inside_a_tiered_segment_cuts_it_at_a_batch_boundary(tmp_
         w.high_watermark = hw
     want = [r for r in kafka_python_records(logs / "cut-0") if r[0] < hw]
     store = {"backend": "local", "options": {"root": str(tmp_path / "s")}}
-    settings = settings_from_mapping({"log": {"dirs": [str(logs)], "eligibility": "rolled"},
-                                      "remote": store, "tiering": {"gc_grace_ms": 0}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": store,
+            "tiering": {"gc_grace_ms": 0},
+        }
+    )
     tier(settings)
     delete_local_segments(logs / "cut-0", keep_last=1)
     backend = create_backend("local", {"root": str(tmp_path / "s")})
@@ -363,8 +429,9 @@ def test_delete_records_point_is_the_restored_log_start(tmp_path: Path) -> None:
     ckpt.write_text(format_offset_checkpoint({k: v for k, v in entries.items() if k != ("gen", 2)}))
     backend = create_backend("local", {"root": str(tmp_path / "store")})
     restore(settings, backend, "gen", tmp_path / "out", partitions=[2])
-    assert sorted(p.name for p in (tmp_path / "out" / "gen-2").glob("*.log"))[0] == \
-        naming.segment_file_name(segments[1][0], naming.LOG)
+    assert sorted(p.name for p in (tmp_path / "out" / "gen-2").glob("*.log"))[0] == naming.segment_file_name(
+        segments[1][0], naming.LOG
+    )
     assert _checkpoint(tmp_path / "out", LOG_START_OFFSET_CHECKPOINT)[("gen", 2)] == point
 
 
@@ -372,8 +439,10 @@ def test_delete_records_point_is_the_restored_log_start(tmp_path: Path) -> None:
 
 
 def test_recreated_topic_restores_the_current_incarnation(tmp_path: Path) -> None:
-    ids = {"A": base64.urlsafe_b64encode(bytes(range(1, 17))).decode().rstrip("="),
-           "B": base64.urlsafe_b64encode(bytes(range(101, 117))).decode().rstrip("=")}
+    ids = {
+        "A": base64.urlsafe_b64encode(bytes(range(1, 17))).decode().rstrip("="),
+        "B": base64.urlsafe_b64encode(bytes(range(101, 117))).decode().rstrip("="),
+    }
     logs = tmp_path / "logs"
     settings = _settings([logs], {"backend": "local", "options": {"root": str(tmp_path / "s")}})
     backend = create_backend("local", {"root": str(tmp_path / "s")})
@@ -389,7 +458,7 @@ def test_recreated_topic_restores_the_current_incarnation(tmp_path: Path) -> Non
     restore(settings, backend, "re.t", tmp_path / "out")
     restored = tmp_path / "out" / "re.t-0"
     got = kafka_python_records(restored)
-    assert got and all((r[3] or b"").startswith(b"B-") for r in got) and got == want[:len(got)]
+    assert got and all((r[3] or b"").startswith(b"B-") for r in got) and got == want[: len(got)]
     assert (restored / PARTITION_METADATA).read_bytes() == format_partition_metadata(ids["B"])
 
 
@@ -397,8 +466,13 @@ def _cli_env(tmp_path: Path) -> tuple[Path, Path, dict[str, dict[str, bytes]], d
     settings, dirs = _generated(tmp_path, {"backend": "local", "options": {"root": str(tmp_path / "store")}})
     originals, records = _originals(dirs, _tiered(settings)), _records(dirs)
     _delete_local(dirs)
-    cfg = write_config(tmp_path / "c.toml", dirs, root=tmp_path / "store",
-                       topics={"follow_kafka_configs": False}, cluster={"leadership": "always"})
+    cfg = write_config(
+        tmp_path / "c.toml",
+        dirs,
+        root=tmp_path / "store",
+        topics={"follow_kafka_configs": False},
+        cluster={"leadership": "always"},
+    )
     return cfg, tmp_path / "store", originals, records
 
 
@@ -413,8 +487,11 @@ def test_cli_corrupt_object_existing_target_and_rlm_reads_the_restored_dir(tmp_p
     [line] = proc.stderr.splitlines()
     assert line.startswith("rlm: error: ") and str(victim.relative_to(store)) in line and "CRC-32C" in line
     assert not out.exists()  # nothing half-written, not even the log dir it created
-    victim.write_bytes(bytes(b ^ 0xFF if i == len(victim.read_bytes()) // 2 else b
-                             for i, b in enumerate(victim.read_bytes())))  # undo the flipped byte
+    victim.write_bytes(
+        bytes(
+            b ^ 0xFF if i == len(victim.read_bytes()) // 2 else b for i, b in enumerate(victim.read_bytes())
+        )
+    )  # undo the flipped byte
 
     (out / "gen-1").mkdir(parents=True)  # an empty directory counts as absent, and is kept on failure
     (out / "gen-3").mkdir(parents=True)
@@ -444,8 +521,19 @@ def test_cli_corrupt_object_existing_target_and_rlm_reads_the_restored_dir(tmp_p
 
 def test_cli_usage_errors(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "c.toml", [tmp_path], root=tmp_path / "store")
-    proc = rlm_cli("restore", "--config", cfg, "--topic", "t", "--out", tmp_path / "o",
-                   "--from-offset", "1", "--from-timestamp", "2")
+    proc = rlm_cli(
+        "restore",
+        "--config",
+        cfg,
+        "--topic",
+        "t",
+        "--out",
+        tmp_path / "o",
+        "--from-offset",
+        "1",
+        "--from-timestamp",
+        "2",
+    )
     assert proc.returncode == 2 and "exclude each other" in proc.stderr
     proc = rlm_cli("restore", "--config", cfg, "--topic", "../x", "--out", tmp_path / "o")
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -473,8 +561,11 @@ def test_protected_store_restores_the_plaintext_segments(tmp_path: Path, encrypt
     from tests.protection.helpers import key_file, protection_tables
 
     keys_ = {"k1": key_file(tmp_path / "keys", "k1")} if encrypt else None
-    store = {"backend": "local", "options": {"root": str(tmp_path / "store")},
-             **protection_tables(codec="zstd", keys=keys_, active="k1" if encrypt else None)}
+    store = {
+        "backend": "local",
+        "options": {"root": str(tmp_path / "store")},
+        **protection_tables(codec="zstd", keys=keys_, active="k1" if encrypt else None),
+    }
     settings, dirs = _generated(tmp_path, store)
     backend = create_backend("local", {"root": str(tmp_path / "store")})
     manifests = [json.loads(backend.read(i.key)) for i in backend.list("") if "/manifests/" in i.key]

@@ -50,9 +50,12 @@ def tiered(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Iter
             roll_after_last(path)
     expected = {key: oracle(path, *key) for key, path in parts.items()}
     txn = Oracle.of(parts[("txn", 0)], expected[("txn", 0)].high_watermark)
-    config = toml_config(root / "rlm.toml", log_dirs, root / "store",
-                         {"listen": "127.0.0.1:0", "idle_timeout_ms": 2000, "max_request_bytes": 1 << 20,
-                          "max_wait_ms": 2000})
+    config = toml_config(
+        root / "rlm.toml",
+        log_dirs,
+        root / "store",
+        {"listen": "127.0.0.1:0", "idle_timeout_ms": 2000, "max_request_bytes": 1 << 20, "max_wait_ms": 2000},
+    )
     for key, bases in tier_then_delete(config, parts).items():
         expected[key].deleted_bases = bases
     daemon = Daemon(config)

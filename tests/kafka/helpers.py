@@ -38,19 +38,31 @@ Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None]
 # -- log dirs ---------------------------------------------------------------------------------------
 
 
-def write_kafka_python_topic(log_dir: Path, topic: str = "kp", partition: int = 0, *, batches: int = 60,
-                             t0: int = 1_750_000_000_000) -> None:
+def write_kafka_python_topic(
+    log_dir: Path, topic: str = "kp", partition: int = 0, *, batches: int = 60, t0: int = 1_750_000_000_000
+) -> None:
     """A partition whose batches kafka-python's own builder encoded (every codec, with headers and
     null keys), appended byte for byte by rlm's LogWriter into small segments."""
-    codecs = [DefaultRecordBatchBuilder.CODEC_NONE, DefaultRecordBatchBuilder.CODEC_GZIP,
-              DefaultRecordBatchBuilder.CODEC_SNAPPY, DefaultRecordBatchBuilder.CODEC_LZ4,
-              DefaultRecordBatchBuilder.CODEC_ZSTD]
-    with LogWriter(log_dir, topic, partition, segment_bytes=4096, index_interval_bytes=512,
-                   clock=lambda: t0) as w:
+    codecs = [
+        DefaultRecordBatchBuilder.CODEC_NONE,
+        DefaultRecordBatchBuilder.CODEC_GZIP,
+        DefaultRecordBatchBuilder.CODEC_SNAPPY,
+        DefaultRecordBatchBuilder.CODEC_LZ4,
+        DefaultRecordBatchBuilder.CODEC_ZSTD,
+    ]
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=4096, index_interval_bytes=512, clock=lambda: t0
+    ) as w:
         for i in range(batches):
-            b = DefaultRecordBatchBuilder(magic=2, compression_type=codecs[i % len(codecs)],
-                                          is_transactional=False, producer_id=-1, producer_epoch=-1,
-                                          base_sequence=-1, batch_size=1 << 20)
+            b = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=codecs[i % len(codecs)],
+                is_transactional=False,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                batch_size=1 << 20,
+            )
             for n in range(1 + i % 7):
                 ts = t0 + i * 1000 + n * (n % 2)  # equal timestamps inside batches, rising across
                 key = None if n == 3 else f"k{i}-{n}".encode()
@@ -100,14 +112,18 @@ def oracle(part_dir: Path, topic: str, partition: int) -> Expected:
     last = batches[-1].base_offset + batches[-1].last_offset_delta + 1 if batches else 0
     hw = checkpoint(log_dir, "replication-offset-checkpoint").get((topic, partition), last)
     start = checkpoint(log_dir, "log-start-offset-checkpoint").get(
-        (topic, partition), batches[0].base_offset if batches else 0)
+        (topic, partition), batches[0].base_offset if batches else 0
+    )
     rows: list[Row] = []
     below: list[Row] = []
     for batch in batches:
         if batch.is_control_batch:
             continue
-        got = [(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers))
-               for r in batch if start <= r.offset < hw]
+        got = [
+            (r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers))
+            for r in batch
+            if start <= r.offset < hw
+        ]
         below += got
         if batch.base_offset + batch.last_offset_delta < hw:
             rows += got
@@ -118,8 +134,9 @@ def delete_tiered_segments(part_dir: Path, highest_tiered: int) -> list[int]:
     """Delete the local files of every segment wholly at or below ``highest_tiered`` (as the log
     store does once they are tiered), never the active (last) segment."""
     segments = list_segments(part_dir)
-    doomed = [s.base_offset for s, nxt in itertools.pairwise(segments)
-              if nxt.base_offset - 1 <= highest_tiered]
+    doomed = [
+        s.base_offset for s, nxt in itertools.pairwise(segments) if nxt.base_offset - 1 <= highest_tiered
+    ]
     for base in doomed:
         for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX, naming.TXN_INDEX):
             (part_dir / naming.segment_file_name(base, suffix)).unlink(missing_ok=True)
@@ -129,23 +146,47 @@ def delete_tiered_segments(part_dir: Path, highest_tiered: int) -> list[int]:
 # -- the daemon -------------------------------------------------------------------------------------
 
 
-def toml_config(path: Path, log_dirs: list[Path], store: Path, kafka: dict[str, Any], *,
-                remote: list[str] | None = None) -> Path:
+def toml_config(
+    path: Path, log_dirs: list[Path], store: Path, kafka: dict[str, Any], *, remote: list[str] | None = None
+) -> Path:
     """A config: the local backend at ``store`` unless ``remote`` gives the [remote…] lines."""
-    remote = remote or ["[remote]", 'backend = "local"', "[remote.options]",
-                        f"root = {json.dumps(str(store))}"]
-    lines = ["[log]", f"dirs = {json.dumps([str(d) for d in log_dirs])}", 'eligibility = "rolled"',
-             *remote, "[topics]", "follow_kafka_configs = false", "[cluster]", 'leadership = "always"',
-             "[tiering]", "gc_grace_ms = 0", "task_interval_ms = 60000",
-             "[server]", "port = 0", "[kafka]"] + [f"{k} = {json.dumps(v)}" for k, v in kafka.items()]
+    remote = remote or [
+        "[remote]",
+        'backend = "local"',
+        "[remote.options]",
+        f"root = {json.dumps(str(store))}",
+    ]
+    lines = [
+        "[log]",
+        f"dirs = {json.dumps([str(d) for d in log_dirs])}",
+        'eligibility = "rolled"',
+        *remote,
+        "[topics]",
+        "follow_kafka_configs = false",
+        "[cluster]",
+        'leadership = "always"',
+        "[tiering]",
+        "gc_grace_ms = 0",
+        "task_interval_ms = 60000",
+        "[server]",
+        "port = 0",
+        "[kafka]",
+    ] + [f"{k} = {json.dumps(v)}" for k, v in kafka.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def rlm(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    return subprocess.run([sys.executable, "-m", "rlm", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def tier_then_delete(config: Path, parts: dict[tuple[str, int], Path]) -> dict[tuple[str, int], list[int]]:
@@ -170,8 +211,13 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
         self.log = config.with_suffix(".log")
         self._err = self.log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(config)],
-                                     cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self._err)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+        )
         self.port = self._wait_for(r"Kafka listener on 127\.0\.0\.1:(\d+)")
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.http_port = self._wait_for(r"HTTP API on http://127\.0\.0\.1:(\d+)")

@@ -41,8 +41,7 @@ def _consume_all(consumer: KafkaConsumer, want: dict[TopicPartition, int]) -> di
 
 
 def _readable(tiered: Tiered) -> dict[tuple[str, int], Expected]:
-    return {k: e for k, e in tiered.expected.items()
-            if e.rows and k[0] not in ("txn", "__cluster_metadata")}
+    return {k: e for k, e in tiered.expected.items() if e.rows and k[0] not in ("txn", "__cluster_metadata")}
 
 
 def test_kafka_python_reads_every_record_of_both_tiers(tiered: Tiered) -> None:
@@ -50,9 +49,13 @@ def test_kafka_python_reads_every_record_of_both_tiers(tiered: Tiered) -> None:
     # The boundary is crossed: segments were deleted locally, and generated partitions kept one.
     assert any(e.deleted_bases for e in exp.values())
     assert any(e.deleted_bases and k[0] == "gen" for k, e in exp.items())
-    consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id=None,
-                             enable_auto_commit=False, fetch_max_bytes=256 * 1024,
-                             max_partition_fetch_bytes=64 * 1024)
+    consumer = KafkaConsumer(
+        bootstrap_servers=tiered.daemon.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_bytes=256 * 1024,
+        max_partition_fetch_bytes=64 * 1024,
+    )
     try:
         # topics() leaves Kafka's internal topics out, as a broker marks them; the KRaft log is no topic
         assert consumer.topics() == {t for t, _ in exp if not t.startswith("__")} | {"txn"}
@@ -71,16 +74,31 @@ def test_kafka_python_reads_every_record_of_both_tiers(tiered: Tiered) -> None:
 
 
 def test_kafka_python_seek_and_offsets_for_times(tiered: Tiered) -> None:
-    consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id=None,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=tiered.daemon.bootstrap, group_id=None, enable_auto_commit=False
+    )
     try:
-        for key in [("gen", 0), ("gen", 1), ("kp", 0), ("oms_order_created", 1),
-                    ("topic-logx-001", 1), ("__consumer_offsets", 19)]:
+        for key in [
+            ("gen", 0),
+            ("gen", 1),
+            ("kp", 0),
+            ("oms_order_created", 1),
+            ("topic-logx-001", 1),
+            ("__consumer_offsets", 19),
+        ]:
             e = tiered.expected[key]
             tp = TopicPartition(*key)
             rows = e.rows
-            probes = sorted({rows[0][1] - 1, rows[0][1], rows[len(rows) // 3][1], rows[len(rows) // 2][1] + 1,
-                             max(r[1] for r in rows), max(r[1] for r in rows) + 1})
+            probes = sorted(
+                {
+                    rows[0][1] - 1,
+                    rows[0][1],
+                    rows[len(rows) // 3][1],
+                    rows[len(rows) // 2][1] + 1,
+                    max(r[1] for r in rows),
+                    max(r[1] for r in rows) + 1,
+                }
+            )
             for ts in probes:
                 found = consumer.offsets_for_times({tp: ts})[tp]
                 first = e.first_at_or_after(ts)
@@ -94,7 +112,7 @@ def test_kafka_python_seek_and_offsets_for_times(tiered: Tiered) -> None:
             consumer.seek(tp, middle[0])
             got = _consume_all(consumer, {tp: 5})[tp]
             i = rows.index(middle)
-            assert got[:5] == rows[i:i + 5], key
+            assert got[:5] == rows[i : i + 5], key
     finally:
         consumer.close()
 
@@ -106,9 +124,13 @@ def test_kafka_python_read_committed_drops_aborted_records(tiered: Tiered) -> No
     assert tiered.expected[("txn", 0)].deleted_bases  # its markers are read from the remote tier
     tp = TopicPartition("txn", 0)
     for isolation, want in (("read_committed", truth.committed), ("read_uncommitted", truth.uncommitted)):
-        consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id=None,
-                                 enable_auto_commit=False, isolation_level=isolation,
-                                 max_partition_fetch_bytes=4096)
+        consumer = KafkaConsumer(
+            bootstrap_servers=tiered.daemon.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level=isolation,
+            max_partition_fetch_bytes=4096,
+        )
         try:
             consumer.assign([tp])
             consumer.seek_to_beginning()
@@ -126,8 +148,11 @@ def test_aiokafka_reads_both_tiers_exactly(tiered: Tiered) -> None:
     keys = [("gen", 1), ("kp", 0), ("topic-logx-001", 0), ("oms_order_status_changed", 0)]
 
     async def run() -> tuple[dict[Any, list[Row]], dict[Any, Any]]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, enable_auto_commit=False,
-                                    max_partition_fetch_bytes=32 * 1024)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=tiered.daemon.bootstrap,
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=32 * 1024,
+        )
         await consumer.start()
         try:
             tps = [AioTopicPartition(*k) for k in keys]
@@ -168,9 +193,9 @@ def _parse_kcat(out: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]
         nl = out.index(b"\n", pos)
         offset, ts, klen, vlen = (int(x) for x in out[pos:nl].split(b" "))
         pos = nl + 1
-        key = None if klen < 0 else out[pos:pos + klen]
+        key = None if klen < 0 else out[pos : pos + klen]
         pos += max(klen, 0)
-        value = None if vlen < 0 else out[pos:pos + vlen]
+        value = None if vlen < 0 else out[pos : pos + vlen]
         pos += max(vlen, 0)
         rows.append((offset, ts, key, value))
     return rows
@@ -178,26 +203,64 @@ def _parse_kcat(out: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]
 
 #: Outside CI a machine without kcat skips these; in CI (``CI`` set, as .ci/run sets it) the
 #: Makefile installed it, so a missing kcat fails them instead of hiding the feature.
-NEEDS_KCAT = pytest.mark.skipif(shutil.which("kcat") is None and not os.environ.get("CI"),
-                                reason="kcat is not installed (make kcat installs it)")
+NEEDS_KCAT = pytest.mark.skipif(
+    shutil.which("kcat") is None and not os.environ.get("CI"),
+    reason="kcat is not installed (make kcat installs it)",
+)
+
 
 @NEEDS_KCAT
 def test_kcat_reads_from_beginning_and_from_a_timestamp(tiered: Tiered) -> None:
     fmt = "%o %T %K %S\n%k%s"
     # oms_order_created has only partition 1 here: librdkafka must still see it (Metadata lists 0 too)
-    for key in [("gen", 0), ("kp", 0), ("oms_order_status_changed", 2), ("_schemas", 0),
-                ("oms_order_created", 1)]:
+    for key in [
+        ("gen", 0),
+        ("kp", 0),
+        ("oms_order_status_changed", 2),
+        ("_schemas", 0),
+        ("oms_order_created", 1),
+    ]:
         e = tiered.expected[key]
         want = [(r[0], r[1], r[2], r[3]) for r in e.rows]
         topic, part = key[0], str(key[1])
-        got = _parse_kcat(_kcat("-b", tiered.daemon.bootstrap, "-C", "-t", topic, "-p", part, "-o",
-                                "beginning", "-e", "-q", "-f", fmt))
+        got = _parse_kcat(
+            _kcat(
+                "-b",
+                tiered.daemon.bootstrap,
+                "-C",
+                "-t",
+                topic,
+                "-p",
+                part,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                fmt,
+            )
+        )
         assert got == want, key
         ts = e.rows[len(e.rows) // 2][1]
         first = e.first_at_or_after(ts)
         assert first is not None
-        got = _parse_kcat(_kcat("-b", tiered.daemon.bootstrap, "-C", "-t", topic, "-p", part, "-o",
-                                f"s@{ts}", "-e", "-q", "-f", fmt))
+        got = _parse_kcat(
+            _kcat(
+                "-b",
+                tiered.daemon.bootstrap,
+                "-C",
+                "-t",
+                topic,
+                "-p",
+                part,
+                "-o",
+                f"s@{ts}",
+                "-e",
+                "-q",
+                "-f",
+                fmt,
+            )
+        )
         i = want.index((first[0], first[1], first[2], first[3]))
         assert got == want[i:], key
         queried = _kcat("-b", tiered.daemon.bootstrap, "-Q", "-t", f"{topic}:{part}:{ts}").decode()
@@ -209,9 +272,25 @@ def test_kcat_read_committed_filters_aborted_transactions(tiered: Tiered) -> Non
     """librdkafka filters with the aborted-transaction list the listener sends, as against a broker."""
     truth = tiered.txn
     for isolation, want in (("read_committed", truth.committed), ("read_uncommitted", truth.uncommitted)):
-        got = _parse_kcat(_kcat("-b", tiered.daemon.bootstrap, "-C", "-t", "txn", "-p", "0", "-o",
-                                "beginning", "-e", "-q", "-X", f"isolation.level={isolation}",
-                                "-f", "%o %T %K %S\n%k%s"))
+        got = _parse_kcat(
+            _kcat(
+                "-b",
+                tiered.daemon.bootstrap,
+                "-C",
+                "-t",
+                "txn",
+                "-p",
+                "0",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-X",
+                f"isolation.level={isolation}",
+                "-f",
+                "%o %T %K %S\n%k%s",
+            )
+        )
         assert [(r[0], r[2], r[3]) for r in got] == [(r.offset, r.key, r.value) for r in want], isolation
 
 
@@ -219,8 +298,12 @@ def test_aiokafka_read_committed(tiered: Tiered) -> None:
     truth = tiered.txn
 
     async def run() -> list[Row]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, enable_auto_commit=False,
-                                    isolation_level="read_committed", max_partition_fetch_bytes=4096)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=tiered.daemon.bootstrap,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=4096,
+        )
         await consumer.start()
         try:
             tp = AioTopicPartition("txn", 0)

@@ -51,8 +51,13 @@ def test_users_file_lines(tmp_path: Path) -> None:
     assert users.authenticate(b"\x00alice\x00pa:ss") == "alice"
     assert users.authenticate(b"alice\x00alice\x00pa:ss") == "alice"
     assert users.authenticate(b"\x00bob\x00") == "bob"  # an empty password is a password
-    for bad in (b"\x00alice\x00pa", b"\x00carol\x00pa:ss", b"bob\x00alice\x00pa:ss", b"alice\x00pa:ss",
-                b"\x00\xff\x00x"):
+    for bad in (
+        b"\x00alice\x00pa",
+        b"\x00carol\x00pa:ss",
+        b"bob\x00alice\x00pa:ss",
+        b"alice\x00pa:ss",
+        b"\x00\xff\x00x",
+    ):
         assert users.authenticate(bad) is None, bad
     path.write_text("alice:new\n")  # rotated without a restart
     assert users.authenticate(b"\x00alice\x00new") == "alice"
@@ -66,8 +71,12 @@ def test_rlm_run_refuses_a_bad_users_file_before_starting(tmp_path: Path) -> Non
     generate_log_dir(logs, [("t", 1)], records=50)
     users = tmp_path / "users"
     users.write_text("alice\n")
-    config = toml_config(tmp_path / "c.toml", [logs], tmp_path / "store",
-                         {"listen": "127.0.0.1:0", "sasl_plain_users_file": str(users)})
+    config = toml_config(
+        tmp_path / "c.toml",
+        [logs],
+        tmp_path / "store",
+        {"listen": "127.0.0.1:0", "sasl_plain_users_file": str(users)},
+    )
     proc = rlm("run", "--config", config, timeout=60)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("rlm: error:")]

@@ -28,17 +28,28 @@ def test_clients_read_a_compressed_encrypted_spread_s3_store(tmp_path: Path, s3_
     key = key_file(tmp_path / "keys", "k1")
     remote = ["[remote]", 'backend = "s3"', "prefix_spread = 2", "[remote.options]"]
     remote += [f"{k} = {json.dumps(v)}" for k, v in s3_target.options().items()]
-    remote += ["[remote.compression]", 'codec = "zstd"', "[remote.encryption]", 'active_key = "k1"',
-               "[remote.encryption.key_files]", f"k1 = {json.dumps(str(key))}"]
-    config = toml_config(tmp_path / "rlm.toml", [logs], tmp_path / "unused", {"listen": "127.0.0.1:0"},
-                         remote=remote)
+    remote += [
+        "[remote.compression]",
+        'codec = "zstd"',
+        "[remote.encryption]",
+        'active_key = "k1"',
+        "[remote.encryption.key_files]",
+        f"k1 = {json.dumps(str(key))}",
+    ]
+    config = toml_config(
+        tmp_path / "rlm.toml", [logs], tmp_path / "unused", {"listen": "127.0.0.1:0"}, remote=remote
+    )
     deleted = tier_then_delete(config, {("kp", 0): part})[("kp", 0)]
     assert deleted and not list(part.glob(f"{deleted[0]:020d}.log"))
     daemon = Daemon(config)
     try:
         tp = TopicPartition("kp", 0)
-        consumer = KafkaConsumer(bootstrap_servers=daemon.bootstrap, group_id=None, enable_auto_commit=False,
-                                 max_partition_fetch_bytes=8192)
+        consumer = KafkaConsumer(
+            bootstrap_servers=daemon.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=8192,
+        )
         try:
             consumer.assign([tp])
             consumer.seek_to_beginning()
@@ -46,8 +57,11 @@ def test_clients_read_a_compressed_encrypted_spread_s3_store(tmp_path: Path, s3_
             while len(got) < len(expected.rows):
                 batch = consumer.poll(timeout_ms=5000)
                 assert batch, f"stalled after {len(got)} of {len(expected.rows)} records"
-                got += [(m.offset, m.timestamp, m.key, m.value, tuple(m.headers)) for ms in batch.values()
-                        for m in ms]
+                got += [
+                    (m.offset, m.timestamp, m.key, m.value, tuple(m.headers))
+                    for ms in batch.values()
+                    for m in ms
+                ]
             mid = expected.rows[len(expected.rows) // 2]
             found = consumer.offsets_for_times({tp: mid[1]})[tp]
         finally:
@@ -56,9 +70,27 @@ def test_clients_read_a_compressed_encrypted_spread_s3_store(tmp_path: Path, s3_
         first = expected.first_at_or_after(mid[1])
         assert first is not None and (found.offset, found.timestamp) == (first[0], first[1])
         if shutil.which("kcat"):
-            out = subprocess.run(["kcat", "-b", daemon.bootstrap, "-C", "-t", "kp", "-p", "0", "-o",
-                                  "beginning", "-e", "-q", "-f", "%o\n"], capture_output=True, timeout=120,
-                                 check=True)
+            out = subprocess.run(
+                [
+                    "kcat",
+                    "-b",
+                    daemon.bootstrap,
+                    "-C",
+                    "-t",
+                    "kp",
+                    "-p",
+                    "0",
+                    "-o",
+                    "beginning",
+                    "-e",
+                    "-q",
+                    "-f",
+                    "%o\n",
+                ],
+                capture_output=True,
+                timeout=120,
+                check=True,
+            )
             assert [int(x) for x in out.stdout.split()] == [r[0] for r in expected.rows]
     finally:
         daemon.stop()

@@ -35,18 +35,41 @@ UNKNOWN_TOPIC, OUT_OF_RANGE, INVALID_TOPIC, GROUP_AUTHORIZATION_FAILED = 3, 1, 1
 TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION = 29, 35
 
 
-def _fetch(port: int, parts: list[tuple[str, int, int]], *, version: int = 12, max_bytes: int = 1 << 20,
-           partition_max: int = 1 << 20, max_wait_ms: int = 0, min_bytes: int = 0) -> dict[Any, Any]:
+def _fetch(
+    port: int,
+    parts: list[tuple[str, int, int]],
+    *,
+    version: int = 12,
+    max_bytes: int = 1 << 20,
+    partition_max: int = 1 << 20,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+) -> dict[Any, Any]:
     topic = FetchRequest.FetchTopic
     topics: dict[str, list[object]] = {}
     for name, p, offset in parts:
-        topics.setdefault(name, []).append(topic.FetchPartition(
-            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=partition_max))
-    req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-                       isolation_level=0, session_id=0, session_epoch=-1,
-                       topics=[topic(topic=t, partitions=ps) for t, ps in topics.items()],
-                       forgotten_topics_data=[], rack_id="")
+        topics.setdefault(name, []).append(
+            topic.FetchPartition(
+                partition=p,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=partition_max,
+            )
+        )
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[topic(topic=t, partitions=ps) for t, ps in topics.items()],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     resp = call(port, req, version, FetchResponse)
     assert resp is not None
     return {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
@@ -54,16 +77,32 @@ def _fetch(port: int, parts: list[tuple[str, int, int]], *, version: int = 12, m
 
 def _list_offsets(port: int, topic: str, partition: int, timestamp: int, version: int = 9) -> object:
     t = ListOffsetsRequest.ListOffsetsTopic
-    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[t(name=topic, partitions=[
-        t.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
+    req = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            t(
+                name=topic,
+                partitions=[
+                    t.ListOffsetsPartition(
+                        partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
+                    )
+                ],
+            )
+        ],
+    )
     resp = call(port, req, version, ListOffsetsResponse)
     assert resp is not None
     return resp.topics[0].partitions[0]
 
 
 def _api_versions_ok(port: int) -> bool:
-    resp = call(port, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3,
-                ApiVersionsResponse)
+    resp = call(
+        port,
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        3,
+        ApiVersionsResponse,
+    )
     return resp is not None and resp.error_code == 0
 
 
@@ -82,6 +121,7 @@ def test_api_versions_and_the_v0_fallback(tiered: Tiered) -> None:
         frame[6:8] = (77).to_bytes(2, "big")  # api_version 77
         sock.sendall(bytes(frame))
         from tests.kafka.helpers import read_frame
+
         body = read_frame(sock)
         assert body is not None
         answer = ApiVersionsResponse.decode(body, version=0, header=True)
@@ -94,8 +134,9 @@ def test_api_versions_and_the_v0_fallback(tiered: Tiered) -> None:
 def test_metadata_lists_partitions_and_unknown_topics(tiered: Tiered) -> None:
     t = MetadataRequest.MetadataRequestTopic
     asked = [t(name="gen"), t(name="nope"), t(name="bad/name")]
-    resp = call(tiered.daemon.port, MetadataRequest(topics=asked, allow_auto_topic_creation=True), 9,
-                MetadataResponse)
+    resp = call(
+        tiered.daemon.port, MetadataRequest(topics=asked, allow_auto_topic_creation=True), 9, MetadataResponse
+    )
     by_name = {x.name: x for x in resp.topics}
     assert by_name["nope"].error_code == UNKNOWN_TOPIC and by_name["bad/name"].error_code == INVALID_TOPIC
     gen = by_name["gen"]
@@ -103,8 +144,11 @@ def test_metadata_lists_partitions_and_unknown_topics(tiered: Tiered) -> None:
     assert all(p.leader_id == resp.brokers[0].node_id for p in gen.partitions)
     assert resp.brokers[0].port == tiered.daemon.port
     # Only partition 1 of oms_order_created is in these log dirs: 0 is listed without a leader.
-    sparse = call(tiered.daemon.port, MetadataRequest(topics=[t(name="oms_order_created")]), 9,
-                  MetadataResponse).topics[0].partitions
+    sparse = (
+        call(tiered.daemon.port, MetadataRequest(topics=[t(name="oms_order_created")]), 9, MetadataResponse)
+        .topics[0]
+        .partitions
+    )
     assert [(p.partition_index, p.error_code, p.leader_id) for p in sparse] == [(0, 5, -1), (1, 0, 0)]
     everything = call(tiered.daemon.port, MetadataRequest(topics=None), 1, MetadataResponse)
     names = {x.name for x in everything.topics}
@@ -121,16 +165,21 @@ def test_fetch_errors_bounds_and_budget(tiered: Tiered) -> None:
     assert got[("gen", 0)].error_code == OUT_OF_RANGE and got[("gen", 0)].high_watermark == e.high_watermark
     assert got[("nope", 0)].error_code == UNKNOWN_TOPIC and got[("gen", 9)].error_code == UNKNOWN_TOPIC
     below = tiered.expected[("oms_order_created", 1)]
-    assert _fetch(port, [("oms_order_created", 1, below.rows[0][0] - 1000)])[
-        ("oms_order_created", 1)].error_code == OUT_OF_RANGE
+    assert (
+        _fetch(port, [("oms_order_created", 1, below.rows[0][0] - 1000)])[("oms_order_created", 1)].error_code
+        == OUT_OF_RANGE
+    )
     # At the high watermark: no error, no records — also when asked to wait for data (no hang).
     at_end = _fetch(port, [("gen", 0, e.high_watermark)], max_wait_ms=1500, min_bytes=1)[("gen", 0)]
     assert at_end.error_code == 0 and not at_end.records
     # max_bytes = 1: the first partition still gets one whole batch (KIP-74), the next none.
     tight = _fetch(port, [("gen", 0, 0), ("kp", 0, 0)], max_bytes=1, partition_max=1)
     first, second = tight[("gen", 0)], tight[("kp", 0)]
-    assert first.error_code == 0 and first.records and int.from_bytes(first.records[8:12], "big") + 12 == len(
-        first.records)
+    assert (
+        first.error_code == 0
+        and first.records
+        and int.from_bytes(first.records[8:12], "big") + 12 == len(first.records)
+    )
     assert second.error_code == 0 and not second.records
     assert second.high_watermark == tiered.expected[("kp", 0)].high_watermark
     assert first.log_start_offset == e.log_start and first.last_stable_offset == -1
@@ -162,11 +211,18 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
     port = tiered.daemon.port
     r = DescribeConfigsRequest.DescribeConfigsResource
     asked = [r(resource_type=2, resource_name=name, configuration_keys=None) for name in ("gen", "nope")]
-    resp = call(port, DescribeConfigsRequest(resources=asked, include_synonyms=False,
-                                             include_documentation=False), 4, DescribeConfigsResponse)
+    resp = call(
+        port,
+        DescribeConfigsRequest(resources=asked, include_synonyms=False, include_documentation=False),
+        4,
+        DescribeConfigsResponse,
+    )
     gen, nope = resp.results
-    assert {c.name: c.value for c in gen.configs} == {"cleanup.policy": "delete", "retention.bytes": "-1",
-                                                       "retention.ms": "-1"}
+    assert {c.name: c.value for c in gen.configs} == {
+        "cleanup.policy": "delete",
+        "retention.bytes": "-1",
+        "retention.ms": "-1",
+    }
     assert nope.error_code == UNKNOWN_TOPIC
     admin = KafkaAdminClient(bootstrap_servers=tiered.daemon.bootstrap)  # as a client asks for them
     try:
@@ -175,15 +231,28 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
     finally:
         admin.close()
     assert {k: v["value"] for k, v in described["topic"]["kp"].items()} == {
-        "cleanup.policy": "delete", "retention.bytes": "-1", "retention.ms": "-1"}
+        "cleanup.policy": "delete",
+        "retention.bytes": "-1",
+        "retention.ms": "-1",
+    }
     coord = call(port, FindCoordinatorRequest(key="g", key_type=0), 3, FindCoordinatorResponse)
     assert coord.error_code == GROUP_AUTHORIZATION_FAILED
     t = ProduceRequest.TopicProduceData
-    produce = call(port, ProduceRequest(transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
-        t(name="gen", partition_data=[t.PartitionProduceData(index=0, records=b"")])]), 9, ProduceResponse)
+    produce = call(
+        port,
+        ProduceRequest(
+            transactional_id=None,
+            acks=1,
+            timeout_ms=1000,
+            topic_data=[t(name="gen", partition_data=[t.PartitionProduceData(index=0, records=b"")])],
+        ),
+        9,
+        ProduceResponse,
+    )
     assert produce.responses[0].partition_responses[0].error_code == TOPIC_AUTHORIZATION_FAILED
-    producer = KafkaProducer(bootstrap_servers=tiered.daemon.bootstrap, retries=0, max_block_ms=10_000,
-                             enable_idempotence=False)
+    producer = KafkaProducer(
+        bootstrap_servers=tiered.daemon.bootstrap, retries=0, max_block_ms=10_000, enable_idempotence=False
+    )
     try:
         with pytest.raises(KafkaError):
             producer.send("gen", b"x", partition=0).get(timeout=30)
@@ -194,8 +263,9 @@ def test_describe_configs_and_refused_writes_and_groups(tiered: Tiered) -> None:
 def test_a_consumer_with_a_group_id_fails_at_once(tiered: Tiered) -> None:
     """No error code makes a client fall back from a group to manual assignment; a not-retriable one
     makes it fail clearly instead of polling nothing forever (docs/kafka-listener.md "Groups")."""
-    consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id="analytics",
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=tiered.daemon.bootstrap, group_id="analytics", enable_auto_commit=False
+    )
     try:
         consumer.assign([TopicPartition("kp", 0)])
         consumer.seek_to_beginning()
@@ -210,8 +280,12 @@ def test_consumer_resets_after_out_of_range(tiered: Tiered) -> None:
     (its auto_offset_reset) and reads the remote tier from there."""
     e = tiered.expected[("kp", 0)]
     tp = TopicPartition("kp", 0)
-    consumer = KafkaConsumer(bootstrap_servers=tiered.daemon.bootstrap, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = KafkaConsumer(
+        bootstrap_servers=tiered.daemon.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     try:
         consumer.assign([tp])
         consumer.seek(tp, e.high_watermark + 1000)
@@ -240,8 +314,18 @@ def test_bad_frames_close_only_their_connection(tiered: Tiered) -> None:
 
     pinger = threading.Thread(target=ask)
     pinger.start()
-    v12 = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1, isolation_level=0,
-                       session_id=0, session_epoch=-1, topics=[], forgotten_topics_data=[], rack_id="")
+    v12 = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     v12.with_header(correlation_id=1, client_id="x")
     fetch_v99 = bytearray(v12.encode(version=12, header=True, framed=True))
     fetch_v99[6:8] = (99).to_bytes(2, "big")
@@ -282,12 +366,32 @@ def test_a_client_that_stops_reading_does_not_stall_others(tiered: Tiered) -> No
     stuck = socket.create_connection(("127.0.0.1", port))
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     t = FetchRequest.FetchTopic
-    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-                       session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                       topics=[t(topic="oms_order_created", partitions=[t.FetchPartition(
-                           partition=1, current_leader_epoch=-1, fetch_offset=tiered.expected[
-                               ("oms_order_created", 1)].rows[0][0], last_fetched_epoch=-1,
-                           log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            t(
+                topic="oms_order_created",
+                partitions=[
+                    t.FetchPartition(
+                        partition=1,
+                        current_leader_epoch=-1,
+                        fetch_offset=tiered.expected[("oms_order_created", 1)].rows[0][0],
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+    )
     req.with_header(correlation_id=1, client_id="stuck")
     frame = bytes(req.encode(version=12, header=True, framed=True))
     stuck.setblocking(False)

@@ -25,8 +25,10 @@ from kafka.protocol.sasl import (
 from rlm.cli.generate import generate_log_dir
 from tests.kafka.helpers import Daemon, Expected, call, closed_by_server, connect, oracle, toml_config
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for a test cert")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for a test cert"),
+]
 
 
 def _served(tmp: Path, kafka: dict[str, Any]) -> tuple[Daemon, Expected]:
@@ -52,9 +54,28 @@ def _read_all(consumer: KafkaConsumer, want: int) -> list[tuple[int, bytes | Non
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return d / "cert.pem", d / "key.pem"
 
 
@@ -69,8 +90,13 @@ def tls_daemon(tmp_path: Path, cert: tuple[Path, Path]) -> Iterator[tuple[Daemon
 
 def test_tls_consumer_reads_everything(tls_daemon: tuple[Daemon, Expected, Path]) -> None:
     daemon, expected, ca = tls_daemon
-    consumer = KafkaConsumer(bootstrap_servers=daemon.bootstrap, security_protocol="SSL", ssl_cafile=str(ca),
-                             group_id=None, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=daemon.bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=str(ca),
+        group_id=None,
+        enable_auto_commit=False,
+    )
     try:
         got = _read_all(consumer, len(expected.rows))
     finally:
@@ -100,9 +126,16 @@ def sasl_daemon(tmp_path: Path) -> Iterator[tuple[Daemon, Expected]]:
 
 
 def _sasl_consumer(daemon: Daemon, user: str, password: str) -> KafkaConsumer:
-    return KafkaConsumer(bootstrap_servers=daemon.bootstrap, security_protocol="SASL_PLAINTEXT",
-                         sasl_mechanism="PLAIN", sasl_plain_username=user, sasl_plain_password=password,
-                         group_id=None, enable_auto_commit=False, bootstrap_timeout_ms=5000)
+    return KafkaConsumer(
+        bootstrap_servers=daemon.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+        group_id=None,
+        enable_auto_commit=False,
+        bootstrap_timeout_ms=5000,
+    )
 
 
 def test_sasl_plain_authenticates_and_refuses(sasl_daemon: tuple[Daemon, Expected]) -> None:
@@ -112,15 +145,20 @@ def test_sasl_plain_authenticates_and_refuses(sasl_daemon: tuple[Daemon, Expecte
     with pytest.raises(KafkaError):
         _sasl_consumer(daemon, "mallory", "s3cret:with-colon").topics()
     assert "SASL/PLAIN authentication failed" in daemon.log.read_text()
-    for token, code in ((b"\0alice\0nope", 58), (b"bob\0alice\0s3cret:with-colon", 58),
-                        (b"\0alice\0s3cret:with-colon", 0)):
+    for token, code in (
+        (b"\0alice\0nope", 58),
+        (b"bob\0alice\0s3cret:with-colon", 58),
+        (b"\0alice\0s3cret:with-colon", 0),
+    ):
         sock = connect(daemon.port)
         try:
-            hs = call(daemon.port, SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse,
-                      sock=sock)
+            hs = call(
+                daemon.port, SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse, sock=sock
+            )
             assert (hs.error_code, hs.mechanisms) == (0, ["PLAIN"])
-            auth = call(daemon.port, SaslAuthenticateRequest(auth_bytes=token), 2, SaslAuthenticateResponse,
-                        sock=sock)
+            auth = call(
+                daemon.port, SaslAuthenticateRequest(auth_bytes=token), 2, SaslAuthenticateResponse, sock=sock
+            )
             assert auth.error_code == code, token
             if code:  # answered, then closed (as Kafka does)
                 assert closed_by_server(sock)

@@ -30,20 +30,42 @@ def test_a_failing_store_is_a_retriable_partition_error(tmp_path: Path) -> None:
     local_start = min(int(p.stem) for p in part.glob("*.log"))
     assert deleted and local_start > expected.rows[0][0]
     # The same data, the store now refusing every read (faulty wrapper, docs/storage.md).
-    remote = ["[remote]", 'backend = "faulty"', "[remote.options]", 'inner = "local"',
-              f"inner_options = {{ root = {json.dumps(str(store))} }}", "error_rate = 1.0",
-              'operations = ["read"]']
-    daemon = Daemon(toml_config(tmp_path / "down.toml", [logs], store, {"listen": "127.0.0.1:0"},
-                                remote=remote))
+    remote = [
+        "[remote]",
+        'backend = "faulty"',
+        "[remote.options]",
+        'inner = "local"',
+        f"inner_options = {{ root = {json.dumps(str(store))} }}",
+        "error_rate = 1.0",
+        'operations = ["read"]',
+    ]
+    daemon = Daemon(
+        toml_config(tmp_path / "down.toml", [logs], store, {"listen": "127.0.0.1:0"}, remote=remote)
+    )
     try:
         t = FetchRequest.FetchTopic
 
         def fetch(offset: int) -> object:
-            asked = t.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
-            req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                               isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
-                               rack_id="", topics=[t(topic="down", partitions=[asked])])
+            asked = t.FetchPartition(
+                partition=0,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+            req = FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                forgotten_topics_data=[],
+                rack_id="",
+                topics=[t(topic="down", partitions=[asked])],
+            )
             resp = call(daemon.port, req, 12, FetchResponse)
             assert resp is not None
             return resp.responses[0].partitions[0]

@@ -26,15 +26,42 @@ def test_a_waiting_fetch_returns_what_arrives_meanwhile(tmp_path: Path) -> None:
     writer.append([RecordSpec(T0 + i, b"k%d" % i, b"old-%d" % i) for i in range(10)])
     writer.flush()
     writer.write_checkpoints()
-    daemon = Daemon(toml_config(tmp_path / "rlm.toml", [logs], tmp_path / "store",
-                                {"listen": "127.0.0.1:0", "max_wait_ms": 60_000}))
+    daemon = Daemon(
+        toml_config(
+            tmp_path / "rlm.toml",
+            [logs],
+            tmp_path / "store",
+            {"listen": "127.0.0.1:0", "max_wait_ms": 60_000},
+        )
+    )
     try:
         t = FetchRequest.FetchTopic
-        req = FetchRequest(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
-                           isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
-                           rack_id="", topics=[t(topic="live", partitions=[t.FetchPartition(
-                               partition=0, current_leader_epoch=-1, fetch_offset=10, last_fetched_epoch=-1,
-                               log_start_offset=-1, partition_max_bytes=1 << 20)])])
+        req = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=60_000,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            topics=[
+                t(
+                    topic="live",
+                    partitions=[
+                        t.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=10,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        )
+                    ],
+                )
+            ],
+        )
         answer: list[object] = []
         waiting = threading.Thread(target=lambda: answer.append(call(daemon.port, req, 12, FetchResponse)))
         waiting.start()
@@ -62,14 +89,41 @@ def test_sigterm_with_open_and_waiting_connections_exits_cleanly(tmp_path: Path)
     logs = tmp_path / "logs"
     with LogWriter(logs, "live", 0, clock=lambda: T0) as writer:
         writer.append([RecordSpec(T0, b"k", b"v")])
-    daemon = Daemon(toml_config(tmp_path / "rlm.toml", [logs], tmp_path / "store",
-                                {"listen": "127.0.0.1:0", "max_wait_ms": 60_000}))
+    daemon = Daemon(
+        toml_config(
+            tmp_path / "rlm.toml",
+            [logs],
+            tmp_path / "store",
+            {"listen": "127.0.0.1:0", "max_wait_ms": 60_000},
+        )
+    )
     t = FetchRequest.FetchTopic
-    req = FetchRequest(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                       session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                       topics=[t(topic="live", partitions=[t.FetchPartition(
-                           partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1,
-                           log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=60_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            t(
+                topic="live",
+                partitions=[
+                    t.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=1,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+    )
     req.with_header(correlation_id=1, client_id="waiting")
     waiting, idle = connect(daemon.port), connect(daemon.port)
     try:

@@ -35,10 +35,15 @@ def test_arthur_metadata_log(fixtures_dir: Path) -> None:
     assert reader.next_offset == 7320  # both segments: 0-5150 and 5151-7319
     assert image.snapshot is None and image.gaps == []
     assert image.features["metadata.version"] == 25
-    assert set(image.topics_by_name) == {"oms_order_created", "oms_order_status_changed",
-                                         "__consumer_offsets"}
-    assert image.topic_configs["oms_order_created"] == {"cleanup.policy": "delete",
-                                                        "retention.ms": "86400000"}
+    assert set(image.topics_by_name) == {
+        "oms_order_created",
+        "oms_order_status_changed",
+        "__consumer_offsets",
+    }
+    assert image.topic_configs["oms_order_created"] == {
+        "cleanup.policy": "delete",
+        "retention.ms": "86400000",
+    }
     assert image.topic_configs["__consumer_offsets"]["cleanup.policy"] == "compact"
     assert len(image.topics_by_name["__consumer_offsets"].partitions) == 50
     # Every partition directory on disk belongs to the topic id the controller recorded.
@@ -81,7 +86,8 @@ def test_find_metadata_log(tmp_path: Path, fixtures_dir: Path) -> None:
 
 def _create(name: str, topic_id: str, partitions: int = 2) -> list[md.MetadataRecord]:
     return [md.TopicRecord(name, topic_id)] + [
-        md.PartitionRecord(topic_id, p, (1, 2), (1, 2), 1, 0, 0) for p in range(partitions)]
+        md.PartitionRecord(topic_id, p, (1, 2), (1, 2), 1, 0, 0) for p in range(partitions)
+    ]
 
 
 def _cfg(topic: str, key: str, value: str | None) -> md.ConfigRecord:
@@ -91,15 +97,27 @@ def _cfg(topic: str, key: str, value: str | None) -> md.ConfigRecord:
 def test_changes_over_time_read_incrementally(tmp_path: Path) -> None:
     writer = metadata_writer(tmp_path)
     reader = KraftMetadataLog(tmp_path / METADATA_LOG_DIR)
-    write_records(writer, [_create("orders", T1), [_cfg("orders", "retention.ms", "3600000"),
-                                                    _cfg("orders", "remote.storage.enable", "true")]])
+    write_records(
+        writer,
+        [
+            _create("orders", T1),
+            [_cfg("orders", "retention.ms", "3600000"), _cfg("orders", "remote.storage.enable", "true")],
+        ],
+    )
     first = reader.poll()
     assert first.topic_configs["orders"] == {"retention.ms": "3600000", "remote.storage.enable": "true"}
     position = reader._position
-    write_records(writer, [[_cfg("orders", "retention.ms", "60000"),
-                            md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "1000"),
-                            md.ConfigRecord(md.RESOURCE_BROKER, "1", "log.retention.ms", "5"),
-                            md.PartitionChangeRecord(T1, 1, leader=2, isr=(2,))]])
+    write_records(
+        writer,
+        [
+            [
+                _cfg("orders", "retention.ms", "60000"),
+                md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "1000"),
+                md.ConfigRecord(md.RESOURCE_BROKER, "1", "log.retention.ms", "5"),
+                md.PartitionChangeRecord(T1, 1, leader=2, isr=(2,)),
+            ]
+        ],
+    )
     second = reader.poll()
     assert reader._position > position
     assert first.topic_configs["orders"]["retention.ms"] == "3600000"  # handed-out images never change
@@ -115,8 +133,9 @@ def test_changes_over_time_read_incrementally(tmp_path: Path) -> None:
     gone = reader.poll()
     assert "orders" not in gone.topics_by_name and "orders" not in gone.topic_configs
     assert T1 not in gone.topics_by_id
-    write_records(writer, [_create("orders", T2, partitions=1),
-                           [_cfg("orders", "cleanup.policy", "compact")]])
+    write_records(
+        writer, [_create("orders", T2, partitions=1), [_cfg("orders", "cleanup.policy", "compact")]]
+    )
     again = reader.poll()
     assert again.topics_by_name["orders"].topic_id == T2 and list(again.topics_by_id) == [T2]
     assert again.topic_configs["orders"] == {"cleanup.policy": "compact"}
@@ -139,8 +158,8 @@ def test_rolled_segments_and_a_torn_tail(tmp_path: Path) -> None:
     active = tmp_path / METADATA_LOG_DIR / f"{writer.segment_base_offsets[-1]:020d}.log"
     full = active.read_bytes()
     size = len(full)
-    head = full[:reader._position]
-    active.write_bytes(full[:size - 10])
+    head = full[: reader._position]
+    active.write_bytes(full[: size - 10])
     assert reader.poll().topic_configs["a"]["retention.ms"] == "19"
     active.write_bytes(full)
     assert reader.poll().topic_configs["a"]["retention.ms"] == "100"
@@ -158,13 +177,19 @@ def test_rolled_segments_and_a_torn_tail(tmp_path: Path) -> None:
 def test_metadata_transactions_apply_whole(tmp_path: Path) -> None:
     writer = metadata_writer(tmp_path)
     reader = KraftMetadataLog(tmp_path / METADATA_LOG_DIR)
-    write_records(writer, [[md.BeginTransactionRecord("bulk"), *_create("x", T1)],
-                           [_cfg("x", "retention.ms", "1")]])
+    write_records(
+        writer, [[md.BeginTransactionRecord("bulk"), *_create("x", T1)], [_cfg("x", "retention.ms", "1")]]
+    )
     assert "x" not in reader.poll().topics_by_name  # not ended yet: nothing applied
     write_records(writer, [[md.EndTransactionRecord()]])
     assert reader.poll().topic_configs["x"] == {"retention.ms": "1"}
-    write_records(writer, [[md.BeginTransactionRecord(None), _cfg("x", "retention.ms", "2")],
-                           [md.AbortTransactionRecord("controller failover")]])
+    write_records(
+        writer,
+        [
+            [md.BeginTransactionRecord(None), _cfg("x", "retention.ms", "2")],
+            [md.AbortTransactionRecord("controller failover")],
+        ],
+    )
     assert reader.poll().topic_configs["x"] == {"retention.ms": "1"}
     writer.close()
 
@@ -192,8 +217,9 @@ def test_a_new_snapshot_replaces_the_image(tmp_path: Path) -> None:
 
 def test_truncation_reloads(tmp_path: Path) -> None:
     writer = metadata_writer(tmp_path)
-    write_records(writer, [_create("a", T1), [_cfg("a", "retention.ms", "1")],
-                           [_cfg("a", "retention.ms", "2")]])
+    write_records(
+        writer, [_create("a", T1), [_cfg("a", "retention.ms", "1")], [_cfg("a", "retention.ms", "2")]]
+    )
     writer.close()
     reader = KraftMetadataLog(tmp_path / METADATA_LOG_DIR)
     assert reader.poll().topic_configs["a"]["retention.ms"] == "2"
@@ -202,8 +228,14 @@ def test_truncation_reloads(tmp_path: Path) -> None:
     data = log_file.read_bytes()
     (tmp_path / METADATA_LOG_DIR).rename(tmp_path / "old")
     rewritten = metadata_writer(tmp_path)
-    write_records(rewritten, [_create("a", T1), [_cfg("a", "retention.ms", "1")],
-                              [_cfg("a", "retention.ms", "7"), _cfg("a", "x", "y")]])
+    write_records(
+        rewritten,
+        [
+            _create("a", T1),
+            [_cfg("a", "retention.ms", "1")],
+            [_cfg("a", "retention.ms", "7"), _cfg("a", "x", "y")],
+        ],
+    )
     assert log_file.read_bytes() != data
     assert reader.poll().topic_configs["a"] == {"retention.ms": "7", "x": "y"}
     rewritten.close()

@@ -75,19 +75,30 @@ def _records(rnd: random.Random, ts: int, n: int, tag: str) -> tuple[list[Record
     return out, ts
 
 
-def write_hw_partition(log_dir: Path, topic: str, partition: int, *, batches: int, seed: int,
-                       hw_batch: float | None, mid_batch: bool) -> int:
+def write_hw_partition(
+    log_dir: Path,
+    topic: str,
+    partition: int,
+    *,
+    batches: int,
+    seed: int,
+    hw_batch: float | None,
+    mid_batch: bool,
+) -> int:
     """A partition whose high watermark lies at the batch ``hw_batch`` (fraction of all batches;
     None: the second batch of the active segment): one record into that batch when ``mid_batch``,
     else at its base offset. Returns the HW."""
     rnd = random.Random(seed)
     infos: list[AppendInfo] = []
     ts = T0
-    with LogWriter(log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=512,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=512, clock=lambda: T0
+    ) as w:
         i = 0
-        while i < batches or (hw_batch is None and sum(
-                1 for a in infos if a.segment_base_offset == w.segment_base_offsets[-1]) < 3):
+        while i < batches or (
+            hw_batch is None
+            and sum(1 for a in infos if a.segment_base_offset == w.segment_base_offsets[-1]) < 3
+        ):
             recs, ts = _records(rnd, ts, rnd.randint(2, 8), f"b{i}")
             infos.append(w.append(recs, compression=CODECS[i % len(CODECS)]))
             i += 1
@@ -100,15 +111,17 @@ def write_hw_partition(log_dir: Path, topic: str, partition: int, *, batches: in
     return hw
 
 
-def write_delete_records_partition(log_dir: Path, topic: str, partition: int, *, batches: int,
-                                   seed: int, segment_index: int) -> int:
+def write_delete_records_partition(
+    log_dir: Path, topic: str, partition: int, *, batches: int, seed: int, segment_index: int
+) -> int:
     """A partition with one batch, in segment ``segment_index`` (not its first batch), whose record
     just below the DeleteRecords point returned here carries :data:`HOT_TS`."""
     rnd = random.Random(seed)
     ts = T0
     point = -1
-    with LogWriter(log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=512,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=512, clock=lambda: T0
+    ) as w:
         for i in range(batches):
             recs, ts = _records(rnd, ts, rnd.randint(2, 8), f"b{i}")
             if point < 0 and len(w.segment_base_offsets) == segment_index + 1 and w.active_segment_size:
@@ -125,8 +138,7 @@ def delete_records(log_dir: Path, topic: str, partition: int, point: int) -> lis
     are deleted. Returns the deleted base offsets."""
     part = log_dir / f"{topic}-{partition}"
     segments = list_segments(part)
-    doomed = [s.base_offset for s, nxt in itertools.pairwise(segments)
-              if nxt.base_offset <= point]
+    doomed = [s.base_offset for s, nxt in itertools.pairwise(segments) if nxt.base_offset <= point]
     _unlink_segments(part, doomed)
     write_log_start_checkpoint(log_dir, {(topic, partition): point})
     return doomed
@@ -163,9 +175,9 @@ class EdgeLogs:
     manager: RemoteLogManager
     visible: dict[str, Visible]
     log_end: dict[str, int]
-    point: int                    # del-0's DeleteRecords point
-    records_deleted: list[int]    # del-0 segments the broker deleted (wholly below the point)
-    delete_pass: PassResult       # the pass right after DeleteRecords
+    point: int  # del-0's DeleteRecords point
+    records_deleted: list[int]  # del-0 segments the broker deleted (wholly below the point)
+    delete_pass: PassResult  # the pass right after DeleteRecords
     highest_tiered: dict[str, int]
 
 
@@ -176,16 +188,19 @@ def build_edge_logs(tmp: Path) -> EdgeLogs:
     ``del-0``: DeleteRecords in the middle of a batch of a tiered segment, a pass, then local
     retention past the point (the broker's checkpoint forgets it) and another pass."""
     logs, store = tmp / "logs", tmp / "store"
-    hw = {"vis-0": write_hw_partition(logs, "vis", 0, batches=160, seed=11, hw_batch=0.6, mid_batch=True),
-          "vis-1": write_hw_partition(logs, "vis", 1, batches=80, seed=12, hw_batch=None, mid_batch=False)}
+    hw = {
+        "vis-0": write_hw_partition(logs, "vis", 0, batches=160, seed=11, hw_batch=0.6, mid_batch=True),
+        "vis-1": write_hw_partition(logs, "vis", 1, batches=80, seed=12, hw_batch=None, mid_batch=False),
+    }
     point = write_delete_records_partition(logs, "del", 0, batches=160, seed=13, segment_index=3)
     brute = {p.name: BruteLog.scan(p) for p in sorted(logs.iterdir()) if p.is_dir()}
     log_end = {name: b.records[-1].offset + 1 for name, b in brute.items()}
     bases = {name: [s.base_offset for s in list_segments(logs / name)] for name in brute}
     assert bases["vis-0"][1] <= hw["vis-0"] < bases["vis-0"][-2] and hw["vis-1"] > bases["vis-1"][-1]
     assert hw["vis-0"] < log_end["vis-0"] and hw["vis-1"] < log_end["vis-1"]
-    settings = settings_for([logs], options={"root": str(store)}, eligibility="rolled",
-                            server={"host": "127.0.0.1", "port": 0})
+    settings = settings_for(
+        [logs], options={"root": str(store)}, eligibility="rolled", server={"host": "127.0.0.1", "port": 0}
+    )
     manager = RemoteLogManager(settings, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
     parts = {p.name: p for p in manager.discover()}
@@ -198,8 +213,9 @@ def build_edge_logs(tmp: Path) -> EdgeLogs:
     local_retention(logs, "del", 0, keep_last=2)
     assert list_segments(logs / "del-0")[0].base_offset > point
     assert all(r.error is None for r in manager.run_once())
-    visible = {"vis-0": Visible(brute["vis-0"], 0, hw["vis-0"]),
-               "vis-1": Visible(brute["vis-1"], 0, hw["vis-1"]),
-               "del-0": Visible(brute["del-0"], point, log_end["del-0"])}
-    return EdgeLogs(logs, store, settings, manager, visible, log_end, point, deleted, delete_pass,
-                    highest)
+    visible = {
+        "vis-0": Visible(brute["vis-0"], 0, hw["vis-0"]),
+        "vis-1": Visible(brute["vis-1"], 0, hw["vis-1"]),
+        "del-0": Visible(brute["del-0"], point, log_end["del-0"]),
+    }
+    return EdgeLogs(logs, store, settings, manager, visible, log_end, point, deleted, delete_pass, highest)

@@ -68,32 +68,56 @@ def delete_local_segments(partition_dir: Path, keep_last: int = 1) -> list[int]:
     return [s.base_offset for s in doomed]
 
 
-def settings_for(log_dirs: Iterable[Path], *, backend: str = "local", options: dict[str, Any] | None = None,
-                 eligibility: str = "rolled", server: dict[str, Any] | None = None,
-                 **tiering: Any) -> Settings:
+def settings_for(
+    log_dirs: Iterable[Path],
+    *,
+    backend: str = "local",
+    options: dict[str, Any] | None = None,
+    eligibility: str = "rolled",
+    server: dict[str, Any] | None = None,
+    **tiering: Any,
+) -> Settings:
     tiering.setdefault("gc_grace_ms", 0)
-    raw: dict[str, Any] = {"log": {"dirs": [str(d) for d in log_dirs], "eligibility": eligibility},
-                           "remote": {"backend": backend, "options": options or {}},
-                           "tiering": tiering}
+    raw: dict[str, Any] = {
+        "log": {"dirs": [str(d) for d in log_dirs], "eligibility": eligibility},
+        "remote": {"backend": backend, "options": options or {}},
+        "tiering": tiering,
+    }
     if server:
         raw["server"] = server
     return settings_from_mapping(raw)
 
 
-def write_config(path: Path, log_dirs: Iterable[Path], *, store: Path, eligibility: str = "rolled",
-                 follow_kafka_configs: bool = False, leadership: str = "always", **tiering: Any) -> Path:
+def write_config(
+    path: Path,
+    log_dirs: Iterable[Path],
+    *,
+    store: Path,
+    eligibility: str = "rolled",
+    follow_kafka_configs: bool = False,
+    leadership: str = "always",
+    **tiering: Any,
+) -> Path:
     """A TOML config with the local backend rooted at ``store``. Kafka's topic configs in the
     fixtures' metadata logs are not followed by default: their retention.ms (one day, from 2025)
     would let remote retention delete what these lookup tests read back. Every partition is led
     here by default (``[cluster] leadership``): the fixtures come from three clusters whose
     brokers were stopped (no leaders in their metadata logs)."""
     tiering.setdefault("gc_grace_ms", 0)
-    lines = ["[log]", f"dirs = {json.dumps([str(d) for d in log_dirs])}",
-             f"eligibility = {json.dumps(eligibility)}",
-             "[remote]", 'backend = "local"', "[remote.options]", f"root = {json.dumps(str(store))}",
-             "[topics]", f"follow_kafka_configs = {json.dumps(follow_kafka_configs)}",
-             "[cluster]", f"leadership = {json.dumps(leadership)}",
-             "[tiering]"] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
+    lines = [
+        "[log]",
+        f"dirs = {json.dumps([str(d) for d in log_dirs])}",
+        f"eligibility = {json.dumps(eligibility)}",
+        "[remote]",
+        'backend = "local"',
+        "[remote.options]",
+        f"root = {json.dumps(str(store))}",
+        "[topics]",
+        f"follow_kafka_configs = {json.dumps(follow_kafka_configs)}",
+        "[cluster]",
+        f"leadership = {json.dumps(leadership)}",
+        "[tiering]",
+    ] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -101,8 +125,15 @@ def write_config(path: Path, log_dirs: Iterable[Path], *, store: Path, eligibili
 def rlm_cli(*args: str | Path | int, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python -m rlm ARGS`` as a real subprocess (never raises on a non-zero exit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    return subprocess.run([sys.executable, "-m", "rlm", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
 
 
 # --- brute force ------------------------------------------------------------------------------------
@@ -139,10 +170,11 @@ class BruteLog:
         for seg in list_segments(partition_dir):
             buf = seg.log.read_bytes()
             for b in iter_batches(buf):
-                batches.append(BruteBatch(seg.base_offset, b, buf[b.position: b.end_position]))
+                batches.append(BruteBatch(seg.base_offset, b, buf[b.position : b.end_position]))
                 for r in decode_records(buf, b):
-                    records.append(BruteRecord(r.offset, r.timestamp, r.key, r.value, b.base_offset,
-                                               b.last_offset))
+                    records.append(
+                        BruteRecord(r.offset, r.timestamp, r.key, r.value, b.base_offset, b.last_offset)
+                    )
         return cls(batches, records)
 
     def first_offset_ge(self, offset: int) -> BruteRecord | None:
@@ -201,8 +233,16 @@ def expected_ts_answer(segs: list[dict[str, Any]], seg: dict[str, Any], q: dict[
 # --- generated partitions ---------------------------------------------------------------------------
 
 
-def write_generated(log_dir: Path, topic: str = "orders", partition: int = 0, *, batches: int = 300,
-                    seed: int = 7, segment_bytes: int = 16_384, t0: int = 1_700_000_000_000) -> None:
+def write_generated(
+    log_dir: Path,
+    topic: str = "orders",
+    partition: int = 0,
+    *,
+    batches: int = 300,
+    seed: int = 7,
+    segment_bytes: int = 16_384,
+    t0: int = 1_700_000_000_000,
+) -> None:
     """A deterministic partition: mixed codecs, 1–20 records per batch, timestamps mostly rising with
     some out of order, several segments, closed like a clean shutdown (checkpoints written)."""
     import random
@@ -214,8 +254,9 @@ def write_generated(log_dir: Path, topic: str = "orders", partition: int = 0, *,
     rnd = random.Random(seed)
     codecs = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
     ts = t0
-    with LogWriter(log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=1024,
-                   clock=lambda: t0) as w:
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=1024, clock=lambda: t0
+    ) as w:
         for i in range(batches):
             recs = []
             for _ in range(rnd.randint(1, 20)):

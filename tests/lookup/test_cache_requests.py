@@ -38,9 +38,13 @@ class Tiered:
         write_generated(self.log_dir)
         self.brute = BruteLog.scan(self.log_dir / "orders-0")
         self.backend = CountingBackend(inner)
-        self.settings = settings_for([self.log_dir], backend="memory", state_dir=str(tmp / "state"),
-                                     index_entry_bytes=tiering.get("index_entry_bytes", 3_000),
-                                     index_rotate_bytes=tiering.get("index_rotate_bytes", 20_000))
+        self.settings = settings_for(
+            [self.log_dir],
+            backend="memory",
+            state_dir=str(tmp / "state"),
+            index_entry_bytes=tiering.get("index_entry_bytes", 3_000),
+            index_rotate_bytes=tiering.get("index_rotate_bytes", 20_000),
+        )
         results = RemoteLogManager(self.settings, self.backend).run_once()
         assert all(r.error is None for r in results) and results[0].copied
         self.deleted = delete_local_segments(self.log_dir / "orders-0")
@@ -51,8 +55,9 @@ class Tiered:
 
     def readers(self, cache_bytes: int = 1 << 24) -> tuple[TieredReaders, CollectorRegistry]:
         registry = CollectorRegistry()
-        readers = TieredReaders(self.settings, self.backend,
-                                cache=RemoteRangeCache(cache_bytes, registry=registry))
+        readers = TieredReaders(
+            self.settings, self.backend, cache=RemoteRangeCache(cache_bytes, registry=registry)
+        )
         readers.resources.read_ahead = False
         return readers, registry
 
@@ -103,16 +108,19 @@ def test_cold_remote_lookup_costs_at_most_two_requests(tmp_path: Path) -> None:
 
 @pytest.mark.s3
 def test_cold_remote_lookup_costs_at_most_two_s3_requests(tmp_path: Path, moto_endpoint: str) -> None:
-    s3 = create_backend("s3", {"bucket": "rlm-test", "prefix": f"lookup-{uuid.uuid4().hex[:8]}",
-                               "endpoint_url": moto_endpoint})
+    s3 = create_backend(
+        "s3",
+        {"bucket": "rlm-test", "prefix": f"lookup-{uuid.uuid4().hex[:8]}", "endpoint_url": moto_endpoint},
+    )
     t = Tiered(tmp_path, s3)
     _check_cold_costs(t)
     assert set(t.backend.calls) >= {"put", "read"}
 
 
 @pytest.mark.s3
-def test_cold_remote_lookup_costs_at_most_two_requests_on_seaweedfs(tmp_path: Path,
-                                                                  s3_target: S3Target) -> None:
+def test_cold_remote_lookup_costs_at_most_two_requests_on_seaweedfs(
+    tmp_path: Path, s3_target: S3Target
+) -> None:
     t = Tiered(tmp_path, create_backend("s3", s3_target.options()))
     _check_cold_costs(t)
     assert set(t.backend.calls) >= {"put", "read"}

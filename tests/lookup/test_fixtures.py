@@ -52,23 +52,37 @@ class Env:
         self.dirs = copy_fixture_logs(fixtures_dir, tmp / "logs")
         self.store = tmp / "store"
         self.config = write_config(tmp / "rlm.toml", self.dirs, store=self.store)
-        self.brute = {f"{d.name}/{p.name}": BruteLog.scan(p)
-                      for d in self.dirs for p in d.iterdir() if p.is_dir()}
+        self.brute = {
+            f"{d.name}/{p.name}": BruteLog.scan(p) for d in self.dirs for p in d.iterdir() if p.is_dir()
+        }
         self.runner = CliRunner()
 
     def part_dir(self, pname: str) -> Path:
         return next(d / pname for d in self.dirs if (d / pname).is_dir())
 
     def lookup(self, topic: str, partition: int, kind: str, value: int) -> dict[str, Any]:
-        res = self.runner.invoke(main, ["lookup", "--config", str(self.config), "--topic", topic,
-                                        "--partition", str(partition), f"--{kind}", str(value)])
+        res = self.runner.invoke(
+            main,
+            [
+                "lookup",
+                "--config",
+                str(self.config),
+                "--topic",
+                topic,
+                "--partition",
+                str(partition),
+                f"--{kind}",
+                str(value),
+            ],
+        )
         assert res.exit_code == 0, (res.output, res.exception)
         doc: dict[str, Any] = json.loads(res.output)
         return doc
 
 
-def _check_offset(env: Env, pname: str, seg: dict[str, Any], q: dict[str, Any], doc: dict[str, Any],
-                  tier: str) -> None:
+def _check_offset(
+    env: Env, pname: str, seg: dict[str, Any], q: dict[str, Any], doc: dict[str, Any], tier: str
+) -> None:
     where = f"{pname} offset {q['offset']} ({tier}): {doc}"
     if q["batch_base_offset"] is None:  # past the end of the log
         assert doc["found"] is False, where
@@ -131,8 +145,9 @@ def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
         src, topic, partition, segs = parts[name]
         pname = f"{src}/{name}"
         part_tier = _tier_of(topic, tier)
-        proc = rlm_cli("lookup", "--config", env.config, "--topic", topic, "--partition", partition,
-                       f"--{kind}", value)
+        proc = rlm_cli(
+            "lookup", "--config", env.config, "--topic", topic, "--partition", partition, f"--{kind}", value
+        )
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert doc["topic"] == topic and doc["partition"] == partition
@@ -146,15 +161,17 @@ def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
             _check_timestamp(env, pname, expected_ts_answer(segs, seg, q), value, doc, part_tier)
 
 
-def test_every_expected_answer_from_the_local_tier(fixtures_dir: Path, expected: dict[str, Any],
-                                                     tmp_path: Path) -> None:
+def test_every_expected_answer_from_the_local_tier(
+    fixtures_dir: Path, expected: dict[str, Any], tmp_path: Path
+) -> None:
     env = Env(fixtures_dir, tmp_path)
     assert _all_queries(env, expected, "local") == 199
     _subprocess_queries(env, expected, "local")
 
 
-def test_every_expected_answer_from_the_remote_tier(fixtures_dir: Path, expected: dict[str, Any],
-                                                      tmp_path: Path) -> None:
+def test_every_expected_answer_from_the_remote_tier(
+    fixtures_dir: Path, expected: dict[str, Any], tmp_path: Path
+) -> None:
     env = Env(fixtures_dir, tmp_path)
     proc = rlm_cli("run", "--config", env.config, "--once", "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -187,8 +204,14 @@ def test_compacted_offsets_resolve_to_the_next_existing_offset(fixtures_dir: Pat
     env = Env(fixtures_dir, tmp_path)
     arthur = env.part_dir("__consumer_offsets-19").parent
     copy_partition_as(arthur, "__consumer_offsets-19", "offsets_copy-19")
-    cases = {0: (186795, 186795), 186796: (258480, 258466), 258466: (258480, 258466),
-             258481: (258496, 258466), 258516: (258519, 258516), 258522: (258522, 258516)}
+    cases = {
+        0: (186795, 186795),
+        186796: (258480, 258466),
+        258466: (258480, 258466),
+        258481: (258496, 258466),
+        258516: (258519, 258516),
+        258522: (258522, 258516),
+    }
     for tier in ("local", "remote"):
         if tier == "remote":
             assert rlm_cli("run", "--config", env.config, "--once", "--quiet").returncode == 0

@@ -47,8 +47,14 @@ class Spec:
 
 batch_st = st.tuples(
     st.integers(0, len(CODECS) - 1),
-    st.lists(st.tuples(st.sampled_from([1, 1, 1, 2, 5]),           # offset gaps, as compaction leaves
-                       st.integers(-5_000, 20_000)), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(
+            st.sampled_from([1, 1, 1, 2, 5]),  # offset gaps, as compaction leaves
+            st.integers(-5_000, 20_000),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
 )
 spec_st = st.builds(
     Spec,
@@ -66,9 +72,15 @@ def _write(spec: Spec, log_dir: Path) -> list[tuple[int, int, bytes | None, byte
     """Write the partition; return its records as written (the independent truth)."""
     out: list[tuple[int, int, bytes | None, bytes | None]] = []
     offset, ts = spec.start_offset, T0
-    with LogWriter(log_dir, "prop", 0, segment_bytes=spec.segment_bytes,
-                   index_interval_bytes=spec.index_interval_bytes, start_offset=spec.start_offset,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        log_dir,
+        "prop",
+        0,
+        segment_bytes=spec.segment_bytes,
+        index_interval_bytes=spec.index_interval_bytes,
+        start_offset=spec.start_offset,
+        clock=lambda: T0,
+    ) as w:
         for codec, recs in spec.batches:
             records = []
             offset = max(offset, w.log_end_offset)
@@ -84,13 +96,19 @@ def _write(spec: Spec, log_dir: Path) -> list[tuple[int, int, bytes | None, byte
 
 def _queries(data: st.DataObject, lo: int, hi: int, label: str) -> list[int]:
     edges = [lo, hi, lo - 1, hi + 1]
-    return [q for q in edges if q >= 0] + data.draw(st.lists(st.integers(max(0, lo - 3), hi + 3),
-                                                             min_size=5, max_size=15), label=label)
+    return [q for q in edges if q >= 0] + data.draw(
+        st.lists(st.integers(max(0, lo - 3), hi + 3), min_size=5, max_size=15), label=label
+    )
 
 
-@settings(max_examples=80, deadline=None, derandomize=True, database=None,
-          phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure reports at once
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure reports at once
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(spec=spec_st, data=st.data())
 def test_lookups_equal_brute_force(spec: Spec, data: st.DataObject) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rlm-prop-"))
@@ -106,9 +124,13 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
     brute = BruteLog.scan(log_dir / "prop-0")
     written = brute.records
     assert [(r.offset, r.timestamp, r.key, r.value) for r in written] == truth
-    settings_ = settings_for([log_dir], backend="memory", state_dir=str(tmp / "state"),
-                             index_entry_bytes=spec.index_entry_bytes,
-                             index_rotate_bytes=spec.index_rotate_bytes)
+    settings_ = settings_for(
+        [log_dir],
+        backend="memory",
+        state_dir=str(tmp / "state"),
+        index_entry_bytes=spec.index_entry_bytes,
+        index_rotate_bytes=spec.index_rotate_bytes,
+    )
     backend = MemoryBackend()
     results = RemoteLogManager(settings_, backend).run_once()
     assert all(r.error is None for r in results), results
@@ -139,14 +161,26 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
             continue
         assert got.found and got.offset == want.offset and got.timestamp == want.timestamp, (x, got, want)
         assert got.batch is not None and (got.batch.base_offset, got.batch.last_offset) == (
-            want.batch_base, want.batch_last)
+            want.batch_base,
+            want.batch_last,
+        )
         assert got.tier == ("local" if want.offset >= local_start else "remote"), (x, got, local_start)
 
     # Timestamps: the first record in offset order with ts >= T.
     ts_all = sorted({r.timestamp for r in written})
-    ts_queries = [ts_all[0] - 1, ts_all[-1], ts_all[-1] + 1, *data.draw(
-        st.lists(st.sampled_from(ts_all) | st.integers(ts_all[0] - 10, ts_all[-1] + 10),
-                 min_size=5, max_size=15), label="timestamps")]
+    ts_queries = [
+        ts_all[0] - 1,
+        ts_all[-1],
+        ts_all[-1] + 1,
+        *data.draw(
+            st.lists(
+                st.sampled_from(ts_all) | st.integers(ts_all[0] - 10, ts_all[-1] + 10),
+                min_size=5,
+                max_size=15,
+            ),
+            label="timestamps",
+        ),
+    ]
     for t in ts_queries:
         got = reader.lookup_timestamp(t)
         want = brute.first_ts_ge(t)
@@ -181,17 +215,20 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
         assert latest_tiered.offset == last_tiered_record.offset == highest_tiered
 
     # Fetch: from the batch holding X, whole batches up to max_bytes (at least one), one segment.
-    for x in data.draw(st.lists(st.integers(spec.start_offset, log_end - 1), min_size=1, max_size=4),
-                       label="fetch offsets"):
+    for x in data.draw(
+        st.lists(st.integers(spec.start_offset, log_end - 1), min_size=1, max_size=4), label="fetch offsets"
+    ):
         max_bytes = data.draw(st.integers(1, 4_000), label="max_bytes")
         fetched = reader.fetch(x, max_bytes)
         want_batches = expected_fetch(brute, x, max_bytes)
         assert fetched.data == b"".join(b.data for b in want_batches), (x, max_bytes)
         parsed = list(iter_batches(fetched.data))
         assert [(b.base_offset, b.last_offset) for b in parsed] == [
-            (b.batch.base_offset, b.batch.last_offset) for b in want_batches]
-        decoded = [(r.offset, r.timestamp, r.key, r.value)
-                   for b in parsed for r in decode_records(fetched.data, b)]
+            (b.batch.base_offset, b.batch.last_offset) for b in want_batches
+        ]
+        decoded = [
+            (r.offset, r.timestamp, r.key, r.value) for b in parsed for r in decode_records(fetched.data, b)
+        ]
         lo, hi = want_batches[0].batch.base_offset, want_batches[-1].batch.last_offset
         assert decoded == [(r.offset, r.timestamp, r.key, r.value) for r in written if lo <= r.offset <= hi]
         answer = brute.first_offset_ge(x)

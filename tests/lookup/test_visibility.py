@@ -68,8 +68,12 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     # A fresh reader side (persisted progress only), as `rlm run` serves after a restart.
     readers = TieredReaders(built.settings, LocalBackend(root=str(built.store)))
     status_manager = RemoteLogManager(built.settings, LocalBackend(root=str(built.store)))
-    app = create_app(readers, built.settings.server, status=status_manager.status,
-                     registry=status_manager.shared.metrics.registry)
+    app = create_app(
+        readers,
+        built.settings.server,
+        status=status_manager.status,
+        registry=status_manager.shared.metrics.registry,
+    )
     server = ApiServer(app, "127.0.0.1", 0).start()
     config = write_config(tmp / "rlm.toml", [built.logs], store=built.store, eligibility="rolled")
     try:
@@ -87,8 +91,20 @@ def _probe_offsets(edge: Edge, name: str) -> list[int]:
     vis = edge.visible[name]
     end = edge.log_end[name]
     spread = list(range(0, end, max(1, end // 40)))
-    return sorted({*spread, 0, max(0, vis.start - 1), vis.start, vis.end - 1, vis.end, vis.end + 1,
-                   end - 1, end, end + 5})
+    return sorted(
+        {
+            *spread,
+            0,
+            max(0, vis.start - 1),
+            vis.start,
+            vis.end - 1,
+            vis.end,
+            vis.end + 1,
+            end - 1,
+            end,
+            end + 5,
+        }
+    )
 
 
 # --- HTTP -------------------------------------------------------------------------------------------
@@ -144,8 +160,12 @@ def test_list_offsets_specs_follow_kafka(edge: Edge, name: str) -> None:
 @pytest.mark.parametrize("name", ["vis-0", "vis-1", "del-0"])
 def test_fetch_returns_whole_visible_batches_and_nothing_at_the_hw(edge: Edge, name: str) -> None:
     vis = edge.visible[name]
-    for offset in [vis.start, *(r.offset for r in vis.records[:: max(1, len(vis.records) // 12)]),
-                   vis.end - 3, vis.end - 1]:
+    for offset in [
+        vis.start,
+        *(r.offset for r in vis.records[:: max(1, len(vis.records) // 12)]),
+        vis.end - 3,
+        vis.end - 1,
+    ]:
         for max_bytes in (1, 4_000, 1 << 20):
             resp = edge.records(name, offset, max_bytes=max_bytes)
             assert resp.status_code == 200, (offset, resp.text)
@@ -184,7 +204,8 @@ def test_offsets_for_times_resumes_at_the_hw_not_the_log_end(edge: Edge) -> None
     assert got == {name: vis.end for name, vis in edge.visible.items()}
     early = httpx.post(edge.url + "/v1/offsets-for-times", json={"timestamp": 0}, timeout=30).json()
     assert {f"{r['topic']}-{r['partition']}": r["offset"] for r in early} == {
-        name: vis.start for name, vis in edge.visible.items()}
+        name: vis.start for name, vis in edge.visible.items()
+    }
 
 
 def test_status_says_which_bound_applies(edge: Edge) -> None:
@@ -207,8 +228,11 @@ def test_delete_records_removes_wholly_deleted_remote_segments(edge: Edge) -> No
     assert edge.delete_pass.error is None
     assert edge.delete_pass.deleted == edge.records_deleted  # exactly the segments wholly below
     backend = edge.manager.shared.backend
-    remaining = sorted(b for info in backend.list(keys.manifests_prefix("del", 0))
-                       if (b := keys.parse_manifest_key("del", 0, info.key)) is not None)
+    remaining = sorted(
+        b
+        for info in backend.list(keys.manifests_prefix("del", 0))
+        if (b := keys.parse_manifest_key("del", 0, info.key)) is not None
+    )
     assert remaining and not set(remaining) & set(edge.records_deleted)
     assert remaining[0] < edge.point  # the boundary segment stays (its earlier records unserved)
     for base in edge.records_deleted:  # data objects too
@@ -248,8 +272,12 @@ def test_cli_lookup_fetch_and_offsets_for_times(edge: Edge) -> None:
     assert past.returncode == 2 and "out of range" in past.stderr and past.stderr.count("\n") == 1
     rows = cli("fetch", "--topic", "vis", "--partition", 0, "--offset", vis.end - 40)
     got = [json.loads(line)["offset"] for line in rows.stdout.splitlines()]
-    want = [r.offset for b in vis.fetch(vis.end - 40, 1 << 20)
-            for r in decode_records(b.data, next(iter_batches(b.data))) if r.offset >= vis.end - 40]
+    want = [
+        r.offset
+        for b in vis.fetch(vis.end - 40, 1 << 20)
+        for r in decode_records(b.data, next(iter_batches(b.data)))
+        if r.offset >= vis.end - 40
+    ]
     assert got == want and got and max(got) < vis.end
     deleted = cli("lookup", "--topic", "del", "--partition", 0, "--offset", 100)
     assert json.loads(deleted.stdout)["found"] is False
@@ -260,4 +288,5 @@ def test_cli_lookup_fetch_and_offsets_for_times(edge: Edge) -> None:
     csv_rows = cli("offsets-for-times", "--timestamp", HOT_TS)
     assert csv_rows.returncode == 0, csv_rows.stderr
     assert sorted(csv_rows.stdout.split()) == sorted(
-        f"{n.rpartition('-')[0]},{n.rpartition('-')[2]},{v.end}" for n, v in edge.visible.items())
+        f"{n.rpartition('-')[0]},{n.rpartition('-')[2]},{v.end}" for n, v in edge.visible.items()
+    )

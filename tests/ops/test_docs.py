@@ -19,9 +19,12 @@ BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->
 
 def test_every_config_key_is_documented() -> None:
     # [remote.compression] / [remote.encryption] are documented per sub-key (remote.compression.codec).
-    keys = {f"{section}.{name}.{sub}" if name in SUB_KEYS else f"{section}.{name}"
-            for section, (_, validators) in _SCHEMA.items() for name in validators
-            for sub in SUB_KEYS.get(name, ("",))}
+    keys = {
+        f"{section}.{name}.{sub}" if name in SUB_KEYS else f"{section}.{name}"
+        for section, (_, validators) in _SCHEMA.items()
+        for name in validators
+        for sub in SUB_KEYS.get(name, ("",))
+    }
     assert keys - set(KEY_DOCS) == set(), "add a meaning to rlm.config.KEY_DOCS"
     assert set(KEY_DOCS) - keys == set(), "KEY_DOCS names a key that does not exist"
     text = reference_markdown()
@@ -36,16 +39,23 @@ def test_readme_contains_the_current_reference() -> None:
     embedded = readme.split(BEGIN, 1)[1].split(END, 1)[0]
     assert embedded == reference_markdown(), (
         "README.md's configuration reference is stale: replace the text between the "
-        "config-reference markers with the output of `python -m rlm.config --reference`")
+        "config-reference markers with the output of `python -m rlm.config --reference`"
+    )
 
 
 def test_reference_command_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "rlm.config", "--reference"], capture_output=True,
-                          text=True, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlm.config", "--reference"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 0 and proc.stdout == reference_markdown(), proc.stderr
     assert "Warning" not in proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "rlm.config"], capture_output=True, text=True,
-                         check=False, cwd=REPO)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rlm.config"], capture_output=True, text=True, check=False, cwd=REPO
+    )
     assert bad.returncode == 2 and "usage" in bad.stdout
 
 
@@ -55,7 +65,7 @@ def test_systemd_unit_runs_rlm_with_a_config() -> None:
     unit.read_string((REPO / "configs" / "rlm.service").read_text())
     exec_start = unit["Service"]["ExecStart"].split()
     assert exec_start[0].endswith("/rlm") and exec_start[1] == "run" and "--config" in exec_start
-    assert unit["Service"]["RestartPreventExitStatus"] == "2"     # config errors exit 2
+    assert unit["Service"]["RestartPreventExitStatus"] == "2"  # config errors exit 2
     assert unit["Service"]["KillSignal"] == "SIGTERM"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
@@ -129,16 +139,42 @@ def test_files_named_in_docs_exist() -> None:
 #: ("<BRIEF>.md", "<BRIEF> §2", "<BRIEF>' rule", "<BRIEF>: ..."): cite docs/ instead.
 _BRIEF_CITATION = re.compile(r"\b(?:DESIGN|FORMATS)(?:\.md\b|\s*§|'s?\s|:\s)")
 #: ``docs/<page>.md``, optionally with sections: ``§5.1``, ``§4.2, §5.3``, ``§2 and §3``.
-_DOC_CITATION = re.compile(r"\bdocs/([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.md)"
-                           r"((?:\s*(?:,|and|/)?\s*§\s*\d+(?:\.\d+)*)*)")
+_DOC_CITATION = re.compile(
+    r"\bdocs/([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.md)"
+    r"((?:\s*(?:,|and|/)?\s*§\s*\d+(?:\.\d+)*)*)"
+)
 _SECTION = re.compile(r"§\s*(\d+(?:\.\d+)*)")
 #: A numbered heading: ``## 5. The remote index set``, ``### 5.1 `.remotelogindex` ``.
 _NUMBERED_HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s", re.MULTILINE)
-_TEXT_SUFFIXES = {".py", ".pyi", ".c", ".h", ".toml", ".md", ".txt", ".cfg", ".ini", ".yml", ".yaml",
-                  ".html", ".js", ".css", ".json", ".service", ".sh"}
+_TEXT_SUFFIXES = {
+    ".py",
+    ".pyi",
+    ".c",
+    ".h",
+    ".toml",
+    ".md",
+    ".txt",
+    ".cfg",
+    ".ini",
+    ".yml",
+    ".yaml",
+    ".html",
+    ".js",
+    ".css",
+    ".json",
+    ".service",
+    ".sh",
+}
 _CODE_ROOTS = ("rlm", "plugins", "bench", "tests")
-_CITING_FILES = ("README.md", "CONTRIBUTING.md", "BENCHMARKS.md", "Makefile", "pyproject.toml",
-                 "setup.py", "docker-compose.yml")
+_CITING_FILES = (
+    "README.md",
+    "CONTRIBUTING.md",
+    "BENCHMARKS.md",
+    "Makefile",
+    "pyproject.toml",
+    "setup.py",
+    "docker-compose.yml",
+)
 
 
 def doc_sections(text: str) -> set[str]:
@@ -146,8 +182,9 @@ def doc_sections(text: str) -> set[str]:
     return set(_NUMBERED_HEADING.findall(text))
 
 
-def bad_citations(text: str, docs_dir: Path, *, own_sections: set[str] | None = None
-                  ) -> list[tuple[int, str]]:
+def bad_citations(
+    text: str, docs_dir: Path, *, own_sections: set[str] | None = None
+) -> list[tuple[int, str]]:
     """Each citation in ``text`` that points outside the repo, at a docs page that does not exist,
     or at a section the page does not define: ``(character position, what is wrong)``.
 
@@ -166,8 +203,11 @@ def bad_citations(text: str, docs_dir: Path, *, own_sections: set[str] | None = 
             problems.append((m.start(), f"cites docs/{page}, which does not exist"))
             continue
         defined = doc_sections(path.read_text(encoding="utf-8")) if sections else set()
-        problems += [(m.start(), f"cites docs/{page} §{n}, which has no such numbered heading")
-                     for n in sections if n not in defined]
+        problems += [
+            (m.start(), f"cites docs/{page} §{n}, which has no such numbered heading")
+            for n in sections
+            if n not in defined
+        ]
     for m in _SECTION.finditer(text):
         if m.start() in cited:
             continue
@@ -179,16 +219,21 @@ def bad_citations(text: str, docs_dir: Path, *, own_sections: set[str] | None = 
 
 
 def _text_files(root: Path) -> list[Path]:
-    return [path for path in sorted(root.rglob("*"))
-            if path.is_file() and path.suffix in _TEXT_SUFFIXES
-            and not any(p == "__pycache__" or p.endswith(".egg-info") for p in path.parts)]
+    return [
+        path
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        and path.suffix in _TEXT_SUFFIXES
+        and not any(p == "__pycache__" or p.endswith(".egg-info") for p in path.parts)
+    ]
 
 
 def test_every_citation_points_into_docs() -> None:
     """Code, tests, benches, plugins, README and docs cite docs/ pages and sections that exist."""
     docs_dir = REPO / "docs"
-    checks: list[tuple[Path, set[str] | None]] = [(REPO / n, None) for n in _CITING_FILES
-                                                   if (REPO / n).is_file()]
+    checks: list[tuple[Path, set[str] | None]] = [
+        (REPO / n, None) for n in _CITING_FILES if (REPO / n).is_file()
+    ]
     for root in _CODE_ROOTS:
         # This file's samples are wrong citations on purpose (the test below checks they are caught).
         checks += [(path, None) for path in _text_files(REPO / root) if path != Path(__file__).resolve()]
@@ -196,8 +241,10 @@ def test_every_citation_points_into_docs() -> None:
     found = []
     for path, own in checks:
         text = path.read_text(encoding="utf-8", errors="replace")
-        found += [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, at) + 1}: {what}"
-                  for at, what in bad_citations(text, docs_dir, own_sections=own)]
+        found += [
+            f"{path.relative_to(REPO)}:{text.count(chr(10), 0, at) + 1}: {what}"
+            for at, what in bad_citations(text, docs_dir, own_sections=own)
+        ]
     assert not found, "citations must point at docs/ pages and sections that exist:\n" + "\n".join(found)
 
 
@@ -213,9 +260,11 @@ def test_citation_check_catches_what_it_must(tmp_path: Path) -> None:
     assert problems("docs/formats.md §5, §5.1 and §5") == []
     assert len(problems(f"{brief} §4, {brief}.md, FORMATS" + " §2")) == 3
     assert problems("docs/formats.md §5.2") == [
-        "cites docs/formats.md §5.2, which has no such numbered heading"]
+        "cites docs/formats.md §5.2, which has no such numbered heading"
+    ]
     assert problems("docs/formats.md §5.1, §4") == [
-        "cites docs/formats.md §4, which has no such numbered heading"]
+        "cites docs/formats.md §4, which has no such numbered heading"
+    ]
     assert problems(missing) == [f"cites {missing}, which does not exist"]
     assert problems("the caller scans them, §3") == ["cites §3 without naming its docs/ page"]
     assert problems("as §5.1 says", own={"5", "5.1"}) == []

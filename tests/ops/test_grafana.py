@@ -16,15 +16,20 @@ from rlm.storage.memory import MemoryBackend
 from rlm.tiering.manager import RemoteLogManager
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana-dashboard.json"
-_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-             "gauge": ("",), "summary": ("", "_sum", "_count", "_created")}
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gauge": ("",),
+    "summary": ("", "_sum", "_count", "_created"),
+}
 
 
 def _live_registry(tmp_path: Path) -> CollectorRegistry:
     """The registry `rlm run` serves, wired as `rlm run` wires it (rlm.cli.wiring): the manager's
     metrics (role and topic-policy gauges), the readers' range cache and read-ahead, the HTTP app's."""
-    settings = settings_from_mapping({"log": {"dirs": [str(tmp_path)]},
-                                      "remote": {"backend": "memory", "options": {}}})
+    settings = settings_from_mapping(
+        {"log": {"dirs": [str(tmp_path)]}, "remote": {"backend": "memory", "options": {}}}
+    )
     return build_api(settings, RemoteLogManager(settings, MemoryBackend())).registry
 
 

@@ -35,9 +35,16 @@ def test_samples_rates_and_ring_bound() -> None:
     metrics.copy_errors.labels(topic="a", partition="0").inc()
     now[0] += 10
     second = hist.sample()
-    assert second == {"t": 1_010_000, "copied_bytes": 5000, "copy_bytes_per_sec": 500.0,
-                      "copied_segments": 0, "copy_errors": 1, "lag_bytes": 700, "lag_segments": 2,
-                      "remote_bytes": 2000}
+    assert second == {
+        "t": 1_010_000,
+        "copied_bytes": 5000,
+        "copy_bytes_per_sec": 500.0,
+        "copied_segments": 0,
+        "copy_errors": 1,
+        "lag_bytes": 700,
+        "lag_segments": 2,
+        "remote_bytes": 2000,
+    }
     for _ in range(5):
         now[0] += 10
         hist.sample()
@@ -74,12 +81,19 @@ def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("hist.t", 2)], seed=5, records=300, segment_bytes=8 * 1024)
     port = _free_port()
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", server_port=port,
-                       task_interval_ms=200)
+    cfg = write_config(
+        tmp_path / "c.toml", [logs], root=tmp_path / "store", server_port=port, task_interval_ms=200
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     env["RLM_SERVER__TOKEN"] = "tok"
-    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

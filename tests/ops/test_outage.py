@@ -94,21 +94,48 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         weed = SeaweedServer(tmp_path / "weed").start()
         stack.callback(weed.kill)
         logs = tmp_path / "logs"
-        writers = [stack.enter_context(LogWriter(logs, TOPIC, p, index_interval_bytes=256))
-                   for p in range(PARTITIONS)]
+        writers = [
+            stack.enter_context(LogWriter(logs, TOPIC, p, index_interval_bytes=256))
+            for p in range(PARTITIONS)
+        ]
         port = _free_port()
         # Short network timeouts and few backend retries: the outage is seen in about a second.
-        options = weed.options(BUCKET, connect_timeout=0.5, read_timeout=1.0, max_attempts=2,
-                               retry_base_delay=0.05, retry_max_delay=0.2)
-        cfg = write_config(tmp_path / "rlm.toml", [logs], backend="s3", options=options, server_port=port,
-                           task_interval_ms=300, index_entry_bytes=1024)
+        options = weed.options(
+            BUCKET,
+            connect_timeout=0.5,
+            read_timeout=1.0,
+            max_attempts=2,
+            retry_base_delay=0.05,
+            retry_max_delay=0.2,
+        )
+        cfg = write_config(
+            tmp_path / "rlm.toml",
+            [logs],
+            backend="s3",
+            options=options,
+            server_port=port,
+            task_interval_ms=300,
+            index_entry_bytes=1024,
+        )
         weed.make_bucket(BUCKET)
-        rig = Rig(weed, writers, logs, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10),
-                  None, stderr, cfg)  # type: ignore[arg-type]
+        rig = Rig(
+            weed,
+            writers,
+            logs,
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10),
+            None,
+            stderr,
+            cfg,
+        )  # type: ignore[arg-type]
         rig.produce(4)
         with stderr.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
-            rig.daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-                                          cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            rig.daemon = subprocess.Popen(
+                [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         stack.callback(_stop, rig.daemon)
         yield rig
 
@@ -139,16 +166,20 @@ def _wait(what: str, check: Any, rig: Rig, timeout: float = 90) -> Any:
     rig.daemon.send_signal(signal.SIGUSR1)  # the daemon dumps every thread's stack to stderr
     time.sleep(1)
     stacks = rig.stderr.read_text(errors="replace")[-20000:]
-    pytest.fail(f"{what} not reached within {timeout} s (last: {last}; partitions: {rows}); "
-                f"daemon threads: {stacks}")
+    pytest.fail(
+        f"{what} not reached within {timeout} s (last: {last}; partitions: {rows}); daemon threads: {stacks}"
+    )
 
 
 def _tiered(rig: Rig) -> bool:
     rows = rig.http.get("/v1/partitions").json()
     ends = {w.partition: w.segment_base_offsets[-1] - 1 for w in rig.writers}
     return len(rows) == PARTITIONS and all(
-        r["highest_tiered_offset"] == ends[r["partition"]] and r["copy_lag_segments"] == 0
-        and r["last_error"] is None for r in rows)
+        r["highest_tiered_offset"] == ends[r["partition"]]
+        and r["copy_lag_segments"] == 0
+        and r["last_error"] is None
+        for r in rows
+    )
 
 
 def _store(rig: Rig) -> dict[str, Any]:
@@ -163,8 +194,11 @@ def _assert_serves_locally(rig: Rig, remote_offset: int) -> None:
     assert all(r["highest_tiered_offset"] >= 0 for r in rows)  # the last known state, not blanks
     metrics = rig.get("/metrics").text
     assert "rlm_remote_store_up 0.0" in metrics
-    down_for = [float(line.split()[-1]) for line in metrics.splitlines()
-                if line.startswith("rlm_remote_store_unreachable_seconds ")]
+    down_for = [
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("rlm_remote_store_unreachable_seconds ")
+    ]
     assert down_for and down_for[0] > 0
     page = rig.get("/")
     assert page.status_code == 200 and 'id="store"' in page.text
@@ -235,8 +269,12 @@ def test_store_killed_then_frozen_api_keeps_answering_and_tiering_resumes(rig: R
     row = rig.get("/v1/partitions").json()[0]
     assert row["copy_lag_segments"] > 0
     _assert_cli_lookups(rig, remote_offset)
-    _wait("a pass reports the outage", lambda: any(
-        "unreachable" in (r["last_error"] or "") for r in rig.get("/v1/partitions").json()), rig, 30)
+    _wait(
+        "a pass reports the outage",
+        lambda: any("unreachable" in (r["last_error"] or "") for r in rig.get("/v1/partitions").json()),
+        rig,
+        30,
+    )
     rig.weed.start()
     _wait("tiering resumed after restart", lambda: _tiered(rig), rig)
     assert _store(rig)["status"] == "up"

@@ -31,14 +31,16 @@ def _run(args: list[str], *, tty: bool, timeout: float = 120) -> tuple[int, str,
     """``python -m rlm ARGS`` with stderr on a pty (tty=True) or a pipe; → (rc, stdout, stderr)."""
     cmd = [sys.executable, "-m", "rlm", *args]
     if not tty:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                              env=_env(), cwd=REPO)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, env=_env(), cwd=REPO
+        )
         return proc.returncode, proc.stdout, proc.stderr
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120x40 terminal
     try:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                                 env=_env(), cwd=REPO)
+        child = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=_env(), cwd=REPO
+        )
     finally:
         os.close(slave)
     chunks = []
@@ -52,7 +54,7 @@ def _run(args: list[str], *, tty: bool, timeout: float = 120) -> tuple[int, str,
                 continue
             try:
                 data = os.read(master, 65536)
-            except OSError:       # EIO: the child closed the terminal
+            except OSError:  # EIO: the child closed the terminal
                 break
             if not data:
                 break
@@ -85,7 +87,7 @@ def test_run_once_bar_on_a_terminal_only(config: Path) -> None:
     assert "tiering" in err and "3/3" in err and "partition" in err, err
     assert f"copied {summary['segments_copied']} segments" in err, err
 
-    rc, out, err = _run(["run", "--config", str(config), "--once"], tty=False)     # piped
+    rc, out, err = _run(["run", "--config", str(config), "--once"], tty=False)  # piped
     assert rc == 0 and json.loads(out)["partitions"] == 3
     assert "tiering" not in err and "\r" not in err, err
     rc, out, err = _run(["run", "--config", str(config), "--once", "--quiet"], tty=True)

@@ -70,8 +70,9 @@ def test_cli_wrong_key_under_the_same_id(tmp_path: Path, tiered: tuple[Path, Pat
     assert code == 1 and len(err) == 1 and "'k1' does not unwrap" in err[0], err
 
 
-def test_cli_tampered_object_is_one_line_exit_1(tmp_path: Path,
-                                                tiered: tuple[Path, Path, dict[str, Path]]) -> None:
+def test_cli_tampered_object_is_one_line_exit_1(
+    tmp_path: Path, tiered: tuple[Path, Path, dict[str, Path]]
+) -> None:
     logs, store, keys = tiered
     obj = _first_log_object(store)
     data = bytearray(obj.read_bytes())
@@ -87,8 +88,9 @@ def test_cli_tampered_object_is_one_line_exit_1(tmp_path: Path,
 def test_api_statuses(tmp_path: Path, tiered: tuple[Path, Path, dict[str, Path]]) -> None:
     logs, store, keys = tiered
     s = settings(tmp_path, logs, keys={"k2": keys["k2"]}, active="k2")
-    server = ApiServer(build_api(s, RemoteLogManager(s, LocalBackend(root=str(store)))).app,
-                       "127.0.0.1", 0).start()
+    server = ApiServer(
+        build_api(s, RemoteLogManager(s, LocalBackend(root=str(store)))).app, "127.0.0.1", 0
+    ).start()
     path = f"/v1/topics/{TOPIC}/partitions/0/records"
     url = server.url + path
     try:
@@ -102,8 +104,9 @@ def test_api_statuses(tmp_path: Path, tiered: tuple[Path, Path, dict[str, Path]]
     data[-1] ^= 0x01  # the last entry's tag
     obj.write_bytes(bytes(data))
     s = settings(tmp_path, logs, keys={"k1": keys["k1"]}, active="k1")
-    server = ApiServer(build_api(s, RemoteLogManager(s, LocalBackend(root=str(store)))).app,
-                       "127.0.0.1", 0).start()
+    server = ApiServer(
+        build_api(s, RemoteLogManager(s, LocalBackend(root=str(store)))).app, "127.0.0.1", 0
+    ).start()
     url = server.url + path
     try:
         ok = httpx.get(url, params={"offset": 0, "max_bytes": 100}, timeout=30)
@@ -129,8 +132,9 @@ def _verify(s, store: Path) -> list[str]:  # type: ignore[no-untyped-def]
     return lines
 
 
-def test_verify_deep_flags_missing_key_and_tampering(tmp_path: Path,
-                                                     tiered: tuple[Path, Path, dict[str, Path]]) -> None:
+def test_verify_deep_flags_missing_key_and_tampering(
+    tmp_path: Path, tiered: tuple[Path, Path, dict[str, Path]]
+) -> None:
     logs, store, keys = tiered
     good = settings(tmp_path, logs, keys={"k1": keys["k1"]}, active="k1")
     assert _verify(good, store) == []

@@ -31,8 +31,17 @@ BIND = EntryBinding("t", 0, 0, "0189-abcd")
 
 
 def _entry(first: int, plain: bytes, stored: bytes, transform: int, position: int) -> RemoteLogIndexEntry:
-    return RemoteLogIndexEntry(first, first + 9, 1, 2, len(plain), RemoteDataIdentifier(URL, position),
-                               STORED_ENTRY_MAGIC, transform, len(stored))
+    return RemoteLogIndexEntry(
+        first,
+        first + 9,
+        1,
+        2,
+        len(plain),
+        RemoteDataIdentifier(URL, position),
+        STORED_ENTRY_MAGIC,
+        transform,
+        len(stored),
+    )
 
 
 def test_magic_1_entry_round_trip_and_mixing_with_magic_0() -> None:
@@ -57,20 +66,23 @@ def test_magic_1_entry_round_trip_and_mixing_with_magic_0() -> None:
 def test_seal_open_entry(level: int | None, encrypt: bool) -> None:
     key = os.urandom(32) if encrypt else None
     plain = b"a record value that repeats " * 200
-    stored, transform = seal_entry(plain, compress_level=level, key=key, binding=BIND, first_offset=5,
-                                   last_offset=14, stored_position=77)
+    stored, transform = seal_entry(
+        plain, compress_level=level, key=key, binding=BIND, first_offset=5, last_offset=14, stored_position=77
+    )
     assert bool(transform & TRANSFORM_ZSTD) == (level is not None)
     assert bool(transform & TRANSFORM_AES_GCM) == encrypt
     assert plain[:20] not in stored or not encrypt  # zstd alone keeps the first literal
-    entry = RemoteLogIndexEntry(5, 14, 1, 2, len(plain), RemoteDataIdentifier(URL, 77), STORED_ENTRY_MAGIC,
-                                transform, len(stored))
+    entry = RemoteLogIndexEntry(
+        5, 14, 1, 2, len(plain), RemoteDataIdentifier(URL, 77), STORED_ENTRY_MAGIC, transform, len(stored)
+    )
     assert open_entry(stored, entry, key=key, binding=BIND) == plain
 
 
 def test_incompressible_entries_are_stored_as_they_are() -> None:
     plain = os.urandom(4000)
-    stored, transform = seal_entry(plain, compress_level=3, key=None, binding=BIND, first_offset=0,
-                                   last_offset=1, stored_position=0)
+    stored, transform = seal_entry(
+        plain, compress_level=3, key=None, binding=BIND, first_offset=0, last_offset=1, stored_position=0
+    )
     assert (stored, transform) == (plain, 0)
     assert compressible([0, 0x10, 0x20]) and not compressible([4, 1, 0x13])  # attribute codec bits
     assert compressible([0, 4])  # mixed producers: the uncompressed batches are worth a try
@@ -79,15 +91,16 @@ def test_incompressible_entries_are_stored_as_they_are() -> None:
 def test_associated_data_binds_the_entry_to_its_place() -> None:
     key = os.urandom(32)
     plain = b"x" * 300
-    stored, transform = seal_entry(plain, compress_level=None, key=key, binding=BIND, first_offset=5,
-                                   last_offset=14, stored_position=77)
+    stored, transform = seal_entry(
+        plain, compress_level=None, key=key, binding=BIND, first_offset=5, last_offset=14, stored_position=77
+    )
     right = _entry(5, plain, stored, transform, 77)
     assert open_entry(stored, right, key=key, binding=BIND) == plain
     moved = [
-        (_entry(5, plain, stored, transform, 78), BIND),                      # another position
+        (_entry(5, plain, stored, transform, 78), BIND),  # another position
         (_entry(5, plain, stored, transform, 77), EntryBinding("t", 1, 0, BIND.attempt_id)),  # partition
-        (_entry(5, plain, stored, transform, 77), EntryBinding("t", 0, 0, "other")),   # attempt
-        (_entry(15, plain, stored, transform, 77), BIND),                     # another entry's offsets
+        (_entry(5, plain, stored, transform, 77), EntryBinding("t", 0, 0, "other")),  # attempt
+        (_entry(15, plain, stored, transform, 77), BIND),  # another entry's offsets
     ]
     for entry, binding in moved:
         with pytest.raises(TamperedObjectError):
@@ -102,8 +115,9 @@ def test_associated_data_binds_the_entry_to_its_place() -> None:
 
 def test_a_bad_zstd_frame_is_a_compression_error_not_wrong_bytes() -> None:
     plain = b"y" * 5000
-    stored, transform = seal_entry(plain, compress_level=3, key=None, binding=BIND, first_offset=0,
-                                   last_offset=1, stored_position=0)
+    stored, transform = seal_entry(
+        plain, compress_level=3, key=None, binding=BIND, first_offset=0, last_offset=1, stored_position=0
+    )
     entry = _entry(0, plain, stored, transform, 0)
     short = RemoteLogIndexEntry(0, 9, 1, 2, 4000, entry.rdi, STORED_ENTRY_MAGIC, transform, len(stored))
     with pytest.raises(CompressionError):

@@ -36,8 +36,7 @@ def test_export_reads_protected_segments(tmp_path: Path, pool: str) -> None:
     master = base64.b64decode(s.remote.encryption.key_files["k1"].read_text())
     shipped = pickle.dumps(remote) + pickle.dumps(BackendSpec.from_settings(s))
     assert master not in shipped and base64.b64encode(master) not in shipped
-    result = export_local(s, [TOPIC], tmp_path / "out", target_bytes=8 * 1024, parallelism=2,
-                          pool=pool)  # type: ignore[arg-type]
+    result = export_local(s, [TOPIC], tmp_path / "out", target_bytes=8 * 1024, parallelism=2, pool=pool)  # type: ignore[arg-type]
     table = read_export(tmp_path / "out")
     got = sorted(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True))
     want = [(r.offset, r.value) for r in brute.records]
@@ -49,11 +48,17 @@ def test_protection_on_a_spread_store(tmp_path: Path) -> None:
     brute = write_secrets(logs, batches=60)
     base = settings(tmp_path, logs, keys={"k1": key_file(tmp_path / "keys", "k1")}, active="k1")
     files = {k: str(v) for k, v in base.remote.encryption.key_files.items()}
-    raw = {"log": {"dirs": [str(logs)], "eligibility": "rolled"},
-           "remote": {"backend": "local", "options": dict(base.remote.options), "prefix_spread": 2,
-                      "compression": {"codec": "zstd"},
-                      "encryption": {"key_files": files, "active_key": "k1"}},
-           "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state"), "index_entry_bytes": 3_000}}
+    raw = {
+        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+        "remote": {
+            "backend": "local",
+            "options": dict(base.remote.options),
+            "prefix_spread": 2,
+            "compression": {"codec": "zstd"},
+            "encryption": {"key_files": files, "active_key": "k1"},
+        },
+        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state"), "index_entry_bytes": 3_000},
+    }
     s = settings_from_mapping(raw)
     backend = open_backend("local", s.remote.options, 2)
     assert all(r.error is None for r in RemoteLogManager(s, backend).run_once())
@@ -65,4 +70,5 @@ def test_protection_on_a_spread_store(tmp_path: Path) -> None:
     reader = TieredReaders(s, backend).reader(TOPIC, 0)
     got = reader.fetch(0, 1 << 20)
     assert got.tier == "remote" and bytes(got.data) == b"".join(
-        b.data for b in brute.batches[: len(got.batches)])
+        b.data for b in brute.batches[: len(got.batches)]
+    )

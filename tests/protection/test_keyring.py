@@ -31,9 +31,14 @@ def test_defaults_are_off() -> None:
 
 def test_config_reads_every_key_file(tmp_path: Path) -> None:
     a, b = key_file(tmp_path, "a"), key_file(tmp_path, "b")
-    s = settings_from_mapping({"remote": {
-        "compression": {"codec": "zstd", "level": 7},
-        "encryption": {"key_files": {"ka": str(a), "kb": str(b)}, "active_key": "kb"}}})
+    s = settings_from_mapping(
+        {
+            "remote": {
+                "compression": {"codec": "zstd", "level": 7},
+                "encryption": {"key_files": {"ka": str(a), "kb": str(b)}, "active_key": "kb"},
+            }
+        }
+    )
     assert s.remote.compression.codec == "zstd" and s.remote.compression.level == 7
     ring = KeyRing.from_settings(s.remote.encryption)
     assert ring is not None and ring.active_id == "kb" and ring.key_ids == ("ka", "kb")
@@ -42,28 +47,35 @@ def test_config_reads_every_key_file(tmp_path: Path) -> None:
         assert a.read_text().strip() not in text and b.read_text().strip() not in text
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "does not exist"),
-    (b"not base64 at all!", "not base64"),
-    (base64.b64encode(b"x" * 16), "holds 16 bytes"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        (b"not base64 at all!", "not base64"),
+        (base64.b64encode(b"x" * 16), "holds 16 bytes"),
+    ],
+)
 def test_a_bad_key_file_names_the_id_and_path(tmp_path: Path, content: bytes | None, message: str) -> None:
     path = tmp_path / "k1"
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(ConfigError) as err:
-        settings_from_mapping({"remote": {"encryption": {"key_files": {"k1": str(path)},
-                                                         "active_key": "k1"}}})
+        settings_from_mapping(
+            {"remote": {"encryption": {"key_files": {"k1": str(path)}, "active_key": "k1"}}}
+        )
     assert "remote.encryption.key_files.k1" in str(err.value) and str(path) in str(err.value)
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ({"compression": {"codec": "lz4"}}, "codec = 'lz4'"),
-    ({"compression": {"level": 0}}, "level = 0"),
-    ({"compression": {"levle": 3}}, "unknown key remote.compression.levle"),
-    ({"encryption": {"active_key": "nope"}}, "active_key = 'nope': not in"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"compression": {"codec": "lz4"}}, "codec = 'lz4'"),
+        ({"compression": {"level": 0}}, "level = 0"),
+        ({"compression": {"levle": 3}}, "unknown key remote.compression.levle"),
+        ({"encryption": {"active_key": "nope"}}, "active_key = 'nope': not in"),
+    ],
+)
 def test_bad_protection_keys(table: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         settings_from_mapping({"remote": table})
@@ -75,8 +87,15 @@ def test_active_key_is_required_with_key_files(tmp_path: Path) -> None:
 
 
 def test_options_stay_verbatim_beside_the_new_tables(tmp_path: Path) -> None:
-    s = settings_from_mapping({"remote": {"backend": "local", "options": {"root": str(tmp_path), "x": 1},
-                                          "compression": {"codec": "zstd"}}})
+    s = settings_from_mapping(
+        {
+            "remote": {
+                "backend": "local",
+                "options": {"root": str(tmp_path), "x": 1},
+                "compression": {"codec": "zstd"},
+            }
+        }
+    )
     assert dict(s.remote.options) == {"root": str(tmp_path), "x": 1}
 
 
@@ -109,10 +128,21 @@ def test_wrapped_key_json_round_trip_and_damage() -> None:
 
 
 def _manifest(protection: Protection | None) -> SegmentManifest:
-    return SegmentManifest(topic="t", partition=0, base_offset=0, last_offset=9, first_timestamp=1,
-                           max_timestamp=2, size_bytes=100, record_batches=1, index_entries=1,
-                           attempt_id="a", created_ms=3, objects={"log": StoredObject("k", 50, 7)},
-                           protection=protection)
+    return SegmentManifest(
+        topic="t",
+        partition=0,
+        base_offset=0,
+        last_offset=9,
+        first_timestamp=1,
+        max_timestamp=2,
+        size_bytes=100,
+        record_batches=1,
+        index_entries=1,
+        attempt_id="a",
+        created_ms=3,
+        objects={"log": StoredObject("k", 50, 7)},
+        protection=protection,
+    )
 
 
 def test_manifest_protection_field() -> None:
@@ -137,9 +167,16 @@ def test_store_protection_pickles_as_its_settings_never_its_keys(tmp_path: Path)
     raw = os.urandom(32)
     path.write_text(base64.b64encode(raw).decode())
     encryption = {"key_files": {"k1": str(path)}, "active_key": "k1"}
-    s = settings_from_mapping({"log": {"dirs": [str(tmp_path / "logs")]},
-                               "remote": {"backend": "local", "options": {"root": str(tmp_path / "s")},
-                                          "encryption": encryption}})
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(tmp_path / "logs")]},
+            "remote": {
+                "backend": "local",
+                "options": {"root": str(tmp_path / "s")},
+                "encryption": encryption,
+            },
+        }
+    )
     protection = StoreProtection.from_settings(s.remote)
     data_key, wrapped = protection.ring.new_data_key() if protection.ring else (b"", None)
     blob = pickle.dumps(protection)

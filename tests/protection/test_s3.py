@@ -51,8 +51,13 @@ def _daemon(config: Path, port: int, log: Path) -> Iterator[httpx.Client]:
     """``rlm run`` as a real process; yields a client once its API answers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     with log.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
-        proc = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(config)], cwd=REPO,
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
     try:
         deadline = time.monotonic() + 60
@@ -61,7 +66,8 @@ def _daemon(config: Path, port: int, log: Path) -> Iterator[httpx.Client]:
             try:
                 # started, and its first pass over every partition done (no pass reads meanwhile)
                 if client.get("/healthz").status_code == 200 and re.search(
-                        "every partition passed once", log.read_text()):
+                    "every partition passed once", log.read_text()
+                ):
                     break
             except httpx.TransportError:
                 pass
@@ -85,15 +91,19 @@ def _s3_settings(tmp: Path, logs: Path, target: S3Target, **protection: object) 
 
 def _gets(client: httpx.Client) -> float:
     text = client.get("/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith('rlm_store_requests_total{op="get"') and f'topic="{TOPIC}"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('rlm_store_requests_total{op="get"') and f'topic="{TOPIC}"' in line
+    )
 
 
 def _read_over_http(client: httpx.Client, start: int, end: int) -> bytes:
     out, offset = [], start
     while offset < end:
-        resp = client.get(f"/v1/topics/{TOPIC}/partitions/0/records",
-                          params={"offset": offset, "max_bytes": 4096})
+        resp = client.get(
+            f"/v1/topics/{TOPIC}/partitions/0/records", params={"offset": offset, "max_bytes": 4096}
+        )
         assert resp.status_code == 200, resp.text
         out.append(resp.content)
         offset = int(resp.headers["X-Rlm-Next-Offset"])
@@ -103,7 +113,7 @@ def _read_over_http(client: httpx.Client, start: int, end: int) -> bytes:
 def _hide_later_segments(logs: Path) -> dict[Path, Path]:
     """Rename the newer half of the partition's segments away (as if not yet rolled)."""
     segments = sorted((logs / f"{TOPIC}-0").glob("*.log"))
-    later = {p: p.with_name(p.name + ".later") for p in segments[len(segments) // 2 + 1:]}
+    later = {p: p.with_name(p.name + ".later") for p in segments[len(segments) // 2 + 1 :]}
     for p, q in later.items():
         p.rename(q)
     return later
@@ -117,8 +127,9 @@ def test_protected_store_on_seaweedfs(tmp_path: Path, s3_target: S3Target) -> No
 
     # copy with key A, then rotate to B (A kept) and copy the rest
     later = _hide_later_segments(logs)
-    with_a = write_toml(tmp_path / "a.toml", _s3_settings(tmp_path, logs, s3_target, keys={"A": keys["A"]},
-                                                         active="A"))
+    with_a = write_toml(
+        tmp_path / "a.toml", _s3_settings(tmp_path, logs, s3_target, keys={"A": keys["A"]}, active="A")
+    )
     proc = rlm_cli("run", "--config", with_a, "--once")
     assert proc.returncode == 0, proc.stderr
     for p, q in later.items():
@@ -145,8 +156,11 @@ def test_protected_store_on_seaweedfs(tmp_path: Path, s3_target: S3Target) -> No
         assert _read_over_http(client, start, end) == expected
 
     # a ring without A: the old segments cannot be opened — one line, exit 1; HTTP 500
-    only_b = write_toml(tmp_path / "b.toml", _s3_settings(tmp_path, logs, s3_target, keys={"B": keys["B"]},
-                                                         active="B"), server_port=port)
+    only_b = write_toml(
+        tmp_path / "b.toml",
+        _s3_settings(tmp_path, logs, s3_target, keys={"B": keys["B"]}, active="B"),
+        server_port=port,
+    )
     proc = rlm_cli("fetch", "--config", only_b, "--topic", TOPIC, "--partition", "0", "--offset", "0")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
@@ -176,8 +190,11 @@ def _check_lookup_cost(client: httpx.Client, logs: Path, brute: BruteLog, below:
     """Within one segment: the first lookup reads one entry (and the segment's manifest, for the
     wrapped data key, unless the daemon already knows it); a lookup in another entry of the segment
     then costs exactly one ranged GET, a repeat none."""
-    entries = [d.entry for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
-               for d in iter_entries(p.read_bytes())]
+    entries = [
+        d.entry
+        for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
+        for d in iter_entries(p.read_bytes())
+    ]
     by_object: dict[str, list[int]] = {}
     for e in entries:
         if e.last_offset < below:

@@ -67,8 +67,11 @@ def test_nothing_stored_is_plaintext_and_everything_reads_back(tmp_path: Path) -
         assert m["objects"]["log"]["size"] == len(objects[m["objects"]["log"]["key"]])
     # every local entry is stored transformed: encrypted, and compressed (entries mixing gzip'd and
     # plain batches are compressed too; test_formats checks the all-compressed rule)
-    local = [d.entry for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
-             for d in iter_entries(p.read_bytes())]
+    local = [
+        d.entry
+        for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
+        for d in iter_entries(p.read_bytes())
+    ]
     assert local and all(e.magic == STORED_ENTRY_MAGIC and e.transform & TRANSFORM_AES_GCM for e in local)
     assert any(e.transform & TRANSFORM_ZSTD for e in local)
 
@@ -81,7 +84,7 @@ def test_nothing_stored_is_plaintext_and_everything_reads_back(tmp_path: Path) -
     assert got == _expected(brute, remote_start, end)
     assert readers.reader(TOPIC, 0).lookup_offset(0).tier == "remote"
     reader = readers.reader(TOPIC, 0)
-    for rec in brute.records[: local_start: 37]:
+    for rec in brute.records[:local_start:37]:
         found = reader.lookup_timestamp(rec.timestamp)
         assert found.found and found.offset == rec.offset and found.tier == "remote"
 
@@ -127,8 +130,11 @@ def test_rotation_keeps_old_segments_readable(tmp_path: Path) -> None:
     s = settings(tmp_path, logs, keys=keys, active="new")
     _tier(s, store)
 
-    ids = {json.loads(v)["protection"]["encryption"]["key_id"]
-           for k, v in stored_objects(store).items() if "/manifests/" in k}
+    ids = {
+        json.loads(v)["protection"]["encryption"]["key_id"]
+        for k, v in stored_objects(store).items()
+        if "/manifests/" in k
+    }
     assert ids == {"old", "new"}
     delete_local_segments(logs / f"{TOPIC}-0")
     end = brute.records[-1].offset + 1
@@ -149,7 +155,7 @@ def test_plaintext_and_protected_segments_mix(tmp_path: Path) -> None:
     brute = write_secrets(logs, batches=200)
     store = LocalBackend(root=str(tmp_path / "store"))
     segments = sorted((logs / f"{TOPIC}-0").glob("*.log"))
-    later = {p: p.with_name(p.name + ".later") for p in segments[len(segments) // 2 + 1:]}
+    later = {p: p.with_name(p.name + ".later") for p in segments[len(segments) // 2 + 1 :]}
     for p, q in later.items():
         p.rename(q)
     _tier(settings(tmp_path, logs, codec=None), store)  # an existing plaintext store
@@ -160,8 +166,11 @@ def test_plaintext_and_protected_segments_mix(tmp_path: Path) -> None:
     _tier(s, store)
     manifests = [json.loads(v) for k, v in stored_objects(store).items() if "/manifests/" in k]
     assert {"protection" in m for m in manifests} == {True, False}
-    entries = [d.entry for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
-               for d in iter_entries(p.read_bytes())]
+    entries = [
+        d.entry
+        for p in sorted((logs / f"{TOPIC}-0").glob("*.remotelogindex"))
+        for d in iter_entries(p.read_bytes())
+    ]
     assert {e.magic for e in entries} == {0, 1}
     delete_local_segments(logs / f"{TOPIC}-0")
     start, end = brute.records[0].offset, brute.records[-1].offset + 1

@@ -33,11 +33,18 @@ def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
     write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
     oracle = Oracle.of(logs / "txn-0")
     key = key_file(tmp_path / "keys", "k1")
-    s = settings_from_mapping({
-        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-        "remote": {"backend": "local", "options": {"root": str(store)}, "compression": {"codec": "zstd"},
-                   "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"}},
-        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state"), "index_entry_bytes": 2_000}})
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {
+                "backend": "local",
+                "options": {"root": str(store)},
+                "compression": {"codec": "zstd"},
+                "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"},
+            },
+            "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state"), "index_entry_bytes": 2_000},
+        }
+    )
     manager = RemoteLogManager(s, LocalBackend(root=str(store)))
     assert all(r.error is None for r in manager.run_once())
     delete_local_segments(logs / "txn-0", keep_last=3)
@@ -54,8 +61,12 @@ def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
     offset, got = 0, []
     while True:
         res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
-        got += [(r.offset, r.key, r.value) for b in res.batches if not b.is_control
-                for r in res.records(b, from_requested=True)]
+        got += [
+            (r.offset, r.key, r.value)
+            for b in res.batches
+            if not b.is_control
+            for r in res.records(b, from_requested=True)
+        ]
         if res.next_offset == offset:
             break
         offset = res.next_offset
@@ -68,8 +79,9 @@ def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
     assert sorted((r[2], r[0], r[1]) for r in rows) == [(r.offset, r.key, r.value) for r in oracle.committed]
 
 
-def test_control_batch_scans_of_protected_segments_match_plaintext(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_batch_scans_of_protected_segments_match_plaintext(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With no local source and no recorded open transactions (segments tiered before copies
     recorded ``open_at_end``), the last stable offset replays every tiered segment's batches: a
     protected segment is read whole and opened entry by entry (``StoreProtection.open_log``); the
@@ -90,11 +102,17 @@ def test_control_batch_scans_of_protected_segments_match_plaintext(tmp_path: Pat
         remote: dict[str, object] = {"backend": "local", "options": {"root": str(store)}}
         if protect:
             key = key_file(root / "keys", "k1")
-            remote |= {"compression": {"codec": "zstd"},
-                       "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"}}
-        s = settings_from_mapping({"log": {"dirs": [str(logs)], "eligibility": "rolled"}, "remote": remote,
-                                   "tiering": {"gc_grace_ms": 0, "state_dir": str(root / "state"),
-                                               "index_entry_bytes": 2_000}})
+            remote |= {
+                "compression": {"codec": "zstd"},
+                "encryption": {"key_files": {"k1": str(key)}, "active_key": "k1"},
+            }
+        s = settings_from_mapping(
+            {
+                "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+                "remote": remote,
+                "tiering": {"gc_grace_ms": 0, "state_dir": str(root / "state"), "index_entry_bytes": 2_000},
+            }
+        )
         backend = LocalBackend(root=str(store))
         assert all(r.error is None for r in RemoteLogManager(s, backend).run_once())
         state = RemoteState(backend, "txn", 0, protection=StoreProtection.from_settings(s.remote))

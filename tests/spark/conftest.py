@@ -41,9 +41,17 @@ Rec = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None]
 def spark() -> Iterator[Any]:
     from rlm.jobs import spark_session
 
-    session = spark_session("local[2]", "rlm-tests", progress=False, conf={
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-        "spark.driver.memory": "1g", "spark.python.worker.reuse": "true"})
+    session = spark_session(
+        "local[2]",
+        "rlm-tests",
+        progress=False,
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "1g",
+            "spark.python.worker.reuse": "true",
+        },
+    )
     yield session
     session.stop()
 
@@ -55,8 +63,9 @@ def executor_pythonpath() -> str:
 
     import rlm
 
-    return os.pathsep.join(dict.fromkeys(str(Path(m.__file__).resolve().parent.parent)
-                                         for m in (rlm, rlm_storage_s3)))
+    return os.pathsep.join(
+        dict.fromkeys(str(Path(m.__file__).resolve().parent.parent) for m in (rlm, rlm_storage_s3))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -64,8 +73,11 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark standalone master and two workers (1 core, 1 GiB each) for the whole run."""
     from rlm.testing.spark_cluster import SparkCluster
 
-    with SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2,
-                      executor_env={"PYTHONPATH": executor_pythonpath()}) as cluster:
+    with SparkCluster(
+        tmp_path_factory.mktemp("spark-cluster"),
+        workers=2,
+        executor_env={"PYTHONPATH": executor_pythonpath()},
+    ) as cluster:
         yield cluster
 
 
@@ -88,17 +100,21 @@ class Env:
         return create_backend(self.settings.remote.backend, self.settings.remote.options)
 
 
-def make_settings(log_dirs: list[Path], backend: str = "local", options: dict[str, Any] | None = None,
-                  **tiering: Any) -> Settings:
+def make_settings(
+    log_dirs: list[Path], backend: str = "local", options: dict[str, Any] | None = None, **tiering: Any
+) -> Settings:
     tiering.setdefault("gc_grace_ms", 0)
-    return settings_from_mapping({
-        "log": {"dirs": [str(d) for d in log_dirs]},
-        "remote": {"backend": backend, "options": options or {}},
-        "tiering": tiering,
-        # Fixture topics carry a 1-day Kafka retention.ms that would delete what these jobs read.
-        "topics": {"follow_kafka_configs": False},
-        # The fixtures come from three clusters whose brokers were stopped: no leaders recorded.
-        "cluster": {"leadership": "always"}})
+    return settings_from_mapping(
+        {
+            "log": {"dirs": [str(d) for d in log_dirs]},
+            "remote": {"backend": backend, "options": options or {}},
+            "tiering": tiering,
+            # Fixture topics carry a 1-day Kafka retention.ms that would delete what these jobs read.
+            "topics": {"follow_kafka_configs": False},
+            # The fixtures come from three clusters whose brokers were stopped: no leaders recorded.
+            "cluster": {"leadership": "always"},
+        }
+    )
 
 
 def tier(settings: Settings) -> None:
@@ -119,8 +135,9 @@ def txn_env(root: Path) -> tuple[Settings, Any]:
     logs = root / "logs"
     write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
     oracle = Oracle.of(logs / "txn-0")
-    settings = make_settings([logs], options={"root": str(root / "store")}, index_entry_bytes=2_000,
-                             state_dir=str(root / "state"))
+    settings = make_settings(
+        [logs], options={"root": str(root / "store")}, index_entry_bytes=2_000, state_dir=str(root / "state")
+    )
     tier(settings)
     delete_local_segments(logs / "txn-0", keep_last=3)
     return settings, oracle
@@ -143,30 +160,50 @@ CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ
 BASE_TS = 1_700_000_000_000
 
 
-def write_generated(log_dir: Path, topic: str, partition: int, codec: Compression, *, seed: int,
-                    batches: int = 48, log_append_time: bool = False) -> None:
+def write_generated(
+    log_dir: Path,
+    topic: str,
+    partition: int,
+    codec: Compression,
+    *,
+    seed: int,
+    batches: int = 48,
+    log_append_time: bool = False,
+) -> None:
     """A partition of several segments: out-of-order timestamps, null keys/values, headers, a
     transaction marker (control batch) every 16 batches. The last segment stays active (local)."""
     rng = random.Random(seed)
-    with LogWriter(log_dir, topic, partition, segment_bytes=48 * 1024, index_interval_bytes=1024,
-                   clock=lambda: BASE_TS + 777) as w:
+    with LogWriter(
+        log_dir,
+        topic,
+        partition,
+        segment_bytes=48 * 1024,
+        index_interval_bytes=1024,
+        clock=lambda: BASE_TS + 777,
+    ) as w:
         for i in range(batches):
             specs = []
             for j in range(rng.randint(1, 12)):
                 ts = BASE_TS + i * 1000 + j * 10 - rng.randint(0, 1500)  # timestamps go backwards too
                 key = None if rng.random() < 0.1 else f"k{rng.randint(0, 99)}".encode()
                 value = None if rng.random() < 0.05 else rng.randbytes(rng.randint(0, 900))
-                headers = tuple(Header(f"h{n}", None if n == 2 else rng.randbytes(3))
-                                for n in range(rng.choice([0, 0, 1, 3])))
+                headers = tuple(
+                    Header(f"h{n}", None if n == 2 else rng.randbytes(3))
+                    for n in range(rng.choice([0, 0, 1, 3]))
+                )
                 specs.append(RecordSpec(ts, key, value, headers))
-            w.append(specs, compression=codec,
-                     timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else
-                     TimestampType.CREATE_TIME)
+            w.append(
+                specs,
+                compression=codec,
+                timestamp_type=TimestampType.LOG_APPEND_TIME
+                if log_append_time
+                else TimestampType.CREATE_TIME,
+            )
             if i % 16 == 15:
-                marker = Record(w.log_end_offset, BASE_TS + i * 1000, encode_control_key(1),
-                                encode_end_txn_marker(0))
-                w.append([marker], is_control=True, is_transactional=True, producer_id=7,
-                         producer_epoch=0)
+                marker = Record(
+                    w.log_end_offset, BASE_TS + i * 1000, encode_control_key(1), encode_end_txn_marker(0)
+                )
+                w.append([marker], is_control=True, is_transactional=True, producer_id=7, producer_epoch=0)
 
 
 def generated_env(root: Path) -> Env:
@@ -236,12 +273,15 @@ def arrow_records(table: Any) -> dict[tuple[str, int], list[Rec]]:
     assert per_ms is not None
     millis = [None if v is None else v // per_ms for v in col.cast(pa.int64()).to_pylist()]
     out: dict[tuple[str, int], list[Rec]] = {}
-    cols = {name: table.column(name).to_pylist() for name in
-            ("topic", "partition", "offset", "key", "value", "headers")}
+    cols = {
+        name: table.column(name).to_pylist()
+        for name in ("topic", "partition", "offset", "key", "value", "headers")
+    }
     for i, ms in enumerate(millis):
         headers = tuple((h["key"], h["value"]) for h in (cols["headers"][i] or []))
         out.setdefault((cols["topic"][i], int(cols["partition"][i])), []).append(
-            (cols["offset"][i], ms, cols["key"][i], cols["value"][i], headers))
+            (cols["offset"][i], ms, cols["key"][i], cols["value"][i], headers)
+        )
     for recs in out.values():
         recs.sort()
     return out

@@ -31,8 +31,10 @@ pytestmark = [pytest.mark.spark_cluster, pytest.mark.slow, pytest.mark.integrati
 TOPICS = ["gen", "other"]
 #: For the jobs meant to fail: no task retries (Spark settings reach `rlm` through
 #: PYSPARK_SUBMIT_ARGS, as docs/spark-cluster.md tells users).
-FAIL_FAST = {"SPARK_LOCAL_IP": "127.0.0.1",
-             "PYSPARK_SUBMIT_ARGS": "--conf spark.task.maxFailures=1 pyspark-shell"}
+FAIL_FAST = {
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    "PYSPARK_SUBMIT_ARGS": "--conf spark.task.maxFailures=1 pyspark-shell",
+}
 
 
 def write_config(env: Env, cwd: Path) -> Path:
@@ -43,13 +45,24 @@ def write_config(env: Env, cwd: Path) -> Path:
     if remote.backend == "local":
         options["root"] = os.path.relpath(options["root"], cwd)
     dirs = [os.path.relpath(d, cwd) for d in env.log_dirs]
-    text = "\n".join([
-        "[log]", f"dirs = {toml_value(dirs)}",
-        "[remote]", f"backend = {toml_value(remote.backend)}",
-        "[remote.options]", *(f"{k} = {toml_value(v)}" for k, v in options.items()),
-        "[tiering]", "gc_grace_ms = 0", f"index_entry_bytes = {env.settings.tiering.index_entry_bytes}",
-        "[topics]", "follow_kafka_configs = false",
-        "[cluster]", 'leadership = "always"', ""])
+    text = "\n".join(
+        [
+            "[log]",
+            f"dirs = {toml_value(dirs)}",
+            "[remote]",
+            f"backend = {toml_value(remote.backend)}",
+            "[remote.options]",
+            *(f"{k} = {toml_value(v)}" for k, v in options.items()),
+            "[tiering]",
+            "gc_grace_ms = 0",
+            f"index_entry_bytes = {env.settings.tiering.index_entry_bytes}",
+            "[topics]",
+            "follow_kafka_configs = false",
+            "[cluster]",
+            'leadership = "always"',
+            "",
+        ]
+    )
     path = cwd / "rlm.toml"
     path.write_text(text)
     return path
@@ -59,8 +72,14 @@ def run_cli(cluster: Any, cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,
     """``python -m rlm <args> --spark-master <the cluster>`` in ``cwd``; its stdout."""
     # The driver binds to loopback like the daemons (a user's driver binds to its host's address).
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run([sys.executable, "-m", "rlm", *args, "--spark-master", cluster.master_url],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlm", *args, "--spark-master", cluster.master_url],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode in ok_codes, f"rlm {args[0]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     return proc.stdout
 
@@ -85,8 +104,23 @@ def parquet_layout(out: Path) -> set[str]:
 
 
 def export_equal_to_local(spark: Any, cluster: Any, env: Env, cwd: Path, config: Path) -> None:
-    doc = json.loads(run_cli(cluster, cwd, "export", "--config", config.name, "--topic", TOPICS[0],
-                             "--topic", TOPICS[1], "--out", "out", "--task-mib", "1"))
+    doc = json.loads(
+        run_cli(
+            cluster,
+            cwd,
+            "export",
+            "--config",
+            config.name,
+            "--topic",
+            TOPICS[0],
+            "--topic",
+            TOPICS[1],
+            "--out",
+            "out",
+            "--task-mib",
+            "1",
+        )
+    )
     assert_ran_on_executors(cluster, "rlm export")
     import pyarrow.parquet as pq
 
@@ -109,12 +143,18 @@ def verify_equal_to_local(spark: Any, cluster: Any, env: Env, cwd: Path, config:
 
 def tree(root: Path) -> dict[str, Any]:
     """Every file's bytes; of ``index-sets.json`` (set base offset → creation time) only the sets."""
-    return {str(p.relative_to(root)): sorted(json.loads(p.read_bytes())) if p.name == "index-sets.json"
-            else p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): sorted(json.loads(p.read_bytes()))
+        if p.name == "index-sets.json"
+        else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
-def rebuild_equal_to_local(spark: Any, cluster: Any, env: Env, tmp: Path,
-                           store_options: dict[str, Any] | None = None) -> None:
+def rebuild_equal_to_local(
+    spark: Any, cluster: Any, env: Env, tmp: Path, store_options: dict[str, Any] | None = None
+) -> None:
     """Rebuild the index sets of two copies of ``env``'s log dirs (and state, and a local store):
     one on the cluster, one on local[2]; both trees must end up byte for byte the same."""
     copies = []
@@ -127,8 +167,16 @@ def rebuild_equal_to_local(spark: Any, cluster: Any, env: Env, tmp: Path,
         dirs = [copy / d.relative_to(env.root) for d in env.log_dirs]
         store = Path(env.settings.remote.options.get("root", env.root))
         options = store_options or {"root": str(copy / store.relative_to(env.root))}
-        return Env(dirs, make_settings(dirs, env.settings.remote.backend, options,
-                                       index_entry_bytes=env.settings.tiering.index_entry_bytes), copy)
+        return Env(
+            dirs,
+            make_settings(
+                dirs,
+                env.settings.remote.backend,
+                options,
+                index_entry_bytes=env.settings.tiering.index_entry_bytes,
+            ),
+            copy,
+        )
 
     on_cluster, on_local = settings_of(copies[0]), settings_of(copies[1])
     config = write_config(on_cluster, copies[0])
@@ -149,25 +197,29 @@ def test_the_cluster_has_two_alive_workers(spark_cluster: Any) -> None:
     assert len(workers) == 2 and all(w["cores"] == 1 for w in workers)
 
 
-def test_export_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
-                                            tmp_path: Path) -> None:
+def test_export_on_the_cluster_equals_local(
+    spark: Any, spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     config = write_config(gen_env, tmp_path)
     export_equal_to_local(spark, spark_cluster, gen_env, tmp_path, config)
 
 
-def test_deep_verify_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
-                                                 tmp_path: Path) -> None:
+def test_deep_verify_on_the_cluster_equals_local(
+    spark: Any, spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     config = write_config(gen_env, tmp_path)
     verify_equal_to_local(spark, spark_cluster, gen_env, tmp_path, config)
 
 
-def test_rebuild_index_on_the_cluster_equals_local(spark: Any, spark_cluster: Any, gen_env: Env,
-                                                   tmp_path: Path) -> None:
+def test_rebuild_index_on_the_cluster_equals_local(
+    spark: Any, spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     rebuild_equal_to_local(spark, spark_cluster, gen_env, tmp_path)
 
 
-def test_iceberg_export_on_the_cluster_equals_the_parquet_export(spark: Any, spark_cluster: Any,
-                                                                 gen_env: Env, tmp_path: Path) -> None:
+def test_iceberg_export_on_the_cluster_equals_the_parquet_export(
+    spark: Any, spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     """Executors write the table's data files, the driver commits (docs/iceberg.md); ``--out`` is
     relative to the CLI's working directory; a repeated ``--incremental`` run appends nothing."""
     pytest.importorskip("pyiceberg")
@@ -176,8 +228,20 @@ def test_iceberg_export_on_the_cluster_equals_the_parquet_export(spark: Any, spa
     from rlm.jobs.iceberg import IcebergTarget, load_table
 
     config = write_config(gen_env, tmp_path)
-    args = ["export", "--config", config.name, "--topic", TOPICS[0], "--topic", TOPICS[1],
-            "--format", "iceberg", "--out", "tbl", "--incremental"]
+    args = [
+        "export",
+        "--config",
+        config.name,
+        "--topic",
+        TOPICS[0],
+        "--topic",
+        TOPICS[1],
+        "--format",
+        "iceberg",
+        "--out",
+        "tbl",
+        "--incremental",
+    ]
     run_cli(spark_cluster, tmp_path, *args)
     assert_ran_on_executors(spark_cluster, "rlm export")
     table = load_table(IcebergTarget.from_settings(gen_env.settings, tmp_path / "tbl"))
@@ -190,11 +254,13 @@ def test_iceberg_export_on_the_cluster_equals_the_parquet_export(spark: Any, spa
     table = load_table(IcebergTarget.from_settings(gen_env.settings, tmp_path / "tbl"))
     assert arrow_records(table.scan().to_arrow()) == expected and len(table.snapshots()) == snapshots
     assert {f.file.file_path for f in table.scan().plan_files()} and all(
-        f.file.file_path.startswith((tmp_path / "tbl").as_uri()) for f in table.scan().plan_files())
+        f.file.file_path.startswith((tmp_path / "tbl").as_uri()) for f in table.scan().plan_files()
+    )
 
 
-def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any, gen_env: Env,
-                                                                tmp_path: Path) -> None:
+def test_a_failed_task_is_one_line_naming_the_executors_error(
+    spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     """A corrupt batch in a remote object fails the export on an executor: the CLI prints that
     executor's exception (class, object, byte position), not the JVM's report, and exits 1."""
     root = tmp_path / "copy"
@@ -207,9 +273,27 @@ def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any
     dirs = [root / d.relative_to(gen_env.root) for d in gen_env.log_dirs]
     config = write_config(Env(dirs, make_settings(dirs, options={"root": str(store)}), root), tmp_path)
     env = {**os.environ, **FAIL_FAST}
-    proc = subprocess.run([sys.executable, "-m", "rlm", "export", "--config", config.name, "--topic", "gen",
-                           "--out", "out", "--spark-master", spark_cluster.master_url],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlm",
+            "export",
+            "--config",
+            config.name,
+            "--topic",
+            "gen",
+            "--out",
+            "out",
+            "--spark-master",
+            spark_cluster.master_url,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = error_line(proc.stderr)
     assert last.startswith("rlm: error: a Spark task failed: rlm.errors.CorruptRecordError: "), last
@@ -220,8 +304,9 @@ def test_a_failed_task_is_one_line_naming_the_executors_error(spark_cluster: Any
     assert sum(text.count("Exception in task") for text in logs.values()) == 1
 
 
-def test_executors_with_another_rlm_than_the_driver_refuse_the_job(spark_cluster: Any, gen_env: Env,
-                                                                   tmp_path: Path) -> None:
+def test_executors_with_another_rlm_than_the_driver_refuse_the_job(
+    spark_cluster: Any, gen_env: Env, tmp_path: Path
+) -> None:
     """The driver runs a copy of rlm with one changed line; the executors run this checkout's:
     the job fails on the executors with the one-line build mismatch, before reading anything."""
     import rlm
@@ -233,13 +318,29 @@ def test_executors_with_another_rlm_than_the_driver_refuse_the_job(spark_cluster
     config = write_config(gen_env, tmp_path)
     path = os.pathsep.join([str(src), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])
     env = {**os.environ, **FAIL_FAST, "PYTHONPATH": path}
-    proc = subprocess.run([sys.executable, "-m", "rlm", "verify", "--config", config.name,
-                           "--spark-master", spark_cluster.master_url],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlm",
+            "verify",
+            "--config",
+            config.name,
+            "--spark-master",
+            spark_cluster.master_url,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = error_line(proc.stderr)
-    assert last.startswith("rlm: error: a Spark task failed: rlm.errors.ExecutorEnvironmentError: "
-                           f"executor host {socket.gethostname()} runs rlm "), last
+    assert last.startswith(
+        "rlm: error: a Spark task failed: rlm.errors.ExecutorEnvironmentError: "
+        f"executor host {socket.gethostname()} runs rlm "
+    ), last
     assert str(Path(rlm.__file__).parent) in last and "docs/spark-cluster.md" in last, last
 
 
@@ -273,8 +374,9 @@ def s3_env(s3_target: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[En
     return Env([log_dir], settings, root), options
 
 
-def test_jobs_on_the_cluster_over_s3_equal_local(spark: Any, spark_cluster: Any,
-                                                 s3_env: tuple[Env, dict[str, Any]], tmp_path: Path) -> None:
+def test_jobs_on_the_cluster_over_s3_equal_local(
+    spark: Any, spark_cluster: Any, s3_env: tuple[Env, dict[str, Any]], tmp_path: Path
+) -> None:
     env, options = s3_env
     run = tmp_path / "run"
     run.mkdir()

@@ -47,8 +47,9 @@ TOPIC = "clicks"
 def _expected(env: Env, topic: str | None = None) -> dict[tuple[str, int], list[Any]]:
     out = {}
     for d in env.log_dirs:
-        for part in sorted(p for p in d.iterdir() if p.is_dir() and (topic is None or
-                                                                       p.name.rsplit("-", 1)[0] == topic)):
+        for part in sorted(
+            p for p in d.iterdir() if p.is_dir() and (topic is None or p.name.rsplit("-", 1)[0] == topic)
+        ):
             recs = kafka_python_records(part)
             if recs:
                 out[(part.name.rsplit("-", 1)[0], int(part.name.rsplit("-", 1)[1]))] = recs
@@ -68,17 +69,29 @@ def multi_day_env(root: Path) -> tuple[Env, dict[int, int]]:
     ends = {}
     for p, codec in enumerate([Compression.SNAPPY, Compression.ZSTD]):
         rng = random.Random(p)
-        with LogWriter(log_dir, TOPIC, p, segment_bytes=6 * 1024, index_interval_bytes=512,
-                       clock=lambda: DAY0) as w:
+        with LogWriter(
+            log_dir, TOPIC, p, segment_bytes=6 * 1024, index_interval_bytes=512, clock=lambda: DAY0
+        ) as w:
             for i in range(60):
                 ts = DAY0 + i * 2 * 3_600_000
-                specs = [RecordSpec(ts + j, None if j == 0 else f"k{j}".encode(),
-                                    rng.randbytes(rng.randint(0, 300)), (Header("h", b"v"),) if j % 2 else ())
-                         for j in range(rng.randint(1, 6))]
+                specs = [
+                    RecordSpec(
+                        ts + j,
+                        None if j == 0 else f"k{j}".encode(),
+                        rng.randbytes(rng.randint(0, 300)),
+                        (Header("h", b"v"),) if j % 2 else (),
+                    )
+                    for j in range(rng.randint(1, 6))
+                ]
                 w.append(specs, compression=codec)
                 if i == 20:
-                    w.append([Record(w.log_end_offset, ts, encode_control_key(1), encode_end_txn_marker(0))],
-                             is_control=True, is_transactional=True, producer_id=3, producer_epoch=0)
+                    w.append(
+                        [Record(w.log_end_offset, ts, encode_control_key(1), encode_end_txn_marker(0))],
+                        is_control=True,
+                        is_transactional=True,
+                        producer_id=3,
+                        producer_epoch=0,
+                    )
             w.roll()
             ends[p] = w.log_end_offset
             w.high_watermark = ends[p] // 2
@@ -101,8 +114,9 @@ def _target(env: Env, out: Path) -> IcebergTarget:
 
 def test_append_is_one_snapshot_equal_to_the_parquet_export(spark: Any, gen_env: Env, tmp_path: Path) -> None:
     target = _target(gen_env, tmp_path / "ice")
-    result = export_iceberg(gen_env.settings, ["gen", "other"], target, spark_engine(spark),
-                            target_bytes=16 * 1024)
+    result = export_iceberg(
+        gen_env.settings, ["gen", "other"], target, spark_engine(spark), target_bytes=16 * 1024
+    )
     table = load_table(target)
     assert len(table.snapshots()) == 1 and result.snapshot_id == table.current_snapshot().snapshot_id
     summary = table.current_snapshot().summary
@@ -114,10 +128,15 @@ def test_append_is_one_snapshot_equal_to_the_parquet_export(spark: Any, gen_env:
     assert result.records == sum(len(v) for v in expected.values())
     # The snapshot records one past the last visible offset of every partition: its high watermark
     # (past trailing control batches too).
-    offsets = {k[len(OFFSET_PROPERTY):]: int(v) for k, v in summary.additional_properties.items()
-               if k.startswith(OFFSET_PROPERTY)}
-    hws = {f"{p.topic}-{p.partition}": partition_state(p, read_checkpoints(p.path.parent)).high_watermark
-           for p in discover_partitions(gen_env.log_dirs)}
+    offsets = {
+        k[len(OFFSET_PROPERTY) :]: int(v)
+        for k, v in summary.additional_properties.items()
+        if k.startswith(OFFSET_PROPERTY)
+    }
+    hws = {
+        f"{p.topic}-{p.partition}": partition_state(p, read_checkpoints(p.path.parent)).high_watermark
+        for p in discover_partitions(gen_env.log_dirs)
+    }
     assert offsets == hws
     assert all(offsets[f"{t}-{p}"] > recs[-1][0] for (t, p), recs in expected.items())
     assert summary[ATTEMPT_PROPERTY]
@@ -129,7 +148,8 @@ def test_append_is_one_snapshot_equal_to_the_parquet_export(spark: Any, gen_env:
         t, p = part_dir.parent.name.split("=", 1)[1], int(part_dir.name.split("=", 1)[1])
         rows = pq.read_table(part_dir)
         rows = rows.append_column("topic", pa.array([t] * rows.num_rows)).append_column(
-            "partition", pa.array([p] * rows.num_rows, pa.int32()))
+            "partition", pa.array([p] * rows.num_rows, pa.int32())
+        )
         from_parquet.update(arrow_records(rows))
     assert got == from_parquet
 
@@ -142,8 +162,9 @@ def test_partitioned_by_topic_and_day(tmp_path: Path) -> None:
     target = _target(env, tmp_path / "ice")
     export_iceberg(env.settings, [TOPIC], target, local_engine(), target_bytes=4096)
     table = load_table(target)
-    spec = [(table.schema().find_field(f.source_id).name, str(f.transform), f.name)
-            for f in table.spec().fields]
+    spec = [
+        (table.schema().find_field(f.source_id).name, str(f.transform), f.name) for f in table.spec().fields
+    ]
     assert spec == [("topic", "identity", "topic"), ("timestamp", "day", "timestamp_day")]
     days = set()
     for task in table.scan().plan_files():
@@ -156,15 +177,18 @@ def test_partitioned_by_topic_and_day(tmp_path: Path) -> None:
         days.add(day)
     assert len(days) >= 3  # the visible half spans several UTC days
     # Partition pruning works on the day: one day's scan holds only that day's records.
-    day_rows = table.scan(row_filter="timestamp >= '2026-01-01T00:00:00+00:00' and "
-                                     "timestamp < '2026-01-02T00:00:00+00:00'").to_arrow()
+    day_rows = table.scan(
+        row_filter="timestamp >= '2026-01-01T00:00:00+00:00' and timestamp < '2026-01-02T00:00:00+00:00'"
+    ).to_arrow()
     assert day_rows.num_rows > 0
     assert {s // (DAY_MS * 1000) for s in day_rows.column("timestamp").cast(pa.int64()).to_pylist()} == {
-        (DAY0 + 3 * 3_600_000) // DAY_MS}
+        (DAY0 + 3 * 3_600_000) // DAY_MS
+    }
 
 
-def test_incremental_appends_only_new_offsets_and_a_repeat_appends_nothing(spark: Any,
-                                                                           tmp_path: Path) -> None:
+def test_incremental_appends_only_new_offsets_and_a_repeat_appends_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
     env, ends = multi_day_env(tmp_path)
     target = _target(env, tmp_path / "ice")
     first = export_iceberg(env.settings, [TOPIC], target, spark_engine(spark))
@@ -198,8 +222,9 @@ def _orphans(out: Path) -> list[Path]:
     return sorted(out.rglob(f"{FILE_PREFIX}*.parquet"))
 
 
-@pytest.mark.parametrize("engine", [["--engine", "local"], ["--spark-master", "local[1]"]],
-                         ids=["local", "spark"])
+@pytest.mark.parametrize(
+    "engine", [["--engine", "local"], ["--spark-master", "local[1]"]], ids=["local", "spark"]
+)
 def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path, engine: list[str]) -> None:
     env, ends = multi_day_env(tmp_path)
     out = tmp_path / "ice"
@@ -208,11 +233,29 @@ def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path, eng
     before_files = set(_orphans(out))
     raise_high_watermarks(env, ends)
     tier(env.settings)
-    cfg = write_config(tmp_path / "rlm.toml", env.log_dirs, root=tmp_path / "store",
-                       index_entry_bytes=1024, topics={"follow_kafka_configs": False},
-                       cluster={"leadership": "always"})
-    args = ["export", "--config", cfg, "--topic", TOPIC, "--format", "iceberg", "--incremental",
-            "--out", out, *engine, "--task-mib", "1"]
+    cfg = write_config(
+        tmp_path / "rlm.toml",
+        env.log_dirs,
+        root=tmp_path / "store",
+        index_entry_bytes=1024,
+        topics={"follow_kafka_configs": False},
+        cluster={"leadership": "always"},
+    )
+    args = [
+        "export",
+        "--config",
+        cfg,
+        "--topic",
+        TOPIC,
+        "--format",
+        "iceberg",
+        "--incremental",
+        "--out",
+        out,
+        *engine,
+        "--task-mib",
+        "1",
+    ]
     crashed = rlm_cli(*args, env={"RLM_CRASH_AT": "export_before_commit"}, timeout=300)
     assert crashed.returncode == -9, crashed.stderr
     table = load_table(target)
@@ -228,8 +271,9 @@ def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path, eng
     assert not orphans & set(_orphans(out))  # removed
     table = load_table(target)
     assert len(table.snapshots()) == 2
-    referenced = {Path(p.removeprefix("file://")) for p in
-                  table.inspect.all_files().column("file_path").to_pylist()}
+    referenced = {
+        Path(p.removeprefix("file://")) for p in table.inspect.all_files().column("file_path").to_pylist()
+    }
     assert set(_orphans(out)) == referenced
 
     clean = _target(env, tmp_path / "clean")
@@ -252,9 +296,21 @@ def test_existing_table_with_another_partitioning_is_refused(tmp_path: Path) -> 
 def test_configured_catalog_and_cli_usage_errors(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     cfg = write_config(tmp_path / "rlm.toml", [tmp_path / "logs"], root=tmp_path / "store")
-    cfg.write_text(cfg.read_text() + "\n".join([
-        "[iceberg]", 'namespace = "ops"', 'table = "history"', "[iceberg.catalog]", 'type = "sql"',
-        f'uri = "sqlite:///{tmp_path / "cat.db"}"', f'warehouse = "{wh.as_uri()}"']) + "\n")
+    cfg.write_text(
+        cfg.read_text()
+        + "\n".join(
+            [
+                "[iceberg]",
+                'namespace = "ops"',
+                'table = "history"',
+                "[iceberg.catalog]",
+                'type = "sql"',
+                f'uri = "sqlite:///{tmp_path / "cat.db"}"',
+                f'warehouse = "{wh.as_uri()}"',
+            ]
+        )
+        + "\n"
+    )
     from rlm.config import load_settings
 
     settings = load_settings(cfg)
@@ -279,8 +335,9 @@ def test_plan_read_start_offsets_resume_each_partition(gen_env: Env, isolation: 
     expected = _expected(gen_env, "gen")
     start = {("gen", 0): expected[("gen", 0)][40][0], ("gen", 1): 10**12}
     full = plan_read(gen_env.settings, ["gen"], target_bytes=16 * 1024, isolation=isolation)
-    plan = plan_read(gen_env.settings, ["gen"], target_bytes=16 * 1024, isolation=isolation,
-                     start_offsets=start)
+    plan = plan_read(
+        gen_env.settings, ["gen"], target_bytes=16 * 1024, isolation=isolation, start_offsets=start
+    )
     spec = BackendSpec.from_settings(gen_env.settings)
 
     def rows(tasks: list[Any]) -> dict[tuple[str, int], list[Any]]:
@@ -300,7 +357,8 @@ def test_plan_read_start_offsets_resume_each_partition(gen_env: Env, isolation: 
 
 @pytest.mark.s3
 def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
-        spark: Any, gen_env: Env, moto_endpoint: str, tmp_path: Path) -> None:
+    spark: Any, gen_env: Env, moto_endpoint: str, tmp_path: Path
+) -> None:
     """A configured catalog with its warehouse on an S3 server: Spark executors write the data
     files and read them back with only the catalog's properties (no S3A jars, no driver env)."""
     import uuid
@@ -310,9 +368,15 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
     from rlm.jobs.iceberg import remove_orphans
 
     prefix = f"wh-{uuid.uuid4().hex[:8]}"
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'cat.db'}", "warehouse": f"s3://rlm-test/{prefix}",
-             "s3.endpoint": moto_endpoint, "s3.region": "us-east-1", "s3.access-key-id": "testing",
-             "s3.secret-access-key": "testing"}
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path / 'cat.db'}",
+        "warehouse": f"s3://rlm-test/{prefix}",
+        "s3.endpoint": moto_endpoint,
+        "s3.region": "us-east-1",
+        "s3.access-key-id": "testing",
+        "s3.secret-access-key": "testing",
+    }
     target = IcebergTarget("rlm", props, "kafka", "records", orphan_grace_ms=3_600_000)
     result = export_iceberg(gen_env.settings, ["gen"], target, spark_engine(spark), target_bytes=16 * 1024)
     table = load_table(target)
@@ -323,8 +387,9 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
 
     # An unreferenced rlm file (a crashed run's) is removed only once older than the grace.
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
-    orphan = (f"{prefix}/kafka/records/data/topic=gen/timestamp_day=2023-11-14/"
-              f"{FILE_PREFIX}dead-000000-000.parquet")
+    orphan = (
+        f"{prefix}/kafka/records/data/topic=gen/timestamp_day=2023-11-14/{FILE_PREFIX}dead-000000-000.parquet"
+    )
     s3.put_object(Bucket="rlm-test", Key=orphan, Body=b"not even parquet")
     assert remove_orphans(table, 3_600_000) == 0
     assert remove_orphans(table, 0) == 1
@@ -334,7 +399,8 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
 
 
 def test_commit_refuses_a_table_changed_since_the_plan_and_abort_removes_the_runs_files(
-        gen_env: Env, tmp_path: Path) -> None:
+    gen_env: Env, tmp_path: Path
+) -> None:
     from rlm.jobs import plan_read
     from rlm.jobs.decode import read_task_bytes, task_to_arrow
     from rlm.jobs.iceberg import IcebergSink, next_offsets
@@ -343,11 +409,15 @@ def test_commit_refuses_a_table_changed_since_the_plan_and_abort_removes_the_run
     target = _target(gen_env, tmp_path / "ice")
     table = open_table(target)
     plan = plan_read(gen_env.settings, ["other"])
-    sink = IcebergSink(target, dict(table.io.properties), f"{table.location()}/data", "slow1",
-                       next_offsets({}, plan), None)
+    sink = IcebergSink(
+        target, dict(table.io.properties), f"{table.location()}/data", "slow1", next_offsets({}, plan), None
+    )
     spec = BackendSpec.from_settings(gen_env.settings)
-    files = [f for i, t in enumerate(plan.tasks)
-             for f in sink.write_task(i, t, task_to_arrow(t, read_task_bytes(t, spec)))]
+    files = [
+        f
+        for i, t in enumerate(plan.tasks)
+        for f in sink.write_task(i, t, task_to_arrow(t, read_task_bytes(t, spec)))
+    ]
     assert files and all(Path(f.path.removeprefix("file://")).stat().st_size == f.size for f in files)
     # Another export commits between this run's plan and its commit.
     export_iceberg(gen_env.settings, ["gen"], target, local_engine(parallelism=1), partitions=[0])

@@ -33,8 +33,16 @@ def test_schema_is_sparks_kafka_source_schema(spark: Any, gen_env: Env) -> None:
 
     df = read_tiered(spark, gen_env.settings, ["other"], start=0, end=1)
     assert df.schema == _parse_datatype_string(KAFKA_SCHEMA_DDL)
-    assert [f.name for f in df.schema] == ["key", "value", "topic", "partition", "offset", "timestamp",
-                                          "timestampType", "headers"]
+    assert [f.name for f in df.schema] == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
 
 
 def test_fixtures_both_tiers_equal_kafka_python(spark: Any, fixture_env: Env) -> None:
@@ -63,8 +71,9 @@ def test_generated_every_codec_split_tasks_no_duplicates(spark: Any, gen_env: En
     assert set(got) == set(expected) == {("gen", p) for p in range(5)}
     for tp, recs in expected.items():
         assert got[tp] == recs, tp
-    types = dict(zip(table.column("partition").to_pylist(), table.column("timestampType").to_pylist(),
-                     strict=True))
+    types = dict(
+        zip(table.column("partition").to_pylist(), table.column("timestampType").to_pylist(), strict=True)
+    )
     assert types[4] == 1 and types[0] == 0  # LogAppendTime / CreateTime
 
 
@@ -75,8 +84,16 @@ def test_partition_filter_and_time_range_export(spark: Any, gen_env: Env, tmp_pa
     plan = plan_read(gen_env.settings, ["gen"], [1, 3], start=start, end=end, target_bytes=16 * 1024)
     assert sum(p.pruned_segments + p.pruned_entries for p in plan.partitions) > 0
     out = tmp_path / "out"
-    result = export(spark, gen_env.settings, ["gen"], str(out), partitions=[1, 3], start=start, end=end,
-                    target_bytes=16 * 1024)
+    result = export(
+        spark,
+        gen_env.settings,
+        ["gen"],
+        str(out),
+        partitions=[1, 3],
+        start=start,
+        end=end,
+        target_bytes=16 * 1024,
+    )
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["topic=gen"]
     assert sorted(p.name for p in (out / "topic=gen").iterdir()) == ["partition=1", "partition=3"]
     got: dict[tuple[str, int], list[Any]] = {}
@@ -84,7 +101,8 @@ def test_partition_filter_and_time_range_export(spark: Any, gen_env: Env, tmp_pa
         table = pq.read_table(out / "topic=gen" / f"partition={p}")
         n = table.num_rows
         table = table.append_column("topic", pa.array(["gen"] * n)).append_column(
-            "partition", pa.array([p] * n, pa.int32()))
+            "partition", pa.array([p] * n, pa.int32())
+        )
         got.update(arrow_records(table))
     want = {tp: [r for r in expected[tp] if start <= r[1] < end] for tp in [("gen", 1), ("gen", 3)]}
     assert got == want

@@ -17,8 +17,9 @@ def test_read_tiered_and_export_read_committed(spark: Any, tmp_path: Path) -> No
     assert rows == [(r.offset, r.key, r.value) for r in oracle.committed]
     both = read_tiered(spark, settings, ["txn"], target_bytes=3_000)  # the default: read_uncommitted
     assert both.count() == len(oracle.uncommitted) > len(rows)
-    result = export(spark, settings, ["txn"], str(tmp_path / "out"), target_bytes=3_000,
-                    isolation="read_committed")
+    result = export(
+        spark, settings, ["txn"], str(tmp_path / "out"), target_bytes=3_000, isolation="read_committed"
+    )
     assert result.records == len(oracle.committed)
     offsets = sorted(r.offset for r in spark.read.parquet(str(tmp_path / "out")).select("offset").collect())
     assert offsets == [r.offset for r in oracle.committed]

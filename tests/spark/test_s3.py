@@ -31,9 +31,15 @@ def s3_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     the driver's environment): executors rebuild the backend from them."""
     if request.param == "moto":
         endpoint = request.getfixturevalue("moto_endpoint")
-        return {"bucket": "rlm-test", "prefix": f"jobs-{uuid.uuid4().hex[:8]}", "endpoint_url": endpoint,
-                "region": "us-east-1", "path_style": True, "access_key_id": "testing",
-                "secret_access_key": "testing"}
+        return {
+            "bucket": "rlm-test",
+            "prefix": f"jobs-{uuid.uuid4().hex[:8]}",
+            "endpoint_url": endpoint,
+            "region": "us-east-1",
+            "path_style": True,
+            "access_key_id": "testing",
+            "secret_access_key": "testing",
+        }
     options: dict[str, Any] = request.getfixturevalue("s3_target").options()
     return options
 

@@ -28,11 +28,15 @@ def test_read_and_verify_with_spread_on_seaweedfs(spark: Any, s3_target: S3Targe
     for p, codec in enumerate(CODECS[1:3]):
         write_generated(log_dir, "spread", p, codec, seed=20 + p, batches=32)
     options = s3_target.options()
-    settings = settings_from_mapping({
-        "log": {"dirs": [str(log_dir)]},
-        "remote": {"backend": "s3", "options": options, "prefix_spread": 2},
-        "tiering": {"gc_grace_ms": 0, "index_entry_bytes": 8192},
-        "topics": {"follow_kafka_configs": False}, "cluster": {"leadership": "always"}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(log_dir)]},
+            "remote": {"backend": "s3", "options": options, "prefix_spread": 2},
+            "tiering": {"gc_grace_ms": 0, "index_entry_bytes": 8192},
+            "topics": {"follow_kafka_configs": False},
+            "cluster": {"leadership": "always"},
+        }
+    )
     results = RemoteLogManager(settings, open_backend("s3", options, 2)).run_once()
     assert all(r.error is None for r in results) and any(r.copied for r in results)
 

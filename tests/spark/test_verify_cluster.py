@@ -51,7 +51,8 @@ def test_verify_follows_the_chain(spark: Any, tmp_path: Path) -> None:
     leader.store.put(extra, doc)
     report = verify(spark, load_settings(cfg_b), deep=True)
     assert report.ok and [(p.check, p.severity, p.base_offset) for p in report.problems] == [
-        ("overlap", "warning", first.base_offset + 1)], report.summary_lines()
+        ("overlap", "warning", first.base_offset + 1)
+    ], report.summary_lines()
     assert sync(ctx, leader=True).uncommitted == (first.base_offset + 1,)
     assert not leader.store.exists(extra)
 
@@ -59,9 +60,12 @@ def test_verify_follows_the_chain(spark: Any, tmp_path: Path) -> None:
     # and verify compares it with the clipped entries.
     ctx_b = next(follower.contexts())
     seg = ctx_b.store.chain.links[1].manifest
-    offsets = sorted(b.base_offset for s in list_segments(b_dir / f"{TOPIC}-0")
-                     for b in iter_batches(s.log.read_bytes())
-                     if seg.base_offset < b.base_offset <= seg.last_offset)
+    offsets = sorted(
+        b.base_offset
+        for s in list_segments(b_dir / f"{TOPIC}-0")
+        for b in iter_batches(s.log.read_bytes())
+        if seg.base_offset < b.base_offset <= seg.last_offset
+    )
     cut = offsets[len(offsets) // 2]
     lineage = (*((e, s) for e, s in seg.leader_epochs if s < cut), (9, cut))
     of_context(ctx_b).create_lineage_marker(LineageMarker(9, lineage, cut, 1, 0))

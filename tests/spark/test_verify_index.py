@@ -32,8 +32,11 @@ def test_verify_clean_fixtures_and_generated(spark: Any, fixture_env: Env, gen_e
 def _all_manifests(env: Env) -> list[Any]:
     from rlm.logdir.scan import discover_partitions
 
-    return [m for p in discover_partitions(env.log_dirs)
-            for m in RemoteState(env.backend, p.topic, p.partition).list_manifests()]
+    return [
+        m
+        for p in discover_partitions(env.log_dirs)
+        for m in RemoteState(env.backend, p.topic, p.partition).list_manifests()
+    ]
 
 
 def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None:
@@ -74,7 +77,11 @@ def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None
         by_check.setdefault((p.check, p.partition), []).append(p)
     [crc] = by_check[("batch_crc", 0)]
     assert (crc.key, crc.position, crc.offset, crc.base_offset) == (
-        victim, batch.position, batch.base_offset, m0[0].base_offset)
+        victim,
+        batch.position,
+        batch.base_offset,
+        m0[0].base_offset,
+    )
     assert by_check[("object_crc32c", 0)][0].key == victim
     [gone_obj] = by_check[("object_missing", 1)]
     assert (gone_obj.key, gone_obj.base_offset) == (missing, m1[1].base_offset)
@@ -93,9 +100,14 @@ def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
     assert doc["ok"] is False and doc["summary"]["errors"] == len(report.errors)
-    assert {"check": "batch_crc", "topic": "gen", "partition": 0, "key": victim,
-            "position": batch.position, "offset": batch.base_offset}.items() <= \
-        next(p for p in doc["problems"] if p["check"] == "batch_crc").items()
+    assert {
+        "check": "batch_crc",
+        "topic": "gen",
+        "partition": 0,
+        "key": victim,
+        "position": batch.position,
+        "offset": batch.base_offset,
+    }.items() <= next(p for p in doc["problems"] if p["check"] == "batch_crc").items()
     assert "problems" in result.stderr and "batch_crc" in result.stderr
 
 
@@ -130,12 +142,14 @@ def test_rebuild_index_and_cli_export(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("env_name", ["fixture_env", "gen_env"])
-def test_offsets_for_times_equals_in_process(spark: Any, env_name: str,
-                                             request: pytest.FixtureRequest) -> None:
+def test_offsets_for_times_equals_in_process(
+    spark: Any, env_name: str, request: pytest.FixtureRequest
+) -> None:
     env: Env = request.getfixturevalue(env_name)
     readers = TieredReaders(env.settings, env.backend)
     for ts in (-1, -2, -5, 0, BASE_TS + 9_000, BASE_TS + 30_500, 1_766_000_000_000, 10**15):
         got = sorted(tuple(r) for r in offsets_for_times(spark, env.settings, ts).collect())
-        want = sorted((r.topic, r.partition, r.offset, r.timestamp, r.tier)
-                      for r in readers.offsets_for_times(ts))
+        want = sorted(
+            (r.topic, r.partition, r.offset, r.timestamp, r.tier) for r in readers.offsets_for_times(ts)
+        )
         assert got == want, ts

@@ -31,8 +31,10 @@ def test_verify_reports_local_broken_index_and_quarantine(spark: Any, tmp_path: 
     report = verify(spark, _settings(logs, store))
     assert not report.ok
     local = {(p.check, p.key) for p in report.errors if p.check.startswith("local_")}
-    assert local == {("local_broken_index", str(segments[1].index)),
-                     ("local_segment_quarantine", str(segments[3].log))}
+    assert local == {
+        ("local_broken_index", str(segments[1].index)),
+        ("local_segment_quarantine", str(segments[3].log)),
+    }
     assert all(p.topic == TOPIC for p in report.errors), [p.line() for p in report.errors]
 
     cfg = write_config(tmp_path / "c.toml", [logs], root=store)

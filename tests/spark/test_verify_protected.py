@@ -47,5 +47,6 @@ def test_verify_deep_and_read_over_a_protected_store(spark: Any, tmp_path: Path)
     obj.write_bytes(bytes(data))
     tampered = verify(spark, good, deep=True)
     lines = [p.line() for p in tampered.errors]
-    assert any("protection" in line and "authentication" in line and obj.name in line
-               for line in lines), lines
+    assert any("protection" in line and "authentication" in line and obj.name in line for line in lines), (
+        lines
+    )

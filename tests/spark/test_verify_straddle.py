@@ -33,4 +33,5 @@ def test_verify_accepts_other_roll_points_and_partial_copies(spark: Any, tmp_pat
     # test), but nothing about its segment files or the partial manifest is reported.
     report_a = verify(spark, load_settings(cluster.config("a", logs_a)), deep=True)
     assert not [p for p in report_a.problems if p.check in ("compacted", "gap", "overlap", "manifest_key")], (
-        report_a.summary_lines())
+        report_a.summary_lines()
+    )

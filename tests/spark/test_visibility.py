@@ -45,7 +45,8 @@ def test_read_tiered_and_export_serve_only_visible_offsets(spark: Any, tmp_path:
         table = pq.read_table(out / f"topic={topic}" / f"partition={partition}")
         n = table.num_rows
         table = table.append_column("topic", pa.array([topic] * n)).append_column(
-            "partition", pa.array([partition] * n, pa.int32()))
+            "partition", pa.array([partition] * n, pa.int32())
+        )
         exported.update(arrow_records(table))
     assert _plain(exported) == want
     assert result.records == sum(len(v) for v in want.values())

@@ -21,15 +21,21 @@ REPO = Path(__file__).resolve().parents[2]
 S3RVER_DIR = REPO / ".cache" / "s3rver"
 S3RVER_SCRIPT = S3RVER_DIR / "node_modules" / "s3rver" / "bin" / "s3rver.js"
 BUCKET = "rlm-test"
-FAKE_CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-              "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+FAKE_CREDS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @pytest.fixture(scope="session")
 def aws_env() -> Iterator[None]:
     """Dummy credentials and the region via the environment (never a real account)."""
-    saved = {k: os.environ.get(k) for k in [*FAKE_CREDS, "AWS_PROFILE", "AWS_CONFIG_FILE",
-                                             "AWS_SHARED_CREDENTIALS_FILE"]}
+    saved = {
+        k: os.environ.get(k)
+        for k in [*FAKE_CREDS, "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"]
+    }
     os.environ.update(FAKE_CREDS)
     os.environ.pop("AWS_PROFILE", None)
     os.environ["AWS_CONFIG_FILE"] = os.devnull
@@ -80,7 +86,10 @@ def ensure_s3rver() -> tuple[str, Path]:
         S3RVER_DIR.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [npm, "install", "--prefix", str(S3RVER_DIR), "--no-audit", "--no-fund", "s3rver@3"],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         if proc.returncode != 0 or not S3RVER_SCRIPT.is_file():
             pytest.fail(f"npm install s3rver@3 failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -93,9 +102,21 @@ def s3rver_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> 
     node, script = ensure_s3rver()
     data = tmp_path_factory.mktemp("s3rver")
     proc = subprocess.Popen(
-        [node, str(script), "--directory", str(data), "--address", "127.0.0.1", "--port", "0",
-         "--configure-bucket", BUCKET],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            node,
+            str(script),
+            "--directory",
+            str(data),
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--configure-bucket",
+            BUCKET,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         # s3rver 3 encrypts continuation tokens with a cipher OpenSSL 3 (Node >= 17) disables:
         # without the legacy provider every truncated listing fails with 500 InternalError.
         env={**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"},

@@ -52,8 +52,13 @@ class TestRetriesOverFaultyMemory(BackendSuite):
     @pytest.fixture
     def backend(self) -> Iterator[StorageBackend]:
         faulty = FaultyBackend.wrap(
-            MemoryBackend(), seed=7, throttle_rate=0.05, error_rate=0.05, timeout_rate=0.02,
-            lost_ack_rate=0.05, partial_upload_rate=0.03,
+            MemoryBackend(),
+            seed=7,
+            throttle_rate=0.05,
+            error_rate=0.05,
+            timeout_rate=0.02,
+            lost_ack_rate=0.05,
+            partial_upload_rate=0.03,
         )
         with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
             yield b
@@ -63,8 +68,12 @@ class TestRetriesOverFaultyLocal(TestRetriesOverFaultyMemory):
     @pytest.fixture
     def backend(self, tmp_path: Path) -> Iterator[StorageBackend]:
         faulty = FaultyBackend.wrap(
-            LocalBackend(root=str(tmp_path)), seed=11, throttle_rate=0.05, error_rate=0.05,
-            lost_ack_rate=0.05, partial_upload_rate=0.05,
+            LocalBackend(root=str(tmp_path)),
+            seed=11,
+            throttle_rate=0.05,
+            error_rate=0.05,
+            lost_ack_rate=0.05,
+            partial_upload_rate=0.05,
         )
         with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
             yield b

@@ -18,18 +18,30 @@ REPO = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {
     "log": {"dirs", "eligibility"},
     "remote": {"backend", "options"},
-    "tiering": {"task_interval_ms", "index_entry_bytes", "index_rotate_bytes", "index_rotate_ms",
-                "retention_ms", "retention_bytes"},
+    "tiering": {
+        "task_interval_ms",
+        "index_entry_bytes",
+        "index_rotate_bytes",
+        "index_rotate_ms",
+        "retention_ms",
+        "retention_bytes",
+    },
     "server": {"host", "port", "token"},
 }
 
 
 def test_compose_file_validates_against_the_compose_spec() -> None:
     exe = shutil.which("check-jsonschema", path=os.path.dirname(sys.executable)) or shutil.which(
-        "check-jsonschema")
+        "check-jsonschema"
+    )
     assert exe, "check-jsonschema (a dev dependency) is not installed: run `make install`"
-    proc = subprocess.run([exe, "--builtin-schema", "vendor.compose-spec", str(REPO / "docker-compose.yml")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [exe, "--builtin-schema", "vendor.compose-spec", str(REPO / "docker-compose.yml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

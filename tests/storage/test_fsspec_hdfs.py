@@ -47,8 +47,11 @@ class TestHdfsCluster(BackendSuite):
         url = os.environ.get("RLM_TEST_HDFS_URL")
         if not url:
             pytest.skip("RLM_TEST_HDFS_URL is not set (no HDFS cluster)")
-        opts = {"url": url, "root": f"/rlm-test-{uuid.uuid4().hex[:8]}",
-                "user": os.environ.get("RLM_TEST_HDFS_USER") or None}
+        opts = {
+            "url": url,
+            "root": f"/rlm-test-{uuid.uuid4().hex[:8]}",
+            "user": os.environ.get("RLM_TEST_HDFS_USER") or None,
+        }
         with create_backend("hdfs", opts) as b:
             yield b
 
@@ -59,9 +62,19 @@ def test_hdfs_options_and_construction_need_no_cluster() -> None:
     assert isinstance(b, HdfsBackend)
     assert (b.scheme, b.host, b.port) == ("webhdfs", "namenode.example", 9870)
     assert b.capabilities.conditional_create is True
-    assert b.describe() == {"backend": "hdfs", "options": {
-        "url": "webhdfs://namenode.example:9870", "root": "/tiered", "user": "kafka", "kerberos": False,
-        "kerb_ticket": None, "replication": None, "connect_timeout": 10.0, "read_timeout": 60.0}}
+    assert b.describe() == {
+        "backend": "hdfs",
+        "options": {
+            "url": "webhdfs://namenode.example:9870",
+            "root": "/tiered",
+            "user": "kafka",
+            "kerberos": False,
+            "kerb_ticket": None,
+            "replication": None,
+            "connect_timeout": 10.0,
+            "read_timeout": 60.0,
+        },
+    }
     assert HdfsBackend(url="hdfs://nn").port == 8020
     assert HdfsBackend(url="swebhdfs://nn").port == 9871
     for opts, message in [
@@ -95,8 +108,7 @@ def test_webhdfs_requests_time_out_on_a_namenode_that_never_answers() -> None:
         frozen.bind(("127.0.0.1", 0))
         frozen.listen(16)
         port = frozen.getsockname()[1]
-        b = HdfsBackend(url=f"webhdfs://127.0.0.1:{port}", root="/x", connect_timeout=0.5,
-                        read_timeout=0.5)
+        b = HdfsBackend(url=f"webhdfs://127.0.0.1:{port}", root="/x", connect_timeout=0.5, read_timeout=0.5)
         # Without a read timeout, requests would wait forever (the test's own timeout would fire).
         with pytest.raises(TransientStorageError, match="timed out"):
             b.read("k")

@@ -69,8 +69,13 @@ def rig() -> Rig:
     clock, registry = Clock(), CollectorRegistry()
     store = Switchable(MemoryBackend())
     store.put("k", b"value")
-    health = StoreHealth(unreachable_after_ms=2000, probe_interval_ms=5000, registry=registry,
-                         clock=clock, wall=lambda: clock.t + 1.7e9)
+    health = StoreHealth(
+        unreachable_after_ms=2000,
+        probe_interval_ms=5000,
+        registry=registry,
+        clock=clock,
+        wall=lambda: clock.t + 1.7e9,
+    )
     return HealthTrackingBackend(store, health), store, clock, registry
 
 

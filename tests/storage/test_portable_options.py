@@ -16,8 +16,9 @@ from rlm.storage.fsspec_backend import FsspecBackend
 from rlm.storage.local import LocalBackend
 
 
-def test_a_relative_local_root_is_absolute_and_normalised(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_local_root_is_absolute_and_normalised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a").mkdir()
     monkeypatch.chdir(tmp_path / "a")
     backend = LocalBackend.from_options({"root": "../store"})
@@ -29,19 +30,26 @@ def test_a_relative_local_root_is_absolute_and_normalised(tmp_path: Path,
     assert copy.root == tmp_path / "store" and copy.url("k") == backend.url("k")
 
 
-def test_fsspec_local_roots_are_resolved_remote_ones_kept(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fsspec_local_roots_are_resolved_remote_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    assert FsspecBackend.portable_options({"protocol": "file", "root": "x/../y"})["root"] == \
-        os.path.join(str(tmp_path), "y")
+    assert FsspecBackend.portable_options({"protocol": "file", "root": "x/../y"})["root"] == os.path.join(
+        str(tmp_path), "y"
+    )
     assert FsspecBackend.portable_options({"protocol": "memory", "root": "x"})["root"] == "x"
 
 
-def test_the_spec_shipped_to_executors_names_the_drivers_directory(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_spec_shipped_to_executors_names_the_drivers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    settings = settings_from_mapping({"log": {"dirs": [str(tmp_path / "logs")]},
-                                      "remote": {"backend": "local", "options": {"root": "store"}}})
+    settings = settings_from_mapping(
+        {
+            "log": {"dirs": [str(tmp_path / "logs")]},
+            "remote": {"backend": "local", "options": {"root": "store"}},
+        }
+    )
     spec = BackendSpec.from_settings(settings)
     assert spec.options["root"] == str(tmp_path / "store")
     monkeypatch.chdir("/")
@@ -52,8 +60,9 @@ def test_an_executor_with_another_rlm_refuses_the_drivers_tasks(tmp_path: Path) 
     from rlm.errors import ExecutorEnvironmentError
     from rlm.jobs.ship import rlm_build
 
-    settings = settings_from_mapping({"log": {"dirs": [str(tmp_path / "logs")]},
-                                      "remote": {"backend": "memory", "options": {}}})
+    settings = settings_from_mapping(
+        {"log": {"dirs": [str(tmp_path / "logs")]}, "remote": {"backend": "memory", "options": {}}}
+    )
     spec = BackendSpec.from_settings(settings)
     assert spec.build == rlm_build() and spec.build.count("+") == 1
     spec.create()  # the same build: fine

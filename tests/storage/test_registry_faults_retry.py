@@ -58,10 +58,18 @@ def test_config_errors_name_key_and_allowed() -> None:
 
 
 def test_option_kinds_and_secret_values_never_echoed() -> None:
-    spec = (Option("n", "int"), Option("s", "size"), Option("b", "bool"), Option("k", "str", secret=True,
-                                                                                  choices=("a",)))
-    assert parse_options("x", {"n": "7", "s": "8MiB", "b": "yes"}, spec) == {"n": 7, "s": 8 << 20, "b": True,
-                                                                              "k": None}
+    spec = (
+        Option("n", "int"),
+        Option("s", "size"),
+        Option("b", "bool"),
+        Option("k", "str", secret=True, choices=("a",)),
+    )
+    assert parse_options("x", {"n": "7", "s": "8MiB", "b": "yes"}, spec) == {
+        "n": 7,
+        "s": 8 << 20,
+        "b": True,
+        "k": None,
+    }
     with pytest.raises(ConfigError) as e:
         parse_options("x", {"k": "hunter2-secret"}, spec)
     assert "hunter2" not in str(e.value) and "***" in str(e.value)
@@ -69,8 +77,9 @@ def test_option_kinds_and_secret_values_never_echoed() -> None:
 
 def test_retry_policy_full_jitter_and_give_up() -> None:
     delays: list[float] = []
-    policy = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=4.0, sleep=delays.append,
-                         rng=random.Random(1))
+    policy = RetryPolicy(
+        max_attempts=5, base_delay=1.0, max_delay=4.0, sleep=delays.append, rng=random.Random(1)
+    )
     calls = []
 
     def flaky() -> str:
@@ -109,8 +118,7 @@ def test_faults_are_deterministic_by_seed() -> None:
 
 
 def test_retries_recover_from_throttling_and_5xx_over_memory() -> None:
-    faulty = FaultyBackend.wrap(MemoryBackend(), seed=1, throttle_rate=0.3, error_rate=0.2,
-                                timeout_rate=0.1)
+    faulty = FaultyBackend.wrap(MemoryBackend(), seed=1, throttle_rate=0.3, error_rate=0.2, timeout_rate=0.1)
     b = RetryingBackend(faulty, RetryPolicy(max_attempts=40, sleep=no_sleep))
     for i in range(50):
         b.put(f"seg/{i:03d}", bytes([i]) * 100)
@@ -134,8 +142,9 @@ def test_lost_ack_on_conditional_create_is_never_a_duplicate() -> None:
     assert [o.key for o in inner.list()] == ["m1", "m2"]
     with pytest.raises(ObjectExistsError):  # someone else's content is still a conflict
         put_if_absent_idempotent(faulty2, "m2", b"other", RetryPolicy(sleep=no_sleep))
-    rb = RetryingBackend(FaultyBackend.wrap(inner, lost_ack_rate=1.0, max_faults=1),
-                         RetryPolicy(sleep=no_sleep))
+    rb = RetryingBackend(
+        FaultyBackend.wrap(inner, lost_ack_rate=1.0, max_faults=1), RetryPolicy(sleep=no_sleep)
+    )
     rb.put("m3", b"z", if_absent=True)
     assert inner.read("m3") == b"z"
 
@@ -160,8 +169,9 @@ def test_listing_lag_hides_new_keys_for_n_operations() -> None:
 
 def test_latency_and_operation_filter() -> None:
     slept: list[float] = []
-    f = FaultyBackend.wrap(MemoryBackend(), sleep=slept.append, latency_ms=20, error_rate=1.0,
-                           operations=["delete"])
+    f = FaultyBackend.wrap(
+        MemoryBackend(), sleep=slept.append, latency_ms=20, error_rate=1.0, operations=["delete"]
+    )
     f.put("a", b"1")
     assert f.read("a") == b"1"
     with pytest.raises(TransientStorageError):
@@ -170,8 +180,9 @@ def test_latency_and_operation_filter() -> None:
 
 
 def test_faulty_from_config_describes_inner_and_pickles(tmp_path: Path) -> None:
-    b = create_backend("faulty", {"inner": "local", "inner_options": {"root": str(tmp_path)},
-                                  "error_rate": 0.1})
+    b = create_backend(
+        "faulty", {"inner": "local", "inner_options": {"root": str(tmp_path)}, "error_rate": 0.1}
+    )
     assert b.describe()["options"]["inner_options"]["root"] == str(tmp_path)
     clone = pickle.loads(pickle.dumps(b))
     assert clone.describe() == b.describe()

@@ -45,20 +45,29 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[StorageBackend, Back
     else:
         pytest.importorskip("rlm_storage_s3")
         endpoint = request.getfixturevalue("moto_endpoint")
-        spec = BackendSpec("s3", {"bucket": BUCKET, "prefix": f"rs-{uuid.uuid4().hex[:8]}",
-                                  "endpoint_url": endpoint, "path_style": True})
+        spec = BackendSpec(
+            "s3",
+            {
+                "bucket": BUCKET,
+                "prefix": f"rs-{uuid.uuid4().hex[:8]}",
+                "endpoint_url": endpoint,
+                "path_style": True,
+            },
+        )
     yield spec.create(), spec
 
 
 @pytest.fixture
-def tiered(tmp_path: Path, store: tuple[StorageBackend, BackendSpec]) -> tuple[StorageBackend, BackendSpec,
-                                                                              RemoteLogManager]:
+def tiered(
+    tmp_path: Path, store: tuple[StorageBackend, BackendSpec]
+) -> tuple[StorageBackend, BackendSpec, RemoteLogManager]:
     """``rs-0`` generated and tiered into ``store`` by the real daemon pass."""
     backend, spec = store
     logs = tmp_path / "logs"
     generate_log_dir(logs, [(TOPIC, 1)], seed=3, records=400, segment_bytes=8 * 1024)
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "unused", index_entry_bytes=2048,
-                       gc_grace_ms=60_000)
+    cfg = write_config(
+        tmp_path / "c.toml", [logs], root=tmp_path / "unused", index_entry_bytes=2048, gc_grace_ms=60_000
+    )
     manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
     result = manager.run_once()[0]
     assert result.error is None and len(result.copied) >= 3
@@ -73,8 +82,9 @@ def _put_attempt(backend: StorageBackend, base: int, attempt: str) -> list[str]:
     return put
 
 
-def test_manifests_entries_and_the_chain(tiered: tuple[StorageBackend, BackendSpec,
-                                                          RemoteLogManager]) -> None:
+def test_manifests_entries_and_the_chain(
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     backend, _, manager = tiered
     ctx = next(manager.contexts())
     remote = RemoteState(backend, TOPIC, 0, None, NO_WAIT)
@@ -83,8 +93,10 @@ def test_manifests_entries_and_the_chain(tiered: tuple[StorageBackend, BackendSp
     assert [m.base_offset for m in manifests] == sorted(m.base_offset for m in manifests)
     chain = remote.chain()  # one writer: every manifest is served whole
     assert chain.manifests == manifests and all(link.whole for link in chain.links)
-    assert (chain.highest, chain.start) == (ctx.progress.highest_tiered_offset,
-                                            ctx.progress.remote_log_start_offset)
+    assert (chain.highest, chain.start) == (
+        ctx.progress.highest_tiered_offset,
+        ctx.progress.remote_log_start_offset,
+    )
     assert (Chain(()).highest, Chain(()).start) == (-1, -1)
     for m in manifests:
         entries = remote.segment_entries(m)
@@ -96,8 +108,9 @@ def test_manifests_entries_and_the_chain(tiered: tuple[StorageBackend, BackendSp
         remote.manifest_at(manifests[-1].last_offset + 1)
 
 
-def test_corrupt_entries_object_names_its_key(tiered: tuple[StorageBackend, BackendSpec,
-                                                            RemoteLogManager]) -> None:
+def test_corrupt_entries_object_names_its_key(
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     backend = tiered[0]
     remote = RemoteState(backend, TOPIC, 0)
     m = remote.list_manifests()[0]
@@ -110,8 +123,9 @@ def test_corrupt_entries_object_names_its_key(tiered: tuple[StorageBackend, Back
     assert key in str(err.value)
 
 
-def test_orphans_by_age_grace_and_in_flight(tiered: tuple[StorageBackend, BackendSpec,
-                                                          RemoteLogManager]) -> None:
+def test_orphans_by_age_grace_and_in_flight(
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     backend = tiered[0]
     remote = RemoteState(backend, TOPIC, 0)
     committed = remote.list_manifests()
@@ -127,7 +141,8 @@ def test_orphans_by_age_grace_and_in_flight(tiered: tuple[StorageBackend, Backen
     assert remote.orphans(now, 0, ()) and len(remote.orphans(now, 0, ())) == 3  # committed ones never
     found = remote.orphans(now, 50_000, in_flight=[busy])
     assert [(o.base_offset, o.keys, o.bytes) for o in found] == [
-        (committed[0].base_offset, tuple(sorted(old_keys)), 21)]
+        (committed[0].base_offset, tuple(sorted(old_keys)), 21)
+    ]
     # S3 keeps LastModified in whole seconds: a stamp may read up to 1 s early.
     assert 100_000 - (int(time.time() * 1000) - put_ms) <= found[0].age_ms <= 101_000
     everything = remote.unreferenced(remote.attempts(remote.list_partition()), committed, now)
@@ -135,7 +150,8 @@ def test_orphans_by_age_grace_and_in_flight(tiered: tuple[StorageBackend, Backen
 
 
 def test_an_attempt_still_writing_is_young_whatever_its_id_says(
-        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     """Another sidecar's slow copy: its id is old, but it wrote an object just now, so the grace
     period runs from that write (docs/remote-state.md) and GC leaves it alone."""
     backend, _spec, manager = tiered
@@ -148,7 +164,8 @@ def test_an_attempt_still_writing_is_young_whatever_its_id_says(
 
 
 def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
-        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     """The one rule (docs/remote-state.md): an id with no readable time is aged by its objects'
     store timestamps; GC keeps it and verify only warns while that is within the grace period."""
     backend, spec, manager = tiered
@@ -156,8 +173,9 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
     put = _put_attempt(backend, 5, "manual-copy")
     now = int(time.time() * 1000) + 10_000
     remote = RemoteState(backend, TOPIC, 0)
-    (orphan,) = remote.unreferenced(remote.attempts(backend.list(keys.data_prefix(TOPIC, 0))),
-                                    remote.list_manifests(), now)
+    (orphan,) = remote.unreferenced(
+        remote.attempts(backend.list(keys.data_prefix(TOPIC, 0))), remote.list_manifests(), now
+    )
     # S3 keeps LastModified in whole seconds: the store's time may be up to 1 s before the put.
     assert 10_000 <= orphan.age_ms <= now - int(before * 1000) + 1_000
     assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s: GC keeps it
@@ -169,7 +187,9 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
     assert problem.severity == "warning" and problem.base_offset == 5
     facts = check_partition(spec, TOPIC, 0, grace_ms=5_000, now_ms=now)
     assert [(p.base_offset, p.severity) for p in facts.problems if p.check == "orphan"] == [
-        (5, "error"), (6, "error")]
+        (5, "error"),
+        (6, "error"),
+    ]
     assert all(backend.exists(k) for k in put)
 
 
@@ -183,7 +203,8 @@ def test_attempt_age_rule() -> None:
 
 
 def test_delete_attempt_and_manifest_are_idempotent(
-        tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
     backend = tiered[0]
     remote = RemoteState(backend, TOPIC, 0)
     put = _put_attempt(backend, 7, "stray")

@@ -35,8 +35,14 @@ NO_WAIT: dict[str, Any] = {"sleep": lambda s: None}
 
 
 def moto_backend(endpoint: str, **extra: Any) -> Any:
-    opts = {"bucket": BUCKET, "prefix": f"run-{uuid.uuid4().hex[:8]}", "endpoint_url": endpoint,
-            "path_style": True, **SMALL_PARTS, **extra}
+    opts = {
+        "bucket": BUCKET,
+        "prefix": f"run-{uuid.uuid4().hex[:8]}",
+        "endpoint_url": endpoint,
+        "path_style": True,
+        **SMALL_PARTS,
+        **extra,
+    }
     return S3Backend(**NO_WAIT, **opts)
 
 
@@ -76,12 +82,14 @@ class TestS3SeaweedFS(BackendSuite):
         pytest.fail("SeaweedFS now lists in key order: remove the _walk_order override")
 
     def test_listing_is_in_key_order(self, backend: StorageBackend, ns: str) -> None:
-        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_listing_is_in_key_order(backend, ns),
-                         self._target)
+        self._walk_order(
+            lambda: super(TestS3SeaweedFS, self).test_listing_is_in_key_order(backend, ns), self._target
+        )
 
     def test_prefix_is_a_string_prefix(self, backend: StorageBackend, ns: str) -> None:
-        self._walk_order(lambda: super(TestS3SeaweedFS, self).test_prefix_is_a_string_prefix(backend, ns),
-                         self._target)
+        self._walk_order(
+            lambda: super(TestS3SeaweedFS, self).test_prefix_is_a_string_prefix(backend, ns), self._target
+        )
 
     def test_pagination(self, backend: StorageBackend, ns: str) -> None:
         self._walk_order(lambda: super(TestS3SeaweedFS, self).test_pagination(backend, ns), self._target)
@@ -111,10 +119,17 @@ class TestS3S3rver(BackendSuite):
 
     @pytest.fixture
     def backend(self, s3rver_endpoint: str) -> Iterator[StorageBackend]:
-        opts = {"bucket": BUCKET, "prefix": f"run-{uuid.uuid4().hex[:8]}", "endpoint_url": s3rver_endpoint,
-                "path_style": True, "access_key_id": "S3RVER", "secret_access_key": "S3RVER",
-                "request_checksum_calculation": "when_required",
-                "response_checksum_validation": "when_required", **SMALL_PARTS}
+        opts = {
+            "bucket": BUCKET,
+            "prefix": f"run-{uuid.uuid4().hex[:8]}",
+            "endpoint_url": s3rver_endpoint,
+            "path_style": True,
+            "access_key_id": "S3RVER",
+            "secret_access_key": "S3RVER",
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+            **SMALL_PARTS,
+        }
         with S3Backend(**NO_WAIT, **opts) as b:
             yield b
 
@@ -157,11 +172,16 @@ class TestS3External(BackendSuite):
         endpoint = os.environ.get("RLM_TEST_S3_ENDPOINT")
         if not endpoint:
             pytest.skip("RLM_TEST_S3_ENDPOINT is not set (MinIO: docker compose up minio)")
-        opts = {"bucket": os.environ.get("RLM_TEST_S3_BUCKET", "rlm"), "endpoint_url": endpoint,
-                "prefix": f"rlm-test-{uuid.uuid4().hex[:8]}", "path_style": True,
-                "access_key_id": os.environ.get("RLM_TEST_S3_ACCESS_KEY") or None,
-                "secret_access_key": os.environ.get("RLM_TEST_S3_SECRET_KEY") or None,
-                "region": os.environ.get("RLM_TEST_S3_REGION") or None, **SMALL_PARTS}
+        opts = {
+            "bucket": os.environ.get("RLM_TEST_S3_BUCKET", "rlm"),
+            "endpoint_url": endpoint,
+            "prefix": f"rlm-test-{uuid.uuid4().hex[:8]}",
+            "path_style": True,
+            "access_key_id": os.environ.get("RLM_TEST_S3_ACCESS_KEY") or None,
+            "secret_access_key": os.environ.get("RLM_TEST_S3_SECRET_KEY") or None,
+            "region": os.environ.get("RLM_TEST_S3_REGION") or None,
+            **SMALL_PARTS,
+        }
         with S3Backend.from_options(opts) as b:
             yield b
 
@@ -174,8 +194,14 @@ class TestRetriesOverFaultyMoto(BackendSuite):
 
     @pytest.fixture
     def backend(self, moto_endpoint: str) -> Iterator[StorageBackend]:
-        faulty = FaultyBackend.wrap(moto_backend(moto_endpoint), seed=3, throttle_rate=0.06, error_rate=0.06,
-                                    lost_ack_rate=0.06, partial_upload_rate=0.04)
+        faulty = FaultyBackend.wrap(
+            moto_backend(moto_endpoint),
+            seed=3,
+            throttle_rate=0.06,
+            error_rate=0.06,
+            lost_ack_rate=0.06,
+            partial_upload_rate=0.04,
+        )
         with RetryingBackend(faulty, RetryPolicy(max_attempts=30, sleep=lambda s: None)) as b:
             yield b
 
@@ -211,9 +237,15 @@ def test_conditional_create_is_native_on_moto(moto_endpoint: str) -> None:
 
 
 def test_conditional_create_on_s3rver_follows_the_probe(s3rver_endpoint: str) -> None:
-    b = S3Backend(bucket=BUCKET, endpoint_url=s3rver_endpoint, path_style=True, access_key_id="S3RVER",
-                  secret_access_key="S3RVER", request_checksum_calculation="when_required",
-                  prefix=uuid.uuid4().hex)
+    b = S3Backend(
+        bucket=BUCKET,
+        endpoint_url=s3rver_endpoint,
+        path_style=True,
+        access_key_id="S3RVER",
+        secret_access_key="S3RVER",
+        request_checksum_calculation="when_required",
+        prefix=uuid.uuid4().hex,
+    )
     native = b.capabilities.conditional_create
     b.put("m", b"1", if_absent=True)
     with pytest.raises(ObjectExistsError):
@@ -254,14 +286,24 @@ def test_credentials_never_leak(moto_endpoint: str, caplog: pytest.LogCaptureFix
     # Explicitly too: CLI tests in the same run configure() logging, which quiets botocore.
     for name in ("botocore", "boto3", "urllib3", "s3fs"):
         caplog.set_level(logging.DEBUG, logger=name)
-    b = moto_backend(moto_endpoint, access_key_id="AKIAEXAMPLEKEY", secret_access_key=secret,
-                     session_token=token)
+    b = moto_backend(
+        moto_endpoint, access_key_id="AKIAEXAMPLEKEY", secret_access_key=secret, session_token=token
+    )
     b.put("k", b"v")
     b.read("k")
     texts = [repr(b), str(b), str(b.describe())]
-    for bad in (lambda: b.read("missing"), lambda: S3Backend(bucket="nope", endpoint_url=moto_endpoint,
-                path_style=True, access_key_id="AKIA", secret_access_key=secret, session_token=token,
-                **NO_WAIT).read("x")):
+    for bad in (
+        lambda: b.read("missing"),
+        lambda: S3Backend(
+            bucket="nope",
+            endpoint_url=moto_endpoint,
+            path_style=True,
+            access_key_id="AKIA",
+            secret_access_key=secret,
+            session_token=token,
+            **NO_WAIT,
+        ).read("x"),
+    ):
         with pytest.raises(StorageError) as exc:
             bad()
         texts += [str(exc.value), repr(exc.value)]
@@ -284,8 +326,9 @@ def test_errors_translated(moto_endpoint: str) -> None:
         nobucket.read("k")
     assert not isinstance(exc.value, ObjectNotFoundError)  # a missing bucket is not a missing object
     assert "NoSuchBucket" in str(exc.value)
-    dead = S3Backend(bucket="b", endpoint_url="http://127.0.0.1:9", max_attempts=2, connect_timeout=1,
-                     **NO_WAIT)
+    dead = S3Backend(
+        bucket="b", endpoint_url="http://127.0.0.1:9", max_attempts=2, connect_timeout=1, **NO_WAIT
+    )
     with pytest.raises(TransientStorageError):
         dead.read("k")
 
@@ -293,8 +336,9 @@ def test_errors_translated(moto_endpoint: str) -> None:
 def test_lost_ack_on_conditional_create_never_duplicates(moto_endpoint: str) -> None:
     inner = moto_backend(moto_endpoint)
     faulty = FaultyBackend.wrap(inner, lost_ack_rate=1.0, max_faults=1, operations=["put"])
-    info = put_if_absent_idempotent(faulty, "manifest.json", b'{"attempt": 1}',
-                                    RetryPolicy(sleep=lambda s: None))
+    info = put_if_absent_idempotent(
+        faulty, "manifest.json", b'{"attempt": 1}', RetryPolicy(sleep=lambda s: None)
+    )
     assert faulty.injected["lost_ack"] == 1
     assert info.size == len(b'{"attempt": 1}')
     assert [o.key for o in inner.list()] == ["manifest.json"]
@@ -316,8 +360,16 @@ def flaky_endpoint(moto_endpoint: str) -> Iterator[FaultProxy]:
 def test_plugin_retries_throttling_and_5xx(flaky_endpoint: FaultProxy) -> None:
     endpoint = flaky_endpoint.endpoint
     delays: list[float] = []
-    b = S3Backend(bucket=BUCKET, endpoint_url=endpoint, path_style=True, prefix=uuid.uuid4().hex,
-                  conditional_create="native", sleep=delays.append, retry_base_delay=0.1, **SMALL_PARTS)
+    b = S3Backend(
+        bucket=BUCKET,
+        endpoint_url=endpoint,
+        path_style=True,
+        prefix=uuid.uuid4().hex,
+        conditional_create="native",
+        sleep=delays.append,
+        retry_base_delay=0.1,
+        **SMALL_PARTS,
+    )
     data = payload(11 * MiB, 5)
     for i in range(4):
         b.put(f"k{i}", data[: 1000 * (i + 1)])

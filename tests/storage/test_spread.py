@@ -47,16 +47,21 @@ class TestSpreadMemoryOneDigit(BackendSuite):
 
 
 def _files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
-                  and not str(p.relative_to(root)).startswith(".rlm-"))
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and not str(p.relative_to(root)).startswith(".rlm-")
+    )
 
 
 def test_keys_are_stored_under_the_hash_of_the_partition_name(tmp_path: Path) -> None:
     root = tmp_path / "store"
     spread = open_spread(LocalBackend(root=str(root)), 3)
-    logical = ["orders-3/manifests/00000000000000000000.json",
-               "orders-3=AAECAwQFBgcICQoLDA0ODw/data/x/segment.log",
-               "pay.ments-12=AAECAwQFBgcICQoLDA0ODw/owner.json"]
+    logical = [
+        "orders-3/manifests/00000000000000000000.json",
+        "orders-3=AAECAwQFBgcICQoLDA0ODw/data/x/segment.log",
+        "pay.ments-12=AAECAwQFBgcICQoLDA0ODw/owner.json",
+    ]
     for key in logical:
         assert spread.put(key, key.encode()).key == key
     expected = sorted([LAYOUT_KEY] + [f"{sha_prefix(k.split('/')[0].split('=')[0], 3)}/{k}" for k in logical])
@@ -66,7 +71,11 @@ def test_keys_are_stored_under_the_hash_of_the_partition_name(tmp_path: Path) ->
     assert [o.key for o in spread.list("orders-3")] == sorted(logical[:2])
     assert [o.key for o in spread.list("orders-3=")] == [logical[1]]
     assert json.loads((root / LAYOUT_KEY).read_bytes()) == {
-        "format": "rlm-layout", "version": 1, "prefix_spread": 3, "hash": "sha256"}
+        "format": "rlm-layout",
+        "version": 1,
+        "prefix_spread": 3,
+        "hash": "sha256",
+    }
     for key in logical:
         assert spread.read(key) == key.encode() and spread.head(key).key == key
         url = spread.url(key)
@@ -82,8 +91,10 @@ def test_keys_are_stored_under_the_hash_of_the_partition_name(tmp_path: Path) ->
 def test_listings_across_buckets_match_an_unspread_store(digits: int) -> None:
     rng = random.Random(digits)
     oracle, spread = MemoryBackend(), open_spread(MemoryBackend(), digits)
-    names = [f"t{rng.randrange(40)}-{rng.randrange(12)}" + rng.choice(["", "=AAECAwQFBgcICQoLDA0ODw"])
-             for _ in range(60)]
+    names = [
+        f"t{rng.randrange(40)}-{rng.randrange(12)}" + rng.choice(["", "=AAECAwQFBgcICQoLDA0ODw"])
+        for _ in range(60)
+    ]
     keys = {f"{n}/{rng.choice(['manifests', 'data'])}/{i:05d}" for i, n in enumerate(names)}
     for key in keys:
         oracle.put(key, b"x")
@@ -102,8 +113,10 @@ def test_listings_across_buckets_match_an_unspread_store(digits: int) -> None:
             token = page.next_token
         assert paged == want, prefix
         for after in rng.sample(sorted(keys), 5):
-            assert spread.list_page(prefix, token=after, limit=4).keys == \
-                oracle.list_page(prefix, token=after, limit=4).keys, (prefix, after)
+            assert (
+                spread.list_page(prefix, token=after, limit=4).keys
+                == oracle.list_page(prefix, token=after, limit=4).keys
+            ), (prefix, after)
 
 
 def test_merged_listing_costs_one_list_per_bucket_and_a_partition_listing_one() -> None:
@@ -136,8 +149,11 @@ def test_an_unspread_store_with_data_is_spread_zero(tmp_path: Path) -> None:
     plain = open_spread(LocalBackend(root=str(root)), 0)
     assert isinstance(plain, LocalBackend)  # spread 0 on a checked store: no wrapper at all
     plain.put("t-0/manifests/a.json", b"{}")
-    with pytest.raises(StoreLayoutError, match=r"holds objects \(t-0/manifests/a.json\) but no "
-                                               r"rlm-layout.json, i.e. prefix_spread = 0"):
+    with pytest.raises(
+        StoreLayoutError,
+        match=r"holds objects \(t-0/manifests/a.json\) but no "
+        r"rlm-layout.json, i.e. prefix_spread = 0",
+    ):
         open_spread(LocalBackend(root=str(root)), 2)
     assert _files(root) == ["t-0/manifests/a.json"]  # nothing written by the refused open
     # An empty store used with spread 0 stays as it was: no layout object.
@@ -154,8 +170,10 @@ def test_racing_first_opens_agree_or_refuse() -> None:
     assert second.read("a-1/k") == b"1"
     # The loser of the create-only PUT re-reads the winner's layout and refuses a different one.
     inner = MemoryBackend(namespace="spread-race-2")
-    inner.put(LAYOUT_KEY, json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 1,
-                                      "hash": "sha256"}).encode())
+    inner.put(
+        LAYOUT_KEY,
+        json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 1, "hash": "sha256"}).encode(),
+    )
     with pytest.raises(StoreLayoutError, match="records prefix_spread = 1"):
         SpreadBackend(inner, 3).put("a-1/k", b"1")
 
@@ -172,11 +190,14 @@ def test_malformed_layout_object_names_itself() -> None:
 
 def test_a_store_that_does_not_answer_at_open_is_checked_on_its_first_call() -> None:
     inner = MemoryBackend(namespace="spread-late")
-    inner.put(LAYOUT_KEY, json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 2,
-                                      "hash": "sha256"}).encode())
+    inner.put(
+        LAYOUT_KEY,
+        json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 2, "hash": "sha256"}).encode(),
+    )
     # The first store call fails transiently (the fault injector's 5xx), later ones answer.
-    flaky = FaultyBackend.from_options({"inner": "memory", "inner_options": {"namespace": "spread-late"},
-                                        "error_rate": 1.0, "max_faults": 1})
+    flaky = FaultyBackend.from_options(
+        {"inner": "memory", "inner_options": {"namespace": "spread-late"}, "error_rate": 1.0, "max_faults": 1}
+    )
     store = open_spread(flaky, 1)
     assert isinstance(store, SpreadBackend)
     with pytest.raises(StoreLayoutError, match="records prefix_spread = 2"):
@@ -206,8 +227,9 @@ def test_config_table_and_open_backend(tmp_path: Path) -> None:
 
 
 def test_a_store_slower_than_the_wait_is_checked_in_the_background() -> None:
-    slow = FaultyBackend.from_options({"inner": "memory", "inner_options": {"namespace": "spread-slow"},
-                                       "latency_ms": 300.0})
+    slow = FaultyBackend.from_options(
+        {"inner": "memory", "inner_options": {"namespace": "spread-slow"}, "latency_ms": 300.0}
+    )
     store = open_spread(slow, 0, wait_s=0.01)
     assert isinstance(store, SpreadBackend)  # not checked yet: a guard, not the bare backend
     store.put("a-0/k", b"v")  # waits for the check, then writes unmapped (spread 0)
@@ -248,8 +270,10 @@ def test_a_mismatch_found_late_is_a_refusal_the_health_probe_survives() -> None:
     from rlm.storage.health import HealthTrackingBackend, StoreHealth
 
     inner = MemoryBackend(namespace="spread-probe")
-    inner.put(LAYOUT_KEY, json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 1,
-                                      "hash": "sha256"}).encode())
+    inner.put(
+        LAYOUT_KEY,
+        json.dumps({"format": "rlm-layout", "version": 1, "prefix_spread": 1, "hash": "sha256"}).encode(),
+    )
     health = StoreHealth(probe_interval_ms=0)
     tracked = HealthTrackingBackend(SpreadBackend(inner, 2), health)  # not checked at open
     assert tracked.probe() is True  # the store answered (with a refusal): reachable, no exception

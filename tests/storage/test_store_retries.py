@@ -29,8 +29,15 @@ def proxy(s3_target: S3Target) -> Iterator[FaultProxy]:
 
 
 def _backend(target: S3Target, proxy: FaultProxy, delays: list[float], **extra: Any) -> Any:
-    opts = target.options(endpoint_url=proxy.endpoint, part_size="5MiB", multipart_threshold="5MiB",
-                          max_concurrency=2, conditional_create="native", retry_base_delay=0.01, **extra)
+    opts = target.options(
+        endpoint_url=proxy.endpoint,
+        part_size="5MiB",
+        multipart_threshold="5MiB",
+        max_concurrency=2,
+        conditional_create="native",
+        retry_base_delay=0.01,
+        **extra,
+    )
     return S3Backend(sleep=delays.append, **opts)
 
 
@@ -43,8 +50,11 @@ def test_failed_upload_part_is_resent_alone(s3_target: S3Target, proxy: FaultPro
     proxy.fail("complete_multipart_upload", "500")
     b.put("seg.log", data)
     assert b.read("seg.log") == data
-    assert proxy.injected == {"upload_part:500": 2, "create_multipart_upload:503": 1,
-                              "complete_multipart_upload:500": 1}
+    assert proxy.injected == {
+        "upload_part:500": 2,
+        "create_multipart_upload:503": 1,
+        "complete_multipart_upload:500": 1,
+    }
     assert proxy.seen["upload_part"] == 3 + 2  # only the failed parts were sent again
     assert proxy.seen["put"] == 0
     assert len(delays) == 4 and all(0 <= d <= 20.0 for d in delays)  # backoff before each retry
@@ -70,10 +80,16 @@ def test_lost_conditional_put_ack_never_duplicates(s3_target: S3Target, proxy: F
     assert [o.key for o in b.list("")] == ["m.json"] and b.read("m.json") == b'{"a": 1}'
 
 
-@pytest.mark.parametrize("op, call", [("get", lambda b: b.read("k")), ("head", lambda b: b.head("k")),
-                                      ("list", lambda b: list(b.list(""))),
-                                      ("delete", lambda b: b.delete("k")),
-                                      ("put", lambda b: b.put("k2", b"x"))])
+@pytest.mark.parametrize(
+    "op, call",
+    [
+        ("get", lambda b: b.read("k")),
+        ("head", lambda b: b.head("k")),
+        ("list", lambda b: list(b.list(""))),
+        ("delete", lambda b: b.delete("k")),
+        ("put", lambda b: b.put("k2", b"x")),
+    ],
+)
 def test_every_operation_is_retried(s3_target: S3Target, proxy: FaultProxy, op: str, call: Any) -> None:
     b = _backend(s3_target, proxy, [])
     b.put("k", b"v")
@@ -95,8 +111,13 @@ def test_nested_policies_retry_each_request_once_level(s3_target: S3Target, prox
     assert exc.value.attempts == 3
     text = str(exc.value)  # one line: operation, object, code, status, attempts
     assert "\n" not in text
-    for part in ("read", f"{s3_target.prefix}/{key}", "InternalError", "HTTP 500",
-                 "gave up after 3 attempts"):
+    for part in (
+        "read",
+        f"{s3_target.prefix}/{key}",
+        "InternalError",
+        "HTTP 500",
+        "gave up after 3 attempts",
+    ):
         assert part in text, (part, text)
 
 

@@ -36,10 +36,20 @@ from rlm.tiering import keys
 REPO = Path(__file__).resolve().parents[2]
 
 
-def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, backend: str = "local",
-                 options: dict[str, Any] | None = None, eligibility: str = "high-watermark",
-                 server_port: int | None = None, topics: dict[str, Any] | None = None,
-                 cluster: dict[str, Any] | None = None, prefix_spread: int = 0, **tiering: Any) -> Path:
+def write_config(
+    path: Path,
+    log_dirs: list[Path],
+    *,
+    root: Path | None = None,
+    backend: str = "local",
+    options: dict[str, Any] | None = None,
+    eligibility: str = "high-watermark",
+    server_port: int | None = None,
+    topics: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
+    prefix_spread: int = 0,
+    **tiering: Any,
+) -> Path:
     """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
     ``prefix_spread`` the ``[remote]`` key (docs/key-spread.md; 0 = not written),
     ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables),
@@ -47,9 +57,13 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
     tiering.setdefault("gc_grace_ms", 0)
 
     opts = dict(options) if options is not None else {"root": str(root)}
-    lines = ["[log]", f"dirs = {toml_value([str(d) for d in log_dirs])}",
-             f"eligibility = {toml_value(eligibility)}",
-             "[remote]", f"backend = {toml_value(backend)}"]
+    lines = [
+        "[log]",
+        f"dirs = {toml_value([str(d) for d in log_dirs])}",
+        f"eligibility = {toml_value(eligibility)}",
+        "[remote]",
+        f"backend = {toml_value(backend)}",
+    ]
     lines += [f"prefix_spread = {prefix_spread}"] if prefix_spread else []
     lines += ["[remote.options]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in opts.items()]
@@ -69,13 +83,21 @@ def write_config(path: Path, log_dirs: list[Path], *, root: Path | None = None, 
     return path
 
 
-def rlm_cli(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def rlm_cli(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m rlm ARGS`` as a real subprocess (never raises on a non-zero exit)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "rlm", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=full_env, cwd=cwd or REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=full_env,
+        cwd=cwd or REPO,
+    )
 
 
 def roll_after_last(partition_dir: Path) -> int:
@@ -98,17 +120,23 @@ def copy_partition_as(log_dir: Path, source: str, target: str) -> Path:
     dst_topic, _, dst_partition = target.rpartition("-")
     assert partition == dst_partition, (source, target)
     shutil.copytree(log_dir / source, log_dir / target)
-    for name in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
-                 "log-start-offset-checkpoint"):
+    for name in (
+        "replication-offset-checkpoint",
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+    ):
         path = log_dir / name
         if not path.exists():
             continue
         lines = path.read_text().splitlines()
         if len(lines) < 2:
             continue
-        copies = [f"{dst_topic} {rest}" for line in lines[2:]
-                  for topic, _, rest in [line.partition(" ")] if topic == src_topic
-                  and rest.split(" ")[0] == partition]
+        copies = [
+            f"{dst_topic} {rest}"
+            for line in lines[2:]
+            for topic, _, rest in [line.partition(" ")]
+            if topic == src_topic and rest.split(" ")[0] == partition
+        ]
         body = lines[2:] + copies
         path.write_text("\n".join([lines[0], str(len(body)), *body]) + "\n")
     return log_dir / target
@@ -149,7 +177,7 @@ def local_batches(segments: list[SegmentFiles], first: int, last: int) -> bytes 
         for b in iter_batches(data):
             if first <= b.base_offset <= last:
                 covered_from = b.base_offset if covered_from is None else covered_from
-                out += data[b.position:b.end_position]
+                out += data[b.position : b.end_position]
                 end = b.last_offset
     if covered_from is None or end != last or segments[0].base_offset > first:
         return None
@@ -163,10 +191,17 @@ def _manifests(backend: StorageBackend, root: str) -> list[tuple[str, dict[str, 
     return out
 
 
-def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: str = "high-watermark",
-                complete: bool = True, deep: bool = False, local_may_lag: bool = False,
-                url_backend: StorageBackend | None = None,
-                not_tiered: frozenset[str] = frozenset()) -> StoreCheck:
+def check_store(
+    log_dirs: list[Path],
+    backend: StorageBackend,
+    *,
+    eligibility: str = "high-watermark",
+    complete: bool = True,
+    deep: bool = False,
+    local_may_lag: bool = False,
+    url_backend: StorageBackend | None = None,
+    not_tiered: frozenset[str] = frozenset(),
+) -> StoreCheck:
     """Assert every invariant; ``complete``: every eligible segment must be remote; ``deep``: compare
     uploaded bytes with the local .log and decode every entry's byte range; ``local_may_lag``: the
     local index may be a strict prefix of the committed entries (only right after a failed pass);
@@ -251,11 +286,12 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
         remote_start = pc.manifests[0]["base_offset"] if pc.manifests else None
         for entries_of_set in per_set:
             assert remote_start is not None and entries_of_set[-1].last_offset >= remote_start, (
-                f"{name}: a local set lies entirely below the remote log start {remote_start}")
+                f"{name}: a local set lies entirely below the remote log start {remote_start}"
+            )
         live = [e for e in pc.local_entries if remote_start is not None and e.last_offset >= remote_start]
         # Exactly the committed segments, each once, in order: nothing lost, nothing twice.
         if local_may_lag:
-            assert live == remote_entries[:len(live)], f"{name}: local index is not a committed prefix"
+            assert live == remote_entries[: len(live)], f"{name}: local index is not a committed prefix"
         else:
             assert live == remote_entries, f"{name}: local index != committed manifests"
         firsts = [e.first_offset for e in pc.local_entries]
@@ -273,8 +309,9 @@ def check_store(log_dirs: list[Path], backend: StorageBackend, *, eligibility: s
             # ... and nothing that was not eligible.
             assert remote_bases <= set(pc.eligible_bases), f"{name}: a non-eligible segment is remote"
 
-    unreferenced = {info.key for info in backend.list("")
-                    if "/data/" in info.key and info.key not in referenced}
+    unreferenced = {
+        info.key for info in backend.list("") if "/data/" in info.key and info.key not in referenced
+    }
     return StoreCheck(results, unreferenced)
 
 

@@ -43,8 +43,9 @@ def _write(log_dir: Path, topic: str, partition: int, seed: int, batches: int = 
     """Several ~6 KiB segments with ~5 index entries each; timestamps rise with some going back."""
     rnd = random.Random(seed)
     ts = T0
-    with LogWriter(log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=INTERVAL,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=6_000, index_interval_bytes=INTERVAL, clock=lambda: T0
+    ) as w:
         for i in range(batches):
             recs = []
             for _ in range(rnd.randint(1, 6)):
@@ -54,10 +55,13 @@ def _write(log_dir: Path, topic: str, partition: int, seed: int, batches: int = 
 
 
 def _settings(logs: Path, store: Path) -> Settings:
-    return settings_from_mapping({
-        "log": {"dirs": [str(logs)], "index_interval_bytes": INTERVAL},
-        "remote": {"backend": "local", "options": {"root": str(store)}},
-        "tiering": {"gc_grace_ms": 0}})
+    return settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "index_interval_bytes": INTERVAL},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "tiering": {"gc_grace_ms": 0},
+        }
+    )
 
 
 def _manager(logs: Path, store: Path) -> RemoteLogManager:
@@ -85,7 +89,7 @@ def _damage_index(path: Path, entry_size: int, damage: str) -> bytes:
     if damage == "random":
         data = random.Random(3).randbytes(len(raw))
     elif damage == "backwards":
-        entries = [raw[i:i + entry_size] for i in range(0, len(raw), entry_size)]
+        entries = [raw[i : i + entry_size] for i in range(0, len(raw), entry_size)]
         data = b"".join(reversed(entries))
     else:  # wrong_length: a half-written entry after the real ones
         data = raw + b"\x01\x02\x03\x04\x05"
@@ -100,21 +104,25 @@ def _index_objects(store: Path, topic: str = TOPIC) -> dict[int, tuple[bytes, by
     for info in backend.list(f"{topic}-0/manifests/"):
         doc = json.loads(backend.read(info.key))
         objects = doc["objects"]
-        out[doc["base_offset"]] = (backend.read(objects["index"]["key"]),
-                                   backend.read(objects["timeindex"]["key"]))
+        out[doc["base_offset"]] = (
+            backend.read(objects["index"]["key"]),
+            backend.read(objects["timeindex"]["key"]),
+        )
     return out
 
 
 def _rebuilds(manager: RemoteLogManager, kind: str) -> float:
     value = manager.shared.metrics.registry.get_sample_value(
-        "rlm_local_index_rebuilds_total", {"topic": TOPIC, "partition": "0", "index": kind})
+        "rlm_local_index_rebuilds_total", {"topic": TOPIC, "partition": "0", "index": kind}
+    )
     return value or 0.0
 
 
 @pytest.mark.parametrize("kind", ["index", "timeindex"])
 @pytest.mark.parametrize("damage", ["random", "backwards", "wrong_length"])
-def test_broken_index_is_rebuilt_used_and_uploaded(tmp_path: Path, kind: str, damage: str,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_index_is_rebuilt_used_and_uploaded(
+    tmp_path: Path, kind: str, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     clean, broken = tmp_path / "clean", tmp_path / "broken"
     _write(clean, TOPIC, 0, seed=1)
     shutil.copytree(clean, broken)
@@ -219,12 +227,22 @@ def test_damaged_log_is_quarantined_shown_and_resumes(tmp_path: Path, damage: st
     assert list(row["quarantined"]) == [victim.base_offset] and row["quarantined"][victim.base_offset]
     [q] = row["quarantine"]
     assert (q["base_offset"], q["file"], q["position"], q["cause"]) == (
-        victim.base_offset, str(victim.log), position, cause)
+        victim.base_offset,
+        str(victim.log),
+        position,
+        cause,
+    )
     assert str(victim.log) in q["reason"]
     registry = manager.shared.metrics.registry
     assert registry.get_sample_value("rlm_segments_quarantined", {"topic": TOPIC, "partition": "0"}) == 1
-    info = {"topic": TOPIC, "partition": "0", "base_offset": str(victim.base_offset),
-            "file": str(victim.log), "position": str(position), "cause": cause}
+    info = {
+        "topic": TOPIC,
+        "partition": "0",
+        "base_offset": str(victim.base_offset),
+        "file": str(victim.log),
+        "position": str(position),
+        "cause": cause,
+    }
     assert registry.get_sample_value("rlm_segment_quarantine_info", info) == 1
 
     # `rlm status` in another process shows what the daemon found.
@@ -247,8 +265,10 @@ def test_damaged_log_is_quarantined_shown_and_resumes(tmp_path: Path, damage: st
     assert row["quarantine"] == [] and row["quarantined"] == {}
     assert row["highest_tiered_offset"] == _last_rolled_offset(logs / f"{TOPIC}-0")
     assert registry.get_sample_value("rlm_segment_quarantine_info", info) is None
-    remote = [m.base_offset for m in manager.context(
-        next(p for p in manager.discover() if p.topic == TOPIC)).manifests]
+    remote = [
+        m.base_offset
+        for m in manager.context(next(p for p in manager.discover() if p.topic == TOPIC)).manifests
+    ]
     assert (victim.base_offset in remote) == (fix == "replaced")
 
 
@@ -261,8 +281,9 @@ def test_quarantine_in_the_http_status_api(tmp_path: Path) -> None:
     manager.run_once()
     settings = _settings(logs, store)
     readers = TieredReaders(settings, LocalBackend(root=str(store)), progress=manager.live_progress)
-    app = create_app(readers, settings.server, status=manager.status,
-                     registry=manager.shared.metrics.registry)
+    app = create_app(
+        readers, settings.server, status=manager.status, registry=manager.shared.metrics.registry
+    )
     server = ApiServer(app, "127.0.0.1", 0).start()
     try:
         [row] = httpx.get(server.url + "/v1/partitions", timeout=30).json()
@@ -295,9 +316,11 @@ def test_verify_reports_broken_indexes_and_quarantine_worthy_logs(tmp_path: Path
         found[part.name] = check_local_segments(part, INTERVAL)
     assert found["other-0"] == []
     by_key = {(p.check, p.key): p for p in found[f"{TOPIC}-0"]}
-    assert set(by_key) == {("local_broken_index", str(segments[0].time_index)),
-                           ("local_segment_quarantine", str(segments[2].log)),
-                           ("local_broken_index", str(segments[3].index))}
+    assert set(by_key) == {
+        ("local_broken_index", str(segments[0].time_index)),
+        ("local_segment_quarantine", str(segments[2].log)),
+        ("local_broken_index", str(segments[3].index)),
+    }
     q = by_key[("local_segment_quarantine", str(segments[2].log))]
     assert (q.base_offset, q.position, q.severity) == (segments[2].base_offset, position, "error")
     assert cause in q.message
@@ -325,8 +348,9 @@ def test_spark_planner_cuts_local_segments_only_at_real_batch_starts(tmp_path: P
 
     def local_tasks(logs: Path) -> list[tuple[str, int, int]]:
         [part] = discover_partitions([logs])
-        plan = plan_partition(part, LocalBackend(root=str(tmp_path / "none")), target_bytes=1_200,
-                              index_interval_bytes=INTERVAL)
+        plan = plan_partition(
+            part, LocalBackend(root=str(tmp_path / "none")), target_bytes=1_200, index_interval_bytes=INTERVAL
+        )
         return [(Path(t.location).name, t.start, t.end) for t in plan.tasks if t.source == "local"]
 
     assert local_tasks(broken) == local_tasks(clean)

@@ -43,10 +43,10 @@ def test_read_ahead_slices_are_copied_before_the_main_segment_keeps_them() -> No
     view = memoryview(whole)
     cache = RemoteRangeCache(16 * MIB)
     cache.put(_key(0), view[:MIB], "sequential")
-    cache.put(_key(1), view[MIB:2 * MIB], "lookup")
+    cache.put(_key(1), view[MIB : 2 * MIB], "lookup")
     kept_scan, kept_main = cache.get(_key(0), "sequential"), cache.get(_key(1), "sequential")
     assert isinstance(kept_scan, memoryview) and kept_scan.obj is whole
-    assert isinstance(kept_main, bytes) and kept_main == whole[MIB:2 * MIB]
+    assert isinstance(kept_main, bytes) and kept_main == whole[MIB : 2 * MIB]
     promoted = cache.get(_key(0), "lookup")  # a lookup wants it: into the main segment, copied
     assert isinstance(promoted, bytes) and promoted == whole[:MIB]
     assert cache.bytes_held == 2 * MIB

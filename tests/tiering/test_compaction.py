@@ -35,7 +35,7 @@ def _write(logs: Path) -> None:
 def _compact(part: Path, count: int) -> tuple[int, list[int]]:
     """What Kafka's cleaner does to ``count`` rolled segments from the second one: one new segment
     named after the first base, every other batch dropped. Returns (base, dropped batch offsets)."""
-    segments = list_segments(part)[1:1 + count]
+    segments = list_segments(part)[1 : 1 + count]
     kept, dropped = bytearray(), []
     index = 0
     for seg in segments:
@@ -44,7 +44,7 @@ def _compact(part: Path, count: int) -> tuple[int, list[int]]:
             if index % 2:
                 dropped.append(batch.base_offset)
             else:
-                kept += data[batch.position:batch.end_position]
+                kept += data[batch.position : batch.end_position]
             index += 1
     for seg in segments:
         for path in (seg.log, seg.index, seg.time_index):
@@ -52,15 +52,17 @@ def _compact(part: Path, count: int) -> tuple[int, list[int]]:
                 path.unlink()
     (part / segments[0].log.name).write_bytes(bytes(kept))  # indexes rebuilt by Kafka: none here
     (part.parent / "cleaner-offset-checkpoint").write_text(
-        format_offset_checkpoint({(TOPIC, 0): segments[-1].base_offset}))
+        format_offset_checkpoint({(TOPIC, 0): segments[-1].base_offset})
+    )
     return segments[0].base_offset, dropped
 
 
 def _setup(tmp_path: Path, **topics: Any) -> tuple[Path, Path, LocalBackend]:
     logs = tmp_path / "logs"
     _write(logs)
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled",
-                       topics=topics or None)
+    cfg = write_config(
+        tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled", topics=topics or None
+    )
     return logs, cfg, LocalBackend(root=str(tmp_path / "store"))
 
 
@@ -83,8 +85,12 @@ def test_archive_compacted(tmp_path: Path) -> None:
     found = row["compaction"][0]
     assert found["base_offset"] == base and len(found["tiered_segments"]) == 3
     assert found["tiered_segments"][0] == base and found["untiered_from"] is None
-    assert mgr.shared.metrics.registry.get_sample_value(
-        "rlm_compacted_local_segments", {"topic": TOPIC, "partition": "0"}) == 1
+    assert (
+        mgr.shared.metrics.registry.get_sample_value(
+            "rlm_compacted_local_segments", {"topic": TOPIC, "partition": "0"}
+        )
+        == 1
+    )
     # A dropped offset is answered from the remote tier (the local copy would skip ahead to the
     # next kept batch); a kept one too, so every tiered offset has one consistent answer.
     readers = TieredReaders(load_settings(cfg), backend)
@@ -102,15 +108,20 @@ def test_archive_compacted(tmp_path: Path) -> None:
 
 def test_rewrite_across_the_tiered_boundary_is_reported_not_copied(tmp_path: Path) -> None:
     logs, _, backend = _setup(tmp_path)
-    cfg = write_config(tmp_path / "hw.toml", [logs], root=tmp_path / "store",
-                       topics={"overrides": {"*": {"archive_compacted": True}}})
+    cfg = write_config(
+        tmp_path / "hw.toml",
+        [logs],
+        root=tmp_path / "store",
+        topics={"overrides": {"*": {"archive_compacted": True}}},
+    )
     (logs / "cleaner-offset-checkpoint").write_text(format_offset_checkpoint({(TOPIC, 0): 0}))
     part = logs / f"{TOPIC}-0"
     segments = list_segments(part)
     end = (logs / "replication-offset-checkpoint").read_text()
     # The high watermark holds the last two rolled segments back: the others are tiered.
     (logs / "replication-offset-checkpoint").write_text(
-        format_offset_checkpoint({(TOPIC, 0): segments[-3].base_offset}))
+        format_offset_checkpoint({(TOPIC, 0): segments[-3].base_offset})
+    )
     first = RemoteLogManager(load_settings(cfg), backend).run_once()[0]
     assert first.error is None and first.copied[-1] == segments[-4].base_offset
     # The cleaner merges the last tiered segment with the first untiered one; the HW moves on.
@@ -129,7 +140,8 @@ def test_rewrite_across_the_tiered_boundary_is_reported_not_copied(tmp_path: Pat
     assert row["last_error"] is None
     found = row["compaction"]
     assert [(f["base_offset"], f["untiered_from"]) for f in found] == [
-        (segments[-4].base_offset, segments[-3].base_offset)]
+        (segments[-4].base_offset, segments[-3].base_offset)
+    ]
 
 
 def test_compacted_topics_are_not_tiered_by_default(tmp_path: Path) -> None:
@@ -141,13 +153,15 @@ def test_compacted_topics_are_not_tiered_by_default(tmp_path: Path) -> None:
     row = mgr.status()[0]
     assert row["tiered"] is False and row["policy"]["source"] == "kafka"
     assert "compacted topic" in row["excluded_reason"] and "archive_compacted" in row["excluded_reason"]
-    assert mgr.shared.metrics.registry.get_sample_value(
-        "rlm_partitions_excluded", {"reason": "compacted"}) == 1
+    assert (
+        mgr.shared.metrics.registry.get_sample_value("rlm_partitions_excluded", {"reason": "compacted"}) == 1
+    )
 
 
 def _m(base: int, last: int, size: int) -> SegmentManifest:
-    return SegmentManifest(TOPIC, 0, base, last, 0, 0, size, 1, 1, f"a{base}", 0,
-                           {"log": StoredObject(f"k{base}", size, 0)})
+    return SegmentManifest(
+        TOPIC, 0, base, last, 0, 0, size, 1, 1, f"a{base}", 0, {"log": StoredObject(f"k{base}", size, 0)}
+    )
 
 
 def _s(base: int, size: int) -> SegmentFiles:
@@ -161,7 +175,9 @@ def test_find_rewrites_pure() -> None:
     # Rewritten in place (same base, smaller) and two merged into one.
     shrunk = find_rewrites([_s(10, 60), _s(20, 150), _s(40, 0)], remote)
     assert [(r.base_offset, r.end_offset, r.tiered_bases, r.untiered_from) for r in shrunk] == [
-        (10, 20, (10,), None), (20, 40, (20, 30), None)]
+        (10, 20, (10,), None),
+        (20, 40, (20, 30), None),
+    ]
     # Merged with offsets that were never tiered.
     across = find_rewrites([_s(30, 180), _s(50, 0)], remote)
     assert [(r.base_offset, r.untiered_from) for r in across] == [(30, 40)]

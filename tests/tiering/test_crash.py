@@ -39,11 +39,11 @@ def _setup(tmp_path: Path, point: str, s3: S3Target | None = None) -> tuple[Path
     generate_log_dir(logs, [("crash.t-x", 2)], seed=11, records=500, segment_bytes=12 * 1024)
     store = tmp_path / "store"
     extra = {"retention_bytes": RETENTION_BYTES} if point == "after_delete_manifest" else {}
-    where: dict[str, Any] = ({"root": store} if s3 is None else
-                             {"backend": "s3", "options": s3.options()})
+    where: dict[str, Any] = {"root": store} if s3 is None else {"backend": "s3", "options": s3.options()}
     # Small entries and rotation: a segment's append spans several entries and sometimes two sets.
-    cfg = write_config(tmp_path / "c.toml", [logs], index_entry_bytes=2048, index_rotate_bytes=3000,
-                       **where, **extra)
+    cfg = write_config(
+        tmp_path / "c.toml", [logs], index_entry_bytes=2048, index_rotate_bytes=3000, **where, **extra
+    )
     backend = LocalBackend(root=str(store)) if s3 is None else create_backend("s3", s3.options())
     return logs, cfg, backend
 

@@ -52,8 +52,10 @@ def _dump_local_sets(log_dirs: list[Path]) -> dict[str, list[dict[str, object]]]
 
 def _assert_dump_contiguous(dumps: dict[str, dict], partition_dir: Path, manifests: list[dict]) -> None:
     """The dumped entries of one partition: CRC-valid, contiguous, covering exactly the copied bytes."""
-    log_docs = sorted((d for f, d in dumps.items() if Path(f).parent == partition_dir
-                       and d["kind"] == "remote_log_index"), key=lambda d: d["base_offset"])
+    log_docs = sorted(
+        (d for f, d in dumps.items() if Path(f).parent == partition_dir and d["kind"] == "remote_log_index"),
+        key=lambda d: d["base_offset"],
+    )
     entries = [e for d in log_docs for e in d["entries"]]
     assert entries and all(e["crc_valid"] for e in entries)
     for doc in log_docs:
@@ -62,8 +64,9 @@ def _assert_dump_contiguous(dumps: dict[str, dict], partition_dir: Path, manifes
         assert a["last_offset"] < b["first_offset"]
     assert sum(e["data_length"] for e in entries) == sum(m["size_bytes"] for m in manifests)
     assert entries[-1]["last_offset"] == manifests[-1]["last_offset"]
-    offsets = [d for f, d in dumps.items() if Path(f).parent == partition_dir
-               and d["kind"] == "remote_offset_index"]
+    offsets = [
+        d for f, d in dumps.items() if Path(f).parent == partition_dir and d["kind"] == "remote_offset_index"
+    ]
     assert sum(len(d["entries"]) for d in offsets) == len(entries)
 
 
@@ -76,8 +79,9 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     # following Kafka's configs).
     no_kafka = {"follow_kafka_configs": False}
     # The fixtures come from three different clusters: no one metadata log says who leads them all.
-    hw_cfg = write_config(tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka,
-                          cluster={"leadership": "always"})
+    hw_cfg = write_config(
+        tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka, cluster={"leadership": "always"}
+    )
 
     proc = rlm_cli("run", "--config", hw_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
@@ -88,8 +92,12 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert check.remote_bases("oms_order_created-1") == [81908]
     assert check.partitions["oms_order_created-1"].manifests[0]["last_offset"] == 94645
     # Kafka's internal logs are never tiered, whatever their checkpoints say.
-    for internal in ("__consumer_offsets-19", "__consumer_offsets-29", "__transaction_state-44",
-                     "__cluster_metadata-0"):
+    for internal in (
+        "__consumer_offsets-19",
+        "__consumer_offsets-29",
+        "__transaction_state-44",
+        "__cluster_metadata-0",
+    ):
         assert check.remote_bases(internal) == [], internal
         assert not list(backend.list(internal + "/")), internal
     # A user topic whose name starts with underscores is an ordinary topic.
@@ -116,8 +124,9 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert {i.key: i.size for i in backend.list("")} == before_remote
 
     # "rolled" makes every rolled segment eligible, but the KRaft metadata log is still no topic.
-    rolled_cfg = write_config(tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled",
-                              topics=no_kafka)
+    rolled_cfg = write_config(
+        tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled", topics=no_kafka
+    )
     proc = rlm_cli("run", "--config", rolled_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     check = check_store(log_dirs, backend, eligibility="rolled", deep=True)
@@ -171,8 +180,9 @@ def test_rebuild_index_reproduces_identical_sets(tmp_path: Path) -> None:
     generate_log_dir(logs, seed=3, records=700, segment_bytes=16 * 1024)
     store = tmp_path / "store"
     # Small rotation size: several sets per partition, which the rebuild must cut identically.
-    cfg = write_config(tmp_path / "c.toml", [logs], root=store, index_entry_bytes=2048,
-                       index_rotate_bytes=1500)
+    cfg = write_config(
+        tmp_path / "c.toml", [logs], root=store, index_entry_bytes=2048, index_rotate_bytes=1500
+    )
     assert rlm_cli("run", "--config", cfg, "--once").returncode == 0
     before = local_index_files([logs])
     assert sum(1 for k in before if k.endswith(".remotelogindex")) > 2 * 5

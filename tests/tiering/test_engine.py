@@ -59,8 +59,9 @@ def _metric(manager: RemoteLogManager, name: str) -> float:
 # --- the log store deletes/renames segments -------------------------------------------------------
 
 
-def test_rename_to_deleted_right_after_pin_does_not_break_the_copy(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rename_to_deleted_right_after_pin_does_not_break_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     logs, cfg = _setup(tmp_path)
     part = logs / f"{TOPIC}-0"
     originals = {s.base_offset: s.log.read_bytes() for s in list_segments(part)}
@@ -110,8 +111,9 @@ def test_rename_during_upload_does_not_break_the_copy(tmp_path: Path) -> None:
     assert backend.read(doc["objects"]["log"]["key"]) == original
 
 
-def test_segment_deleted_before_pin_is_skipped_and_counted(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_segment_deleted_before_pin_is_skipped_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     logs, cfg = _setup(tmp_path)
     part = logs / f"{TOPIC}-0"
     segments = list_segments(part)
@@ -245,7 +247,8 @@ def test_torn_tail_is_repaired_and_refilled_from_the_store(tmp_path: Path, damag
     # The derived files now match the shortened log index (check_store would fail otherwise) ...
     check = check_store([logs], backend, complete=False, local_may_lag=True)
     assert len(check.partitions[f"{TOPIC}-0"].local_entries) < sum(
-        m["index_entries"] for m in check.partitions[f"{TOPIC}-0"].manifests)
+        m["index_entries"] for m in check.partitions[f"{TOPIC}-0"].manifests
+    )
     # ... and the next pass re-appends the lost entry from the remote manifest.
     assert [r.error for r in _manager(cfg, backend).run_once()] == [None]
     assert local_index_files([logs]) == good
@@ -274,8 +277,9 @@ def test_an_unexpected_exception_mid_copy_is_recovered_on_the_next_pass(tmp_path
     assert [r.error for r in second] == [None]
     check = check_store([logs], backend)
     assert check.partitions[f"{TOPIC}-0"].manifests and not check.unreferenced
-    assert failures and not any(i.key.startswith(failures[0].rsplit("/", 1)[0])
-                                for i in backend.list(f"{TOPIC}-0/"))
+    assert failures and not any(
+        i.key.startswith(failures[0].rsplit("/", 1)[0]) for i in backend.list(f"{TOPIC}-0/")
+    )
 
 
 # --- maintenance beside passes ----------------------------------------------------------------------

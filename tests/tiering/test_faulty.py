@@ -25,8 +25,13 @@ from rlm.tiering.snapshot import SNAPSHOT_FILE
 from tests.tiering.helpers import assert_manifests_complete, check_store, rlm_cli, write_config
 
 TOPIC = "fz"
-FAULTS = {"throttle_rate": 0.06, "error_rate": 0.05, "timeout_rate": 0.02, "lost_ack_rate": 0.06,
-          "partial_upload_rate": 0.04}
+FAULTS = {
+    "throttle_rate": 0.06,
+    "error_rate": 0.05,
+    "timeout_rate": 0.02,
+    "lost_ack_rate": 0.06,
+    "partial_upload_rate": 0.04,
+}
 
 
 def set_high_watermarks(log_dir: Path, hws: dict[tuple[str, int], int]) -> None:
@@ -63,15 +68,25 @@ def test_randomized_in_process_rounds(tmp_path: Path) -> None:
         if not trust:
             for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{SNAPSHOT_FILE}"):
                 snapshot.unlink()
-        cfg = write_config(tmp_path / "c.toml", [logs], root=store, index_entry_bytes=1024,
-                           index_rotate_bytes=4096, retention_bytes=60_000 if retention else -1,
-                           trust_local_state=trust)
+        cfg = write_config(
+            tmp_path / "c.toml",
+            [logs],
+            root=store,
+            index_entry_bytes=1024,
+            index_rotate_bytes=4096,
+            retention_bytes=60_000 if retention else -1,
+            trust_local_state=trust,
+        )
         settings = load_settings(cfg)
         backend = FaultyBackend.wrap(inner, sleep=lambda s: None, seed=rng.getrandbits(32), **FAULTS)
         now[0] += 60_000
-        manager = RemoteLogManager(settings, backend, metrics=TieringMetrics(), clock_ms=lambda: now[0],
-                                   retry=RetryPolicy(max_attempts=4, sleep=lambda s: None,
-                                                     rng=random.Random(round_no)))
+        manager = RemoteLogManager(
+            settings,
+            backend,
+            metrics=TieringMetrics(),
+            clock_ms=lambda: now[0],
+            retry=RetryPolicy(max_attempts=4, sleep=lambda s: None, rng=random.Random(round_no)),
+        )
         try:
             failed = [r for r in manager.run_once(gc=round_no % 7 == 0) if r.error]
         except TransientStorageError:  # GC ran out of retries: the pass fails, nothing may break
@@ -107,8 +122,14 @@ def test_subprocess_kill_rounds_over_faulty_backend(tmp_path: Path) -> None:
     store = tmp_path / "store"
     inner = LocalBackend(root=str(store))
     options = {"inner": "local", "inner_options": {"root": str(store)}, "seed": 0, **FAULTS}
-    cfg = write_config(tmp_path / "c.toml", [logs], backend="faulty", options=options,
-                       index_entry_bytes=2048, upload_bytes_per_sec=50_000_000)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        backend="faulty",
+        options=options,
+        index_entry_bytes=2048,
+        upload_bytes_per_sec=50_000_000,
+    )
     rng = random.Random(99)
     killed = 0
     for round_no in range(8):
@@ -116,8 +137,13 @@ def test_subprocess_kill_rounds_over_faulty_backend(tmp_path: Path) -> None:
             hw_index = min(len(bases[p]) - 1, 1 + (round_no + 1) * len(bases[p]) // 8)
             set_high_watermarks(logs, {(TOPIC, q): bases[q][hw_index] for q in (0, 1)})
         spec = f"{rng.choice(crash.POINTS[:-1])}:{rng.randint(1, 3)}"
-        proc = rlm_cli("run", "--config", cfg, "--once",
-                       env={"RLM_CRASH_AT": spec, "RLM_REMOTE__OPTIONS__SEED": str(round_no)})
+        proc = rlm_cli(
+            "run",
+            "--config",
+            cfg,
+            "--once",
+            env={"RLM_CRASH_AT": spec, "RLM_REMOTE__OPTIONS__SEED": str(round_no)},
+        )
         assert proc.returncode in (0, 1, -signal.SIGKILL), (spec, proc.stderr[-2000:])
         killed += proc.returncode == -signal.SIGKILL
         assert_manifests_complete(inner)

@@ -46,8 +46,9 @@ class Env:
         self.logs = tmp_path / "logs"
         self.logs.mkdir()
         tiering.setdefault("old_incarnation_grace_ms", GRACE_MS)
-        self.cfg = write_config(tmp_path / "c.toml", [self.logs], root=tmp_path / "store",
-                                prefix_spread=spread, **tiering)
+        self.cfg = write_config(
+            tmp_path / "c.toml", [self.logs], root=tmp_path / "store", prefix_spread=spread, **tiering
+        )
         self.settings: Settings = load_settings(self.cfg)
         # [remote] prefix_spread (docs/key-spread.md): the store as every rlm process opens it.
         self.raw = LocalBackend(root=str(tmp_path / "store"))
@@ -56,8 +57,9 @@ class Env:
         self.state_root = self.logs.parent / "logs.rlm-state"
 
     def manager(self) -> RemoteLogManager:
-        return RemoteLogManager(self.settings, self.backend, metrics=TieringMetrics(),
-                                clock_ms=lambda: self.now)
+        return RemoteLogManager(
+            self.settings, self.backend, metrics=TieringMetrics(), clock_ms=lambda: self.now
+        )
 
     def write(self, topic_id: str | None, tag: str, records: int, *, hw_segment: int | None = None) -> int:
         """Create the partition (as a broker does on topic creation); return its log end offset.
@@ -74,8 +76,9 @@ class Env:
 
     def readers(self, manager: RemoteLogManager | None = None) -> TieredReaders:
         """Readers as `rlm lookup` builds them, or with a live manager's progress (the daemon's API)."""
-        return TieredReaders(self.settings, self.backend,
-                             progress=manager.live_progress if manager is not None else None)
+        return TieredReaders(
+            self.settings, self.backend, progress=manager.live_progress if manager is not None else None
+        )
 
     def keys_under(self, root: str) -> list[str]:
         return [i.key for i in self.backend.list(root)]
@@ -120,8 +123,9 @@ def test_keys_roots_never_collide_and_parse_back() -> None:
 
 @pytest.mark.parametrize("spread", [0, 2], ids=["unspread", "spread2"])
 @pytest.mark.parametrize("restart", [True, False], ids=["restarted", "running"])
-def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, restart: bool,
-                                                                spread: int) -> None:
+def test_recreated_topic_is_its_own_and_the_old_one_is_retired(
+    tmp_path: Path, restart: bool, spread: int
+) -> None:
     env = Env(tmp_path, spread)
     first = env.manager()
     env.write(ID_A, "A", 400)
@@ -148,8 +152,11 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(tmp_path: Path, r
     assert old["topic_id"] == ID_A and old["prefix"] == keys.root(TOPIC, 0, ID_A)
     # Both incarnations' roots lie under the one hash prefix of the partition's name.
     heads = {i.key.split("/")[0] for i in env.raw.list("") if i.key != LAYOUT_KEY}
-    want = {hashlib.sha256(NAME.encode()).hexdigest()[:spread]} if spread else {
-        keys.root(TOPIC, 0, ID_A)[:-1], keys.root(TOPIC, 0, ID_B)[:-1]}
+    want = (
+        {hashlib.sha256(NAME.encode()).hexdigest()[:spread]}
+        if spread
+        else {keys.root(TOPIC, 0, ID_A)[:-1], keys.root(TOPIC, 0, ID_B)[:-1]}
+    )
     assert heads == want
     assert old["objects"] > len(old_manifests) and old["bytes"] > 0 and not old["kept"]
     assert old["retired_ms"] == env.now and old["delete_after_ms"] == env.now + GRACE_MS
@@ -228,7 +235,8 @@ def test_name_only_partition_gaining_an_id_adopts_its_data(tmp_path: Path) -> No
     assert set(before) < set(after) and env.manifests(ID_A) == []  # one root, continued
     assert not (env.state_root / NAME).exists()
     assert json.loads((env.state_root / f"{NAME}={ID_A}" / "progress.json").read_text())[
-        "remote_root"] == keys.root(TOPIC, 0)
+        "remote_root"
+    ] == keys.root(TOPIC, 0)
     row = _row(env.manager())
     assert row["topic_id"] == ID_A and row["old_incarnations"] == [] and row["identity_conflict"] is None
     assert row["highest_tiered_offset"] > highest_before and row["remote_segments"] == len(after)
@@ -289,8 +297,9 @@ def test_an_id_that_already_tiered_under_its_own_root_never_adopts_the_name_late
 
 @pytest.mark.parametrize("records", [60, 500], ids=["ends-below", "records-differ"])
 @pytest.mark.parametrize("restart", [True, False], ids=["restarted", "running"])
-def test_without_topic_id_a_recreated_log_is_a_conflict_never_served(tmp_path: Path, records: int,
-                                                                   restart: bool) -> None:
+def test_without_topic_id_a_recreated_log_is_a_conflict_never_served(
+    tmp_path: Path, records: int, restart: bool
+) -> None:
     env = Env(tmp_path)
     env.write(None, "A", 250)
     first = env.manager()
@@ -350,20 +359,30 @@ def test_run_once_subprocess_across_recreation(tmp_path: Path) -> None:
     assert row["topic_id"] == ID_B and 0 <= row["highest_tiered_offset"] < leo_b <= highest_a
     assert [o["topic_id"] for o in row["old_incarnations"]] == [ID_A]
 
-    lookup = _json_lines(rlm_cli("lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0",
-                                 "--offset", str(highest_a)).stdout)[0]
+    lookup = _json_lines(
+        rlm_cli(
+            "lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0", "--offset", str(highest_a)
+        ).stdout
+    )[0]
     assert lookup["found"] is False and lookup["valid_ranges"]["highest_tiered_offset"] < leo_b
-    lookup = _json_lines(rlm_cli("lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0",
-                                 "--timestamp", "-2").stdout)[0]
+    lookup = _json_lines(
+        rlm_cli(
+            "lookup", "--config", env.cfg, "--topic", TOPIC, "--partition", "0", "--timestamp", "-2"
+        ).stdout
+    )[0]
     assert lookup["found"] and lookup["timestamp"] == TS["B"]
 
-    dry = [r for r in _json_lines(rlm_cli("gc", "--config", env.cfg, "--dry-run", "--quiet").stdout)
-           if "old_incarnation" in r]
+    dry = [
+        r
+        for r in _json_lines(rlm_cli("gc", "--config", env.cfg, "--dry-run", "--quiet").stdout)
+        if "old_incarnation" in r
+    ]
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in dry] == [(ID_A, False)]
     assert env.manifests(ID_A)
     cfg = write_config(tmp_path / "now.toml", [env.logs], root=tmp_path / "store", old_incarnation_grace_ms=0)
-    done = [r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout)
-            if "old_incarnation" in r]
+    done = [
+        r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout) if "old_incarnation" in r
+    ]
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in done] == [(ID_A, True)]
     assert env.keys_under(keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
 
@@ -385,8 +404,12 @@ def test_a_restart_with_a_topic_id_asks_the_store_nothing(tmp_path: Path) -> Non
         manager = RemoteLogManager(env.settings, counting, metrics=TieringMetrics(), clock_ms=lambda: env.now)
         counting.calls.clear()
         assert [r.error for r in manager.run_once(gc=False)] == [None]
-        assert manager.shared.metrics.registry.get_sample_value(
-            "rlm_partition_recoveries_total", {"source": "local"}) == 1
+        assert (
+            manager.shared.metrics.registry.get_sample_value(
+                "rlm_partition_recoveries_total", {"source": "local"}
+            )
+            == 1
+        )
         return manager
 
     manager = restart()

@@ -57,21 +57,39 @@ def _assert_stored_keys(raw: StorageBackend, spread: int) -> None:
 
 
 def _fetch(cfg: Path, topic: str, partition: int) -> list[dict[str, Any]]:
-    proc = rlm_cli("fetch", "--config", cfg, "--topic", topic, "--partition", partition, "--offset", 0,
-                   "--max-bytes", 1 << 22)
+    proc = rlm_cli(
+        "fetch",
+        "--config",
+        cfg,
+        "--topic",
+        topic,
+        "--partition",
+        partition,
+        "--offset",
+        0,
+        "--max-bytes",
+        1 << 22,
+    )
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 @pytest.mark.parametrize("spread", [0, 2])
 @pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
-def test_tiering_reads_gc_rebuild_and_export_with_spread(kind: str, spread: int, tmp_path: Path,
-                                                         request: pytest.FixtureRequest) -> None:
+def test_tiering_reads_gc_rebuild_and_export_with_spread(
+    kind: str, spread: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     logs = tmp_path / "logs"
     summaries = generate_log_dir(logs, seed=11, records=500, segment_bytes=16 * 1024)
     name, options = _store(kind, tmp_path, request)
-    cfg = write_config(tmp_path / "c.toml", [logs], backend=name, options=options, prefix_spread=spread,
-                       index_entry_bytes=4096)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        backend=name,
+        options=options,
+        prefix_spread=spread,
+        index_entry_bytes=4096,
+    )
     proc = rlm_cli("run", "--config", cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["segments_copied"] > 0
@@ -91,7 +109,7 @@ def test_tiering_reads_gc_rebuild_and_export_with_spread(kind: str, spread: int,
     after = _fetch(cfg, s.topic, s.partition)
     assert {r["tier"] for r in after} == {"remote"}
     strip = [{k: v for k, v in r.items() if k != "tier"} for r in after]
-    assert strip == [{k: v for k, v in r.items() if k != "tier"} for r in before[:len(after)]]
+    assert strip == [{k: v for k, v in r.items() if k != "tier"} for r in before[: len(after)]]
 
     # GC lists the partition's data prefix and deletes an abandoned attempt (under its hash prefix).
     orphan = keys.data_key(s.topic, s.partition, 0, keys.new_attempt_id(1), keys.LOG)
@@ -118,7 +136,7 @@ def test_tiering_reads_gc_rebuild_and_export_with_spread(kind: str, spread: int,
     table = read_export(out).to_pylist()
     exported = sorted((r["offset"], r["value"]) for r in table if r["partition"] == s.partition)
     assert [o for o, _ in exported] == list(range(len(exported)))  # every offset, once
-    assert exported[:len(before)] == [(r["offset"], base64.b64decode(r["value"])) for r in before]
+    assert exported[: len(before)] == [(r["offset"], base64.b64decode(r["value"])) for r in before]
     check_store([logs], store, complete=False)  # local segments of one partition were deleted
 
 
@@ -189,7 +207,8 @@ def _get(url: str) -> tuple[int, bytes]:
 
 @pytest.mark.s3
 def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
-        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """`rlm run` (the daemon, a subprocess) on a spread-2 SeaweedFS store: it tiers, its API serves
     records the local tier no longer holds, and its metering counts the requests per partition."""
     import os
@@ -207,11 +226,24 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    cfg = write_config(tmp_path / "c.toml", [logs], backend=name, options=options, prefix_spread=2,
-                       server_port=port, task_interval_ms=200)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        backend=name,
+        options=options,
+        prefix_spread=2,
+        server_port=port,
+        task_interval_ms=200,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -235,9 +267,12 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
         assert code == 200, remote
         got, want = json.loads(remote), json.loads(local)
         assert got["tier"] == "remote"
-        assert got["batches"] == want["batches"][:len(got["batches"])] and got["batches"]
-        [row] = [r for r in json.loads(_get(base + "/v1/partitions")[1])
-                 if (r["topic"], r["partition"]) == (s.topic, s.partition)]
+        assert got["batches"] == want["batches"][: len(got["batches"])] and got["batches"]
+        [row] = [
+            r
+            for r in json.loads(_get(base + "/v1/partitions")[1])
+            if (r["topic"], r["partition"]) == (s.topic, s.partition)
+        ]
         assert row["store_requests"]["put"] > 0 and row["store_requests"]["get"] > 0
         daemon.send_signal(signal.SIGTERM)
         _out, err = daemon.communicate(timeout=30)

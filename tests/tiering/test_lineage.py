@@ -17,8 +17,14 @@ from rlm.tiering.lineage import (
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 
 
-def manifest(base: int, last: int, epochs: tuple[tuple[int, int], ...] = ((0, 0),), *,
-             attempt: str = "a", created: int = 0) -> SegmentManifest:
+def manifest(
+    base: int,
+    last: int,
+    epochs: tuple[tuple[int, int], ...] = ((0, 0),),
+    *,
+    attempt: str = "a",
+    created: int = 0,
+) -> SegmentManifest:
     obj = StoredObject(f"t-0/data/{base:020d}-{attempt}/segment.log", 100, 1)
     return SegmentManifest("t", 0, base, last, 0, 0, 100, 1, 1, attempt, created, {"log": obj}, epochs)
 
@@ -39,8 +45,8 @@ def test_epoch_ranges_split_a_manifest_by_its_epochs() -> None:
 
 def test_first_diverged_finds_the_first_contradicted_offset() -> None:
     tiered = manifest(4000, 5500, ((0, 3000), (1, 5073)))  # old leader: epoch 1 from 5073
-    assert first_diverged(tiered, ((0, 0), (2, 5073))) == 5073   # unclean election: epoch 1 never happened
-    assert first_diverged(tiered, ((0, 0), (2, 5200))) == 5073   # epoch 0 ended at 5200, epoch 1 not there
+    assert first_diverged(tiered, ((0, 0), (2, 5073))) == 5073  # unclean election: epoch 1 never happened
+    assert first_diverged(tiered, ((0, 0), (2, 5200))) == 5073  # epoch 0 ended at 5200, epoch 1 not there
     assert first_diverged(tiered, ((0, 0), (1, 5073), (2, 6000))) is None  # a clean change later
     assert first_diverged(tiered, ((0, 0), (1, 5073))) is None
     # Kafka truncates the cache from the start, moving the first entry up: that never cuts valid data
@@ -49,8 +55,11 @@ def test_first_diverged_finds_the_first_contradicted_offset() -> None:
 
 
 def test_divergence_cuts_a_tail_and_drops_wholly_diverged_segments() -> None:
-    old = [manifest(0, 999, ((0, 0),)), manifest(1000, 1999, ((0, 0), (1, 1500))),
-           manifest(2000, 2999, ((1, 1500),))]
+    old = [
+        manifest(0, 999, ((0, 0),)),
+        manifest(1000, 1999, ((0, 0), (1, 1500))),
+        manifest(2000, 2999, ((1, 1500),)),
+    ]
     chain = resolve_chain(old, [((0, 0), (2, 1500))])
     assert [(lk.first_offset, lk.last_offset) for lk in chain.links] == [(0, 999), (1000, 1499)]
     assert [(m.base_offset, cut) for m, cut in chain.diverged] == [(2000, 2000)]
@@ -58,7 +67,10 @@ def test_divergence_cuts_a_tail_and_drops_wholly_diverged_segments() -> None:
     # the new leader's own segment at the divergence point joins the chain
     chain = resolve_chain([*old[:2], manifest(1500, 2500, ((2, 1500),))], [((0, 0), (2, 1500))])
     assert [(lk.manifest.base_offset, lk.first_offset, lk.last_offset) for lk in chain.links] == [
-        (0, 0, 999), (1000, 1000, 1499), (1500, 1500, 2500)]
+        (0, 0, 999),
+        (1000, 1000, 1499),
+        (1500, 1500, 2500),
+    ]
     # a stale old leader committing epoch-1 data after the marker is diverged too
     late = manifest(2501, 3000, ((1, 1500),), attempt="late")
     assert [m.base_offset for m, _ in resolve_chain([late], [((0, 0), (2, 1500))]).diverged] == [2501]
@@ -71,7 +83,9 @@ def test_overlap_keeps_the_lower_base_and_serves_the_rest_once() -> None:
     for perm in itertools.permutations([a, b, c]):
         chain = resolve_chain(perm)
         assert [(lk.manifest.attempt_id, lk.first_offset, lk.last_offset) for lk in chain.links] == [
-            ("a", 500, 1200), ("b", 1201, 1500)]
+            ("a", 500, 1200),
+            ("b", 1201, 1500),
+        ]
         assert [m.attempt_id for m in chain.superseded] == ["c"]
     assert resolve_chain([a]).links[0].whole
     assert resolve_chain([a, b]).links[1].whole is False
@@ -89,8 +103,12 @@ def test_gaps_are_kept_and_served_offsets_never_overlap() -> None:
 def test_marker_round_trip_and_errors_name_the_key() -> None:
     marker = LineageMarker(7, ((0, 0), (7, 5073)), 5073, 2, 1234)
     assert LineageMarker.from_json(marker.to_json(), key="k") == marker
-    for bad in (b"[]", b"{", b'{"epoch": "7", "diverged_from": 1, "written_ms": 1}',
-                b'{"epoch": 7, "diverged_from": 1, "written_ms": 1, "node_id": true}',
-                b'{"epoch": 7, "diverged_from": 1, "written_ms": 1, "lineage": [[1]]}'):
+    for bad in (
+        b"[]",
+        b"{",
+        b'{"epoch": "7", "diverged_from": 1, "written_ms": 1}',
+        b'{"epoch": 7, "diverged_from": 1, "written_ms": 1, "node_id": true}',
+        b'{"epoch": 7, "diverged_from": 1, "written_ms": 1, "lineage": [[1]]}',
+    ):
         with pytest.raises(FormatError, match=r"^t-0/manifests/lineage-0000000007\.json: malformed"):
             LineageMarker.from_json(bad, key="t-0/manifests/lineage-0000000007.json")

@@ -44,7 +44,10 @@ def test_without_a_checkpoint_rolled_eligibility_serves_the_rolled_segments(tmp_
     assert reader.fetch(active, 1 << 20).batches == []
     row = _status(manager)
     assert (row["high_watermark"], row["visible_end_offset"], row["high_watermark_source"]) == (
-        None, active, "rolled-segments")
+        None,
+        active,
+        "rolled-segments",
+    )
 
 
 def test_without_a_checkpoint_high_watermark_eligibility_serves_only_what_was_tiered(tmp_path: Path) -> None:
@@ -100,13 +103,23 @@ def test_segments_wholly_below_a_delete_records_point_are_never_copied(tmp_path:
 
 
 def _m(base: int, last: int) -> SegmentManifest:
-    return SegmentManifest("t", 0, base, last, 0, 10**13, 100, 1, 1, f"a{base}", 0,
-                           {"log": StoredObject(f"k{base}", 100, 0)})
+    return SegmentManifest(
+        "t", 0, base, last, 0, 10**13, 100, 1, 1, f"a{base}", 0, {"log": StoredObject(f"k{base}", 100, 0)}
+    )
 
 
-@pytest.mark.parametrize(("log_start", "expected"), [
-    (-1, []), (0, []), (9, []), (10, [0]), (25, [0, 10]), (30, [0, 10, 20]), (10**6, [0, 10, 20]),
-])
+@pytest.mark.parametrize(
+    ("log_start", "expected"),
+    [
+        (-1, []),
+        (0, []),
+        (9, []),
+        (10, [0]),
+        (25, [0, 10]),
+        (30, [0, 10, 20]),
+        (10**6, [0, 10, 20]),
+    ],
+)
 def test_plan_deletes_segments_wholly_below_the_log_start(log_start: int, expected: list[int]) -> None:
     segs = [_m(0, 9), _m(10, 19), _m(20, 29)]
     plan = plan_retention(segs, now_ms=0, retention_ms=-1, retention_bytes=-1, log_start_offset=log_start)

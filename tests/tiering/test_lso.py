@@ -80,14 +80,17 @@ def open_at(partition_dir: Path) -> dict[int, dict[int, int]]:
 
 def snapshot_bytes(open_txns: dict[int, int]) -> bytes:
     """A version-1 snapshot naming ``open_txns`` (other fields: plausible constants)."""
-    entries = [struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, 1_700_000_000_000, 0, first)
-               for pid, first in sorted(open_txns.items())]
+    entries = [
+        struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, 1_700_000_000_000, 0, first)
+        for pid, first in sorted(open_txns.items())
+    ]
     body = struct.pack(">i", len(entries)) + b"".join(entries)
     return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
 
 
-def write_snapshots(partition_dir: Path,
-                    lie: dict[int, dict[int, int]] | None = None) -> dict[int, dict[int, int]]:
+def write_snapshots(
+    partition_dir: Path, lie: dict[int, dict[int, int]] | None = None
+) -> dict[int, dict[int, int]]:
     """``<base>.snapshot`` beside every segment, as Kafka writes them at each roll (``lie``: extra
     open transactions added to some segments, by index in offset order, negative from the end)."""
     states = open_at(partition_dir)
@@ -108,8 +111,11 @@ class Layout:
 
 
 def manifests(store: Path) -> list[tuple[Path, dict[str, Any]]]:
-    return [(p, json.loads(p.read_text())) for p in sorted(store.rglob("manifests/*.json"))
-            if not p.name.startswith(keys.LINEAGE_MARKER_PREFIX)]
+    return [
+        (p, json.loads(p.read_text()))
+        for p in sorted(store.rglob("manifests/*.json"))
+        if not p.name.startswith(keys.LINEAGE_MARKER_PREFIX)
+    ]
 
 
 def forget_open_at_end(store: Path) -> None:
@@ -119,8 +125,15 @@ def forget_open_at_end(store: Path) -> None:
         path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")))
 
 
-def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool, recorded: bool = True,
-           lie: dict[int, dict[int, int]] | None = None) -> Layout:
+def layout(
+    tmp: Path,
+    keep: int,
+    leave_open: bool,
+    *,
+    snapshots: bool,
+    recorded: bool = True,
+    lie: dict[int, dict[int, int]] | None = None,
+) -> Layout:
     """A transactional partition tiered, then its local segments deleted but the newest ``keep``
     (``recorded=False``: the manifests without ``open_at_end``)."""
     logs, store = tmp / "logs", tmp / "store"
@@ -131,10 +144,13 @@ def layout(tmp: Path, keep: int, leave_open: bool, *, snapshots: bool, recorded:
     bases = [s.base_offset for s in list_segments(part)]
     # With no local segment left the active one is gone too: the log ends where the tiered data does.
     oracle = Oracle.of(part, high_watermark=bases[-1] if keep == 0 else None)
-    s = settings_from_mapping({
-        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-        "remote": {"backend": "local", "options": {"root": str(store)}},
-        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp / "state"), "index_entry_bytes": 2_000}})
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp / "state"), "index_entry_bytes": 2_000},
+        }
+    )
     assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
     delete_local_segments(part, keep_last=keep)
     if not recorded:
@@ -147,8 +163,12 @@ def read_in_process(lay: Layout, start: int = 0) -> tuple[list[Row], int]:
     offset, got = start, []
     while True:
         res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
-        got += [(r.offset, r.key, r.value) for b in res.batches if not b.is_control
-                for r in res.records(b, from_requested=True)]
+        got += [
+            (r.offset, r.key, r.value)
+            for b in res.batches
+            if not b.is_control
+            for r in res.records(b, from_requested=True)
+        ]
         if res.next_offset == offset:
             return got, offset
         offset = res.next_offset
@@ -157,8 +177,9 @@ def read_in_process(lay: Layout, start: int = 0) -> tuple[list[Row], int]:
 def read_planned(lay: Layout) -> list[Row]:
     plan = plan_read(lay.settings, ["txn"], isolation="read_committed", target_bytes=4_000)
     spec = BackendSpec.from_settings(lay.settings)
-    return sorted((r[2], r[0], r[1]) for t in plan.tasks
-                  for r in iter_task_records(t, read_task_bytes(t, spec)))
+    return sorted(
+        (r[2], r[0], r[1]) for t in plan.tasks for r in iter_task_records(t, read_task_bytes(t, spec))
+    )
 
 
 def lso(lay: Layout, backend: LocalBackend | None = None) -> int:
@@ -170,16 +191,19 @@ def lso(lay: Layout, backend: LocalBackend | None = None) -> int:
 
 # How the state before the replay is known: the copies' recorded open transactions (rlm's LogWriter
 # writes no snapshot; the chain starts at offset 0), broker snapshots (and the record), or nothing.
-STATES = {"recorded": {"snapshots": False, "recorded": True},
-          "snapshots": {"snapshots": True, "recorded": False},
-          "none": {"snapshots": False, "recorded": False}}
+STATES = {
+    "recorded": {"snapshots": False, "recorded": True},
+    "snapshots": {"snapshots": True, "recorded": False},
+    "none": {"snapshots": False, "recorded": False},
+}
 
 
 @pytest.mark.parametrize("state", list(STATES))
 @pytest.mark.parametrize("leave_open", [True, False], ids=["open", "settled"])
 @pytest.mark.parametrize("keep", [0, 1, 2, 3])
-def test_read_committed_matches_the_oracle_in_every_layout(tmp_path: Path, keep: int, leave_open: bool,
-                                                           state: str) -> None:
+def test_read_committed_matches_the_oracle_in_every_layout(
+    tmp_path: Path, keep: int, leave_open: bool, state: str
+) -> None:
     lay = layout(tmp_path, keep, leave_open, **STATES[state])
     expected = [(r.offset, r.key, r.value) for r in lay.oracle.committed]
     got, end = read_in_process(lay)
@@ -229,10 +253,13 @@ def test_a_copy_that_cannot_know_the_state_records_nothing(tmp_path: Path) -> No
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
     delete_local_segments(logs / "txn-0", keep_last=len(list_segments(logs / "txn-0")) - 1)
-    s = settings_from_mapping({
-        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-        "remote": {"backend": "local", "options": {"root": str(store)}},
-        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")}})
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")},
+        }
+    )
     assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
     docs = manifests(store)
     assert docs and all("open_at_end" not in doc["txn_index"] for _, doc in docs)
@@ -249,8 +276,9 @@ def test_the_recorded_state_spares_the_remote_batches(tmp_path: Path, keep: int)
 @pytest.mark.parametrize("keep", [1, 2])
 def test_a_local_snapshot_is_trusted_and_spares_the_remote_batches(tmp_path: Path, keep: int) -> None:
     probe = layout(tmp_path / "probe", keep, True, snapshots=False, recorded=False)
-    lay = layout(tmp_path / "lie", keep, True, snapshots=True, recorded=False,
-                 lie={-keep: {FAKE_PID: LIE_AT}})
+    lay = layout(
+        tmp_path / "lie", keep, True, snapshots=True, recorded=False, lie={-keep: {FAKE_PID: LIE_AT}}
+    )
     counting = CountingBackend(root=str(lay.store))
     assert lso(lay, counting) == LIE_AT
     assert counting.whole_log_reads() == []  # no remote segment replayed
@@ -265,8 +293,9 @@ def test_a_local_snapshot_is_trusted_and_spares_the_remote_batches(tmp_path: Pat
 
 
 @pytest.mark.parametrize("keep", [0, 1])
-def test_the_uploaded_snapshot_of_a_remote_segment_is_used_when_no_local_one_applies(tmp_path: Path,
-                                                                                     keep: int) -> None:
+def test_the_uploaded_snapshot_of_a_remote_segment_is_used_when_no_local_one_applies(
+    tmp_path: Path, keep: int
+) -> None:
     # -2: the newest tiered segment, below the first local one (keep 1) or the last (keep 0).
     lay = layout(tmp_path, keep, True, snapshots=True, recorded=False, lie={-2: {FAKE_PID: LIE_AT}})
     if keep:  # the first local segment's own snapshot would answer first
@@ -292,8 +321,9 @@ def test_a_damaged_snapshot_is_not_trusted(tmp_path: Path, caplog: pytest.LogCap
     assert any(str(local) in m and "crc" in m for m in caplog.messages)
 
 
-def test_a_damaged_snapshot_is_not_recorded_by_the_copy(tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_snapshot_is_not_recorded_by_the_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     logs = tmp_path / "logs"
     write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
     part = logs / "txn-0"
@@ -303,10 +333,13 @@ def test_a_damaged_snapshot_is_not_recorded_by_the_copy(tmp_path: Path,
     data = bytearray(snapshot_bytes({**truth[bases[LIE_SEGMENT]], FAKE_PID: LIE_AT}))
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    s = settings_from_mapping({
-        "log": {"dirs": [str(logs)], "eligibility": "rolled"},
-        "remote": {"backend": "local", "options": {"root": str(tmp_path / "store")}},
-        "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")}})
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {"backend": "local", "options": {"root": str(tmp_path / "store")}},
+            "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")},
+        }
+    )
     with caplog.at_level(logging.WARNING, logger="rlm.tiering.txn_capture"):
         results = RemoteLogManager(s, LocalBackend(root=str(tmp_path / "store"))).run_once()
     assert all(r.error is None for r in results)
@@ -315,13 +348,15 @@ def test_a_damaged_snapshot_is_not_recorded_by_the_copy(tmp_path: Path,
         assert dict(map(tuple, doc["txn_index"]["open_at_end"])) == truth[next_base]
 
 
-def test_without_any_known_state_the_full_replay_is_logged(tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_without_any_known_state_the_full_replay_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     lay = layout(tmp_path, 1, True, snapshots=False, recorded=False)
     with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
         assert lso(lay) == lay.oracle.last_stable_offset
-    assert any("no producer snapshot" in m and f"{len(lay.bases) - 1} tiered segment" in m
-               for m in caplog.messages)
+    assert any(
+        "no producer snapshot" in m and f"{len(lay.bases) - 1} tiered segment" in m for m in caplog.messages
+    )
 
 
 @pytest.mark.parametrize("bad", [{"1001": 5}, [[1001]], [[1001, -1]], [[1001, 5.0]], [[True, 5]], "x"])

@@ -23,8 +23,12 @@ from rlm.tiering.policy import TopicPolicyResolver
 from tests.tiering.helpers import check_store, write_config
 
 ARTHUR = "ArthurArutunyan04__Backend_labs"
-IDS = {"orders": "0CM0rYlfQiqSTCH-x54Zhw", "payments": "h21Hd1FxRjC-20k1lF5oYA",
-       "audit": "FSJPF87NQN-J95EDLRWirw", "state": "TvQoTq0KRHWWLKQ64d1gfw"}
+IDS = {
+    "orders": "0CM0rYlfQiqSTCH-x54Zhw",
+    "payments": "h21Hd1FxRjC-20k1lF5oYA",
+    "audit": "FSJPF87NQN-J95EDLRWirw",
+    "state": "TvQoTq0KRHWWLKQ64d1gfw",
+}
 
 
 def _settings(log_dir: Path, **topics: Any) -> Settings:
@@ -37,16 +41,21 @@ def _topic_cfg(topic: str, key: str, value: str | None) -> md.ConfigRecord:
 
 def _kraft(log_dir: Path, *configs: md.ConfigRecord) -> LogWriter:
     writer = metadata_writer(log_dir)
-    write_records(writer, [[md.TopicRecord(t, i), md.PartitionRecord(i, 0, (1,), (1,), 1, 0, 0)]
-                           for t, i in IDS.items()] + [list(configs)])
+    write_records(
+        writer,
+        [[md.TopicRecord(t, i), md.PartitionRecord(i, 0, (1,), (1,), 1, 0, 0)] for t, i in IDS.items()]
+        + [list(configs)],
+    )
     return writer
 
 
 # -- selection -----------------------------------------------------------------------------------
 
+
 def test_patterns_and_internal_logs(tmp_path: Path) -> None:
-    r = TopicPolicyResolver(_settings(tmp_path, include=["orders*", "_*", "__transaction_state"],
-                                      exclude=["*.tmp"]))
+    r = TopicPolicyResolver(
+        _settings(tmp_path, include=["orders*", "_*", "__transaction_state"], exclude=["*.tmp"])
+    )
     assert r.policy("orders").tiered and r.policy("orders-eu").tiered
     assert r.policy("_schemas").tiered  # one underscore: an ordinary topic
     tmp = r.policy("orders.tmp")
@@ -58,14 +67,20 @@ def test_patterns_and_internal_logs(tmp_path: Path) -> None:
     assert (offsets.tiered, offsets.reason_code) == (False, "internal")
     assert "KRaft metadata log" in str(r.policy("__cluster_metadata").reason)
     assert r.policy("__transaction_state").tiered  # named explicitly
-    assert not r.policy("__anything_new").tiered   # any __ name is internal
+    assert not r.policy("__anything_new").tiered  # any __ name is internal
 
 
 def test_overrides_first_match_wins_and_config_errors(tmp_path: Path) -> None:
-    r = TopicPolicyResolver(_settings(tmp_path, overrides={
-        "orders-eu": {"retention_ms": 5, "enabled": True},
-        "orders*": {"retention_ms": 60_000, "retention_bytes": 1_000},
-        "*": {"enabled": False}}))
+    r = TopicPolicyResolver(
+        _settings(
+            tmp_path,
+            overrides={
+                "orders-eu": {"retention_ms": 5, "enabled": True},
+                "orders*": {"retention_ms": 60_000, "retention_bytes": 1_000},
+                "*": {"enabled": False},
+            },
+        )
+    )
     assert r.follow is False  # no metadata log in the log dir
     eu, orders, other = r.policy("orders-eu"), r.policy("orders"), r.policy("payments")
     assert (eu.retention_ms.value, eu.retention_ms.origin) == (5, "override 'orders-eu' retention_ms")
@@ -81,18 +96,26 @@ def test_overrides_first_match_wins_and_config_errors(tmp_path: Path) -> None:
 
 # -- Kafka's configs -------------------------------------------------------------------------------
 
+
 def test_kafka_configs_over_time(tmp_path: Path) -> None:
     (tmp_path / "meta.properties").write_text("#\nnode.id=3\nversion=1\n")
-    writer = _kraft(tmp_path, _topic_cfg("orders", "remote.storage.enable", "true"),
-                    _topic_cfg("orders", "retention.ms", "3600000"),
-                    _topic_cfg("audit", "remote.storage.enable", "true"),
-                    _topic_cfg("state", "cleanup.policy", "compact,delete"),
-                    _topic_cfg("state", "remote.storage.enable", "true"),
-                    md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.hours", "2"),
-                    md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "777"),
-                    md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", "999"))
-    r = TopicPolicyResolver(_settings(tmp_path, overrides={
-        "orders": {"retention_ms": 1, "retention_bytes": 5}, "audit": {"retention_ms": 42}}))
+    writer = _kraft(
+        tmp_path,
+        _topic_cfg("orders", "remote.storage.enable", "true"),
+        _topic_cfg("orders", "retention.ms", "3600000"),
+        _topic_cfg("audit", "remote.storage.enable", "true"),
+        _topic_cfg("state", "cleanup.policy", "compact,delete"),
+        _topic_cfg("state", "remote.storage.enable", "true"),
+        md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.hours", "2"),
+        md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "777"),
+        md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", "999"),
+    )
+    r = TopicPolicyResolver(
+        _settings(
+            tmp_path,
+            overrides={"orders": {"retention_ms": 1, "retention_bytes": 5}, "audit": {"retention_ms": 42}},
+        )
+    )
     assert r.follow is True and r.node_id == "3"
     r.refresh()
     orders, payments, audit, state = (r.policy(t) for t in ("orders", "payments", "audit", "state"))
@@ -103,25 +126,37 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
     assert (audit.retention_ms.value, audit.retention_ms.source) == (42, "override")
     # This broker's own config beats the cluster-wide default; hours are converted.
     assert (audit.retention_bytes.value, audit.retention_bytes.origin) == (
-        999, "log.retention.bytes (broker 3)")
+        999,
+        "log.retention.bytes (broker 3)",
+    )
     assert audit.whole_log_size and not orders.whole_log_size
     # payments sets no remote.storage.enable while other topics do: only those are tiered.
     assert (payments.tiered, payments.reason_code, payments.source) == (False, "kafka-disabled", "kafka")
     assert (payments.retention_ms.value, payments.retention_ms.origin) == (
-        7_200_000, "log.retention.hours (cluster default)")
+        7_200_000,
+        "log.retention.hours (cluster default)",
+    )
     assert (state.tiered, state.reason_code) == (False, "compacted")
     # Changes over time: a deleted key falls back to the next source, a topic turned off stops.
-    write_records(writer, [[_topic_cfg("orders", "retention.ms", None),
-                            _topic_cfg("audit", "remote.storage.enable", "false"),
-                            md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", None)]])
+    write_records(
+        writer,
+        [
+            [
+                _topic_cfg("orders", "retention.ms", None),
+                _topic_cfg("audit", "remote.storage.enable", "false"),
+                md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", None),
+            ]
+        ],
+    )
     r.refresh()
     orders, audit = r.policy("orders"), r.policy("audit")
     assert (orders.retention_ms.value, orders.retention_ms.source) == (1, "override")
     assert (audit.tiered, audit.reason_code) == (False, "kafka-disabled")
     assert audit.retention_bytes.value == 777
     # The topic deleted: its configs go with it; re-created with a new id, it starts afresh.
-    write_records(writer, [[md.RemoveTopicRecord(IDS["orders"]),
-                            md.TopicRecord("orders", "AAAAAAAAAAAAAAAAAAAAAQ")]])
+    write_records(
+        writer, [[md.RemoveTopicRecord(IDS["orders"]), md.TopicRecord("orders", "AAAAAAAAAAAAAAAAAAAAAQ")]]
+    )
     r.refresh()
     again = r.policy("orders")
     assert again.topic_id == "AAAAAAAAAAAAAAAAAAAAAQ" and again.retention_ms.source == "override"
@@ -135,12 +170,19 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
 
 
 def test_archive_compacted_per_pattern(tmp_path: Path) -> None:
-    _kraft(tmp_path, _topic_cfg("state", "cleanup.policy", "compact"),
-           _topic_cfg("state", "retention.ms", "1000"), _topic_cfg("audit", "retention.ms", "1000"),
-           _topic_cfg("audit", "cleanup.policy", "compact,delete"),
-           md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "5")).close()
-    r = TopicPolicyResolver(_settings(tmp_path, overrides={"st*": {"archive_compacted": True},
-                                                           "audit": {"archive_compacted": True}}))
+    _kraft(
+        tmp_path,
+        _topic_cfg("state", "cleanup.policy", "compact"),
+        _topic_cfg("state", "retention.ms", "1000"),
+        _topic_cfg("audit", "retention.ms", "1000"),
+        _topic_cfg("audit", "cleanup.policy", "compact,delete"),
+        md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "5"),
+    ).close()
+    r = TopicPolicyResolver(
+        _settings(
+            tmp_path, overrides={"st*": {"archive_compacted": True}, "audit": {"archive_compacted": True}}
+        )
+    )
     r.refresh()
     state = r.policy("state")
     assert state.tiered and state.compacted and state.archive_compacted
@@ -159,13 +201,17 @@ def test_real_fixture_metadata_log(fixtures_dir: Path) -> None:
     r.refresh()
     created = r.policy("oms_order_created")
     assert created.tiered and created.retention_ms.as_dict() == {
-        "value": 86_400_000, "source": "kafka", "from": "retention.ms on the topic"}
+        "value": 86_400_000,
+        "source": "kafka",
+        "from": "retention.ms on the topic",
+    }
     assert created.cleanup_policy.value == "delete" and created.topic_id == "0CM0rYlfQiqSTCH-x54Zhw"
     assert r.policy("__consumer_offsets").reason_code == "internal"
     assert r.describe()["metadata_offset"] == 7319 and r.describe()["metadata_error"] is None
 
 
 # -- the engine ----------------------------------------------------------------------------------
+
 
 def _kept(sizes: list[int], limit: int, extra: int) -> int:
     """Segments Kafka's size rule keeps of ``sizes`` (oldest first) with ``extra`` bytes counted."""
@@ -184,14 +230,26 @@ def _sample(mgr: RemoteLogManager, name: str, labels: dict[str, str]) -> float |
 def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     # orders comes second: its high watermark lags, so its last rolled segment stays local-only.
-    generate_log_dir(logs, [("audit", 1), ("orders", 1), ("payments", 1), ("__consumer_offsets", 1)],
-                     seed=3, records=500, segment_bytes=8 * 1024)
-    writer = _kraft(logs, _topic_cfg("orders", "remote.storage.enable", "true"),
-                    _topic_cfg("orders", "retention.bytes", "30000"),
-                    _topic_cfg("audit", "remote.storage.enable", "true"))
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store",
-                       topics={"overrides": {"audit": {"retention_bytes": 20_000}}},
-                       cluster={"leadership": "always"})  # the metadata log here holds configs only
+    generate_log_dir(
+        logs,
+        [("audit", 1), ("orders", 1), ("payments", 1), ("__consumer_offsets", 1)],
+        seed=3,
+        records=500,
+        segment_bytes=8 * 1024,
+    )
+    writer = _kraft(
+        logs,
+        _topic_cfg("orders", "remote.storage.enable", "true"),
+        _topic_cfg("orders", "retention.bytes", "30000"),
+        _topic_cfg("audit", "remote.storage.enable", "true"),
+    )
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        root=tmp_path / "store",
+        topics={"overrides": {"audit": {"retention_bytes": 20_000}}},
+        cluster={"leadership": "always"},
+    )  # the metadata log here holds configs only
     backend = LocalBackend(root=str(tmp_path / "store"))
     mgr = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
     results = mgr.run_once()
@@ -217,7 +275,10 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
     rows = {f"{r['topic']}-{r['partition']}": r for r in mgr.status()}
     assert set(rows) == {"orders-0", "payments-0", "audit-0", "__consumer_offsets-0", "__cluster_metadata-0"}
     assert rows["orders-0"]["policy"]["retention_bytes"] == {
-        "value": 30_000, "source": "kafka", "from": "retention.bytes on the topic"}
+        "value": 30_000,
+        "source": "kafka",
+        "from": "retention.bytes on the topic",
+    }
     assert rows["orders-0"]["policy"]["retention_bytes_scope"] == "whole log"
     assert rows["audit-0"]["policy"]["retention_bytes"]["source"] == "override"
     assert rows["payments-0"]["tiered"] is False and rows["payments-0"]["remote_segments"] == 0
@@ -229,8 +290,14 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
         assert _sample(mgr, "rlm_topic_policy_tiered", labels) == tiered_value
     assert _sample(mgr, "rlm_partitions_excluded", {"reason": "internal"}) == 2
     assert _sample(mgr, "rlm_partitions_excluded", {"reason": "kafka-disabled"}) == 1
-    assert _sample(mgr, "rlm_topic_policy_retention_bytes",
-                   {"topic": "audit", "partition": "0", "source": "override"}) == 20_000
+    assert (
+        _sample(
+            mgr,
+            "rlm_topic_policy_retention_bytes",
+            {"topic": "audit", "partition": "0", "source": "override"},
+        )
+        == 20_000
+    )
 
     # Later the broker sets retention.ms=1 on audit: the next pass deletes all of its remote data
     # (the generated records are from 2025), and the metric now names Kafka as the source.
@@ -247,13 +314,20 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
 
 def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "c.toml", [tmp_path], root=tmp_path / "store")
-    settings = load_settings(cfg, environ={
-        "RLM_TOPICS__INCLUDE": '["orders*"]', "RLM_TOPICS__FOLLOW_KAFKA_CONFIGS": "false",
-        "RLM_TOPICS__OVERRIDES": '{"orders-eu" = {retention_ms = 5}, "orders*" = {enabled = false}}'})
+    settings = load_settings(
+        cfg,
+        environ={
+            "RLM_TOPICS__INCLUDE": '["orders*"]',
+            "RLM_TOPICS__FOLLOW_KAFKA_CONFIGS": "false",
+            "RLM_TOPICS__OVERRIDES": '{"orders-eu" = {retention_ms = 5}, "orders*" = {enabled = false}}',
+        },
+    )
     t = settings.topics
     assert t.include == ("orders*",) and t.follow_kafka_configs is False
     assert [(o.pattern, o.retention_ms, o.enabled) for o in t.overrides] == [
-        ("orders-eu", 5, None), ("orders*", None, False)]
+        ("orders-eu", 5, None),
+        ("orders*", None, False),
+    ]
     r = TopicPolicyResolver(settings)
     assert r.policy("orders-eu").tiered and not r.policy("orders").tiered
 
@@ -269,15 +343,21 @@ def test_real_kraft_log_drives_tiering_and_retention(fixtures_dir: Path, tmp_pat
     for part in sorted(p for p in logs.iterdir() if p.is_dir() and any(p.glob("*.log"))):
         roll_after_last(part)
     # The broker was stopped when the fixture was taken: its metadata log names no leaders.
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", eligibility="rolled",
-                       cluster={"leadership": "always"})
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        root=tmp_path / "store",
+        eligibility="rolled",
+        cluster={"leadership": "always"},
+    )
     backend = LocalBackend(root=str(tmp_path / "store"))
     newest = 1766802778446  # the last record of oms_order_created-1
     clock = [newest + 3_600_000]  # an hour later: within the topic's day
 
     def manager() -> RemoteLogManager:
-        return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics(),
-                                clock_ms=lambda: clock[0])
+        return RemoteLogManager(
+            load_settings(cfg), backend, metrics=TieringMetrics(), clock_ms=lambda: clock[0]
+        )
 
     results = {f"{r.topic}-{r.partition}": r for r in manager().run_once()}
     assert set(results) == {"oms_order_created-1"} | {f"oms_order_status_changed-{i}" for i in range(5)}
@@ -293,7 +373,8 @@ def test_real_kraft_log_drives_tiering_and_retention(fixtures_dir: Path, tmp_pat
     assert deleted["oms_order_status_changed-1"] == []
     clock[0] = 1766802778666 + 86_400_000 + 1
     assert {f"{r.topic}-{r.partition}": r.deleted for r in manager().run_once()}[
-        "oms_order_status_changed-1"] == [21236]
+        "oms_order_status_changed-1"
+    ] == [21236]
     row = next(r for r in mgr.status() if r["topic"] == "oms_order_created")
     assert row["remote_segments"] == 0 and row["highest_tiered_offset"] == 94645
     assert row["policy"]["retention_ms"]["from"] == "retention.ms on the topic"

@@ -71,9 +71,15 @@ class Catchup:
         inner = create_backend(store, options) if store == "local" else MemoryBackend()
         self.gate = Gate(inner) if gate else None
         self.backend = CountingBackend(self.gate or inner)
-        self.settings = settings_for([self.log_dir], backend=store, options=options,
-                                     state_dir=str(tmp / "state"), index_entry_bytes=ENTRY,
-                                     index_rotate_bytes=12_000, **tiering)
+        self.settings = settings_for(
+            [self.log_dir],
+            backend=store,
+            options=options,
+            state_dir=str(tmp / "state"),
+            index_entry_bytes=ENTRY,
+            index_rotate_bytes=12_000,
+            **tiering,
+        )
         results = RemoteLogManager(self.settings, self.backend).run_once()
         assert all(r.error is None for r in results) and results[0].copied
         assert len(delete_local_segments(self.part)) >= 5
@@ -81,8 +87,9 @@ class Catchup:
 
     def readers(self, *, cache_bytes: int = 1 << 24, read_ahead: bool = True) -> TieredReaders:
         self.registry = CollectorRegistry()
-        readers = TieredReaders(self.settings, self.backend,
-                                cache=RemoteRangeCache(cache_bytes, registry=self.registry))
+        readers = TieredReaders(
+            self.settings, self.backend, cache=RemoteRangeCache(cache_bytes, registry=self.registry)
+        )
         readers.resources.read_ahead = read_ahead
         return readers
 
@@ -93,8 +100,13 @@ class Catchup:
         entry = next(chain_from(reader._sets(), offset))
         return reader.res.key_of(entry)
 
-    def scan(self, readers: TieredReaders, key: str | None, max_bytes: int,
-             each: Callable[[FetchResult], None] | None = None) -> list[FetchResult]:
+    def scan(
+        self,
+        readers: TieredReaders,
+        key: str | None,
+        max_bytes: int,
+        each: Callable[[FetchResult], None] | None = None,
+    ) -> list[FetchResult]:
         """Fetch from the remote log start while the remote tier answers (settling read-ahead)."""
         offset = readers.reader("orders", 0).offsets().remote_log_start_offset
         assert offset is not None
@@ -123,8 +135,9 @@ def _each_byte_once(ranges: dict[tuple[str, int, int], int]) -> bool:
     """No range read twice and no two ranged reads of one object overlapping (whole-object reads,
     end None, are the segments' entries objects, read once each as well)."""
     spans = sorted(k for k in ranges if k[2] is not None)
-    return max(ranges.values()) == 1 and all(a[0] != b[0] or a[2] <= b[1]
-                                             for a, b in itertools.pairwise(spans))
+    return max(ranges.values()) == 1 and all(
+        a[0] != b[0] or a[2] <= b[1] for a, b in itertools.pairwise(spans)
+    )
 
 
 def test_a_reader_is_sequential_after_two_fetches_and_a_jump_drops_its_window(tmp_path: Path) -> None:
@@ -188,8 +201,9 @@ def test_read_ahead_crosses_objects_and_no_range_is_read_twice(tmp_path: Path, m
 
 
 def test_read_ahead_stays_within_its_bounds(tmp_path: Path) -> None:
-    t = Catchup(tmp_path, gate=True, read_ahead_bytes=8_000, read_ahead_total_bytes=12_000,
-                read_ahead_threads=2)
+    t = Catchup(
+        tmp_path, gate=True, read_ahead_bytes=8_000, read_ahead_total_bytes=12_000, read_ahead_threads=2
+    )
     readers = t.readers()
     ahead = readers.resources.ahead
     start = readers.reader("orders", 0).offsets().remote_log_start_offset
@@ -321,8 +335,12 @@ def test_read_ahead_answers_are_the_bytes_of_the_fixtures(fixtures_dir: Path, tm
     settings = load_settings(config)
     backend = CountingBackend(create_backend("local", {"root": str(tmp_path / "store")}))
     assert all(r.error is None for r in RemoteLogManager(settings, backend).run_once())
-    parts = [p for d in dirs for p in sorted(d.iterdir())
-             if p.is_dir() and any(p.glob("*" + naming.REMOTE_LOG_INDEX))]
+    parts = [
+        p
+        for d in dirs
+        for p in sorted(d.iterdir())
+        if p.is_dir() and any(p.glob("*" + naming.REMOTE_LOG_INDEX))
+    ]
     brutes = {p: BruteLog.scan(p) for p in parts}
     for p in parts:
         delete_local_segments(p)

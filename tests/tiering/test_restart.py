@@ -34,16 +34,18 @@ class Env:
         self.logs = tmp_path / "logs"
         generate_log_dir(self.logs, [(TOPIC, PARTITIONS)], seed=5, records=400, segment_bytes=8 * 1024)
         self.store = tmp_path / "store"
-        self.cfg = write_config(tmp_path / "c.toml", [self.logs], root=self.store, index_entry_bytes=2048,
-                                **tiering)
+        self.cfg = write_config(
+            tmp_path / "c.toml", [self.logs], root=self.store, index_entry_bytes=2048, **tiering
+        )
         self.clock = [int(time.time() * 1000)]
         self.backend = CountingBackend(LocalBackend(root=str(self.store)))
 
     def manager(self) -> RemoteLogManager:
         self.backend.calls.clear()
         self.backend.ranges.clear()
-        return RemoteLogManager(load_settings(self.cfg), self.backend, metrics=TieringMetrics(),
-                                clock_ms=lambda: self.clock[0])
+        return RemoteLogManager(
+            load_settings(self.cfg), self.backend, metrics=TieringMetrics(), clock_ms=lambda: self.clock[0]
+        )
 
     def state_dir(self, partition: int) -> Path:
         return self.logs.parent / "logs.rlm-state" / f"{TOPIC}-{partition}"
@@ -113,8 +115,10 @@ def test_retention_by_time_fires_when_due_without_any_file_change(tmp_path: Path
     env.settle()
     manager.run_once(gc=False)
     assert all(r.idle for r in manager.run_once(gc=False))
-    oldest = min(json.loads(env.backend.inner.read(k.key))["max_timestamp"]
-                 for k in env.backend.inner.list(f"{TOPIC}-0/manifests/"))
+    oldest = min(
+        json.loads(env.backend.inner.read(k.key))["max_timestamp"]
+        for k in env.backend.inner.list(f"{TOPIC}-0/manifests/")
+    )
     env.clock[0] = oldest + 3_600_000 + 1  # only time passed
     results = {r.partition: r for r in manager.run_once(gc=False)}
     assert results[0].deleted and not results[0].idle
@@ -134,8 +138,10 @@ def _flip_snapshot_byte(state: Path, _part: Path) -> None:
 
 def _open_journal_attempt(state: Path, _part: Path) -> None:
     with (state / "journal.jsonl").open("a") as fh:
-        fh.write(json.dumps({"type": "COPY_STARTED", "base": 10**9, "attempt": "0000000000000-dead",
-                             "at": 1}) + "\n")
+        fh.write(
+            json.dumps({"type": "COPY_STARTED", "base": 10**9, "attempt": "0000000000000-dead", "at": 1})
+            + "\n"
+        )
 
 
 def _stale_progress(state: Path, _part: Path) -> None:
@@ -155,11 +161,20 @@ def _lost_dir_token(_state: Path, part: Path) -> None:
     (part / ".rlm-incarnation").unlink()
 
 
-@pytest.mark.parametrize("damage", [_drop_snapshot, _flip_snapshot_byte, _open_journal_attempt,
-                                    _stale_progress,
-                                    _torn_index_tail, _lost_dir_token])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _drop_snapshot,
+        _flip_snapshot_byte,
+        _open_journal_attempt,
+        _stale_progress,
+        _torn_index_tail,
+        _lost_dir_token,
+    ],
+)
 def test_local_state_that_does_not_agree_is_recovered_from_the_store(
-        tmp_path: Path, damage: Callable[[Path, Path], None]) -> None:
+    tmp_path: Path, damage: Callable[[Path, Path], None]
+) -> None:
     env = Env(tmp_path)
     first = env.manager()
     first.run_once(gc=False)

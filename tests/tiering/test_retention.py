@@ -22,8 +22,20 @@ TOPIC = "ret"
 
 
 def _m(base: int, size: int, max_ts: int) -> SegmentManifest:
-    return SegmentManifest(TOPIC, 0, base, base + 9, max_ts - 5, max_ts, size, 1, 1, f"a{base}", 0,
-                           {"log": StoredObject(f"k{base}", size, 0)})
+    return SegmentManifest(
+        TOPIC,
+        0,
+        base,
+        base + 9,
+        max_ts - 5,
+        max_ts,
+        size,
+        1,
+        1,
+        f"a{base}",
+        0,
+        {"log": StoredObject(f"k{base}", size, 0)},
+    )
 
 
 SEGS = [_m(0, 100, 1_000), _m(10, 100, 2_000), _m(20, 100, 3_000), _m(30, 100, 4_000)]
@@ -37,12 +49,15 @@ def test_plan_disabled_limits_delete_nothing() -> None:
     assert _plan(SEGS, now_ms=10**12, retention_ms=-1, retention_bytes=-1) == []
 
 
-@pytest.mark.parametrize(("now", "expected"), [
-    (2_000, []),                # max ts 1000 is not < 2000 - 1000
-    (2_001, [0]),
-    (4_500, [0, 10, 20]),
-    (10**9, [0, 10, 20, 30]),   # time retention may delete everything
-])
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (2_000, []),  # max ts 1000 is not < 2000 - 1000
+        (2_001, [0]),
+        (4_500, [0, 10, 20]),
+        (10**9, [0, 10, 20, 30]),  # time retention may delete everything
+    ],
+)
 def test_plan_by_time(now: int, expected: list[int]) -> None:
     plan = plan_retention(SEGS, now_ms=now, retention_ms=1_000, retention_bytes=-1)
     assert [m.base_offset for m in plan.expired] == expected
@@ -50,9 +65,17 @@ def test_plan_by_time(now: int, expected: list[int]) -> None:
     assert plan.bytes == 100 * len(expected)
 
 
-@pytest.mark.parametrize(("limit", "expected"), [
-    (400, []), (399, []), (300, [0]), (250, [0]), (200, [0, 10]), (0, [0, 10, 20, 30]),
-])
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [
+        (400, []),
+        (399, []),
+        (300, [0]),
+        (250, [0]),
+        (200, [0, 10]),
+        (0, [0, 10, 20, 30]),
+    ],
+)
 def test_plan_by_size_never_goes_below_the_limit(limit: int, expected: list[int]) -> None:
     """Kafka's rule: delete the oldest while what remains is still >= retention.bytes."""
     plan = plan_retention(SEGS, now_ms=0, retention_ms=-1, retention_bytes=limit)
@@ -78,8 +101,14 @@ def test_plan_time_and_size_combine() -> None:
 def _setup(tmp_path: Path, **tiering: int) -> tuple[Path, Path, LocalBackend]:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [(TOPIC, 1)], seed=8, records=500, segment_bytes=8 * 1024)
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", index_entry_bytes=2048,
-                       index_rotate_bytes=2500, **tiering)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [logs],
+        root=tmp_path / "store",
+        index_entry_bytes=2048,
+        index_rotate_bytes=2500,
+        **tiering,
+    )
     return logs, cfg, LocalBackend(root=str(tmp_path / "store"))
 
 
@@ -88,8 +117,9 @@ def test_retention_by_time_end_to_end(tmp_path: Path) -> None:
     clock = [0]
 
     def manager() -> RemoteLogManager:
-        return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics(),
-                                clock_ms=lambda: clock[0])
+        return RemoteLogManager(
+            load_settings(cfg), backend, metrics=TieringMetrics(), clock_ms=lambda: clock[0]
+        )
 
     clock[0] = 1_700_000_000_000  # before the generated data (2025): nothing is expired
     result = manager().run_once()[0]
@@ -106,7 +136,7 @@ def test_retention_by_time_end_to_end(tmp_path: Path) -> None:
     assert result.deleted == [m["base_offset"] for m in expired]
     check = check_store([logs], backend)
     pc = check.partitions[f"{TOPIC}-0"]
-    assert pc.manifests == copied.manifests[len(expired):]
+    assert pc.manifests == copied.manifests[len(expired) :]
     for m in expired:  # manifest and data gone
         assert not list(backend.list(f"{TOPIC}-0/data/{m['base_offset']:020d}-"))
     start = pc.manifests[0]["base_offset"]
@@ -114,11 +144,11 @@ def test_retention_by_time_end_to_end(tmp_path: Path) -> None:
     assert status["remote_log_start_offset"] == start
     assert status["log_start_offset"] == 0  # the local log still starts at 0
     # Sets entirely below the new start are gone, the others untouched (checked by check_store).
-    assert pc.set_bases == [b for b in sets_before
-                            if b >= max(s for s in sets_before if s <= start)]
+    assert pc.set_bases == [b for b in sets_before if b >= max(s for s in sets_before if s <= start)]
     assert len(pc.set_bases) < len(sets_before)
     assert mgr.shared.metrics.registry.get_sample_value(
-        "rlm_remote_delete_requests_total", {"topic": TOPIC, "partition": "0"}) == len(expired)
+        "rlm_remote_delete_requests_total", {"topic": TOPIC, "partition": "0"}
+    ) == len(expired)
     # Idempotent: repeating the pass deletes nothing more.
     assert manager().run_once()[0].deleted == []
     assert check_store([logs], backend).partitions[f"{TOPIC}-0"].manifests == pc.manifests

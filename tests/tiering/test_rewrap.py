@@ -70,8 +70,10 @@ class Store:
 
 
 def _manifests(backend: StorageBackend) -> dict[str, SegmentManifest]:
-    return {k: SegmentManifest.from_json(backend.read(k), key=k)
-            for k, _ in manifest_keys(backend, RetryPolicy(), None)}
+    return {
+        k: SegmentManifest.from_json(backend.read(k), key=k)
+        for k, _ in manifest_keys(backend, RetryPolicy(), None)
+    }
 
 
 @pytest.fixture
@@ -108,9 +110,17 @@ def test_rewrap_moves_every_data_key_and_touches_only_manifests(store: Store) ->
     before, manifests_before = store.objects(), _manifests(store.backend)
     result = rewrap_store(store.backend, store.ring(A, B, active=B), B)
     assert result.ok and result.to_json() == {
-        "to": B, "dry_run": False, "manifests": len(store.data_keys), "rewrapped": len(store.data_keys),
-        "already": 0, "plaintext": 0, "gone": 0, "changed": 0, "from_keys": {A: len(store.data_keys)},
-        "failed": 0}
+        "to": B,
+        "dry_run": False,
+        "manifests": len(store.data_keys),
+        "rewrapped": len(store.data_keys),
+        "already": 0,
+        "plaintext": 0,
+        "gone": 0,
+        "changed": 0,
+        "from_keys": {A: len(store.data_keys)},
+        "failed": 0,
+    }
     after = store.objects()
     assert set(after) == set(before)
     changed = {k for k in after if after[k] != before[k]}
@@ -189,6 +199,7 @@ def test_a_segment_deleted_meanwhile_is_not_revived(store: Store) -> None:
 
 # -- the command --------------------------------------------------------------------------------
 
+
 @pytest.mark.integration
 def test_cli_rewrap_then_missing_key_is_one_line_per_manifest(store: Store) -> None:
     proc = rlm_cli("rewrap", "--config", store.config((A, B), B), "--to", B, "--topic", "orders")
@@ -240,12 +251,17 @@ def test_killed_mid_run_leaves_each_manifest_old_or_new_and_a_rerun_finishes(sto
     cfg.write_text(
         f'[log]\ndirs = ["{store.logs}"]\n[remote]\nbackend = "faulty"\n[remote.options]\ninner = "local"\n'
         f'inner_options = {{ root = "{store.root}" }}\nlatency_ms = 150\nerror_rate = 0.05\n'
-        f'lost_ack_rate = 0.05\nseed = 7\n[remote.encryption]\nkey_files = {{ {files} }}\n'
-        f'active_key = "{B}"\n')
+        f"lost_ack_rate = 0.05\nseed = 7\n[remote.encryption]\nkey_files = {{ {files} }}\n"
+        f'active_key = "{B}"\n'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    proc = subprocess.Popen([sys.executable, "-m", "rlm", "rewrap", "--config", str(cfg), "--to", B,
-                             "--parallelism", "1"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "rewrap", "--config", str(cfg), "--to", B, "--parallelism", "1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while proc.poll() is None:  # kill it right after its first overwrite
             ids = _wrap_ids(store.backend)

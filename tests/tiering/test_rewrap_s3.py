@@ -49,14 +49,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(path: Path, logs: Path, target: S3Target, key_files: dict[str, Path], active: str,
-            include: list[str], port: int | None = None) -> Path:
-    write_config(path, [logs], backend="s3", options=target.options(), eligibility="rolled",
-                 server_port=port, topics={"include": include})
+def _config(
+    path: Path,
+    logs: Path,
+    target: S3Target,
+    key_files: dict[str, Path],
+    active: str,
+    include: list[str],
+    port: int | None = None,
+) -> Path:
+    write_config(
+        path,
+        [logs],
+        backend="s3",
+        options=target.options(),
+        eligibility="rolled",
+        server_port=port,
+        topics={"include": include},
+    )
     files = ", ".join(f'"{k}" = "{v}"' for k, v in key_files.items())
     with path.open("a") as f:
-        f.write('[remote.compression]\ncodec = "zstd"\n'
-                f'[remote.encryption]\nkey_files = {{ {files} }}\nactive_key = "{active}"\n')
+        f.write(
+            '[remote.compression]\ncodec = "zstd"\n'
+            f'[remote.encryption]\nkey_files = {{ {files} }}\nactive_key = "{active}"\n'
+        )
     return path
 
 
@@ -101,8 +117,14 @@ def test_rotate_rewrap_retire_on_s3(tmp_path: Path, s3_target: S3Target) -> None
         key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
     everything = ["alpha", "beta"]
 
-    _ok(rlm_cli("run", "--once", "--config",
-                _config(tmp_path / "1.toml", logs, s3_target, {A: key_files[A]}, A, ["alpha"])))
+    _ok(
+        rlm_cli(
+            "run",
+            "--once",
+            "--config",
+            _config(tmp_path / "1.toml", logs, s3_target, {A: key_files[A]}, A, ["alpha"]),
+        )
+    )
     both = _config(tmp_path / "2.toml", logs, s3_target, key_files, B, everything)
     _ok(rlm_cli("run", "--once", "--config", both))
     before = _store(s3_target)
@@ -150,16 +172,29 @@ def test_rotate_rewrap_retire_on_s3(tmp_path: Path, s3_target: S3Target) -> None
 
 
 @contextmanager
-def _daemon(tmp_path: Path, name: str, logs: Path, target: S3Target, key_files: dict[str, Path],
-            active: str, topics: list[str]) -> Iterator[str]:
+def _daemon(
+    tmp_path: Path,
+    name: str,
+    logs: Path,
+    target: S3Target,
+    key_files: dict[str, Path],
+    active: str,
+    topics: list[str],
+) -> Iterator[str]:
     """``rlm run`` (a subprocess) with these keys; yields its URL once it answers."""
     port = _free_port()
     cfg = _config(tmp_path / f"{name}.toml", logs, target, key_files, active, topics, port=port)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     stderr = tmp_path / f"{name}.stderr"
     with stderr.open("w") as err:
-        daemon = subprocess.Popen([sys.executable, "-m", "rlm", "run", "--config", str(cfg)], cwd=REPO,
-                                  env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

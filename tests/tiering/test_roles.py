@@ -18,18 +18,21 @@ from tests.tiering.helpers import local_index_files, write_config
 TOPIC = "roles"
 
 
-def _cluster_config(tmp_path: Path, name: str, log_dir: Path, store: Path, node: int, leader: int,
-                    **tiering: Any) -> Path:
+def _cluster_config(
+    tmp_path: Path, name: str, log_dir: Path, store: Path, node: int, leader: int, **tiering: Any
+) -> Path:
     cfg = write_config(tmp_path / f"{name}.toml", [log_dir], root=store, **tiering)
     with cfg.open("a") as fh:
-        fh.write(f'[cluster]\nnode_id = {node}\nleadership = "static"\n'
-                 f'[cluster.leaders]\n"{TOPIC}-0" = {leader}\n')
+        fh.write(
+            f'[cluster]\nnode_id = {node}\nleadership = "static"\n[cluster.leaders]\n"{TOPIC}-0" = {leader}\n'
+        )
     return cfg
 
 
 def _manager(cfg: Path, store: Path, clock: Any = None) -> RemoteLogManager:
-    return RemoteLogManager(load_settings(cfg), LocalBackend(root=str(store)), metrics=TieringMetrics(),
-                            clock_ms=clock)
+    return RemoteLogManager(
+        load_settings(cfg), LocalBackend(root=str(store)), metrics=TieringMetrics(), clock_ms=clock
+    )
 
 
 def _value(mgr: RemoteLogManager, name: str, **labels: str) -> float:
@@ -63,27 +66,32 @@ def test_only_the_leader_copies_retains_and_collects(tmp_path: Path) -> None:
     assert _index_files(a_dir) == _index_files(b_dir) != {}
     row = follower.status(observe=False)[0]
     lead_row = leader.status(observe=False)[0]
-    for field in ("highest_tiered_offset", "remote_log_start_offset", "remote_segments",
-                  "store_highest_offset"):
+    for field in (
+        "highest_tiered_offset",
+        "remote_log_start_offset",
+        "remote_segments",
+        "store_highest_offset",
+    ):
         assert row[field] == lead_row[field], field
     assert row["sync_lag_offsets"] == 0 and row["last_error"] is None
 
     # An abandoned attempt past the grace: the follower's GC leaves it, the leader's deletes it.
-    stray = keys.data_key(TOPIC, 0, 999_999, "0000000000001-dead", keys.LOG,
-                          next(leader.contexts()).key_id)
+    stray = keys.data_key(TOPIC, 0, 999_999, "0000000000001-dead", keys.LOG, next(leader.contexts()).key_id)
     leader.store.put(stray, b"x")
     assert follower.collect_garbage() == [] and leader.store.exists(stray)
     assert [o.attempt_id for o in leader.collect_garbage()] == ["0000000000001-dead"]
     assert not leader.store.exists(stray)
 
     # Retention: configured on the follower it does nothing; the leader deletes, the follower follows.
-    follower = _manager(_cluster_config(tmp_path, "b2", b_dir, store, node=2, leader=1,
-                                        retention_bytes=1), store)
+    follower = _manager(
+        _cluster_config(tmp_path, "b2", b_dir, store, node=2, leader=1, retention_bytes=1), store
+    )
     follower.run_once()
     assert _value(follower, "rlm_remote_delete_requests_total") == 0
     before = len(next(follower.contexts()).manifests)
-    leader = _manager(_cluster_config(tmp_path, "a2", a_dir, store, node=1, leader=1,
-                                      retention_bytes=1), store)
+    leader = _manager(
+        _cluster_config(tmp_path, "a2", a_dir, store, node=1, leader=1, retention_bytes=1), store
+    )
     leader.run_once()
     assert _value(leader, "rlm_remote_delete_requests_total") > 0
     follower.run_once()

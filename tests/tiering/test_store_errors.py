@@ -37,15 +37,21 @@ def _manager(tmp_path: Path, s3_target: S3Target, proxy: FaultProxy) -> tuple[Pa
     generate_log_dir(logs, [(TOPIC, 2)], seed=5, records=300, segment_bytes=8 * 1024)
     # A tiny multipart threshold: every segment.log goes up as CreateMultipartUpload + UploadPart
     # + CompleteMultipartUpload, the requests SeaweedFS was seen failing.
-    options = s3_target.options(endpoint_url=proxy.endpoint, multipart_threshold="4KiB", max_attempts=3,
-                                retry_base_delay=0.01, retry_max_delay=0.05)
+    options = s3_target.options(
+        endpoint_url=proxy.endpoint,
+        multipart_threshold="4KiB",
+        max_attempts=3,
+        retry_base_delay=0.01,
+        retry_max_delay=0.05,
+    )
     cfg = write_config(tmp_path / "c.toml", [logs], backend="s3", options=options)
     backend = create_backend("s3", options)
     return logs, RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics()), backend
 
 
-def test_transient_upload_part_errors_are_retried_within_the_pass(tmp_path: Path, s3_target: S3Target,
-                                                                  proxy: FaultProxy) -> None:
+def test_transient_upload_part_errors_are_retried_within_the_pass(
+    tmp_path: Path, s3_target: S3Target, proxy: FaultProxy
+) -> None:
     logs, manager, backend = _manager(tmp_path, s3_target, proxy)
     proxy.fail("upload_part", "500", times=2)
     proxy.fail("complete_multipart_upload", "503")
@@ -58,9 +64,9 @@ def test_transient_upload_part_errors_are_retried_within_the_pass(tmp_path: Path
     assert not check.unreferenced
 
 
-def test_a_pass_that_still_fails_names_the_object_and_resumes(tmp_path: Path, s3_target: S3Target,
-                                                             proxy: FaultProxy,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_a_pass_that_still_fails_names_the_object_and_resumes(
+    tmp_path: Path, s3_target: S3Target, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
     logs, manager, backend = _manager(tmp_path, s3_target, proxy)
     proxy.fail("upload_part", "500", times=-1)
     with caplog.at_level(logging.ERROR, logger="rlm.tiering.manager"):
@@ -72,8 +78,14 @@ def test_a_pass_that_still_fails_names_the_object_and_resumes(tmp_path: Path, s3
         assert error is not None
         last = rows[(TOPIC, partition)]["last_error"]
         assert last == error and "\n" not in last
-        for part in ("upload_part", f"s3://{s3_target.bucket}/{s3_target.prefix}/", "/segment.log",
-                     "InternalError", "HTTP 500", "gave up after 3 attempts"):
+        for part in (
+            "upload_part",
+            f"s3://{s3_target.bucket}/{s3_target.prefix}/",
+            "/segment.log",
+            "InternalError",
+            "HTTP 500",
+            "gave up after 3 attempts",
+        ):
             assert part in last, (part, last)
         messages = [r.getMessage() for r in caplog.records]
         logged = [m for m in messages if m.startswith(f"{TOPIC}-{partition}: ")]

@@ -34,8 +34,9 @@ def proxy(s3_target: S3Target) -> Iterator[FaultProxy]:
 @pytest.mark.s3
 @pytest.mark.integration
 @pytest.mark.parametrize("spread", [0, 2])
-def test_pass_requests_match_what_reached_the_server(tmp_path: Path, s3_target: S3Target,
-                                                     proxy: FaultProxy, spread: int) -> None:
+def test_pass_requests_match_what_reached_the_server(
+    tmp_path: Path, s3_target: S3Target, proxy: FaultProxy, spread: int
+) -> None:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [(TOPIC, 2)], seed=3, records=300, segment_bytes=8 * 1024)
     # native conditional create: no capability probe requests outside the partitions' passes
@@ -53,8 +54,13 @@ def test_pass_requests_match_what_reached_the_server(tmp_path: Path, s3_target: 
     meter = metrics.requests
     rows = {row["partition"]: row["store_requests"] for row in manager.status(observe=False)}
     totals = meter.totals()
-    for op, http_op in (("put", "put"), ("get", "get"), ("list", "list"), ("head", "head"),
-                        ("delete", "delete")):
+    for op, http_op in (
+        ("put", "put"),
+        ("get", "get"),
+        ("list", "list"),
+        ("head", "head"),
+        ("delete", "delete"),
+    ):
         assert totals[op] == proxy.seen[http_op] - opened.get(http_op, 0), (op, totals, dict(proxy.seen))
     assert totals["put"] > 0 and totals["list"] > 0
     for p in (0, 1):
@@ -79,12 +85,33 @@ def test_bytes_and_attribution() -> None:
     with attributed("other", 7):
         b.put("scratch", b"abc")
     list(b.list(""))  # no partition in the key, no context: unattributed
-    assert meter.row("t", 3) == {"put": 0, "get": 0, "list": 0, "head": 0, "delete": 0,
-                                 "bytes_sent": 0, "bytes_received": 0}  # no attribute function
-    assert meter.row("other", 7) == {"put": 1, "get": 0, "list": 0, "head": 0, "delete": 0,
-                                     "bytes_sent": 3, "bytes_received": 0}
-    assert meter.totals() == {"put": 2, "get": 1, "list": 2, "head": 1, "delete": 1,
-                              "bytes_sent": 8, "bytes_received": 2}
+    assert meter.row("t", 3) == {
+        "put": 0,
+        "get": 0,
+        "list": 0,
+        "head": 0,
+        "delete": 0,
+        "bytes_sent": 0,
+        "bytes_received": 0,
+    }  # no attribute function
+    assert meter.row("other", 7) == {
+        "put": 1,
+        "get": 0,
+        "list": 0,
+        "head": 0,
+        "delete": 0,
+        "bytes_sent": 3,
+        "bytes_received": 0,
+    }
+    assert meter.totals() == {
+        "put": 2,
+        "get": 1,
+        "list": 2,
+        "head": 1,
+        "delete": 1,
+        "bytes_sent": 8,
+        "bytes_received": 2,
+    }
     keyed = TieringMetrics().requests  # the tiering layer's meter knows the key layout
     kb = MeteringBackend(MemoryBackend(), keyed)
     kb.put("t-3/manifests/00000000000000000000.json", b"12345")

@@ -64,8 +64,14 @@ def last_offset(batch: int) -> int:
     return batch * PER_BATCH + PER_BATCH - 1
 
 
-def write_replica(logs: Path, rolls: Sequence[int], *, batches: int = BATCHES, hw_batch: int | None = None,
-                  merge: int | None = None) -> Path:
+def write_replica(
+    logs: Path,
+    rolls: Sequence[int],
+    *,
+    batches: int = BATCHES,
+    hw_batch: int | None = None,
+    merge: int | None = None,
+) -> Path:
     """One replica of ``orders-0``: ``batches`` batches of :data:`PER_BATCH` records, a roll before
     each batch index in ``rolls``, high watermark at the start of batch ``hw_batch`` (default: the
     log end). ``merge``: batches ``merge`` and ``merge + 1`` written as one batch (a replica whose
@@ -77,9 +83,13 @@ def write_replica(logs: Path, rolls: Sequence[int], *, batches: int = BATCHES, h
                 w.roll()
             w.leader_epoch = _epoch(i)
             count = 2 if merge == i else 1
-            records = [RecordSpec(TS + 10 * b + r, f"k{(b * PER_BATCH + r) % 7}".encode(),
-                                  f"value-{b}-{r}-".encode() * 6) for b in range(i, i + count)
-                       for r in range(PER_BATCH)]
+            records = [
+                RecordSpec(
+                    TS + 10 * b + r, f"k{(b * PER_BATCH + r) % 7}".encode(), f"value-{b}-{r}-".encode() * 6
+                )
+                for b in range(i, i + count)
+                for r in range(PER_BATCH)
+            ]
             w.append(records, producer_id=4242, producer_epoch=3, base_sequence=i * PER_BATCH)
             i += count
         w.high_watermark = first_offset(hw_batch) if hw_batch is not None else w.log_end_offset
@@ -92,15 +102,18 @@ def batch_bytes(part: Path) -> dict[int, bytes]:
     for seg in list_segments(part):
         data = seg.log.read_bytes()
         for b in iter_batches(data):
-            out[b.base_offset] = data[b.position:b.end_position]
+            out[b.base_offset] = data[b.position : b.end_position]
     return out
 
 
 def file_hashes(part: Path) -> dict[str, bytes]:
     """The broker's own files of the partition (rlm's index family and dir marker left out)."""
     rlm_files = (".remotelogindex", ".remoteoffsetindex", ".remotetimeindex")
-    return {p.name: p.read_bytes() for p in sorted(part.iterdir())
-            if p.is_file() and not p.name.startswith(".") and not p.name.endswith(rlm_files)}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(part.iterdir())
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(rlm_files)
+    }
 
 
 @dataclass
@@ -116,8 +129,10 @@ class Cluster:
         return RemoteLogManager(load_settings(cfg), self.backend, metrics=TieringMetrics())
 
     def manifests(self) -> list[SegmentManifest]:
-        return [SegmentManifest.from_json(self.backend.read(i.key), key=i.key)
-                for i in self.backend.list(f"{TOPIC}-0/manifests/")]
+        return [
+            SegmentManifest.from_json(self.backend.read(i.key), key=i.key)
+            for i in self.backend.list(f"{TOPIC}-0/manifests/")
+        ]
 
 
 def _cluster(tmp_path: Path) -> Cluster:
@@ -134,8 +149,9 @@ def tier_replica_a(cluster: Cluster, *, batches: int = 40) -> Path:
     return logs
 
 
-def remote_fetch_all(settings: Settings, backend: LocalBackend, manager: RemoteLogManager,
-                     end_offset: int) -> dict[int, bytes]:
+def remote_fetch_all(
+    settings: Settings, backend: LocalBackend, manager: RemoteLogManager, end_offset: int
+) -> dict[int, bytes]:
     """Fetch every offset below ``end_offset`` from the remote tier (one batch each): offset → the
     batch bytes returned. The reader answers from the remote tier even where a local copy exists."""
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
@@ -159,8 +175,11 @@ def test_new_leader_copies_only_the_tail_of_a_straddling_segment(tmp_path: Path)
     assert a_batches == {k: v for k, v in reference.items() if k in a_batches}  # byte-identical replicas
     broker_files = file_hashes(part_b)
     highest = last_offset(29)
-    position = next(b.position for b in iter_batches((part_b / f"{first_offset(25):020d}.log").read_bytes())
-                    if b.base_offset == highest + 1)
+    position = next(
+        b.position
+        for b in iter_batches((part_b / f"{first_offset(25):020d}.log").read_bytes())
+        if b.base_offset == highest + 1
+    )
 
     cfg_b = cluster.config("b", tmp_path / "b")
     mgr_b = cluster.manager(cfg_b)
@@ -170,9 +189,12 @@ def test_new_leader_copies_only_the_tail_of_a_straddling_segment(tmp_path: Path)
 
     manifests = cluster.manifests()
     assert [(m.base_offset, m.last_offset) for m in manifests] == [
-        (first_offset(0), last_offset(9)), (first_offset(10), last_offset(19)),
-        (first_offset(20), last_offset(29)), (first_offset(30), last_offset(43)),
-        (first_offset(44), last_offset(51))]
+        (first_offset(0), last_offset(9)),
+        (first_offset(10), last_offset(19)),
+        (first_offset(20), last_offset(29)),
+        (first_offset(30), last_offset(43)),
+        (first_offset(44), last_offset(51)),
+    ]
     for prev, nxt in itertools.pairwise(manifests):
         assert nxt.base_offset == prev.last_offset + 1  # no gap, no overlap
     partial = manifests[3]
@@ -236,8 +258,9 @@ def test_a_batch_across_the_highest_tiered_offset_is_refused(tmp_path: Path) -> 
     assert not list((tmp_path / "c.rlm-state").rglob("*.log*"))  # no pin left behind
 
 
-def test_a_corrupt_tail_is_quarantined_as_the_brokers_file(tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_tail_is_quarantined_as_the_brokers_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cluster = _cluster(tmp_path)
     tier_replica_a(cluster)
     part_b = write_replica(tmp_path / "b", ROLLS_B)
@@ -256,7 +279,8 @@ def test_a_corrupt_tail_is_quarantined_as_the_brokers_file(tmp_path: Path,
             assert result.error is not None and result.error.startswith("quarantined:")
         q = mgr.status()[0]["quarantine"]
         assert [(x["base_offset"], x["file"], x["position"], x["cause"]) for x in q] == [
-            (first_offset(25), str(seg), bad.position, "corrupt")]
+            (first_offset(25), str(seg), bad.position, "corrupt")
+        ]
     assert not [r for r in caplog.records if "lifting its quarantine" in r.getMessage()]
     assert {i.key for i in cluster.backend.list("")} == before
 
@@ -304,8 +328,9 @@ def test_a_duplicate_upload_is_dropped_and_logged(tmp_path: Path, caplog: pytest
     with caplog.at_level(logging.INFO, logger="rlm.tiering.copier"):
         results = [copy_segment(ctx, seg) for seg in list_segments(logs[1] / f"{TOPIC}-0")[:-1]]
     assert all(r is not None and r.adopted for r in results)
-    adopted = [r.getMessage() for r in caplog.records
-               if "already tiered by another sidecar" in r.getMessage()]
+    adopted = [
+        r.getMessage() for r in caplog.records if "already tiered by another sidecar" in r.getMessage()
+    ]
     assert len(adopted) == 3 and f"segment {first_offset(10)}-{last_offset(19)}" in adopted[1]
     assert "dropped this node's duplicate upload" in adopted[0]
     assert assert_manifests_complete(cluster.backend) == set()
@@ -341,7 +366,7 @@ def test_verify_tells_a_replica_rolled_elsewhere_from_a_rewrite(tmp_path: Path) 
     seg = _segment(part_b, first_offset(25))
     data = seg.log.read_bytes()
     dropped = next(b for b in iter_batches(data) if b.base_offset == first_offset(33))
-    seg.log.write_bytes(data[:dropped.position] + data[dropped.end_position:])
+    seg.log.write_bytes(data[: dropped.position] + data[dropped.end_position :])
     assert seg.index is not None and seg.time_index is not None
     seg.index.unlink()
     seg.time_index.unlink()
@@ -352,8 +377,9 @@ def test_verify_tells_a_replica_rolled_elsewhere_from_a_rewrite(tmp_path: Path) 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("point", ["after_pin", "mid_upload", "after_data", "after_manifest",
-                                   "mid_local_append"])
+@pytest.mark.parametrize(
+    "point", ["after_pin", "mid_upload", "after_data", "after_manifest", "mid_local_append"]
+)
 def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point: str) -> None:
     cluster = _cluster(tmp_path)
     tier_replica_a(cluster)
@@ -363,7 +389,8 @@ def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point:
     cfg = cluster.config("b", tmp_path / "b", index_entry_bytes=512)
     assert rlm_cli("run", "--config", cfg, "--once").returncode == 0
     (tmp_path / "b" / "replication-offset-checkpoint").write_text(
-        format_offset_checkpoint({(TOPIC, 0): first_offset(BATCHES)}))
+        format_offset_checkpoint({(TOPIC, 0): first_offset(BATCHES)})
+    )
     proc = rlm_cli("run", "--config", cfg, "--once", env={"RLM_CRASH_AT": f"{point}:1"})
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
     orphans = assert_manifests_complete(cluster.backend)  # no visible segment without its data
@@ -378,7 +405,12 @@ def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point:
     proc = rlm_cli("run", "--config", cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     assert [(m.base_offset, m.source_base_offset) for m in cluster.manifests()] == [
-        (0, None), (50, None), (100, None), (first_offset(30), first_offset(25)), (first_offset(44), None)]
+        (0, None),
+        (50, None),
+        (100, None),
+        (first_offset(30), first_offset(25)),
+        (first_offset(44), None),
+    ]
     check = check_store([tmp_path / "b"], cluster.backend, complete=False, deep=True)
     assert not check.unreferenced
     assert rlm_cli("gc", "--config", cfg).returncode == 0
@@ -394,22 +426,40 @@ def test_a_partial_copy_killed_at_a_crash_point_converges(tmp_path: Path, point:
 
 def _manifest_doc(**extra: Any) -> dict[str, Any]:
     obj = {"key": "orders-0/data/x/segment.log", "size": 10, "crc32c": 1}
-    return {"format_version": 1, "topic": TOPIC, "partition": 0, "base_offset": 150, "last_offset": 219,
-            "first_timestamp": 1, "max_timestamp": 2, "size_bytes": 10, "record_batches": 1,
-            "index_entries": 1, "attempt_id": "a", "created_ms": 0, "objects": {"log": obj},
-            "leader_epochs": [[1, 100]], **extra}
+    return {
+        "format_version": 1,
+        "topic": TOPIC,
+        "partition": 0,
+        "base_offset": 150,
+        "last_offset": 219,
+        "first_timestamp": 1,
+        "max_timestamp": 2,
+        "size_bytes": 10,
+        "record_batches": 1,
+        "index_entries": 1,
+        "attempt_id": "a",
+        "created_ms": 0,
+        "objects": {"log": obj},
+        "leader_epochs": [[1, 100]],
+        **extra,
+    }
 
 
 def test_manifest_source_fields_are_optional_and_checked() -> None:
     old = SegmentManifest.from_json(json.dumps(_manifest_doc()).encode())
     assert (old.source_base_offset, old.source_position, old.partial) == (None, None, False)
     assert b"source_" not in old.to_json()
-    part = SegmentManifest.from_json(json.dumps(_manifest_doc(source_base_offset=125,
-                                                              source_position=9000)).encode())
+    part = SegmentManifest.from_json(
+        json.dumps(_manifest_doc(source_base_offset=125, source_position=9000)).encode()
+    )
     assert (part.source_base_offset, part.source_position, part.partial) == (125, 9000, True)
     assert SegmentManifest.from_json(part.to_json()) == part
     assert part.same_segment_as(old)  # where the bytes were cut from is not what they are
-    for bad in ({"source_position": -1}, {"source_base_offset": "125"}, {"source_position": None},
-                {"source_base_offset": True}):
+    for bad in (
+        {"source_position": -1},
+        {"source_base_offset": "125"},
+        {"source_position": None},
+        {"source_base_offset": True},
+    ):
         with pytest.raises(FormatError, match=f"m.json: manifest field {next(iter(bad))}"):
             SegmentManifest.from_json(json.dumps(_manifest_doc(**bad)).encode(), key="m.json")

@@ -37,10 +37,17 @@ def _replicas(tmp_path: Path) -> tuple[Path, Path, Path]:
     return a, b, tmp_path / "store"
 
 
-def _manager(tmp_path: Path, name: str, log_dir: Path, store: Path, *,
-             trust: bool = True, spread: int = 0) -> RemoteLogManager:
-    cfg = write_config(tmp_path / f"{name}.toml", [log_dir], root=store, index_entry_bytes=2048,
-                       trust_local_state=trust, prefix_spread=spread)
+def _manager(
+    tmp_path: Path, name: str, log_dir: Path, store: Path, *, trust: bool = True, spread: int = 0
+) -> RemoteLogManager:
+    cfg = write_config(
+        tmp_path / f"{name}.toml",
+        [log_dir],
+        root=store,
+        index_entry_bytes=2048,
+        trust_local_state=trust,
+        prefix_spread=spread,
+    )
     backend = open_spread(LocalBackend(root=str(store)), spread)  # docs/key-spread.md
     return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
 
@@ -59,7 +66,7 @@ def _served(mgr: RemoteLogManager) -> dict[int, bytes]:
             key = mgr.store.key_for_url(e.rdi.url)
             data = remote.read_range(key, e.rdi.position, e.rdi.position + e.data_length)
             for batch in iter_batches(data):
-                out[batch.base_offset] = bytes(data[batch.position: batch.position + batch.size])
+                out[batch.base_offset] = bytes(data[batch.position : batch.position + batch.size])
     return out
 
 
@@ -68,7 +75,7 @@ def _local_batches(part: Path) -> dict[int, Any]:
     for seg in list_segments(part):
         data = seg.log.read_bytes()
         for batch in iter_batches(data):
-            found[batch.base_offset] = (batch, bytes(data[batch.position: batch.position + batch.size]))
+            found[batch.base_offset] = (batch, bytes(data[batch.position : batch.position + batch.size]))
     return found
 
 
@@ -133,8 +140,9 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     ctx = next(again.contexts())
     assert ctx.manifests  # a trusted restart parses its manifest snapshot on first use
     newest = ctx.store.chain.links[-1].manifest
-    older = [d.entry for s in ctx.family.sets for d in s.entries()
-             if d.entry.last_offset < newest.base_offset]
+    older = [
+        d.entry for s in ctx.family.sets for d in s.entries() if d.entry.last_offset < newest.base_offset
+    ]
     remote = of_context(ctx)
     key = keys.manifest_key(TOPIC, 0, newest.base_offset, ctx.key_id)
     moved = newest.log.key.replace(newest.attempt_id, "0000000000000-beef")
@@ -142,9 +150,15 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     for name, obj in newest.objects.items():
         data = ctx.shared.backend.read(obj.key)
         if name == keys.REMOTE_LOG_INDEX:  # a real attempt's entries name its own object
-            data = b"".join(dataclasses.replace(d.entry, rdi=dataclasses.replace(
-                d.entry.rdi, url=d.entry.rdi.url.replace(newest.attempt_id, "0000000000000-beef"))).encode()
-                for d in iter_entries(data))
+            data = b"".join(
+                dataclasses.replace(
+                    d.entry,
+                    rdi=dataclasses.replace(
+                        d.entry.rdi, url=d.entry.rdi.url.replace(newest.attempt_id, "0000000000000-beef")
+                    ),
+                ).encode()
+                for d in iter_entries(data)
+            )
         ctx.shared.backend.put(obj.key.replace(newest.attempt_id, "0000000000000-beef"), data)
     remote.delete(key)
     ctx.shared.backend.put(key, doc)

@@ -41,8 +41,10 @@ from tests.tiering.txn_helpers import Oracle, write_txn_log
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path("/work/shared/fixtures")
-KSQL = ("ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions",
-        "_confluent-ksql-default__command_topic")
+KSQL = (
+    "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions",
+    "_confluent-ksql-default__command_topic",
+)
 
 
 # --- the format -------------------------------------------------------------------------------------
@@ -57,8 +59,12 @@ def test_txn_index_parses_kafkas_layout_and_refuses_damage() -> None:
     entries = parse_txn_index(raw, base_offset=100)
     assert entries == [AbortedTxn(100, 120, 7, 101), AbortedTxn(90, 130, 9, 131)]
     assert encode_txn_index(entries) == raw
-    for bad, what in ((raw[:-3], "multiple of 34"), (_kafka_entry(1, 5, 6, 7, version=1), "version"),
-                      (_kafka_entry(1, 9, 6, 7), "firstOffset"), (raw[34:] + raw[:34], "increase")):
+    for bad, what in (
+        (raw[:-3], "multiple of 34"),
+        (_kafka_entry(1, 5, 6, 7, version=1), "version"),
+        (_kafka_entry(1, 9, 6, 7), "firstOffset"),
+        (raw[34:] + raw[:34], "increase"),
+    ):
         with pytest.raises(CorruptIndexError, match=what):
             parse_txn_index(bad)
     with pytest.raises(CorruptIndexError, match="below the segment"):
@@ -87,15 +93,21 @@ def _tier(root: Path, *, seeds: dict[int, tuple[int, bool]], keep_last: int = 3)
     for partition, (seed, leave_open) in seeds.items():
         write_txn_log(logs, "txn", partition, seed=seed, leave_open=leave_open)
     oracle = {f"txn-{p}": Oracle.of(logs / f"txn-{p}") for p in seeds}
-    settings = settings_for([logs], options={"root": str(store)}, index_entry_bytes=2_000,
-                            state_dir=str(state), server={"host": "127.0.0.1", "port": 0})
+    settings = settings_for(
+        [logs],
+        options={"root": str(store)},
+        index_entry_bytes=2_000,
+        state_dir=str(state),
+        server={"host": "127.0.0.1", "port": 0},
+    )
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
     assert all(r.error is None for r in manager.run_once())
     for p in seeds:
         delete_local_segments(logs / f"txn-{p}", keep_last=keep_last)
-    config = write_config(root / "rlm.toml", [logs], store=store, index_entry_bytes=2_000,
-                          state_dir=str(state))
+    config = write_config(
+        root / "rlm.toml", [logs], store=store, index_entry_bytes=2_000, state_dir=str(state)
+    )
     return logs, store, config, oracle, settings, backend, manager
 
 
@@ -104,8 +116,11 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
     root = tmp_path_factory.mktemp("txn")
     logs, store, config, oracle, settings, backend, manager = _tier(root, seeds={0: (5, True), 1: (9, False)})
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
-    server = ApiServer(create_app(readers, settings.server, status=manager.status,
-                                  registry=manager.shared.metrics.registry), "127.0.0.1", 0).start()
+    server = ApiServer(
+        create_app(readers, settings.server, status=manager.status, registry=manager.shared.metrics.registry),
+        "127.0.0.1",
+        0,
+    ).start()
     try:
         yield Tiered(logs, store, config, oracle, readers, backend, server.url)
     finally:
@@ -132,8 +147,13 @@ def _in_process(readers: TieredReaders, name: str, isolation: txn.Isolation, max
 
     def fetch(offset: int) -> tuple[list[Any], int]:
         res = txn.fetch(readers.reader(topic, int(p)), offset, max_bytes, isolation)
-        return [(r.offset, r.key, r.value) for b in res.batches if not b.is_control
-                for r in res.records(b, from_requested=True)], res.next_offset
+        return [
+            (r.offset, r.key, r.value)
+            for b in res.batches
+            if not b.is_control
+            for r in res.records(b, from_requested=True)
+        ], res.next_offset
+
     return fetch
 
 
@@ -177,8 +197,9 @@ def test_uploaded_indexes_hold_exactly_the_aborted_transactions(tiered: Tiered) 
                 assert len(entries) == m.txn_index["entries"]
                 assert all(m.base_offset <= e.last_offset <= m.last_offset for e in entries)
                 stored += [(e.producer_id, e.first_offset, e.last_offset) for e in entries]
-        tiered_upto = max(m.last_offset for _p, m in _manifests(tiered.store)
-                          if f"{m.topic}-{m.partition}" == name)
+        tiered_upto = max(
+            m.last_offset for _p, m in _manifests(tiered.store) if f"{m.topic}-{m.partition}" == name
+        )
         assert stored == [t for t in o.aborted_txns if t[2] <= tiered_upto]
 
 
@@ -196,18 +217,24 @@ def test_http_json_and_raw_read_committed(tiered: Tiered) -> None:
         for name, o in tiered.oracle.items():
             topic, _, p = name.rpartition("-")
 
-            def json_fetch(offset: int, t: str = topic, q: int = int(p),
-                           o: Oracle = o) -> tuple[list[Any], int]:
+            def json_fetch(
+                offset: int, t: str = topic, q: int = int(p), o: Oracle = o
+            ) -> tuple[list[Any], int]:
                 doc = client.fetch_json(t, q, offset, 3_000, isolation="read_committed")
                 assert doc["isolation"] == "read_committed"
                 assert doc["last_stable_offset"] == o.last_stable_offset
-                recs = [(r["offset"], _b64(r["key"]), _b64(r["value"]))
-                        for b in doc["batches"] for r in b["records"] if r["offset"] >= offset]
+                recs = [
+                    (r["offset"], _b64(r["key"]), _b64(r["value"]))
+                    for b in doc["batches"]
+                    for r in b["records"]
+                    if r["offset"] >= offset
+                ]
                 assert all(not b["is_control"] for b in doc["batches"])
                 return recs, doc["next_offset"]
 
-            def raw_fetch(offset: int, t: str = topic, q: int = int(p),
-                          o: Oracle = o) -> tuple[list[Any], int]:
+            def raw_fetch(
+                offset: int, t: str = topic, q: int = int(p), o: Oracle = o
+            ) -> tuple[list[Any], int]:
                 body, headers = client.fetch_raw(t, q, offset, 3_000, isolation="read_committed")
                 assert int(headers["x-rlm-last-stable-offset"]) == o.last_stable_offset
                 return ([r for r in _raw_records(body) if r[0] >= offset], int(headers["x-rlm-next-offset"]))
@@ -216,8 +243,12 @@ def test_http_json_and_raw_read_committed(tiered: Tiered) -> None:
                 got, stop = _read_all(fetch, 0)
                 assert got == _expected(o.committed) and stop == o.last_stable_offset
             # the streaming read: whole committed batches back to back, several requests
-            streamed = [(r.offset, r.key, r.value) for r in client.iter_records(
-                topic, int(p), 0, request_bytes=5_000, isolation="read_committed")]
+            streamed = [
+                (r.offset, r.key, r.value)
+                for r in client.iter_records(
+                    topic, int(p), 0, request_bytes=5_000, isolation="read_committed"
+                )
+            ]
             assert streamed == _expected(o.committed)
         with pytest.raises(RlmHttpError) as err:
             client.fetch_json("txn", 0, 0, isolation="snapshot")
@@ -233,8 +264,21 @@ def _b64(v: str | None) -> bytes | None:
 def test_cli_fetch_read_committed(tiered: Tiered) -> None:
     o = tiered.oracle["txn-0"]
     for offset in (0, 200, o.last_stable_offset - 40):
-        proc = rlm_cli("fetch", "--config", tiered.config, "--topic", "txn", "--partition", 0,
-                       "--offset", offset, "--max-bytes", 5_000, "--isolation", "read_committed")
+        proc = rlm_cli(
+            "fetch",
+            "--config",
+            tiered.config,
+            "--topic",
+            "txn",
+            "--partition",
+            0,
+            "--offset",
+            offset,
+            "--max-bytes",
+            5_000,
+            "--isolation",
+            "read_committed",
+        )
         assert proc.returncode == 0, proc.stderr
         lines = [json.loads(line) for line in proc.stdout.splitlines()]
         got = [(d["offset"], _b64(d["key"]), _b64(d["value"])) for d in lines]
@@ -242,8 +286,19 @@ def test_cli_fetch_read_committed(tiered: Tiered) -> None:
         want = [r for r in _expected(o.committed) if offset <= r[0] < (res.next_offset or 0)]
         assert got == want and not any(d["is_control"] for d in lines)
         assert not {d["offset"] for d in lines} & o.aborted_offsets
-    bad = rlm_cli("fetch", "--config", tiered.config, "--topic", "txn", "--partition", 0, "--offset", 0,
-                  "--isolation", "serializable")
+    bad = rlm_cli(
+        "fetch",
+        "--config",
+        tiered.config,
+        "--topic",
+        "txn",
+        "--partition",
+        0,
+        "--offset",
+        0,
+        "--isolation",
+        "serializable",
+    )
     assert bad.returncode != 0
 
 
@@ -256,16 +311,18 @@ def test_plan_and_decode_path_of_the_spark_jobs(tiered: Tiered) -> None:
         plan = plan_read(settings, ["txn"], target_bytes=3_000, isolation=isolation)  # type: ignore[arg-type]
         for part in plan.partitions:
             o = tiered.oracle[f"txn-{part.partition}"]
-            rows = [(r[2], r[0], r[1]) for t in part.tasks
-                    for r in iter_task_records(t, read_task_bytes(t, spec))]
+            rows = [
+                (r[2], r[0], r[1]) for t in part.tasks for r in iter_task_records(t, read_task_bytes(t, spec))
+            ]
             assert rows == _expected(getattr(o, want))
 
 
 # --- segments tiered before the index was captured --------------------------------------------------
 
 
-def test_old_manifests_without_txn_index_are_scanned(tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_old_manifests_without_txn_index_are_scanned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     _logs, store, _config, oracle, settings, backend, manager = _tier(tmp_path, seeds={0: (13, True)})
     for path, _m in _manifests(store):  # as written before rlm captured the index
         doc = json.loads(path.read_bytes())
@@ -302,8 +359,9 @@ def _write_broker_indexes(part: Path, o: Oracle) -> dict[int, bytes]:
     return written
 
 
-def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_txn_log(logs, "txn", 0, seed=21, leave_open=False)
     part = logs / "txn-0"
@@ -313,7 +371,8 @@ def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(tmp_path: Path,
     (part / f"{damaged:020d}.txnindex").write_bytes(written[damaged][:-5])  # torn
     first = parse_txn_index(written[wrong])[0]  # names a producer whose marker this is not
     (part / f"{wrong:020d}.txnindex").write_bytes(
-        _kafka_entry(first.producer_id + 1, first.first_offset, first.last_offset, 0) + written[wrong][34:])
+        _kafka_entry(first.producer_id + 1, first.first_offset, first.last_offset, 0) + written[wrong][34:]
+    )
     settings = settings_for([logs], options={"root": str(store)}, state_dir=str(tmp_path / "state"))
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
@@ -353,7 +412,7 @@ def test_partial_copy_keeps_the_slices_entries_with_their_true_first_offsets(tmp
     pin = tmp_path / "pin"
     pin.mkdir()
     tail = pin / keys.LOG
-    tail.write_bytes(seg.log.read_bytes()[cut.position:])
+    tail.write_bytes(seg.log.read_bytes()[cut.position :])
     tail_batches = list(iter_batches(tail.read_bytes()))
     got = capture_txn_index(seg, {keys.LOG: tail}, tail_batches, cut.position)
     end = segs[2].base_offset
@@ -377,8 +436,9 @@ def test_ksql_fixture_commit_is_read_committed(tmp_path: Path) -> None:
     part = logs / f"{topic}-0"
     o = Oracle.of(part)
     assert [r.offset for r in o.committed] == [0] and o.last_stable_offset == 2
-    settings = settings_for([logs], options={"root": str(tmp_path / "store")},
-                            state_dir=str(tmp_path / "state"))
+    settings = settings_for(
+        [logs], options={"root": str(tmp_path / "store")}, state_dir=str(tmp_path / "state")
+    )
     backend = LocalBackend(root=str(tmp_path / "store"))
     manager = RemoteLogManager(settings, backend)
     assert all(r.error is None for r in manager.run_once())

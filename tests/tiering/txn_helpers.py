@@ -38,8 +38,16 @@ class Written:
     open_at_end: list[int] = field(default_factory=list)
 
 
-def write_txn_log(log_dir: Path, topic: str = "txn", partition: int = 0, *, seed: int = 5,
-                  steps: int = 500, segment_bytes: int = 6_000, leave_open: bool = True) -> Written:
+def write_txn_log(
+    log_dir: Path,
+    topic: str = "txn",
+    partition: int = 0,
+    *,
+    seed: int = 5,
+    steps: int = 500,
+    segment_bytes: int = 6_000,
+    leave_open: bool = True,
+) -> Written:
     """Write a transactional partition (see the module doc); returns counts of what it wrote."""
     rnd = random.Random(seed)
     codecs = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD, Compression.SNAPPY]
@@ -49,16 +57,22 @@ def write_txn_log(log_dir: Path, topic: str = "txn", partition: int = 0, *, seed
     seq = dict.fromkeys((*PRODUCERS, IDEMPOTENT), 0)
 
     def marker(w: LogWriter, pid: int, kind: int) -> None:
-        w.append([RecordSpec(ts, encode_control_key(kind), encode_end_txn_marker(3))], producer_id=pid,
-                 producer_epoch=0, is_transactional=True, is_control=True)
+        w.append(
+            [RecordSpec(ts, encode_control_key(kind), encode_end_txn_marker(3))],
+            producer_id=pid,
+            producer_epoch=0,
+            is_transactional=True,
+            is_control=True,
+        )
         open_txn.discard(pid)
         if kind == ABORT:
             out.aborted += 1
         else:
             out.committed += 1
 
-    with LogWriter(log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=512,
-                   clock=lambda: T0) as w:
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=512, clock=lambda: T0
+    ) as w:
         for i in range(steps):
             ts += rnd.randint(1, 50)
             pid = rnd.choice(PRODUCERS)
@@ -66,18 +80,31 @@ def write_txn_log(log_dir: Path, topic: str = "txn", partition: int = 0, *, seed
             if pid in open_txn and roll < 0.25:
                 marker(w, pid, ABORT if rnd.random() < 0.45 else COMMIT)
                 continue
-            recs = [RecordSpec(ts, f"k{i}-{n}".encode(), rnd.randbytes(rnd.randint(5, 60)))
-                    for n in range(rnd.randint(1, 6))]
+            recs = [
+                RecordSpec(ts, f"k{i}-{n}".encode(), rnd.randbytes(rnd.randint(5, 60)))
+                for n in range(rnd.randint(1, 6))
+            ]
             codec = codecs[i % len(codecs)]
             if roll > 0.9:
                 w.append(recs, compression=codec)  # a plain producer
             elif roll > 0.82:
-                w.append(recs, compression=codec, producer_id=IDEMPOTENT, producer_epoch=0,
-                         base_sequence=seq[IDEMPOTENT])
+                w.append(
+                    recs,
+                    compression=codec,
+                    producer_id=IDEMPOTENT,
+                    producer_epoch=0,
+                    base_sequence=seq[IDEMPOTENT],
+                )
                 seq[IDEMPOTENT] += len(recs)
             else:
-                w.append(recs, compression=codec, producer_id=pid, producer_epoch=0,
-                         base_sequence=seq[pid], is_transactional=True)
+                w.append(
+                    recs,
+                    compression=codec,
+                    producer_id=pid,
+                    producer_epoch=0,
+                    base_sequence=seq[pid],
+                    is_transactional=True,
+                )
                 seq[pid] += len(recs)
                 open_txn.add(pid)
         if not leave_open:
@@ -98,8 +125,8 @@ class OracleRecord:
 class Oracle:
     """The brute-force answers for one partition directory."""
 
-    committed: list[OracleRecord]     # what read_committed returns, in offset order
-    uncommitted: list[OracleRecord]   # what read_uncommitted returns (every data record < HW)
+    committed: list[OracleRecord]  # what read_committed returns, in offset order
+    uncommitted: list[OracleRecord]  # what read_uncommitted returns (every data record < HW)
     aborted_offsets: set[int]
     last_stable_offset: int
     high_watermark: int
@@ -114,8 +141,11 @@ class Oracle:
             records = MemoryRecords(log.read_bytes())
             while (batch := records.next_batch()) is not None:
                 batches.append((batch, [OracleRecord(r.offset, r.key, r.value) for r in batch]))
-        hw = high_watermark if high_watermark is not None else (
-            batches[-1][0].base_offset + batches[-1][0].last_offset_delta + 1 if batches else 0)
+        hw = (
+            high_watermark
+            if high_watermark is not None
+            else (batches[-1][0].base_offset + batches[-1][0].last_offset_delta + 1 if batches else 0)
+        )
         fate: dict[int, str] = {}
         pending: dict[int, list[int]] = {}
         aborted_txns: list[tuple[int, int, int]] = []

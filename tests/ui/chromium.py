@@ -19,9 +19,19 @@ from pathlib import Path
 from typing import Any
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+)
 
 
 def find_browser() -> str | None:
@@ -54,10 +64,19 @@ class Chromium:
             os.dup2(w, 4)
 
         self.proc = subprocess.Popen(
-            [executable, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-pipe",
-             "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            close_fds=False, preexec_fn=fds)
+            [
+                executable,
+                *FLAGS,
+                f"--user-data-dir={self._profile}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            close_fds=False,
+            preexec_fn=fds,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         os.set_blocking(self._from_child, False)
@@ -88,15 +107,16 @@ class Chromium:
             return "(still running)"
         return self.proc.stderr.read().decode(errors="replace")[-2000:]
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *,
-             session: str | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None
+    ) -> dict[str, Any]:
         self._next_id += 1
         msg: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session is not None:
             msg["sessionId"] = session
         data = json.dumps(msg).encode() + b"\0"
         while data:
-            data = data[os.write(self._to_child, data):]
+            data = data[os.write(self._to_child, data) :]
         deadline = time.monotonic() + self.timeout_s
         while True:
             reply = self._read_message(deadline)
@@ -114,8 +134,10 @@ class Chromium:
         page = Page(self, session)
         page.call("Page.enable")
         page.call("Runtime.enable")
-        page.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         return page
 
     def close(self) -> None:
@@ -152,8 +174,9 @@ class Page:
 
     def evaluate(self, expression: str) -> Any:
         """The JSON value of a JavaScript expression (promises awaited)."""
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True})
+        result = self.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        )
         if "exceptionDetails" in result:
             raise CdpError(f"{expression[:80]}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -171,16 +194,22 @@ class Page:
                 if value:
                     return value
             time.sleep(0.1)
-        raise CdpError(f"timed out after {timeout_s} s waiting for {what or expression}; "
-                       f"last value {value!r}")
+        raise CdpError(
+            f"timed out after {timeout_s} s waiting for {what or expression}; last value {value!r}"
+        )
 
     def screenshot(self, path: Path) -> Path:
         """A PNG of the whole page (not just the viewport)."""
         height = int(self.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
         width = int(self.evaluate("document.documentElement.clientWidth"))
-        shot = self.call("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
+        shot = self.call(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            },
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
@@ -192,9 +221,20 @@ class Page:
 def dump_dom(executable: str, url: str, *, budget_ms: int = 5000, timeout_s: float = 60) -> str:
     """Chromium's own CLI: load ``url``, run scripts for ``budget_ms`` of virtual time, print the DOM."""
     with tempfile.TemporaryDirectory(prefix="rlm-chromium-") as profile:
-        proc = subprocess.run([executable, *FLAGS, f"--user-data-dir={profile}",
-                               f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            [
+                executable,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--virtual-time-budget={budget_ms}",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
     if proc.returncode != 0:
         raise CdpError(f"chromium --dump-dom exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc.stdout

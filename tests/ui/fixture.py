@@ -25,9 +25,17 @@ def fill(writer: LogWriter, segments: int, *, records_per_batch: int = 20, value
     target = len(writer.segment_base_offsets) + segments
     n = writer.log_end_offset
     while len(writer.segment_base_offsets) < target:
-        writer.append([RecordSpec(timestamp=T0 + (n + i) * 1000, key=f"k{n + i}".encode(),
-                                  value=bytes([(n + i) % 251]) * value_bytes, headers=())
-                       for i in range(records_per_batch)])
+        writer.append(
+            [
+                RecordSpec(
+                    timestamp=T0 + (n + i) * 1000,
+                    key=f"k{n + i}".encode(),
+                    value=bytes([(n + i) % 251]) * value_bytes,
+                    headers=(),
+                )
+                for i in range(records_per_batch)
+            ]
+        )
         n += records_per_batch
     writer.roll()  # the last full segment rolls too; everything below the log end is on disk
 
@@ -64,7 +72,9 @@ def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = No
         remote=RemoteSettings("local", {"root": str(store)}),
         tiering=TieringSettings(gc_grace_ms=0, index_entry_bytes=4096),
         server=ServerSettings(host="127.0.0.1", port=0, token=token),
-        cluster=cluster or ClusterSettings(), source="<ui test>")
+        cluster=cluster or ClusterSettings(),
+        source="<ui test>",
+    )
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
     parts = build_api(settings, manager, history_interval_s=1)  # as `rlm run`; tier() samples history
@@ -73,7 +83,13 @@ def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = No
 
 
 def writer(served: Served, topic: str, partition: int, **kw: Any) -> LogWriter:
-    w = LogWriter(served.logs, topic, partition, segment_bytes=kw.pop("segment_bytes", 16 * 1024),
-                  index_interval_bytes=1024, **kw)
+    w = LogWriter(
+        served.logs,
+        topic,
+        partition,
+        segment_bytes=kw.pop("segment_bytes", 16 * 1024),
+        index_interval_bytes=1024,
+        **kw,
+    )
     served.writers[f"{topic}-{partition}"] = w
     return w

@@ -39,8 +39,10 @@ ROWS_JS = """JSON.stringify([...document.querySelectorAll('#partitions .partitio
 def browser() -> Iterator[Chromium]:
     exe = find_browser()
     if exe is None:
-        pytest.skip("no Chromium found (chromium, chromium-browser, google-chrome or $RLM_TEST_CHROMIUM): "
-                    "`make browser` installs Debian's chromium (apt-get, needs root)")
+        pytest.skip(
+            "no Chromium found (chromium, chromium-browser, google-chrome or $RLM_TEST_CHROMIUM): "
+            "`make browser` installs Debian's chromium (apt-get, needs root)"
+        )
     chromium = Chromium(exe)
     try:
         yield chromium
@@ -54,7 +56,7 @@ def scenario(tmp_path: Path) -> Iterator[tuple[Served, dict[str, Any]]]:
     try:
         orders0 = writer(served, "orders", 0)
         fill(orders0, 8)
-        b = orders0.segment_base_offsets      # 8 rolled + the empty active one
+        b = orders0.segment_base_offsets  # 8 rolled + the empty active one
         orders0.high_watermark = b[3]
         orders0.write_checkpoints()
         orders1 = writer(served, "orders", 1)
@@ -66,7 +68,7 @@ def scenario(tmp_path: Path) -> Iterator[tuple[Served, dict[str, Any]]]:
         p = pay.segment_base_offsets
         seg = served.logs / "payments-0" / f"{p[1]:020d}.log"
         data = bytearray(seg.read_bytes())
-        data[300] ^= 0xFF                     # inside the first batch's records: CRC mismatch
+        data[300] ^= 0xFF  # inside the first batch's records: CRC mismatch
         seg.write_bytes(bytes(data))
         clicks = writer(served, "clicks.v2", 0)
         fill(clicks, 3)
@@ -75,18 +77,25 @@ def scenario(tmp_path: Path) -> Iterator[tuple[Served, dict[str, Any]]]:
 
         served.history.sample()
         served.tier()
-        for suffix in (".log", ".index", ".timeindex"):   # the broker's retention deletes segment 0
+        for suffix in (".log", ".index", ".timeindex"):  # the broker's retention deletes segment 0
             (served.logs / "orders-0" / f"{b[0]:020d}{suffix}").unlink()
         orders0.high_watermark = b[6]
         orders0.write_checkpoints()
         expected = {
-            "orders-0": [["remote-only", 0, b[1]], ["both", b[1], b[3]], ["pending", b[3], b[6]],
-                         ["not-eligible", b[6], orders0.log_end_offset]],
+            "orders-0": [
+                ["remote-only", 0, b[1]],
+                ["both", b[1], b[3]],
+                ["pending", b[3], b[6]],
+                ["not-eligible", b[6], orders0.log_end_offset],
+            ],
             "orders-1": [["both", 0, orders1.log_end_offset]],
             "payments-0": [["both", 0, p[1]], ["pending", p[1], pay.log_end_offset]],
             "clicks.v2-0": [["not-eligible", 0, clicks.log_end_offset]],
-            "after": [["remote-only", 0, b[1]], ["both", b[1], b[6]],
-                      ["not-eligible", b[6], orders0.log_end_offset]],
+            "after": [
+                ["remote-only", 0, b[1]],
+                ["both", b[1], b[6]],
+                ["not-eligible", b[6], orders0.log_end_offset],
+            ],
         }
         yield served, expected
     finally:
@@ -97,8 +106,9 @@ def _rows(page: Any) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in json.loads(page.evaluate(ROWS_JS))}
 
 
-def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
-                                                    scenario: tuple[Served, dict[str, Any]]) -> None:
+def test_status_page_shows_ranges_and_follows_a_copy(
+    browser: Chromium, scenario: tuple[Served, dict[str, Any]]
+) -> None:
     served, expected = scenario
     page = browser.open()
     page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
@@ -117,11 +127,17 @@ def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
     assert rows["orders-0"]["state"] == "lagging" and rows["orders-1"]["state"] == "ok"
     status = {f"{r['topic']}-{r['partition']}": r for r in served.manager.status()}
     # The quarantine's file, byte position and cause (docs/broker-files.md) are in the DOM.
-    shown = json.loads(page.evaluate(
-        "JSON.stringify({...document.querySelector('.partition[data-topic=\"payments\"]').dataset})"))
+    shown = json.loads(
+        page.evaluate(
+            "JSON.stringify({...document.querySelector('.partition[data-topic=\"payments\"]').dataset})"
+        )
+    )
     [q] = status["payments-0"]["quarantine"]
     assert (shown["quarantineFile"], shown["quarantinePosition"], shown["quarantineCause"]) == (
-        q["file"], str(q["position"]), "corrupt")
+        q["file"],
+        str(q["position"]),
+        "corrupt",
+    )
     assert q["file"].endswith(".log")
     for name, row in rows.items():
         assert row["lag_bytes"] == status[name]["copy_lag_bytes"], name
@@ -138,10 +154,13 @@ def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
     refreshes = int(page.evaluate("document.body.dataset.refreshes"))
     served.tier()
     after = json.dumps(json.dumps(expected["after"], separators=(",", ":")))
-    page.wait_for(f"""(() => {{ const r = {ROWS_JS}; const o = JSON.parse(r).find(x => x.name === 'orders-0');
+    page.wait_for(
+        f"""(() => {{ const r = {ROWS_JS}; const o = JSON.parse(r).find(x => x.name === 'orders-0');
         return JSON.stringify(o.ranges) === {after}; }})()""",
-                  timeout_s=30, what="orders-0 to show the copied segments")
-    assert page.evaluate("window.__sameDocument === true")      # refreshed in place, not reloaded
+        timeout_s=30,
+        what="orders-0 to show the copied segments",
+    )
+    assert page.evaluate("window.__sameDocument === true")  # refreshed in place, not reloaded
     assert int(page.evaluate("document.body.dataset.refreshes")) > refreshes
     rows = _rows(page)
     assert rows["orders-0"]["state"] == "ok" and rows["orders-0"]["lag_bytes"] == 0
@@ -157,23 +176,30 @@ def test_status_page_shows_ranges_and_follows_a_copy(browser: Chromium,
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
 
-def test_status_page_without_token_asks_for_one(browser: Chromium,
-                                                scenario: tuple[Served, dict[str, Any]]) -> None:
+def test_status_page_without_token_asks_for_one(
+    browser: Chromium, scenario: tuple[Served, dict[str, Any]]
+) -> None:
     served, _ = scenario
-    page = browser.open()   # a new tab: empty session storage
+    page = browser.open()  # a new tab: empty session storage
     page.navigate(f"{served.server.url}/")
     page.wait_for("document.body.dataset.state === 'unauthorized'", what="the token form")
     assert page.evaluate("document.querySelector('#auth').hidden") is False
     assert page.evaluate("document.querySelectorAll('#partitions .partition').length") == 0
 
-    page.evaluate("document.querySelector('#auth-token').value = 'wrong';"
-                  "document.querySelector('#auth-form').requestSubmit()")
-    page.wait_for("document.querySelector('#auth-reason').textContent.includes('rejected')",
-                  what="the wrong token to be rejected")
+    page.evaluate(
+        "document.querySelector('#auth-token').value = 'wrong';"
+        "document.querySelector('#auth-form').requestSubmit()"
+    )
+    page.wait_for(
+        "document.querySelector('#auth-reason').textContent.includes('rejected')",
+        what="the wrong token to be rejected",
+    )
     assert page.evaluate("document.body.dataset.state") == "unauthorized"
 
-    page.evaluate(f"document.querySelector('#auth-token').value = {json.dumps(TOKEN)};"
-                  "document.querySelector('#auth-form').requestSubmit()")
+    page.evaluate(
+        f"document.querySelector('#auth-token').value = {json.dumps(TOKEN)};"
+        "document.querySelector('#auth-form').requestSubmit()"
+    )
     page.wait_for("document.body.dataset.state === 'ready'", what="data after the right token")
     assert page.evaluate("document.querySelector('#auth').hidden") is True
     assert page.evaluate("document.querySelectorAll('#partitions .partition').length") == 4
@@ -191,12 +217,14 @@ class _Segs(html.parser.HTMLParser):
             self._current = f"{a['data-topic']}-{a['data-partition']}"
             self.rows[self._current] = []
         elif "seg" in (a.get("class") or "").split():
-            self.rows[self._current].append([a["data-range"], int(a["data-start"] or 0),
-                                             int(a["data-end"] or 0)])
+            self.rows[self._current].append(
+                [a["data-range"], int(a["data-start"] or 0), int(a["data-end"] or 0)]
+            )
 
 
-def test_dump_dom_of_the_page_with_chromiums_cli(browser: Chromium,
-                                                 scenario: tuple[Served, dict[str, Any]]) -> None:
+def test_dump_dom_of_the_page_with_chromiums_cli(
+    browser: Chromium, scenario: tuple[Served, dict[str, Any]]
+) -> None:
     """``chromium --dump-dom`` (no DevTools): the ranges are in the DOM it prints."""
     served, expected = scenario
     exe = find_browser()
@@ -221,7 +249,8 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]
 
 
 def test_page_and_assets_load_without_token_but_data_needs_it(
-        scenario: tuple[Served, dict[str, Any]]) -> None:
+    scenario: tuple[Served, dict[str, Any]],
+) -> None:
     served, _ = scenario
     url = served.server.url
     code, body, headers = _get(url + "/")
@@ -245,7 +274,7 @@ def test_page_and_assets_load_without_token_but_data_needs_it(
     # rlm_remote_copy_bytes also counts the uploaded index objects, so it is >= the segments' bytes
     assert second["copied_bytes"] >= sum(r["remote_bytes"] for r in status) > 0
     assert second["remote_bytes"] == sum(r["remote_bytes"] for r in status)
-    assert second["copy_errors"] == 1                         # payments-0's corrupt segment
+    assert second["copy_errors"] == 1  # payments-0's corrupt segment
     assert second["copy_bytes_per_sec"] is not None and second["copy_bytes_per_sec"] > 0
 
 
@@ -272,7 +301,8 @@ def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium,
         assert rows["orders-0"]["state"] == "ok"
         assert rows["__consumer_offsets-0"]["state"] == "excluded"
         reason = page.evaluate(
-            "document.querySelector('.partition[data-topic=\"__consumer_offsets\"]').dataset.excludedReason")
+            "document.querySelector('.partition[data-topic=\"__consumer_offsets\"]').dataset.excludedReason"
+        )
         assert reason == served.status("__consumer_offsets", 0)["excluded_reason"]
         assert "internal topic" in reason
         sub = page.evaluate("document.querySelector('[data-total=partitions] .sub').textContent")
@@ -284,14 +314,19 @@ def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium,
 def test_status_page_shows_each_partitions_role(browser: Chromium, tmp_path: Path) -> None:
     """docs/cluster.md: beside a replicated cluster each row says whether this node leads the
     partition, and a follower's row names the leader."""
-    served = serve(tmp_path, cluster=ClusterSettings(node_id=1, leadership="static",
-                                                     leaders={"orders-0": 1, "orders-1": 2}))
+    served = serve(
+        tmp_path,
+        cluster=ClusterSettings(node_id=1, leadership="static", leaders={"orders-0": 1, "orders-1": 2}),
+    )
     try:
         page = _tiered_page(browser, served, [("orders", 0), ("orders", 1)])
-        roles = json.loads(page.evaluate(
-            "JSON.stringify([...document.querySelectorAll('.partition')].map(p => "
-            "[p.dataset.partition, p.dataset.role, p.dataset.leader, "
-            "(p.querySelector('.role') || {}).textContent]))"))
+        roles = json.loads(
+            page.evaluate(
+                "JSON.stringify([...document.querySelectorAll('.partition')].map(p => "
+                "[p.dataset.partition, p.dataset.role, p.dataset.leader, "
+                "(p.querySelector('.role') || {}).textContent]))"
+            )
+        )
         assert sorted(roles) == [["0", "leader", "1", "leader"], ["1", "follower", "2", "follower of node 2"]]
         assert served.status("orders", 1)["highest_tiered_offset"] == -1  # node 2 copies it, not this one
     finally:

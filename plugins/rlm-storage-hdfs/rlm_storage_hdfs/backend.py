@@ -68,19 +68,30 @@ class HdfsBackend(FsspecBackend):
         if self.scheme in ("webhdfs", "swebhdfs"):
             from fsspec.implementations.webhdfs import WebHDFS
 
-            fs = WebHDFS(host=self.host, port=self.port, user=o["user"], kerberos=o["kerberos"],
-                         use_https=self.scheme == "swebhdfs")
+            fs = WebHDFS(
+                host=self.host,
+                port=self.port,
+                user=o["user"],
+                kerberos=o["kerberos"],
+                use_https=self.scheme == "swebhdfs",
+            )
             _bound_requests(fs.session, (o["connect_timeout"], o["read_timeout"]))
             return fs
         from fsspec.implementations.arrow import HadoopFileSystem
 
-        kwargs: dict[str, Any] = {"host": self.host, "port": self.port, "user": o["user"],
-                                  "kerb_ticket": o["kerb_ticket"]}
+        kwargs: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": o["user"],
+            "kerb_ticket": o["kerb_ticket"],
+        }
         if o["replication"]:
             kwargs["replication"] = o["replication"]
         # libhdfs takes Hadoop client settings (milliseconds) instead of per-call timeouts.
-        kwargs["extra_conf"] = {"ipc.client.connect.timeout": str(int(o["connect_timeout"] * 1000)),
-                                "dfs.client.socket-timeout": str(int(o["read_timeout"] * 1000))}
+        kwargs["extra_conf"] = {
+            "ipc.client.connect.timeout": str(int(o["connect_timeout"] * 1000)),
+            "dfs.client.socket-timeout": str(int(o["read_timeout"] * 1000)),
+        }
         return HadoopFileSystem(**kwargs)
 
     def _publish_if_absent(self, tmp: str, final: str) -> None:

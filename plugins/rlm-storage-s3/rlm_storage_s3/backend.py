@@ -63,9 +63,17 @@ T = TypeVar("T")
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PARTS = 10_000
 _TRANSIENT_CODES = {
-    "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
-    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests",
-    "ConditionalRequestConflict", "OperationAborted",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "ConditionalRequestConflict",
+    "OperationAborted",
 }
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}
 _CHECKSUM_MODES = ("when_supported", "when_required")
@@ -111,7 +119,7 @@ class S3Backend(StorageBackend):
         if bool(o["access_key_id"]) != bool(o["secret_access_key"]):
             raise ConfigError("remote.options.access_key_id and secret_access_key must be set together")
         if o["sse_kms_key_id"] and o["sse"] != "aws:kms":
-            raise ConfigError("remote.options.sse_kms_key_id requires sse = \"aws:kms\"")
+            raise ConfigError('remote.options.sse_kms_key_id requires sse = "aws:kms"')
         prefix = o["prefix"].strip("/")
         self._prefix = prefix + "/" if prefix else ""
         self.bucket: str = o["bucket"]
@@ -121,8 +129,10 @@ class S3Backend(StorageBackend):
         for secret in (o["secret_access_key"], o["session_token"]):
             register_secret(secret)
         self._retry = RetryPolicy(
-            max_attempts=o["max_attempts"], base_delay=o["retry_base_delay"],
-            max_delay=o["retry_max_delay"], sleep=sleep or time.sleep,
+            max_attempts=o["max_attempts"],
+            base_delay=o["retry_base_delay"],
+            max_delay=o["retry_max_delay"],
+            sleep=sleep or time.sleep,
         )
         self._client = self._make_client()
         self._native: bool | None = {"auto": None, "native": True, "emulated": False}[o["conditional_create"]]
@@ -138,8 +148,11 @@ class S3Backend(StorageBackend):
         o = self.options
         try:
             session = boto3.session.Session(
-                aws_access_key_id=o["access_key_id"], aws_secret_access_key=o["secret_access_key"],
-                aws_session_token=o["session_token"], profile_name=o["profile"], region_name=o["region"],
+                aws_access_key_id=o["access_key_id"],
+                aws_secret_access_key=o["secret_access_key"],
+                aws_session_token=o["session_token"],
+                profile_name=o["profile"],
+                region_name=o["region"],
             )
             creds = session.get_credentials()
             if creds is not None:  # resolved from the chain: keep those out of logs too
@@ -194,13 +207,20 @@ class S3Backend(StorageBackend):
             if code in _TRANSIENT_CODES or status == 429 or status >= 500:
                 return TransientStorageError(text)
             return StorageError(text)
-        transient = (bex.ConnectionError, bex.HTTPClientError, bex.ReadTimeoutError, bex.ConnectTimeoutError,
-                     bex.ResponseStreamingError)
+        transient = (
+            bex.ConnectionError,
+            bex.HTTPClientError,
+            bex.ReadTimeoutError,
+            bex.ConnectTimeoutError,
+            bex.ResponseStreamingError,
+        )
         if isinstance(e, transient):
             return TransientStorageError(scrub(f"s3: {op} {where}: {type(e).__name__}: {e}"))
         if isinstance(e, bex.NoCredentialsError):
-            return StorageError(f"s3: {op} {where}: no AWS credentials found (env, profile, instance role); "
-                                "set access_key_id/secret_access_key or the AWS_* environment")
+            return StorageError(
+                f"s3: {op} {where}: no AWS credentials found (env, profile, instance role); "
+                "set access_key_id/secret_access_key or the AWS_* environment"
+            )
         return StorageError(scrub(f"s3: {op} {where}: {type(e).__name__}: {e}"))
 
     def _call(self, op: str, key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
@@ -239,20 +259,37 @@ class S3Backend(StorageBackend):
         with self._probe_lock:
             if self._native is None:
                 self._native = self._probe()
-                log.info("s3: %s conditional writes (If-None-Match) for bucket %s: %s",
-                         "using" if self._native else "store ignores", self.bucket,
-                         "native" if self._native else "emulated with HEAD + PUT (not atomic)")
+                log.info(
+                    "s3: %s conditional writes (If-None-Match) for bucket %s: %s",
+                    "using" if self._native else "store ignores",
+                    self.bucket,
+                    "native" if self._native else "emulated with HEAD + PUT (not atomic)",
+                )
         return self._native
 
     def _probe(self) -> bool:
         key = f"{RESERVED_PREFIX}probe/{uuid.uuid4().hex}"
         full = self._full(key)
         try:
-            self._call("probe", key, self._client.put_object, Bucket=self.bucket, Key=full, Body=b"1",
-                       IfNoneMatch="*")
+            self._call(
+                "probe",
+                key,
+                self._client.put_object,
+                Bucket=self.bucket,
+                Key=full,
+                Body=b"1",
+                IfNoneMatch="*",
+            )
             try:
-                self._call("probe", key, self._client.put_object, Bucket=self.bucket, Key=full, Body=b"2",
-                           IfNoneMatch="*")
+                self._call(
+                    "probe",
+                    key,
+                    self._client.put_object,
+                    Bucket=self.bucket,
+                    Key=full,
+                    Body=b"2",
+                    IfNoneMatch="*",
+                )
             except ObjectExistsError:
                 return True
             return False
@@ -277,8 +314,16 @@ class S3Backend(StorageBackend):
         first = read_exact(stream, self.threshold)
         second = read_exact(stream, self.part_size) if len(first) == self.threshold else b""
         if not second:
-            resp = self._call("put", key, self._client.put_object, Bucket=self.bucket, Key=self._full(key),
-                              Body=first, **cond, **self._put_extra())
+            resp = self._call(
+                "put",
+                key,
+                self._client.put_object,
+                Bucket=self.bucket,
+                Key=self._full(key),
+                Body=first,
+                **cond,
+                **self._put_extra(),
+            )
             return ObjectInfo(key, len(first), str(resp.get("ETag", "")).strip('"') or None)
         return self._multipart(key, self._parts(first, second, stream), cond)
 
@@ -310,7 +355,8 @@ class S3Backend(StorageBackend):
         with self._pool_lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.options["max_concurrency"], thread_name_prefix="rlm-s3-part")
+                    self.options["max_concurrency"], thread_name_prefix="rlm-s3-part"
+                )
             return self._pool
 
     def _multipart(self, key: str, parts_in: Iterator[bytes], cond: dict[str, Any]) -> ObjectInfo:
@@ -319,8 +365,15 @@ class S3Backend(StorageBackend):
         # carries its CRC32 and the object gets a composite one from the part checksums. Without it
         # the store must build a full-object checksum by re-reading the whole object at completion.
         algo = {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {}
-        upload_id = self._call("create_multipart_upload", key, self._client.create_multipart_upload,
-                               Bucket=self.bucket, Key=full, **algo, **self._put_extra())["UploadId"]
+        upload_id = self._call(
+            "create_multipart_upload",
+            key,
+            self._client.create_multipart_upload,
+            Bucket=self.bucket,
+            Key=full,
+            **algo,
+            **self._put_extra(),
+        )["UploadId"]
         pool = self._executor()
         max_inflight = self.options["max_concurrency"] + 1
         inflight: set[concurrent.futures.Future[dict[str, Any]]] = set()
@@ -329,8 +382,17 @@ class S3Backend(StorageBackend):
         number = 0
 
         def upload(n: int, body: bytes) -> dict[str, Any]:
-            r = self._call("upload_part", key, self._client.upload_part, Bucket=self.bucket, Key=full,
-                           UploadId=upload_id, PartNumber=n, Body=body, **algo)
+            r = self._call(
+                "upload_part",
+                key,
+                self._client.upload_part,
+                Bucket=self.bucket,
+                Key=full,
+                UploadId=upload_id,
+                PartNumber=n,
+                Body=body,
+                **algo,
+            )
             part = {"PartNumber": n, "ETag": r["ETag"]}
             if algo and r.get("ChecksumCRC32"):
                 part["ChecksumCRC32"] = r["ChecksumCRC32"]
@@ -340,8 +402,9 @@ class S3Backend(StorageBackend):
             for body in parts_in:
                 number += 1
                 if number > MAX_PARTS:
-                    raise StorageError(f"s3: put {self._where(key)}: more than {MAX_PARTS} parts; "
-                                       "raise part_size")
+                    raise StorageError(
+                        f"s3: put {self._where(key)}: more than {MAX_PARTS} parts; raise part_size"
+                    )
                 total += len(body)
                 fut = pool.submit(upload, number, body)
                 futures.append(fut)
@@ -361,13 +424,17 @@ class S3Backend(StorageBackend):
             try:
                 self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
             except Exception as abort_error:  # best effort: a lifecycle rule should clean up the rest
-                log.warning("s3: could not abort multipart upload of %s: %s", self._where(key),
-                            scrub(str(abort_error)))
+                log.warning(
+                    "s3: could not abort multipart upload of %s: %s",
+                    self._where(key),
+                    scrub(str(abort_error)),
+                )
             raise
         return ObjectInfo(key, total, str(resp.get("ETag", "")).strip('"') or None)
 
-    def _completer(self, full: str, upload_id: str, parts: list[dict[str, Any]], total: int
-                   ) -> Callable[..., dict[str, Any]]:
+    def _completer(
+        self, full: str, upload_id: str, parts: list[dict[str, Any]], total: int
+    ) -> Callable[..., dict[str, Any]]:
         """CompleteMultipartUpload, idempotent under retries: when an earlier attempt's answer was
         lost, the store already assembled the object and a re-sent complete answers NoSuchUpload
         (or 412 under If-None-Match). Then the object under the key is ours iff its size and its
@@ -379,9 +446,15 @@ class S3Backend(StorageBackend):
         def complete(**cond: Any) -> dict[str, Any]:
             sent[0] += 1
             try:
-                return dict(self._client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts},
-                    **cond))
+                return dict(
+                    self._client.complete_multipart_upload(
+                        Bucket=self.bucket,
+                        Key=full,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": parts},
+                        **cond,
+                    )
+                )
             except bex.ClientError as e:
                 code = str(e.response.get("Error", {}).get("Code", ""))
                 if sent[0] == 1 or code not in ("NoSuchUpload", "PreconditionFailed") or _status(e) == 0:
@@ -393,8 +466,10 @@ class S3Backend(StorageBackend):
                 etag = str(head.get("ETag", "")).strip('"')
                 if int(head["ContentLength"]) != total or etag != multipart_etag(parts):
                     raise
-                log.info("s3: %s: an earlier CompleteMultipartUpload succeeded, its answer was lost",
-                         self._where(full[len(self._prefix):]))
+                log.info(
+                    "s3: %s: an earlier CompleteMultipartUpload succeeded, its answer was lost",
+                    self._where(full[len(self._prefix) :]),
+                )
                 return {"ETag": head.get("ETag", "")}
 
         return complete
@@ -417,8 +492,13 @@ class S3Backend(StorageBackend):
             self._delete_batch(batch)
 
     def _delete_batch(self, keys: list[str]) -> None:
-        resp = self._call("delete_objects", keys[0], self._client.delete_objects, Bucket=self.bucket,
-                          Delete={"Objects": [{"Key": self._full(k)} for k in keys], "Quiet": True})
+        resp = self._call(
+            "delete_objects",
+            keys[0],
+            self._client.delete_objects,
+            Bucket=self.bucket,
+            Delete={"Objects": [{"Key": self._full(k)} for k in keys], "Quiet": True},
+        )
         errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
         if errors:
             first = errors[0]
@@ -455,8 +535,12 @@ class S3Backend(StorageBackend):
     def _head(self, key: str) -> ObjectInfo:
         r = self._call("head", key, self._client.head_object, Bucket=self.bucket, Key=self._full(key))
         lm = r.get("LastModified")
-        return ObjectInfo(key, int(r["ContentLength"]), str(r.get("ETag", "")).strip('"') or None,
-                          lm.timestamp() if lm is not None else None)
+        return ObjectInfo(
+            key,
+            int(r["ContentLength"]),
+            str(r.get("ETag", "")).strip('"') or None,
+            lm.timestamp() if lm is not None else None,
+        )
 
     def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._full(prefix), "MaxKeys": limit}
@@ -470,8 +554,14 @@ class S3Backend(StorageBackend):
             if key.startswith(RESERVED_PREFIX):
                 continue  # the capability probe's scratch keys
             lm = c.get("LastModified")
-            objects.append(ObjectInfo(key, int(c["Size"]), str(c.get("ETag", "")).strip('"') or None,
-                                      lm.timestamp() if lm is not None else None))
+            objects.append(
+                ObjectInfo(
+                    key,
+                    int(c["Size"]),
+                    str(c.get("ETag", "")).strip('"') or None,
+                    lm.timestamp() if lm is not None else None,
+                )
+            )
         contents = r.get("Contents", [])
         more = bool(r.get("IsTruncated")) and bool(contents)
         return ListPage(tuple(objects), contents[-1]["Key"][n:] if more else None)

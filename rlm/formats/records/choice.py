@@ -25,11 +25,20 @@ except ImportError as exc:  # no compiler when rlm was installed: the Python dec
     _columns = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
     if os.environ.get("RLM_REQUIRE_NATIVE", "") not in ("", "0"):
-        raise NativeExtensionError(f"the compiled record decoder rlm.formats.records._columns does not "
-                                   f"import ({exc}); `make install` builds it (docs/decoder.md)") from exc
+        raise NativeExtensionError(
+            f"the compiled record decoder rlm.formats.records._columns does not "
+            f"import ({exc}); `make install` builds it (docs/decoder.md)"
+        ) from exc
 
-__all__ = ["DECODER_ENV", "Decoder", "active_decoder", "extension", "extension_error", "native_records",
-           "set_decoder"]
+__all__ = [
+    "DECODER_ENV",
+    "Decoder",
+    "active_decoder",
+    "extension",
+    "extension_error",
+    "native_records",
+    "set_decoder",
+]
 
 log = logging.getLogger("rlm.decoder")
 
@@ -39,15 +48,24 @@ _chosen: Decoder | None = None
 _configured = False
 
 
-def native_records(buf: object, start: int, end: int, base_offset: int, base_ts: int, max_ts: int,
-                   log_append: bool, count: int) -> list[Record] | int:
+def native_records(
+    buf: object,
+    start: int,
+    end: int,
+    base_offset: int,
+    base_ts: int,
+    max_ts: int,
+    log_append: bool,
+    count: int,
+) -> list[Record] | int:
     """The C decoder's records of one v2 records block ``buf[start:end]`` (decompressed), or an
     error code (< 0) when the reference decoder rejects the block. Only when :func:`active_decoder`
     is ``native``."""
     if not _configured:
         _configure()
-    out: list[Record] | int = _columns.records_v2(buf, start, end, base_offset, base_ts, max_ts,
-                                                  log_append, count)
+    out: list[Record] | int = _columns.records_v2(
+        buf, start, end, base_offset, base_ts, max_ts, log_append, count
+    )
     return out
 
 
@@ -92,6 +110,8 @@ def _resolve(name: str) -> Decoder:
     if name == "python" or (name == "auto" and _columns is None):
         return "python"
     if _columns is None:
-        raise NativeExtensionError(f"{DECODER_ENV}=native but the compiled decoder does not import "
-                                   f"({_IMPORT_ERROR}): `make install` builds it (needs a C compiler)")
+        raise NativeExtensionError(
+            f"{DECODER_ENV}=native but the compiled decoder does not import "
+            f"({_IMPORT_ERROR}): `make install` builds it (needs a C compiler)"
+        )
     return "native"

@@ -79,8 +79,15 @@ def _native_records(buf: Buffer, batch: RecordBatch) -> list[Record] | None:
             return None
         start, end = 0, len(data)
     out: list[Record] | int = choice.native_records(
-        data, start, end, batch.base_offset, batch.base_timestamp, batch.max_timestamp,
-        batch.timestamp_type is TimestampType.LOG_APPEND_TIME, batch.record_count)
+        data,
+        start,
+        end,
+        batch.base_offset,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        batch.timestamp_type is TimestampType.LOG_APPEND_TIME,
+        batch.record_count,
+    )
     return None if isinstance(out, int) else out
 
 

@@ -54,8 +54,19 @@ if TYPE_CHECKING:
 else:
     Builder = getattr(_columns, "Builder", None)
 
-__all__ = ["DECODER_ENV", "FLUSH_BYTES", "Builder", "Columns", "Decoder", "Window", "active_decoder",
-           "add_batch", "extension_error", "set_decoder", "take"]
+__all__ = [
+    "DECODER_ENV",
+    "FLUSH_BYTES",
+    "Builder",
+    "Columns",
+    "Decoder",
+    "Window",
+    "active_decoder",
+    "add_batch",
+    "extension_error",
+    "set_decoder",
+    "take",
+]
 
 #: Take rows once this many key/value/header bytes are pending (well below Arrow's 2 GiB).
 FLUSH_BYTES: Final = 1 << 30
@@ -126,10 +137,22 @@ def add_batch(builder: Builder, buf: Buffer, batch: RecordBatch, window: Window)
         return _raise_rejected(buf, batch, _columns.ERR_FRAMING)
     w = window
     rc: int = builder.add_v2(
-        data, start, end, batch.base_offset, batch.base_timestamp, batch.max_timestamp,
-        batch.timestamp_type is TimestampType.LOG_APPEND_TIME, int(batch.timestamp_type),
-        batch.record_count, w.lo, w.hi, w.ts_lo or 0, w.ts_hi or 0, w.ts_lo is not None,
-        w.ts_hi is not None)
+        data,
+        start,
+        end,
+        batch.base_offset,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        batch.timestamp_type is TimestampType.LOG_APPEND_TIME,
+        int(batch.timestamp_type),
+        batch.record_count,
+        w.lo,
+        w.hi,
+        w.ts_lo or 0,
+        w.ts_hi or 0,
+        w.ts_lo is not None,
+        w.ts_hi is not None,
+    )
     if rc < 0:
         _raise_rejected(buf, batch, rc)
     return rc
@@ -151,9 +174,19 @@ def _add_legacy(builder: Builder, buf: Buffer, batch: RecordBatch, window: Windo
         return _raise_rejected(buf, batch, _columns.ERR_FRAMING)
     w = window
     rc: int = builder.add_legacy(
-        data, batch.last_offset, batch.magic, batch.max_timestamp,
-        batch.timestamp_type is TimestampType.LOG_APPEND_TIME, int(batch.timestamp_type),
-        w.lo, w.hi, w.ts_lo or 0, w.ts_hi or 0, w.ts_lo is not None, w.ts_hi is not None)
+        data,
+        batch.last_offset,
+        batch.magic,
+        batch.max_timestamp,
+        batch.timestamp_type is TimestampType.LOG_APPEND_TIME,
+        int(batch.timestamp_type),
+        w.lo,
+        w.hi,
+        w.ts_lo or 0,
+        w.ts_hi or 0,
+        w.ts_lo is not None,
+        w.ts_hi is not None,
+    )
     if rc == _columns.ERR_FALLBACK:  # offsets beyond int64 in the C arithmetic: exact in Python
         return _add_legacy_rows(builder, buf, batch, window)
     if rc < 0:
@@ -176,12 +209,19 @@ def _add_legacy_rows(builder: Builder, buf: Buffer, batch: RecordBatch, window: 
 
 def _raise_rejected(buf: Buffer, batch: RecordBatch, rc: int) -> NoReturn:
     if rc == _columns.ERR_RANGE:
-        raise CorruptRecordError("a record timestamp does not fit int64 microseconds",
-                                 position=batch.position, offset=batch.base_offset)
+        raise CorruptRecordError(
+            "a record timestamp does not fit int64 microseconds",
+            position=batch.position,
+            offset=batch.base_offset,
+        )
     if rc == _columns.ERR_TOO_BIG:
-        raise CorruptRecordError("records of one batch pass 2 GiB in a column", position=batch.position,
-                                 offset=batch.base_offset)
+        raise CorruptRecordError(
+            "records of one batch pass 2 GiB in a column", position=batch.position, offset=batch.base_offset
+        )
     decode_records(buf, batch)  # raises the reference's own error for this batch
-    raise CorruptRecordError("the compiled decoder rejected a batch the reference decoder accepts "
-                             "(a bug: set RLM_DECODER=python and report it)",
-                             position=batch.position, offset=batch.base_offset)
+    raise CorruptRecordError(
+        "the compiled decoder rejected a batch the reference decoder accepts "
+        "(a bug: set RLM_DECODER=python and report it)",
+        position=batch.position,
+        offset=batch.base_offset,
+    )

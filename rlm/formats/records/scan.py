@@ -60,7 +60,11 @@ def _raise_small(size: int, pos: int, offset: int) -> NoReturn:
 
 
 def iter_batches(
-    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None,
+    buf: Buffer,
+    start: int = 0,
+    *,
+    verify_crc: bool = True,
+    end: int | None = None,
     skip_crc: bool = False,
 ) -> Iterator[RecordBatch]:
     """Yield the entries of ``buf`` from byte ``start`` up to ``end`` (exclusive; default ``len(buf)``).
@@ -84,7 +88,11 @@ def iter_batches(
 
 
 def _iter_batches_py(
-    buf: Buffer, start: int = 0, *, verify_crc: bool = True, end: int | None = None,
+    buf: Buffer,
+    start: int = 0,
+    *,
+    verify_crc: bool = True,
+    end: int | None = None,
     skip_crc: bool = False,
 ) -> Iterator[RecordBatch]:
     """The pure-Python walk: the reference and the fallback of :func:`iter_batches`."""
