@@ -53,9 +53,20 @@ class _IndexRebuilds:
 
 
 class TieringMetrics:
+    """The tiering engine's metrics in one registry, declared by concern; the order of declaration
+    is the order of a ``/metrics`` scrape."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._declare_copy(self.registry)
+        self._declare_delete(self.registry)
+        self._declare_remote_log(self.registry)
+        self._declare_segment_health(self.registry)
+        self._declare_tasks(self.registry)
+        self._declare_passes(self.registry)
+
+    def _declare_copy(self, r: CollectorRegistry) -> None:
+        """Kafka's RemoteCopy* meters and lags."""
         self.copy_bytes = Counter(
             "rlm_remote_copy_bytes",
             "Bytes copied to remote storage (Kafka: RemoteCopyBytesPerSec)",
@@ -80,6 +91,9 @@ class TieringMetrics:
             _TP,
             registry=r,
         )
+
+    def _declare_delete(self, r: CollectorRegistry) -> None:
+        """Kafka's RemoteDelete* meters and lags (retention)."""
         self.delete_requests = Counter(
             "rlm_remote_delete_requests",
             "Remote segments deleted by retention (Kafka: RemoteDeleteRequestsPerSec)",
@@ -104,6 +118,9 @@ class TieringMetrics:
             _TP,
             registry=r,
         )
+
+    def _declare_remote_log(self, r: CollectorRegistry) -> None:
+        """The size of the remote log and how far the log store may delete local data."""
         self.remote_log_size = Gauge(
             "rlm_remote_log_size_bytes",
             "Bytes of committed remote segments (Kafka: RemoteLogSizeBytes)",
@@ -122,6 +139,10 @@ class TieringMetrics:
             _TP,
             registry=r,
         )
+
+    def _declare_segment_health(self, r: CollectorRegistry) -> None:
+        """Segments deleted before their copy, quarantined ones, rebuilt broker indexes
+        (docs/broker-files.md)."""
         self.skipped_deleted = Counter(
             "rlm_segments_deleted_before_copy",
             "Eligible segments the log store deleted before rlm copied them",
@@ -145,6 +166,9 @@ class TieringMetrics:
             registry=r,
         )
         r.register(_IndexRebuilds())
+
+    def _declare_tasks(self, r: CollectorRegistry) -> None:
+        """Slow copies, GC deletions and the durations of copies and passes."""
         self.slow_copies = Counter(
             "rlm_copy_watchdog_slow", "Copies that took far longer than their size warrants", _TP, registry=r
         )
@@ -165,6 +189,9 @@ class TieringMetrics:
             registry=r,
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600),
         )
+
+    def _declare_passes(self, r: CollectorRegistry) -> None:
+        """Store requests per partition, idle passes and state loads."""
         # Store requests by operation and partition (docs/store-requests.md), counted by the
         # MeteringBackend the manager puts over its store.
         self.requests = RequestMeter(r, attribute=_partition_of_key)
