@@ -44,8 +44,13 @@ class RemoteRangeCache:
         self._scan: OrderedDict[RangeKey, RangeBytes] = OrderedDict()  # evicted first
         self._bytes = 0
         self._lock = threading.Lock()
-        r = registry or CollectorRegistry()
-        self.registry = r
+        self.registry = registry or CollectorRegistry()
+        self._declare_cache_metrics(self.registry)
+        self._declare_prefetch_metrics(self.registry)
+        self._declare_fetch_metrics(self.registry)
+
+    def _declare_cache_metrics(self, r: CollectorRegistry) -> None:
+        """Hits, misses, evictions, size and admissions of this cache."""
         self.hits = Counter("rlm_remote_cache_hits", "Remote range reads served from the cache", registry=r)
         self.misses = Counter(
             "rlm_remote_cache_misses", "Remote range reads that went to the store", registry=r
@@ -68,7 +73,9 @@ class RemoteRangeCache:
             ["class", "result"],
             registry=r,
         )
-        # The read-ahead's (rlm/tiering/readahead.py): kept here so one registry holds them once.
+
+    def _declare_prefetch_metrics(self, r: CollectorRegistry) -> None:
+        """The read-ahead's (rlm/tiering/readahead.py): kept here so one registry holds them once."""
         self.prefetch_hits = Counter(
             "rlm_remote_prefetch_hits",
             "Entries a fetch needed that read-ahead had already read (no second GET)",
@@ -95,7 +102,9 @@ class RemoteRangeCache:
         self.prefetch_readers = Gauge(
             "rlm_remote_prefetch_readers", "Readers tracked by the read-ahead", registry=r
         )
-        # Reads that reach the store (cache misses and read-ahead), named after Kafka's RemoteFetch*.
+
+    def _declare_fetch_metrics(self, r: CollectorRegistry) -> None:
+        """Reads that reach the store (cache misses and read-ahead), named after Kafka's RemoteFetch*."""
         self.fetch_requests = Counter(
             "rlm_remote_fetch_requests",
             "Ranged reads sent to remote storage by lookups and fetches (Kafka: RemoteFetchRequestsPerSec)",
