@@ -122,10 +122,30 @@ def apply_retention(
     settings, metrics = ctx.shared.settings, ctx.shared.metrics
     retention_ms = settings.retention_ms if retention_ms is None else retention_ms
     retention_bytes = settings.retention_bytes if retention_bytes is None else retention_bytes
+    plan = _due_plan(
+        ctx, retention_ms=retention_ms, retention_bytes=retention_bytes, local_only_bytes=local_only_bytes
+    )
+    ctx.series(metrics.delete_lag_segments).set(len(plan.expired))
+    ctx.series(metrics.delete_lag_bytes).set(plan.bytes)
+    if not plan.expired:
+        return plan
+    for manifest in plan.expired:
+        _delete_expired(ctx, manifest, plan.reason[manifest.base_offset])
+    ctx.family.remove_below(ctx.progress.remote_log_start_offset)
+    ctx.series(metrics.delete_lag_segments).set(0)
+    ctx.series(metrics.delete_lag_bytes).set(0)
+    ctx.publish_gauges()
+    return plan
+
+
+def _due_plan(
+    ctx: PartitionContext, *, retention_ms: int, retention_bytes: int, local_only_bytes: int
+) -> RetentionPlan:
+    """:func:`plan_retention` of the partition now, or an empty plan when its oldest segment is
+    kept (deletion removes a prefix): asked of the snapshot's header, a restart's pending
+    manifests are parsed only when retention is due."""
     now_ms = ctx.shared.clock_ms()
     oldest = ctx.oldest_manifest()
-    # The oldest segment decides whether anything goes (deletion removes a prefix): asked of the
-    # snapshot's header, a restart's pending manifests are parsed only when retention is due.
     if (
         oldest is None
         or expiry_reason(
@@ -140,47 +160,42 @@ def apply_retention(
         )
         is None
     ):
-        plan = RetentionPlan([], {})
-    else:
-        plan = plan_retention(
-            ctx.manifests,
-            now_ms=now_ms,
-            retention_ms=retention_ms,
-            retention_bytes=retention_bytes,
-            local_only_bytes=local_only_bytes,
-            log_start_offset=ctx.progress.delete_records_offset,
-        )
-    ctx.series(metrics.delete_lag_segments).set(len(plan.expired))
-    ctx.series(metrics.delete_lag_bytes).set(plan.bytes)
-    if not plan.expired:
-        return plan
-    for manifest in plan.expired:
-        try:
-            delete_segment(ctx, manifest)
-        except Exception:
-            ctx.series(metrics.delete_errors).inc()
-            raise
-        ctx.manifests.remove(manifest)
-        note_deleted(ctx, manifest)
-        ctx.progress.remote_log_start_offset = (
-            ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1
-        )
-        ctx.save_progress()
-        ctx.series(metrics.delete_requests).inc()
-        log.info(
-            "%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)",
-            ctx.topic,
-            ctx.partition,
-            plan.reason[manifest.base_offset],
-            manifest.base_offset,
-            manifest.last_offset,
-            manifest.size_bytes,
-        )
-    ctx.family.remove_below(ctx.progress.remote_log_start_offset)
-    ctx.series(metrics.delete_lag_segments).set(0)
-    ctx.series(metrics.delete_lag_bytes).set(0)
-    ctx.publish_gauges()
-    return plan
+        return RetentionPlan([], {})
+    return plan_retention(
+        ctx.manifests,
+        now_ms=now_ms,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        local_only_bytes=local_only_bytes,
+        log_start_offset=ctx.progress.delete_records_offset,
+    )
+
+
+def _delete_expired(ctx: PartitionContext, manifest: SegmentManifest, reason: str) -> None:
+    """Delete one expired segment (oldest first) and advance the remote log start past it
+    (``progress.json`` saved after each, so a crash resumes where it stopped)."""
+    metrics = ctx.shared.metrics
+    try:
+        delete_segment(ctx, manifest)
+    except Exception:
+        ctx.series(metrics.delete_errors).inc()
+        raise
+    ctx.manifests.remove(manifest)
+    note_deleted(ctx, manifest)
+    ctx.progress.remote_log_start_offset = (
+        ctx.manifests[0].base_offset if ctx.manifests else ctx.progress.highest_tiered_offset + 1
+    )
+    ctx.save_progress()
+    ctx.series(metrics.delete_requests).inc()
+    log.info(
+        "%s-%d: retention (%s) deleted remote segment %d-%d (%d bytes)",
+        ctx.topic,
+        ctx.partition,
+        reason,
+        manifest.base_offset,
+        manifest.last_offset,
+        manifest.size_bytes,
+    )
 
 
 def retention_pass(
