@@ -88,10 +88,11 @@ kcat:
 	    || echo "could not install kcat: the kcat test will skip"; \
 	else echo "no kcat and not root with apt-get: the kcat test will skip"; fi
 
+# mypy: strict over rlm and both plugins (the `files` of pyproject's [tool.mypy]).
 lint: install
 	$(BIN)/ruff check rlm tests bench plugins
 	$(BIN)/ruff format --check rlm tests bench plugins
-	$(BIN)/mypy rlm
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 # The quick benches (minutes); bench-copy and bench-scale take longer. Each appends to BENCHMARKS.md.

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -20,6 +21,16 @@ from rlm.config import Settings
 from rlm.daemon.logs import configure
 
 _MASTER_HELP = "Spark master URL (default local[*]; local tasks need executors on this host)."
+
+
+class _ExportRange(TypedDict):
+    """The keyword arguments both export engines share (what to read and how large a task is)."""
+
+    partitions: list[int] | None
+    start: int | None
+    end: int | None
+    target_bytes: int
+    isolation: str
 
 
 def _emit(doc: object) -> None:
@@ -163,7 +174,7 @@ def export(
         raise click.UsageError(
             "--format parquet needs --out" if out is None else "--incremental is for --format iceberg"
         )
-    common = {
+    common: _ExportRange = {
         "partitions": list(partitions) or None,
         "start": start,
         "end": end,
@@ -175,7 +186,7 @@ def export(
 
         result = export_local(
             settings, list(topics), out, overwrite=overwrite, parallelism=parallelism, **common
-        )  # type: ignore[arg-type]
+        )
     else:
         _quiet_py4j()
         from rlm.jobs import export as run_export
@@ -189,7 +200,7 @@ def export(
             str(out),
             mode="overwrite" if overwrite else "errorifexists",
             **common,
-        )  # type: ignore[arg-type]
+        )
     _emit(result.to_json())
 
 

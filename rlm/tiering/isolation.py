@@ -22,6 +22,7 @@ segment by a producer silent since would be missed).
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -269,7 +270,7 @@ class PartitionTxns:
             except FileNotFoundError:
                 return None
             return FACTS.get(
-                ("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),  # type: ignore[no-any-return]
+                ("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),
                 lambda: open_at_local(where),
             )
         if self.backend is None:
@@ -277,9 +278,7 @@ class PartitionTxns:
         backend = self.backend
         return FACTS.get(
             ("snapshot", where),
-            lambda: open_at_remote(  # type: ignore[no-any-return]
-                backend, self.retry, self.protection, where, src.manifest
-            ),
+            lambda: open_at_remote(backend, self.retry, self.protection, where, src.manifest),
         )
 
     def _state_before(self, i: int) -> dict[int, int] | None:
@@ -421,8 +420,8 @@ def _remote_groups(reader: PartitionReader) -> list[tuple[str, int, int]]:
         last = view.last.entry.rdi.url if view.last is not None else ""
         out += FACTS.get(
             ("groups", str(reader.part.path), view.base_offset, len(view.log_index), last),
-            lambda v=view: _set_groups(v),
-        )  # type: ignore[misc]
+            functools.partial(_set_groups, view),
+        )
     return out
 
 

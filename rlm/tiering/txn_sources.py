@@ -9,7 +9,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from rlm.logdir.scan import SegmentFiles
 from rlm.tiering.lineage import Link
@@ -20,6 +20,8 @@ __all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources"]
 
 _CACHE_ENTRIES = 4096
 
+_T = TypeVar("_T")
+
 
 class _Lru:
     """A small thread-safe LRU of immutable facts about immutable bytes (keys say which bytes)."""
@@ -29,11 +31,12 @@ class _Lru:
         self._lock = threading.Lock()
         self.size = size
 
-    def get(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
+    def get(self, key: tuple[Any, ...], load: Callable[[], _T]) -> _T:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                hit: _T = self._items[key]
+                return hit
         value = load()
         with self._lock:
             self._items[key] = value
