@@ -34,9 +34,9 @@ from rlm.jobs.problem import Problem
 from rlm.logdir.indexcheck import IndexKind, parse_checked
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.tiering.compaction import rewrite_findings
-from rlm.tiering.copier import SegmentQuarantined, scan
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicy
+from rlm.tiering.prepare import SegmentQuarantined, scan
 
 __all__ = ["check_compaction", "check_local_segments"]
 

@@ -5,7 +5,8 @@ Order is what makes it crash-safe:
 1. **pin** — hard-link the segment's files into a private staging dir, so the log store's
    retention (or its rename to ``.deleted``) cannot pull them away mid-copy;
 2. **scan** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
-   never uploaded; build the segment's ``.remotelogindex`` entries;
+   never uploaded (steps 1–2: :mod:`rlm.tiering.prepare`); build the segment's
+   ``.remotelogindex`` entries;
 3. **journal** COPY_STARTED, then upload the data objects under attempt-unique keys, then the
    segment's entries object, then the **manifest last** with "create only if absent" — the commit;
 4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
@@ -21,75 +22,26 @@ base offset (docs/cluster-copy.md).
 
 from __future__ import annotations
 
-import errno
 import logging
-import mmap
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
-import crc32c
-
-from rlm.errors import (
-    CorruptIndexError,
-    FormatError,
-    LogDirError,
-    ObjectExistsError,
-    RlmError,
-    StorageError,
-)
+from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
-from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
-from rlm.formats.segment_index import rebuild_indexes
-from rlm.logdir.indexcheck import (
-    FileVersion,
-    IndexKind,
-    file_version,
-    fstat_version,
-    note_rebuilt,
-    parse_checked,
-)
-from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
+from rlm.logdir.scan import SegmentFiles
 from rlm.storage.retry import put_if_absent_idempotent
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.remote_state import of_context
-from rlm.tiering.seal import upload_attempt
+from rlm.tiering.seal import Uploaded, upload_attempt
 from rlm.tiering.state import PartitionContext
-from rlm.tiering.txn_capture import TxnCapture, capture_txn_index, state_before_copy
+from rlm.tiering.txn_capture import state_before_copy
 
 log = logging.getLogger(__name__)
-
-
-class SegmentQuarantined(RlmError):
-    """The segment failed verification; it is not uploaded and blocks its partition's tiering.
-
-    ``cause`` says why in one word (docs/broker-files.md): ``empty`` (a rolled ``.log`` of 0
-    bytes), ``torn_tail`` (it ends inside a batch) or ``corrupt`` (a CRC or framing error).
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        cause: str = "corrupt",
-        file: str | os.PathLike[str] | None = None,
-        position: int | None = None,
-        offset: int | None = None,
-        version: FileVersion | None = None,
-    ) -> None:
-        super().__init__(reason, file=file, position=position, offset=offset)
-        self.cause = cause
-        self.version = version  # of the .log that failed: the quarantine lasts while it is unchanged
-
-
-class SegmentVanished(RlmError):
-    """The log store deleted the segment before it could be pinned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,141 +49,6 @@ class CopyResult:
     manifest: SegmentManifest
     entries: list[RemoteLogIndexEntry]
     adopted: bool  # an earlier attempt had already committed this segment
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError as err:
-        if err.errno != errno.EXDEV:
-            raise
-        shutil.copy2(src, dst)  # staging on another file system: a copy pins just as well
-
-
-def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, Path]:
-    """Hard-link the segment's files into ``pin_dir``; role → pinned path.
-
-    The ``.log`` may already be renamed ``.log.deleted`` by the store: that name is tried too.
-    Raises :class:`SegmentVanished` when the ``.log`` is gone entirely. Optional companions
-    (indexes, snapshot, leader-epoch checkpoint) are pinned when present.
-    """
-    pin_dir.mkdir(parents=True, exist_ok=True)
-    roles = {
-        keys.LOG: segment.log,
-        keys.OFFSET_INDEX: segment.index,
-        keys.TIME_INDEX: segment.time_index,
-        keys.PRODUCER_SNAPSHOT: segment.snapshot,
-        keys.TXN_INDEX: segment.txn_index,
-        keys.LEADER_EPOCHS: partition_dir / LEADER_EPOCH_CHECKPOINT,
-    }
-    pinned: dict[str, Path] = {}
-    for role, src in roles.items():
-        if src is None:
-            continue
-        dst = pin_dir / role
-        for candidate in (src, src.with_name(src.name + ".deleted")):
-            try:
-                _link_or_copy(candidate, dst)
-                pinned[role] = dst
-                break
-            except FileNotFoundError:
-                continue
-    if keys.LOG not in pinned:
-        shutil.rmtree(pin_dir, ignore_errors=True)
-        raise SegmentVanished(
-            "segment deleted by the log store before it was copied",
-            file=segment.log,
-            offset=segment.base_offset,
-        )
-    return pinned
-
-
-@dataclass(frozen=True, slots=True)
-class ScannedSegment:
-    batches: list[RecordBatch]
-    size: int
-    crc32c: int
-
-
-def scan(log_path: Path) -> ScannedSegment:
-    """CRC-verify every batch; a rolled segment that is empty, ends with a torn tail or has a bad
-    CRC is corrupt (:class:`SegmentQuarantined`, naming the byte position)."""
-    with log_path.open("rb") as fh:
-        version = fstat_version(fh.fileno())
-        size = fh.seek(0, 2)
-        if size == 0:
-            # Kafka never rolls an empty segment (it replaces one at the same base), so a rolled
-            # .log of 0 bytes was truncated on disk: its offsets exist nowhere else.
-            raise SegmentQuarantined(
-                "rolled segment's .log is empty (0 bytes)",
-                cause="empty",
-                file=log_path,
-                position=0,
-                version=version,
-            )
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            try:
-                batches = list(iter_batches(buf, verify_crc=True))
-            except FormatError as err:
-                raise SegmentQuarantined(
-                    f"corrupt segment: {err.reason}",
-                    file=log_path,
-                    position=err.position,
-                    offset=err.offset,
-                    version=version,
-                ) from err
-            valid = batches[-1].position + batches[-1].size if batches else 0
-            if valid != size:
-                raise SegmentQuarantined(
-                    f"rolled segment ends with {size - valid} bytes that are not a complete batch",
-                    cause="torn_tail",
-                    file=log_path,
-                    position=valid,
-                    version=version,
-                )
-            checksum = crc32c.crc32c(buf)
-    return ScannedSegment(batches, size, checksum)
-
-
-_INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
-    (keys.OFFSET_INDEX, "index"),
-    (keys.TIME_INDEX, "timeindex"),
-)
-
-
-def check_indexes(
-    ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path], scanned: ScannedSegment
-) -> None:
-    """Check the pinned ``.index`` / ``.timeindex`` against the scanned batches (docs/broker-files.md);
-    a failed or missing one is replaced in the pin dir by the index Kafka's ``recover`` would
-    build, so the rebuild is what gets uploaded. The broker's own files are never written."""
-    rebuilt: tuple[bytes, bytes] | None = None
-    interval = ctx.shared.index_interval_bytes
-    for n, (role, kind) in enumerate(_INDEX_ROLES):
-        path = pinned.get(role)
-        original = segment.index if kind == "index" else segment.time_index
-        try:
-            if path is None:
-                raise FileNotFoundError(role)
-            raw = path.read_bytes()
-            index = parse_checked(kind, segment.base_offset, raw, scanned.batches)
-            if index.valid_bytes == len(raw):
-                continue
-            data = raw[: index.valid_bytes]  # a rolled index is trimmed (Kafka's trimToValidSize)
-        except FileNotFoundError:
-            log.info("%s: no %s file; uploading one rebuilt from the .log", segment.log, kind)
-            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
-            data = rebuilt[n]
-        except CorruptIndexError as err:
-            assert path is not None
-            note_rebuilt(original or path, err, file_version(path))
-            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
-            data = rebuilt[n]
-        target = path or pinned[keys.LOG].with_name(role)
-        tmp = target.with_name(target.name + ".rebuilt")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)  # a new inode: the hard link to the broker's file is dropped, not written
-        pinned[role] = target
 
 
 def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
@@ -247,145 +64,6 @@ def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int,
     in_force = [e for e in entries if e.start_offset <= first][-1:]
     later = [e for e in entries if first < e.start_offset <= last]
     return tuple((e.epoch, e.start_offset) for e in in_force + later)
-
-
-@dataclass(slots=True)
-class PreparedSegment:
-    """A pinned and scanned segment, ready to upload (steps 1–2 of the protocol; nothing durable
-    yet besides the pin, which recovery drops). :func:`prepare_segment` makes one.
-
-    ``source_position`` is set for a partial copy (docs/cluster-copy.md): the pinned ``.log`` is
-    then the tail of the segment file from that byte, and ``scanned`` describes the tail only.
-    """
-
-    segment: SegmentFiles
-    attempt: str
-    pin_dir: Path
-    pinned: dict[str, Path]
-    scanned: ScannedSegment
-    source_position: int | None = None
-    txn: TxnCapture | None = None  # the aborted transactions to upload (docs/transactions.md)
-
-    @property
-    def base_offset(self) -> int:
-        """The base offset the copy is named by: the segment file's, or for a partial copy the
-        first uploaded batch's (a whole segment keeps its file base even when compaction left its
-        first batch above it)."""
-        if self.source_position is None or not self.scanned.batches:
-            return self.segment.base_offset
-        return self.scanned.batches[0].base_offset
-
-    def discard(self) -> None:
-        shutil.rmtree(self.pin_dir, ignore_errors=True)
-
-
-def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) -> tuple[int, FileVersion]:
-    """Replace the pinned ``.log`` by its tail from the first batch whose base offset is at least
-    ``from_offset``; return that byte position and the version of the segment file.
-
-    The tail is written to a new file in the pin dir (the broker's file, hard-linked there, is only
-    read). A batch holding ``from_offset - 1`` and ``from_offset`` both means this replica's batches
-    are not the ones that were tiered: :class:`LogDirError`, never a silent skip. Framing errors
-    before the cut quarantine the segment like any corrupt segment.
-    """
-    highest = from_offset - 1
-    src = pinned[keys.LOG]
-    with src.open("rb") as fh:
-        version = fstat_version(fh.fileno())
-        size = fh.seek(0, 2)
-        if size == 0:
-            raise SegmentQuarantined(
-                "rolled segment's .log is empty (0 bytes)",
-                cause="empty",
-                file=segment.log,
-                position=0,
-                version=version,
-            )
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            position = size
-            try:
-                for batch in iter_batches(buf, verify_crc=False):
-                    if batch.base_offset > highest:
-                        position = batch.position
-                        break
-                    if batch.last_offset > highest:
-                        raise LogDirError(
-                            f"batch {batch.base_offset}-{batch.last_offset} holds both the highest tiered "
-                            f"offset {highest} and the offsets after it: this replica's batches are not "
-                            "the ones that were tiered (the lineages disagree); not copying from it",
-                            file=segment.log,
-                            position=batch.position,
-                            offset=batch.base_offset,
-                        )
-            except FormatError as err:
-                raise SegmentQuarantined(
-                    f"corrupt segment: {err.reason}",
-                    file=segment.log,
-                    position=err.position,
-                    offset=err.offset,
-                    version=version,
-                ) from err
-        tail = src.with_name(src.name + ".tail")
-        fh.seek(position)
-        with tail.open("wb") as out:
-            shutil.copyfileobj(fh, out, 1 << 20)  # streamed: a segment may be 1 GiB
-    os.replace(tail, src)  # a new inode: the hard link to the broker's file is dropped, not written
-    return position, version
-
-
-def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], scanned: ScannedSegment) -> None:
-    """``.index`` / ``.timeindex`` for the uploaded tail, rebuilt as Kafka's ``recover`` would for a
-    segment holding exactly those batches (the broker's indexes describe the whole file)."""
-    if not scanned.batches:
-        return
-    built = rebuild_indexes(scanned.batches[0].base_offset, scanned.batches, ctx.shared.index_interval_bytes)
-    for (role, _), data in zip(_INDEX_ROLES, built, strict=True):
-        target = pinned[keys.LOG].with_name(role)
-        tmp = target.with_name(target.name + ".rebuilt")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)  # replaces the pinned hard link (if any): the broker's file is untouched
-        pinned[role] = target
-
-
-def prepare_segment(
-    ctx: PartitionContext, segment: SegmentFiles, from_offset: int | None = None
-) -> PreparedSegment:
-    """Pin and scan one segment. The manager runs this for the next segment while the current one
-    uploads, so the CRC-verifying scan overlaps the network instead of adding to it.
-
-    ``from_offset`` above the segment's base makes a partial copy (docs/cluster-copy.md): only the
-    batches from the first one with base offset ≥ ``from_offset`` are scanned and uploaded, with
-    indexes rebuilt for them. Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or
-    :class:`LogDirError` (a batch straddles ``from_offset``); the pin is then dropped.
-    """
-    attempt = keys.new_attempt_id(ctx.shared.clock_ms())
-    pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
-    pinned = pin(segment, ctx.part.path, pin_dir)
-    crash_point("after_pin")
-    position: int | None = None
-    try:
-        version = None
-        if from_offset is not None and from_offset > segment.base_offset:
-            position, version = _cut_tail(segment, pinned, from_offset)
-        try:
-            if position is not None and pinned[keys.LOG].stat().st_size == 0:
-                scanned = ScannedSegment([], 0, 0)  # no batch at or above from_offset: nothing to copy
-            else:
-                scanned = scan(pinned[keys.LOG])
-        except SegmentQuarantined as err:
-            named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
-            if version is not None:
-                cast(SegmentQuarantined, named).version = version  # the quarantine follows the broker's file
-            raise named from err
-        if position is None:
-            check_indexes(ctx, segment, pinned, scanned)
-        else:
-            _tail_indexes(ctx, pinned, scanned)
-        txn = capture_txn_index(segment, pinned, scanned.batches, position) if scanned.batches else None
-    except BaseException:
-        shutil.rmtree(pin_dir, ignore_errors=True)
-        raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position, txn)
 
 
 def _describe(m: SegmentManifest) -> str:
@@ -438,6 +116,72 @@ def _commit(
     return existing, remote.segment_entries(existing), True
 
 
+def _manifest_of(
+    ctx: PartitionContext, segment: SegmentFiles, prep: PreparedSegment, uploaded: Uploaded
+) -> SegmentManifest:
+    """The manifest committing ``prep``'s uploaded attempt (docs/formats.md §6.3): offsets and
+    timestamps of its batches, its objects and entries, the leader epochs in force over its
+    offsets, its aborted transactions and protection."""
+    scanned, pinned, base = prep.scanned, prep.pinned, prep.base_offset
+    first, last = scanned.batches[0], scanned.batches[-1]
+    partial = prep.source_position is not None
+    return SegmentManifest(
+        topic=ctx.topic,
+        partition=ctx.partition,
+        base_offset=base,
+        last_offset=last.last_offset,
+        first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+        max_timestamp=max(b.max_timestamp for b in scanned.batches),
+        size_bytes=scanned.size,
+        record_batches=len(scanned.batches),
+        index_entries=len(uploaded.entries),
+        attempt_id=prep.attempt,
+        created_ms=ctx.shared.clock_ms(),
+        objects=uploaded.objects,
+        leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset, last.last_offset),
+        source_base_offset=segment.base_offset if partial else None,
+        source_position=prep.source_position,
+        txn_index=prep.txn.manifest_field(state_before_copy(segment, pinned, base, partial, ctx.manifests))
+        if prep.txn is not None
+        else None,
+        protection=uploaded.protection,
+    )
+
+
+def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
+    """Build the segment's entries, journal COPY_STARTED (fsynced, before any upload) and upload
+    the attempt's objects under its attempt-unique keys (steps 3–5 of docs/architecture.md §3)."""
+    shared, scanned, attempt = ctx.shared, prep.scanned, prep.attempt
+    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
+    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
+    # partial copy is named by its first batch (docs/cluster-copy.md).
+    base = prep.base_offset
+
+    def key(name: str) -> str:
+        return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
+
+    entries = build_entries(
+        scanned.batches,
+        object_url=shared.backend.url(key(keys.LOG)),
+        index_entry_bytes=shared.settings.index_entry_bytes,
+    )
+    ctx.journal.append("COPY_STARTED", base, attempt)
+    ctx.in_flight.add(attempt)
+    crash_point("after_journal_start")
+    # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/seal.py.
+    return upload_attempt(
+        ctx,
+        prep.pinned,
+        prep.txn.path if prep.txn is not None else None,
+        entries,
+        scanned.batches,
+        base,
+        attempt,
+        key,
+        scanned.crc32c,
+    )
+
+
 def copy_segment(
     ctx: PartitionContext,
     segment: SegmentFiles,
@@ -456,67 +200,15 @@ def copy_segment(
     shared = ctx.shared
     started = time.monotonic()
     prep = prepared if prepared is not None else prepare_segment(ctx, segment, from_offset)
-    attempt, pinned, scanned = prep.attempt, prep.pinned, prep.scanned
-    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
-    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
-    # partial copy is named by its first batch (docs/cluster-copy.md).
-    base = prep.base_offset
+    base, attempt = prep.base_offset, prep.attempt
     try:
-        if not scanned.batches:
+        if not prep.scanned.batches:
             return None
-        first, last = scanned.batches[0], scanned.batches[-1]
-
-        def key(name: str) -> str:
-            return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
-
-        entries = build_entries(
-            scanned.batches,
-            object_url=shared.backend.url(key(keys.LOG)),
-            index_entry_bytes=shared.settings.index_entry_bytes,
-        )
-
-        ctx.journal.append("COPY_STARTED", base, attempt)
-        ctx.in_flight.add(attempt)
-        crash_point("after_journal_start")
-        # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/seal.py.
-        uploaded = upload_attempt(
-            ctx,
-            pinned,
-            prep.txn.path if prep.txn is not None else None,
-            entries,
-            scanned.batches,
-            base,
-            attempt,
-            key,
-            scanned.crc32c,
-        )
-        objects, entries = uploaded.objects, uploaded.entries
+        uploaded = _upload(ctx, prep)
         crash_point("after_data")
 
-        manifest = SegmentManifest(
-            topic=ctx.topic,
-            partition=ctx.partition,
-            base_offset=base,
-            last_offset=last.last_offset,
-            first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
-            max_timestamp=max(b.max_timestamp for b in scanned.batches),
-            size_bytes=scanned.size,
-            record_batches=len(scanned.batches),
-            index_entries=len(entries),
-            attempt_id=attempt,
-            created_ms=shared.clock_ms(),
-            objects=objects,
-            leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset, last.last_offset),
-            source_base_offset=segment.base_offset if prep.source_position is not None else None,
-            source_position=prep.source_position,
-            txn_index=prep.txn.manifest_field(
-                state_before_copy(segment, pinned, base, prep.source_position is not None, ctx.manifests)
-            )
-            if prep.txn is not None
-            else None,
-            protection=uploaded.protection,
-        )
-        manifest, entries, adopted = _commit(ctx, manifest, objects, entries)
+        manifest = _manifest_of(ctx, segment, prep, uploaded)
+        manifest, entries, adopted = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
         shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
         crash_point("after_manifest")
 

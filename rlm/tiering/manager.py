@@ -38,19 +38,14 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity, protect
 from rlm.tiering.checkpoint_cache import CheckpointCache
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
-from rlm.tiering.copier import (
-    PreparedSegment,
-    SegmentQuarantined,
-    SegmentVanished,
-    copy_segment,
-    prepare_segment,
-)
+from rlm.tiering.copier import copy_segment
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
+from rlm.tiering.prepare import PreparedSegment, SegmentQuarantined, SegmentVanished, prepare_segment
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
 from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_index import RemoteIndexFamily

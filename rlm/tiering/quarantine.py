@@ -13,7 +13,7 @@ import logging
 
 from rlm.logdir.indexcheck import file_version
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.copier import SegmentQuarantined
+from rlm.tiering.prepare import SegmentQuarantined
 from rlm.tiering.state import PartitionContext, Quarantine
 
 __all__ = ["quarantine", "reexamine_quarantine"]

@@ -19,7 +19,7 @@ from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend
-from rlm.tiering import copier
+from rlm.tiering import prepare
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from tests.tiering.helpers import check_store, local_index_files, write_config
@@ -65,7 +65,7 @@ def test_rename_to_deleted_right_after_pin_does_not_break_the_copy(
     logs, cfg = _setup(tmp_path)
     part = logs / f"{TOPIC}-0"
     originals = {s.base_offset: s.log.read_bytes() for s in list_segments(part)}
-    real_pin = copier.pin
+    real_pin = prepare.pin
     renamed = []
 
     def pin_then_store_deletes(segment: Any, partition_dir: Path, pin_dir: Path) -> dict[str, Path]:
@@ -78,7 +78,7 @@ def test_rename_to_deleted_right_after_pin_does_not_break_the_copy(
                 deleted.unlink()
         return pinned
 
-    monkeypatch.setattr(copier, "pin", pin_then_store_deletes)
+    monkeypatch.setattr(prepare, "pin", pin_then_store_deletes)
     backend = LocalBackend(root=str(tmp_path / "store"))
     manager = _manager(cfg, backend)
     results = manager.run_once()
@@ -118,7 +118,7 @@ def test_segment_deleted_before_pin_is_skipped_and_counted(
     part = logs / f"{TOPIC}-0"
     segments = list_segments(part)
     victim = segments[1]
-    real_pin = copier.pin
+    real_pin = prepare.pin
 
     def store_deletes_first(segment: Any, partition_dir: Path, pin_dir: Path) -> dict[str, Path]:
         if segment.base_offset == victim.base_offset and segment.log.exists():
@@ -127,7 +127,7 @@ def test_segment_deleted_before_pin_is_skipped_and_counted(
                     path.unlink()
         return real_pin(segment, partition_dir, pin_dir)
 
-    monkeypatch.setattr(copier, "pin", store_deletes_first)
+    monkeypatch.setattr(prepare, "pin", store_deletes_first)
     backend = LocalBackend(root=str(tmp_path / "store"))
     manager = _manager(cfg, backend)
     results = manager.run_once()
@@ -135,7 +135,7 @@ def test_segment_deleted_before_pin_is_skipped_and_counted(
     assert victim.base_offset not in results[0].copied
     assert results[0].copied[0] == segments[0].base_offset and len(results[0].copied) >= 3
     assert _metric(manager, "rlm_segments_deleted_before_copy_total") == 1
-    monkeypatch.setattr(copier, "pin", real_pin)
+    monkeypatch.setattr(prepare, "pin", real_pin)
     # The daemon keeps going: the next pass neither fails nor re-reports the gap.
     assert [r.error for r in manager.run_once()] == [None]
     check = check_store([logs], backend)
