@@ -13,7 +13,7 @@ or that time comes, a pass is a few ``stat`` calls and no store request.
 The "racy" rule (:func:`rlm.fsutil.settled`): the directory's signature is taken before the pass
 reads anything and is kept only when the directory had been unchanged for ``SETTLE_NS`` by then —
 a change within the same timestamp tick could otherwise hide behind an equal signature.
-Checkpoint values come from :class:`~rlm.tiering.checkpoint_cache.CheckpointCache`, which applies
+Checkpoint values come from :class:`~rlm.logdir.checkpoint_cache.CheckpointCache`, which applies
 the same rule to its files.
 
 The mark is also kept in ``<state dir>/idle.json`` (with the progress it was made for), so a
@@ -32,8 +32,8 @@ from typing import Any
 
 from rlm.errors import RlmError
 from rlm.fsutil import Signature, atomic_write, settled, stat_signature
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, PartitionState
-from rlm.tiering.checkpoint_cache import CheckpointCache
 from rlm.tiering.policy import TopicPolicy
 from rlm.tiering.state import PartitionContext, Progress
 

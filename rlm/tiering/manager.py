@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
 from rlm.errors import RlmError
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import (
     PartitionDir,
     SegmentFiles,
@@ -36,7 +37,6 @@ from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity, protect
-from rlm.tiering.checkpoint_cache import CheckpointCache
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copier import copy_segment
 from rlm.tiering.gc import collect_garbage

@@ -1,4 +1,4 @@
-"""The checkpoint cache (rlm/tiering/checkpoint_cache.py) never keeps a parse that a same-signature
+"""The checkpoint cache (rlm/logdir/checkpoint_cache.py) never keeps a parse that a same-signature
 successor could hide: a broker's rename can reuse the freed inode, keep the size and land in the
 same timestamp tick."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.fsutil import SETTLE_NS
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT
 from rlm.logdir.segment import log_end_offset
-from rlm.tiering.checkpoint_cache import CheckpointCache
 
 
 def _write_hw(log_dir: Path, hw: int, mtime_ns: int) -> Path:

@@ -1,4 +1,9 @@
-"""A log dir's parsed Kafka checkpoints, cached until one of the files changes."""
+"""A log dir's parsed Kafka checkpoints, cached until one of the files changes (docs/read-path.md).
+
+One instance per process serves the tiering passes (``RemoteLogManager.checkpoints``) and the read
+path (``ReaderResources.checkpoints``: lookups, fetches, offsets-for-times, the Kafka listener), so
+neither re-parses the three files per partition.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from rlm.logdir.scan import (
     LogDirCheckpoints,
     read_checkpoints,
 )
+
+__all__ = ["CheckpointCache"]
 
 _CHECKPOINT_FILES = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 
@@ -37,9 +44,11 @@ class CheckpointCache:
         return tuple(stat_signature(log_dir / name) for name in _CHECKPOINT_FILES)
 
     def get(self, log_dir: Path) -> LogDirCheckpoints:
+        """The checkpoints of ``log_dir`` as they are now: one ``stat`` per file on a hit, a parse
+        otherwise. Raises what :func:`read_checkpoints` raises for an unreadable file (not cached)."""
         sig = self._signature(log_dir)
         with self._lock:
-            hit = self._cache.get(log_dir)
+            hit = self._cache.get(log_dir)  # bounded: one entry per log dir ever asked about
         if hit is not None and hit[0] == sig:
             return hit[1]
         started_ns = time.time_ns()
