@@ -43,6 +43,7 @@ def build_api(
         cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
         policies=manager.policies,
         protection=manager.shared.protection,
+        checkpoints=manager.checkpoints,
     )
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart
     app = create_app(

@@ -167,7 +167,8 @@ class PartitionReader:
         return [v for v in views if v is not None]
 
     def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
-        return partition_offsets(self.part, self.progress, segments, policy=self.res.eligibility)
+        checkpoints = self.res.checkpoints.get(self.part.log_dir)
+        return partition_offsets(self.part, self.progress, segments, checkpoints, self.res.eligibility)
 
     def _not_found(self, ranges: PartitionOffsets, reason: str) -> LookupResult:
         return LookupResult(self.part.topic, self.part.partition, False, ranges, reason=reason)

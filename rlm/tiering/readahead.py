@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from rlm.config import TieringSettings
 from rlm.formats.remote_index import DecodedEntry
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
@@ -334,6 +335,9 @@ class ReaderResources:
     limits: ReadAheadLimits = field(default_factory=ReadAheadLimits)
     #: Opens compressed/encrypted entries (docs/protection.md); the cache holds stored bytes.
     protection: StoreProtection = field(default_factory=StoreProtection)
+    #: The log dirs' parsed checkpoints, re-read only when a file changed (the daemon shares its
+    #: manager's): a lookup would otherwise parse every partition's entries to find its own.
+    checkpoints: CheckpointCache = field(default_factory=CheckpointCache)
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)

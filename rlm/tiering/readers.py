@@ -17,6 +17,7 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats.naming import validate_topic
 from rlm.fsutil import FileMemo
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import RemoteRangeCache
@@ -66,10 +67,12 @@ class TieredReaders:
         cache: RemoteRangeCache | None = None,
         policies: TopicPolicyResolver | None = None,
         protection: StoreProtection | None = None,
+        checkpoints: CheckpointCache | None = None,
     ) -> None:
         """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
         process reads the metadata log once; a one-shot command gets its own. ``protection``: the
-        daemon passes its manager's (one key ring per process); else built from the settings."""
+        daemon passes its manager's (one key ring per process); else built from the settings.
+        ``checkpoints``: the daemon passes its manager's cache of parsed log-dir checkpoints."""
         self.settings = settings
         self.resources = ReaderResources(
             backend,
@@ -77,6 +80,7 @@ class TieredReaders:
             eligibility=settings.log.eligibility,
             limits=ReadAheadLimits.from_settings(settings.tiering),
             protection=protection or StoreProtection.from_settings(settings.remote),
+            checkpoints=checkpoints or CheckpointCache(),
         )
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)

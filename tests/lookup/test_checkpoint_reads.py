@@ -1,0 +1,83 @@
+"""The read path takes a log dir's checkpoints from the cache (rlm/logdir/checkpoint_cache.py,
+docs/read-path.md): a lookup sees the broker's rewrite of the high watermark at once, and a pass
+over P partitions of one log dir parses the checkpoint files once, not P times. Real partitions
+(LogWriter), real readers over the local store."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm.formats.checkpoint import format_offset_checkpoint
+from rlm.fsutil import SETTLE_NS
+from rlm.logdir import checkpoint_cache
+from rlm.logdir.scan import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LogDirCheckpoints,
+    read_checkpoints,
+)
+from rlm.storage.local import LocalBackend
+from rlm.tiering.readers import TieredReaders
+from tests.lookup.helpers import settings_for, write_generated
+
+
+def _rewrite_hw(log_dir: Path, hws: dict[tuple[str, int], int], mtime_ns: int) -> None:
+    """As a broker does: a new file renamed over the old one (a new inode), here with an old mtime
+    so that the cache may keep it (it only keeps parses of settled files)."""
+    tmp = log_dir / (REPLICATION_OFFSET_CHECKPOINT + ".tmp")
+    tmp.write_text(format_offset_checkpoint(hws))
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, log_dir / REPLICATION_OFFSET_CHECKPOINT)
+
+
+def _readers(tmp_path: Path, partitions: int) -> tuple[Path, TieredReaders]:
+    logs = tmp_path / "logs"
+    for p in range(partitions):
+        write_generated(logs, "t", p, batches=40, seed=p)
+    old = time.time_ns() - 10 * SETTLE_NS
+    for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
+        if (logs / name).exists():  # settled, as a broker's are between its flushes
+            os.utime(logs / name, ns=(old, old))
+    settings = settings_for([logs], options={"root": str(tmp_path / "store")}, eligibility="high-watermark")
+    return logs, TieredReaders(settings, LocalBackend(root=str(tmp_path / "store")))
+
+
+def test_a_lookup_sees_a_high_watermark_rewritten_by_rename(tmp_path: Path) -> None:
+    logs, readers = _readers(tmp_path, 1)
+    settled = time.time_ns() - 10 * SETTLE_NS
+    _rewrite_hw(logs, {("t", 0): 100}, settled)
+    reader = readers.reader("t", 0)
+    assert reader.lookup_offset(99).found
+    assert not reader.lookup_offset(150).found  # above the high watermark
+    cached = readers.resources.checkpoints.get(logs)
+    assert readers.resources.checkpoints.get(logs) is cached  # settled: kept, not parsed again
+    # Same size, same mtime: only the inode (a rename) tells the versions apart.
+    _rewrite_hw(logs, {("t", 0): 200}, settled)
+    found = readers.reader("t", 0).lookup_offset(150)
+    assert found.found and found.offset == 150
+    assert found.ranges.visible_end_offset == 200
+
+
+def test_offsets_for_times_over_many_partitions_parses_the_checkpoints_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs, readers = _readers(tmp_path, 6)
+    settled = time.time_ns() - 10 * SETTLE_NS
+    _rewrite_hw(logs, {("t", p): 120 for p in range(6)}, settled)
+    parsed: list[Path] = []
+
+    def counting(log_dir: Path | str) -> LogDirCheckpoints:
+        parsed.append(Path(log_dir))
+        return read_checkpoints(log_dir)
+
+    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    rows = readers.offsets_for_times(-1)  # latest: the visible end of every partition
+    assert sorted((r.partition, r.offset) for r in rows) == [(p, 120) for p in range(6)]
+    assert parsed == [logs]
+    readers.offsets_for_times(-2)
+    assert parsed == [logs]  # nothing changed: no parse at all
