@@ -42,9 +42,10 @@ from rlm.config import Settings
 from rlm.config.protection import read_key_file
 from rlm.errors import InvalidArgumentError, RlmError
 from rlm.formats import naming
-from rlm.formats.remote_index import RemoteLogIndexEntry, decode_entry
+from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.jobs.ship import check_build, rlm_build
+from rlm.logdir.index_sets import read_local_entries
 from rlm.logdir.scan import (
     EligibilityPolicy,
     PartitionDir,
@@ -207,28 +208,6 @@ def select_partitions(
         for p in found
         if (wanted is None or p.topic in wanted) and (partitions is None or p.partition in set(partitions))
     ]
-
-
-def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
-    """Every readable entry of the local ``.remotelogindex`` sets of a partition, oldest first.
-
-    Tolerant: a set is read up to its first bad or torn entry (the daemon may be appending).
-    """
-    out: list[RemoteLogIndexEntry] = []
-    for path in sorted(directory.glob("*" + naming.REMOTE_LOG_INDEX)):
-        try:
-            buf = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        pos = 0
-        while pos < len(buf):
-            try:
-                decoded = decode_entry(buf, pos)
-            except RlmError:
-                break
-            out.append(decoded.entry)
-            pos = decoded.end_position
-    return out
 
 
 def _group_by_object(

@@ -43,6 +43,7 @@ from rlm.formats.transactions import (
     summarize,
 )
 from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
+from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
@@ -51,7 +52,6 @@ from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
 from rlm.tiering.protect import StoreProtection
-from rlm.tiering.remote_sets import SetView
 from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources, plan_sources
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 

@@ -19,23 +19,22 @@ Readers never write: they use the local remote-index files as they are and the p
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError
-from rlm.formats import naming
+from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
+from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.tiering.cache import RangeBytes
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
-from rlm.tiering.remote_sets import SetView, chain_from, remote_max_timestamp
+from rlm.tiering.remote_sets import chain_from, remote_max_timestamp
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
@@ -152,19 +151,8 @@ class PartitionReader:
 
     # -- what is where ------------------------------------------------------------------------
 
-    def _set_bases(self) -> list[int]:
-        bases = []
-        for name in os.listdir(self.part.path):
-            if name.endswith(naming.REMOTE_OFFSET_INDEX):
-                try:
-                    bases.append(naming.parse_base_offset(name))
-                except RlmError:
-                    continue
-        return sorted(bases)
-
     def _sets(self) -> list[SetView]:
-        views = [self.res.sets.get(self.part.path, b) for b in self._set_bases()]
-        return [v for v in views if v is not None]
+        return self.res.sets.sets(self.part.path)
 
     def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
         checkpoints = self.res.checkpoints.get(self.part.log_dir)

@@ -42,13 +42,13 @@ from rlm.tiering.copier import copy_segment
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
+from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
 from rlm.tiering.prepare import PreparedSegment, SegmentQuarantined, SegmentVanished, prepare_segment
 from rlm.tiering.quarantine import quarantine, reexamine_quarantine
 from rlm.tiering.recovery import observe, rebuild_local_index
-from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import Orphan
 from rlm.tiering.resume import load_state
 from rlm.tiering.retention import retention_pass

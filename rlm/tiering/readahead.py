@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from rlm.config import TieringSettings
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.checkpoint_cache import CheckpointCache
+from rlm.logdir.index_sets import SetCache
 from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.protect import EntryOpener, StoreProtection
-from rlm.tiering.remote_sets import SetCache
 
 #: The largest ranged GET read-ahead makes of adjacent entries of one object (bytes).
 COALESCE_BYTES = 8 << 20

@@ -21,9 +21,10 @@ from functools import partial
 from rlm.errors import FormatError
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import DecodedEntry
+from rlm.logdir.index_sets import SetView
 from rlm.tiering.cache import Admission, RangeBytes, RangeKey
 from rlm.tiering.readahead import ReaderResources
-from rlm.tiering.remote_sets import SetView, chain_from
+from rlm.tiering.remote_sets import chain_from
 
 #: The bytes of a fetch's answer: one entry's slice (no copy) or several joined.
 FetchBytes = bytes | memoryview

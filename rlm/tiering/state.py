@@ -28,12 +28,12 @@ from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys, snapshot
+from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.lineage import StoreView
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.protect import StoreProtection
-from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
 

@@ -20,10 +20,10 @@ from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compres
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.storage.memory import MemoryBackend
+from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.remote_index import RemoteIndexFamily
 from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.state import Progress
 from tests.formats.test_records import legacy_message

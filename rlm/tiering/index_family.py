@@ -1,4 +1,5 @@
-"""The local remote-index family of one partition: sets of three files, appended, rotated, repaired.
+"""The local remote-index family of one partition: sets of three files, appended, rotated, repaired
+(the writer; reading a set is rlm/logdir/index_sets.py, the byte format rlm/formats/remote_index.py).
 
 Files live in the partition directory (docs/formats.md §5)::
 
@@ -20,12 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,19 +34,16 @@ from rlm.formats.offset_index import INT32_MAX, OffsetIndex
 from rlm.formats.remote_index import (
     DecodedEntry,
     RemoteLogIndexEntry,
-    decode_entry,
     iter_entries,
     scan_entries,
 )
 from rlm.formats.remote_index_derived import RemoteIndexSetBuilder, derive_remote_indexes
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
+from rlm.logdir.index_sets import SET_SUFFIXES, find_sets, mapped, set_bounds
 from rlm.tiering.crash import crash_point
 from rlm.tiering.statefiles import int_field, loads_or_none
 
 log = logging.getLogger(__name__)
-
-SUFFIXES = (naming.REMOTE_LOG_INDEX, naming.REMOTE_OFFSET_INDEX, naming.REMOTE_TIME_INDEX)
-_SUFFIX_SET = frozenset(SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,28 +53,6 @@ class RepairReport:
     truncated_bytes: int = 0
     rewrote_derived: bool = False
     error: str | None = None
-
-
-@contextmanager
-def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
-    """Map a file read-only; an empty or missing file reads as ``b""``."""
-    try:
-        fh = path.open("rb")
-    except FileNotFoundError:
-        yield b""
-        return
-    with fh:
-        if fh.seek(0, 2) == 0:
-            yield b""
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            try:
-                yield mm
-            except BaseException as exc:
-                # The failed decoder's frames hold memoryviews of the map: without this, closing it
-                # raises BufferError, which replaces the real error.
-                traceback.clear_frames(exc.__traceback__)
-                raise
 
 
 class RemoteIndexSet:
@@ -110,17 +84,17 @@ class RemoteIndexSet:
         except FileNotFoundError:
             return 0
 
+    def _offset_index(self) -> OffsetIndex:
+        raw = self.path(naming.REMOTE_OFFSET_INDEX).read_bytes()
+        return OffsetIndex(self.base_offset, raw, preallocated=False)
+
     def _load_bounds(self) -> None:
         if self._last is not None:
             return
-        offsets = OffsetIndex(
-            self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(), preallocated=False
-        )
         with mapped(self.log_index_path) as buf:
-            if len(offsets) == 0 or len(buf) == 0:
-                return
-            self._first = decode_entry(buf, 0).entry
-            self._last = decode_entry(buf, offsets[len(offsets) - 1].position).entry
+            bounds = set_bounds(self._offset_index(), buf)
+            if bounds is not None:
+                self._first, self._last = bounds[0].entry, bounds[1].entry
 
     @property
     def first_entry(self) -> RemoteLogIndexEntry | None:
@@ -147,16 +121,13 @@ class RemoteIndexSet:
         ``.remotelogindex`` exactly: what any state but an interrupted append leaves. Reads two
         small pieces of the set, never all of it."""
         try:
-            offsets = OffsetIndex(
-                self.base_offset, self.path(naming.REMOTE_OFFSET_INDEX).read_bytes(), preallocated=False
-            )
             with mapped(self.log_index_path) as buf:
-                if len(offsets) == 0 or len(buf) == 0:
+                bounds = set_bounds(self._offset_index(), buf)
+                if bounds is None:
                     return False
-                first = decode_entry(buf, 0).entry
-                decoded = decode_entry(buf, offsets[len(offsets) - 1].position)
-                last, whole = decoded.entry, decoded.end_position == len(buf)
-                del decoded
+                first, last = bounds[0].entry, bounds[1].entry
+                whole = bounds[1].end_position == len(buf)
+                del bounds
         except (OSError, FormatError, ValueError):
             return False
         if whole:
@@ -250,13 +221,13 @@ class RemoteIndexSet:
 
     def close(self) -> None:
         """Seal the set: it is complete and fsynced; drop the in-memory builder."""
-        for suffix in SUFFIXES:
+        for suffix in SET_SUFFIXES:
             if self.path(suffix).exists():
                 fsync_file(self.path(suffix))
         self._builder = None
 
     def delete(self) -> None:
-        for suffix in SUFFIXES:
+        for suffix in SET_SUFFIXES:
             self.path(suffix).unlink(missing_ok=True)
 
 
@@ -303,27 +274,13 @@ class RemoteIndexFamily:
         doc = {str(s.base_offset): s.created_ms for s in self.sets}
         atomic_write(self.meta_path, json.dumps(doc).encode())
 
-    def _scan_bases(self) -> dict[int, set[str]]:
-        bases: dict[int, set[str]] = {}
-        with os.scandir(self.directory) as it:
-            for entry in it:  # a partition dir holds 3+ files per segment: one set lookup each
-                dot = entry.name.rfind(".")
-                suffix = entry.name[dot:] if dot >= 0 else ""
-                if suffix in _SUFFIX_SET:
-                    try:
-                        base = naming.parse_base_offset(entry.name)
-                    except Exception:
-                        continue
-                    bases.setdefault(base, set()).add(suffix)
-        return bases
-
     def open_trusted(self) -> bool:
         """Find the sets without scanning the active one (a restart that trusts the local state,
         rlm.tiering.resume): True when every set has its three files and the active set's tail
         is whole (:meth:`RemoteIndexSet.tail_is_whole`); its append state is rebuilt on the first
         append. False changes nothing: :meth:`open` then finds and repairs what is wrong."""
-        bases = self._scan_bases()
-        if any(found != set(SUFFIXES) for found in bases.values()):
+        bases = find_sets(self.directory)
+        if any(found != set(SET_SUFFIXES) for found in bases.values()):
             return False
         meta = self._load_meta()
         sets = [RemoteIndexSet(self.directory, base, meta.get(base, self._clock())) for base in sorted(bases)]
@@ -335,7 +292,7 @@ class RemoteIndexFamily:
     def open(self) -> RepairReport:
         """Find the sets, remove stray derived files, repair the active set."""
         self._active_unopened = False
-        bases = self._scan_bases()
+        bases = find_sets(self.directory)
         meta = self._load_meta()
         self.sets = []
         for base in sorted(bases):

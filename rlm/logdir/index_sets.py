@@ -1,0 +1,187 @@
+"""Reading a partition's local remote-index sets (docs/formats.md §5): the one reader of the
+``<base>.remotelogindex`` / ``.remoteoffsetindex`` / ``.remotetimeindex`` files on disk.
+
+Lookups (:class:`SetCache` → :class:`SetView`), the jobs' planner (:func:`read_local_entries`) and
+the family that appends and repairs the sets (rlm/tiering/index_family.py: :func:`find_sets`,
+:func:`mapped`, :func:`set_bounds`) all read through here. Everything here is read-only and
+tolerant: the daemon may be appending, so a set is read up to its last whole entry (a torn tail is
+simply not visible yet) and derived files up to their last whole 12-/8-byte entry.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import traceback
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import RlmError
+from rlm.formats import naming
+from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.records import Buffer
+from rlm.formats.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
+from rlm.formats.time_index import TimeIndex
+
+__all__ = [
+    "SET_SUFFIXES",
+    "SetCache",
+    "SetView",
+    "find_sets",
+    "load_set",
+    "mapped",
+    "read_local_entries",
+    "set_bounds",
+]
+
+#: The three files of one set, by suffix: the entries (the source of truth) and the two derived.
+SET_SUFFIXES = (naming.REMOTE_LOG_INDEX, naming.REMOTE_OFFSET_INDEX, naming.REMOTE_TIME_INDEX)
+_SUFFIX_SET = frozenset(SET_SUFFIXES)
+
+
+def find_sets(directory: Path) -> dict[int, set[str]]:
+    """The sets in ``directory``: base offset → the suffixes of :data:`SET_SUFFIXES` present.
+    Names whose base does not parse are not sets and are left out."""
+    bases: dict[int, set[str]] = {}
+    with os.scandir(directory) as it:
+        for entry in it:  # a partition dir holds 3+ files per segment: one set lookup each
+            dot = entry.name.rfind(".")
+            suffix = entry.name[dot:] if dot >= 0 else ""
+            if suffix in _SUFFIX_SET:
+                try:
+                    base = naming.parse_base_offset(entry.name)
+                except RlmError:
+                    continue
+                bases.setdefault(base, set()).add(suffix)
+    return bases
+
+
+@contextmanager
+def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """Map a file read-only; an empty or missing file reads as ``b""``."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        yield b""
+        return
+    with fh:
+        if fh.seek(0, 2) == 0:
+            yield b""
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            try:
+                yield mm
+            except BaseException as exc:
+                # The failed decoder's frames hold memoryviews of the map: without this, closing it
+                # raises BufferError, which replaces the real error.
+                traceback.clear_frames(exc.__traceback__)
+                raise
+
+
+def set_bounds(offsets: OffsetIndex, log_index: Buffer) -> tuple[DecodedEntry, DecodedEntry] | None:
+    """A set's first entry (at byte 0) and last (where the offset index's last entry points),
+    decoded and CRC-checked without reading what lies between; None when either file is empty.
+    Raises :class:`~rlm.errors.FormatError` for a bad entry at either place."""
+    if len(offsets) == 0 or len(log_index) == 0:
+        return None
+    return decode_entry(log_index, 0), decode_entry(log_index, offsets[len(offsets) - 1].position)
+
+
+def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
+    """Every readable entry of the partition's ``.remotelogindex`` files, oldest set first; each
+    set up to its first bad, torn or out-of-order entry (:func:`scan_entries`)."""
+    out: list[RemoteLogIndexEntry] = []
+    for base, suffixes in sorted(find_sets(directory).items()):
+        if naming.REMOTE_LOG_INDEX not in suffixes:
+            continue
+        try:
+            buf = (directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX)).read_bytes()
+        except FileNotFoundError:
+            continue  # removed by retention meanwhile
+        out.extend(d.entry for d in scan_entries(buf).entries)
+    return out
+
+
+@dataclass
+class SetView:
+    """One set as a lookup reads it: both derived indexes and the entries' bytes, with the first
+    and last entry decoded (None for a set with no whole entry yet)."""
+
+    base_offset: int
+    offsets: OffsetIndex
+    times: TimeIndex
+    log_index: bytes | mmap.mmap
+    first: DecodedEntry | None
+    last: DecodedEntry | None
+
+    def entry_after(self, entry: DecodedEntry) -> DecodedEntry | None:
+        if entry.end_position >= len(self.log_index):
+            return None
+        return decode_entry(self.log_index, entry.end_position)
+
+    def entries_from(self, entry: DecodedEntry) -> Iterator[DecodedEntry]:
+        current: DecodedEntry | None = entry
+        while current is not None:
+            yield current
+            current = self.entry_after(current)
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def load_set(directory: Path, base: int) -> SetView | None:
+    """The set at ``base`` as it is now; None when it has no indexed entry (yet, or any more)."""
+    # Derived files first, then the entries: anything they reference was appended before them.
+    offsets_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX))
+    times_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_TIME_INDEX))
+    log_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX))
+    # A concurrent append may have left partial trailing entries in any file: keep whole ones.
+    offsets_raw = offsets_raw[: len(offsets_raw) - len(offsets_raw) % OffsetIndex.ENTRY_SIZE]
+    times_raw = times_raw[: len(times_raw) - len(times_raw) % TimeIndex.ENTRY_SIZE]
+    offsets = OffsetIndex(base, offsets_raw, preallocated=False)
+    bounds = set_bounds(offsets, log_raw)
+    if bounds is None:
+        return None
+    return SetView(base, offsets, TimeIndex(base, times_raw, preallocated=False), log_raw, *bounds)
+
+
+class SetCache:
+    """Parsed sets keyed by (path, size, mtime): a file that changed is parsed again. At most
+    ``max_sets`` views (least recently used first out)."""
+
+    def __init__(self, max_sets: int = 256) -> None:
+        self._views: OrderedDict[tuple[str, int, int], SetView | None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_sets = max_sets
+
+    def sets(self, directory: Path) -> list[SetView]:
+        """Every set of the partition ``directory`` with an indexed entry, oldest first."""
+        found = find_sets(directory)
+        views = [self.get(directory, b) for b in sorted(found) if naming.REMOTE_OFFSET_INDEX in found[b]]
+        return [v for v in views if v is not None]
+
+    def get(self, directory: Path, base: int) -> SetView | None:
+        path = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if key in self._views:
+                self._views.move_to_end(key)
+                return self._views[key]
+        view = load_set(directory, base)
+        with self._lock:
+            self._views[key] = view
+            while len(self._views) > self.max_sets:
+                self._views.popitem(last=False)
+        return view
