@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from rlm.cluster.leadership import Leadership, from_leader
-from rlm.config import ClusterSettings
+from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
 
 __all__ = ["KafkaAdminSource", "admin_client_config", "parse_metadata"]

@@ -20,18 +20,76 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from rlm.config import validators as v
+from rlm.config.keys import key
 from rlm.errors import ConfigError
 
 Codec = Literal["none", "zstd"]
-CODECS: tuple[str, ...] = ("none", "zstd")
 #: AES-256: a key file decodes to exactly this many bytes.
 KEY_BYTES = 32
 ZSTD_LEVELS = (1, 19)  # zstd's regular levels; 20-22 ("ultra") need big windows readers must allocate
+_WHERE = "remote.encryption"  # where the table sits, for the cross-key errors
+
+
+def read_key_file(key_id: str, path: Path) -> bytes:
+    """The 32 key bytes in ``path`` (base64 text, surrounding whitespace ignored); anything else →
+    :class:`ConfigError` naming ``key_id`` and ``path`` (never the file's content)."""
+    where = f"config key {_WHERE}.key_files.{key_id} = {str(path)!r}"
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: the key file does not exist") from None
+    except OSError as err:
+        raise ConfigError(f"{where}: the key file cannot be read: {err.strerror}") from None
+    try:
+        data = base64.b64decode(b"".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{where}: the key file is not base64 text") from None
+    if len(data) != KEY_BYTES:
+        raise ConfigError(
+            f"{where}: the key file holds {len(data)} bytes, an AES-256 key is {KEY_BYTES} "
+            "(make one with: head -c 32 /dev/urandom | base64)"
+        )
+    return data
+
+
+def _key_id(where: str, key_id: Any) -> str:
+    # The id is stored in manifests and bound into the wrapping: printable ASCII, no spaces.
+    if not (
+        isinstance(key_id, str)
+        and 0 < len(key_id) <= 64
+        and key_id.isascii()
+        and all(c.isalnum() or c in "._-" for c in key_id)
+    ):
+        raise ConfigError(f"config key {where} = {key_id!r}: a key id is 1-64 characters of [A-Za-z0-9._-]")
+    return key_id
+
+
+@v.validator('table of `<key id> = "<path>"`')
+def _key_files(where: str, files: Any) -> dict[str, Path]:
+    """``<key id> = "<path>"``: every key file is read (and checked) now."""
+    if not isinstance(files, dict):
+        raise ConfigError(f'config key {where} = {files!r}: must be a table of <key id> = "<path>"')
+    paths: dict[str, Path] = {}
+    for key_id, text in files.items():
+        _key_id(where, key_id)
+        if not isinstance(text, str) or not text or "\x00" in text:
+            raise ConfigError(f"config key {where}.{key_id} = {text!r}: must be a file path")
+        paths[key_id] = Path(text).expanduser().absolute()
+        read_key_file(key_id, paths[key_id])
+    return paths
+
+
+@v.validator("a key id of `key_files`, or empty")
+def _active_key(where: str, active: Any) -> str:
+    if not isinstance(active, str):
+        raise ConfigError(f"config key {where} = {active!r}: must be a key id")
+    return active
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +97,14 @@ class CompressionSettings:
     """``[remote.compression]``: per remote index entry, entries already compressed by the producer
     are stored as they are (docs/protection.md)."""
 
-    codec: Codec = "none"
-    level: int = 3
+    codec: Codec = key(
+        "none",
+        v.one_of(Codec),
+        "`[remote.compression]`: compress each remote index entry (the unit of one ranged read) with "
+        "zstd before it is stored; entries whose batches the producer already compressed are stored "
+        "as they are (docs/protection.md).",
+    )
+    level: int = key(3, v.integer(*ZSTD_LEVELS), "zstd level of `[remote.compression]`.")
 
     @property
     def enabled(self) -> bool:
@@ -51,104 +115,35 @@ class CompressionSettings:
 class EncryptionSettings:
     """``[remote.encryption]``: key id → key file path, and the id new data keys are wrapped with."""
 
-    key_files: Mapping[str, Path] = field(default_factory=dict)
-    active_key: str = ""
+    key_files: Mapping[str, Path] = key(
+        {},
+        _key_files,
+        "`[remote.encryption]`: key id → path of a file holding the base64 of 32 random bytes "
+        "(`openssl rand -base64 32`); every key that wrapped a stored segment's data key must stay "
+        "listed to read it (docs/protection.md).",
+        env="inline",
+    )
+    active_key: str = key(
+        "",
+        _active_key,
+        "The key id new segments' data keys are wrapped with; empty (with no `key_files`) = no encryption.",
+    )
 
     @property
     def enabled(self) -> bool:
         return bool(self.active_key)
 
 
-def read_key_file(key_id: str, path: Path) -> bytes:
-    """The 32 key bytes in ``path`` (base64 text, surrounding whitespace ignored); anything else →
-    :class:`ConfigError` naming ``key_id`` and ``path`` (never the file's content)."""
-    where = f"config key remote.encryption.key_files.{key_id} = {str(path)!r}"
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: the key file does not exist") from None
-    except OSError as err:
-        raise ConfigError(f"{where}: the key file cannot be read: {err.strerror}") from None
-    try:
-        key = base64.b64decode(b"".join(text.split()), validate=True)
-    except (binascii.Error, ValueError):
-        raise ConfigError(f"{where}: the key file is not base64 text") from None
-    if len(key) != KEY_BYTES:
+def check_encryption(e: EncryptionSettings) -> None:
+    """The active key must be one of the key files, and key files need an active key."""
+    if e.active_key and e.active_key not in e.key_files:
+        known = ", ".join(sorted(e.key_files)) or "none"
         raise ConfigError(
-            f"{where}: the key file holds {len(key)} bytes, an AES-256 key is {KEY_BYTES} "
-            "(make one with: head -c 32 /dev/urandom | base64)"
+            f"config key {_WHERE}.active_key = {e.active_key!r}: not in {_WHERE}.key_files "
+            f"(known key ids: {known})"
         )
-    return key
-
-
-def _table(key: str, value: Any, known: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"config key {key} = {value!r}: must be a table")
-    extra = sorted(set(value) - set(known))
-    if extra:
-        raise ConfigError(f"unknown key {key}.{extra[0]}; known keys: {', '.join(known)}")
-    return value
-
-
-def compression(key: str, value: Any) -> CompressionSettings:
-    """Validate ``[remote.compression]``."""
-    table = _table(key, value, ("codec", "level"))
-    codec = table.get("codec", "none")
-    if codec not in CODECS:
+    if e.key_files and not e.active_key:
         raise ConfigError(
-            f"config key {key}.codec = {codec!r}: must be one of " + ", ".join(repr(c) for c in CODECS)
+            f"config key {_WHERE}.active_key is empty: set it to one of the key ids of "
+            f"{_WHERE}.key_files ({', '.join(sorted(e.key_files))})"
         )
-    level = table.get("level", 3)
-    lo, hi = ZSTD_LEVELS
-    if not isinstance(level, int) or isinstance(level, bool) or not lo <= level <= hi:
-        raise ConfigError(f"config key {key}.level = {level!r}: must be an integer in [{lo}, {hi}]")
-    return CompressionSettings(codec, level)
-
-
-def _key_id(key: str, key_id: Any) -> str:
-    # The id is stored in manifests and bound into the wrapping: printable ASCII, no spaces.
-    if not (
-        isinstance(key_id, str)
-        and 0 < len(key_id) <= 64
-        and key_id.isascii()
-        and all(c.isalnum() or c in "._-" for c in key_id)
-    ):
-        raise ConfigError(f"config key {key} = {key_id!r}: a key id is 1-64 characters of [A-Za-z0-9._-]")
-    return key_id
-
-
-def encryption(key: str, value: Any) -> EncryptionSettings:
-    """Validate ``[remote.encryption]``: every key file is read (and checked) now."""
-    table = _table(key, value, ("key_files", "active_key"))
-    files = table.get("key_files", {})
-    if not isinstance(files, dict):
-        raise ConfigError(f'config key {key}.key_files = {files!r}: must be a table of <key id> = "<path>"')
-    paths: dict[str, Path] = {}
-    for key_id, text in files.items():
-        _key_id(f"{key}.key_files", key_id)
-        if not isinstance(text, str) or not text or "\x00" in text:
-            raise ConfigError(f"config key {key}.key_files.{key_id} = {text!r}: must be a file path")
-        paths[key_id] = Path(text).expanduser().absolute()
-        read_key_file(key_id, paths[key_id])
-    active = table.get("active_key", "")
-    if not isinstance(active, str):
-        raise ConfigError(f"config key {key}.active_key = {active!r}: must be a key id")
-    if active and active not in paths:
-        known = ", ".join(sorted(paths)) or "none"
-        raise ConfigError(
-            f"config key {key}.active_key = {active!r}: not in {key}.key_files (known key ids: {known})"
-        )
-    if paths and not active:
-        raise ConfigError(
-            f"config key {key}.active_key is empty: set it to one of the key ids of "
-            f"{key}.key_files ({', '.join(sorted(paths))})"
-        )
-    return EncryptionSettings(paths, active)
-
-
-#: The sub-keys, for the configuration reference (rlm/config/reference.py).
-SUB_KEYS: dict[str, tuple[str, ...]] = {
-    "compression": ("codec", "level"),
-    "encryption": ("key_files", "active_key"),
-}
-VALIDATORS: dict[str, Callable[[str, Any], Any]] = {"compression": compression, "encryption": encryption}

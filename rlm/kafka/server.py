@@ -26,7 +26,7 @@ from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from rlm.config import KafkaSettings
+from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
 from rlm.kafka.api import KafkaApi

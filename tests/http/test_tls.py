@@ -133,7 +133,7 @@ def test_server_context_errors_name_the_key_and_path(tmp_path: Path, pki: Pki) -
 
 
 def test_kafka_listener_errors_name_its_own_keys(tmp_path: Path, pki: Pki) -> None:
-    from rlm.config import KafkaSettings
+    from rlm.config.brokers import KafkaSettings
     from rlm.kafka.server import _tls
 
     garbage = tmp_path / "garbage.key"

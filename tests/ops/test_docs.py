@@ -9,28 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlm.config import _SCHEMA
-from rlm.config.protection import SUB_KEYS
-from rlm.config.reference import KEY_DOCS, reference_markdown
+from rlm.config import Settings
+from rlm.config.keys import declared
+from rlm.config.reference import reference_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
 
 
 def test_every_config_key_is_documented() -> None:
-    # [remote.compression] / [remote.encryption] are documented per sub-key (remote.compression.codec).
-    keys = {
-        f"{section}.{name}.{sub}" if name in SUB_KEYS else f"{section}.{name}"
-        for section, (_, validators) in _SCHEMA.items()
-        for name in validators
-        for sub in SUB_KEYS.get(name, ("",))
-    }
-    assert keys - set(KEY_DOCS) == set(), "add a meaning to rlm.config.KEY_DOCS"
-    assert set(KEY_DOCS) - keys == set(), "KEY_DOCS names a key that does not exist"
     text = reference_markdown()
-    for key in keys:
-        assert f"| `{key.split('.', 1)[1]}` |" in text
-        assert f"RLM_{key.split('.')[0].upper()}__" in text
+    for d in declared(Settings):
+        assert d.key.doc and d.key.check.allowed, f"{d.name}: declare its meaning and allowed values"
+        assert f"| `{'.'.join(d.path[1:])}` |" in text
+        assert d.env == "" or d.env in text
 
 
 def test_readme_contains_the_current_reference() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm.cli.wiring import build_api
-from rlm.config import ClusterSettings, LogSettings, RemoteSettings, ServerSettings, Settings, TieringSettings
+from rlm.config import LogSettings, RemoteSettings, ServerSettings, Settings, TieringSettings
+from rlm.config.brokers import ClusterSettings
 from rlm.formats.records import RecordSpec
 from rlm.http.server import ApiServer
 from rlm.logdir.writer import LogWriter

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rlm.config import ClusterSettings
+from rlm.config.brokers import ClusterSettings
 from tests.ui.chromium import Chromium, dump_dom, find_browser
 from tests.ui.fixture import TOKEN, Served, fill, serve, writer
 

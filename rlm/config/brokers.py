@@ -1,0 +1,150 @@
+"""The keys about the Kafka brokers around rlm: ``[cluster]`` (which partitions this broker leads,
+so only their leader copies; docs/cluster.md) and ``[kafka]`` (the read-only Kafka-protocol
+listener of ``rlm run``; docs/kafka-listener.md), with the checks across each table's keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rlm.config import validators as v
+from rlm.config.keys import key
+from rlm.errors import ConfigError
+
+LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """``[cluster]``: which partitions this broker leads, so only their leader copies (docs/cluster.md)."""
+
+    node_id: int | None = key(
+        None,
+        v.integer(0, v.INT32_MAX),
+        "This broker's `node.id`; unset = `node.id` (or `broker.id`) from `meta.properties` in the "
+        "log dirs. Needed by every leadership source but `always`.",
+    )
+    leadership: LeadershipMode = key(
+        "auto",
+        v.one_of(LeadershipMode),
+        "Who copies a partition: only its leader (docs/cluster.md). `auto`: `kraft` when a "
+        "`__cluster_metadata-0` dir is in the log dirs or `[topics] metadata_log_dir` is set, else "
+        "`always`; `kraft`: the broker's own KRaft metadata log; `kafka-admin`: Metadata requests "
+        "to `bootstrap_servers`; `static`: `[cluster.leaders]`; `always`: every partition is led "
+        "here (a single broker).",
+    )
+    bootstrap_servers: tuple[str, ...] = key(
+        (),
+        v.servers,
+        '`kafka-admin`: brokers to ask, `"host:port"` (a string or a list).',
+    )
+    security_protocol: SecurityProtocol = key(
+        "PLAINTEXT",
+        v.one_of(SecurityProtocol),
+        "`kafka-admin`: Kafka's `security.protocol` for those connections.",
+    )
+    sasl_mechanism: SaslMechanism = key(
+        "PLAIN", v.one_of(SaslMechanism), "`kafka-admin` with `SASL_*`: the SASL mechanism."
+    )
+    sasl_username: str = key("", v.string(), "`kafka-admin` with `SASL_*`: the user name.")
+    sasl_password_file: Path | None = key(
+        None,
+        v.optional_file,
+        "`kafka-admin` with `SASL_*`: a file holding the password (read at startup, one line; the "
+        "password is never in the config file).",
+    )
+    ssl_cafile: Path | None = key(
+        None,
+        v.optional_file,
+        "`kafka-admin` with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify the brokers; unset = the "
+        "system's CAs.",
+    )
+    metadata_refresh_ms: int = key(
+        30_000,
+        v.integer(100),
+        "`kafka-admin`: at most one Metadata request per period (a failed one too); `kraft` reads "
+        "the local log on every refresh instead.",
+    )
+    leaders: Mapping[str, int] = key(
+        {},
+        v.leaders,
+        '`static`: a table `[cluster.leaders]` of `"<topic>-<partition>" = node_id`; partitions not '
+        "listed are not led here.",
+        env="inline",
+    )
+
+
+def check_cluster(c: ClusterSettings) -> None:
+    """The keys each leadership source needs (checked once the whole section is read)."""
+    if c.leadership == "static" and not c.leaders:
+        raise ConfigError(
+            'config key cluster.leaders is empty: leadership = "static" needs a '
+            '[cluster.leaders] table of "<topic>-<partition>" = node_id'
+        )
+    if c.leadership == "kafka-admin" and not c.bootstrap_servers:
+        raise ConfigError(
+            'config key cluster.bootstrap_servers is empty: leadership = "kafka-admin" '
+            'needs the brokers to ask ("host:port", ...)'
+        )
+    if (
+        c.security_protocol.startswith("SASL_")
+        and c.leadership == "kafka-admin"
+        and not (c.sasl_username and c.sasl_password_file)
+    ):
+        missing = "cluster.sasl_username" if not c.sasl_username else "cluster.sasl_password_file"
+        raise ConfigError(
+            f"config key {missing} is empty: security_protocol = "
+            f"{c.security_protocol!r} needs a user name and a password file"
+        )
+
+
+def check_kafka(k: KafkaSettings) -> None:
+    """TLS needs both files; a certificate without its key (or the reverse) is a mistake."""
+    if (k.tls_cert is None) != (k.tls_key is None):
+        missing = "kafka.tls_key" if k.tls_key is None else "kafka.tls_cert"
+        raise ConfigError(f"config key {missing} is empty: TLS needs kafka.tls_cert and kafka.tls_key")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """``[kafka]``: a read-only Kafka-protocol listener in ``rlm run`` (docs/kafka-listener.md)."""
+
+    listen: str = key(
+        "",
+        v.listen,
+        "`host:port` of the read-only Kafka-protocol listener in `rlm run` (port 0 = any free port, "
+        "logged); empty = off (docs/kafka-listener.md).",
+    )
+    tls_cert: Path | None = key(
+        None,
+        v.optional_file,
+        "PEM certificate (chain) of the listener; with `tls_key` clients must use TLS "
+        "(`security_protocol` SSL / SASL_SSL).",
+    )
+    tls_key: Path | None = key(None, v.optional_file, "PEM private key of `tls_cert`.")
+    sasl_plain_users_file: Path | None = key(
+        None,
+        v.optional_file,
+        "A file of `user:password` lines; when set, clients must authenticate with SASL/PLAIN before "
+        "any other request.",
+    )
+    max_request_bytes: int = key(
+        104_857_600,
+        v.integer(1024, v.INT32_MAX),
+        "Kafka's `socket.request.max.bytes`: a request frame declaring more closes the connection.",
+    )
+    idle_timeout_ms: int = key(
+        600_000,
+        v.integer(1000),
+        "Kafka's `connections.max.idle.ms`: a connection silent this long (or stalled inside a "
+        "frame) is closed.",
+    )
+    max_wait_ms: int = key(
+        30_000,
+        v.integer(0, v.INT32_MAX),
+        "Upper bound on a Fetch's `max_wait_ms` (the wait for `min_bytes` of new data); 0 = never wait.",
+    )
