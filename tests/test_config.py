@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import json
+import re
+import typing
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
-from rlm.config import Settings, load_settings
+from rlm.config import Settings, load_settings, settings_from_mapping
+from rlm.config import validators as v
+from rlm.config.keys import declared, keys_of
+from rlm.config.reference import default_text, reference_markdown
 from rlm.errors import ConfigError
 
 FULL = """
@@ -122,3 +129,121 @@ def test_iceberg_catalog_properties_become_strings_and_env_overrides_nest(tmp_pa
     assert s.iceberg.catalog == {"type": "rest", "s3.path-style-access": "true", "uri": "http://cat:8181"}
     assert (s.iceberg.namespace, s.iceberg.table, s.iceberg.catalog_name) == ("ops", "history", "rlm")
     assert load_settings(write(tmp_path, ""), environ={}).iceberg.catalog == {}  # embedded SQLite
+
+
+# --- the declaration (rlm/config/keys.py) is the one source of every key ------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
+
+
+def _embedded_reference(page: str) -> str:
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1, page
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/configuration.md"])
+def test_every_declared_key_and_its_default_is_in_the_docs(page: str) -> None:
+    text = _embedded_reference(page)
+    keys = list(declared(Settings))
+    assert len(keys) > 60  # every section's keys, sub-tables and override keys included
+    for d in keys:
+        row = f"| `{'.'.join(d.path[1:])}` | `{default_text(d)}` | {d.key.check.allowed} |"
+        assert row in text, f"{page}: {d.name} (default {default_text(d)}) is missing or stale"
+    assert text == reference_markdown(), f"{page}: regenerate with `python -m rlm.config --reference`"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, str | Path):
+        return json.dumps(str(value))
+    return str(value)
+
+
+def test_each_derived_env_name_reaches_its_key(tmp_path: Path) -> None:
+    """The variable the reference prints sets that key: its default comes back through it, and a
+    value the key's validator refuses is reported under the key's name."""
+    path = write(tmp_path, "")
+    checked = 0
+    for d in declared(Settings):
+        if d.key.env in ("none", "names"):
+            continue
+        with pytest.raises(ConfigError, match=rf"config key {re.escape(d.name)} = "):
+            load_settings(path, environ={d.env: "[[]]"})  # no key accepts a list of lists
+        checked += 1
+        if d.default is None:  # unset: nothing to write back
+            continue
+        text = "{}" if d.key.env == "inline" else _toml(d.default)  # a table, given whole
+        node: object = load_settings(path, environ={d.env: text})
+        for part in d.path:
+            node = getattr(node, part)
+        assert node == d.default, d.name
+    assert checked > 60
+
+
+def test_table_keys_set_per_name_from_the_environment(tmp_path: Path) -> None:
+    named = [d for d in declared(Settings) if d.key.env == "names"]
+    assert [d.name for d in named] == ["remote.options", "iceberg.catalog"]
+    env = {d.env.replace("<NAME>", "ZONE"): "a" for d in named}
+    s = load_settings(write(tmp_path, ""), environ=env)
+    assert s.remote.options == {"zone": "a"} and s.iceberg.catalog == {"zone": "a"}
+
+
+def test_allowed_text_is_the_validators_declared_bounds_not_its_error_text() -> None:
+    check = v.integer(1, 1024)
+    assert check.allowed == "[1, 1024]"
+    with pytest.raises(ConfigError, match=r"must be an integer in \[1, 1024\]$"):
+        check("k", 1025)
+    assert v.integer(0, disabled=-1).allowed == "[0, 2⁶³−1] or -1 to disable"
+    with pytest.raises(ConfigError, match=r"\[0, 9223372036854775807\] or -1 to disable$"):
+        v.integer(0, disabled=-1)("k", -2)  # the message keeps the digits
+    assert v.integer(0, v.INT32_MAX).allowed == "[0, 2³¹−1]"
+    assert v.one_of(Literal["a", "b-c"]).allowed == "`a`, `b-c`"
+    with pytest.raises(ConfigError, match=r"must be one of 'a', 'b-c'$"):
+        v.one_of(Literal["a", "b-c"])("k", "x")
+
+
+def test_choices_come_from_the_fields_literal_type() -> None:
+    from rlm.config.brokers import ClusterSettings
+
+    hints = typing.get_type_hints(ClusterSettings)
+    for name in ("leadership", "security_protocol", "sasl_mechanism"):
+        choices = typing.get_args(hints[name])
+        assert keys_of(ClusterSettings)[name].check.allowed == ", ".join(f"`{c}`" for c in choices)
+        for choice in choices:  # each accepted, nothing else
+            assert keys_of(ClusterSettings)[name].check(f"cluster.{name}", choice) == choice
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"remote": {"compression": {"level": 30, "codec": "lz4"}}}, "remote.compression.codec = 'lz4'"),
+        (
+            {"remote": {"compression": {"bogus": 1}}},
+            "unknown key remote.compression.bogus; known keys: codec, level",
+        ),
+        ({"remote": {"encryption": {"active_key": "k"}}}, "remote.encryption.active_key = 'k': not in"),
+        ({"topics": {"overrides": {"a*": {"retention_ms": -3}}}}, 'topics.overrides."a*".retention_ms = -3'),
+        (
+            {"topics": {"overrides": {"a*": {"x": 1}}}},
+            'unknown key topics.overrides."a*".x; known keys: retention_ms',
+        ),
+        ({"tiering": {"retention_ms": -3, "task_interval_ms": 1}}, "tiering.retention_ms = -3"),
+        ({"cluster": {"leadership": "static"}}, "config key cluster.leaders is empty"),
+        ({"kafka": {"tls_cert": "/c"}}, "config key kafka.tls_key is empty"),
+    ],
+)
+def test_sub_tables_and_section_checks_keep_their_order_and_messages(
+    raw: dict[str, object], message: str
+) -> None:
+    """A sub-table is read in declaration order (codec before level, key_files before
+    active_key); a section in the file's order; cross-key checks once the table is read."""
+    with pytest.raises(ConfigError) as info:
+        settings_from_mapping(raw, source="f")
+    assert message in str(info.value)
