@@ -37,6 +37,19 @@ from rlm.errors import ConfigError
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.logdir.scan import EligibilityPolicy
 
+__all__ = [
+    "IcebergSettings",
+    "LogSettings",
+    "RemoteSettings",
+    "ServerSettings",
+    "Settings",
+    "TieringSettings",
+    "TopicOverride",
+    "TopicsSettings",
+    "load_settings",
+    "settings_from_mapping",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class LogSettings:

@@ -13,6 +13,16 @@ from rlm.config import validators as v
 from rlm.config.keys import key
 from rlm.errors import ConfigError
 
+__all__ = [
+    "ClusterSettings",
+    "KafkaSettings",
+    "LeadershipMode",
+    "SaslMechanism",
+    "SecurityProtocol",
+    "check_cluster",
+    "check_kafka",
+]
+
 LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]

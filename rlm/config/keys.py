@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar
 from rlm.config.validators import Validator, fail
 from rlm.errors import ConfigError
 
+__all__ = ["ENV_PREFIX", "Declared", "EnvForm", "Key", "declared", "key", "keys_of", "table", "values_of"]
+
 ENV_PREFIX = "RLM_"
 _META = "rlm.config.key"
 T = TypeVar("T")
@@ -44,7 +46,9 @@ class Key:
     then: Callable[[Any], None] | None = None
 
 
-def key(default: Any, check: Validator, doc: str, *, env: EnvForm = "value", each: Any = None) -> Any:
+def key(
+    default: Any, check: Validator, doc: str, *, env: EnvForm = "value", each: tuple[str, type] | None = None
+) -> Any:
     """A settings field declaring one key (an empty ``{}`` default becomes a fresh dict each time)."""
     meta = {_META: Key(check, doc, env, each=each)}
     if isinstance(default, dict):

@@ -29,6 +29,16 @@ from rlm.config import validators as v
 from rlm.config.keys import key
 from rlm.errors import ConfigError
 
+__all__ = [
+    "KEY_BYTES",
+    "ZSTD_LEVELS",
+    "Codec",
+    "CompressionSettings",
+    "EncryptionSettings",
+    "check_encryption",
+    "read_key_file",
+]
+
 Codec = Literal["none", "zstd"]
 #: AES-256: a key file decodes to exactly this many bytes.
 KEY_BYTES = 32

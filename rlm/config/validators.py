@@ -14,6 +14,29 @@ from typing import Any, get_args
 from rlm.errors import ConfigError, LogDirError
 from rlm.formats.naming import parse_partition_dir
 
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "Validator",
+    "boolean",
+    "dirs",
+    "fail",
+    "globs",
+    "identifier",
+    "integer",
+    "leaders",
+    "listen",
+    "one_of",
+    "optional_file",
+    "optional_path",
+    "options",
+    "path_of",
+    "properties",
+    "servers",
+    "string",
+    "validator",
+]
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 #: How the reference writes the usual upper bounds (the error message keeps the digits).
