@@ -87,6 +87,28 @@ def build_batch(
         raise InvalidArgumentError("v2 batches always carry a timestamp type (CreateTime or LogAppendTime)")
     if timestamp_type is TimestampType.LOG_APPEND_TIME and log_append_time is None:
         raise InvalidArgumentError("LogAppendTime batches need log_append_time")
+    deltas, last_delta = _offset_deltas(records, base_offset, last_offset)
+    append_time = log_append_time if timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    base_ts, max_ts = _batch_timestamps(records, max_timestamp, append_time)
+    body = bytearray()
+    for delta, rec in zip(deltas, records, strict=True):
+        _encode_record(body, delta, rec.timestamp - base_ts, rec)
+    payload = compress(compression, body, xerial=snappy_xerial) if compression else bytes(body)
+    attrs = int(compression)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attrs |= _ATTR_TIMESTAMP_TYPE
+    if is_transactional:
+        attrs |= _ATTR_TRANSACTIONAL
+    if is_control:
+        attrs |= _ATTR_CONTROL
+    ids = (producer_id, producer_epoch, base_sequence, len(records))
+    return _frame_batch(payload, base_offset, partition_leader_epoch, attrs, last_delta, base_ts, max_ts, ids)
+
+
+def _offset_deltas(
+    records: Sequence[RecordSpec | Record], base_offset: int, last_offset: int | None
+) -> tuple[list[int], int]:
+    """Each record's ``offsetDelta`` and the batch's ``lastOffsetDelta`` (see :func:`build_batch`)."""
     deltas: list[int] = []
     prev = -1
     for rec in records:
@@ -103,6 +125,15 @@ def build_batch(
         if last_offset - base_offset < last_delta:
             raise InvalidArgumentError(f"last_offset {last_offset} is before the last record")
         last_delta = last_offset - base_offset
+    return deltas, last_delta
+
+
+def _batch_timestamps(
+    records: Sequence[RecordSpec | Record], max_timestamp: int | None, log_append_time: int | None
+) -> tuple[int, int]:
+    """``(baseTimestamp, maxTimestamp)`` in ms: the first record's and the largest, overridden by
+    ``max_timestamp`` and then by ``log_append_time`` (LogAppendTime); -1 or ``max_timestamp`` for
+    an empty batch."""
     if records:
         base_ts = records[0].timestamp
         max_ts = max(r.timestamp for r in records)
@@ -110,40 +141,28 @@ def build_batch(
         base_ts = max_ts = -1 if max_timestamp is None else max_timestamp
     if max_timestamp is not None:
         max_ts = max_timestamp
-    if timestamp_type is TimestampType.LOG_APPEND_TIME:
-        assert log_append_time is not None
+    if log_append_time is not None:
         max_ts = log_append_time
+    return base_ts, max_ts
 
-    body = bytearray()
-    for delta, rec in zip(deltas, records, strict=True):
-        _encode_record(body, delta, rec.timestamp - base_ts, rec)
-    payload = compress(compression, body, xerial=snappy_xerial) if compression else bytes(body)
 
-    attrs = int(compression)
-    if timestamp_type is TimestampType.LOG_APPEND_TIME:
-        attrs |= _ATTR_TIMESTAMP_TYPE
-    if is_transactional:
-        attrs |= _ATTR_TRANSACTIONAL
-    if is_control:
-        attrs |= _ATTR_CONTROL
+def _frame_batch(
+    payload: bytes,
+    base_offset: int,
+    epoch: int,
+    attrs: int,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    ids: tuple[int, int, int, int],
+) -> bytes:
+    """The batch bytes: the 61-byte big-endian v2 header, then ``payload``, CRC-32C last
+    (docs/formats.md). ``ids`` is ``(producerId, producerEpoch, baseSequence, recordCount)``."""
     total = V2_HEADER_SIZE + len(payload)
     out = bytearray(total)
+    # magic 2; the CRC (0 here) covers attributes..end, so it is computed once the rest is laid out
     _V2_HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        total - LOG_OVERHEAD,
-        partition_leader_epoch,
-        2,
-        0,  # CRC placeholder: it covers attributes..end, so it is computed last
-        attrs,
-        last_delta,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        out, 0, base_offset, total - LOG_OVERHEAD, epoch, 2, 0, attrs, last_delta, base_ts, max_ts, *ids
     )
     out[V2_HEADER_SIZE:] = payload
     struct.pack_into(">I", out, 17, _crc32c_fn(memoryview(out)[_CRC_START_V2:]))

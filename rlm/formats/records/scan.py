@@ -95,94 +95,90 @@ def _iter_batches_py(
     end: int | None = None,
     skip_crc: bool = False,
 ) -> Iterator[RecordBatch]:
-    """The pure-Python walk: the reference and the fallback of :func:`iter_batches`."""
+    """The pure-Python walk, reference and fallback of :func:`iter_batches` (docs/scan.md). A v2 header
+    is read inline, no call per batch (this loop is its whole cost); rare entries and errors are helpers."""
     limit = len(buf) if end is None else min(end, len(buf))
     pos = start
-    unpack_prefix = _OFFSET_SIZE.unpack_from
-    unpack_v2 = _V2_HEADER.unpack_from
-    crc32c = _crc32c_fn
-    codecs = _CODECS
-    ts_types = _TS_BY_BIT
-    make = _make_batch
+    unpack_v2, crc32c, make = _V2_HEADER.unpack_from, _crc32c_fn, _make_batch  # locals: no global lookups
+    codecs, ts_types = _CODECS, _TS_BY_BIT
     while limit - pos >= _HEADER_UP_TO_MAGIC:
-        if limit - pos >= V2_HEADER_SIZE and buf[pos + 16] == 2:
-            # Hot path: one unpack reads the prefix and the whole v2 header.
-            (
-                base_offset,
-                size,
-                ple,
-                _,
-                crc,
-                attrs,
-                last_delta,
-                base_ts,
-                max_ts,
-                pid,
-                epoch,
-                base_seq,
-                count,
-            ) = unpack_v2(buf, pos)
-            total = size + LOG_OVERHEAD
-            if total < V2_HEADER_SIZE:
-                _raise_small(size, pos, base_offset)
-            if pos + total > limit:
-                return  # torn tail: the last append did not complete
-            # memoryview slice: CRC over the mapped bytes without copying; dropped right away.
-            crc_ok = skip_crc or crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
-            if not crc_ok and verify_crc:
-                raise CorruptRecordError(
-                    f"record batch CRC-32C mismatch: stored {crc:#010x}, computed "
-                    f"{crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total]):#010x}",
-                    position=pos,
-                    offset=base_offset,
-                )
-            codec = codecs[attrs & _ATTR_CODEC_MASK]
-            if codec is None:
-                raise CompressionError(
-                    f"unknown compression codec id {attrs & _ATTR_CODEC_MASK}",
-                    position=pos,
-                    offset=base_offset,
-                )
-            yield make(
-                pos,
-                total,
-                base_offset,
-                base_offset + last_delta,
-                2,
-                crc,
-                crc_ok,
-                codec,
-                ts_types[(attrs & _ATTR_TIMESTAMP_TYPE) >> 3],
-                base_ts,
-                max_ts,
-                pid,
-                epoch,
-                base_seq,
-                ple,
-                bool(attrs & _ATTR_TRANSACTIONAL),
-                bool(attrs & _ATTR_CONTROL),
-                count,
-                attrs,
-            )
-            pos += total
+        if limit - pos < V2_HEADER_SIZE or buf[pos + 16] != 2:
+            entry = _other_entry(buf, pos, limit, verify_crc)
+            if entry is None:
+                return  # torn tail
+            yield entry
+            pos += entry.size
             continue
-        # Legacy messages, unknown magics and entries shorter than a v2 header.
-        base_offset, size = unpack_prefix(buf, pos)
-        if size < MIN_ENTRY_SIZE:
-            _raise_small(size, pos, base_offset)
+        # Hot path: one unpack reads the prefix and the whole v2 header.
+        base, size, ple, _, crc, attrs, last, base_ts, max_ts, pid, epoch, seq, count = unpack_v2(buf, pos)
         total = size + LOG_OVERHEAD
+        if total < V2_HEADER_SIZE:
+            _raise_small(size, pos, base)
         if pos + total > limit:
-            return  # torn tail
-        magic = buf[pos + 16]
-        if magic == 2:  # fewer than 61 bytes left and the entry fits in them: too small for v2
-            _raise_small(size, pos, base_offset)
-        elif magic == 0 or magic == 1:
-            yield _legacy_batch(buf, pos, total, verify_crc)
-        else:
-            raise UnsupportedMagicError(
-                f"unsupported record batch magic {magic} (known: 0, 1, 2)", position=pos, offset=base_offset
-            )
+            return  # torn tail: the last append did not complete
+        # memoryview slice: CRC over the mapped bytes without copying; dropped right away.
+        crc_ok = skip_crc or crc == crc32c(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
+        if not crc_ok and verify_crc:
+            _raise_crc_mismatch(buf, pos, total, crc, base)
+        codec = codecs[attrs & _ATTR_CODEC_MASK]
+        if codec is None:
+            _raise_unknown_codec(attrs, pos, base)
+        yield make(
+            pos,
+            total,
+            base,
+            base + last,
+            2,
+            crc,
+            crc_ok,
+            codec,
+            ts_types[(attrs & _ATTR_TIMESTAMP_TYPE) >> 3],
+            base_ts,
+            max_ts,
+            pid,
+            epoch,
+            seq,
+            ple,
+            bool(attrs & _ATTR_TRANSACTIONAL),
+            bool(attrs & _ATTR_CONTROL),
+            count,
+            attrs,
+        )
         pos += total
+
+
+def _other_entry(buf: Buffer, pos: int, limit: int, verify_crc: bool) -> RecordBatch | None:
+    """The entry at ``pos`` that is not a whole v2 batch: a legacy (v0/v1) message, or an error
+    (unknown magic, too small); None at a torn tail (the entry runs past ``limit``)."""
+    base_offset, size = _OFFSET_SIZE.unpack_from(buf, pos)
+    if size < MIN_ENTRY_SIZE:
+        _raise_small(size, pos, base_offset)
+    total = size + LOG_OVERHEAD
+    if pos + total > limit:
+        return None
+    magic = buf[pos + 16]
+    if magic == 2:  # fewer than 61 bytes left and the entry fits in them: too small for v2
+        _raise_small(size, pos, base_offset)
+    if magic == 0 or magic == 1:
+        return _legacy_batch(buf, pos, total, verify_crc)
+    raise UnsupportedMagicError(
+        f"unsupported record batch magic {magic} (known: 0, 1, 2)", position=pos, offset=base_offset
+    )
+
+
+def _raise_unknown_codec(attrs: int, pos: int, base_offset: int) -> NoReturn:
+    raise CompressionError(
+        f"unknown compression codec id {attrs & _ATTR_CODEC_MASK}", position=pos, offset=base_offset
+    )
+
+
+def _raise_crc_mismatch(buf: Buffer, pos: int, total: int, stored: int, base_offset: int) -> NoReturn:
+    computed = _crc32c_fn(memoryview(buf)[pos + _CRC_START_V2 : pos + total])
+    raise CorruptRecordError(
+        f"record batch CRC-32C mismatch: stored {stored:#010x}, computed {computed:#010x}",
+        position=pos,
+        offset=base_offset,
+    )
 
 
 def valid_bytes(buf: Buffer, start: int = 0, *, end: int | None = None) -> int:
