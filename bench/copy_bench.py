@@ -52,9 +52,9 @@ from bench.benchlib import (
 from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.storage.registry import create_backend
+from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
-from tests.tiering.helpers import write_config
 
 SECTION = "## Copy throughput"
 TARGET = 0.95

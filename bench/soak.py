@@ -14,7 +14,7 @@ that nothing was lost, duplicated or left behind.
   and ``rlm gc`` (grace 1 s) run without faults, and the checks run:
   every eligible segment is remote; every produced offset is in exactly one remote segment and the
   records decoded from the remote ranges equal what was produced; the local index == the
-  concatenation of the manifests' uploaded entries objects (``tests.tiering.helpers.check_store``,
+  concatenation of the manifests' uploaded entries objects (``rlm.testing.store_check.check_store``,
   deep); GC leaves no data object without a manifest.
 
 Not in CI (minutes of wall time). Runs niced; CPU use is modest by design.
@@ -54,7 +54,8 @@ from rlm.logdir.scan import (
 from rlm.logdir.writer import LogWriter
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
-from tests.tiering.helpers import assert_manifests_complete, check_store, write_config
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import assert_manifests_complete, check_store
 
 SECTION = "## Soak"
 TOPIC = "soak"

@@ -16,8 +16,9 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.daemon.lock import LOCK_NAME
+from rlm.testing.configs import write_config
 from rlm.tiering.state import default_state_dir
-from tests.tiering.helpers import REPO, rlm_cli, write_config
+from tests.tiering.helpers import REPO, rlm_cli
 
 
 def _free_port() -> int:

@@ -18,7 +18,9 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
-from tests.tiering.helpers import REPO, check_store, rlm_cli, write_config
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import check_store
+from tests.tiering.helpers import REPO, rlm_cli
 
 
 def _one_line(stderr: str) -> str:

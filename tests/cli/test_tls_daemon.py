@@ -26,9 +26,10 @@ import requests
 from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings
 from rlm.http.client import RlmClient
+from rlm.testing.configs import write_config
 from tests.http.certs import Pki, make_pki
 from tests.lookup.helpers import BruteLog
-from tests.tiering.helpers import REPO, rlm_cli, write_config
+from tests.tiering.helpers import REPO, rlm_cli
 
 TOKEN = "tls-daemon-token-8c1f"
 TOPIC = "secure.t"

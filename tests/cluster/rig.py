@@ -28,8 +28,9 @@ from typing import Any
 import httpx
 import pytest
 
+from rlm.testing.configs import write_config
 from rlm.testing.replicas import ReplicaSet
-from tests.tiering.helpers import REPO, write_config
+from tests.tiering.helpers import REPO
 
 #: Small intervals so leadership moves and syncs are seen within a second or two.
 TASK_INTERVAL_MS = 200

@@ -39,12 +39,13 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend, open_backend
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from tests.jobs.helpers import corrupt_one_object
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import CODECS, copy_fixture_dirs, kafka_python_records, tier, write_generated
-from tests.tiering.helpers import rlm_cli, write_config
+from tests.tiering.helpers import rlm_cli
 
 SEGMENT_SUFFIXES = (naming.LOG, naming.INDEX, naming.TIME_INDEX)
 

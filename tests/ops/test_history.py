@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from rlm.cli.generate import generate_log_dir
+from rlm.testing.configs import write_config
 from rlm.tiering.history import TieringHistory
 from rlm.tiering.metrics import TieringMetrics
-from tests.tiering.helpers import REPO, write_config
+from tests.tiering.helpers import REPO
 
 
 def test_samples_rates_and_ring_bound() -> None:

@@ -29,9 +29,11 @@ import pytest
 
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
+from rlm.testing.configs import write_config
 from rlm.testing.seaweed import SeaweedServer, weed_binary
+from rlm.testing.store_check import check_store
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import REPO, check_store, rlm_cli, write_config
+from tests.tiering.helpers import REPO, rlm_cli
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
 

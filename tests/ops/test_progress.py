@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from rlm.cli.generate import generate_log_dir
-from tests.tiering.helpers import REPO, write_config
+from rlm.testing.configs import write_config
+from tests.tiering.helpers import REPO
 
 
 def _env() -> dict[str, str]:

@@ -33,8 +33,9 @@ from rlm.jobs.iceberg import (
 from rlm.jobs.iceberg_files import FILE_PREFIX
 from rlm.logdir.scan import discover_partitions, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
+from rlm.testing.configs import write_config
 from tests.spark.conftest import Env, arrow_records, kafka_python_records, make_settings, tier
-from tests.tiering.helpers import rlm_cli, write_config
+from tests.tiering.helpers import rlm_cli
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyiceberg")

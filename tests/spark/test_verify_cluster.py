@@ -16,13 +16,13 @@ from rlm.config import load_settings
 from rlm.formats.records import iter_batches
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import LineageMarker
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.sync import sync
-from tests.tiering.helpers import write_config
 
 pytestmark = pytest.mark.spark
 

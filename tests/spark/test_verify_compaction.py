@@ -10,8 +10,8 @@ import pytest
 
 from rlm.config import load_settings
 from rlm.jobs import verify
+from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
-from tests.tiering.helpers import write_config
 from tests.tiering.test_compaction import TOPIC, _compact, _setup
 
 pytestmark = pytest.mark.spark

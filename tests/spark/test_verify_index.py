@@ -12,11 +12,12 @@ from click.testing import CliRunner
 from rlm.cli.main import main
 from rlm.formats.records import iter_batches
 from rlm.jobs import offsets_for_times, rebuild_index, verify
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.remote_state import RemoteState
 from tests.spark.conftest import BASE_TS, Env, generated_env
-from tests.tiering.helpers import local_index_files, write_config
+from tests.tiering.helpers import local_index_files
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rlm.cli.main import main
 from rlm.jobs import verify
 from rlm.logdir.scan import list_segments
-from tests.tiering.helpers import write_config
+from rlm.testing.configs import write_config
 from tests.tiering.test_broker_files import TOPIC, _damage_index, _damage_log, _manager, _settings, _write
 
 pytestmark = pytest.mark.spark

@@ -25,13 +25,13 @@ from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.retry import RetryPolicy
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_state import RemoteState, attempt_age_ms
 from tests.storage.conftest import BUCKET
-from tests.tiering.helpers import write_config
 
 TOPIC = "rs"
 NO_WAIT = RetryPolicy(sleep=lambda s: None)

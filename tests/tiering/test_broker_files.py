@@ -28,11 +28,12 @@ from rlm.http.server import ApiServer
 from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import rlm_cli, write_config
+from tests.tiering.helpers import rlm_cli
 
 T0 = 1_700_000_000_000
 INTERVAL = 1_024  # index.interval.bytes of the generated logs, and log.index_interval_bytes

@@ -13,12 +13,12 @@ from rlm.formats.records import RecordSpec, decode_records, iter_batches
 from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.tiering.compaction import find_rewrites
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
-from tests.tiering.helpers import write_config
 
 TOPIC = "state"
 TS = 1_700_000_000_000

@@ -14,15 +14,11 @@ from rlm.cli.generate import generate_log_dir
 from rlm.storage.api import StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.registry import create_backend
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
 from tests.s3servers import S3Target
-from tests.tiering.helpers import (
-    assert_manifests_complete,
-    check_store,
-    local_index_files,
-    rlm_cli,
-    write_config,
-)
+from tests.tiering.helpers import local_index_files, rlm_cli
 
 pytestmark = pytest.mark.integration
 

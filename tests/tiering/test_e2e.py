@@ -11,14 +11,9 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
-from tests.tiering.helpers import (
-    check_store,
-    copy_partition_as,
-    local_index_files,
-    rlm_cli,
-    roll_after_last,
-    write_config,
-)
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import check_store
+from tests.tiering.helpers import copy_partition_as, local_index_files, rlm_cli, roll_after_last
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,12 @@ from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import check_store
 from rlm.tiering import prepare
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
-from tests.tiering.helpers import check_store, local_index_files, write_config
+from tests.tiering.helpers import local_index_files
 
 TOPIC = "eng"
 

@@ -18,11 +18,13 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.retry import RetryPolicy
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.snapshot import SNAPSHOT_FILE
-from tests.tiering.helpers import assert_manifests_complete, check_store, rlm_cli, write_config
+from tests.tiering.helpers import rlm_cli
 
 TOPIC = "fz"
 FAULTS = {

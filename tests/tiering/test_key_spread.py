@@ -16,11 +16,13 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend, open_backend
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import check_store
 from rlm.tiering import keys
 from tests.jobs.helpers import read_export
 from tests.lookup.helpers import delete_local_segments
 from tests.s3servers import S3Target
-from tests.tiering.helpers import check_store, local_index_files, rlm_cli, write_config
+from tests.tiering.helpers import local_index_files, rlm_cli
 
 pytestmark = pytest.mark.integration
 

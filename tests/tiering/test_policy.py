@@ -16,11 +16,12 @@ from rlm.errors import ConfigError
 from rlm.formats import metadata as md
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.testing.kraft import metadata_writer, write_records
+from rlm.testing.store_check import check_store
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import TopicPolicyResolver
-from tests.tiering.helpers import check_store, write_config
 
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 IDS = {

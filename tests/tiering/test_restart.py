@@ -18,12 +18,14 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
+from rlm.testing.store_check import check_store
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.snapshot import SNAPSHOT_FILE
 from rlm.tiering.state import PROGRESS_FILE
-from tests.tiering.helpers import check_store, roll_after_last, write_config
+from tests.tiering.helpers import roll_after_last
 
 TOPIC = "rs"
 PARTITIONS = 3

@@ -34,10 +34,11 @@ import pytest
 
 from rlm.http.client import RlmClient
 from rlm.storage.registry import create_backend
+from rlm.testing.configs import write_config
 from rlm.tiering.manifest import SegmentManifest
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.s3servers import S3Target
-from tests.tiering.helpers import REPO, rlm_cli, write_config
+from tests.tiering.helpers import REPO, rlm_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.s3]
 A, B = "key-a", "key-b"

@@ -10,10 +10,11 @@ from typing import Any
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
-from tests.tiering.helpers import local_index_files, write_config
+from tests.tiering.helpers import local_index_files
 
 TOPIC = "roles"
 

@@ -15,11 +15,12 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.storage.registry import create_backend
+from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
+from rlm.testing.store_check import check_store
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from tests.s3servers import S3Target
-from tests.tiering.helpers import check_store, write_config
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration]
 pytest.importorskip("rlm_storage_s3")

@@ -16,11 +16,11 @@ from rlm.storage.memory import MemoryBackend
 from rlm.storage.metering import MeteringBackend, RequestMeter, attributed
 from rlm.storage.registry import create_backend
 from rlm.storage.spread import open_spread
+from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from tests.s3servers import S3Target
-from tests.tiering.helpers import write_config
 
 TOPIC = "econ"
 

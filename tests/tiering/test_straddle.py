@@ -31,6 +31,8 @@ from rlm.logdir.indexcheck import parse_checked
 from rlm.logdir.scan import SegmentFiles, discover_partitions, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
+from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.copier import copy_segment
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
@@ -38,7 +40,7 @@ from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.recovery import recover
-from tests.tiering.helpers import assert_manifests_complete, check_store, rlm_cli, write_config
+from tests.tiering.helpers import rlm_cli
 
 TOPIC = "orders"
 TS = 1_700_000_000_000

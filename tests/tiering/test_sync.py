@@ -18,13 +18,14 @@ from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import open_spread
+from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import LineageMarker
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.sync import sync
-from tests.tiering.helpers import local_index_files, write_config
+from tests.tiering.helpers import local_index_files
 
 TOPIC = "sync"
 
