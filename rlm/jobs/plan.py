@@ -12,7 +12,7 @@ Per partition, with ``H`` = the last offset of the last remote manifest (-1 when
   clamped to the visible range;
   the byte ranges come from the segment's ``.remotelogindex`` entries, taken from the local index
   sets when they hold the segment's entries and else from the segment's uploaded entries object
-  (``keys.REMOTE_LOG_INDEX``). Entries are packed into tasks of consecutive entries of one object
+  (``manifest.ENTRIES_OBJECT``). Entries are packed into tasks of consecutive entries of one object
   up to ``target_bytes``;
 * **local** — records ``max(H + 1, log start offset) ≤ o < visible end`` (the high watermark, or
   what docs/visibility.md assumes without one), from the local segments by byte ranges cut

@@ -36,9 +36,15 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
-from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import (
+    ENTRIES_OBJECT,
+    INDEX_OBJECT,
+    PRODUCER_SNAPSHOT_OBJECT,
+    TIME_INDEX_OBJECT,
+    TXN_INDEX_OBJECT,
+    SegmentManifest,
+)
 from rlm.tiering.remote_state import RemoteState
 
 __all__ = [
@@ -154,7 +160,7 @@ def _read_plan(state: RemoteState, m: SegmentManifest) -> list[tuple[int, int, l
                 f"entry {entry.first_offset}-{entry.last_offset} is stored at byte "
                 f"{lo}, the previous one ends at {at}: the entries do not tile the "
                 "object",
-                file=m.objects[keys.REMOTE_LOG_INDEX].key,
+                file=m.objects[ENTRIES_OBJECT].key,
             )
         if reads and hi - reads[-1][0] <= CHUNK_BYTES:
             reads[-1] = (reads[-1][0], hi, [*reads[-1][2], entry])
@@ -228,10 +234,10 @@ def _write_indexes(directory: Path, base: int, batches: Sequence[RecordBatch], i
 def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: int | None) -> None:
     """The stored ``.txnindex``; ``below``: drop entries ending at or above it (Kafka's
     ``TransactionIndex.truncateTo``) for a segment cut at its tail."""
-    obj = m.objects.get("txn_index")
+    obj = m.objects.get(TXN_INDEX_OBJECT)
     if obj is None:
         return
-    data = read_object(state, m, "txn_index")
+    data = read_object(state, m, TXN_INDEX_OBJECT)
     if below is not None:
         try:
             entries = parse_txn_index(data)
@@ -259,16 +265,18 @@ def _restore_segment(
     log_path = directory / naming.segment_file_name(base, naming.LOG)
     download(state, m, log_path, on_bytes)
     if plan.whole:
-        missing = [n for n, name in enumerate(("index", "timeindex")) if name not in m.objects]
+        missing = [n for n, name in enumerate((INDEX_OBJECT, TIME_INDEX_OBJECT)) if name not in m.objects]
         rebuilt = rebuild_indexes(base, _batches(log_path), interval) if missing else None
-        for n, (name, suffix) in enumerate((("index", naming.INDEX), ("timeindex", naming.TIME_INDEX))):
+        for n, (name, suffix) in enumerate(
+            ((INDEX_OBJECT, naming.INDEX), (TIME_INDEX_OBJECT, naming.TIME_INDEX))
+        ):
             data = rebuilt[n] if rebuilt is not None and n in missing else read_object(state, m, name)
             (directory / naming.segment_file_name(base, suffix)).write_bytes(data)
         _write_txn_index(state, m, directory / naming.segment_file_name(base, naming.TXN_INDEX), None)
-        snapshot = m.objects.get("producer_snapshot")
+        snapshot = m.objects.get(PRODUCER_SNAPSHOT_OBJECT)
         if snapshot is not None and not m.partial:  # a partial copy's snapshot is its source file's
             (directory / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(
-                read_object(state, m, "producer_snapshot")
+                read_object(state, m, PRODUCER_SNAPSHOT_OBJECT)
             )
         return RestoredSegment(base, m.last_offset, log_path.stat().st_size, False, bool(missing))
     return _restore_cut(state, plan, log_path, interval)

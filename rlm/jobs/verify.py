@@ -50,7 +50,7 @@ from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, resolve_chain
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.remote_state import Orphan, RemoteState, remote_view
 
@@ -265,7 +265,7 @@ def check_partition(
                         key=stored.key,
                     )
                 )
-        entries_obj = m.objects.get(keys.REMOTE_LOG_INDEX)
+        entries_obj = m.objects.get(ENTRIES_OBJECT)
         if entries_obj is None:
             problems.append(
                 Problem(

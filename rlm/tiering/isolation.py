@@ -49,7 +49,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lookup import FetchResult, PartitionReader
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import TXN_INDEX_OBJECT, SegmentManifest
 from rlm.tiering.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources, plan_sources
@@ -402,7 +402,7 @@ def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _F
     if manifest.attempt_id != ref.attempt_id:
         return _Facts(protected=protected)
     snap = snapshot_key(manifest, manifest.base_offset)
-    stored = manifest.objects.get("txn_index")
+    stored = manifest.objects.get(TXN_INDEX_OBJECT)
     return _Facts(
         manifest.txn_index is not None,
         stored.key if stored is not None else None,

@@ -49,7 +49,9 @@ OFFSET_INDEX = "segment.index"
 TIME_INDEX = "segment.timeindex"
 LEADER_EPOCHS = "leader-epoch-checkpoint"
 PRODUCER_SNAPSHOT = "producer.snapshot"
-REMOTE_LOG_INDEX = "segment.remotelogindex"
+#: The segment's own ``.remotelogindex`` entries (not the ``.remotelogindex`` suffix of a local set,
+#: ``naming.REMOTE_LOG_INDEX``).
+SEGMENT_ENTRIES = "segment.remotelogindex"
 #: Kafka's ``.txnindex`` of the segment (aborted transactions), when it lists any (docs/transactions.md).
 TXN_INDEX = "segment.txnindex"
 

@@ -33,6 +33,18 @@ _NON_NEGATIVE = frozenset(
     ("partition", "base_offset", "last_offset", "size_bytes", "record_batches", "index_entries")
 )
 _OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
+
+# The names of a manifest's ``objects`` (docs/formats.md §6.3): the one keying of an attempt's stored
+# objects. Each names the object's role; the file it is stored as is rlm/tiering/keys.py's. These
+# exact strings are in every stored manifest, so they never change — the entries object is named
+# after its file only because manifests were first written that way.
+LOG_OBJECT = "log"
+INDEX_OBJECT = "index"
+TIME_INDEX_OBJECT = "timeindex"
+LEADER_EPOCHS_OBJECT = "leader_epoch_checkpoint"
+PRODUCER_SNAPSHOT_OBJECT = "producer_snapshot"
+TXN_INDEX_OBJECT = "txn_index"
+ENTRIES_OBJECT = "segment.remotelogindex"
 #: Present only in the manifest of a partial copy (docs/cluster-copy.md); absent in older manifests.
 _OPTIONAL_NON_NEGATIVE = ("source_base_offset", "source_position")
 #: ``txn_index.source``: the broker's ``.txnindex`` as checked, or one rebuilt from the batches.
@@ -85,7 +97,7 @@ def _check_fields(doc: dict[str, Any], key: str) -> None:
             "must be a list of [producer id, first offset] non-negative integer pairs",
         )
     objects = doc.get("objects")
-    if not isinstance(objects, dict) or "log" not in objects:
+    if not isinstance(objects, dict) or LOG_OBJECT not in objects:
         raise bad("objects", objects, "must be an object with a 'log' entry")
     for name, obj in objects.items():
         if (
@@ -213,7 +225,7 @@ class SegmentManifest:
 
     @property
     def log(self) -> StoredObject:
-        return self.objects["log"]
+        return self.objects[LOG_OBJECT]
 
     @property
     def partial(self) -> bool:

@@ -17,7 +17,7 @@ from rlm.errors import CorruptSnapshotError, ObjectNotFoundError
 from rlm.formats.producer_snapshot import parse_producer_snapshot
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import PRODUCER_SNAPSHOT_OBJECT, SegmentManifest
 from rlm.tiering.protect import StoreProtection
 
 __all__ = ["open_at_end", "open_at_local", "open_at_remote", "snapshot_key"]
@@ -29,7 +29,7 @@ def snapshot_key(manifest: SegmentManifest, first_offset: int) -> str | None:
     """The key of the snapshot describing the state at ``first_offset`` for the segment of
     ``manifest``, or None: none uploaded, or a partial copy (its snapshot is its source file's,
     at another offset than the manifest's base), or a source starting elsewhere than the base."""
-    stored = manifest.objects.get("producer_snapshot")
+    stored = manifest.objects.get(PRODUCER_SNAPSHOT_OBJECT)
     if stored is None or manifest.partial or manifest.base_offset != first_offset:
         return None
     return stored.key

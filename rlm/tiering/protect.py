@@ -25,7 +25,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
 
 __all__ = ["EntryOpener", "StoreProtection"]
 
@@ -146,11 +146,11 @@ class StoreProtection:
         find the stored entries; each entry opened)."""
         if m.protection is None:
             return stored
-        blob = self.read_object(backend, retry, m, keys.REMOTE_LOG_INDEX)
+        blob = self.read_object(backend, retry, m, ENTRIES_OBJECT)
         try:
             entries = [d.entry for d in iter_entries(blob)]
         except FormatError as err:
-            raise err.in_file(m.objects[keys.REMOTE_LOG_INDEX].key) from err
+            raise err.in_file(m.objects[ENTRIES_OBJECT].key) from err
         return self.open_entries(m, entries, stored, 0)
 
     def open_entries(

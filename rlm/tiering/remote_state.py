@@ -29,7 +29,7 @@ from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
@@ -132,7 +132,7 @@ class RemoteState:
 
     def entries_blob(self, manifest: SegmentManifest) -> bytes:
         """The segment's uploaded entries object (decrypted when the segment is encrypted)."""
-        return self.protection.read_object(self.backend, self.retry, manifest, keys.REMOTE_LOG_INDEX)
+        return self.protection.read_object(self.backend, self.retry, manifest, ENTRIES_OBJECT)
 
     def read_object(self, manifest: SegmentManifest, name: str) -> bytes:
         """``manifest.objects[name]`` whole, as plaintext (one GET)."""
@@ -157,7 +157,7 @@ class RemoteState:
         try:
             return [d.entry for d in iter_entries(data)]
         except FormatError as err:
-            raise err.in_file(manifest.objects[keys.REMOTE_LOG_INDEX].key) from err
+            raise err.in_file(manifest.objects[ENTRIES_OBJECT].key) from err
 
     def link_entries(self, link: Link) -> list[RemoteLogIndexEntry]:
         """The entries of ``link``'s offsets (docs/cluster.md): the segment's own entries, the ones

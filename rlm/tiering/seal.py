@@ -32,7 +32,17 @@ from rlm.formats.remote_index import (
     RemoteLogIndexEntry,
 )
 from rlm.tiering import keys
-from rlm.tiering.manifest import Protection, StoredObject
+from rlm.tiering.manifest import (
+    ENTRIES_OBJECT,
+    INDEX_OBJECT,
+    LEADER_EPOCHS_OBJECT,
+    LOG_OBJECT,
+    PRODUCER_SNAPSHOT_OBJECT,
+    TIME_INDEX_OBJECT,
+    TXN_INDEX_OBJECT,
+    Protection,
+    StoredObject,
+)
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.upload import upload_bytes, upload_file
@@ -41,10 +51,10 @@ __all__ = ["Uploaded", "upload_attempt"]
 
 #: Objects uploaded beside the ``.log``: pinned role → manifest name.
 _COMPANIONS = (
-    (keys.OFFSET_INDEX, "index"),
-    (keys.TIME_INDEX, "timeindex"),
-    (keys.LEADER_EPOCHS, "leader_epoch_checkpoint"),
-    (keys.PRODUCER_SNAPSHOT, "producer_snapshot"),
+    (keys.OFFSET_INDEX, INDEX_OBJECT),
+    (keys.TIME_INDEX, TIME_INDEX_OBJECT),
+    (keys.LEADER_EPOCHS, LEADER_EPOCHS_OBJECT),
+    (keys.PRODUCER_SNAPSHOT, PRODUCER_SNAPSHOT_OBJECT),
 )
 
 
@@ -138,15 +148,15 @@ def upload_attempt(
     objects: dict[str, StoredObject] = {}
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
     if txn_path is not None:
-        files.append((key(keys.TXN_INDEX), "txn_index", txn_path))
+        files.append((key(keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
         with shared.upload_slots:
-            objects["log"] = upload_file(ctx, key(keys.LOG), pinned[keys.LOG], watch_half=True)
+            objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), pinned[keys.LOG], watch_half=True)
             for object_key, name, path in files:
                 objects[name] = upload_file(ctx, object_key, path)
             blob = b"".join(e.encode() for e in entries)
-            objects[keys.REMOTE_LOG_INDEX] = upload_bytes(ctx, key(keys.REMOTE_LOG_INDEX), blob)
-        _check(objects["log"].crc32c, plain_crc32c, pinned[keys.LOG], base)
+            objects[ENTRIES_OBJECT] = upload_bytes(ctx, key(keys.SEGMENT_ENTRIES), blob)
+        _check(objects[LOG_OBJECT].crc32c, plain_crc32c, pinned[keys.LOG], base)
         return Uploaded(objects, entries, None)
 
     data_key, wrapped = (
@@ -168,7 +178,7 @@ def upload_attempt(
         return upload_bytes(ctx, object_key, stored)
 
     with shared.upload_slots:
-        objects["log"] = upload_file(ctx, key(keys.LOG), sealed.path, watch_half=True)
+        objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), sealed.path, watch_half=True)
         for object_key, name, path in files:
             objects[name] = (
                 put(object_key, path.read_bytes())
@@ -176,8 +186,8 @@ def upload_attempt(
                 else upload_file(ctx, object_key, path)
             )
         blob = b"".join(e.encode() for e in sealed.entries)
-        objects[keys.REMOTE_LOG_INDEX] = put(key(keys.REMOTE_LOG_INDEX), blob)
-    _check(objects["log"].crc32c, sealed.crc32c, sealed.path, base)
+        objects[ENTRIES_OBJECT] = put(key(keys.SEGMENT_ENTRIES), blob)
+    _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
     return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from rlm.logdir.scan import SegmentFiles
 from rlm.tiering.lineage import Link
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest import TXN_INDEX_OBJECT, SegmentManifest
 from rlm.tiering.producer_state import open_at_end, snapshot_key
 
 __all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources"]
@@ -123,7 +123,7 @@ def plan_sources(
         m = link.manifest
         if link.first_offset >= below:
             continue
-        stored = m.objects.get("txn_index")
+        stored = m.objects.get(TXN_INDEX_OBJECT)
         last = min(link.last_offset, below - 1)
         sources.append(
             TxnSource(

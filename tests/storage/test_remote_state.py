@@ -29,6 +29,7 @@ from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import ENTRIES_OBJECT
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_state import RemoteState, attempt_age_ms
 from tests.storage.conftest import BUCKET
@@ -76,7 +77,7 @@ def tiered(
 
 def _put_attempt(backend: StorageBackend, base: int, attempt: str) -> list[str]:
     """Objects of an attempt no manifest references (a copier that died before its manifest)."""
-    put = [keys.data_key(TOPIC, 0, base, attempt, name) for name in (keys.LOG, keys.REMOTE_LOG_INDEX)]
+    put = [keys.data_key(TOPIC, 0, base, attempt, name) for name in (keys.LOG, keys.SEGMENT_ENTRIES)]
     for n, key in enumerate(put):
         backend.put(key, b"x" * (10 + n))
     return put
@@ -114,7 +115,7 @@ def test_corrupt_entries_object_names_its_key(
     backend = tiered[0]
     remote = RemoteState(backend, TOPIC, 0)
     m = remote.list_manifests()[0]
-    key = m.objects[keys.REMOTE_LOG_INDEX].key
+    key = m.objects[ENTRIES_OBJECT].key
     blob = bytearray(backend.read(key))
     blob[-1] ^= 0xFF
     backend.put(key, bytes(blob))

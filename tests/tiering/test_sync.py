@@ -22,6 +22,7 @@ from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import LineageMarker
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import ENTRIES_OBJECT
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.sync import sync
@@ -150,7 +151,7 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     doc = newest.to_json().replace(newest.attempt_id.encode(), b"0000000000000-beef")
     for name, obj in newest.objects.items():
         data = ctx.shared.backend.read(obj.key)
-        if name == keys.REMOTE_LOG_INDEX:  # a real attempt's entries name its own object
+        if name == ENTRIES_OBJECT:  # a real attempt's entries name its own object
             data = b"".join(
                 dataclasses.replace(
                     d.entry,
