@@ -22,23 +22,23 @@ import logging
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
-from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
-from rlm.logdir.segment import LogSegment
 from rlm.tiering.cache import RangeBytes
+from rlm.tiering.located import Located, Tier
+from rlm.tiering.lookup_local import local_fetch, local_offset, local_timestamp
+from rlm.tiering.lookup_remote import remote_offset, remote_timestamp
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
-from rlm.tiering.remote_sets import chain_from, remote_max_timestamp
+from rlm.tiering.remote_sets import remote_max_timestamp
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
-    batches_below,
     invisible_reason,
     local_max_timestamp,
     partition_offsets,
@@ -46,7 +46,6 @@ from rlm.tiering.visibility import (
 
 log = logging.getLogger(__name__)
 
-Tier = Literal["local", "remote"]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 SPECIAL_TIMESTAMPS = {
     LATEST: "latest",
@@ -208,47 +207,24 @@ class PartitionReader:
         latest / earliest answers on an empty visible range."""
         return LookupResult(self.part.topic, self.part.partition, True, ranges, tier, offset, -1)
 
+    def _found(self, ranges: PartitionOffsets, hit: Located) -> LookupResult:
+        return LookupResult(
+            self.part.topic,
+            self.part.partition,
+            True,
+            ranges,
+            hit.tier,
+            hit.offset,
+            hit.timestamp,
+            hit.batch,
+            hit.location,
+        )
+
     def _local_offset(
         self, segments: Sequence[SegmentFiles], offset: int, ranges: PartitionOffsets, timestamp: bool = True
     ) -> LookupResult | None:
-        candidates = [s for s in segments if s.base_offset <= offset][-1:] + [
-            s for s in segments if s.base_offset > offset
-        ]
-        for files in candidates:
-            try:
-                with LogSegment.open(files) as seg:
-                    batch = seg.find_batch(offset)
-                    while batch is not None:
-                        first = None if timestamp else first_offset_at_least(batch, offset)
-                        if first is not None:
-                            return LookupResult(
-                                self.part.topic,
-                                self.part.partition,
-                                True,
-                                ranges,
-                                "local",
-                                first,
-                                None,
-                                batch,
-                                {"file": str(files.log), "position": batch.position},
-                            )
-                        for record in seg.read_records(batch):
-                            if record.offset >= offset:
-                                return LookupResult(
-                                    self.part.topic,
-                                    self.part.partition,
-                                    True,
-                                    ranges,
-                                    "local",
-                                    record.offset,
-                                    record.timestamp,
-                                    batch,
-                                    {"file": str(files.log), "position": batch.position},
-                                )
-                        batch = next(seg.batches(batch.position + batch.size), None)
-            except FileNotFoundError:
-                continue  # deleted by the log store meanwhile: the next segment or the remote tier
-        return None
+        hit = local_offset(segments, offset, timestamp)
+        return None if hit is None else self._found(ranges, hit)
 
     def _entry_batches(self, entry: DecodedEntry) -> tuple[RangeBytes, list[RecordBatch]]:
         """One entry's bytes and CRC-checked batches, for timestamp lookups (cached)."""
@@ -258,39 +234,9 @@ class PartitionReader:
         self, offset: int, ranges: PartitionOffsets, source: EntrySource, timestamp: bool = True
     ) -> LookupResult | None:
         source.views = source.views or self._sets()
-        for current in chain_from(source.views, max(offset, ranges.remote_log_start_offset or 0)):
-            data, batches = source.batches(current)
-            where = {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length}
-            for batch in batches:
-                if batch.last_offset < offset:
-                    continue
-                first = None if timestamp else first_offset_at_least(batch, offset)
-                if first is not None:
-                    return LookupResult(
-                        self.part.topic,
-                        self.part.partition,
-                        True,
-                        ranges,
-                        "remote",
-                        first,
-                        None,
-                        batch,
-                        where,
-                    )
-                for record in decode_records(data, batch):
-                    if record.offset >= offset:
-                        return LookupResult(
-                            self.part.topic,
-                            self.part.partition,
-                            True,
-                            ranges,
-                            "remote",
-                            record.offset,
-                            record.timestamp,
-                            batch,
-                            where,
-                        )
-        return None
+        start = ranges.remote_log_start_offset or 0
+        hit = remote_offset(source.views, offset, start, source, timestamp)
+        return None if hit is None else self._found(ranges, hit)
 
     # -- timestamp ----------------------------------------------------------------------------
 
@@ -350,61 +296,14 @@ class PartitionReader:
     def _remote_timestamp(self, ts: int, ranges: PartitionOffsets) -> LookupResult | None:
         if ranges.remote_log_start_offset is None:
             return None
-        start = ranges.remote_log_start_offset
-        for view in self._sets():
-            if view.last is None or view.last.entry.last_offset < start:
-                continue
-            first_hit = find_entry_for_timestamp(view.times, view.offsets, view.log_index, ts)
-            if first_hit is None:
-                continue  # the set's running max never reaches ts
-            begin = first_hit
-            if first_hit.entry.last_offset < start:  # below the remote log start: walk from there
-                begin = find_entry_for_offset(view.offsets, view.log_index, start) or first_hit
-            for current in view.entries_from(begin):
-                if current.entry.last_timestamp < ts or current.entry.last_offset < start:
-                    continue
-                data, batches = self._entry_batches(current)
-                for batch in batches:
-                    if batch.max_timestamp < ts or batch.last_offset < start:
-                        continue
-                    for record in decode_records(data, batch):
-                        if record.timestamp >= ts and record.offset >= start:
-                            return LookupResult(
-                                self.part.topic,
-                                self.part.partition,
-                                True,
-                                ranges,
-                                "remote",
-                                record.offset,
-                                record.timestamp,
-                                batch,
-                                {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length},
-                            )
-        return None
+        hit = remote_timestamp(self._sets(), ts, ranges.remote_log_start_offset, self._entry_batches)
+        return None if hit is None else self._found(ranges, hit)
 
     def _local_timestamp(
         self, segments: Sequence[SegmentFiles], ts: int, ranges: PartitionOffsets
     ) -> LookupResult | None:
-        start = ranges.local_log_start_offset
-        for files in segments:
-            try:
-                with LogSegment.open(files) as seg:
-                    hit = seg.find_offset_by_timestamp(ts, max(start or 0, files.base_offset))
-            except FileNotFoundError:
-                continue
-            if hit is not None:
-                return LookupResult(
-                    self.part.topic,
-                    self.part.partition,
-                    True,
-                    ranges,
-                    "local",
-                    hit.offset,
-                    hit.timestamp,
-                    hit.batch,
-                    {"file": str(files.log), "position": hit.batch.position},
-                )
-        return None
+        hit = local_timestamp(segments, ts, ranges.local_log_start_offset)
+        return None if hit is None else self._found(ranges, hit)
 
     def _max_timestamp(self, segments: Sequence[SegmentFiles], ranges: PartitionOffsets) -> int | None:
         """The max record timestamp among the visible offsets ``[log start, visible end)``."""
@@ -450,18 +349,15 @@ class PartitionReader:
         assert end is not None
         if found.tier == "local":
             assert found.location is not None
-            with LogSegment(Path(found.location["file"])) as seg:
-                visible = batches_below(seg.batches(found.batch.position, verify_crc=True), end)
-                batches = _take(visible, max_bytes)
-                if not batches:
-                    return self._empty(offset, ranges)
-                data = bytes(seg.buffer[batches[0].position : batches[-1].end_position])
+            data, batches = local_fetch(Path(found.location["file"]), found.batch.position, end, max_bytes)
+            if not batches:
+                return self._empty(offset, ranges)
             return FetchResult(
                 self.part.topic,
                 self.part.partition,
                 "local",
                 data,
-                _rebased(batches, batches[0].position),
+                batches,
                 end,
                 offset,
                 ranges.log_start_offset,
@@ -512,30 +408,6 @@ def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
         and ranges.remote_log_start_offset <= offset <= ranges.highest_tiered_offset
     )
     return local, remote
-
-
-def first_offset_at_least(batch: RecordBatch, offset: int) -> int | None:
-    """The first record offset ≥ ``offset`` in ``batch`` (its last offset is ≥ ``offset``) when
-    the header alone tells it: a v2 batch whose records have no offset gaps (record count =
-    offset span: never compacted inside) holds every offset from its base to its last. Else None:
-    the records must be decoded (compacted, empty or v0/v1 batches)."""
-    dense = batch.magic >= 2 and batch.record_count == batch.last_offset - batch.base_offset + 1
-    return max(offset, batch.base_offset) if dense else None
-
-
-def _take(batches: Iterator[RecordBatch], max_bytes: int) -> list[RecordBatch]:
-    taken: list[RecordBatch] = []
-    total = 0
-    for batch in batches:
-        if taken and total + batch.size > max_bytes:
-            break
-        taken.append(batch)
-        total += batch.size
-    return taken
-
-
-def _rebased(batches: list[RecordBatch], origin: int) -> list[RecordBatch]:
-    return [b.moved(-origin) for b in batches]
 
 
 __all__ = [
