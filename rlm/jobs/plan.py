@@ -58,12 +58,14 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, persisted_progress
-from rlm.tiering.isolation import Isolation, PartitionTxns, plan_sources
+from rlm.tiering.isolation import Isolation
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.partition_txns import PartitionTxns
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_state import RemoteView, remote_view
 from rlm.tiering.state import Progress
+from rlm.tiering.txn_sources import plan_sources
 from rlm.tiering.visibility import partition_offsets
 
 MAX_OFFSET = 2**63 - 1

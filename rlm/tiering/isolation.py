@@ -1,14 +1,8 @@
 """``isolation = read_committed | read_uncommitted`` for every read surface (docs/transactions.md).
 
-One partition's transaction knowledge is a list of :class:`TxnSource` — the segments of both tiers
-in offset order, each with its aborted transactions from, in order of preference:
-
-* a remote segment's uploaded ``.txnindex`` (its manifest says ``txn_index``; ``entries: 0`` needs
-  no read at all);
-* a local segment's ``.txnindex`` written by the broker (trusted as Kafka trusts it);
-* otherwise the segment's control batches, scanned (remote segments tiered before rlm captured the
-  index: one whole-object read, cached per process), with the first offset of a transaction that
-  began earlier found in the earlier segments' batches.
+One partition's transaction knowledge is a :class:`~rlm.tiering.partition_txns.PartitionTxns`
+over its segments of both tiers (:func:`reader_txns` lists them for a partition reader; each
+source's aborted transactions come from a stored ``.txnindex`` or its scanned control batches).
 
 A read_committed fetch is (1) bounded by the last stable offset (:meth:`PartitionTxns.last_stable_offset`),
 (2) given the aborted transactions Kafka's broker would list for it (:func:`collect_aborted` from
@@ -24,25 +18,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import mmap
-import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from rlm.errors import CorruptIndexError, InvalidArgumentError, ObjectNotFoundError, RlmError
-from rlm.formats.offset_index import Buffer
-from rlm.formats.records import iter_batches
-from rlm.formats.transactions import (
-    REBUILT_LAST_STABLE_OFFSET,
-    TxnSummary,
-    committed_batches,
-    open_after,
-    resolve_first,
-    summarize,
-)
-from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
+from rlm.errors import InvalidArgumentError, ObjectNotFoundError
+from rlm.formats.transactions import committed_batches
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
@@ -50,23 +31,18 @@ from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import TXN_INDEX_OBJECT, SegmentManifest
-from rlm.tiering.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
-from rlm.tiering.protect import StoreProtection
-from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources, plan_sources
+from rlm.tiering.partition_txns import PartitionTxns
+from rlm.tiering.producer_state import open_at_end, snapshot_key
+from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
 __all__ = [
     "ISOLATION_LEVELS",
     "Isolation",
-    "PartitionTxns",
-    "TxnLookup",
-    "TxnSource",
     "apply_isolation",
     "check_isolation",
     "fetch",
     "fetcher",
-    "local_sources",
-    "plan_sources",
     "reader_txns",
 ]
 
@@ -84,242 +60,6 @@ def check_isolation(value: str) -> Isolation:
     if value == "read_uncommitted":
         return "read_uncommitted"
     raise InvalidArgumentError(f"isolation {value!r} must be read_uncommitted or read_committed")
-
-
-@dataclass(frozen=True, slots=True)
-class TxnLookup:
-    """The aborted transactions of one fetch and the segments whose batches had to be scanned
-    (no index stored: tiered before rlm captured it, or no local ``.txnindex``)."""
-
-    entries: list[AbortedTxn]
-    scanned: list[str] = field(default_factory=list)
-
-
-class PartitionTxns:
-    """Aborted transactions and the last stable offset of one partition, over ``sources``."""
-
-    def __init__(
-        self,
-        sources: Sequence[TxnSource],
-        backend: StorageBackend | None,
-        retry: RetryPolicy | None = None,
-        protection: StoreProtection | None = None,
-    ) -> None:
-        self.sources = list(sources)
-        self.backend = backend
-        self.retry = retry or RetryPolicy()
-        self.protection = protection or StoreProtection()
-
-    # -- reading ------------------------------------------------------------------------------
-
-    def _with_bytes(self, src: TxnSource, use: Callable[[Buffer], Any]) -> Any:
-        if src.tier == "local":
-            with open(src.location, "rb") as fh:
-                if fh.seek(0, 2) == 0:
-                    return use(b"")
-                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                    return use(buf)
-        if self.backend is None:
-            raise RlmError("a remote transaction source needs a backend")
-        backend = self.backend
-        data = self.retry.call(lambda: backend.read(src.location))
-        if src.manifest is not None:  # stored compressed/encrypted: entry by entry
-            data = self.protection.open_log(backend, self.retry, src.manifest, data)
-        if not src.captured:  # once per segment and process: the summary is cached
-            log.info(
-                "%s: tiered before rlm captured its transaction index: scanned its control "
-                "batches (one read of %d bytes; docs/transactions.md)",
-                src.location,
-                len(data),
-            )
-        return use(data)
-
-    def summary(self, i: int) -> TxnSummary:
-        """The source's :class:`TxnSummary` (its batches read once per process)."""
-        src = self.sources[i]
-
-        def load() -> TxnSummary:
-            def run(buf: Buffer) -> TxnSummary:
-                mine = (
-                    b
-                    for b in iter_batches(buf, verify_crc=False)
-                    if b.base_offset >= src.first_offset and b.last_offset <= src.last_offset
-                )
-                return summarize(buf, mine)
-
-            try:
-                return self._with_bytes(src, run)  # type: ignore[no-any-return]
-            except RlmError as err:
-                raise err.in_file(src.location) if err.file is None else err from err
-
-        found: TxnSummary = FACTS.get(
-            ("summary", src.location, src.identity, src.first_offset, src.last_offset), load
-        )
-        return found
-
-    def _earlier(self, i: int) -> Iterator[TxnSummary]:
-        for j in range(i - 1, -1, -1):
-            yield self.summary(j)
-
-    def _stored(self, src: TxnSource) -> list[AbortedTxn] | None:
-        if src.txn_index is None:
-            return [] if src.tier == "remote" and src.captured else None
-        index_key = src.txn_index
-
-        def load() -> list[AbortedTxn] | None:
-            try:
-                if src.tier == "local":
-                    raw = Path(index_key).read_bytes()
-                else:
-                    assert self.backend is not None
-                    backend = self.backend
-                    raw = self.retry.call(lambda: backend.read(index_key))
-                    if src.manifest is not None:
-                        raw = self.protection.open_object(src.manifest, index_key, raw)
-                return parse_txn_index(raw)
-            except FileNotFoundError:
-                return None
-            except CorruptIndexError as err:
-                log.warning("%s: %s; scanning the segment's control batches instead", index_key, err)
-                return None
-
-        found: list[AbortedTxn] | None = FACTS.get(("txnindex", index_key, src.identity), load)
-        if found is None:
-            return None
-        return [e for e in found if src.first_offset <= e.last_offset <= src.last_offset]
-
-    def entries(self, i: int) -> tuple[list[AbortedTxn], bool]:
-        """Source ``i``'s aborted transactions and whether they came from a stored index."""
-        src = self.sources[i]
-        stored = self._stored(src)
-        if stored is not None and src.tier == "local":
-            stored = self._checked(i, stored)  # the summary is read for the LSO anyway
-        if stored is not None:
-            return stored, True
-        summary = self.summary(i)
-        return [
-            AbortedTxn(
-                resolve_first(p, self._earlier(i)), p.marker_offset, p.producer_id, REBUILT_LAST_STABLE_OFFSET
-            )
-            for p in summary.aborts
-        ], False
-
-    def _checked(self, i: int, stored: list[AbortedTxn]) -> list[AbortedTxn] | None:
-        """A broker's local entries if they name the segment's ABORT markers, else None (scan)."""
-        markers = [(p.producer_id, p.marker_offset) for p in self.summary(i).aborts]
-        if [(e.producer_id, e.last_offset) for e in stored] == markers:
-            return stored
-        src = self.sources[i]
-        FACTS.get(
-            ("mismatch", src.txn_index, src.identity),
-            lambda: log.warning(
-                "%s: its entries do not name the segment's %d ABORT markers; scanning the segment's "
-                "control batches instead (docs/transactions.md)",
-                src.txn_index,
-                len(markers),
-            ),
-        )
-        return None
-
-    # -- answers ------------------------------------------------------------------------------
-
-    def _index_of(self, offset: int) -> int:
-        found = 0
-        for i, src in enumerate(self.sources):
-            if src.first_offset <= offset:
-                found = i
-        return found
-
-    def aborted(self, fetch_offset: int, upper_bound: int) -> TxnLookup:
-        """What Kafka's broker lists for a fetch of ``[fetch_offset, upper_bound)``: from the
-        segment holding ``fetch_offset`` on, until an entry proves the list complete (Kafka's
-        rule; entries rlm rebuilt carry :data:`REBUILT_LAST_STABLE_OFFSET` and never do)."""
-        out = TxnLookup([])
-        for i in range(self._index_of(fetch_offset), len(self.sources)):
-            src = self.sources[i]
-            if src.last_offset < fetch_offset:
-                continue
-            entries, stored = self.entries(i)
-            if not stored:
-                out.scanned.append(src.location)
-            found, complete = collect_aborted(entries, fetch_offset, upper_bound)
-            out.entries.extend(found)
-            if complete:
-                break
-        return out
-
-    def last_stable_offset(self, visible_end: int) -> int:
-        """The first offset of the oldest transaction still open below ``visible_end``, or
-        ``visible_end`` when none is: producer state replayed from the newest known state at or
-        below the first local segment (:meth:`_seed`), each source summarized once per version
-        of its bytes."""
-        if not self.sources:
-            return visible_end
-        start, seed = self._seed()
-        state = open_after([self.summary(i) for i in range(start, len(self.sources))], seed)
-        return min([visible_end, *state.values()])
-
-    def _snapshot(self, src: TxnSource) -> dict[int, int] | None:
-        """The transactions open at ``src.first_offset`` by its producer snapshot, or None."""
-        if src.snapshot is None:
-            return None
-        where = src.snapshot
-        if src.tier == "local":
-            try:
-                st = os.stat(where)
-            except FileNotFoundError:
-                return None
-            return FACTS.get(
-                ("snapshot", where, st.st_ino, st.st_size, st.st_mtime_ns),
-                lambda: open_at_local(where),
-            )
-        if self.backend is None:
-            raise RlmError("a remote transaction source needs a backend")
-        backend = self.backend
-        return FACTS.get(
-            ("snapshot", where),
-            lambda: open_at_remote(backend, self.retry, self.protection, where, src.manifest),
-        )
-
-    def _state_before(self, i: int) -> dict[int, int] | None:
-        """The transactions open before ``sources[i]`` (``i == len``: after the last), if known:
-        recorded by the copy of the source before it, or by a producer snapshot at its start."""
-        if i > 0 and self.sources[i - 1].open_at_end is not None:
-            return dict(self.sources[i - 1].open_at_end or ())
-        if i < len(self.sources):
-            if self.sources[i].first_offset == 0:
-                return {}  # nothing lies below offset 0
-            return self._snapshot(self.sources[i])
-        return None
-
-    def _seed(self) -> tuple[int, dict[int, int]]:
-        """``(i, state)``: the transactions open before ``sources[i]``, for the newest ``i`` at or
-        below the first local source (with none: after the last source) whose state is known —
-        no remote source is then replayed when the first local segment's snapshot or the last
-        remote segment's recorded state answers. With none, every source is replayed from the
-        oldest (the state before it assumed empty, as Kafka assumes at its log start)."""
-        local = [i for i, s in enumerate(self.sources) if s.tier == "local"]
-        newest = local[0] if local else len(self.sources)
-        for i in range(newest, -1, -1):
-            found = self._state_before(i)
-            if found is not None:
-                break
-        else:
-            i, found = 0, {}
-        if newest - i > 1:
-            first = self.sources[i]
-            FACTS.get(
-                ("replay", first.location, first.identity, newest),
-                lambda: log.info(
-                    "%s: no producer snapshot or recorded open transactions nearer the local log: the "
-                    "last stable offset is replayed from the batches of %d tiered segment(s) from "
-                    "offset %d (docs/transactions.md)",
-                    first.location,
-                    newest - i,
-                    first.first_offset,
-                ),
-            )
-        return i, found
 
 
 def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> Any:

@@ -20,9 +20,11 @@ from rlm.storage.local import LocalBackend
 from rlm.tiering import isolation as txn
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.partition_txns import PartitionTxns
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.remote_state import RemoteState
+from rlm.tiering.txn_sources import plan_sources
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import key_file
 from tests.tiering.txn_helpers import Oracle, write_txn_log
@@ -118,11 +120,11 @@ def test_control_batch_scans_of_protected_segments_match_plaintext(
         state = RemoteState(backend, "txn", 0, protection=StoreProtection.from_settings(s.remote))
         links = state.chain().links
         end = links[-1].last_offset + 1
-        sources = txn.plan_sources(links, [], end, None)
-        recorded = txn.PartitionTxns(sources, backend, None, state.protection).last_stable_offset(end)
+        sources = plan_sources(links, [], end, None)
+        recorded = PartitionTxns(sources, backend, None, state.protection).last_stable_offset(end)
         assert not scans
         sources = [replace(src, open_at_end=None) for src in sources]
-        txns = txn.PartitionTxns(sources, backend, None, state.protection)
+        txns = PartitionTxns(sources, backend, None, state.protection)
         answers.append((txns.last_stable_offset(end), txns.aborted(0, end).entries))
         assert answers[-1][0] == recorded
     assert answers[0] == answers[1] and answers[0][1]

@@ -352,7 +352,7 @@ def test_without_any_known_state_the_full_replay_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     lay = layout(tmp_path, 1, True, snapshots=False, recorded=False)
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.partition_txns"):
         assert lso(lay) == lay.oracle.last_stable_offset
     assert any(
         "no producer snapshot" in m and f"{len(lay.bases) - 1} tiered segment" in m for m in caplog.messages

@@ -333,7 +333,7 @@ def test_old_manifests_without_txn_index_are_scanned(
         path.write_text(json.dumps(doc))
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
     o = oracle["txn-0"]
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.isolation"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.partition_txns"):
         got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 4_000), 0)
     assert got == _expected(o.committed) and stop == o.last_stable_offset
     assert "tiered before rlm captured its transaction index: scanned its control batches" in caplog.text
@@ -380,7 +380,7 @@ def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(
         assert all(r.error is None for r in manager.run_once())
     # Local reads use the broker's files too: the disagreeing one is caught, the torn one scanned.
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.isolation"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.partition_txns"):
         got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 2_000), 0)
     assert got == _expected(o.committed) and stop == o.last_stable_offset
     assert f"{wrong:020d}.txnindex: its entries do not name" in caplog.text
