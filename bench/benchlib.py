@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from rlm.testing.daemon import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
@@ -72,12 +74,6 @@ def record(section: str, entry: str, *, intro: str = "") -> None:
     before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
     after = "".join(lines[nxt:])
     BENCHMARKS.write_text(before + entry + ("\n" + after if after else ""))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MotoProcess:

@@ -42,7 +42,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: rlm may come from elsewhere
 
-from bench.benchlib import FAKE_AWS, OUT, MotoProcess, free_port, machine, record
+from bench.benchlib import FAKE_AWS, OUT, MotoProcess, machine, record
+from rlm.testing.daemon import free_port
 from rlm.testing.replicas import ReplicaSet
 from rlm.testing.toml import toml_value
 

@@ -46,10 +46,11 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: rlm may come from elsewhere
 
-from bench.benchlib import OUT, free_port, machine, record, template_batch, write_checkpoint, write_segment
+from bench.benchlib import OUT, machine, record, template_batch, write_checkpoint, write_segment
 from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.logdir.scan import PARTITION_METADATA
+from rlm.testing.daemon import free_port
 from rlm.testing.toml import toml_value
 
 SECTION = "## Scale"

@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import OUT, free_port, machine, record
+from bench.benchlib import OUT, machine, record
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, decode_records, iter_batches
 from rlm.logdir.scan import (
@@ -55,6 +55,7 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port
 from rlm.testing.store_check import assert_manifests_complete, check_store
 
 SECTION = "## Soak"

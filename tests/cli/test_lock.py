@@ -6,10 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,59 +13,27 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.daemon.lock import LOCK_NAME
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port, run_daemon, wait_healthy
 from rlm.tiering.state import default_state_dir
 from tests.tiering.helpers import REPO, rlm_cli
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(port: int, daemon: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert daemon.poll() is None, f"the daemon exited {daemon.returncode}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "daemon did not start"
-        time.sleep(0.1)
 
 
 @pytest.mark.integration
 def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("lock.t", 1)], seed=2, records=200, segment_bytes=8 * 1024)
-    store, port = tmp_path / "store", _free_port()
+    store, port = tmp_path / "store", free_port()
     first_cfg = write_config(tmp_path / "a.toml", [logs], root=store, server_port=port, task_interval_ms=200)
     # Another config file naming the same state dir explicitly (and another port): still one owner.
     other_cfg = write_config(
         tmp_path / "b.toml",
         [logs],
         root=store,
-        server_port=_free_port(),
+        server_port=free_port(),
         state_dir=str(default_state_dir(logs)),
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    # Its log goes to a file, not a pipe nobody reads: a full pipe would block the daemon.
-    with (tmp_path / "daemon.stderr").open("w") as err:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(first_cfg)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-        )
-    try:
-        _wait_healthy(port, daemon)
+    with run_daemon(first_cfg, port, tmp_path / "daemon.stderr", cwd=REPO) as running:
+        daemon = running.proc
         lock_file = default_state_dir(logs) / LOCK_NAME
         assert json.loads(lock_file.read_text())["pid"] == daemon.pid
         for args in (
@@ -87,7 +51,7 @@ def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) ->
             assert proc.stdout == ""
         # The first daemon is untouched and still serving; read-only commands run beside it.
         assert daemon.poll() is None
-        _wait_healthy(port, daemon, timeout=5)
+        wait_healthy(running, timeout=5)
         status = rlm_cli("status", "--config", first_cfg)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)[0]["topic"] == "lock.t"
@@ -97,10 +61,6 @@ def test_second_run_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) ->
         once = rlm_cli("run", "--config", other_cfg, "--once")
         assert once.returncode == 0, once.stderr
         assert json.loads(once.stdout)["partitions"] == 1
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=30)
 
 
 def test_lock_is_per_state_dir_in_process(tmp_path: Path) -> None:

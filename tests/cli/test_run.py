@@ -4,12 +4,7 @@ SIGTERM)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +14,7 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port, run_daemon, stop
 from rlm.testing.store_check import check_store
 from tests.tiering.helpers import REPO, rlm_cli
 
@@ -70,18 +66,12 @@ def test_bad_backend_option_exits_2(tmp_path: Path) -> None:
     assert "rooot" in _one_line(proc.stderr)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.integration
 def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("daemon.t", 2)], seed=4, records=400, segment_bytes=8 * 1024)
     store = tmp_path / "store"
-    port = _free_port()
+    port = free_port()
     cfg = write_config(
         tmp_path / "c.toml",
         [logs],
@@ -90,20 +80,13 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
         task_interval_ms=200,
         upload_bytes_per_sec=20_000_000,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    log = tmp_path / "daemon.stderr"
+    # wait=False: the status command below reads the state dir, the API is polled after it
+    with run_daemon(cfg, port, log, cwd=REPO, wait=False) as daemon:
         deadline = time.monotonic() + 60
         rows: list[dict[str, object]] = []
         while time.monotonic() < deadline:
-            assert daemon.poll() is None, daemon.communicate()
+            daemon.alive()
             proc = rlm_cli("status", "--config", cfg)
             assert proc.returncode == 0, proc.stderr
             rows = json.loads(proc.stdout)
@@ -138,17 +121,13 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
         )
         check = check_store([logs], LocalBackend(root=str(store)))
         assert copied >= sum(m["size_bytes"] for pc in check.partitions.values() for m in pc.manifests)
-        daemon.send_signal(signal.SIGTERM)
-        _out, err = daemon.communicate(timeout=30)
-        assert daemon.returncode == 0, err
-        assert "Traceback" not in err
-        # The restart is over once every partition passed once: said once, with the count.
-        said = re.findall(r"startup: every partition passed once \(2 partitions\) [0-9.]+ s after", err)
-        assert len(said) == 1, err
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.communicate()
+        stop(daemon.proc)  # SIGTERM
+    err = log.read_text()
+    assert daemon.proc.returncode == 0, err
+    assert "Traceback" not in err
+    # The restart is over once every partition passed once: said once, with the count.
+    said = re.findall(r"startup: every partition passed once \(2 partitions\) [0-9.]+ s after", err)
+    assert len(said) == 1, err
     # Stopped cleanly: a --once pass afterwards finds nothing to do and nothing to repair.
     proc = rlm_cli("run", "--config", cfg, "--once")
     assert proc.returncode == 0 and json.loads(proc.stdout)["segments_copied"] == 0

@@ -9,12 +9,7 @@ one line naming the key and path (exit 2) before it listens.
 
 from __future__ import annotations
 
-import os
-import socket
 import ssl
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +22,13 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings
 from rlm.http.client import RlmClient
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port, run_daemon
 from tests.http.certs import Pki, make_pki
 from tests.lookup.helpers import BruteLog
 from tests.tiering.helpers import REPO, rlm_cli
 
 TOKEN = "tls-daemon-token-8c1f"
 TOPIC = "secure.t"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _config(tmp: Path, logs: Path, port: int, pki: Pki, token_file: Path, **server: str) -> Path:
@@ -76,36 +66,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     token_file = tmp / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
-    port = _free_port()
+    port = free_port()
     cfg = _config(tmp, logs, port, pki, token_file)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     stderr = tmp / "daemon.stderr"
-    with stderr.open("w") as err:  # a file, not a pipe nobody reads
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-        )
-    url = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, stderr.read_text()
-            try:
-                if requests.get(url + "/healthz", verify=str(pki.ca), timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "the daemon did not answer over HTTPS"
-            time.sleep(0.1)
-        yield Daemon(url, pki, load_settings(cfg, environ={}), logs, stderr)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert proc.returncode == 0, stderr.read_text()
+    with run_daemon(cfg, port, stderr, cwd=REPO, scheme="https", ca=pki.ca) as running:
+        yield Daemon(running.url, pki, load_settings(cfg, environ={}), logs, stderr)
+    assert running.proc.returncode == 0, stderr.read_text()
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -188,7 +154,7 @@ def test_bad_tls_or_token_file_ends_run_with_one_line(tmp_path: Path, case: str)
         "mismatched key": {"tls_key": str(other.key)},
         "missing cert": {"tls_cert": str(tmp_path / "nope.pem")},
     }.get(case, {})
-    cfg = _config(tmp_path, logs, _free_port(), pki, token_file, **server)
+    cfg = _config(tmp_path, logs, free_port(), pki, token_file, **server)
     proc = rlm_cli("run", "--config", cfg, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -16,7 +16,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,17 +28,12 @@ import httpx
 import pytest
 
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port
 from rlm.testing.replicas import ReplicaSet
 from tests.tiering.helpers import REPO
 
 #: Small intervals so leadership moves and syncs are seen within a second or two.
 TASK_INTERVAL_MS = 200
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RawStore:

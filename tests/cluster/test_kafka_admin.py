@@ -10,7 +10,6 @@ other than the one negotiated (v12).
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from rlm.cluster import leadership_source
 from rlm.cluster.kafka_admin import KafkaAdminSource, admin_client_config, parse_metadata
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import ConfigError
+from rlm.testing.daemon import free_port
 from tests.cluster.fake_kafka import FakeKafkaBroker
 
 
@@ -43,13 +43,6 @@ def admin_settings(*servers: str, **cluster: Any) -> Settings:
         **cluster,
     }
     return settings_from_mapping({"cluster": values})
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_leaders_and_epochs_from_metadata() -> None:

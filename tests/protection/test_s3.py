@@ -7,13 +7,6 @@ remote lookup costs one ranged GET (counted by the daemon's store request meteri
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +17,7 @@ import pytest
 from rlm.config import Settings
 from rlm.formats.remote_index import iter_entries
 from rlm.storage.registry import create_backend
+from rlm.testing.daemon import free_port, run_daemon
 from tests.lookup.helpers import BruteLog, delete_local_segments
 from tests.protection.helpers import (
     TOPIC,
@@ -40,48 +34,17 @@ from tests.tiering.helpers import REPO, rlm_cli
 pytestmark = [pytest.mark.s3, pytest.mark.integration]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _daemon(config: Path, port: int, log: Path) -> Iterator[httpx.Client]:
-    """``rlm run`` as a real process; yields a client once its API answers."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    with log.open("wb") as err:  # a file, not a pipe: a full pipe would block the daemon
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                # started, and its first pass over every partition done (no pass reads meanwhile)
-                if client.get("/healthz").status_code == 200 and re.search(
-                    "every partition passed once", log.read_text()
-                ):
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+    """``rlm run`` as a real process; yields a client once its API answers and its first pass over
+    every partition is done (no pass reads meanwhile)."""
+    with (
+        run_daemon(
+            config, port, log, cwd=REPO, ready=lambda: "every partition passed once" in log.read_text()
+        ),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
+    ):
         yield client
-    finally:
-        client.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
     assert "Traceback" not in log.read_text()
 
 
@@ -123,7 +86,7 @@ def test_protected_store_on_seaweedfs(tmp_path: Path, s3_target: S3Target) -> No
     logs = tmp_path / "logs"
     brute = write_secrets(logs, batches=240)
     keys = {"A": key_file(tmp_path / "keys", "A"), "B": key_file(tmp_path / "keys", "B")}
-    port = _free_port()
+    port = free_port()
 
     # copy with key A, then rotate to B (A kept) and copy the rest
     later = _hide_later_segments(logs)

@@ -17,6 +17,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port, run_daemon, stop
 from rlm.testing.store_check import check_store
 from rlm.tiering import keys
 from tests.jobs.helpers import read_export
@@ -213,11 +214,6 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
 ) -> None:
     """`rlm run` (the daemon, a subprocess) on a spread-2 SeaweedFS store: it tiers, its API serves
     records the local tier no longer holds, and its metering counts the requests per partition."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
     import time
 
     from tests.tiering.helpers import REPO
@@ -225,9 +221,7 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
     logs = tmp_path / "logs"
     summaries = generate_log_dir(logs, [("daemon.sp", 3)], seed=8, records=300, segment_bytes=8 * 1024)
     name, options = _store("s3", tmp_path, request)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     cfg = write_config(
         tmp_path / "c.toml",
         [logs],
@@ -237,28 +231,17 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
         server_port=port,
         task_interval_ms=200,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
+    log = tmp_path / "daemon.stderr"
+    with run_daemon(cfg, port, log, cwd=REPO) as daemon:
+        base = daemon.url
         deadline = time.monotonic() + 90
         rows: list[dict[str, Any]] = []
         while not (rows and all(r["remote_segments"] and r["copy_lag_segments"] == 0 for r in rows)):
-            assert daemon.poll() is None, daemon.communicate()
+            daemon.alive()
             assert time.monotonic() < deadline, f"daemon did not tier within 90 s: {rows}"
             time.sleep(0.2)
-            try:
-                code, body = _get(base + "/v1/partitions")
-                rows = json.loads(body) if code == 200 else []
-            except OSError:
-                rows = []
+            code, body = _get(base + "/v1/partitions")
+            rows = json.loads(body) if code == 200 else []
         _assert_stored_keys(create_backend(name, options), 2)
         s = summaries[0]
         url = f"{base}/v1/topics/{s.topic}/partitions/{s.partition}/records?offset=0&format=json"
@@ -276,10 +259,6 @@ def test_daemon_tiers_and_serves_remote_records_with_spread_on_seaweedfs(
             if (r["topic"], r["partition"]) == (s.topic, s.partition)
         ]
         assert row["store_requests"]["put"] > 0 and row["store_requests"]["get"] > 0
-        daemon.send_signal(signal.SIGTERM)
-        _out, err = daemon.communicate(timeout=30)
-        assert daemon.returncode == 0 and "Traceback" not in err, err
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.communicate()
+        stop(daemon.proc)  # SIGTERM
+    err = log.read_text()
+    assert daemon.proc.returncode == 0 and "Traceback" not in err, err

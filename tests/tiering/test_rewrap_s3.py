@@ -19,22 +19,19 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from rlm.http.client import RlmClient
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import free_port, run_daemon
 from rlm.tiering.manifest import SegmentManifest
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.s3servers import S3Target
@@ -42,12 +39,6 @@ from tests.tiering.helpers import REPO, rlm_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.s3]
 A, B = "key-a", "key-b"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _config(
@@ -183,36 +174,12 @@ def _daemon(
     topics: list[str],
 ) -> Iterator[str]:
     """``rlm run`` (a subprocess) with these keys; yields its URL once it answers."""
-    port = _free_port()
+    port = free_port()
     cfg = _config(tmp_path / f"{name}.toml", logs, target, key_files, active, topics, port=port)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    stderr = tmp_path / f"{name}.stderr"
-    with stderr.open("w") as err:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert daemon.poll() is None, stderr.read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.1)
-        yield url
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=30)
-    assert "Traceback" not in stderr.read_text()
+    log = tmp_path / f"{name}.stderr"
+    with run_daemon(cfg, port, log, cwd=REPO) as daemon:
+        yield daemon.url
+    assert "Traceback" not in log.read_text()
 
 
 def _read_all(url: str, brute: dict[str, BruteLog], *, remote_only: bool) -> None:
