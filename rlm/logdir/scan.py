@@ -255,23 +255,10 @@ def _base_offset_of(name: str) -> int | None:
         return None
 
 
-def list_segments(
-    partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None
-) -> list[SegmentFiles]:
-    """The segments of one partition directory in base-offset order (the last one is active).
-
-    Files named ``<base>.log`` define segments; ``.index``/``.timeindex``/``.txnindex``/``.snapshot``
-    with the same base name are attached when listed. Transient files are ignored. A ``.log`` that
-    vanishes before it can be ``stat``-ed (renamed to ``.deleted`` by retention) is skipped and
-    reported through ``on_skip``. A partition dir that vanished entirely yields ``[]``.
-    """
-    skip = on_skip or _log_skip
-    directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        skip(directory, "partition directory vanished")
-        return []
+def _files_by_suffix(directory: Path, names: list[str], skip: SkipCallback) -> dict[str, dict[int, str]]:
+    """The segment files among ``names``: suffix → base offset → file name. Other files (KRaft
+    ``.checkpoint`` snapshots, ``partition.metadata``, remote index files, transient names) are
+    left out; a segment-suffixed name without a base offset is reported through ``skip``."""
     by_suffix: dict[str, dict[int, str]] = {
         naming.LOG: {},
         naming.INDEX: {},
@@ -293,6 +280,27 @@ def list_segments(
             skip(directory / name, "file name does not start with a base offset")
             continue
         group[base] = name
+    return by_suffix
+
+
+def list_segments(
+    partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None
+) -> list[SegmentFiles]:
+    """The segments of one partition directory in base-offset order (the last one is active).
+
+    Files named ``<base>.log`` define segments; ``.index``/``.timeindex``/``.txnindex``/``.snapshot``
+    with the same base name are attached when listed. Transient files are ignored. A ``.log`` that
+    vanishes before it can be ``stat``-ed (renamed to ``.deleted`` by retention) is skipped and
+    reported through ``on_skip``. A partition dir that vanished entirely yields ``[]``.
+    """
+    skip = on_skip or _log_skip
+    directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        skip(directory, "partition directory vanished")
+        return []
+    by_suffix = _files_by_suffix(directory, names, skip)
 
     def companion(suffix: str, base: int) -> Path | None:
         name = by_suffix[suffix].get(base)
