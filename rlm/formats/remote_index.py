@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -226,6 +226,32 @@ class DecodedEntry:
         return self.position + self.size
 
 
+_MAGICS = (REMOTE_LOG_INDEX_MAGIC, STORED_ENTRY_MAGIC)
+
+
+def _frame_error(view: memoryview, position: int) -> FormatError:
+    """Why the entry at ``position`` is not framed right (magic, length field, bytes present): the
+    error :func:`decode_entry` raises, worded here so its hot path stays one test."""
+    available = len(view) - position
+    if available < _PREFIX.size:
+        return CorruptRemoteIndexError(
+            f"truncated entry: {available} bytes left, an entry header needs {ENTRY_HEADER_SIZE}",
+            position=position,
+        )
+    magic, length = _PREFIX.unpack_from(view, position)
+    if magic not in _MAGICS:
+        return UnsupportedMagicError(f"unsupported .remotelogindex entry magic {magic}", position=position)
+    base = _LENGTH_BASE if magic == REMOTE_LOG_INDEX_MAGIC else _LENGTH_BASE_1
+    if length < base:
+        return CorruptRemoteIndexError(
+            f"bad entry length {length}: at least {base} expected", position=position
+        )
+    return CorruptRemoteIndexError(
+        f"truncated entry: length says {_PREFIX.size + length} bytes, only {available} left",
+        position=position,
+    )
+
+
 def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
     """Decode and verify the entry starting at ``position``.
 
@@ -235,23 +261,12 @@ def decode_entry(buf: Buffer, position: int) -> DecodedEntry:
     view = memoryview(buf)
     available = len(view) - position
     if available < _PREFIX.size:
-        raise CorruptRemoteIndexError(
-            f"truncated entry: {available} bytes left, an entry header needs {ENTRY_HEADER_SIZE}",
-            position=position,
-        )
+        raise _frame_error(view, position)
     magic, length = _PREFIX.unpack_from(view, position)
-    if magic not in (REMOTE_LOG_INDEX_MAGIC, STORED_ENTRY_MAGIC):
-        raise UnsupportedMagicError(f"unsupported .remotelogindex entry magic {magic}", position=position)
     base = _LENGTH_BASE if magic == REMOTE_LOG_INDEX_MAGIC else _LENGTH_BASE_1
-    if length < base:
-        raise CorruptRemoteIndexError(
-            f"bad entry length {length}: at least {base} expected", position=position
-        )
     size = _PREFIX.size + length
-    if available < size:
-        raise CorruptRemoteIndexError(
-            f"truncated entry: length says {size} bytes, only {available} left", position=position
-        )
+    if magic not in _MAGICS or length < base or available < size:
+        raise _frame_error(view, position)  # off the hot path: the checks, one by one, worded
     stored_length = transform = 0
     if magic == REMOTE_LOG_INDEX_MAGIC:
         (_, _, crc, first_offset, last_offset, first_ts, last_ts, data_length, rdi_length) = (
@@ -385,50 +400,58 @@ def build_entries(
     """
     if not 0 < index_entry_bytes <= INT32_MAX:
         raise InvalidArgumentError(f"index_entry_bytes {index_entry_bytes} is not in [1, 2^31-1]")
+    start = segment_start_position
     entries: list[RemoteLogIndexEntry] = []
     group: list[BatchLike] = []
-
-    def flush() -> None:
-        first, last = group[0], group[-1]
-        entries.append(
-            RemoteLogIndexEntry(
-                first_offset=first.base_offset,
-                last_offset=last.last_offset,
-                # docs/formats.md §5.1: -1 for magic 0/1 even when a v1 message has a timestamp.
-                first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
-                last_timestamp=max(b.max_timestamp for b in group),
-                data_length=last.position + last.size - first.position,
-                rdi=RemoteDataIdentifier(object_url, first.position - segment_start_position),
-            )
-        )
-        group.clear()
-
     previous: BatchLike | None = None
     for batch in batches:
-        if previous is not None:
-            if batch.position != previous.position + previous.size:
-                raise InvalidArgumentError(
-                    f"batch at {batch.position} does not follow the batch ending at "
-                    f"{previous.position + previous.size}",
-                    position=batch.position,
-                    offset=batch.base_offset,
-                )
-            if batch.base_offset <= previous.last_offset:
-                raise InvalidArgumentError(
-                    f"batch base offset {batch.base_offset} is not after the previous last offset "
-                    f"{previous.last_offset}",
-                    position=batch.position,
-                    offset=batch.base_offset,
-                )
-        elif batch.position < segment_start_position:
-            raise InvalidArgumentError(
-                f"batch at {batch.position} is before segment_start_position {segment_start_position}",
-                position=batch.position,
-            )
+        _check_follows(previous, batch, start)
         if group and batch.position + batch.size - group[0].position > index_entry_bytes:
-            flush()
+            entries.append(_entry_of(group, object_url, start))
+            group = []
         group.append(batch)
         previous = batch
     if group:
-        flush()
+        entries.append(_entry_of(group, object_url, start))
     return entries
+
+
+def _entry_of(group: Sequence[BatchLike], object_url: str, start: int) -> RemoteLogIndexEntry:
+    """The entry covering ``group`` (consecutive batches); ``start``: the segment position that is
+    byte 0 of the object."""
+    first, last = group[0], group[-1]
+    return RemoteLogIndexEntry(
+        first_offset=first.base_offset,
+        last_offset=last.last_offset,
+        # docs/formats.md §5.1: -1 for magic 0/1 even when a v1 message has a timestamp.
+        first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+        last_timestamp=max(b.max_timestamp for b in group),
+        data_length=last.position + last.size - first.position,
+        rdi=RemoteDataIdentifier(object_url, first.position - start),
+    )
+
+
+def _check_follows(previous: BatchLike | None, batch: BatchLike, start: int) -> None:
+    """``batch`` must start where ``previous`` ends, with a higher offset (the first one: at or
+    after ``start``); else :class:`InvalidArgumentError`."""
+    if previous is None:
+        if batch.position < start:
+            raise InvalidArgumentError(
+                f"batch at {batch.position} is before segment_start_position {start}",
+                position=batch.position,
+            )
+        return
+    if batch.position != previous.position + previous.size:
+        raise InvalidArgumentError(
+            f"batch at {batch.position} does not follow the batch ending at "
+            f"{previous.position + previous.size}",
+            position=batch.position,
+            offset=batch.base_offset,
+        )
+    if batch.base_offset <= previous.last_offset:
+        raise InvalidArgumentError(
+            f"batch base offset {batch.base_offset} is not after the previous last offset "
+            f"{previous.last_offset}",
+            position=batch.position,
+            offset=batch.base_offset,
+        )
