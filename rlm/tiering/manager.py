@@ -9,15 +9,13 @@ schedules passes; ``rlm run --once`` runs one pass over everything.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
@@ -27,7 +25,6 @@ from rlm.logdir.scan import (
     PartitionDir,
     SegmentFiles,
     discover_partitions,
-    eligible_segments,
     list_segments,
     partition_dir,
     partition_state,
@@ -38,7 +35,7 @@ from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
-from rlm.tiering.copier import copy_segment
+from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
@@ -46,8 +43,7 @@ from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
-from rlm.tiering.prepare import PreparedSegment, SegmentQuarantined, SegmentVanished, prepare_segment
-from rlm.tiering.quarantine import quarantine, reexamine_quarantine
+from rlm.tiering.quarantine import reexamine_quarantine
 from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_state import Orphan
 from rlm.tiering.resume import load_state
@@ -55,7 +51,6 @@ from rlm.tiering.retention import retention_pass
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import partition_row
-from rlm.tiering.sync import note_committed
 from rlm.tiering.throttle import TokenBucket, UploadAbandoned
 from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
@@ -68,15 +63,6 @@ log = logging.getLogger(__name__)
 #: task interval (gc_grace_ms = 0) the two schedules can stay in phase, every pass of one partition
 #: landing while GC holds it (the store-outage test saw a partition never pass again after a thaw).
 PASS_LOCK_WAIT_S = 10.0
-
-
-class PendingSegment(NamedTuple):
-    """A segment waiting to be tiered: its next segment's base (exclusive end of its offsets) and
-    the offset it is copied from (its base, or above it for a partial copy)."""
-
-    segment: SegmentFiles
-    next_base: int
-    from_offset: int
 
 
 @dataclass
@@ -281,7 +267,7 @@ class RemoteLogManager:
         pending = (
             self._copy_eligible(ctx, result, segments)
             if leader
-            else self._publish_lag(ctx, self._pending(ctx, segments))
+            else publish_lag(ctx, self._pending(ctx, segments))
         )
         self._compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
@@ -296,125 +282,24 @@ class RemoteLogManager:
     def _pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
     ) -> list[PendingSegment]:
-        """Eligible segments not yet tiered: each with its next base offset and the offset to copy
-        from — its base, or the highest tiered offset + 1 for a segment that straddles it (a
-        replica that rolled elsewhere than the one whose sidecar tiered so far: only its tail is
-        copied, docs/cluster-copy.md). A segment wholly below the DeleteRecords point is deleted
-        data: never copied."""
-        state = partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
-        eligible = eligible_segments(segments, state, self.settings.log.eligibility)
-        bases = [s.base_offset for s in segments]
-        progress = progress or ctx.progress
-        highest = progress.highest_tiered_offset
-        pending = []
-        for seg in eligible:
-            next_base = bases[bases.index(seg.base_offset) + 1]
-            if next_base - 1 <= highest or next_base <= progress.delete_records_offset:
-                continue  # already remote, or deleted by DeleteRecords
-            if seg.base_offset <= highest and self.policy_for(ctx.part).compacted:
-                continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
-            pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
-        return pending
+        """Eligible segments not yet tiered (:func:`~rlm.tiering.copy_pass.pending_segments`)."""
+        return pending_segments(
+            ctx,
+            segments,
+            partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)),
+            self.settings.log.eligibility,
+            compacted=self.policy_for(ctx.part).compacted,
+            progress=progress,
+        )
 
     def _copy_eligible(self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles]) -> int:
         """Copy what is eligible of ``segments`` (the pass's listing); return how many segments
         were pending at the start."""
-        m = self.shared.metrics
         reexamine_quarantine(ctx, segments)
         identity.check_log_end(ctx, segments)
         pending = self._pending(ctx, segments)
-        self._publish_lag(ctx, pending)
-        if (
-            pending
-            and ctx.progress.highest_tiered_offset >= 0
-            and (pending[0].from_offset > ctx.progress.highest_tiered_offset + 1)
-        ):
-            log.warning(
-                "%s: offsets %d-%d were deleted locally before they were tiered",
-                ctx.part.name,
-                ctx.progress.highest_tiered_offset + 1,
-                pending[0].from_offset - 1,
-            )
-            ctx.series(m.skipped_deleted).inc()
-        # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
-        # current one uploads: the scan overlaps the network instead of adding to it.
-        scanner = (
-            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan")
-            if len(pending) > 1
-            else None
-        )
-        ahead: concurrent.futures.Future[PreparedSegment] | None = None
-        try:
-            for index, (seg, _next_base, from_offset) in enumerate(pending):
-                # A quarantined segment stops its partition: tiering past it would leave a gap.
-                if self.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
-                    break
-                if index > 0 and not self.roles.still_leads(ctx):
-                    break  # leadership moved: the new leader continues from what is committed
-                current, ahead = ahead, None
-                if current is None and scanner is not None:  # FIFO: pinned before the next one
-                    current = scanner.submit(prepare_segment, ctx, seg, from_offset)
-                if scanner is not None and index + 1 < len(pending):
-                    ahead = scanner.submit(
-                        prepare_segment, ctx, pending[index + 1].segment, pending[index + 1].from_offset
-                    )
-                if not self._copy_one(ctx, result, seg, current, from_offset):
-                    break
-                self._publish_lag(ctx, pending[index + 1 :])
-        finally:
-            if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
-                with contextlib.suppress(Exception):
-                    ahead.result().discard()
-            if scanner is not None:
-                scanner.shutdown(wait=True)
-        return len(pending)
-
-    def _copy_one(
-        self,
-        ctx: PartitionContext,
-        result: PassResult,
-        seg: SegmentFiles,
-        prepared: concurrent.futures.Future[PreparedSegment] | None,
-        from_offset: int,
-    ) -> bool:
-        """Copy one segment from ``from_offset``; False when it was quarantined (the partition's
-        pass stops there)."""
-        m = self.shared.metrics
-        try:
-            with self.watchdog.watch(ctx, seg):
-                copied = copy_segment(
-                    ctx, seg, prepared.result() if prepared is not None else None, from_offset
-                )
-        except SegmentVanished as err:
-            log.warning("%s", err)
-            ctx.series(m.skipped_deleted).inc()
-            return True
-        except SegmentQuarantined as err:
-            quarantine(ctx, seg, err)
-            ctx.series(m.copy_errors).inc()
-            result.error = f"quarantined: {err}"
-            return False
-        except (RlmError, OSError) as err:
-            ctx.series(m.copy_errors).inc()
-            if isinstance(err, OSError):
-                raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
-            raise
-        if copied is not None:
-            ctx.manifests.append(copied.manifest)
-            note_committed(ctx, copied.manifest)
-            ctx.progress.highest_tiered_offset = copied.manifest.last_offset
-            if ctx.progress.remote_log_start_offset < 0:
-                ctx.progress.remote_log_start_offset = copied.manifest.base_offset
-            ctx.save_progress()
-            result.copied.append(copied.manifest.base_offset)
-            result.copied_bytes += copied.manifest.size_bytes
-        return True
-
-    def _publish_lag(self, ctx: PartitionContext, pending: list[PendingSegment]) -> int:
-        """Publish the copy lag; return how many segments are pending."""
-        m = self.shared.metrics
-        ctx.series(m.copy_lag_segments).set(len(pending))
-        ctx.series(m.copy_lag_bytes).set(sum(p.segment.size for p in pending))
+        publish_lag(ctx, pending)
+        copy_pending(ctx, result, pending, still_leads=self.roles.still_leads, watchdog=self.watchdog)
         return len(pending)
 
     def run_once(
