@@ -40,6 +40,17 @@ from rlm.tiering.txn_capture import TxnCapture, capture_txn_index
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "PreparedSegment",
+    "ScannedSegment",
+    "SegmentQuarantined",
+    "SegmentVanished",
+    "check_indexes",
+    "pin",
+    "prepare_segment",
+    "scan",
+]
+
 
 class SegmentQuarantined(RlmError):
     """The segment failed verification; it is not uploaded and blocks its partition's tiering.
@@ -114,6 +125,25 @@ def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, 
     return pinned
 
 
+def _empty(log_path: Path, version: FileVersion) -> SegmentQuarantined:
+    """A rolled ``.log`` of 0 bytes. Kafka never rolls an empty segment (it replaces one at the
+    same base), so it was truncated on disk: its offsets exist nowhere else."""
+    return SegmentQuarantined(
+        "rolled segment's .log is empty (0 bytes)", cause="empty", file=log_path, position=0, version=version
+    )
+
+
+def _corrupt(err: FormatError, log_path: Path, version: FileVersion) -> SegmentQuarantined:
+    """A batch of ``log_path`` that fails its CRC or framing, at ``err``'s byte position."""
+    return SegmentQuarantined(
+        f"corrupt segment: {err.reason}",
+        file=log_path,
+        position=err.position,
+        offset=err.offset,
+        version=version,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ScannedSegment:
     batches: list[RecordBatch]
@@ -128,26 +158,12 @@ def scan(log_path: Path) -> ScannedSegment:
         version = fstat_version(fh.fileno())
         size = fh.seek(0, 2)
         if size == 0:
-            # Kafka never rolls an empty segment (it replaces one at the same base), so a rolled
-            # .log of 0 bytes was truncated on disk: its offsets exist nowhere else.
-            raise SegmentQuarantined(
-                "rolled segment's .log is empty (0 bytes)",
-                cause="empty",
-                file=log_path,
-                position=0,
-                version=version,
-            )
+            raise _empty(log_path, version)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
                 batches = list(iter_batches(buf, verify_crc=True))
             except FormatError as err:
-                raise SegmentQuarantined(
-                    f"corrupt segment: {err.reason}",
-                    file=log_path,
-                    position=err.position,
-                    offset=err.offset,
-                    version=version,
-                ) from err
+                raise _corrupt(err, log_path, version) from err
             valid = batches[-1].position + batches[-1].size if batches else 0
             if valid != size:
                 raise SegmentQuarantined(
@@ -247,13 +263,7 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
         version = fstat_version(fh.fileno())
         size = fh.seek(0, 2)
         if size == 0:
-            raise SegmentQuarantined(
-                "rolled segment's .log is empty (0 bytes)",
-                cause="empty",
-                file=segment.log,
-                position=0,
-                version=version,
-            )
+            raise _empty(segment.log, version)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             position = size
             try:
@@ -271,13 +281,7 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
                             offset=batch.base_offset,
                         )
             except FormatError as err:
-                raise SegmentQuarantined(
-                    f"corrupt segment: {err.reason}",
-                    file=segment.log,
-                    position=err.position,
-                    offset=err.offset,
-                    version=version,
-                ) from err
+                raise _corrupt(err, segment.log, version) from err
         tail = src.with_name(src.name + ".tail")
         fh.seek(position)
         with tail.open("wb") as out:
