@@ -22,6 +22,8 @@ from rlm.logdir.scan import (
 
 __all__ = ["CheckpointCache"]
 
+#: At most this many log dirs are remembered (a broker has a handful; tests and jobs may name more).
+_MAX_LOG_DIRS = 64
 _CHECKPOINT_FILES = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 
 
@@ -48,12 +50,14 @@ class CheckpointCache:
         otherwise. Raises what :func:`read_checkpoints` raises for an unreadable file (not cached)."""
         sig = self._signature(log_dir)
         with self._lock:
-            hit = self._cache.get(log_dir)  # bounded: one entry per log dir ever asked about
+            hit = self._cache.get(log_dir)
         if hit is not None and hit[0] == sig:
             return hit[1]
         started_ns = time.time_ns()
         checkpoints = read_checkpoints(log_dir)
         if self._signature(log_dir) == sig and settled(sig, started_ns):
             with self._lock:
+                if len(self._cache) >= _MAX_LOG_DIRS and log_dir not in self._cache:
+                    self._cache.clear()  # a bound, not an LRU: a process names few log dirs
                 self._cache[log_dir] = (sig, checkpoints)
         return checkpoints

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlm.formats.records import RecordBatch, decode_records
+from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import (
     EligibilityPolicy,
     LogDirCheckpoints,
@@ -33,12 +34,15 @@ from rlm.logdir.scan import (
     SegmentFiles,
     list_segments,
     partition_state,
-    read_checkpoints,
 )
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering.state import PartitionContext, Progress
 
 log = logging.getLogger(__name__)
+
+#: The checkpoints of callers that keep no cache of their own (the jobs' planners, restore):
+#: validated per use like any CheckpointCache, so a broker's rewrite is seen at once.
+_SHARED_CHECKPOINTS = CheckpointCache()
 
 HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered"]
 
@@ -166,11 +170,14 @@ def partition_offsets(
     """Where each tier starts and ends now (local from the log dir, remote from ``progress``)
     and the visible range (module doc); ``policy`` is ``log.eligibility``.
 
-    Pass ``checkpoints`` already parsed when asking for many partitions of one log dir: each
-    checkpoint file lists every partition, so re-reading it per partition is quadratic.
+    ``checkpoints``: the log dir's, as the caller's cache has them; without, a cache shared by the
+    process serves them (each checkpoint file lists every partition of the log dir, so parsing it
+    per partition made a pass over P partitions O(P²)).
     """
     segments = list_segments(part) if segments is None else segments
-    state = partition_state(part, checkpoints if checkpoints is not None else read_checkpoints(part.log_dir))
+    if checkpoints is None:
+        checkpoints = _SHARED_CHECKPOINTS.get(part.log_dir)
+    state = partition_state(part, checkpoints)
     deleted = max(progress.delete_records_offset, delete_records_point(state, segments) or -1)
     local_start = segments[0].base_offset if segments else None
     if local_start is not None:

@@ -81,3 +81,27 @@ def test_offsets_for_times_over_many_partitions_parses_the_checkpoints_once(
     assert parsed == [logs]
     readers.offsets_for_times(-2)
     assert parsed == [logs]  # nothing changed: no parse at all
+
+
+def test_a_plan_over_many_partitions_without_a_cache_parses_the_checkpoints_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlm.tiering.state import Progress
+    from rlm.tiering.visibility import partition_offsets
+
+    logs, readers = _readers(tmp_path, 5)
+    settled = time.time_ns() - 10 * SETTLE_NS
+    _rewrite_hw(logs, {("t", p): 90 for p in range(5)}, settled)
+    parsed: list[Path] = []
+
+    def counting(log_dir: Path | str) -> LogDirCheckpoints:
+        parsed.append(Path(log_dir))
+        return read_checkpoints(log_dir)
+
+    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    parts = readers.partitions()
+    # As the jobs' planners and restore ask: one partition at a time, no cache of their own.
+    assert [partition_offsets(p, Progress()).visible_end_offset for p in parts] == [90] * 5
+    assert parsed == [logs]
+    _rewrite_hw(logs, {("t", p): 95 for p in range(5)}, settled)  # a rename: seen at once
+    assert partition_offsets(parts[0], Progress()).visible_end_offset == 95
