@@ -398,11 +398,7 @@ def export_iceberg(
         table = open_table(target)
         orphans = remove_orphans(table, target.orphan_grace_ms)
         base = table.current_snapshot()
-        if not incremental and base is not None:
-            raise TableError(
-                f"table {target.identifier} already holds data (snapshot "
-                f"{base.snapshot_id}); use --incremental to append only new offsets"
-            )
+        _refuse_second_full_export(target, base, incremental)
         done = exported_offsets(table)
         plan = plan_read(
             settings,
@@ -437,6 +433,15 @@ def export_iceberg(
         orphans,
         sink.offsets,
     )
+
+
+def _refuse_second_full_export(target: IcebergTarget, base: Any, incremental: bool) -> None:
+    """A full export into a table that holds a snapshot (``base``) would duplicate every row."""
+    if not incremental and base is not None:
+        raise TableError(
+            f"table {target.identifier} already holds data (snapshot "
+            f"{base.snapshot_id}); use --incremental to append only new offsets"
+        )
 
 
 def spark_engine(spark: Any) -> Engine:

@@ -29,10 +29,9 @@ against the range, so pruning only ever saves I/O.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,10 +39,11 @@ from typing import Any, Literal
 
 from rlm.config import Settings
 from rlm.config.protection import read_key_file
-from rlm.errors import InvalidArgumentError, RlmError
+from rlm.errors import InvalidArgumentError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
+from rlm.jobs.byte_ranges import local_ranges, pack_entries
 from rlm.jobs.ship import check_build, rlm_build
 from rlm.logdir.index_sets import read_local_entries
 from rlm.logdir.scan import (
@@ -53,17 +53,18 @@ from rlm.logdir.scan import (
     discover_partitions,
     list_segments,
 )
-from rlm.logdir.segment import LogSegment, log_end_offset
+from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.isolation import Isolation
 from rlm.tiering.keyring import KeyRing
+from rlm.tiering.lineage import Link
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.partition_txns import PartitionTxns
 from rlm.tiering.protect import StoreProtection
-from rlm.tiering.remote_state import RemoteView, remote_view
+from rlm.tiering.remote_state import RemoteState, RemoteView, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.txn_sources import plan_sources
 from rlm.tiering.visibility import partition_offsets
@@ -225,64 +226,6 @@ def _group_by_object(
     return out
 
 
-def pack_entries(
-    entries: Sequence[RemoteLogIndexEntry], target_bytes: int, keep: Callable[[RemoteLogIndexEntry], bool]
-) -> list[tuple[int, int]]:
-    """Byte ranges of runs of consecutive kept entries, each ≤ ``target_bytes`` (or one entry)."""
-    ranges: list[tuple[int, int]] = []
-    run_start: int | None = None
-    run_end = 0
-    for e in entries:
-        s, t = e.byte_range
-        if not keep(e):
-            if run_start is not None:
-                ranges.append((run_start, run_end))
-                run_start = None
-            continue
-        if run_start is not None and (s != run_end or t - run_start > target_bytes):
-            ranges.append((run_start, run_end))
-            run_start = None
-        if run_start is None:
-            run_start = s
-        run_end = t
-    if run_start is not None:
-        ranges.append((run_start, run_end))
-    return ranges
-
-
-def _local_cuts(
-    seg: SegmentFiles, first_pos: int, size: int, target_bytes: int, index_interval_bytes: int
-) -> list[tuple[int, int]]:
-    """Split ``[first_pos, size)`` of a local segment at ``.index`` positions (batch starts)."""
-    cuts = [first_pos]
-    if size - first_pos > target_bytes and seg.index is not None:
-        try:  # broker indexes are checked before use (docs/broker-files.md)
-            with LogSegment.open(seg, index_interval_bytes=index_interval_bytes) as local:
-                index = local.verified_offset_index()
-        except (OSError, RlmError):
-            index = None
-        if index is not None:
-            for entry in index:
-                if (
-                    entry.position > cuts[-1]
-                    and entry.position - cuts[-1] >= target_bytes
-                    and entry.position < size
-                ):
-                    cuts.append(entry.position)
-    cuts.append(size)
-    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
-
-
-def _local_first_position(seg: SegmentFiles, min_offset: int) -> int:
-    if seg.index is None or min_offset <= seg.base_offset:
-        return 0
-    try:
-        with LogSegment.open(seg) as local:
-            return local.floor_position(min_offset)
-    except (OSError, RlmError):
-        return 0
-
-
 def plan_partition(
     part: PartitionDir,
     backend: StorageBackend,
@@ -320,46 +263,89 @@ def plan_partition(
     segments = list_segments(part)  # one listing: the conflict check and the ranges agree
     if links and part.topic_id is None and log_end_conflict(log_end_offset(segments), links[-1].last_offset):
         links = ()  # a re-created partition without an id: the tiered records are not this log's
-    plan.manifests = manifests = [lk.manifest for lk in links]
-    highest = links[-1].last_offset if links else -1
-    remote_start = links[0].first_offset if links else -1
-    plan.highest_tiered_offset = highest
+    plan.manifests = [lk.manifest for lk in links]
+    highest = plan.highest_tiered_offset = links[-1].last_offset if links else -1
     deleted = progress.delete_records_offset if progress is not None else -1
-    ranges = partition_offsets(part, Progress(highest, remote_start, deleted), segments, policy=policy)
+    ranges = partition_offsets(
+        part, Progress(highest, links[0].first_offset if links else -1, deleted), segments, policy=policy
+    )
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
-    lowest = max(lowest, min_offset)
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
         sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
         txns = PartitionTxns(sources, backend, retry, remote.protection)
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
+    window = _Window(max(lowest, min_offset), highest_visible, start, end, ordered_timestamps)
+    plan.tasks += _remote_tasks(part, remote, links, window, plan, target_bytes)
+    plan.local_min_offset = max(highest + 1, window.lowest)
+    plan.local_max_offset = highest_visible
+    if include_local and plan.local_max_offset >= plan.local_min_offset:
+        plan.tasks += _local_tasks(part, segments, plan, start, end, target_bytes, index_interval_bytes)
+    if txns is not None:
+        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
+    return plan
 
-    def keep_entry(e: RemoteLogIndexEntry) -> bool:
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """What a partition's plan reads: offsets ``[lowest, highest]`` (none when ``lowest >
+    highest``) and, for pruning, record timestamps ``[start, end)`` (ms; None = unbounded; ``end``
+    prunes only with ``ordered_timestamps``, see the module doc)."""
+
+    lowest: int
+    highest: int
+    start: int | None
+    end: int | None
+    ordered_timestamps: bool
+
+    def keeps(self, e: RemoteLogIndexEntry) -> bool:
+        """Whether entry ``e`` may hold a record of the window."""
         # An empty range (an incremental export already at the visible end) keeps nothing, even
         # an entry that straddles it.
-        if e.last_offset < lowest or e.first_offset > highest_visible or lowest > highest_visible:
+        if e.last_offset < self.lowest or e.first_offset > self.highest or self.lowest > self.highest:
             return False
-        if start is not None and e.last_timestamp < start:
+        if self.start is not None and e.last_timestamp < self.start:
             return False
-        return not (ordered_timestamps and end is not None and e.first_timestamp >= end)
+        return not (self.ordered_timestamps and self.end is not None and e.first_timestamp >= self.end)
 
-    local_by_key = _group_by_object(backend, read_local_entries(part.path)) if manifests else {}
+    def prunes(self, link: Link) -> bool:
+        """Whether no record the store serves of ``link`` can be in the window."""
+        m = link.manifest
+        return (
+            (self.start is not None and m.max_timestamp < self.start)
+            or (self.ordered_timestamps and self.end is not None and m.first_timestamp >= self.end)
+            or (
+                link.last_offset < self.lowest
+                or link.first_offset > self.highest
+                or self.lowest > self.highest
+            )
+        )
+
+
+def _remote_tasks(
+    part: PartitionDir,
+    remote: RemoteState,
+    links: Sequence[Link],
+    window: _Window,
+    plan: PartitionPlan,
+    target_bytes: int,
+) -> list[ReadTask]:
+    """The tasks reading the window from the served ``links``; counts what it prunes in ``plan``.
+    A segment's entries come from the local index sets when they hold all of them, else from the
+    store (its uploaded entries, clipped to the link)."""
+    local_by_key = _group_by_object(remote.backend, read_local_entries(part.path)) if links else {}
+    tasks: list[ReadTask] = []
     for link in links:
         m = link.manifest
-        if (
-            (start is not None and m.max_timestamp < start)
-            or (ordered_timestamps and end is not None and m.first_timestamp >= end)
-            or (link.last_offset < lowest or link.first_offset > highest_visible or lowest > highest_visible)
-        ):
+        if window.prunes(link):
             plan.pruned_segments += 1
             continue
         entries = local_by_key.get(m.log.key, [])
         if not link.whole or len(entries) != m.index_entries:
             entries = remote.link_entries(link)
-        ranges_ = pack_entries(entries, target_bytes, keep_entry)
-        plan.pruned_entries += sum(1 for e in entries if not keep_entry(e))
-        plan.tasks += [
+        plan.pruned_entries += sum(1 for e in entries if not window.keeps(e))
+        tasks += [
             ReadTask(
                 part.topic,
                 part.partition,
@@ -367,23 +353,16 @@ def plan_partition(
                 m.log.key,
                 s,
                 t,
-                max(link.first_offset, lowest),
-                min(link.last_offset, highest_visible),
-                start,
-                end,
+                max(link.first_offset, window.lowest),
+                min(link.last_offset, window.highest),
+                window.start,
+                window.end,
                 m.base_offset,
                 sealed=_sealed(m, entries, s, t),
             )
-            for s, t in ranges_
+            for s, t in pack_entries(entries, target_bytes, window.keeps)
         ]
-
-    plan.local_min_offset = max(highest + 1, lowest)
-    plan.local_max_offset = highest_visible
-    if include_local and plan.local_max_offset >= plan.local_min_offset:
-        plan.tasks += _local_tasks(part, segments, plan, start, end, target_bytes, index_interval_bytes)
-    if txns is not None:
-        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
-    return plan
+    return tasks
 
 
 def _sealed(
@@ -410,8 +389,7 @@ def _local_tasks(
         seg_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else MAX_OFFSET
         if seg.size == 0 or seg_last < plan.local_min_offset or seg.base_offset > plan.local_max_offset:
             continue
-        first = _local_first_position(seg, plan.local_min_offset)
-        for s, t in _local_cuts(seg, first, seg.size, target_bytes, index_interval_bytes):
+        for s, t in local_ranges(seg, plan.local_min_offset, target_bytes, index_interval_bytes):
             tasks.append(
                 ReadTask(
                     part.topic,

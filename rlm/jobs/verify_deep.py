@@ -7,13 +7,18 @@ entry boundaries, so an executor's memory stays bounded whatever the segment siz
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import crc32c as _crc32c
 
 from rlm.errors import FormatError, ProtectionError, RlmError
-from rlm.formats.records import iter_batches
+from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
-from rlm.jobs.plan import BackendSpec, pack_entries
+from rlm.jobs.byte_ranges import pack_entries
+from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
+from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import SegmentManifest
 
@@ -29,109 +34,145 @@ def deep_check_segment(
     """Read every object of the segment; return (problems, bytes read, batches checked)."""
     backend, retry = spec.create(), RetryPolicy()
     m = SegmentManifest.from_json(manifest_json)
-    topic, partition, base = m.topic, m.partition, m.base_offset
+    where = _Where(m.topic, m.partition, m.base_offset, m.log.key)
     problems: list[Problem] = []
-    read = 0
-    log_key = m.log.key
     entries: list[RemoteLogIndexEntry] = (
         [d.entry for d in iter_entries(entries_blob)] if entries_blob is not None else []
     )
-    chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
-    crc, batches, max_ts = 0, 0, -1
-    pending = list(entries)
     opened = _Opener(spec, m, problems)
     # A protected log without its (readable) entries cannot be cut into entries to open: stage 1
     # reported why; the objects are still read, checksummed and authenticated below.
     opened.failed |= m.protection is not None and not entries
+    tally = _LogTally()
     try:
-        for start, end in chunks:
-            data = retry.call(lambda s=start, t=end: backend.read(log_key, s, t))
-            read += len(data)
-            crc = _crc32c.crc32c(data, crc)
-            ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
-            while pending and pending[0].rdi.position < end:
-                e = pending.pop(0)
-                ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.stored_size))
-            if not ranges and m.protection is None:
-                ranges = [(None, 0, len(data))]
-            for entry, s, t in ranges:
-                plain = opened.entry(entry, data[s:t]) if entry is not None and entry.transformed else None
-                if entry is not None and entry.transformed and plain is None:
-                    continue  # not authentic / no key: reported once by the opener
-                batch_count, entry_max, errs = _check_range(
-                    topic,
-                    partition,
-                    base,
-                    log_key,
-                    *((plain, 0, len(plain), start + s) if plain is not None else (data, s, t, start)),
-                    entry,
-                )
-                batches += batch_count
-                max_ts = max(max_ts, entry_max)
-                problems += errs
+        _scan_log(backend, retry, m, entries, opened, tally, problems)
     except RlmError as err:
-        problems.append(Problem("object_read", topic, partition, str(err), base_offset=base, key=log_key))
-        return problems, read, batches
-    if read != m.log.size or crc != m.log.crc32c:
-        problems.append(
-            Problem(
+        problems.append(where.problem("object_read", str(err)))
+        return problems, tally.read, tally.batches
+    problems += _log_totals(where, m, tally, opened.failed)
+    read = tally.read + _check_objects(backend, retry, m, opened, problems)
+    return problems, read, tally.batches
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """The segment (topic, partition, base offset) and object key a problem is about."""
+
+    topic: str
+    partition: int
+    base: int
+    key: str
+
+    def problem(self, check: str, message: str, **kw: Any) -> Problem:
+        return Problem(check, self.topic, self.partition, message, base_offset=self.base, key=self.key, **kw)
+
+
+@dataclass
+class _LogTally:
+    """What the log object's chunks read so far held: bytes, their running CRC-32C, batches and
+    the max batch timestamp (ms, -1 before any batch)."""
+
+    read: int = 0
+    crc: int = 0
+    batches: int = 0
+    max_ts: int = -1
+
+
+def _scan_log(
+    backend: StorageBackend,
+    retry: RetryPolicy,
+    m: SegmentManifest,
+    entries: list[RemoteLogIndexEntry],
+    opened: _Opener,
+    tally: _LogTally,
+    problems: list[Problem],
+) -> None:
+    """Read the log object in chunks of at most :data:`DEEP_CHUNK_BYTES` cut at entry boundaries
+    (the whole object as one when its entries are unknown), add each to ``tally`` and check the
+    batches of each entry; a failed read raises (``tally`` holds what was read before)."""
+    where = _Where(m.topic, m.partition, m.base_offset, m.log.key)
+    chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
+    pending = list(entries)
+    for start, end in chunks:
+        data = retry.call(lambda s=start, t=end: backend.read(m.log.key, s, t))
+        tally.read += len(data)
+        tally.crc = _crc32c.crc32c(data, tally.crc)
+        ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
+        while pending and pending[0].rdi.position < end:
+            e = pending.pop(0)
+            ranges.append((e, e.rdi.position - start, e.rdi.position - start + e.stored_size))
+        if not ranges and m.protection is None:
+            ranges = [(None, 0, len(data))]
+        for entry, s, t in ranges:
+            plain = opened.entry(entry, data[s:t]) if entry is not None and entry.transformed else None
+            if entry is not None and entry.transformed and plain is None:
+                continue  # not authentic / no key: reported once by the opener
+            batch_count, entry_max, errs = _check_range(
+                where,
+                *((plain, 0, len(plain), start + s) if plain is not None else (data, s, t, start)),
+                entry,
+            )
+            tally.batches += batch_count
+            tally.max_ts = max(tally.max_ts, entry_max)
+            problems += errs
+
+
+def _log_totals(where: _Where, m: SegmentManifest, tally: _LogTally, failed: bool) -> list[Problem]:
+    """The whole log object against its manifest: size and CRC-32C, and — unless some entry did
+    not open (``failed``, already reported) — the batch count and max timestamp."""
+    out = []
+    if tally.read != m.log.size or tally.crc != m.log.crc32c:
+        out.append(
+            where.problem(
                 "object_crc32c",
-                topic,
-                partition,
-                f"log object: {read} bytes with CRC-32C {crc:#010x}, the manifest says "
+                f"log object: {tally.read} bytes with CRC-32C {tally.crc:#010x}, the manifest says "
                 f"{m.log.size} bytes with {m.log.crc32c:#010x}",
-                base_offset=base,
-                key=log_key,
             )
         )
-    if batches != m.record_batches and not opened.failed:  # entries that did not open: reported
-        problems.append(
-            Problem(
+    if tally.batches != m.record_batches and not failed:
+        out.append(
+            where.problem(
                 "manifest_batches",
-                topic,
-                partition,
-                f"{batches} batches in the log object, the manifest says {m.record_batches}",
-                base_offset=base,
-                key=log_key,
+                f"{tally.batches} batches in the log object, the manifest says {m.record_batches}",
             )
         )
-    if batches and max_ts != m.max_timestamp and not opened.failed:
-        problems.append(
-            Problem(
+    if tally.batches and tally.max_ts != m.max_timestamp and not failed:
+        out.append(
+            where.problem(
                 "manifest_timestamp",
-                topic,
-                partition,
-                f"max batch timestamp {max_ts}, the manifest says {m.max_timestamp}",
-                base_offset=base,
-                key=log_key,
+                f"max batch timestamp {tally.max_ts}, the manifest says {m.max_timestamp}",
             )
         )
+    return out
+
+
+def _check_objects(
+    backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, opened: _Opener, problems: list[Problem]
+) -> int:
+    """Read every object but the log whole: its size and CRC-32C against the manifest, and
+    authenticate it when encrypted; return the bytes read."""
+    read = 0
     for name, stored in sorted(m.objects.items()):
         if name == "log":
             continue
+        where = _Where(m.topic, m.partition, m.base_offset, stored.key)
         try:
             data = retry.call(lambda k=stored.key: backend.read(k))
         except RlmError as err:
-            problems.append(
-                Problem("object_read", topic, partition, str(err), base_offset=base, key=stored.key)
-            )
+            problems.append(where.problem("object_read", str(err)))
             continue
         read += len(data)
         actual = _crc32c.crc32c(data)
         if len(data) != stored.size or actual != stored.crc32c:
             problems.append(
-                Problem(
+                where.problem(
                     "object_crc32c",
-                    topic,
-                    partition,
                     f"object {name!r}: {len(data)} bytes with CRC-32C {actual:#010x}, the "
                     f"manifest says {stored.size} bytes with {stored.crc32c:#010x}",
-                    base_offset=base,
-                    key=stored.key,
                 )
             )
         opened.whole(stored.key, data)  # authenticates an encrypted object (docs/protection.md)
-    return problems, read, batches
+    return read
 
 
 class _Opener:
@@ -184,90 +225,64 @@ class _Opener:
 
 
 def _check_range(
-    topic: str,
-    partition: int,
-    base: int,
-    key: str,
-    data: bytes,
-    s: int,
-    t: int,
-    chunk_start: int,
-    entry: RemoteLogIndexEntry | None,
+    where: _Where, data: bytes, s: int, t: int, chunk_start: int, entry: RemoteLogIndexEntry | None
 ) -> tuple[int, int, list[Problem]]:
-    """CRC-check the batches in ``data[s:t]`` (one entry): (batches, max timestamp, problems)."""
+    """CRC-check the batches in ``data[s:t]`` (one entry; ``chunk_start``: the byte of the object
+    ``data`` starts at): (batches, max timestamp, problems)."""
     errs: list[Problem] = []
     found = []
     try:
         found = list(iter_batches(data, s, verify_crc=False, end=t))
     except FormatError as err:
-        errs.append(
-            Problem(
-                "batch_corrupt",
-                topic,
-                partition,
-                err.reason,
-                base_offset=base,
-                key=key,
-                position=None if err.position is None else chunk_start + err.position,
-                offset=err.offset,
-            )
+        position = None if err.position is None else chunk_start + err.position
+        errs.append(where.problem("batch_corrupt", err.reason, position=position, offset=err.offset))
+    errs += [
+        where.problem(
+            "batch_crc",
+            f"record batch CRC mismatch (stored {b.crc:#010x}, offsets {b.base_offset}-{b.last_offset})",
+            position=chunk_start + b.position,
+            offset=b.base_offset,
         )
-    for b in found:
-        if not b.crc_valid:
-            errs.append(
-                Problem(
-                    "batch_crc",
-                    topic,
-                    partition,
-                    f"record batch CRC mismatch (stored {b.crc:#010x}, offsets "
-                    f"{b.base_offset}-{b.last_offset})",
-                    base_offset=base,
-                    key=key,
-                    position=chunk_start + b.position,
-                    offset=b.base_offset,
-                )
-            )
+        for b in found
+        if not b.crc_valid
+    ]
     covered = found[-1].end_position if found else s
     if not errs and covered != t:
         errs.append(
-            Problem(
+            where.problem(
                 "batch_corrupt",
-                topic,
-                partition,
                 f"batches end at byte {chunk_start + covered}, the entry ends at "
                 f"{chunk_start + t} (torn or mis-framed)",
-                base_offset=base,
-                key=key,
                 position=chunk_start + covered,
             )
         )
     if entry is not None and found and not errs:
-        if (found[0].base_offset, found[-1].last_offset) != (entry.first_offset, entry.last_offset):
-            errs.append(
-                Problem(
-                    "entry_mismatch",
-                    topic,
-                    partition,
-                    f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
-                    f"hold {found[0].base_offset}-{found[-1].last_offset}",
-                    base_offset=base,
-                    key=key,
-                    position=chunk_start + s,
-                    offset=entry.first_offset,
-                )
-            )
-        elif max(b.max_timestamp for b in found) != entry.last_timestamp:
-            errs.append(
-                Problem(
-                    "entry_mismatch",
-                    topic,
-                    partition,
-                    f"entry last timestamp {entry.last_timestamp} != max batch timestamp "
-                    f"{max(b.max_timestamp for b in found)}",
-                    base_offset=base,
-                    key=key,
-                    position=chunk_start + s,
-                    offset=entry.first_offset,
-                )
-            )
+        errs += _entry_agrees(where, entry, found, chunk_start + s)
     return len(found), max((b.max_timestamp for b in found), default=-1), errs
+
+
+def _entry_agrees(
+    where: _Where, entry: RemoteLogIndexEntry, found: list[RecordBatch], position: int
+) -> list[Problem]:
+    """The entry's offsets and last timestamp must be those of the batches it covers."""
+    if (found[0].base_offset, found[-1].last_offset) != (entry.first_offset, entry.last_offset):
+        return [
+            where.problem(
+                "entry_mismatch",
+                f"entry says offsets {entry.first_offset}-{entry.last_offset}, its batches "
+                f"hold {found[0].base_offset}-{found[-1].last_offset}",
+                position=position,
+                offset=entry.first_offset,
+            )
+        ]
+    max_ts = max(b.max_timestamp for b in found)
+    if max_ts != entry.last_timestamp:
+        return [
+            where.problem(
+                "entry_mismatch",
+                f"entry last timestamp {entry.last_timestamp} != max batch timestamp {max_ts}",
+                position=position,
+                offset=entry.first_offset,
+            )
+        ]
+    return []

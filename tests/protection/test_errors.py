@@ -14,8 +14,8 @@ import pytest
 from rlm.cli.wiring import build_api
 from rlm.http.server import ApiServer
 from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify import check_partition
 from rlm.jobs.verify_deep import deep_check_segment
+from rlm.jobs.verify_store import check_partition
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest

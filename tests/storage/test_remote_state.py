@@ -20,7 +20,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.errors import FormatError, ObjectNotFoundError, TransientStorageError
 from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify import check_partition
+from rlm.jobs.verify_store import check_partition
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
