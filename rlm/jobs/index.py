@@ -9,23 +9,30 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec, select_partitions
+from rlm.tiering.lineage import Chain, Link
+from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.recovery import progress_after
 from rlm.tiering.remote_state import RemoteState, remote_view
+from rlm.tiering.state import PartitionContext, Progress
+from rlm.tiering.sync import index_links
 
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 
-def _fetch_partition(
-    spec: BackendSpec, topic: str, partition: int, key_id: str | None
-) -> tuple[str, int, list[bytes], list[bytes]]:
-    """Executor side: the manifests (JSON) of what the partition's incarnation serves (``key_id``:
-    its root, docs/topic-identity.md; the store's chain, docs/cluster.md) and each one's entries
-    for the offsets it serves, encoded."""
+#: What an executor ships back for one partition: topic, partition, and per served link (in chain
+#: order) its manifest (JSON), the offsets ``[first, last]`` it serves and its entries (encoded).
+_Fetched = tuple[str, int, list[tuple[bytes, int, int]], list[bytes]]
+
+
+def _fetch_partition(spec: BackendSpec, topic: str, partition: int, key_id: str | None) -> _Fetched:
+    """Executor side: the store's chain (docs/cluster.md) of the partition's incarnation
+    (``key_id``: its root, docs/topic-identity.md) and each link's entries, as plain data."""
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     links = remote.chain().links
     return (
         topic,
         partition,
-        [lk.manifest.to_json() for lk in links],
+        [(lk.manifest.to_json(), lk.first_offset, lk.last_offset) for lk in links],
         [b"".join(e.encode() for e in remote.link_entries(lk)) for lk in links],
     )
 
@@ -33,57 +40,48 @@ def _fetch_partition(
 def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None = None) -> dict[str, int]:
     """Rebuild the local remote-index sets of every partition (of ``topics``) from the store alone.
 
-    Executors fetch each partition's manifests and uploaded entries objects (one task per
-    partition); the driver then replaces the partition's index family and progress the way
-    ``RemoteLogManager.rebuild_index`` does (delete all sets, append each committed segment's
-    entries in offset order, progress = last manifest / first manifest). Unlike the in-process
-    command it does not resolve the copy journal: the daemon's own recovery does that when it
-    next starts. Do not run it beside a daemon that is copying the same partitions. Returns
-    ``{"<topic>-<partition>": entries indexed}``.
+    Executors fetch each partition's chain and its links' entries (one task per partition); the
+    driver then replaces the partition's index family and progress as ``rlm rebuild-index`` does
+    in-process: every set deleted, the chain indexed by :func:`rlm.tiering.sync.index_links`,
+    progress from :func:`rlm.tiering.recovery.progress_after` (the DeleteRecords point kept).
+    Unlike the in-process command it does not resolve the copy journal: the daemon's own recovery
+    does that when it next starts. Do not run it beside a daemon that is copying the same
+    partitions. Returns ``{"<topic>-<partition>": entries indexed}``.
     """
-    from rlm.formats.remote_index import RemoteLogIndexEntry
     from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
-    from rlm.tiering.manifest import SegmentManifest
-    from rlm.tiering.state import Progress
 
     parts = {(p.topic, p.partition): p for p in select_partitions(settings, topics)}
     views = {tp: remote_view(settings.tiering, p) for tp, p in parts.items()}
     wanted = sorted((t, p, views[(t, p)].key_id) for t, p in parts if views[(t, p)].servable)
     spec = BackendSpec.from_settings(settings)
-    fetched = (
+    fetched: list[_Fetched] = (
         spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
         .map(lambda tpk: _fetch_partition(spec, tpk[0], tpk[1], tpk[2]))
         .collect()
     )
     manager = RemoteLogManager(settings, open_backend(spec.name, spec.options, spec.prefix_spread))
     rebuilt: dict[str, int] = {}
-    for topic, partition, manifest_docs, entry_blobs in sorted(fetched):
-        part = parts[(topic, partition)]
-        ctx = manager.context(part)
+    for topic, partition, links, entry_blobs in sorted(fetched):
+        ctx = manager.context(parts[(topic, partition)])
         ctx.key_id = views[(topic, partition)].key_id
-        manifests = [SegmentManifest.from_json(d) for d in manifest_docs]
-        ctx.family.open()
-        ctx.family.delete_all()
-        deleted_below = Progress.load(ctx.progress_path).delete_records_offset
-        ctx.progress_path.unlink(missing_ok=True)
-        count = 0
-        for _manifest, blob in zip(manifests, entry_blobs, strict=True):
-            entries: list[RemoteLogIndexEntry] = [d.entry for d in iter_entries(blob)]
-            floor = ctx.family.last_offset
-            kept = [e for e in entries if e.first_offset > floor]
-            ctx.family.append_segment(kept)
-            count += len(entries)
-        # The served range: a link may start after its manifest's base (docs/cluster.md).
-        highest = ctx.family.last_offset
-        start = ctx.family.first_offset if ctx.family.first_offset is not None else -1
-        ctx.manifests = manifests
-        ctx.progress = Progress(highest, start, deleted_below)
-        if ctx.family.sets and start >= 0:
-            ctx.family.remove_below(start)
-        ctx.save_progress()
-        rebuilt[part.name] = count
+        rebuilt[ctx.part.name] = _reindex(ctx, links, entry_blobs)
     return rebuilt
+
+
+def _reindex(ctx: PartitionContext, links: list[tuple[bytes, int, int]], entry_blobs: list[bytes]) -> int:
+    """Replace ``ctx``'s index family and progress by the fetched chain; return the entries."""
+    chain = Chain(tuple(Link(SegmentManifest.from_json(d), first, last) for d, first, last in links))
+    entries = [[d.entry for d in iter_entries(blob)] for blob in entry_blobs]
+    ctx.family.open()
+    ctx.family.delete_all()
+    deleted_below = Progress.load(ctx.progress_path).delete_records_offset
+    ctx.progress_path.unlink(missing_ok=True)
+    index_links(ctx, chain, entries)
+    ctx.manifests = chain.manifests
+    ctx.progress = Progress(*progress_after(chain, Progress()), deleted_below)
+    ctx.save_progress()
+    return sum(len(e) for e in entries)
 
 
 OffsetRow = tuple[str, int, int, int | None, str | None]

@@ -49,6 +49,7 @@ from rlm.tiering.state import PartitionContext
 
 __all__ = [
     "SyncResult",
+    "index_links",
     "local_lineage",
     "note_committed",
     "note_deleted",
@@ -171,13 +172,24 @@ def reconcile(ctx: PartitionContext, view: StoreView, chain: Chain) -> tuple[int
         if dropped or held < len(links):
             rewound = keep_last + 1
     remote = of_context(ctx)
-    for link in links[held:]:
-        floor = ctx.family.last_offset
-        ctx.family.append_segment([e for e in remote.link_entries(link) if e.first_offset > floor])
-    if links:
-        ctx.family.remove_below(chain.start)
+    index_links(ctx, chain, (remote.link_entries(link) for link in links[held:]))
     view.held, view.chain = signatures, chain
     return rewound, len(links) - held
+
+
+def index_links(
+    ctx: PartitionContext, chain: Chain, entries: Iterable[Sequence[RemoteLogIndexEntry]]
+) -> None:
+    """Append to the local index the entries of ``chain``'s links it does not hold yet
+    (``entries``: each such link's, in chain order, as :meth:`RemoteState.link_entries` gives
+    them), each above what the index holds; then drop the sets wholly below the chain's start, as
+    retention does. Recovery, sync and the Spark ``rebuild_index`` (rlm/jobs/index.py) all index
+    the store's chain here."""
+    for link_entries in entries:
+        floor = ctx.family.last_offset
+        ctx.family.append_segment([e for e in link_entries if e.first_offset > floor])
+    if chain.links:
+        ctx.family.remove_below(chain.start)
 
 
 def _leader_marks(

@@ -154,3 +154,37 @@ def test_offsets_for_times_equals_in_process(
             (r.topic, r.partition, r.offset, r.timestamp, r.tier) for r in readers.offsets_for_times(ts)
         )
         assert got == want, ts
+
+
+def test_spark_rebuild_index_leaves_what_the_in_process_rebuild_leaves(spark: Any, tmp_path: Path) -> None:
+    """Both index the store's chain through `sync.index_links` and take the progress from
+    `recovery.progress_after`: the same local sets, the same highest tiered offset and remote log
+    start, the DeleteRecords point kept."""
+    from dataclasses import replace
+
+    from rlm.logdir.scan import discover_partitions
+    from rlm.tiering.manager import RemoteLogManager
+    from rlm.tiering.state import PROGRESS_FILE, Progress, state_dir
+
+    env = generated_env(tmp_path)
+    paths = [state_dir(env.settings.tiering, p) / PROGRESS_FILE for p in discover_partitions(env.log_dirs)]
+    first = paths[0]
+    replace(Progress.load(first), delete_records_offset=1).save(first)
+    RemoteLogManager(env.settings, env.backend).rebuild_index()
+    in_process = local_index_files(env.log_dirs), _progress_fields(paths)
+    assert in_process[1][first][2] == 1 and all(h >= 0 for h, _, _ in in_process[1].values())
+    for path in env.log_dirs[0].glob("*/*.remote*"):
+        path.unlink()
+    for path in paths:  # a wrong progress, as a replaced disk might leave: rewritten
+        replace(Progress.load(path), highest_tiered_offset=3, remote_log_start_offset=2).save(path)
+    rebuild_index(spark, env.settings)
+    assert (local_index_files(env.log_dirs), _progress_fields(paths)) == in_process
+
+
+def _progress_fields(paths: list[Path]) -> dict[Path, tuple[int, int, int]]:
+    from rlm.tiering.state import Progress
+
+    return {
+        p: (g.highest_tiered_offset, g.remote_log_start_offset, g.delete_records_offset)
+        for p, g in ((p, Progress.load(p)) for p in paths)
+    }
