@@ -197,16 +197,7 @@ def plan_partition(
 def _other_incarnations(state: RemoteState, part: PartitionDir) -> str:
     """When the directory's incarnation has nothing tiered: the topic ids the store holds data of
     for the partition (one listing), so a directory re-made after a lost disk can name one."""
-    listing = state.list_prefix(keys.id_roots_prefix(part.topic, part.partition))
-    found = sorted(
-        {
-            root.topic_id
-            for info in listing
-            if (root := keys.parse_root(info.key)) is not None
-            and root.topic_id is not None
-            and root.topic_id != state.key_id
-        }
-    )
+    found = sorted(state.other_id_roots(state.key_id))
     if not found:
         return ""
     return (

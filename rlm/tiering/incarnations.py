@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections import defaultdict
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -153,12 +152,10 @@ def recall_identity(ctx: PartitionContext, key_id: str | None) -> list[OldIncarn
 def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
     """Objects of every root of this partition that is not this incarnation's."""
     remote = of_context(ctx)
-    roots: dict[str | None, list[ObjectInfo]] = defaultdict(list)
-    for info in remote.list_prefix(keys.id_roots_prefix(ctx.topic, ctx.partition)):
-        root = keys.parse_root(info.key)
-        # Never the partition's own id root, even when its data lives under the adopted name.
-        if root is not None and root.topic_id is not None and root.topic_id != ctx.part.topic_id:
-            roots[root.topic_id].append(info)
+    # Never the partition's own id root, even when its data lives under the adopted name.
+    roots: dict[str | None, list[ObjectInfo]] = {
+        k: v for k, v in remote.other_id_roots(ctx.part.topic_id).items()
+    }
     if ctx.key_id is not None and _legacy_decided_old(ctx):
         legacy = replace(remote, key_id=None).list_partition()
         if legacy:

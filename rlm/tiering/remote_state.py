@@ -240,6 +240,16 @@ class RemoteState:
             return self.read_lineage_marker(key)
         return marker
 
+    def other_id_roots(self, exclude: str | None) -> dict[str, list[ObjectInfo]]:
+        """The objects of every topic-id root of this partition but ``exclude``'s, by topic id
+        (one listing; the other incarnations, docs/topic-identity.md)."""
+        roots: dict[str, list[ObjectInfo]] = defaultdict(list)
+        for info in self.list_prefix(keys.id_roots_prefix(self.topic, self.partition)):
+            root = keys.parse_root(info.key)
+            if root is not None and root.topic_id is not None and root.topic_id != exclude:
+                roots[root.topic_id].append(info)
+        return roots
+
     def attempts(self, listing: Iterable[ObjectInfo]) -> dict[keys.AttemptRef, list[ObjectInfo]]:
         """The data objects of ``listing`` grouped by copy attempt."""
         groups: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)

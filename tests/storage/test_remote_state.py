@@ -236,3 +236,26 @@ def test_the_given_retry_policy_is_the_only_one() -> None:
     retry = RetryPolicy(max_attempts=3, sleep=lambda s: None)
     listed = RemoteState(flaky, TOPIC, 0, None, retry).list_prefix("")
     assert [i.key for i in listed] == [keys.manifest_key(TOPIC, 0, 0)]
+
+
+def test_other_id_roots_groups_every_other_incarnation_by_topic_id() -> None:
+    backend = MemoryBackend(namespace=f"roots-{uuid.uuid4().hex}")
+    ids = ["AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"]
+    put = {
+        keys.manifest_key(TOPIC, 0, 0): b"{}",  # the name-only root: never an id root
+        keys.manifest_key(TOPIC, 0, 0, ids[0]): b"{}",
+        keys.data_key(TOPIC, 0, 0, "a", keys.LOG, ids[1]): b"x",
+        keys.manifest_key(TOPIC, 0, 5, ids[1]): b"{}",
+        keys.manifest_key(TOPIC, 0, 0, ids[2]): b"{}",
+        keys.manifest_key(TOPIC, 1, 0, ids[1]): b"{}",  # another partition
+        keys.manifest_key(TOPIC + "x", 0, 0, ids[1]): b"{}",  # another topic
+    }
+    for key, data in put.items():
+        backend.put(key, data)
+    remote = RemoteState(backend, TOPIC, 0, ids[0])
+    found = remote.other_id_roots(ids[2])
+    assert sorted(found) == ids[:2]
+    assert sorted(i.key for i in found[ids[1]]) == sorted(
+        [keys.data_key(TOPIC, 0, 0, "a", keys.LOG, ids[1]), keys.manifest_key(TOPIC, 0, 5, ids[1])]
+    )
+    assert sorted(remote.other_id_roots(None)) == ids
