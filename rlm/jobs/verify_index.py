@@ -14,6 +14,7 @@ import bisect
 import itertools
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from rlm.errors import FormatError
 from rlm.formats import naming
@@ -116,33 +117,23 @@ def _derived(part: PartitionDir, path: Path, buf: bytes, base: int) -> list[Prob
 def _contiguity(part: PartitionDir, local: list[_Located]) -> list[Problem]:
     """Each entry must start after the previous one's last offset (across sets too)."""
     return [
-        Problem(
+        _at(
+            part,
             "local_contiguity",
-            part.topic,
-            part.partition,
-            f"entry starts at {b.first_offset}, not after the previous entry's last offset {a.last_offset}",
-            key=f,
-            position=pos,
-            offset=b.first_offset,
+            f"entry starts at {b[2].first_offset}, not after the previous entry's last offset "
+            f"{a[2].last_offset}",
+            b,
         )
-        for (_, _, a), (f, pos, b) in itertools.pairwise(local)
-        if b.first_offset <= a.last_offset
+        for a, b in itertools.pairwise(local)
+        if b[2].first_offset <= a[2].last_offset
     ]
 
 
 def _ahead(part: PartitionDir, local: list[_Located]) -> list[Problem]:
     """Local entries while the store has no committed segment: one problem, at the first."""
     return [
-        Problem(
-            "local_index_ahead",
-            part.topic,
-            part.partition,
-            "local index entries exist but the store has no committed segment",
-            key=f,
-            position=pos,
-            offset=e.first_offset,
-        )
-        for f, pos, e in local[:1]
+        _at(part, "local_index_ahead", "local index entries exist but the store has no committed segment", x)
+        for x in local[:1]
     ]
 
 
@@ -196,16 +187,13 @@ def _compare_segment(
                 else "(none)"
             )
             return [
-                Problem(
+                _at(
+                    part,
                     "local_index_mismatch",
-                    part.topic,
-                    part.partition,
                     f"local entry {e.first_offset}-{e.last_offset} @ {e.rdi} differs "
                     f"from the segment's uploaded entry {theirs}",
+                    (f, pos, e),
                     base_offset=m.base_offset,
-                    key=f,
-                    position=pos,
-                    offset=e.first_offset,
                 )
             ]
     if len(got) < len(uploaded):
@@ -232,18 +220,30 @@ def _unowned_runs(part: PartitionDir, unowned: list[_Located]) -> list[Problem]:
         else:
             runs.append([x])
     return [
-        Problem(
+        _at(
+            part,
             "local_index_orphan_entries",
-            part.topic,
-            part.partition,
             f"{len(run)} local entries, offsets {run[0][2].first_offset}-"
             f"{run[-1][2].last_offset}, belong to no committed segment",
-            key=run[0][0],
-            position=run[0][1],
-            offset=run[0][2].first_offset,
+            run[0],
         )
         for run in runs
     ]
+
+
+def _at(part: PartitionDir, check: str, message: str, at: _Located, **kw: Any) -> Problem:
+    """An error about the local entry ``at``: its file, its byte position there, its first offset."""
+    file, position, entry = at
+    return Problem(
+        check,
+        part.topic,
+        part.partition,
+        message,
+        key=file,
+        position=position,
+        offset=entry.first_offset,
+        **kw,
+    )
 
 
 def _gaps(
