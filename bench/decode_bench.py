@@ -154,17 +154,17 @@ def aiokafka_decode_only(task: ReadTask, data: bytes) -> int:
 
 def fetch_json(decoder: native.Decoder) -> Callable[[ReadTask, bytes], Any]:
     """What ``/records?format=json`` answers for these bytes: rlm's own rendering of a fetch
-    (``rlm.http.app._fetch_json``, decode_records per batch), serialized."""
+    (``rlm.http.routes_records.fetch_json``, decode_records per batch), serialized."""
     import json
 
     from rlm.formats.records import iter_batches
-    from rlm.http.app import _fetch_json
+    from rlm.http.routes_records import fetch_json as render
     from rlm.tiering.lookup import FetchResult
 
     def run(task: ReadTask, data: bytes) -> str:
         native.set_decoder(decoder)
         fetched = FetchResult("bench", 0, "remote", data, list(iter_batches(data)), None)
-        return json.dumps(_fetch_json(fetched))
+        return json.dumps(render(fetched))
 
     return run
 

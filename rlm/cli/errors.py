@@ -1,7 +1,9 @@
 """How the CLI turns errors into exit codes and one-line messages (never a traceback).
 
 Exit codes (docs/cli.md §1): 0 success; 1 a corrupt/unreadable input or a failed operation;
-2 bad arguments or invalid configuration. ``RLM_DEBUG=1`` re-raises for a full traceback.
+2 bad arguments or invalid configuration. The error's class decides (``RlmError.exit_code`` in
+rlm/errors.py, the one table the HTTP API and the Kafka listener read too). ``RLM_DEBUG=1``
+re-raises for a full traceback.
 """
 
 from __future__ import annotations
@@ -14,19 +16,18 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from rlm.errors import BackendNotFoundError, ConfigError, InvalidArgumentError, RlmError
+from rlm.errors import RlmError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 EXIT_FAILURE = 1
-EXIT_USAGE = 2
 
 
 def exit_code_for(err: BaseException) -> int:
-    """2 for configuration/argument errors (an unknown backend too), 1 for everything else."""
-    usage = ConfigError | InvalidArgumentError | BackendNotFoundError
-    return EXIT_USAGE if isinstance(err, usage) else EXIT_FAILURE
+    """The exit code of an rlm error's class (2 for configuration/argument errors and an unknown
+    backend, 1 for the others); 1 for any other exception (an OS error, a bug)."""
+    return err.exit_code if isinstance(err, RlmError) else EXIT_FAILURE
 
 
 #: A Python exception line of a traceback (``rlm.errors.LogDirError: ...``), not a JVM one.

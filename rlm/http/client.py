@@ -21,20 +21,11 @@ import httpx
 from rlm.config import ServerSettings
 from rlm.config.server import bearer_token
 from rlm.config.tls import client_context
-from rlm.errors import RlmError, StreamInterruptedError
+from rlm.errors import RlmHttpError, StreamInterruptedError
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
 
 #: a v0-v2 batch / message set entry starts with offset (8 bytes) and size (4 bytes)
 _ENTRY_HEADER = 12
-
-
-class RlmHttpError(RlmError):
-    """A 4xx/5xx answer: ``status``, and the ``field`` the server blamed (None when global)."""
-
-    def __init__(self, status: int, field: str | None, reason: str) -> None:
-        super().__init__(f"HTTP {status}: {reason}" + (f" (field {field})" if field else ""))
-        self.status = status
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

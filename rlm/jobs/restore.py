@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import Settings
-from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError
+from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError, PartitionNotFoundError
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
 from rlm.jobs.restore_files import (
@@ -58,7 +58,7 @@ from rlm.tiering.crash import crash_point
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.lineage import Link
 from rlm.tiering.protect import StoreProtection
-from rlm.tiering.readers import PartitionNotFoundError, check_topic
+from rlm.tiering.readers import check_topic
 from rlm.tiering.remote_state import RemoteState, remote_view
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import partition_offsets

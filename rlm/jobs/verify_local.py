@@ -28,7 +28,7 @@ from pathlib import Path
 
 import crc32c
 
-from rlm.errors import CorruptIndexError, RlmError
+from rlm.errors import CorruptIndexError, RlmError, SegmentQuarantined
 from rlm.formats.records import iter_batches
 from rlm.jobs.problem import Problem
 from rlm.logdir.indexcheck import IndexKind, parse_checked
@@ -36,7 +36,7 @@ from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.tiering.compaction import rewrite_findings
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicy
-from rlm.tiering.prepare import SegmentQuarantined, scan
+from rlm.tiering.prepare import scan
 
 __all__ = ["check_compaction", "check_local_segments"]
 

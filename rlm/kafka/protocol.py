@@ -64,6 +64,7 @@ __all__ = [
     "RequestFrame",
     "code_name",
     "encode_response",
+    "kafka_code",
     "parse_request",
     "unsupported_api_versions",
 ]
@@ -91,6 +92,14 @@ class Codes:
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+def kafka_code(name: str) -> int:
+    """The error code Kafka names ``name`` (``OFFSET_OUT_OF_RANGE`` → 1); an unknown name is a bug
+    (KeyError) that tests/ops/test_error_kinds.py catches for every class in rlm/errors.py."""
+    code = vars(Codes)[name]
+    assert isinstance(code, int)
+    return code
 
 
 def code_name(code: int) -> str:

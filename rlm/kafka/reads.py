@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError, RlmError, StorageError
-from rlm.kafka.protocol import Codes
+from rlm.errors import OffsetOutOfRangeError, PartitionNotFoundError, RlmError
+from rlm.kafka.protocol import Codes, kafka_code
 from rlm.tiering import isolation as txn
 from rlm.tiering.lookup import (
     EARLIEST,
@@ -24,7 +24,7 @@ from rlm.tiering.lookup import (
     MAX_TIMESTAMP,
     PartitionReader,
 )
-from rlm.tiering.readers import PartitionNotFoundError, TieredReaders
+from rlm.tiering.readers import TieredReaders
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
 __all__ = [
@@ -69,16 +69,11 @@ class ListedOffset:
 
 
 def error_code(err: Exception) -> int:
-    """The Kafka error code of an rlm error; the class decides, never the message."""
-    if isinstance(err, PartitionNotFoundError):
-        return Codes.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(err, OffsetOutOfRangeError):
-        return Codes.OFFSET_OUT_OF_RANGE
-    if isinstance(err, InvalidArgumentError):  # a name Kafka would never accept: no such topic
-        return Codes.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(err, StorageError):  # retriable for clients: they back off and fetch again
-        return Codes.KAFKA_STORAGE_ERROR
-    return Codes.UNKNOWN_SERVER_ERROR
+    """The Kafka error code of an rlm error: its class's ``kafka_error`` (rlm/errors.py, the one
+    table of how errors surface), never its message; UNKNOWN_SERVER_ERROR for anything else."""
+    if not isinstance(err, RlmError):
+        return Codes.UNKNOWN_SERVER_ERROR
+    return kafka_code(err.kafka_error)
 
 
 def served(topic: str) -> bool:

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from rlm.errors import RlmError
+from rlm.errors import RlmError, SegmentQuarantined, SegmentVanished
 from rlm.logdir.scan import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
 from rlm.tiering.copier import copy_segment
-from rlm.tiering.prepare import PreparedSegment, SegmentQuarantined, SegmentVanished, prepare_segment
+from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.quarantine import quarantine
 from rlm.tiering.state import PartitionContext, Progress
 from rlm.tiering.sync import note_committed
@@ -165,7 +165,7 @@ def _copy_one(
         return False
     except (RlmError, OSError) as err:
         ctx.series(m.copy_errors).inc()
-        if isinstance(err, OSError):
+        if not isinstance(err, RlmError):  # an OS error no layer translated (a store miss is both)
             raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
         raise
     if copied is not None:

@@ -59,7 +59,9 @@ def check_isolation(value: str) -> Isolation:
         return "read_committed"
     if value == "read_uncommitted":
         return "read_uncommitted"
-    raise InvalidArgumentError(f"isolation {value!r} must be read_uncommitted or read_committed")
+    raise InvalidArgumentError(
+        f"isolation {value!r} must be read_uncommitted or read_committed", field="isolation"
+    )
 
 
 def apply_isolation(fetched: Any, txns: PartitionTxns, isolation: Isolation) -> Any:

@@ -178,7 +178,7 @@ class PartitionReader:
         whose offsets have no gaps is not decoded just to name its first offset.
         """
         if offset < 0:
-            raise InvalidArgumentError(f"offset {offset} is negative")
+            raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
         if not ranges.visible(offset):
@@ -246,7 +246,8 @@ class PartitionReader:
         if timestamp < LATEST_TIERED:
             raise InvalidArgumentError(
                 f"timestamp {timestamp} is invalid: use ms since the epoch or "
-                "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered"
+                "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered",
+                field="timestamp",
             )
         segments = list_segments(self.part)
         ranges = self.offsets(segments)
@@ -334,7 +335,7 @@ class PartitionReader:
         client's connection): its sequential fetches are read ahead (docs/read-path.md).
         """
         if max_bytes <= 0:
-            raise InvalidArgumentError(f"max_bytes {max_bytes} must be positive")
+            raise InvalidArgumentError(f"max_bytes {max_bytes} must be positive", field="max_bytes")
         rid = None if reader_key is None else (reader_key, self.part.topic, self.part.partition)
         source = EntrySource(self.res, rid, verify=verify)
         source.begin(offset)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
-from rlm.errors import RlmError
+from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import (
     PartitionDir,
@@ -51,7 +51,7 @@ from rlm.tiering.retention import retention_pass
 from rlm.tiering.roles import Roles
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.status import partition_row
-from rlm.tiering.throttle import TokenBucket, UploadAbandoned
+from rlm.tiering.throttle import TokenBucket
 from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlm.errors import CorruptIndexError, RlmError
+from rlm.errors import CorruptIndexError, ObjectNotFoundError, RlmError
 from rlm.formats.offset_index import Buffer
 from rlm.formats.records import iter_batches
 from rlm.formats.transactions import (
@@ -134,6 +134,8 @@ class PartitionTxns:
                     if src.manifest is not None:
                         raw = self.protection.open_object(src.manifest, index_key, raw)
                 return parse_txn_index(raw)
+            except ObjectNotFoundError:
+                raise  # its manifest lists it: a miss is the store's damage (502), not "none kept"
             except FileNotFoundError:
                 return None
             except CorruptIndexError as err:

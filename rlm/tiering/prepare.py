@@ -21,7 +21,13 @@ from typing import cast
 
 import crc32c
 
-from rlm.errors import CorruptIndexError, FormatError, LogDirError, RlmError
+from rlm.errors import (
+    CorruptIndexError,
+    FormatError,
+    LogDirError,
+    SegmentQuarantined,
+    SegmentVanished,
+)
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.logdir.indexcheck import (
@@ -50,32 +56,6 @@ __all__ = [
     "prepare_segment",
     "scan",
 ]
-
-
-class SegmentQuarantined(RlmError):
-    """The segment failed verification; it is not uploaded and blocks its partition's tiering.
-
-    ``cause`` says why in one word (docs/broker-files.md): ``empty`` (a rolled ``.log`` of 0
-    bytes), ``torn_tail`` (it ends inside a batch) or ``corrupt`` (a CRC or framing error).
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        cause: str = "corrupt",
-        file: str | os.PathLike[str] | None = None,
-        position: int | None = None,
-        offset: int | None = None,
-        version: FileVersion | None = None,
-    ) -> None:
-        super().__init__(reason, file=file, position=position, offset=offset)
-        self.cause = cause
-        self.version = version  # of the .log that failed: the quarantine lasts while it is unchanged
-
-
-class SegmentVanished(RlmError):
-    """The log store deleted the segment before it could be pinned."""
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
+from rlm.errors import SegmentQuarantined
 from rlm.logdir.indexcheck import file_version
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.prepare import SegmentQuarantined
 from rlm.tiering.state import PartitionContext, Quarantine
 
 __all__ = ["quarantine", "reexamine_quarantine"]

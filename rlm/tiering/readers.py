@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.config import Settings
-from rlm.errors import InvalidArgumentError, LogDirError, RlmError
+from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
 from rlm.formats.naming import validate_topic
 from rlm.fsutil import FileMemo
 from rlm.logdir.checkpoint_cache import CheckpointCache
@@ -31,10 +31,6 @@ from rlm.tiering.state import Progress
 ProgressSource = Callable[[PartitionDir], Progress]
 
 
-class PartitionNotFoundError(RlmError):
-    """The topic/partition is not in any configured log dir."""
-
-
 @dataclass(frozen=True, slots=True)
 class OffsetForTime:
     topic: str
@@ -48,12 +44,12 @@ def check_topic(topic: str) -> str:
     try:
         return validate_topic(topic)
     except LogDirError as err:
-        raise InvalidArgumentError(err.reason) from None
+        raise InvalidArgumentError(err.reason, field="topic") from None
 
 
 def check_partition(partition: int) -> int:
     if not 0 <= partition <= 2**31 - 1:
-        raise InvalidArgumentError(f"partition {partition} must be in [0, 2^31-1]")
+        raise InvalidArgumentError(f"partition {partition} must be in [0, 2^31-1]", field="partition")
     return partition
 
 
@@ -123,7 +119,7 @@ class TieredReaders:
         (KIP-33 failover). A partition with no visible record that recent resumes at its visible
         end (the high watermark, docs/visibility.md), never at the log end above it."""
         if minus_ms < 0:
-            raise InvalidArgumentError(f"minus {minus_ms} ms must not be negative")
+            raise InvalidArgumentError(f"minus {minus_ms} ms must not be negative", field="minus")
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
         if timestamp >= 0 and target < 0:
             target = 0

@@ -13,9 +13,7 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-
-class UploadAbandoned(Exception):
-    """Raised from a throttled stream when shutdown asks in-flight uploads to stop."""
+from rlm.errors import UploadAbandoned
 
 
 class TokenBucket:

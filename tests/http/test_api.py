@@ -17,8 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rlm.cli.wiring import build_api
+from rlm.errors import RlmHttpError
 from rlm.formats.records import decode_records, iter_batches
-from rlm.http.client import RlmClient, RlmHttpError
+from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlm.errors import StreamInterruptedError
+from rlm.errors import RlmHttpError, StreamInterruptedError
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.http.app import create_app
-from rlm.http.client import RlmClient, RlmHttpError
+from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.logdir.writer import LogWriter

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from rlm.config import ServerSettings, settings_from_mapping
 from rlm.config.server import MAX_TOKEN_FILE_BYTES, bearer_token
 from rlm.config.tls import client_context, server_context
-from rlm.errors import ConfigError
-from rlm.http.client import RlmClient, RlmHttpError
+from rlm.errors import ConfigError, RlmHttpError
+from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.http.tls import serving_context
 from tests.http.certs import Pki, make_pki

@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
+from rlm.errors import UploadAbandoned
 from rlm.storage.memory import MemoryBackend
-from rlm.tiering.throttle import ThrottledReader, TokenBucket, UploadAbandoned
+from rlm.tiering.throttle import ThrottledReader, TokenBucket
 
 
 class FakeTime:

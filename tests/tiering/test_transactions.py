@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from rlm.errors import CorruptIndexError
+from rlm.errors import CorruptIndexError, RlmHttpError
 from rlm.formats.records import iter_batches
 from rlm.formats.txn_index import AbortedTxn, collect_aborted, encode_txn_index, parse_txn_index
 from rlm.http.app import create_app
-from rlm.http.client import RlmClient, RlmHttpError
+from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.jobs.decode import iter_task_records, read_task_bytes
 from rlm.jobs.plan import BackendSpec, plan_read
