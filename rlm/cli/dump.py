@@ -8,7 +8,6 @@ then one line on stderr naming file, position and reason, and the command exits 
 from __future__ import annotations
 
 import base64
-import json
 import mmap
 import re
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 from rlm.cli.errors import EXIT_FAILURE, handle_errors, report
+from rlm.cli.output import emit_json
 from rlm.errors import FormatError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
@@ -282,7 +282,7 @@ def dump(files: tuple[Path, ...], with_records: bool) -> None:
             report(err)
             failed = True
             continue
-        sys.stdout.write(json.dumps(result.doc, separators=(",", ":")) + "\n")
+        emit_json(result.doc)
         if result.error is not None:
             report(result.error)
             failed = True

@@ -1,44 +1,53 @@
-"""``rlm export``, ``rlm verify``, ``rlm rebuild-index --spark-master``
-(docs/cli.md, docs/export.md): Spark jobs.
+"""``rlm export``, ``rlm verify``, ``rlm rebuild-index`` (docs/cli.md, docs/export.md): the jobs
+over both tiers, on the local engine or Spark.
 
-pyspark is imported only when one of these commands runs. Spark's console progress bar shows on
-a terminal; piped output stays quiet (JSON on stdout, one-line errors on stderr).
+pyspark is imported only when a command runs on Spark. Spark's console progress bar shows on a
+terminal; piped output stays quiet (JSON on stdout, one-line errors on stderr).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any
 
 import click
 
-from rlm.cli.common import config_option, load, require_dirs
+from rlm.cli.common import (
+    build_manager,
+    config_option,
+    load,
+    partition_progress,
+    require_dirs,
+    settings_for_tool,
+)
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.cli.output import emit_json, json_line
 from rlm.config import Settings
 from rlm.daemon.logs import configure
 
 _MASTER_HELP = "Spark master URL (default local[*]; local tasks need executors on this host)."
 
 
-class _ExportRange(TypedDict):
-    """The keyword arguments both export engines share (what to read and how large a task is)."""
-
-    partitions: list[int] | None
-    start: int | None
-    end: int | None
-    target_bytes: int
-    isolation: str
-
-
-def _emit(doc: object) -> None:
-    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
-
-
 def _quiet_py4j() -> None:
     logging.getLogger("py4j").setLevel(logging.ERROR)
+
+
+def _job_settings(config_path: Path) -> Settings:
+    """A job's settings, validated, with its log dirs present; warnings-only logs."""
+    configure("text", logging.WARNING)
+    settings = load(config_path)
+    require_dirs(settings)
+    return settings
+
+
+def _spark(master: str | None, app_name: str) -> Any:
+    """A Spark session on ``master`` (default local[*]), py4j's chatter silenced."""
+    _quiet_py4j()
+    from rlm.jobs import spark_session
+
+    return spark_session(master or "local[*]", app_name)
 
 
 _ENGINE_HELP = (
@@ -46,6 +55,36 @@ _ENGINE_HELP = (
     "(large exports, clusters). Default: local, or spark when --spark-master is given "
     "(docs/export.md)."
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    """``rlm export``'s options once checked against each other: ``engine`` resolved (local or
+    spark), ``partitions`` None for all, ``target_bytes`` read per task (``--task-mib`` in bytes)."""
+
+    topics: list[str]
+    partitions: list[int] | None
+    start: int | None
+    end: int | None
+    out: Path | None
+    engine: str
+    spark_master: str | None
+    overwrite: bool
+    target_bytes: int
+    parallelism: int | None
+    isolation: str
+    incremental: bool
+
+
+def _export_engine(engine: str | None, spark_master: str | None, parallelism: int | None) -> str:
+    """``--engine`` as given or implied by ``--spark-master``; options of the other engine are
+    usage errors."""
+    engine = engine or ("spark" if spark_master is not None else "local")
+    if engine == "local" and spark_master is not None:
+        raise click.UsageError("--spark-master needs --engine spark")
+    if engine == "spark" and parallelism is not None:
+        raise click.UsageError("--parallelism applies to --engine local (Spark: the master's cores)")
+    return engine
 
 
 @click.command("export")
@@ -142,112 +181,95 @@ def export(
     Both engines plan the same tasks and write the same rows and layout
     (OUT/topic=T/partition=P/part-*.parquet). A local OUT is built in a staging dir next to it
     and renamed into place at the end: a failed export leaves OUT as it was."""
-    engine = engine or ("spark" if spark_master is not None else "local")
-    if engine == "local" and spark_master is not None:
-        raise click.UsageError("--spark-master needs --engine spark")
-    if engine == "spark" and parallelism is not None:
-        raise click.UsageError("--parallelism applies to --engine local (Spark: the master's cores)")
-    configure("text", logging.WARNING)
-    settings = load(config_path)
-    require_dirs(settings)
+    opts = ExportOptions(
+        list(topics),
+        list(partitions) or None,
+        start,
+        end,
+        out,
+        _export_engine(engine, spark_master, parallelism),
+        spark_master,
+        overwrite,
+        task_mib * 1024 * 1024,
+        parallelism,
+        isolation,
+        incremental,
+    )
+    settings = _job_settings(config_path)
     from rlm.jobs.plan import check_time_range
 
     check_time_range(start, end)
-    if fmt == "iceberg":
-        _export_iceberg(
-            settings,
-            list(topics),
-            list(partitions) or None,
-            start,
-            end,
-            out,
-            engine,
-            spark_master,
-            overwrite,
-            task_mib,
-            parallelism,
-            isolation,
-            incremental,
-        )
-        return
-    if out is None or incremental:
+    emit_json(_export_iceberg(settings, opts) if fmt == "iceberg" else _export_parquet(settings, opts))
+
+
+def _export_parquet(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
+    """``--format parquet`` (the default): OUT written by the local engine or by Spark; the
+    result's JSON (docs/export.md)."""
+    if opts.out is None or opts.incremental:
         raise click.UsageError(
-            "--format parquet needs --out" if out is None else "--incremental is for --format iceberg"
+            "--format parquet needs --out" if opts.out is None else "--incremental is for --format iceberg"
         )
-    common: _ExportRange = {
-        "partitions": list(partitions) or None,
-        "start": start,
-        "end": end,
-        "target_bytes": task_mib * 1024 * 1024,
-        "isolation": isolation,
-    }
-    if engine == "local":
+    if opts.engine == "local":
         from rlm.jobs.export_local import export_local
 
-        result = export_local(
-            settings, list(topics), out, overwrite=overwrite, parallelism=parallelism, **common
-        )
-    else:
-        _quiet_py4j()
-        from rlm.jobs import export as run_export
-        from rlm.jobs import spark_session
-
-        spark = spark_session(spark_master or "local[*]", "rlm export")
-        result = run_export(
-            spark,
+        local = export_local(
             settings,
-            list(topics),
-            str(out),
-            mode="overwrite" if overwrite else "errorifexists",
-            **common,
+            opts.topics,
+            opts.out,
+            partitions=opts.partitions,
+            start=opts.start,
+            end=opts.end,
+            target_bytes=opts.target_bytes,
+            overwrite=opts.overwrite,
+            isolation=opts.isolation,
+            parallelism=opts.parallelism,
         )
-    _emit(result.to_json())
+        return local.to_json()
+    from rlm.jobs import export as run_export
+
+    spark = run_export(
+        _spark(opts.spark_master, "rlm export"),
+        settings,
+        opts.topics,
+        str(opts.out),
+        partitions=opts.partitions,
+        start=opts.start,
+        end=opts.end,
+        target_bytes=opts.target_bytes,
+        mode="overwrite" if opts.overwrite else "errorifexists",
+        isolation=opts.isolation,
+    )
+    return spark.to_json()
 
 
-def _export_iceberg(
-    settings: Settings,
-    topics: list[str],
-    partitions: list[int] | None,
-    start: int | None,
-    end: int | None,
-    out: Path | None,
-    engine: str,
-    spark_master: str | None,
-    overwrite: bool,
-    task_mib: int,
-    parallelism: int | None,
-    isolation: str,
-    incremental: bool,
-) -> None:
-    """``--format iceberg``: by offsets only (docs/iceberg.md), so no time range and no overwrite."""
-    if start is not None or end is not None:
+def _export_iceberg(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
+    """``--format iceberg``: by offsets only (docs/iceberg.md), so no time range and no overwrite;
+    the result's JSON."""
+    if opts.start is not None or opts.end is not None:
         raise click.UsageError(
             "--format iceberg exports by offset: filter on the table's "
             "day(timestamp) partitions instead of --from/--to-timestamp"
         )
-    if overwrite:
+    if opts.overwrite:
         raise click.UsageError("--format iceberg appends to its table: drop the table to start over")
     from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
 
-    target = IcebergTarget.from_settings(settings, out)
-    if engine == "local":
-        run = local_engine(parallelism)
+    target = IcebergTarget.from_settings(settings, opts.out)
+    if opts.engine == "local":
+        run = local_engine(opts.parallelism)
     else:
-        _quiet_py4j()
-        from rlm.jobs import spark_session
-
-        run = spark_engine(spark_session(spark_master or "local[*]", "rlm export"))
+        run = spark_engine(_spark(opts.spark_master, "rlm export"))
     result = export_iceberg(
         settings,
-        topics,
+        opts.topics,
         target,
         run,
-        partitions=partitions,
-        incremental=incremental,
-        target_bytes=task_mib * 1024 * 1024,
-        isolation=isolation,
+        partitions=opts.partitions,
+        incremental=opts.incremental,
+        target_bytes=opts.target_bytes,
+        isolation=opts.isolation,
     )
-    _emit(result.to_json())
+    return result.to_json()
 
 
 @click.command("verify")
@@ -267,20 +289,14 @@ def verify(
     config_path: Path, deep: bool, topics: tuple[str, ...], report_path: Path | None, spark_master: str
 ) -> None:
     """Scrub the store and the local index sets; exit 1 when a problem is found, 0 when clean."""
-    configure("text", logging.WARNING)
-    _quiet_py4j()
-    settings = load(config_path)
-    require_dirs(settings)
-    from rlm.jobs import spark_session
+    settings = _job_settings(config_path)
     from rlm.jobs import verify as run_verify
 
-    spark = spark_session(spark_master, "rlm verify")
-    report = run_verify(spark, settings, deep=deep, topics=list(topics) or None)
-    doc = json.dumps(report.to_json(), indent=None, separators=(",", ":"))
+    report = run_verify(_spark(spark_master, "rlm verify"), settings, deep=deep, topics=list(topics) or None)
     if report_path is None:
-        sys.stdout.write(doc + "\n")
+        emit_json(report.to_json())
     else:
-        report_path.write_text(doc + "\n")
+        report_path.write_text(json_line(report.to_json()))
     for line in report.summary_lines():
         click.echo(line, err=True)
     if not report.ok:
@@ -295,20 +311,16 @@ def verify(
     help="Run as a Spark job on this master (e.g. local[*]); default: in-process.",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar (in-process rebuild).")
-@click.pass_context
 @handle_errors
-def rebuild_index(ctx: click.Context, config_path: Path, spark_master: str | None, quiet: bool) -> None:
+def rebuild_index(config_path: Path, spark_master: str | None, quiet: bool) -> None:
     """Rebuild every local remote-index set from the remote manifests alone."""
-    if spark_master is None:  # the in-process command (rlm.cli.run), unchanged
-        from rlm.cli.run import rebuild_index as in_process
-
-        ctx.invoke(in_process, config_path=config_path, quiet=quiet)
+    if spark_master is None:  # in-process, a progress bar per partition
+        manager = build_manager(settings_for_tool(config_path))
+        with partition_progress(manager, "rebuild-index", quiet) as step:
+            rebuilt = manager.rebuild_index(on_partition=step)
+        emit_json(rebuilt)
         return
-    configure("text", logging.WARNING)
-    _quiet_py4j()
-    settings = load(config_path)
-    require_dirs(settings)
+    settings = _job_settings(config_path)
     from rlm.jobs import rebuild_index as run_rebuild
-    from rlm.jobs import spark_session
 
-    _emit(run_rebuild(spark_session(spark_master, "rlm rebuild-index"), settings))
+    emit_json(run_rebuild(_spark(spark_master, "rlm rebuild-index"), settings))

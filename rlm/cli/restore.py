@@ -6,14 +6,13 @@ terminal only; errors are one line (``rlm: error: …``) with the usual exit cod
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import click
 
 from rlm.cli.common import config_option, interactive, settings_for_tool, tracked_backend
 from rlm.cli.errors import handle_errors
+from rlm.cli.output import emit_json
 
 
 @click.command("restore")
@@ -100,4 +99,4 @@ def restore(
             on_bytes=bar.update,
             on_plan=planned,
         )
-    sys.stdout.write(json.dumps(result.to_json(), separators=(",", ":")) + "\n")
+    emit_json(result.to_json())

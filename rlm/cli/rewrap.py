@@ -3,14 +3,13 @@ manifests (docs/cli.md, docs/security.md §5). Safe beside a running ``rlm run``
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import click
 
 from rlm.cli.common import config_option, interactive, settings_for_tool, tracked_backend
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.cli.output import emit_json
 from rlm.errors import ConfigError
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.rewrap import rewrap_store
@@ -66,7 +65,7 @@ def rewrap(
             parallelism=parallelism,
             on_manifest=lambda: bar.update(1),
         )
-    sys.stdout.write(json.dumps(result.to_json(), separators=(",", ":")) + "\n")
+    emit_json(result.to_json())
     for line in result.errors:
         click.echo(f"rlm: error: {line}", err=True)
     if not result.ok:

@@ -1,10 +1,8 @@
-"""``rlm run``, ``rlm status``, ``rlm gc``, ``rlm rebuild-index`` (docs/cli.md)."""
+"""``rlm run``, ``rlm status``, ``rlm gc`` (docs/cli.md)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +18,7 @@ from rlm.cli.common import (
     settings_for_tool,
 )
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
+from rlm.cli.output import emit_json
 from rlm.config import Settings
 from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
@@ -44,10 +43,6 @@ def _human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def _emit(doc: object) -> None:
-    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
 @click.command("run")
@@ -139,7 +134,7 @@ def _once(manager: RemoteLogManager, quiet: bool) -> None:
         "segments_deleted": sum(len(r.deleted) for r in results),
         "errors": {f"{r.topic}-{r.partition}": r.error for r in failed},
     }
-    _emit(summary)
+    emit_json(summary)
     if failed:
         for r in failed:
             click.echo(f"rlm: error: {r.topic}-{r.partition}: {r.error}", err=True)
@@ -152,7 +147,7 @@ def _once(manager: RemoteLogManager, quiet: bool) -> None:
 def status(config_path: Path) -> None:
     """Per-partition tiering state as JSON (safe-to-delete point = highest_tiered_offset)."""
     manager = build_manager(settings_for_tool(config_path))
-    _emit(manager.status())
+    emit_json(manager.status())
     store = manager.health.snapshot()
     if not store["reachable"]:
         click.echo(
@@ -175,7 +170,7 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
         old: list[OldIncarnation] = []
         orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step, old=old)
     for orphan in orphans:
-        _emit(
+        emit_json(
             {
                 "topic": orphan.topic,
                 "partition": orphan.partition,
@@ -188,7 +183,7 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
             }
         )
     for inc in old:  # a re-created topic's predecessor (docs/topic-identity.md)
-        _emit(
+        emit_json(
             {
                 "topic": inc.topic,
                 "partition": inc.partition,
@@ -197,15 +192,3 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
                 "deleted": inc.deleted,
             }
         )
-
-
-@click.command("rebuild-index")
-@config_option
-@click.option("--quiet", is_flag=True, help="No progress bar.")
-@handle_errors
-def rebuild_index(config_path: Path, quiet: bool = False) -> None:
-    """Rebuild every local remote-index set from the remote manifests alone."""
-    manager = build_manager(settings_for_tool(config_path))
-    with partition_progress(manager, "rebuild-index", quiet) as step:
-        rebuilt = manager.rebuild_index(on_partition=step)
-    _emit(rebuilt)
