@@ -1,7 +1,8 @@
 """What a Spark task receives is plain picklable data: the executor-side functions of the jobs
-(`verify` stages 1 and 2, the `rebuild_index` fetch) run in a freshly spawned interpreter — their
-arguments and results pickled across, as Spark ships them — and answer exactly what they answer
-in the driver's process. A store travels as a `BackendSpec`; nothing else of the driver does."""
+(`verify` stages 1 and 2, the `rebuild_index` fetch, bulk `offsets_for_times`) run in a freshly
+spawned interpreter — their arguments and results pickled across, as Spark ships them — and
+answer exactly what they answer in the driver's process. A store travels as a `BackendSpec`; no
+client, connection or cache of the driver does."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings
-from rlm.jobs.index import _fetch_partition
+from rlm.jobs.index import OffsetRow, _fetch_partition, _lookup_partitions
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_store import check_partition
@@ -79,3 +80,19 @@ def test_rebuild_index_fetch_in_a_spawned_process(settings: Settings, executor: 
     assert there == _fetch_partition(spec, TOPIC, 0, None)
     manifests = RemoteState(spec.create(), TOPIC, 0).list_manifests()
     assert [first for _, first, _ in there[2]] == [m.base_offset for m in manifests]
+
+
+def _offsets(settings: Settings, spec: BackendSpec, target: int) -> list[OffsetRow]:
+    return list(_lookup_partitions(settings, spec, target, iter([(TOPIC, 0)])))
+
+
+def test_offsets_for_times_in_a_spawned_process(settings: Settings, executor: ProcessPoolExecutor) -> None:
+    """The settings travel too (lookups read the local log dirs, so executors run on the sidecar
+    host): a pickled copy answers the driver's rows, for a time inside the history and the
+    earliest/latest special values."""
+    spec = BackendSpec.from_settings(settings)
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    for target in (0, -2, -1):
+        there = executor.submit(_offsets, settings, spec, target).result()
+        assert there == _offsets(settings, spec, target)
+        assert there[0][:2] == (TOPIC, 0) and there[0][2] >= 0
