@@ -163,11 +163,4 @@ def export_local(
     )
     sink = ParquetSink.begin(out, overwrite=overwrite, compression=compression)
     files = run_sink(plan, BackendSpec.from_settings(settings), sink, parallelism=parallelism, pool=pool)
-    return ExportResult(
-        str(out),
-        len(plan.partitions),
-        len(plan.tasks),
-        sum(t.size for t in plan.tasks),
-        sum(f.records for f in files),
-        engine="local",
-    )
+    return ExportResult.of_plan(str(out), plan, sum(f.records for f in files), engine="local")

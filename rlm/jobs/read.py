@@ -92,6 +92,13 @@ class ExportResult:
     records: int
     engine: str = "spark"
 
+    @classmethod
+    def of_plan(cls, out: str, plan: ReadPlan, records: int, engine: str = "spark") -> ExportResult:
+        """The summary of an export of ``plan`` that wrote ``records`` under ``out``."""
+        return cls(
+            out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks), records, engine
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "out": self.out,
@@ -164,4 +171,4 @@ def export(
             .parquet(out)
         )
         records = spark.read.parquet(out).count()
-    return ExportResult(out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks), records)
+    return ExportResult.of_plan(out, plan, records)
