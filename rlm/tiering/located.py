@@ -1,10 +1,12 @@
-"""Where a lookup found its record (:class:`Located`), as the local and the remote tier report it
-to :class:`rlm.tiering.lookup.PartitionReader`, and the header-only shortcut both use
+"""Where a lookup found its record (:class:`Located`, with a typed :class:`LocalLocation` or
+:class:`RemoteLocation`), as the local and the remote tier report it to
+:class:`rlm.tiering.lookup.PartitionReader`, and the header-only shortcut both use
 (:func:`first_offset_at_least`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from rlm.formats.records import RecordBatch
@@ -13,17 +15,45 @@ Tier = Literal["local", "remote"]
 
 
 @dataclass(frozen=True, slots=True)
+class LocalLocation:
+    """A batch in the local tier: the segment's ``.log`` and the batch's byte position in it. A
+    local fetch reads from here (typed: never read back out of the JSON answer)."""
+
+    file: Path
+    position: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"file", "position"}``: the ``location`` of ``rlm lookup`` / the HTTP lookups."""
+        return {"file": str(self.file), "position": self.position}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLocation:
+    """A batch in the remote tier: the remote data identifier of its index entry
+    (``<object url>#<byte position>``, docs/formats.md §5) and the entry's data length in bytes."""
+
+    rdi: str
+    data_length: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"rdi", "data_length"}``: the ``location`` of ``rlm lookup`` / the HTTP lookups."""
+        return {"rdi": self.rdi, "data_length": self.data_length}
+
+
+Location = LocalLocation | RemoteLocation
+
+
+@dataclass(frozen=True, slots=True)
 class Located:
     """The first record at or after what was asked, in one tier: its offset, its timestamp (ms;
     None when a fetch did not need it, see :func:`first_offset_at_least`), the batch holding it,
-    and where that batch is — ``{"file", "position"}`` (byte position in the ``.log``) locally,
-    ``{"rdi", "data_length"}`` (the index entry's object and byte length) remotely."""
+    and where that batch is (:class:`LocalLocation` / :class:`RemoteLocation`)."""
 
     tier: Tier
     offset: int
     timestamp: int | None
     batch: RecordBatch
-    location: dict[str, Any]
+    location: Location
 
 
 def first_offset_at_least(batch: RecordBatch, offset: int) -> int | None:
@@ -35,4 +65,4 @@ def first_offset_at_least(batch: RecordBatch, offset: int) -> int | None:
     return max(offset, batch.base_offset) if dense else None
 
 
-__all__ = ["Located", "Tier", "first_offset_at_least"]
+__all__ = ["LocalLocation", "Located", "Location", "RemoteLocation", "Tier", "first_offset_at_least"]

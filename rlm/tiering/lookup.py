@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
@@ -30,7 +29,7 @@ from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.tiering.cache import RangeBytes
-from rlm.tiering.located import Located, Tier
+from rlm.tiering.located import LocalLocation, Located, Location, Tier
 from rlm.tiering.lookup_local import local_fetch, local_offset, local_timestamp
 from rlm.tiering.lookup_remote import remote_offset, remote_timestamp
 from rlm.tiering.readahead import ReaderResources
@@ -68,7 +67,7 @@ class LookupResult:
     offset: int | None = None
     timestamp: int | None = None
     batch: RecordBatch | None = None
-    location: dict[str, Any] | None = None
+    location: Location | None = None
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -87,7 +86,7 @@ class LookupResult:
                     if self.batch is None
                     else {"base_offset": self.batch.base_offset, "last_offset": self.batch.last_offset}
                 ),
-                "location": self.location,
+                "location": None if self.location is None else self.location.to_json(),
             }
         )
         return doc
@@ -349,8 +348,8 @@ class PartitionReader:
             raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}", offset=offset)
         assert end is not None
         if found.tier == "local":
-            assert found.location is not None
-            data, batches = local_fetch(Path(found.location["file"]), found.batch.position, end, max_bytes)
+            assert isinstance(found.location, LocalLocation)
+            data, batches = local_fetch(found.location.file, found.batch.position, end, max_bytes)
             if not batches:
                 return self._empty(offset, ranges)
             return FetchResult(

@@ -14,7 +14,7 @@ from pathlib import Path
 from rlm.formats.records import RecordBatch
 from rlm.logdir.scan import SegmentFiles
 from rlm.logdir.segment import LogSegment
-from rlm.tiering.located import Located, first_offset_at_least
+from rlm.tiering.located import LocalLocation, Located, first_offset_at_least
 from rlm.tiering.visibility import batches_below
 
 
@@ -30,7 +30,7 @@ def local_offset(segments: Sequence[SegmentFiles], offset: int, timestamp: bool 
             with LogSegment.open(files) as seg:
                 batch = seg.find_batch(offset)
                 while batch is not None:
-                    where = {"file": str(files.log), "position": batch.position}
+                    where = LocalLocation(files.log, batch.position)
                     first = None if timestamp else first_offset_at_least(batch, offset)
                     if first is not None:
                         return Located("local", first, None, batch, where)
@@ -53,7 +53,7 @@ def local_timestamp(segments: Sequence[SegmentFiles], ts: int, start: int | None
         except FileNotFoundError:
             continue
         if hit is not None:
-            where = {"file": str(files.log), "position": hit.batch.position}
+            where = LocalLocation(files.log, hit.batch.position)
             return Located("local", hit.offset, hit.timestamp, hit.batch, where)
     return None
 

@@ -16,7 +16,7 @@ from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.cache import RangeBytes
-from rlm.tiering.located import Located, first_offset_at_least
+from rlm.tiering.located import Located, RemoteLocation, first_offset_at_least
 from rlm.tiering.remote_fetch import EntrySource
 from rlm.tiering.remote_sets import chain_from
 
@@ -32,7 +32,7 @@ def remote_offset(
     batch with no offset gaps answers from its header (:func:`first_offset_at_least`)."""
     for current in chain_from(views, max(offset, start)):
         data, batches = source.batches(current)
-        where = {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length}
+        where = RemoteLocation(str(current.entry.rdi), current.entry.data_length)
         for batch in batches:
             if batch.last_offset < offset:
                 continue
@@ -69,7 +69,7 @@ def remote_timestamp(
                     continue
                 for record in decode_records(data, batch):
                     if record.timestamp >= ts and record.offset >= start:
-                        where = {"rdi": str(current.entry.rdi), "data_length": current.entry.data_length}
+                        where = RemoteLocation(str(current.entry.rdi), current.entry.data_length)
                         return Located("remote", record.offset, record.timestamp, batch, where)
     return None
 
