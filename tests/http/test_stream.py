@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rlm.cli.wiring import build_api
 from rlm.errors import RlmHttpError, StreamInterruptedError
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.http.app import create_app
@@ -84,16 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     delete_local_segments(logs / "orders-0", keep_last=2)
     delete_local_segments(logs / "big-0", keep_last=2)
     local_start = {name: list_segments(logs / name)[0].base_offset for name in brute}
-    registry = manager.shared.metrics.registry
-    readers = TieredReaders(
-        settings,
-        manager.shared.backend,
-        progress=manager.live_progress,
-        cache=RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry),
-    )
-    server = ApiServer(
-        create_app(readers, settings.server, status=manager.status, registry=registry), "127.0.0.1", 0
-    ).start()
+    server = ApiServer(build_api(settings, manager).app, "127.0.0.1", 0).start()  # as `rlm run` wires it
     slow = SlowBackend(LocalBackend(root=str(store)))
     slow_settings = settings_for(
         [logs],
