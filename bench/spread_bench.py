@@ -30,7 +30,6 @@ from bench.benchlib import command_line, machine, record, s3_server
 from rlm.cli.generate import generate_log_dir
 from rlm.config import settings_from_mapping
 from rlm.storage.registry import create_backend
-from rlm.storage.retry import RetryPolicy
 from rlm.storage.spread import open_spread
 from rlm.testing.counting import CountingBackend
 from rlm.tiering.manager import RemoteLogManager
@@ -75,7 +74,7 @@ def run_one(spread: int, logs: Path, name: str, options: dict[str, Any]) -> dict
     row["idle"], row["idle_s"] = _measure(counting, manager.run_once)
     found: list[int] = []
     row["list_all"], row["list_all_s"] = _measure(
-        counting, lambda: found.append(sum(1 for _ in manifest_keys(store, RetryPolicy(), None)))
+        counting, lambda: found.append(sum(1 for _ in manifest_keys(store, None)))
     )
     assert found[0] == row["segments"], (found, row)
     store.close()

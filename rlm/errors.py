@@ -247,9 +247,9 @@ class ObjectExistsError(StorageError):
 class TransientStorageError(StorageError):
     """Throttling (e.g. 503 SlowDown), a 5xx or a timeout: the operation may be retried.
 
-    ``attempts`` is set (and "gave up after N attempts" added to the text) by the retry policy
-    that exhausted its attempts on it: such an error is never retried again by an outer policy,
-    so however layers nest, each request is retried by exactly one (docs/store-requests.md).
+    Backends raise it and never retry themselves; the one retry layer, where the store is opened
+    (rlm.storage.retry, docs/storage.md), sets ``attempts`` and adds "gave up after N attempts"
+    to the text when it has exhausted them.
     """
 
     attempts: int | None = None

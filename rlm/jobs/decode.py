@@ -21,7 +21,6 @@ from rlm.formats.remote_index import iter_entries
 from rlm.formats.transactions import committed_batches
 from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.plan import BackendSpec, ReadTask
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import SegmentManifest
 
 #: Spark's Kafka source schema (``includeHeaders=true``), as DDL.
@@ -52,13 +51,13 @@ def arrow_schema() -> Any:
     )
 
 
-def read_task_bytes(task: ReadTask, spec: BackendSpec | None, retry: RetryPolicy | None = None) -> bytes:
+def read_task_bytes(task: ReadTask, spec: BackendSpec | None) -> bytes:
     """The task's byte range, with one ranged read (remote) or one ``pread`` (local)."""
     if task.source == "remote":
         if spec is None:
             raise RlmError("a remote read task needs a backend")
         backend = spec.create()
-        data = (retry or RetryPolicy()).call(lambda: backend.read(task.location, task.start, task.end))
+        data = backend.read(task.location, task.start, task.end)
         if task.sealed is not None:  # stored compressed/encrypted: open each entry (docs/protection.md)
             manifest = SegmentManifest.from_json(task.sealed[0])
             entries = [d.entry for d in iter_entries(task.sealed[1])]

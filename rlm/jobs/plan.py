@@ -56,7 +56,6 @@ from rlm.logdir.scan import (
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.identity import log_end_conflict, persisted_progress
 from rlm.tiering.isolation import Isolation
 from rlm.tiering.keyring import KeyRing
@@ -235,7 +234,6 @@ def plan_partition(
     target_bytes: int = DEFAULT_TARGET_BYTES,
     include_local: bool = True,
     ordered_timestamps: bool = False,
-    retry: RetryPolicy | None = None,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     policy: EligibilityPolicy = "high-watermark",
     progress: Progress | None = None,
@@ -258,7 +256,7 @@ def plan_partition(
     """
     plan = PartitionPlan(part.topic, part.partition, part.topic_id)
     view = view or RemoteView(part.identity_error is None, part.topic_id)
-    remote = view.state(backend, part, retry, protection)
+    remote = view.state(backend, part, protection)
     links = remote.chain().links if view.servable else ()  # what the store serves (docs/cluster.md)
     segments = list_segments(part)  # one listing: the conflict check and the ranges agree
     if links and part.topic_id is None and log_end_conflict(log_end_offset(segments), links[-1].last_offset):
@@ -274,7 +272,7 @@ def plan_partition(
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
         sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
-        txns = PartitionTxns(sources, backend, retry, remote.protection)
+        txns = PartitionTxns(sources, backend, remote.protection)
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
     window = _Window(max(lowest, min_offset), highest_visible, start, end, ordered_timestamps)
     plan.tasks += _remote_tasks(part, remote, links, window, plan, target_bytes)

@@ -19,7 +19,6 @@ from rlm.jobs.byte_ranges import pack_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import SegmentManifest
 
 __all__ = ["DEEP_CHUNK_BYTES", "deep_check_segment"]
@@ -32,7 +31,7 @@ def deep_check_segment(
     spec: BackendSpec, manifest_json: bytes, entries_blob: bytes | None
 ) -> tuple[list[Problem], int, int]:
     """Read every object of the segment; return (problems, bytes read, batches checked)."""
-    backend, retry = spec.create(), RetryPolicy()
+    backend = spec.create()  # its calls retried where it is opened (BackendSpec.create)
     m = SegmentManifest.from_json(manifest_json)
     where = _Where(m.topic, m.partition, m.base_offset, m.log.key)
     problems: list[Problem] = []
@@ -45,12 +44,12 @@ def deep_check_segment(
     opened.failed |= m.protection is not None and not entries
     tally = _LogTally()
     try:
-        _scan_log(backend, retry, m, entries, opened, tally, problems)
+        _scan_log(backend, m, entries, opened, tally, problems)
     except RlmError as err:
         problems.append(where.problem("object_read", str(err)))
         return problems, tally.read, tally.batches
     problems += _log_totals(where, m, tally, opened.failed)
-    read = tally.read + _check_objects(backend, retry, m, opened, problems)
+    read = tally.read + _check_objects(backend, m, opened, problems)
     return problems, read, tally.batches
 
 
@@ -80,7 +79,6 @@ class _LogTally:
 
 def _scan_log(
     backend: StorageBackend,
-    retry: RetryPolicy,
     m: SegmentManifest,
     entries: list[RemoteLogIndexEntry],
     opened: _Opener,
@@ -94,7 +92,7 @@ def _scan_log(
     chunks = pack_entries(entries, DEEP_CHUNK_BYTES, lambda e: True) if entries else [(0, m.log.size)]
     pending = list(entries)
     for start, end in chunks:
-        data = retry.call(lambda s=start, t=end: backend.read(m.log.key, s, t))
+        data = backend.read(m.log.key, start, end)
         tally.read += len(data)
         tally.crc = _crc32c.crc32c(data, tally.crc)
         ranges: list[tuple[RemoteLogIndexEntry | None, int, int]] = []
@@ -147,7 +145,7 @@ def _log_totals(where: _Where, m: SegmentManifest, tally: _LogTally, failed: boo
 
 
 def _check_objects(
-    backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, opened: _Opener, problems: list[Problem]
+    backend: StorageBackend, m: SegmentManifest, opened: _Opener, problems: list[Problem]
 ) -> int:
     """Read every object but the log whole: its size and CRC-32C against the manifest, and
     authenticate it when encrypted; return the bytes read."""
@@ -157,7 +155,7 @@ def _check_objects(
             continue
         where = _Where(m.topic, m.partition, m.base_offset, stored.key)
         try:
-            data = retry.call(lambda k=stored.key: backend.read(k))
+            data = backend.read(stored.key)
         except RlmError as err:
             problems.append(where.problem("object_read", str(err)))
             continue

@@ -25,6 +25,9 @@ Semantics every backend guarantees (checked by :mod:`rlm.testing.backend_suite`)
       :class:`~rlm.errors.TransientStorageError` for throttling, 5xx and timeouts (safe to retry),
       :class:`~rlm.errors.StorageError` otherwise. Credentials never appear in errors, ``repr`` or
       :meth:`StorageBackend.describe`.
+    * A backend reports transient errors and never retries on its own (nor lets its SDK retry):
+      retries are applied once, where the store is opened (:mod:`rlm.storage.retry`), under the
+      policy the backend declares in :meth:`StorageBackend.retry_options`.
 
 Construction
     ``Backend.from_options(mapping)`` validates the ``[remote.options]`` table (unknown keys are
@@ -39,9 +42,12 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self
 
 from rlm.storage.options import Option, parse_options, redact
+
+if TYPE_CHECKING:
+    from rlm.storage.retry import RetryPolicy
 
 #: Top-level key components starting with this are reserved for backend internals.
 RESERVED_PREFIX = ".rlm-"
@@ -178,6 +184,16 @@ class StorageBackend(ABC):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), dict(self.options)))
+
+    def retry_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~rlm.storage.retry.RetryPolicy` for this store (e.g.
+        ``max_attempts``, ``base_delay``/``max_delay`` in seconds); ``{}`` = the policy's defaults."""
+        return {}
+
+    def adopt_retry_policy(self, policy: RetryPolicy) -> None:  # noqa: B027 - optional hook
+        """Called by the retry layer wrapping this backend with its policy: a backend whose one
+        call is several requests (S3 multipart) may retry those steps under that same policy
+        object, never under one of its own. Default: ignored."""
 
     def describe(self) -> dict[str, Any]:
         """The backend name and its options with secrets redacted — safe to log or show."""

@@ -92,9 +92,14 @@ class FsspecBackend(StorageBackend):
             return ObjectNotFoundError(text)
         if isinstance(e, FileExistsError):
             return ObjectExistsError(text)
-        if isinstance(e, TimeoutError | ConnectionError) or "timed out" in str(e).lower():
+        if self._is_transient(e):
             return TransientStorageError(text)
         return StorageError(text)
+
+    def _is_transient(self, e: BaseException) -> bool:
+        """Whether ``e`` is safe to retry, by its type (never its text): the OS's timeouts and
+        dropped connections here; subclasses add their transport's (``hdfs``: requests')."""
+        return isinstance(e, TimeoutError | ConnectionError)
 
     @property
     def capabilities(self) -> Capabilities:

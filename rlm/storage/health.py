@@ -4,7 +4,7 @@
 the process — tiering passes, GC, lookups and fetches — goes through one :class:`StoreHealth`:
 
 * A call that fails with :class:`~rlm.errors.TransientStorageError` (connection refused, timeouts,
-  5xx after the backend's own retries) starts or extends a failure *streak*; any answer of the
+  5xx, after the retries below it: rlm.storage.retry) starts or extends a failure *streak*; any answer of the
   store (success, not-found, exists, a refusal) ends it. When a streak has lasted
   ``unreachable_after_ms`` — measured from the start of its first failed call, so one call that
   hung until its read timeout counts in full — the store is **unreachable**.

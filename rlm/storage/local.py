@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
 from rlm.storage.api import (
     RESERVED_PREFIX,
     Capabilities,
@@ -103,7 +103,10 @@ class LocalBackend(StorageBackend):
         return self.root.joinpath(*key.split("/"))
 
     def _oserror(self, op: str, key: str, e: OSError) -> StorageError:
-        return StorageError(f"local: {op} {key!r} failed: {e.strerror or e}")
+        """By type: a timed-out file system (NFS, a FUSE mount) may answer again, so it is
+        transient (retried by the layer above, docs/storage.md); anything else is not."""
+        text = f"local: {op} {key!r} failed: {e.strerror or e}"
+        return TransientStorageError(text) if isinstance(e, TimeoutError) else StorageError(text)
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -1,15 +1,16 @@
 """Request economics: every store call counted by operation, bytes and partition.
 
-:class:`MeteringBackend` wraps the store where the manager builds it (below the call sites, above
-the backend's own request retries) and counts each call of the contract — ``put``, ``get``
-(ranged reads), ``list`` (one page), ``head``, ``delete`` — with the bytes sent (put) or received
-(get). The partition a call is for comes from a context variable: the manager sets it around a
-partition's pass and the read path around a fetch (:func:`attributed`); calls outside any
-(GC sweeps, startup) are attributed by their key, through the ``attribute`` function the
+:class:`MeteringBackend` wraps the store where the manager builds it — below the call sites and
+below the retry layer (:func:`rlm.storage.retry.under_retries`), so every attempt of a retried
+call is counted, as the store bills each one — and counts each call of the contract — ``put``,
+``get`` (ranged reads), ``list`` (one page), ``head``, ``delete`` — with the bytes sent (put) or
+received (get). The partition a call is for comes from a context variable: the manager sets it
+around a partition's pass and the read path around a fetch (:func:`attributed`); calls outside
+any (GC sweeps, startup) are attributed by their key, through the ``attribute`` function the
 tiering layer hands in (a key's root names its partition; read-ahead threads run outside the
-fetch's context), else count under the empty partition label. Units: requests and bytes (put:
-the stored object's size; a multipart upload is one put; the S3 plugin's own retries of one
-request are not counted again).
+fetch's context), else count under the empty partition label. It sits above the key spread, so it
+sees logical keys. Units: requests and bytes (put: the stored object's size; a multipart upload
+is one put, the re-sent steps of one upload are not counted again).
 
 Exported (docs/store-requests.md)::
 

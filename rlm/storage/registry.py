@@ -17,6 +17,7 @@ from typing import Any
 
 from rlm.errors import BackendNotFoundError, ConfigError
 from rlm.storage.api import StorageBackend
+from rlm.storage.retry import with_retries
 
 GROUP = "rlm.storage"
 
@@ -58,7 +59,9 @@ def backend_class(name: str) -> type[StorageBackend]:
 
 
 def create_backend(name: str, options: Mapping[str, Any] | None = None) -> StorageBackend:
-    """Resolve ``name`` and build the backend from ``options`` (validated by the backend)."""
+    """Resolve ``name`` and build the backend from ``options`` (validated by the backend): the
+    plugin itself, without retries — for wrappers around another backend (``faulty``) and for
+    tests of a plugin. rlm's processes open the store with :func:`open_backend` instead."""
     if not isinstance(name, str) or not name:
         raise ConfigError(
             f"remote.backend = {name!r} is invalid: expected a backend name such as 'local' or 's3'"
@@ -78,15 +81,18 @@ def open_backend(
     """The configured store as rlm uses it: :func:`create_backend`, then the key layout
     (``[remote] prefix_spread``) checked against the store — waiting at most ``wait_s`` seconds
     for its answer (None = as long as the backend's own timeouts) — and applied
-    (rlm/storage/spread.py, docs/key-spread.md). Every process opening the configured store goes
-    through here."""
+    (rlm/storage/spread.py, docs/key-spread.md), then every call retried under the backend's
+    policy: the one retry seam (:func:`~rlm.storage.retry.with_retries`, docs/storage.md). Every
+    process opening the configured store goes through here: the daemon, the CLI tools, the jobs'
+    driver and executors (:meth:`rlm.jobs.plan.BackendSpec.create`)."""
     from rlm.storage.spread import open_spread
 
-    return open_spread(create_backend(name, options), prefix_spread, wait_s=wait_s)
+    return with_retries(open_spread(create_backend(name, options), prefix_spread, wait_s=wait_s))
 
 
 def backend_from_config(remote: Mapping[str, Any]) -> StorageBackend:
-    """Build the backend of a parsed ``[remote]`` table: ``{"backend": ..., "options": {...}}``."""
+    """Build the backend of a parsed ``[remote]`` table: ``{"backend": ..., "options": {...}}``,
+    its calls retried as :func:`open_backend`'s are (the layout is checked on the first call)."""
     # The health keys (unreachable_after_ms, probe_interval_ms) belong to rlm.storage.health, not
     # to the backend; rlm.config validates them.
     allowed = {"backend", "options", "unreachable_after_ms", "probe_interval_ms", "prefix_spread"}
@@ -104,6 +110,5 @@ def backend_from_config(remote: Mapping[str, Any]) -> StorageBackend:
     if not isinstance(spread, int) or isinstance(spread, bool) or not 0 <= spread <= MAX_SPREAD:
         raise ConfigError(f"remote.prefix_spread = {spread!r} is invalid: expected an integer 0-{MAX_SPREAD}")
     if not spread:
-        return backend
-
-    return SpreadBackend(backend, spread)  # no I/O here: the layout is checked on the first call
+        return with_retries(backend)
+    return with_retries(SpreadBackend(backend, spread))  # no I/O here: checked on the first call

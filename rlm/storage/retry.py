@@ -1,9 +1,17 @@
-"""Retries for transient storage failures: exponential backoff with full jitter.
+"""Retries for transient storage failures, applied once, where the store is opened (docs/storage.md).
 
 :class:`RetryPolicy` retries :class:`~rlm.errors.TransientStorageError` (throttling, 5xx, timeouts)
 with delays ``uniform(0, min(max_delay, base_delay * 2**attempt))`` ("full jitter"), up to
 ``max_attempts`` calls in total; ``sleep`` and the random source are injectable so tests are
 instant and deterministic. :class:`RetryingBackend` applies a policy to every call of a backend.
+
+The one seam: :func:`with_retries` wraps a backend in a :class:`RetryingBackend` whose policy the
+backend declares (:meth:`~rlm.storage.api.StorageBackend.retry_options`, e.g. the ``s3`` options
+``max_attempts`` / ``retry_base_delay`` / ``retry_max_delay``); :func:`rlm.storage.registry.open_backend`
+applies it to every store an rlm process opens. Backends report transient errors and never retry
+themselves, and callers never wrap calls, so one request is attempted at most ``max_attempts``
+times — never ``max_attempts`` squared. Wrappers that must see every attempt (request metering)
+go *under* the retries: :func:`under_retries`.
 
 Retrying a write whose acknowledgement was lost is safe for plain puts (same content again) but not
 for "create only if absent": the retry finds the object that the lost attempt created and raises
@@ -77,7 +85,9 @@ class RetryPolicy:
                 return fn(*args, **kwargs)
             except self.retry_on as e:
                 if getattr(e, "attempts", None) is not None:
-                    raise  # an inner layer already retried this request: one policy per request
+                    # This policy already spent its attempts on the request inside this call (a
+                    # multipart step, handed down by RetryingBackend): one budget per request.
+                    raise
                 if attempt + 1 >= self.max_attempts:
                     gave_up(e, attempt + 1)
                     raise
@@ -99,8 +109,8 @@ class RetryPolicy:
 
 
 def gave_up(err: BaseException, attempts: int) -> None:
-    """Mark ``err`` as exhausted after ``attempts`` calls (its text says so), so no outer policy
-    retries it again; see :class:`~rlm.errors.TransientStorageError`. Other errors are left alone."""
+    """Mark ``err`` as exhausted after ``attempts`` calls (its text says so, for the operator);
+    see :class:`~rlm.errors.TransientStorageError`. Other errors are left alone."""
     if isinstance(err, RlmError):
         err.attempts = attempts  # type: ignore[attr-defined]  # declared by TransientStorageError
         err.reason = f"{err.reason} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
@@ -139,26 +149,29 @@ def put_if_absent_idempotent(
     """
     policy = policy or RetryPolicy()
     validate_key(key)
-    data = bytes(data)
+    return policy.call(create_or_adopt, backend, key, bytes(data))
 
-    def attempt() -> ObjectInfo:
-        try:
-            return backend.put(key, data, if_absent=True)
-        except ObjectExistsError:
-            if same_content(backend, key, data):
-                log.debug("conditional create of %r found identical content: an earlier attempt won", key)
-                return backend.head(key)
-            raise
 
-    return policy.call(attempt)
+def create_or_adopt(backend: StorageBackend, key: str, data: bytes) -> ObjectInfo:
+    """One attempt of :func:`put_if_absent_idempotent`: create ``key``, or find ``data`` already
+    there (an earlier attempt whose acknowledgement was lost) and return its info."""
+    try:
+        return backend.put(key, data, if_absent=True)
+    except ObjectExistsError:
+        if same_content(backend, key, data):
+            log.debug("conditional create of %r found identical content: an earlier attempt won", key)
+            return backend.head(key)
+        raise
 
 
 class RetryingBackend(WrappingBackend):
     """Wrap ``inner`` so that every call is retried under ``policy``.
 
     Conditional creates go through the same content comparison as :func:`put_if_absent_idempotent`
-    when the data is small enough to hold (bytes, or a seekable stream up to 16 MiB).
-    Not an entry point: build it in code (``RetryingBackend(inner, RetryPolicy(...))``).
+    when the data is small enough to hold (bytes, or a seekable stream up to 16 MiB), so a retried
+    create that finds its own lost-ack object succeeds. A put from a stream rewinds it to where it
+    started before each retry (a non-seekable stream is not retried). Not an entry point:
+    :func:`with_retries` builds it where the store is opened.
     """
 
     name: ClassVar[str] = "retrying"
@@ -168,6 +181,7 @@ class RetryingBackend(WrappingBackend):
         self.inner = inner
         self.policy = policy or RetryPolicy()
         self.options = {}
+        inner.adopt_retry_policy(self.policy)  # multipart steps: the same policy, no second one
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -211,3 +225,27 @@ class RetryingBackend(WrappingBackend):
 
     def _delete(self, key: str) -> None:
         self.policy.call(self.inner.delete, key)
+
+
+def policy_for(backend: StorageBackend) -> RetryPolicy:
+    """The policy ``backend`` declares (:meth:`~rlm.storage.api.StorageBackend.retry_options`)."""
+    return RetryPolicy(**backend.retry_options())
+
+
+def with_retries(backend: StorageBackend) -> RetryingBackend:
+    """The seam: ``backend`` with every call retried under the policy it declares (module doc).
+    A backend already wrapped is returned as is: one policy per request, never two."""
+    if isinstance(backend, RetryingBackend):
+        return backend
+    return RetryingBackend(backend, policy_for(backend))
+
+
+def under_retries(
+    backend: StorageBackend, wrap: Callable[[StorageBackend], StorageBackend]
+) -> StorageBackend:
+    """``backend`` with ``wrap`` applied below its retries, so the wrapper sees every attempt
+    (request metering: each attempt is a request the store bills). A new wrapper chain: the given
+    one is not modified. Without retries (a backend built in code), ``wrap(backend)``."""
+    if isinstance(backend, RetryingBackend):
+        return RetryingBackend(wrap(backend.inner), backend.policy)
+    return wrap(backend)

@@ -7,9 +7,12 @@ resolve without it (and ``close`` closes the inner store).
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
+
+if TYPE_CHECKING:
+    from rlm.storage.retry import RetryPolicy
 
 
 class WrappingBackend(StorageBackend):
@@ -19,6 +22,12 @@ class WrappingBackend(StorageBackend):
 
     def close(self) -> None:
         self.inner.close()
+
+    def retry_options(self) -> dict[str, Any]:
+        return self.inner.retry_options()  # the store's policy, whatever wraps it
+
+    def adopt_retry_policy(self, policy: RetryPolicy) -> None:
+        self.inner.adopt_retry_policy(policy)
 
     def url(self, key: str) -> str:
         return self.inner.url(key)

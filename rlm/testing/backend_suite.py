@@ -10,6 +10,12 @@ Subclass :class:`BackendSuite` in a test module and override the ``backend`` fix
             with MyBackend.from_options({...}) as b:
                 yield b
 
+Backends report transient errors and never retry them (docs/storage.md): every suite checks that
+the backend runs no retry policy of its own, and suites that can make their store fail a request
+(override the ``transient_fault`` fixture with a :class:`TransientFault`: a fault proxy in front
+of S3, a file system call timing out) check that one injected failure costs exactly one request
+and surfaces as :class:`~rlm.errors.TransientStorageError`, and that the retry layer recovers.
+
 Every test writes under a fresh random prefix (the ``ns`` fixture) and removes it afterwards, so the
 suite can run against a shared real bucket. Tests that need a capability the backend does not claim
 (e.g. an atomic conditional create) are skipped with that reason, never silently weakened.
@@ -24,14 +30,49 @@ import pickle
 import random
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import pytest
 
-from rlm.errors import ObjectExistsError, ObjectNotFoundError
+from rlm.errors import ObjectExistsError, ObjectNotFoundError, TransientStorageError
 from rlm.storage.api import StorageBackend
+from rlm.storage.retry import RetryingBackend, RetryPolicy
+
+
+def call_fault(
+    backend: StorageBackend, owner: Any, name: str, make: Callable[[], BaseException]
+) -> TransientFault:
+    """A :class:`TransientFault` at a backend's own I/O call ``owner.name`` (e.g. a file system's
+    ``cat_file``, a module's ``open``): armed, its next calls raise ``make()``; every call counts.
+    The caller restores ``owner.name`` (monkeypatch)."""
+    real = getattr(owner, name)
+    state = {"fail": 0, "calls": 0}
+
+    def faulty(*args: Any, **kwargs: Any) -> Any:
+        state["calls"] += 1
+        if state["fail"] > 0:
+            state["fail"] -= 1
+            raise make()
+        return real(*args, **kwargs)
+
+    setattr(owner, name, faulty)
+    return TransientFault(backend, lambda n: state.update(fail=n), lambda: state["calls"])
+
+
+@dataclass
+class TransientFault:
+    """A way to make the store behind a backend fail reads transiently, for the suite's check
+    that the backend does not retry on its own. ``backend`` is the backend under test as the
+    fault sees it (the same options, e.g. routed through a fault proxy); ``arm(n)`` makes the
+    next ``n`` read requests fail transiently (503 SlowDown, a timeout); ``requests()`` counts
+    the read requests that reached the fault point so far, failed or not."""
+
+    backend: StorageBackend
+    arm: Callable[[int], None]
+    requests: Callable[[], int]
 
 
 class ChunkedStream(io.RawIOBase):
@@ -328,6 +369,47 @@ class BackendSuite:
         for i in range(self.threads):
             assert backend.read(f"{ns}own/{i:02d}") == blobs[i]
         assert backend.read(ns + "shared") in blobs  # one whole write won: never a torn mix
+
+    # -- retries: reported, never performed (docs/storage.md) ------------------------------------
+
+    @pytest.fixture
+    def transient_fault(self, backend: StorageBackend) -> Iterator[TransientFault | None]:
+        """Override where the store can be made to fail (see :class:`TransientFault`); None =
+        only the check that no retry policy runs inside the backend (e.g. memory: no I/O)."""
+        yield None
+
+    def test_reports_transient_errors_without_retrying(
+        self,
+        backend: StorageBackend,
+        ns: str,
+        transient_fault: TransientFault | None,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        def own_retry(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"{backend.name}: the backend ran a retry policy of its own")
+
+        key = ns + "retry/k"
+        backend.put(key, b"v")
+        if not isinstance(backend, RetryingBackend):  # that one is the retry layer itself
+            with monkeypatch.context() as m:  # every operation: no retry policy inside the backend
+                m.setattr(RetryPolicy, "call", own_retry)
+                backend.put(key, b"v")
+                assert backend.read(key) == b"v" and backend.head(key).size == 1
+                assert [o.key for o in backend.list(ns + "retry/")] == [key]
+        if transient_fault is None:
+            return
+        fault = transient_fault
+        fault.arm(1)
+        before = fault.requests()
+        with pytest.raises(TransientStorageError):
+            fault.backend.read(key)
+        assert fault.requests() - before == 1, "one injected failure must cost exactly one request"
+        fault.arm(1)
+        before = fault.requests()
+        policy = RetryPolicy(**fault.backend.retry_options())
+        policy.sleep = lambda s: None
+        assert RetryingBackend(fault.backend, policy).read(key) == b"v"  # the one retry layer
+        assert fault.requests() - before == 2
 
     # -- construction ---------------------------------------------------------------------------
 

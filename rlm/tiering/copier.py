@@ -31,7 +31,6 @@ from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.logdir.scan import SegmentFiles
-from rlm.storage.retry import put_if_absent_idempotent
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.manifest import SegmentManifest, StoredObject
@@ -90,7 +89,8 @@ def _commit(
     shared = ctx.shared
     manifest_key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     try:
-        put_if_absent_idempotent(shared.backend, manifest_key, manifest.to_json(), shared.retry)
+        # A retried create that finds its own lost-ack manifest succeeds (rlm.storage.retry).
+        shared.backend.put(manifest_key, manifest.to_json(), if_absent=True)
         return manifest, entries, False
     except ObjectExistsError:
         remote = of_context(ctx)

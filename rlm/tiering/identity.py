@@ -151,7 +151,7 @@ def same_dir(ctx: PartitionContext) -> bool:
 def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
     """The remote state of the partition's root ``topic_id`` (None = the name-only root)."""
     return RemoteState(
-        ctx.shared.backend, ctx.topic, ctx.partition, topic_id, ctx.shared.retry, ctx.shared.protection
+        ctx.shared.backend, ctx.topic, ctx.partition, topic_id, protection=ctx.shared.protection
     )
 
 

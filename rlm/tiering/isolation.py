@@ -27,7 +27,6 @@ from rlm.formats.transactions import committed_batches
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import TXN_INDEX_OBJECT, SegmentManifest
@@ -128,7 +127,7 @@ class _Facts:
     open_at_end: tuple[tuple[int, int], ...] | None = None  # see TxnSource.open_at_end
 
 
-def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _Facts:
+def _manifest_facts(backend: StorageBackend, key: str) -> _Facts:
     """The :class:`_Facts` of the manifest committing the log object ``key`` (all unknown when it
     is gone or names another attempt)."""
     root = keys.parse_root(key)
@@ -137,7 +136,7 @@ def _manifest_facts(backend: StorageBackend, retry: RetryPolicy, key: str) -> _F
         return _Facts()
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
-        manifest = SegmentManifest.from_json(retry.call(lambda: backend.read(mkey)), key=mkey)
+        manifest = SegmentManifest.from_json(backend.read(mkey), key=mkey)
     except ObjectNotFoundError:
         return _Facts()  # deleted by retention meanwhile: scan what is still readable
     protected = manifest if manifest.protection is not None else None
@@ -193,9 +192,7 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         key = res.backend.key_for_url(url)
         facts: _Facts = FACTS.get(
             ("manifest", url),
-            lambda k=key: _manifest_facts(  # type: ignore[misc]
-                res.backend, res.retry, k
-            ),
+            lambda k=key: _manifest_facts(res.backend, k),  # type: ignore[misc]
         )
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
         snap = facts.snapshot
@@ -214,7 +211,7 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
             )
         )
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
-    return PartitionTxns(sources, res.backend, res.retry, res.protection)
+    return PartitionTxns(sources, res.backend, res.protection)
 
 
 def fetch(

@@ -32,7 +32,7 @@ from rlm.logdir.scan import (
 from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.metering import MeteringBackend
-from rlm.storage.retry import RetryPolicy
+from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
@@ -89,7 +89,6 @@ class RemoteLogManager:
         *,
         metrics: TieringMetrics | None = None,
         clock_ms: Callable[[], int] | None = None,
-        retry: RetryPolicy | None = None,
     ) -> None:
         self.settings = settings
         t = settings.tiering
@@ -101,8 +100,10 @@ class RemoteLogManager:
             probe_interval_ms=settings.remote.probe_interval_ms,
             registry=metrics.registry,
         )
-        # Counted below the call sites, above the backend's own request retries: docs/store-requests.md.
-        self.store = HealthTrackingBackend(MeteringBackend(backend, metrics.requests), self.health)
+        # Metered below the retries (each attempt is a billed request; docs/store-requests.md),
+        # health tracked above them (a store is unreachable when retried calls keep failing).
+        metered = under_retries(backend, lambda inner: MeteringBackend(inner, metrics.requests))
+        self.store = HealthTrackingBackend(metered, self.health)
         self.shared = SharedResources(
             backend=self.store,
             settings=t,
@@ -110,7 +111,6 @@ class RemoteLogManager:
             bucket=TokenBucket(t.upload_bytes_per_sec),
             upload_slots=threading.BoundedSemaphore(t.max_concurrent_uploads),
             stop=threading.Event(),
-            retry=retry or RetryPolicy(),
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
             protection=protect.StoreProtection.from_settings(settings.remote),  # docs/protection.md

@@ -33,7 +33,6 @@ from rlm.formats.transactions import (
 )
 from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.producer_state import open_at_local, open_at_remote
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.txn_sources import FACTS, TxnSource
@@ -59,12 +58,10 @@ class PartitionTxns:
         self,
         sources: Sequence[TxnSource],
         backend: StorageBackend | None,
-        retry: RetryPolicy | None = None,
         protection: StoreProtection | None = None,
     ) -> None:
         self.sources = list(sources)
         self.backend = backend
-        self.retry = retry or RetryPolicy()
         self.protection = protection or StoreProtection()
 
     # -- reading ------------------------------------------------------------------------------
@@ -79,9 +76,9 @@ class PartitionTxns:
         if self.backend is None:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
-        data = self.retry.call(lambda: backend.read(src.location))
+        data = backend.read(src.location)
         if src.manifest is not None:  # stored compressed/encrypted: entry by entry
-            data = self.protection.open_log(backend, self.retry, src.manifest, data)
+            data = self.protection.open_log(backend, src.manifest, data)
         if not src.captured:  # once per segment and process: the summary is cached
             log.info(
                 "%s: tiered before rlm captured its transaction index: scanned its control "
@@ -129,8 +126,7 @@ class PartitionTxns:
                     raw = Path(index_key).read_bytes()
                 else:
                     assert self.backend is not None
-                    backend = self.backend
-                    raw = self.retry.call(lambda: backend.read(index_key))
+                    raw = self.backend.read(index_key)
                     if src.manifest is not None:
                         raw = self.protection.open_object(src.manifest, index_key, raw)
                 return parse_txn_index(raw)
@@ -237,7 +233,7 @@ class PartitionTxns:
         backend = self.backend
         return FACTS.get(
             ("snapshot", where),
-            lambda: open_at_remote(backend, self.retry, self.protection, where, src.manifest),
+            lambda: open_at_remote(backend, self.protection, where, src.manifest),
         )
 
     def _state_before(self, i: int) -> dict[int, int] | None:

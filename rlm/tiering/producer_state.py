@@ -16,7 +16,6 @@ from pathlib import Path
 from rlm.errors import CorruptSnapshotError, ObjectNotFoundError
 from rlm.formats.producer_snapshot import parse_producer_snapshot
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.manifest import PRODUCER_SNAPSHOT_OBJECT, SegmentManifest
 from rlm.tiering.protect import StoreProtection
 
@@ -65,14 +64,13 @@ def open_at_local(path: str) -> dict[int, int] | None:
 
 def open_at_remote(
     backend: StorageBackend,
-    retry: RetryPolicy,
     protection: StoreProtection,
     key: str,
     manifest: SegmentManifest | None,
 ) -> dict[int, int] | None:
     """The open transactions of a stored snapshot (``manifest``: set when stored protected)."""
     try:
-        raw = retry.call(lambda: backend.read(key))
+        raw = backend.read(key)
     except ObjectNotFoundError:
         return None  # deleted by retention meanwhile
     if manifest is not None:

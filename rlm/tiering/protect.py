@@ -22,7 +22,6 @@ from rlm.errors import FormatError, KeyNotFoundError, ProtectionError, StorageEr
 from rlm.formats.protection import EntryBinding, open_entry, open_object
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, iter_entries
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
@@ -139,14 +138,12 @@ class StoreProtection:
         except (ProtectionError, FormatError) as err:
             raise _named(err, m, m.log.key, entry.first_offset) from err
 
-    def open_log(
-        self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, stored: bytes
-    ) -> bytes:
+    def open_log(self, backend: StorageBackend, m: SegmentManifest, stored: bytes) -> bytes:
         """The whole segment's plaintext from its whole stored ``.log`` (its entries object read to
         find the stored entries; each entry opened)."""
         if m.protection is None:
             return stored
-        blob = self.read_object(backend, retry, m, ENTRIES_OBJECT)
+        blob = self.read_object(backend, m, ENTRIES_OBJECT)
         try:
             entries = [d.entry for d in iter_entries(blob)]
         except FormatError as err:
@@ -165,12 +162,10 @@ class StoreProtection:
             parts.append(self.open_entry(m, e, bytes(view[lo - start : hi - start])))
         return b"".join(parts)
 
-    def read_object(
-        self, backend: StorageBackend, retry: RetryPolicy, m: SegmentManifest, name: str
-    ) -> bytes:
+    def read_object(self, backend: StorageBackend, m: SegmentManifest, name: str) -> bytes:
         """Read ``m.objects[name]`` whole and open it."""
         key = m.objects[name].key
-        return self.open_object(m, key, retry.call(lambda: backend.read(key)))
+        return self.open_object(m, key, backend.read(key))
 
 
 def _named(err: Exception, m: SegmentManifest, key: str, offset: int | None) -> Exception:

@@ -23,7 +23,6 @@ from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.index_sets import SetCache
 from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.protect import EntryOpener, StoreProtection
 
@@ -327,7 +326,6 @@ class ReaderResources:
 
     backend: StorageBackend
     cache: RemoteRangeCache
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
     sets: SetCache = field(default_factory=SetCache)
     read_ahead: bool = True  # False: no read-ahead at all (request-count tests, benches' baselines)
     #: ``log.eligibility``: what is visible when the high watermark is unknown (docs/visibility.md)
@@ -341,14 +339,12 @@ class ReaderResources:
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
-        self.opener = EntryOpener(
-            self.protection, lambda key: self.retry.call(lambda: self.backend.read(key))
-        )
+        self.opener = EntryOpener(self.protection, lambda key: self.backend.read(key))
         self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 
     def read(self, key: RangeKey) -> bytes:
-        """One ranged GET (with retries); neither counted nor cached."""
-        return self.retry.call(lambda: self.backend.read(*key))
+        """One ranged GET (retried by the store's retry layer); neither counted nor cached."""
+        return self.backend.read(*key)
 
     def load(self, key: RangeKey) -> RangeBytes:
         """One ranged GET (with retries), counted as a store read; not cached."""

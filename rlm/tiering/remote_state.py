@@ -5,11 +5,10 @@ log start, copy attempts and which of them are orphans, and which key root an in
 The daemon (copier, recovery, GC, retention, identity) and the Spark jobs (plan, verify, index)
 all ask here.
 
-A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition,
-the root's key id and a :class:`~rlm.storage.retry.RetryPolicy` — so a Spark executor builds one
-from its :class:`~rlm.jobs.plan.BackendSpec` backend just as the daemon builds one from its
-partition context. Every store call goes through that one policy (the daemon's shared one, a
-default one in executors): this module adds no retry layer of its own.
+A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition
+and the root's key id — so a Spark executor builds one from its :class:`~rlm.jobs.plan.BackendSpec`
+backend just as the daemon builds one from its partition context. Store calls are retried by the
+backend itself (the one retry layer where it was opened, docs/storage.md): none here.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
@@ -74,13 +72,12 @@ class RemoteState:
     topic: str
     partition: int
     key_id: str | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
     #: Opens protected objects and entries (docs/protection.md); plaintext passes through.
     protection: StoreProtection = field(default_factory=StoreProtection)
 
     def list_prefix(self, prefix: str) -> list[ObjectInfo]:
-        """Every object under ``prefix`` (one retried listing)."""
-        return self.retry.call(lambda: list(self.backend.list(prefix)))
+        """Every object under ``prefix`` (one listing)."""
+        return list(self.backend.list(prefix))
 
     def list_partition(self) -> list[ObjectInfo]:
         """Every object under the incarnation's root (manifests, data and markers)."""
@@ -89,10 +86,10 @@ class RemoteState:
     def is_empty(self) -> bool:
         """Whether the incarnation's root holds no object at all: one listing of one key."""
         prefix = keys.partition_prefix(self.topic, self.partition, self.key_id)
-        return not self.retry.call(lambda: self.backend.list_page(prefix, limit=1)).objects
+        return not self.backend.list_page(prefix, limit=1).objects
 
     def list_manifests_prefix(self) -> list[ObjectInfo]:
-        """Every object under ``manifests/`` (manifests and lineage markers): one retried listing."""
+        """Every object under ``manifests/`` (manifests and lineage markers): one listing."""
         return self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
 
     def manifest_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
@@ -106,7 +103,7 @@ class RemoteState:
 
     def read_manifest(self, key: str) -> SegmentManifest:
         """One manifest; FormatError names ``key`` when it does not parse."""
-        manifest = SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+        manifest = SegmentManifest.from_json(self.backend.read(key), key=key)
         self.protection.remember(manifest)  # readers of this process find its data key without a GET
         return manifest
 
@@ -132,11 +129,11 @@ class RemoteState:
 
     def entries_blob(self, manifest: SegmentManifest) -> bytes:
         """The segment's uploaded entries object (decrypted when the segment is encrypted)."""
-        return self.protection.read_object(self.backend, self.retry, manifest, ENTRIES_OBJECT)
+        return self.protection.read_object(self.backend, manifest, ENTRIES_OBJECT)
 
     def read_object(self, manifest: SegmentManifest, name: str) -> bytes:
         """``manifest.objects[name]`` whole, as plaintext (one GET)."""
-        return self.protection.read_object(self.backend, self.retry, manifest, name)
+        return self.protection.read_object(self.backend, manifest, name)
 
     def entry_bytes(self, manifest: SegmentManifest, entry: RemoteLogIndexEntry) -> bytes:
         """One entry's batches (one ranged read of its stored bytes, opened when transformed)."""
@@ -229,13 +226,13 @@ class RemoteState:
         return sorted(found)
 
     def read_lineage_marker(self, key: str) -> LineageMarker:
-        return LineageMarker.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+        return LineageMarker.from_json(self.backend.read(key), key=key)
 
     def create_lineage_marker(self, marker: LineageMarker) -> LineageMarker:
         """Write ``marker`` unless one for its epoch exists; return the one in the store."""
         key = keys.lineage_marker_key(self.topic, self.partition, marker.epoch, self.key_id)
         try:
-            self.retry.call(lambda: self.backend.put(key, marker.to_json(), if_absent=True))
+            self.backend.put(key, marker.to_json(), if_absent=True)
         except ObjectExistsError:
             return self.read_lineage_marker(key)
         return marker
@@ -315,11 +312,11 @@ class RemoteState:
         self.delete(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
 
     def delete(self, key: str) -> None:
-        self.retry.call(lambda: self.backend.delete(key))
+        self.backend.delete(key)
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of one object (one retried ranged read)."""
-        return self.retry.call(lambda: self.backend.read(key, start, end))
+        """Bytes ``[start, end)`` of one object (one ranged read)."""
+        return self.backend.read(key, start, end)
 
     # -- markers: small JSON objects in the root saying who owns it (docs/topic-identity.md) ----
 
@@ -327,13 +324,13 @@ class RemoteState:
         return keys.marker_key(self.topic, self.partition, name, self.key_id)
 
     def has_marker(self, name: str) -> bool:
-        return self.retry.call(lambda: self.backend.exists(self.marker_key(name)))
+        return self.backend.exists(self.marker_key(name))
 
     def read_marker(self, name: str) -> dict[str, Any] | None:
         """The marker object ``name`` of this root, None when absent; malformed → FormatError."""
         key = self.marker_key(name)
         try:
-            doc = json.loads(self.retry.call(lambda: self.backend.read(key)))
+            doc = json.loads(self.backend.read(key))
         except ObjectNotFoundError:
             return None
         except ValueError as err:
@@ -348,7 +345,7 @@ class RemoteState:
         """Create the marker unless it exists (conditional create); return the one in the store."""
         data = json.dumps(doc, sort_keys=True).encode()
         try:
-            self.retry.call(lambda: self.backend.put(self.marker_key(name), data, if_absent=True))
+            self.backend.put(self.marker_key(name), data, if_absent=True)
         except ObjectExistsError:
             return self.read_marker(name) or doc
         return doc
@@ -366,18 +363,10 @@ class RemoteView:
         self,
         backend: StorageBackend,
         part: PartitionDir,
-        retry: RetryPolicy | None = None,
         protection: StoreProtection | None = None,
     ) -> RemoteState:
         """The :class:`RemoteState` of that root."""
-        return RemoteState(
-            backend,
-            part.topic,
-            part.partition,
-            self.key_id,
-            retry or RetryPolicy(),
-            protection or StoreProtection(),
-        )
+        return RemoteState(backend, part.topic, part.partition, self.key_id, protection or StoreProtection())
 
 
 def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
@@ -395,7 +384,5 @@ def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
 
 def of_context(ctx: PartitionContext) -> RemoteState:
     """The daemon's view of a partition: its current root (``ctx.key_id``, which recovery may
-    change) and the shared retry policy."""
-    return RemoteState(
-        ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.retry, ctx.shared.protection
-    )
+    change)."""
+    return RemoteState(ctx.shared.backend, ctx.topic, ctx.partition, ctx.key_id, ctx.shared.protection)

@@ -39,7 +39,6 @@ from typing import Any
 
 from rlm.errors import KeyNotFoundError, ObjectNotFoundError, RlmError
 from rlm.storage.api import MAX_LIST_LIMIT, StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import SegmentManifest
@@ -86,7 +85,6 @@ class RewrapResult:
 
 def manifest_keys(
     backend: StorageBackend,
-    retry: RetryPolicy,
     topics: frozenset[str] | None,
     *,
     page_size: int = MAX_LIST_LIMIT,
@@ -95,10 +93,11 @@ def manifest_keys(
     incarnation, retired ones too: their data is as readable as any), in key order; only
     ``topics`` when given. One listing of the whole store: roots are the key's first component,
     and a topic's name is no safe listing prefix (``t-0`` is a prefix of ``t-0x-1``). Page by
-    page, each page retried on its own: only manifest keys are kept, never the whole listing."""
+    page, each page retried on its own (by the store): only manifest keys are kept, never the whole
+    listing."""
     token: str | None = None
     while True:
-        page = retry.call(lambda t=token: backend.list_page("", token=t, limit=page_size))
+        page = backend.list_page("", token=token, limit=page_size)
         for info in page.objects:
             root = keys.parse_root(info.key)
             if root is None or (topics is not None and root.topic not in topics):
@@ -111,10 +110,8 @@ def manifest_keys(
 
 
 class _Rewrapper:
-    def __init__(
-        self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool, retry: RetryPolicy
-    ) -> None:
-        self.backend, self.ring, self.to, self.dry_run, self.retry = backend, ring, to, dry_run, retry
+    def __init__(self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool) -> None:
+        self.backend, self.ring, self.to, self.dry_run = backend, ring, to, dry_run
         self.result = RewrapResult(to, dry_run)
         self._lock = threading.Lock()
 
@@ -135,7 +132,7 @@ class _Rewrapper:
     def _one(self, key: str, etag: str | None) -> None:
         for _ in range(_ATTEMPTS):
             try:
-                m = SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+                m = SegmentManifest.from_json(self.backend.read(key), key=key)
             except ObjectNotFoundError:
                 return self._count("gone")
             wrapped = m.protection.encryption if m.protection is not None else None
@@ -163,19 +160,19 @@ class _Rewrapper:
     ) -> str:
         """Overwrite ``key`` with ``new``: "rewrapped", "gone" or "changed" (see the module doc)."""
         try:
-            now = self.retry.call(lambda: self.backend.head(key))
+            now = self.backend.head(key)
         except ObjectNotFoundError:
             return "gone"
         if etag is not None and now.etag is not None and now.etag != etag:
             return "changed"
         body = new.to_json()
-        self.retry.call(lambda: self.backend.put(key, body))
+        self.backend.put(key, body)
         try:
-            self.retry.call(lambda: self.backend.head(old.log.key))
+            self.backend.head(old.log.key)
         except ObjectNotFoundError:  # retention deleted the segment meanwhile: do not revive it
-            self.retry.call(lambda: self.backend.delete(key))
+            self.backend.delete(key)
             return "gone"
-        back = SegmentManifest.from_json(self.retry.call(lambda: self.backend.read(key)), key=key)
+        back = SegmentManifest.from_json(self.backend.read(key), key=key)
         wrap = back.protection.encryption if back.protection is not None else None
         if wrap is None or back.attempt_id != old.attempt_id:
             return "changed"  # another writer's manifest replaced ours: judged again
@@ -192,7 +189,6 @@ def rewrap_store(
     topics: frozenset[str] | None = None,
     dry_run: bool = False,
     parallelism: int = 8,
-    retry: RetryPolicy | None = None,
     on_manifest: Callable[[], None] | None = None,
 ) -> RewrapResult:
     """Re-wrap the data key of every manifest (of ``topics``) not under ``to``; ``parallelism``
@@ -203,8 +199,8 @@ def rewrap_store(
             f"{', '.join(ring.key_ids) or 'none'})",
             key_id=to,
         )
-    worker = _Rewrapper(backend, ring, to, dry_run=dry_run, retry=retry or RetryPolicy())
-    found = list(manifest_keys(backend, worker.retry, topics))
+    worker = _Rewrapper(backend, ring, to, dry_run=dry_run)
+    found = list(manifest_keys(backend, topics))
     worker.result.manifests = len(found)
 
     def task(item: tuple[str, str | None]) -> None:

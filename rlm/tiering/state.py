@@ -26,7 +26,6 @@ from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.tiering import keys, snapshot
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
@@ -141,7 +140,6 @@ class SharedResources:
     bucket: TokenBucket
     upload_slots: threading.Semaphore
     stop: threading.Event
-    retry: RetryPolicy
     clock_ms: Callable[[], int]
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES  # [log] index_interval_bytes: rebuilds
     #: This broker's node id (``[cluster] node_id``), recorded in lineage markers; None = unknown.

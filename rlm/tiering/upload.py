@@ -1,5 +1,7 @@
 """Uploads of one copy attempt's objects (step 3 of :mod:`rlm.tiering.copier`): through the shared
-token bucket and upload retry policy, each object's CRC-32C computed as it is streamed."""
+token bucket, each object's CRC-32C computed as it is streamed. Transient store errors are retried
+by the store itself (the retry layer where it was opened, docs/storage.md), which rewinds the
+stream to byte 0 before each retry."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ __all__ = ["upload_bytes", "upload_file"]
 
 
 def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
-    """Upload through the shared token bucket, retrying transient errors from byte 0.
+    """Upload through the shared token bucket (the store's retry layer resends from byte 0).
 
     The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
-    is normally read once. Bytes read again (a retry rewinds, or a wrapper retries internally) are
+    is normally read once. Bytes read again (a retry rewinds the stream) are
     not counted twice; only if the store read the stream out of order is the file read again.
     """
     shared = ctx.shared
@@ -54,11 +56,7 @@ def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool
         stream = cast(
             BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data, stop=shared.stop)
         )
-
-        def rewind() -> None:
-            stream.seek(0)
-
-        shared.retry.call(lambda: shared.backend.put(key, stream), before_retry=rewind)
+        shared.backend.put(key, stream)
         if not in_order or covered != size:
             fh.seek(0)
             crc = 0
@@ -68,5 +66,5 @@ def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool
 
 
 def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
-    ctx.shared.retry.call(lambda: ctx.shared.backend.put(key, data))
+    ctx.shared.backend.put(key, data)
     return StoredObject(key, len(data), crc32c.crc32c(data))

@@ -92,9 +92,9 @@ def test_control_batch_scans_of_protected_segments_match_plaintext(
     scans: list[str] = []
     real_open_log = StoreProtection.open_log
 
-    def spy(self: StoreProtection, b: Any, r: Any, m: SegmentManifest, data: bytes) -> bytes:
+    def spy(self: StoreProtection, b: Any, m: SegmentManifest, data: bytes) -> bytes:
         scans.append(m.log.key)
-        return real_open_log(self, b, r, m, data)
+        return real_open_log(self, b, m, data)
 
     monkeypatch.setattr(StoreProtection, "open_log", spy)
     for protect in (False, True):
@@ -121,10 +121,10 @@ def test_control_batch_scans_of_protected_segments_match_plaintext(
         links = state.chain().links
         end = links[-1].last_offset + 1
         sources = plan_sources(links, [], end, None)
-        recorded = PartitionTxns(sources, backend, None, state.protection).last_stable_offset(end)
+        recorded = PartitionTxns(sources, backend, state.protection).last_stable_offset(end)
         assert not scans
         sources = [replace(src, open_at_end=None) for src in sources]
-        txns = PartitionTxns(sources, backend, None, state.protection)
+        txns = PartitionTxns(sources, backend, state.protection)
         answers.append((txns.last_stable_offset(end), txns.aborted(0, end).entries))
         assert answers[-1][0] == recorded
     assert answers[0] == answers[1] and answers[0][1]

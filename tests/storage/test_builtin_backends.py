@@ -14,7 +14,7 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import TMP_DIR, LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
-from rlm.testing.backend_suite import BackendSuite
+from rlm.testing.backend_suite import BackendSuite, TransientFault, call_fault
 
 
 class TestMemoryBackend(BackendSuite):
@@ -31,6 +31,18 @@ class TestLocalBackend(BackendSuite):
     def backend(self, tmp_path: Path) -> Iterator[StorageBackend]:
         with LocalBackend.from_options({"root": str(tmp_path / "store")}) as b:
             yield b
+
+    @pytest.fixture
+    def transient_fault(
+        self, backend: StorageBackend, monkeypatch: pytest.MonkeyPatch
+    ) -> Iterator[TransientFault | None]:
+        """The file system timing out (NFS, FUSE) when the backend opens an object to read it."""
+        import builtins
+
+        from rlm.storage import local
+
+        monkeypatch.setattr(local, "open", builtins.open, raising=False)  # restored afterwards
+        yield call_fault(backend, local, "open", lambda: TimeoutError(110, "Connection timed out"))
 
 
 class TestFaultyBackendWithoutFaults(BackendSuite):

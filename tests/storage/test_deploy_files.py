@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.storage import backend_from_config
+from rlm.storage import RetryingBackend, backend_from_config
 
 REPO = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {
@@ -81,7 +81,8 @@ def test_configs_build_their_backend(name: str, tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     raw = tomllib.loads((REPO / "configs" / f"{name}.toml").read_text())
     with backend_from_config(raw["remote"]) as backend:
-        assert backend.name == raw["remote"]["backend"]
+        assert isinstance(backend, RetryingBackend)  # every configured store is retried, once
+        assert backend.inner.name == raw["remote"]["backend"]
     if name == "local":
         assert raw["log"]["dirs"] == ["demo/kafka-logs"]
         assert (tmp_path / "demo" / "tiered").is_dir()

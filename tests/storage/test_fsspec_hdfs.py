@@ -19,7 +19,7 @@ from rlm.errors import ConfigError, StorageError
 from rlm.storage import create_backend
 from rlm.storage.api import StorageBackend
 from rlm.storage.fsspec_backend import FsspecBackend
-from rlm.testing.backend_suite import BackendSuite
+from rlm.testing.backend_suite import BackendSuite, TransientFault, call_fault
 
 HdfsBackend = pytest.importorskip("rlm_storage_hdfs").HdfsBackend
 
@@ -29,6 +29,16 @@ class TestFsspecMemory(BackendSuite):
     def backend(self) -> Iterator[StorageBackend]:
         with FsspecBackend(protocol="memory", root=f"/suite-{uuid.uuid4().hex}") as b:
             yield b
+
+    @pytest.fixture
+    def transient_fault(
+        self, backend: StorageBackend, monkeypatch: pytest.MonkeyPatch
+    ) -> Iterator[TransientFault | None]:
+        """The file system's read timing out (a type, not a text, makes it transient)."""
+        assert isinstance(backend, FsspecBackend)
+        fs = backend.fs
+        monkeypatch.setattr(fs, "cat_file", fs.cat_file)  # restored afterwards
+        yield call_fault(backend, fs, "cat_file", lambda: TimeoutError("read timed out"))
 
 
 class TestFsspecLocal(BackendSuite):

@@ -24,7 +24,9 @@ def test_registry_resolves_entry_points() -> None:
     assert {"local", "memory", "faulty"} <= set(installed_backends())
     assert isinstance(create_backend("memory"), MemoryBackend)
     b = backend_from_config({"backend": "faulty", "options": {"inner": "memory", "seed": 3}})
-    assert isinstance(b, FaultyBackend) and isinstance(b.inner, MemoryBackend)
+    # One retry layer, outermost; the faulty wrapper's inner store is built without one.
+    assert isinstance(b, RetryingBackend) and isinstance(b.inner, FaultyBackend)
+    assert isinstance(b.inner.inner, MemoryBackend)
 
 
 def test_unknown_backend_lists_installed_and_hints_install() -> None:

@@ -24,7 +24,7 @@ from rlm.jobs.verify_store import check_partition
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
-from rlm.storage.retry import RetryPolicy
+from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain
@@ -35,7 +35,6 @@ from rlm.tiering.remote_state import RemoteState, attempt_age_ms
 from tests.storage.conftest import BUCKET
 
 TOPIC = "rs"
-NO_WAIT = RetryPolicy(sleep=lambda s: None)
 
 
 @pytest.fixture(params=["memory", "s3"])
@@ -88,7 +87,7 @@ def test_manifests_entries_and_the_chain(
 ) -> None:
     backend, _, manager = tiered
     ctx = next(manager.contexts())
-    remote = RemoteState(backend, TOPIC, 0, None, NO_WAIT)
+    remote = RemoteState(backend, TOPIC, 0)
     manifests = remote.list_manifests()
     assert [m.to_json() for m in manifests] == [m.to_json() for m in ctx.manifests]
     assert [m.base_offset for m in manifests] == sorted(m.base_offset for m in manifests)
@@ -219,22 +218,24 @@ def test_delete_attempt_and_manifest_are_idempotent(
 
 def test_picklable_for_executors(tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager]) -> None:
     backend = tiered[0]
-    remote = RemoteState(backend, TOPIC, 0, None, RetryPolicy(max_attempts=3))
+    remote = RemoteState(backend, TOPIC, 0)
     copy = pickle.loads(pickle.dumps(remote))
     assert [m.to_json() for m in copy.list_manifests()] == [m.to_json() for m in remote.list_manifests()]
 
 
-def test_the_given_retry_policy_is_the_only_one() -> None:
+def test_the_backends_retry_layer_is_the_only_one() -> None:
+    """RemoteState adds no retries of its own: over a bare backend one transient error is one
+    failure; over the retry layer (as every opened store has it) the listing is retried there."""
     inner = MemoryBackend()
     inner.put(keys.manifest_key(TOPIC, 0, 0), b"{}")
     opts: dict[str, Any] = {"error_rate": 1.0, "max_faults": 2, "operations": ["list"]}
     flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
     with pytest.raises(TransientStorageError):
-        RemoteState(flaky, TOPIC, 0, None, RetryPolicy(max_attempts=2, sleep=lambda s: None)).list_prefix("")
-    assert flaky.injected["error"] == 2
+        RemoteState(flaky, TOPIC, 0).list_prefix("")
+    assert flaky.injected["error"] == 1
     flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
-    retry = RetryPolicy(max_attempts=3, sleep=lambda s: None)
-    listed = RemoteState(flaky, TOPIC, 0, None, retry).list_prefix("")
+    retrying = RetryingBackend(flaky, RetryPolicy(max_attempts=3, sleep=lambda s: None))
+    listed = RemoteState(retrying, TOPIC, 0).list_prefix("")
     assert [i.key for i in listed] == [keys.manifest_key(TOPIC, 0, 0)]
 
 

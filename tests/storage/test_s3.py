@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -20,8 +21,10 @@ from rlm.errors import (
 from rlm.storage import create_backend
 from rlm.storage.api import StorageBackend
 from rlm.storage.faults import FaultyBackend
+from rlm.storage.registry import open_backend
 from rlm.storage.retry import RetryingBackend, RetryPolicy, put_if_absent_idempotent
-from rlm.testing.backend_suite import BackendSuite, payload
+from rlm.storage.spread import SpreadBackend
+from rlm.testing.backend_suite import BackendSuite, TransientFault, payload
 from rlm.testing.faultproxy import FaultProxy
 from tests.s3servers import S3Target
 from tests.storage.conftest import BUCKET
@@ -31,7 +34,30 @@ S3Backend = pytest.importorskip("rlm_storage_s3").S3Backend
 
 MiB = 1024 * 1024
 SMALL_PARTS = {"part_size": "5MiB", "multipart_threshold": "5MiB", "max_concurrency": 4}
-NO_WAIT: dict[str, Any] = {"sleep": lambda s: None}
+
+
+@contextlib.contextmanager
+def proxied(backend: StorageBackend) -> Iterator[TransientFault]:
+    """The suite's transient fault for an s3 backend: the same options through a fault proxy,
+    whose 503 SlowDown answers to GETs the backend must report, one request each, never retry."""
+    spread = backend if isinstance(backend, SpreadBackend) else None
+    s3 = spread.inner if spread is not None else backend
+    opts = dict(s3.options)
+    with FaultProxy(opts["endpoint_url"]) as proxy:
+        view: StorageBackend = S3Backend(**{**opts, "endpoint_url": proxy.endpoint})
+        if spread is not None:
+            view = SpreadBackend(view, spread.digits, verified=True)
+        with view:
+            yield TransientFault(view, lambda n: proxy.fail("get", "503", n), lambda: proxy.seen["get"])
+
+
+class ProxiedFault:
+    """Mixin: the conformance suite's retry check through :func:`proxied`."""
+
+    @pytest.fixture
+    def transient_fault(self, backend: StorageBackend) -> Iterator[TransientFault | None]:
+        with proxied(backend) as fault:
+            yield fault
 
 
 def moto_backend(endpoint: str, **extra: Any) -> Any:
@@ -43,10 +69,10 @@ def moto_backend(endpoint: str, **extra: Any) -> Any:
         **SMALL_PARTS,
         **extra,
     }
-    return S3Backend(**NO_WAIT, **opts)
+    return S3Backend(**opts)
 
 
-class TestS3Moto(BackendSuite):
+class TestS3Moto(ProxiedFault, BackendSuite):
     large_size = 11 * MiB + 123  # three 5 MiB parts
 
     @pytest.fixture
@@ -55,7 +81,7 @@ class TestS3Moto(BackendSuite):
             yield b
 
 
-class TestS3SeaweedFS(BackendSuite):
+class TestS3SeaweedFS(ProxiedFault, BackendSuite):
     """A real S3 server (SeaweedFS, one per session; or RLM_TEST_S3_ENDPOINT): If-None-Match,
     exact ranged GETs, multipart uploads and real failures."""
 
@@ -63,7 +89,7 @@ class TestS3SeaweedFS(BackendSuite):
 
     @pytest.fixture
     def backend(self, s3_target: S3Target) -> Iterator[StorageBackend]:
-        with S3Backend(**NO_WAIT, **s3_target.options(**SMALL_PARTS)) as b:
+        with S3Backend(**s3_target.options(**SMALL_PARTS)) as b:
             yield b
 
     # SeaweedFS keeps objects in a filer tree and lists it depth-first, one path component at a
@@ -107,7 +133,7 @@ class TestS3SeaweedFSSpread(TestS3SeaweedFS):
     def backend(self, s3_target: S3Target) -> Iterator[StorageBackend]:
         from rlm.storage.spread import open_spread
 
-        with open_spread(S3Backend(**NO_WAIT, **s3_target.options(**SMALL_PARTS)), 2) as b:
+        with open_spread(S3Backend(**s3_target.options(**SMALL_PARTS)), 2) as b:
             yield b
 
 
@@ -130,7 +156,7 @@ class TestS3S3rver(BackendSuite):
             "response_checksum_validation": "when_required",
             **SMALL_PARTS,
         }
-        with S3Backend(**NO_WAIT, **opts) as b:
+        with S3Backend(**opts) as b:
             yield b
 
     # Bugs of s3rver 3.7 itself (lib/stores/filesystem.js, lib/controllers/object.js), not of the
@@ -301,7 +327,6 @@ def test_credentials_never_leak(moto_endpoint: str, caplog: pytest.LogCaptureFix
             access_key_id="AKIA",
             secret_access_key=secret,
             session_token=token,
-            **NO_WAIT,
         ).read("x"),
     ):
         with pytest.raises(StorageError) as exc:
@@ -321,14 +346,12 @@ def test_errors_translated(moto_endpoint: str) -> None:
     b = moto_backend(moto_endpoint)
     with pytest.raises(ObjectNotFoundError):
         b.head("missing")
-    nobucket = S3Backend(bucket="no-such-bucket-rlm", endpoint_url=moto_endpoint, path_style=True, **NO_WAIT)
+    nobucket = S3Backend(bucket="no-such-bucket-rlm", endpoint_url=moto_endpoint, path_style=True)
     with pytest.raises(StorageError) as exc:
         nobucket.read("k")
     assert not isinstance(exc.value, ObjectNotFoundError)  # a missing bucket is not a missing object
     assert "NoSuchBucket" in str(exc.value)
-    dead = S3Backend(
-        bucket="b", endpoint_url="http://127.0.0.1:9", max_attempts=2, connect_timeout=1, **NO_WAIT
-    )
+    dead = S3Backend(bucket="b", endpoint_url="http://127.0.0.1:9", connect_timeout=1)
     with pytest.raises(TransientStorageError):
         dead.read("k")
 
@@ -347,7 +370,7 @@ def test_lost_ack_on_conditional_create_never_duplicates(moto_endpoint: str) -> 
     assert inner.read("manifest.json") == b'{"attempt": 1}'
 
 
-# -- a throttling proxy in front of moto: the plugin's own retries (503 SlowDown, 500) -------------
+# -- a throttling proxy in front of moto: reported by the plugin, retried at the seam ---------------
 
 
 @pytest.fixture
@@ -357,19 +380,25 @@ def flaky_endpoint(moto_endpoint: str) -> Iterator[FaultProxy]:
         yield proxy
 
 
-def test_plugin_retries_throttling_and_5xx(flaky_endpoint: FaultProxy) -> None:
-    endpoint = flaky_endpoint.endpoint
-    delays: list[float] = []
-    b = S3Backend(
-        bucket=BUCKET,
-        endpoint_url=endpoint,
-        path_style=True,
-        prefix=uuid.uuid4().hex,
-        conditional_create="native",
-        sleep=delays.append,
-        retry_base_delay=0.1,
+def test_throttling_and_5xx_are_retried_once_level_at_the_seam(flaky_endpoint: FaultProxy) -> None:
+    """The store opened as rlm opens it (open_backend): the plugin's options ``max_attempts`` /
+    ``retry_*`` configure the one retry layer; every injected fault costs one backoff there."""
+    options = {
+        "bucket": BUCKET,
+        "endpoint_url": flaky_endpoint.endpoint,
+        "path_style": True,
+        "prefix": uuid.uuid4().hex,
+        "conditional_create": "native",
+        "max_attempts": 5,
+        "retry_base_delay": 0.1,
+        "retry_max_delay": 0.4,
         **SMALL_PARTS,
-    )
+    }
+    b = open_backend("s3", options)
+    assert isinstance(b, RetryingBackend) and isinstance(b.inner, S3Backend)
+    assert (b.policy.max_attempts, b.policy.base_delay, b.policy.max_delay) == (5, 0.1, 0.4)
+    delays: list[float] = []
+    b.policy.sleep = delays.append
     data = payload(11 * MiB, 5)
     for i in range(4):
         b.put(f"k{i}", data[: 1000 * (i + 1)])
@@ -377,9 +406,9 @@ def test_plugin_retries_throttling_and_5xx(flaky_endpoint: FaultProxy) -> None:
     assert b.read("big") == data
     assert [o.key for o in b.list()] == ["big", "k0", "k1", "k2", "k3"]
     assert flaky_endpoint.total_injected >= 5
-    assert len(delays) == flaky_endpoint.total_injected
-    assert all(0 <= d <= 20.0 for d in delays)
-    once = S3Backend(**{**b.options, "max_attempts": 1})
+    assert len(delays) == flaky_endpoint.total_injected  # one backoff per failed request, no more
+    assert all(0 <= d <= 0.4 for d in delays)
+    raw = S3Backend(**b.inner.options)  # the plugin alone: reports, never retries
     with pytest.raises(TransientStorageError, match=r"HTTP 50[03]"):
         for _ in range(3):
-            once.head("k0")
+            raw.head("k0")

@@ -20,6 +20,7 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import open_backend
+from rlm.storage.retry import RetryingBackend
 from rlm.storage.spread import LAYOUT_KEY, SpreadBackend, open_spread
 from rlm.testing.backend_suite import BackendSuite
 from rlm.testing.counting import CountingBackend
@@ -216,7 +217,8 @@ def test_pickled_spread_backend_maps_the_same_keys(tmp_path: Path) -> None:
 def test_config_table_and_open_backend(tmp_path: Path) -> None:
     opts = {"root": str(tmp_path / "s")}
     built = backend_from_config({"backend": "local", "options": opts, "prefix_spread": 2})
-    assert isinstance(built, SpreadBackend) and built.describe()["options"] == {"prefix_spread": 2}
+    assert isinstance(built, RetryingBackend) and isinstance(built.inner, SpreadBackend)
+    assert built.inner.describe()["options"] == {"prefix_spread": 2}
     built.put("q-0/k", b"v")
     assert open_backend("local", opts, 2).read("q-0/k") == b"v"
     with pytest.raises(StoreLayoutError):

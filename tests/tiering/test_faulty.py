@@ -17,7 +17,7 @@ from rlm.errors import TransientStorageError
 from rlm.logdir.scan import list_segments
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
-from rlm.storage.retry import RetryPolicy
+from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
@@ -82,12 +82,10 @@ def test_randomized_in_process_rounds(tmp_path: Path) -> None:
         settings = load_settings(cfg)
         backend = FaultyBackend.wrap(inner, sleep=lambda s: None, seed=rng.getrandbits(32), **FAULTS)
         now[0] += 60_000
+        # Retried as an opened store is (rlm.storage.registry.open_backend): the one retry layer.
+        retry = RetryPolicy(max_attempts=4, sleep=lambda s: None, rng=random.Random(round_no))
         manager = RemoteLogManager(
-            settings,
-            backend,
-            metrics=TieringMetrics(),
-            clock_ms=lambda: now[0],
-            retry=RetryPolicy(max_attempts=4, sleep=lambda s: None, rng=random.Random(round_no)),
+            settings, RetryingBackend(backend, retry), metrics=TieringMetrics(), clock_ms=lambda: now[0]
         )
         try:
             failed = [r for r in manager.run_once(gc=round_no % 7 == 0) if r.error]

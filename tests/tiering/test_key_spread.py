@@ -177,7 +177,6 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     merge over every hash prefix, paged through the health and metering wrappers as the CLI has it."""
     from rlm.storage.health import HealthTrackingBackend, StoreHealth
     from rlm.storage.metering import MeteringBackend, RequestMeter
-    from rlm.storage.retry import RetryPolicy
     from rlm.tiering.rewrap import manifest_keys
 
     logs = tmp_path / "logs"
@@ -190,10 +189,10 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     assert len(want) > len(summaries)
     meter = RequestMeter()
     wrapped = HealthTrackingBackend(MeteringBackend(store, meter), StoreHealth())
-    found = [k for k, _ in manifest_keys(wrapped, RetryPolicy(), None)]
+    found = [k for k, _ in manifest_keys(wrapped, None)]
     assert sorted(found) == sorted(want) and len(found) == len(want)
     topic = summaries[0].topic
-    only = {k for k, _ in manifest_keys(wrapped, RetryPolicy(), frozenset({topic}))}
+    only = {k for k, _ in manifest_keys(wrapped, frozenset({topic}))}
     assert only == {k for k in want if keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
 
 

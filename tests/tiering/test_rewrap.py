@@ -28,7 +28,6 @@ import pytest
 
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
-from rlm.storage.retry import RetryPolicy
 from rlm.storage.wrapper import WrappingBackend
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
@@ -70,10 +69,7 @@ class Store:
 
 
 def _manifests(backend: StorageBackend) -> dict[str, SegmentManifest]:
-    return {
-        k: SegmentManifest.from_json(backend.read(k), key=k)
-        for k, _ in manifest_keys(backend, RetryPolicy(), None)
-    }
+    return {k: SegmentManifest.from_json(backend.read(k), key=k) for k, _ in manifest_keys(backend, None)}
 
 
 @pytest.fixture
@@ -233,9 +229,9 @@ def test_cli_refuses_a_target_the_ring_lacks(store: Store, case: str) -> None:
 
 
 def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
-    listed = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None)]
+    listed = [k for k, _ in manifest_keys(store.backend, None)]
     assert sorted(listed) == sorted(store.data_keys)
-    paged = [k for k, _ in manifest_keys(store.backend, RetryPolicy(), None, page_size=3)]
+    paged = [k for k, _ in manifest_keys(store.backend, None, page_size=3)]
     assert paged == listed  # many pages: the same keys, in the same (key) order
     assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
 

@@ -14,7 +14,7 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
 from rlm.testing.store_check import check_store
@@ -46,7 +46,7 @@ def _manager(tmp_path: Path, s3_target: S3Target, proxy: FaultProxy) -> tuple[Pa
         retry_max_delay=0.05,
     )
     cfg = write_config(tmp_path / "c.toml", [logs], backend="s3", options=options)
-    backend = create_backend("s3", options)
+    backend = open_backend("s3", options)  # retried as the daemon opens it
     return logs, RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics()), backend
 
 
@@ -91,7 +91,7 @@ def test_a_pass_that_still_fails_names_the_object_and_resumes(
         messages = [r.getMessage() for r in caplog.records]
         logged = [m for m in messages if m.startswith(f"{TOPIC}-{partition}: ")]
         assert logged and "upload_part" in logged[0]
-    # 3 attempts per failed object, not 3 x the call site's 6: one retry layer per request
+    # 3 attempts per failed object, never 3 x 3: one retry layer per request
     assert proxy.injected["upload_part:500"] == 3 * len(failed)
 
     proxy.clear()  # the store recovers: the next pass resumes and converges

@@ -30,7 +30,9 @@ from rlm.jobs.verify_local import check_compaction
 from rlm.logdir.indexcheck import parse_checked
 from rlm.logdir.scan import SegmentFiles, discover_partitions, list_segments
 from rlm.logdir.writer import LogWriter
+from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
+from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.copier import copy_segment
@@ -465,3 +467,27 @@ def test_manifest_source_fields_are_optional_and_checked() -> None:
     ):
         with pytest.raises(FormatError, match=f"m.json: manifest field {next(iter(bad))}"):
             SegmentManifest.from_json(json.dumps(_manifest_doc(**bad)).encode(), key="m.json")
+
+
+def test_the_adopting_copy_drops_its_duplicate_through_the_retry_layer(tmp_path: Path) -> None:
+    """The duplicate upload's delete (once a call no retry covered) goes through the one retry
+    layer of the store like every other call: a transient failure of it is retried, the copy
+    adopts, nothing of the duplicate stays; the manager's meter counts both attempts."""
+    cluster = _cluster(tmp_path)
+    logs = [tmp_path / "r1", tmp_path / "r2"]
+    for d in logs:
+        write_replica(d, ROLLS_A, batches=40)
+    assert cluster.manager(cluster.config("r1", logs[0])).run_once()[0].error is None
+    committed = {i.key for i in cluster.backend.list("")}
+    flaky = FaultyBackend.wrap(cluster.backend, error_rate=1.0, max_faults=1, operations=["delete"])
+    store = RetryingBackend(flaky, RetryPolicy(max_attempts=2, sleep=lambda s: None))
+    late = RemoteLogManager(load_settings(cluster.config("r2", logs[1])), store, metrics=TieringMetrics())
+    ctx = late.context(late.discover()[0])
+    ctx.family.open()  # what recovery does first; recovery itself would learn the store's state
+    result = copy_segment(ctx, list_segments(logs[1] / f"{TOPIC}-0")[0])
+    assert result is not None and result.adopted
+    assert flaky.injected["error"] == 1  # the first delete failed ...
+    assert {i.key for i in cluster.backend.list("")} == committed  # ... and was retried: all gone
+    deleted = late.shared.metrics.requests.totals()["delete"]
+    uploaded = late.shared.metrics.requests.totals()["put"] - 1  # the manifest create lost
+    assert deleted == uploaded + 1  # every duplicate object once, plus the failed attempt

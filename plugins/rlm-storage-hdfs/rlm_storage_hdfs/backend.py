@@ -94,6 +94,19 @@ class HdfsBackend(FsspecBackend):
         }
         return HadoopFileSystem(**kwargs)
 
+    def _is_transient(self, e: BaseException) -> bool:
+        """WebHDFS runs on requests, whose timeouts and connection errors are not the OS's
+        types; an HTTP 429 or 5xx answer (a namenode in safe mode or failing over) is transient
+        too. libhdfs (pyarrow) raises OSError subclasses, which the base class classifies."""
+        import requests
+
+        if isinstance(e, requests.Timeout | requests.ConnectionError):
+            return True
+        if isinstance(e, requests.HTTPError) and e.response is not None:
+            status = e.response.status_code
+            return status == 429 or status >= 500
+        return super()._is_transient(e)
+
     def _publish_if_absent(self, tmp: str, final: str) -> None:
         """HDFS rename refuses an existing destination: atomic create-only-if-absent."""
         fs = self.fs

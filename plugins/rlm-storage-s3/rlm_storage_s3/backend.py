@@ -17,7 +17,7 @@ Options (``[remote.options]``)::
     request_checksum_calculation = "when_required"   # for stores that mangle aws-chunked uploads
     response_checksum_validation = "when_supported"
     conditional_create = "auto"       # "native" (If-None-Match: *) | "emulated" (HEAD + PUT) | "auto"
-    max_attempts = 8                  # retries of throttling (503 SlowDown), 5xx, timeouts ...
+    max_attempts = 8                  # attempts per request on throttling (503 SlowDown), 5xx, timeouts ...
     retry_base_delay = 0.1            # ... with exponential backoff + full jitter (seconds)
     retry_max_delay = 20.0
     connect_timeout = 10.0  read_timeout = 60.0  verify_ssl = true  ca_bundle = "/path/ca.pem"
@@ -26,11 +26,14 @@ Conditional create is S3's ``PutObject``/``CompleteMultipartUpload`` with ``If-N
 ``412 PreconditionFailed`` becomes :class:`~rlm.errors.ObjectExistsError`. ``auto`` probes once (two
 conditional puts of a scratch key under ``<prefix>.rlm-probe/``) whether the store honours the header;
 stores that ignore it get ``emulated`` (HEAD then PUT — not atomic, reported as
-``capabilities.conditional_create = False``). botocore's own retries are disabled: each HTTP
-request (PUT, CreateMultipartUpload, UploadPart, CompleteMultipartUpload, GET, LIST, HEAD, DELETE)
-is retried here under one :class:`rlm.storage.retry.RetryPolicy` built from ``max_attempts`` /
-``retry_*``, so a 500 on one part re-sends that part, not the object; an exhausted error is marked
-and never retried again by an outer policy (docs/store-requests.md).
+``capabilities.conditional_create = False``).
+
+Retries: this backend reports throttling, 5xx and timeouts as
+:class:`~rlm.errors.TransientStorageError` (rlm_storage_s3/errors.py) and never retries itself;
+botocore's own retries are off (``total_max_attempts = 1``). ``max_attempts`` / ``retry_base_delay``
+/ ``retry_max_delay`` configure the one retry layer where the store is opened
+(:meth:`S3Backend.retry_options`, docs/storage.md); that layer hands its policy down for the steps
+of a multipart upload, so a 500 on one part re-sends that part (rlm_storage_s3/multipart.py).
 """
 
 from __future__ import annotations
@@ -39,9 +42,8 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, ClassVar, TypeVar
 
 from rlm.errors import (
@@ -55,27 +57,14 @@ from rlm.storage.api import RESERVED_PREFIX, Capabilities, ListPage, ObjectInfo,
 from rlm.storage.options import Option, at_least
 from rlm.storage.redaction import register_secret, scrub
 from rlm.storage.retry import RetryPolicy
-from rlm_storage_s3.parts import multipart_etag, read_exact
+from rlm_storage_s3.errors import TRANSIENT_CODES, status_of, translate
+from rlm_storage_s3.multipart import MultipartUpload
+from rlm_storage_s3.parts import read_exact, split_parts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIN_PART_SIZE = 5 * 1024 * 1024
-MAX_PARTS = 10_000
-_TRANSIENT_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "InternalError",
-    "ServiceUnavailable",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "ConditionalRequestConflict",
-    "OperationAborted",
-}
-_NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}
 _CHECKSUM_MODES = ("when_supported", "when_required")
 
 
@@ -111,7 +100,7 @@ class S3Backend(StorageBackend):
         Option("ca_bundle", "str"),
     )
 
-    def __init__(self, *, sleep: Callable[[float], None] | None = None, **options: Any) -> None:
+    def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         o = self.options
         if o["bucket"] == "" or "/" in o["bucket"]:
@@ -128,12 +117,8 @@ class S3Backend(StorageBackend):
         self._part_checksums = o["request_checksum_calculation"] == "when_supported"
         for secret in (o["secret_access_key"], o["session_token"]):
             register_secret(secret)
-        self._retry = RetryPolicy(
-            max_attempts=o["max_attempts"],
-            base_delay=o["retry_base_delay"],
-            max_delay=o["retry_max_delay"],
-            sleep=sleep or time.sleep,
-        )
+        #: The retry layer's policy for the steps of a multipart upload (None: each sent once).
+        self._step_policy: RetryPolicy | None = None
         self._client = self._make_client()
         self._native: bool | None = {"auto": None, "native": True, "emulated": False}[o["conditional_create"]]
         self._probe_lock = threading.Lock()
@@ -175,6 +160,17 @@ class S3Backend(StorageBackend):
         except (botocore.exceptions.BotoCoreError, ValueError) as e:
             raise ConfigError(f"s3: invalid client configuration: {scrub(str(e))}") from None
 
+    def retry_options(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "max_attempts": o["max_attempts"],
+            "base_delay": o["retry_base_delay"],
+            "max_delay": o["retry_max_delay"],
+        }
+
+    def adopt_retry_policy(self, policy: RetryPolicy) -> None:
+        self._step_policy = policy
+
     def close(self) -> None:
         with self._pool_lock:
             if self._pool is not None:
@@ -190,50 +186,15 @@ class S3Backend(StorageBackend):
     def _where(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._full(key)}"
 
-    def _translate(self, op: str, key: str, e: Exception) -> StorageError:
-        """Map one botocore error to rlm.errors (the only place S3 errors are translated)."""
-        import botocore.exceptions as bex
-
-        where = self._where(key)
-        if isinstance(e, bex.ClientError):
-            err = e.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-            text = scrub(f"s3: {op} {where}: {code or status} (HTTP {status}): {err.get('Message', '')}")
-            if code in _NOT_FOUND_CODES or (status == 404 and code not in ("NoSuchBucket", "NoSuchUpload")):
-                return ObjectNotFoundError(text)
-            if code == "PreconditionFailed" or status == 412:
-                return ObjectExistsError(text)
-            if code in _TRANSIENT_CODES or status == 429 or status >= 500:
-                return TransientStorageError(text)
-            return StorageError(text)
-        transient = (
-            bex.ConnectionError,
-            bex.HTTPClientError,
-            bex.ReadTimeoutError,
-            bex.ConnectTimeoutError,
-            bex.ResponseStreamingError,
-        )
-        if isinstance(e, transient):
-            return TransientStorageError(scrub(f"s3: {op} {where}: {type(e).__name__}: {e}"))
-        if isinstance(e, bex.NoCredentialsError):
-            return StorageError(
-                f"s3: {op} {where}: no AWS credentials found (env, profile, instance role); "
-                "set access_key_id/secret_access_key or the AWS_* environment"
-            )
-        return StorageError(scrub(f"s3: {op} {where}: {type(e).__name__}: {e}"))
-
     def _call(self, op: str, key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """Run one SDK call (plus reading its body inside ``fn``) with translation and retries."""
+        """Run one SDK call (plus reading its body inside ``fn``), its errors translated once
+        (rlm_storage_s3/errors.py). Not retried here: see the module doc."""
         import botocore.exceptions as bex
 
-        def once() -> T:
-            try:
-                return fn(**kwargs)
-            except (bex.BotoCoreError, bex.ClientError) as e:
-                raise self._translate(op, key, e) from e
-
-        return self._retry.call(once)
+        try:
+            return fn(**kwargs)
+        except (bex.BotoCoreError, bex.ClientError) as e:
+            raise translate(op, self._where(key), e) from e
 
     def _put_extra(self) -> dict[str, Any]:
         o = self.options
@@ -325,31 +286,22 @@ class S3Backend(StorageBackend):
                 **self._put_extra(),
             )
             return ObjectInfo(key, len(first), str(resp.get("ETag", "")).strip('"') or None)
-        return self._multipart(key, self._parts(first, second, stream), cond)
-
-    def _parts(self, first: bytes, second: bytes, stream: BinaryIO) -> Iterator[bytes]:
-        """Part bodies of ``part_size`` bytes (the last may be shorter) from what was read + the rest."""
-        size = self.part_size
-        if len(first) == size:  # the usual case (threshold == part_size): aligned reads, no copies
-            chunk = second
-            yield first
-            while chunk:
-                yield chunk
-                chunk = read_exact(stream, size) if len(chunk) == size else b""
-            return
-        buffer = bytearray(first)  # threshold != part_size: re-slice into part_size pieces
-        buffer += second
-        eof = len(second) < size
-        while True:
-            while not eof and len(buffer) < size:
-                more = read_exact(stream, size - len(buffer))
-                eof = len(more) < size - len(buffer)
-                buffer += more
-            if not buffer:
-                return
-            body = bytes(buffer[:size])
-            del buffer[:size]
-            yield body
+        upload = MultipartUpload(
+            self._client,
+            self.bucket,
+            key,
+            self._full(key),
+            self._call,
+            self._executor(),
+            self.options["max_concurrency"],
+            self._step_policy,
+            # As s3transfer does: with request checksums on, declare CRC32 for the upload, so every
+            # part carries its CRC32 and the object gets a composite one from the part checksums;
+            # without it the store builds a full-object checksum by re-reading the whole object.
+            {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {},
+            self._put_extra(),
+        )
+        return upload.run(split_parts(first, second, stream, self.part_size), cond)
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
@@ -358,121 +310,6 @@ class S3Backend(StorageBackend):
                     self.options["max_concurrency"], thread_name_prefix="rlm-s3-part"
                 )
             return self._pool
-
-    def _multipart(self, key: str, parts_in: Iterator[bytes], cond: dict[str, Any]) -> ObjectInfo:
-        full = self._full(key)
-        # As s3transfer does: with request checksums on, declare CRC32 for the upload, so every part
-        # carries its CRC32 and the object gets a composite one from the part checksums. Without it
-        # the store must build a full-object checksum by re-reading the whole object at completion.
-        algo = {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {}
-        upload_id = self._call(
-            "create_multipart_upload",
-            key,
-            self._client.create_multipart_upload,
-            Bucket=self.bucket,
-            Key=full,
-            **algo,
-            **self._put_extra(),
-        )["UploadId"]
-        pool = self._executor()
-        max_inflight = self.options["max_concurrency"] + 1
-        inflight: set[concurrent.futures.Future[dict[str, Any]]] = set()
-        futures: list[concurrent.futures.Future[dict[str, Any]]] = []
-        total = 0
-        number = 0
-
-        def upload(n: int, body: bytes) -> dict[str, Any]:
-            r = self._call(
-                "upload_part",
-                key,
-                self._client.upload_part,
-                Bucket=self.bucket,
-                Key=full,
-                UploadId=upload_id,
-                PartNumber=n,
-                Body=body,
-                **algo,
-            )
-            part = {"PartNumber": n, "ETag": r["ETag"]}
-            if algo and r.get("ChecksumCRC32"):
-                part["ChecksumCRC32"] = r["ChecksumCRC32"]
-            return part
-
-        try:
-            for body in parts_in:
-                number += 1
-                if number > MAX_PARTS:
-                    raise StorageError(
-                        f"s3: put {self._where(key)}: more than {MAX_PARTS} parts; raise part_size"
-                    )
-                total += len(body)
-                fut = pool.submit(upload, number, body)
-                futures.append(fut)
-                inflight.add(fut)
-                if len(inflight) >= max_inflight:
-                    done, _ = concurrent.futures.wait(inflight, return_when="FIRST_COMPLETED")
-                    for d in done:
-                        d.result()
-                    inflight -= done
-            parts = [f.result() for f in futures]
-            complete = self._completer(full, upload_id, parts, total)
-            resp = self._call("complete_multipart_upload", key, complete, **cond)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            concurrent.futures.wait(futures)
-            try:
-                self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
-            except Exception as abort_error:  # best effort: a lifecycle rule should clean up the rest
-                log.warning(
-                    "s3: could not abort multipart upload of %s: %s",
-                    self._where(key),
-                    scrub(str(abort_error)),
-                )
-            raise
-        return ObjectInfo(key, total, str(resp.get("ETag", "")).strip('"') or None)
-
-    def _completer(
-        self, full: str, upload_id: str, parts: list[dict[str, Any]], total: int
-    ) -> Callable[..., dict[str, Any]]:
-        """CompleteMultipartUpload, idempotent under retries: when an earlier attempt's answer was
-        lost, the store already assembled the object and a re-sent complete answers NoSuchUpload
-        (or 412 under If-None-Match). Then the object under the key is ours iff its size and its
-        multipart ETag (MD5 of the parts' MD5s + ``-N``) match; anything else is re-raised."""
-        import botocore.exceptions as bex
-
-        sent = [0]
-
-        def complete(**cond: Any) -> dict[str, Any]:
-            sent[0] += 1
-            try:
-                return dict(
-                    self._client.complete_multipart_upload(
-                        Bucket=self.bucket,
-                        Key=full,
-                        UploadId=upload_id,
-                        MultipartUpload={"Parts": parts},
-                        **cond,
-                    )
-                )
-            except bex.ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                if sent[0] == 1 or code not in ("NoSuchUpload", "PreconditionFailed") or _status(e) == 0:
-                    raise
-                try:
-                    head = self._client.head_object(Bucket=self.bucket, Key=full)
-                except bex.ClientError:
-                    raise e from None  # nothing there: the upload really is gone
-                etag = str(head.get("ETag", "")).strip('"')
-                if int(head["ContentLength"]) != total or etag != multipart_etag(parts):
-                    raise
-                log.info(
-                    "s3: %s: an earlier CompleteMultipartUpload succeeded, its answer was lost",
-                    self._where(full[len(self._prefix) :]),
-                )
-                return {"ETag": head.get("ETag", "")}
-
-        return complete
 
     def _delete(self, key: str) -> None:
         with contextlib.suppress(ObjectNotFoundError):  # some S3-compatible stores answer 404
@@ -503,7 +340,7 @@ class S3Backend(StorageBackend):
         if errors:
             first = errors[0]
             text = f"s3: delete {len(errors)} object(s) failed, e.g. {first.get('Key')}: {first.get('Code')}"
-            if first.get("Code") in _TRANSIENT_CODES:
+            if first.get("Code") in TRANSIENT_CODES:
                 raise TransientStorageError(text)
             raise StorageError(text)
 
@@ -528,7 +365,7 @@ class S3Backend(StorageBackend):
             return self._call("read", key, get)
         except StorageError as e:
             cause = e.__cause__
-            if "Range" in kwargs and _status(cause) == 416:
+            if "Range" in kwargs and status_of(cause) == 416:
                 return b""  # the object exists (else 404) but the range starts at/after its end
             raise
 
@@ -565,10 +402,3 @@ class S3Backend(StorageBackend):
         contents = r.get("Contents", [])
         more = bool(r.get("IsTruncated")) and bool(contents)
         return ListPage(tuple(objects), contents[-1]["Key"][n:] if more else None)
-
-
-def _status(e: BaseException | None) -> int:
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):
-        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    return 0

@@ -1,8 +1,9 @@
-"""Multipart helpers of the ``s3`` backend: exact-size part reads and S3's multipart ETag."""
+"""Multipart helpers of the ``s3`` backend: exact-size part reads, part splitting, S3's multipart ETag."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from rlm.storage.api import read_fully
@@ -23,3 +24,29 @@ def read_exact(stream: BinaryIO, n: int) -> bytes:
     if len(chunk) == n or not chunk:
         return chunk
     return chunk + read_fully(stream, n - len(chunk))
+
+
+def split_parts(first: bytes, second: bytes, stream: BinaryIO, size: int) -> Iterator[bytes]:
+    """Part bodies of ``size`` bytes (the last may be shorter): ``first`` and ``second`` (already
+    read) and then the rest of ``stream``. When ``first`` is one whole part (threshold == part
+    size, the usual case) every body is one read's result, never a re-sliced copy."""
+    if len(first) == size:
+        chunk = second
+        yield first
+        while chunk:
+            yield chunk
+            chunk = read_exact(stream, size) if len(chunk) == size else b""
+        return
+    buffer = bytearray(first)  # threshold != part size: re-slice into part-size pieces
+    buffer += second
+    eof = len(second) < size
+    while True:
+        while not eof and len(buffer) < size:
+            more = read_exact(stream, size - len(buffer))
+            eof = len(more) < size - len(buffer)
+            buffer += more
+        if not buffer:
+            return
+        body = bytes(buffer[:size])
+        del buffer[:size]
+        yield body

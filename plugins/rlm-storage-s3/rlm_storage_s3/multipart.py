@@ -1,0 +1,177 @@
+"""One multipart upload of the ``s3`` backend: create, parts in parallel, complete, abort on failure.
+
+The steps of one upload (CreateMultipartUpload, each UploadPart, CompleteMultipartUpload) are
+retried, step by step, under the policy of the retry layer the store was opened with — the same
+single :class:`~rlm.storage.retry.RetryPolicy` object, handed down by
+:class:`~rlm.storage.retry.RetryingBackend` (``S3Backend.adopt_retry_policy``) — so a 503 on one
+part re-sends that part, not the whole object. When a step has used up its attempts, the policy
+marks the error (``attempts``) and the retry layer above does not start the upload again: a
+persistent failure costs ``max_attempts`` requests of the failing step, never ``max_attempts``
+squared (docs/storage.md). A backend built without that layer (tests, tools) sends each step once.
+On any failure the upload is aborted (best effort: a bucket lifecycle rule cleans up the rest).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rlm.errors import StorageError
+from rlm.storage.api import ObjectInfo
+from rlm.storage.redaction import scrub
+from rlm.storage.retry import RetryPolicy
+from rlm_storage_s3.errors import code_of, status_of
+from rlm_storage_s3.parts import multipart_etag
+
+log = logging.getLogger(__name__)
+
+MAX_PARTS = 10_000
+#: ``call(op, key, fn, **kwargs)``: one SDK call, its errors translated (``S3Backend._call``).
+Caller = Callable[..., Any]
+
+
+@dataclass
+class MultipartUpload:
+    """Uploads the parts of one object ``key`` (full S3 key ``full``) of the backend's ``bucket``."""
+
+    client: Any
+    bucket: str
+    key: str
+    full: str
+    call: Caller
+    pool: concurrent.futures.ThreadPoolExecutor
+    max_concurrency: int
+    policy: RetryPolicy | None
+    #: ``ChecksumAlgorithm`` (CRC32 per part) when request checksums are on, else empty.
+    algo: dict[str, Any]
+    extra: dict[str, Any]
+
+    def _step(self, op: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """One step (a request), retried under the handed-down policy when there is one."""
+        if self.policy is None:
+            return self.call(op, self.key, fn, **kwargs)
+        return self.policy.call(self.call, op, self.key, fn, **kwargs)
+
+    def run(self, parts: Iterator[bytes], cond: dict[str, Any]) -> ObjectInfo:
+        """Upload ``parts`` in order as one object; ``cond`` = ``{"IfNoneMatch": "*"}`` or ``{}``."""
+        self.upload_id = self._step(
+            "create_multipart_upload",
+            self.client.create_multipart_upload,
+            Bucket=self.bucket,
+            Key=self.full,
+            **self.algo,
+            **self.extra,
+        )["UploadId"]
+        futures: list[concurrent.futures.Future[dict[str, Any]]] = []
+        try:
+            total = self._send_parts(parts, futures)
+            done = [f.result() for f in futures]
+            resp = self._step("complete_multipart_upload", self._completer(done, total), **cond)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            concurrent.futures.wait(futures)
+            self._abort()
+            raise
+        return ObjectInfo(self.key, total, str(resp.get("ETag", "")).strip('"') or None)
+
+    def _send_parts(self, parts: Iterator[bytes], futures: list[concurrent.futures.Future[Any]]) -> int:
+        """Submit every part (at most ``max_concurrency + 1`` in flight, so memory stays bounded
+        at that many part bodies); return the object's size in bytes."""
+        inflight: set[concurrent.futures.Future[dict[str, Any]]] = set()
+        total = 0
+        for number, body in enumerate(parts, start=1):
+            if number > MAX_PARTS:
+                raise StorageError(
+                    f"s3: put s3://{self.bucket}/{self.full}: more than {MAX_PARTS} parts; raise part_size"
+                )
+            total += len(body)
+            fut = self.pool.submit(self._upload_part, number, body)
+            futures.append(fut)
+            inflight.add(fut)
+            if len(inflight) > self.max_concurrency:
+                done, _ = concurrent.futures.wait(inflight, return_when="FIRST_COMPLETED")
+                for d in done:
+                    d.result()
+                inflight -= done
+        return total
+
+    def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+        r = self._step(
+            "upload_part",
+            self.client.upload_part,
+            Bucket=self.bucket,
+            Key=self.full,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=body,
+            **self.algo,
+        )
+        part = {"PartNumber": number, "ETag": r["ETag"]}
+        if self.algo and r.get("ChecksumCRC32"):
+            part["ChecksumCRC32"] = r["ChecksumCRC32"]
+        return part
+
+    def _abort(self) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.full, UploadId=self.upload_id)
+        except Exception as abort_error:  # best effort: a lifecycle rule should clean up the rest
+            log.warning(
+                "s3: could not abort multipart upload of s3://%s/%s: %s",
+                self.bucket,
+                self.full,
+                scrub(str(abort_error)),
+            )
+
+    def _completer(self, parts: list[dict[str, Any]], total: int) -> Callable[..., dict[str, Any]]:
+        """CompleteMultipartUpload, idempotent under retries: when an earlier attempt's answer was
+        lost, the store already assembled the object and a re-sent complete answers NoSuchUpload
+        (or 412 under If-None-Match). Then the object under the key is ours iff its size and its
+        multipart ETag (MD5 of the parts' MD5s + ``-N``) match; anything else is re-raised."""
+        import botocore.exceptions as bex
+
+        sent = [0]
+
+        def complete(**cond: Any) -> dict[str, Any]:
+            sent[0] += 1
+            try:
+                return dict(
+                    self.client.complete_multipart_upload(
+                        Bucket=self.bucket,
+                        Key=self.full,
+                        UploadId=self.upload_id,
+                        MultipartUpload={"Parts": parts},
+                        **cond,
+                    )
+                )
+            except bex.ClientError as e:
+                if (
+                    sent[0] == 1
+                    or code_of(e) not in ("NoSuchUpload", "PreconditionFailed")
+                    or not status_of(e)
+                ):
+                    raise
+                return self._adopt_completed(e, parts, total)
+
+        return complete
+
+    def _adopt_completed(self, e: Exception, parts: list[dict[str, Any]], total: int) -> dict[str, Any]:
+        """The answer of an earlier complete whose acknowledgement was lost, or ``e`` re-raised."""
+        import botocore.exceptions as bex
+
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self.full)
+        except bex.ClientError:
+            raise e from None  # nothing there: the upload really is gone
+        etag = str(head.get("ETag", "")).strip('"')
+        if int(head["ContentLength"]) != total or etag != multipart_etag(parts):
+            raise e
+        log.info(
+            "s3: s3://%s/%s: an earlier CompleteMultipartUpload succeeded, its answer was lost",
+            self.bucket,
+            self.full,
+        )
+        return {"ETag": head.get("ETag", "")}
