@@ -6,6 +6,7 @@ the checkpoints through rlm's parsers; the KRaft log through rlm's reader.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,12 @@ def _hw(log_dir: Path, topic: str, partition: int) -> int:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> ReplicaSet:
-    rs = ReplicaSet(tmp_path, partitions=2, seed=7, segment_bytes=2048)
-    rs.grow(24)
-    rs.move_leader(0, 2)
-    rs.grow(18)
-    return rs
+def cluster(tmp_path: Path) -> Iterator[ReplicaSet]:
+    with ReplicaSet(tmp_path, partitions=2, seed=7, segment_bytes=2048) as rs:
+        rs.grow(24)
+        rs.move_leader(0, 2)
+        rs.grow(18)
+        yield rs
 
 
 def test_replicas_hold_identical_batches_with_different_roll_points(cluster: ReplicaSet) -> None:
@@ -88,57 +89,57 @@ def test_checkpoints_parse_and_agree(cluster: ReplicaSet) -> None:
 
 
 def test_unclean_election_leaves_a_diverged_tail_and_rejoin_truncates(tmp_path: Path) -> None:
-    rs = ReplicaSet(tmp_path, partitions=1, seed=3, segment_bytes=2048)
-    p = rs.partition(0)
-    rs.grow(18)
-    t = rs.isolate(0, 3)
-    rs.grow(12)  # only brokers 1 and 2 get these (old epoch, past T)
-    old_epoch = p.leader_epoch
-    old_tail = [b for b in p.log if b.base_offset >= t]
-    assert old_tail and all(b.leader_epoch == old_epoch for b in old_tail)
-    start = rs.unclean_elect(0, 3)
-    assert start == t
-    rs.grow(12)
-    new_epoch = p.leader_epoch
-    assert new_epoch == old_epoch + 1
-    dirs = {b: rs.log_dirs[b] / p.name for b in rs.brokers}
-    raw = {b: read_batches(d) for b, d in dirs.items()}
-    prefix = [b.data for b in p.log if b.base_offset < t]
-    assert all(r[: len(prefix)] == prefix for r in raw.values())
-    assert raw[1] == raw[2] == prefix + [b.data for b in old_tail]
-    new_tail = [x for x in _decoded(dirs[3]) if x[0] >= t]
-    assert new_tail and {epoch for _, epoch, _ in new_tail} == {new_epoch}
-    assert raw[3][len(prefix) :] != raw[1][len(prefix) :]
-    assert _epochs(dirs[3])[-1] == EpochEntry(new_epoch, t)
-    assert _epochs(dirs[1])[-1].epoch == old_epoch
-    assert _hw(rs.log_dirs[1], p.topic, 0) > t  # the old tail was committed under the old leader
+    with ReplicaSet(tmp_path, partitions=1, seed=3, segment_bytes=2048) as rs:
+        p = rs.partition(0)
+        rs.grow(18)
+        t = rs.isolate(0, 3)
+        rs.grow(12)  # only brokers 1 and 2 get these (old epoch, past T)
+        old_epoch = p.leader_epoch
+        old_tail = [b for b in p.log if b.base_offset >= t]
+        assert old_tail and all(b.leader_epoch == old_epoch for b in old_tail)
+        start = rs.unclean_elect(0, 3)
+        assert start == t
+        rs.grow(12)
+        new_epoch = p.leader_epoch
+        assert new_epoch == old_epoch + 1
+        dirs = {b: rs.log_dirs[b] / p.name for b in rs.brokers}
+        raw = {b: read_batches(d) for b, d in dirs.items()}
+        prefix = [b.data for b in p.log if b.base_offset < t]
+        assert all(r[: len(prefix)] == prefix for r in raw.values())
+        assert raw[1] == raw[2] == prefix + [b.data for b in old_tail]
+        new_tail = [x for x in _decoded(dirs[3]) if x[0] >= t]
+        assert new_tail and {epoch for _, epoch, _ in new_tail} == {new_epoch}
+        assert raw[3][len(prefix) :] != raw[1][len(prefix) :]
+        assert _epochs(dirs[3])[-1] == EpochEntry(new_epoch, t)
+        assert _epochs(dirs[1])[-1].epoch == old_epoch
+        assert _hw(rs.log_dirs[1], p.topic, 0) > t  # the old tail was committed under the old leader
 
-    segments_before = {s.base_offset: s.log.read_bytes() for s in list_segments(dirs[1])}
-    assert rs.rejoin(0, 1) == t
-    rs.grow(6)
-    assert read_batches(dirs[1]) == read_batches(dirs[3]) == [b.data for b in p.log]
-    assert _epochs(dirs[1]) == _epochs(dirs[3])
-    # Segments wholly below T keep their names and bytes (Kafka's truncateTo).
-    kept = {s.base_offset: s.log.read_bytes() for s in list_segments(dirs[1])}
-    below = [base for base in segments_before if base < t and base in kept]
-    assert below and all(kept[b] == segments_before[b] for b in below[:-1])
-    assert _decoded(dirs[2])[-1][1] == old_epoch  # broker 2 has not rejoined yet
+        segments_before = {s.base_offset: s.log.read_bytes() for s in list_segments(dirs[1])}
+        assert rs.rejoin(0, 1) == t
+        rs.grow(6)
+        assert read_batches(dirs[1]) == read_batches(dirs[3]) == [b.data for b in p.log]
+        assert _epochs(dirs[1]) == _epochs(dirs[3])
+        # Segments wholly below T keep their names and bytes (Kafka's truncateTo).
+        kept = {s.base_offset: s.log.read_bytes() for s in list_segments(dirs[1])}
+        below = [base for base in segments_before if base < t and base in kept]
+        assert below and all(kept[b] == segments_before[b] for b in below[:-1])
+        assert _decoded(dirs[2])[-1][1] == old_epoch  # broker 2 has not rejoined yet
 
 
 def test_kraft_log_names_the_leaders_and_epochs(tmp_path: Path) -> None:
-    rs = ReplicaSet(tmp_path, partitions=2, seed=1, kraft=True)
-    rs.grow(6)
-    rs.move_leader(0, 3)
-    rs.isolate(1, 1)
-    rs.unclean_elect(1, 1)
-    rs.rejoin(1, 2)
-    for broker, log_dir in rs.log_dirs.items():
-        image = KraftMetadataLog(log_dir / "__cluster_metadata-0").poll()
-        topic = image.topics_by_name[rs.topic]
-        assert topic.topic_id == rs.topic_id
-        assert image.topic_configs[rs.topic] == {"remote.storage.enable": "true"}
-        for p in rs.partitions:
-            part = topic.partitions[p.partition]
-            assert (part.leader, part.leader_epoch, part.isr) == (p.leader, p.leader_epoch, p.isr), broker
-    assert rs.partition(1).isr == (1, 2)
-    assert rs.partition(0).leader_epoch == 1 and rs.partition(1).leader_epoch == 1
+    with ReplicaSet(tmp_path, partitions=2, seed=1, kraft=True) as rs:
+        rs.grow(6)
+        rs.move_leader(0, 3)
+        rs.isolate(1, 1)
+        rs.unclean_elect(1, 1)
+        rs.rejoin(1, 2)
+        for broker, log_dir in rs.log_dirs.items():
+            image = KraftMetadataLog(log_dir / "__cluster_metadata-0").poll()
+            topic = image.topics_by_name[rs.topic]
+            assert topic.topic_id == rs.topic_id
+            assert image.topic_configs[rs.topic] == {"remote.storage.enable": "true"}
+            for p in rs.partitions:
+                part = topic.partitions[p.partition]
+                assert (part.leader, part.leader_epoch, part.isr) == (p.leader, p.leader_epoch, p.isr), broker
+        assert rs.partition(1).isr == (1, 2)
+        assert rs.partition(0).leader_epoch == 1 and rs.partition(1).leader_epoch == 1

@@ -43,8 +43,11 @@ def test_a_killed_exports_staging_dir_is_swept_a_live_ones_is_not(tmp_path: Path
         assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS"]
         assert not Path(f"{staged.staging}.lock").exists()
     finally:
-        live.kill()
-        live.wait(30)
+        for proc in (killed, live):
+            proc.kill()
+            proc.wait(30)
+            assert proc.stdout is not None
+            proc.stdout.close()  # the pipe the staging path was read from
     time.sleep(0.05)
     assert sweep_stale(out) == [live_dir]  # its driver is gone now
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -121,6 +121,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             stderr,
             cfg,
         )  # type: ignore[arg-type]
+        stack.callback(rig.http.close)
         rig.produce(4)
         rig.daemon = stack.enter_context(run_daemon(cfg, port, stderr, env=env, cwd=REPO, wait=False)).proc
         stack.callback(_stop, rig.daemon)  # killed first: a SIGTERM could wait on the outage

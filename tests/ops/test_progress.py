@@ -68,6 +68,8 @@ def _run(args: list[str], *, tty: bool, timeout: float = 120) -> tuple[int, str,
         if child.poll() is None:
             child.kill()
             child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     return rc, out, b"".join(chunks).decode(errors="replace")
 
 

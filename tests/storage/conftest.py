@@ -133,12 +133,18 @@ def s3rver_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> 
             break
     if endpoint is None:
         proc.kill()
+        proc.wait()
+        proc.stdout.close()
         pytest.fail("s3rver did not start")
     # keep draining its request log so the pipe never fills up
-    threading.Thread(target=lambda: [None for _ in proc.stdout or []], daemon=True).start()
+    drain = threading.Thread(target=lambda: [None for _ in proc.stdout or []], daemon=True)
+    drain.start()
     yield endpoint
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
+    drain.join(timeout=10)  # EOF once the server is gone; then the pipe can be closed (no leak)
+    proc.stdout.close()
