@@ -54,7 +54,12 @@ class RawStore:
         return out
 
     def read(self, key: str) -> bytes:
-        body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
+        """The object's bytes; KeyError when it is gone — GC may delete what a listing just showed,
+        and :meth:`ClusterRig.settle` waits that race out instead of failing on it."""
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
+        except self.client.exceptions.NoSuchKey as err:
+            raise KeyError(key) from err
         data: bytes = body.read()
         return data
 
