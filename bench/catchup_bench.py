@@ -113,7 +113,7 @@ def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
     from rlm.logdir.scan import list_segments
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
 
     logs = tmp / "logs"
@@ -125,7 +125,7 @@ def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
         "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0},
     }
     settings = settings_from_mapping(raw)
-    backend = create_backend("s3", options)
+    backend = open_backend("s3", options)
     t = time.perf_counter()
     results = RemoteLogManager(settings, backend).run_once()
     assert all(r.error is None for r in results), results
@@ -180,12 +180,12 @@ def serve(raw: dict[str, Any], http: str, loop: str, conn: Any) -> None:
     from rlm.config import settings_from_mapping
     from rlm.http.app import create_app
     from rlm.http.server import ApiServer
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.tiering.cache import RemoteRangeCache
     from rlm.tiering.readers import TieredReaders
 
     settings = settings_from_mapping(raw)
-    backend = create_backend(settings.remote.backend, raw["remote"]["options"])
+    backend = open_backend(settings.remote.backend, raw["remote"]["options"])
     registry = CollectorRegistry()
     cache = RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry)
     readers = TieredReaders(settings, backend, cache=cache)

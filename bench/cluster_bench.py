@@ -244,12 +244,12 @@ def amplification(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
 
 def _counting_manager(cfg: Path) -> tuple[Any, Any]:
     from rlm.config import load_settings
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.testing.counting import CountingBackend
     from rlm.tiering.manager import RemoteLogManager
 
     settings = load_settings(cfg)
-    counting = CountingBackend(create_backend(settings.remote.backend, settings.remote.options))
+    counting = CountingBackend(open_backend(settings.remote.backend, settings.remote.options))
     return RemoteLogManager(settings, counting), counting
 
 

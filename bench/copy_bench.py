@@ -51,7 +51,7 @@ from bench.benchlib import (
 )
 from rlm.config import load_settings
 from rlm.formats import naming
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     with s3_server(args.server, work, BUCKET) as (endpoint, pid):
         SERVER[:] = [pid]
         client = boto_client(endpoint, args.concurrency)
-        backend = create_backend("s3", s3_options(endpoint, "rlm/", args.part_mib, args.concurrency))
+        backend = open_backend("s3", s3_options(endpoint, "rlm/", args.part_mib, args.concurrency))
         if args.profile:
             prof = cProfile.Profile()
             run_rlm(work, logs, backend, args, prof)

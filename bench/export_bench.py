@@ -50,7 +50,7 @@ from rlm.jobs import export, export_local, plan_read, spark_session
 from rlm.jobs.decode import arrow_schema, read_task_bytes
 from rlm.jobs.plan import BackendSpec
 from rlm.logdir.writer import LogWriter
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager
 
 START_TS = 1_700_000_000_000
@@ -263,7 +263,7 @@ def main() -> None:
         print(
             f"generated {args.partitions} x {args.mib} MiB in {time.perf_counter() - t:.1f}s", file=sys.stderr
         )
-        RemoteLogManager(settings, create_backend("local", {"root": str(store)})).run_once()
+        RemoteLogManager(settings, open_backend("local", {"root": str(store)})).run_once()
     parts = list(range(args.partitions))
     plan = plan_read(settings, [TOPIC], parts)
     assert {t.source for t in plan.tasks} == {"remote"}, "every planned byte is tiered"

@@ -28,7 +28,7 @@ from rlm.config import settings_from_mapping
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.jobs import export, plan_read, spark_session
 from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager
 
 
@@ -77,7 +77,7 @@ def main() -> None:
     )
     log_dir.mkdir(parents=True)
     generate(log_dir, args.partitions, args.mib)
-    RemoteLogManager(settings, create_backend("local", {"root": str(store)})).run_once()
+    RemoteLogManager(settings, open_backend("local", {"root": str(store)})).run_once()
     _move_high_watermarks(log_dir, 0.1)
     mb = sum(t.size for t in plan_read(settings, ["bench"]).tasks) / 1e6
     spark = spark_session(

@@ -98,7 +98,7 @@ def main() -> int:
     from rlm.http.client import RlmClient
     from rlm.http.server import ApiServer
     from rlm.logdir.scan import list_segments
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.tiering.cache import RemoteRangeCache
     from rlm.tiering.manager import RemoteLogManager
     from rlm.tiering.readers import TieredReaders
@@ -138,7 +138,7 @@ def main() -> int:
                 "tiering": {"state_dir": str(tmp / "state"), "gc_grace_ms": 0},
             }
         )
-        backend = CountingBackend(create_backend("s3", options))
+        backend = CountingBackend(open_backend("s3", options))
         t = time.perf_counter()
         manager = RemoteLogManager(settings, backend)
         assert all(r.error is None for r in manager.run_once())

@@ -95,7 +95,7 @@ class Mode:
 
 def modes(tmp: Path, weed: Any, args: argparse.Namespace, end: int) -> dict[str, Mode]:
     from rlm.config import settings_from_mapping
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
 
     key_file = tmp / "bench.key"
     key_file.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
@@ -121,7 +121,7 @@ def modes(tmp: Path, weed: Any, args: argparse.Namespace, end: int) -> dict[str,
             name + "/",
             raw,
             settings_from_mapping(raw),
-            create_backend("s3", options),
+            open_backend("s3", options),
         )
     return out
 

@@ -42,7 +42,7 @@ def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: ar
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
     from rlm.logdir.scan import list_segments
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
     from rlm.tiering.readers import TieredReaders
 
@@ -57,7 +57,7 @@ def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: ar
             "tiering": tiering,
         }
     )
-    store = create_backend(backend, options)
+    store = open_backend(backend, options)
     assert all(r.error is None for r in RemoteLogManager(settings, store).run_once())
     for seg in list_segments(part)[:-1]:
         for suffix in (naming.LOG, naming.INDEX, naming.TIME_INDEX):

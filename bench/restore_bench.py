@@ -39,7 +39,7 @@ from rlm.formats import naming
 from rlm.jobs.restore import restore
 from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
-from rlm.storage.registry import create_backend
+from rlm.storage.registry import open_backend
 from rlm.storage.wrapper import WrappingBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
@@ -99,7 +99,7 @@ def _setup(work: Path, args: argparse.Namespace, store: tuple[str, dict[str, Any
             "topics": {"follow_kafka_configs": False},
         }
     )
-    results = RemoteLogManager(settings, create_backend(name, options), metrics=TieringMetrics()).run_once()
+    results = RemoteLogManager(settings, open_backend(name, options), metrics=TieringMetrics()).run_once()
     assert all(r.error is None for r in results), [r.error for r in results]
     for p in range(args.partitions):
         for seg in list_segments(logs / f"{TOPIC}-{p}")[:-1]:
@@ -130,7 +130,7 @@ def main() -> None:
         with server as endpoint:
             store = _store(args.store, endpoint, work)
             settings = _setup(work, args, store)
-            backend: StorageBackend = create_backend(*store)
+            backend: StorageBackend = open_backend(*store)
             if args.latency_ms:
                 backend = DelayedReads(backend, args.latency_ms / 1000)
             keys = sorted(i.key for i in backend.list("") if i.key.endswith("/segment.log"))

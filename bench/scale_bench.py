@@ -95,12 +95,12 @@ def rss_kib(pid: int) -> int:
 
 def _counted_manager(cfg: str) -> tuple[Any, Any]:
     from rlm.config import load_settings
-    from rlm.storage.registry import create_backend
+    from rlm.storage.registry import open_backend
     from rlm.testing.counting import CountingBackend
     from rlm.tiering.manager import RemoteLogManager
 
     settings = load_settings(Path(cfg))
-    counting = CountingBackend(create_backend(settings.remote.backend, settings.remote.options))
+    counting = CountingBackend(open_backend(settings.remote.backend, settings.remote.options))
     return RemoteLogManager(settings, counting), counting
 
 
