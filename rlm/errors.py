@@ -64,6 +64,50 @@ import os
 from collections.abc import Mapping
 from typing import ClassVar
 
+__all__ = [
+    "BackendNotFoundError",
+    "CheckpointError",
+    "CompressionError",
+    "ConfigError",
+    "CorruptIndexError",
+    "CorruptMetadataRecordError",
+    "CorruptObjectError",
+    "CorruptRecordError",
+    "CorruptRemoteIndexError",
+    "CorruptSnapshotError",
+    "ExecutorEnvironmentError",
+    "ExportOutputExistsError",
+    "FormatError",
+    "IdentityConflictError",
+    "InvalidArgumentError",
+    "KafkaProtocolError",
+    "KeyNotFoundError",
+    "LogDirError",
+    "NativeExtensionError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "OffsetOutOfRangeError",
+    "PartitionMetadataError",
+    "PartitionNotFoundError",
+    "ProtectionError",
+    "RlmError",
+    "RlmHttpError",
+    "SegmentQuarantined",
+    "SegmentVanished",
+    "StateDirLockedError",
+    "StorageError",
+    "StoreLayoutError",
+    "StoreUnavailableError",
+    "StreamInterruptedError",
+    "TableError",
+    "TamperedObjectError",
+    "TransientStorageError",
+    "UnauthorizedError",
+    "UnsupportedMagicError",
+    "UploadAbandoned",
+    "WrongKeyError",
+]
+
 
 class RlmError(Exception):
     """Base of every error rlm raises on purpose.

@@ -14,6 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+__all__ = [
+    "SETTLE_NS",
+    "FileMemo",
+    "Signature",
+    "atomic_write",
+    "fsync_dir",
+    "fsync_file",
+    "settled",
+    "stat_signature",
+]
+
 T = TypeVar("T")
 
 #: A file's (inode, size, mtime in ns); None when it does not exist.

@@ -19,6 +19,18 @@ from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager
 
+__all__ = [
+    "build_manager",
+    "config_option",
+    "interactive",
+    "load",
+    "open_store",
+    "partition_progress",
+    "require_dirs",
+    "settings_for_tool",
+    "tracked_backend",
+]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -29,6 +29,8 @@ from rlm.formats.records import Record, RecordBatch, decode_records, iter_batche
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
 from rlm.formats.time_index import TimeIndex
 
+__all__ = ["DumpResult", "Json", "dump", "dump_checkpoint", "dump_file", "dump_log", "dump_remote_log_index"]
+
 Json = dict[str, Any]
 
 # KRaft snapshots (<offset>-<epoch>.checkpoint) and bootstrap.checkpoint hold record batches.

@@ -18,6 +18,8 @@ import click
 
 from rlm.errors import RlmError
 
+__all__ = ["EXIT_FAILURE", "exit_code_for", "handle_errors", "report", "spark_task_failure"]
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -24,6 +24,8 @@ from rlm.formats.records import Header, RecordSpec
 from rlm.logdir.scan import PartitionState, eligible_segments, list_segments
 from rlm.logdir.writer import LogWriter
 
+__all__ = ["DEFAULT_TOPICS", "EPOCH_MS", "PartitionSummary", "generate", "generate_log_dir", "parse_topic"]
+
 #: Topic names exercising '-', '.' and '_' (the partition follows the last '-').
 DEFAULT_TOPICS: tuple[tuple[str, int], ...] = (
     ("orders-eu.v1", 2),

@@ -27,6 +27,8 @@ from rlm.cli.output import emit_json, json_line
 from rlm.config import Settings
 from rlm.daemon.logs import configure
 
+__all__ = ["ExportOptions", "export", "rebuild_index", "verify"]
+
 _MASTER_HELP = "Spark master URL (default local[*]; local tasks need executors on this host)."
 
 

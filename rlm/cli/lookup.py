@@ -17,6 +17,8 @@ from rlm.errors import InvalidArgumentError
 from rlm.tiering import isolation as txn
 from rlm.tiering.readers import TieredReaders
 
+__all__ = ["fetch", "lookup", "offsets_for_times", "parse_duration_ms"]
+
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 

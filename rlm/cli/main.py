@@ -12,6 +12,8 @@ from rlm.cli.restore import restore
 from rlm.cli.rewrap import rewrap
 from rlm.cli.run import gc, run, status
 
+__all__ = ["main"]
+
 
 @click.group()
 @click.version_option(package_name="rlm")

@@ -14,6 +14,8 @@ from rlm.cli.common import config_option, interactive, settings_for_tool, tracke
 from rlm.cli.errors import handle_errors
 from rlm.cli.output import emit_json
 
+__all__ = ["restore"]
+
 
 @click.command("restore")
 @config_option

@@ -14,6 +14,8 @@ from rlm.errors import ConfigError
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.rewrap import rewrap_store
 
+__all__ = ["rewrap"]
+
 
 @click.command("rewrap")
 @config_option

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from rlm.cli.wiring import DaemonApi
     from rlm.kafka.server import KafkaListener
 
+__all__ = ["gc", "owned_state_dirs", "run", "status"]
+
 
 def owned_state_dirs(settings: Settings) -> list[Path]:
     """The state roots ``rlm run`` writes (the manager's own rule, once per distinct root)."""

@@ -14,6 +14,8 @@ from rlm.errors import ConfigError
 if TYPE_CHECKING:  # rlm.config imports this module; the type is only needed by mypy
     from rlm.config import ServerSettings
 
+__all__ = ["MAX_TOKEN_FILE_BYTES", "bearer_token", "check_server"]
+
 #: The token file may hold at most this many bytes: a token, not a file given by mistake.
 MAX_TOKEN_FILE_BYTES = 4096
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from rlm.errors import ConfigError
 
+__all__ = ["client_context", "server_context"]
+
 _CERT_MARK = b"-----BEGIN CERTIFICATE-----"
 _KEY_MARK = b"PRIVATE KEY-----"
 _MAX_PEM_BYTES = 1 << 20  # a certificate chain or key; anything larger is not one

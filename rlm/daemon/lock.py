@@ -22,6 +22,8 @@ from types import TracebackType
 
 from rlm.errors import StateDirLockedError
 
+__all__ = ["LOCK_NAME", "StateDirLock"]
+
 LOCK_NAME = "rlm-run.lock"
 
 

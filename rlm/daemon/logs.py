@@ -7,6 +7,8 @@ import logging
 import sys
 import time
 
+__all__ = ["JsonFormatter", "configure"]
+
 _STD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 
 

@@ -39,6 +39,8 @@ from rlm.formats.records.scan import SCAN_IMPL
 from rlm.logdir.scan import PartitionDir
 from rlm.tiering.manager import RemoteLogManager
 
+__all__ = ["TieringDaemon", "tune_gc"]
+
 log = logging.getLogger(__name__)
 
 

@@ -16,6 +16,8 @@ from typing import ClassVar, Generic, Protocol, TypeVar, overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
 
+__all__ = ["IndexBuilder", "IndexView", "entry_image"]
+
 
 def entry_image(
     buf: bytes | bytearray | memoryview | mmap.mmap, entry_size: int, what: str, *, preallocated: bool

@@ -24,6 +24,8 @@ from rlm.config.tls import client_context
 from rlm.errors import RlmHttpError, StreamInterruptedError
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
 
+__all__ = ["RlmClient", "StreamedBatch"]
+
 #: a v0-v2 batch / message set entry starts with offset (8 bytes) and size (4 bytes)
 _ENTRY_HEADER = 12
 

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+__all__ = ["ASGIApp", "BodyLimitMiddleware", "DeadlineMiddleware", "Message", "Receive", "Scope", "Send"]
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

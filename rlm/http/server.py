@@ -19,6 +19,8 @@ from fastapi import FastAPI
 
 from rlm.errors import RlmError
 
+__all__ = ["ApiServer"]
+
 
 class _Config(uvicorn.Config):
     """uvicorn's config serving with an SSL context built by rlm.http.tls (one context whose

@@ -37,6 +37,18 @@ from starlette.types import Receive, Scope, Send
 from rlm.errors import OffsetOutOfRangeError
 from rlm.tiering.lookup import FetchResult
 
+__all__ = [
+    "CHUNK_BYTES",
+    "DEFAULT_STREAM_BYTES",
+    "MAX_STREAM_BYTES",
+    "BatchStream",
+    "Fetch",
+    "StreamMetrics",
+    "first_chunk",
+    "stream_body",
+    "stream_headers",
+]
+
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[int, int], FetchResult]

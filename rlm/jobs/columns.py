@@ -10,6 +10,8 @@ from typing import Any
 
 from rlm.formats.records.native import Columns
 
+__all__ = ["to_record_batch"]
+
 
 def to_record_batch(cols: Columns, topic: str, partition: int, schema: Any) -> Any:
     """One ``pa.RecordBatch`` of ``schema`` (rlm.jobs.decode.arrow_schema) holding ``cols``."""

@@ -23,6 +23,16 @@ from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.plan import BackendSpec, ReadTask
 from rlm.tiering.manifest import SegmentManifest
 
+__all__ = [
+    "KAFKA_SCHEMA_DDL",
+    "ROWS_PER_BATCH",
+    "Row",
+    "arrow_schema",
+    "iter_task_records",
+    "read_task_bytes",
+    "task_to_arrow",
+]
+
 #: Spark's Kafka source schema (``includeHeaders=true``), as DDL.
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "

@@ -30,6 +30,16 @@ from rlm.jobs.read import ExportResult
 from rlm.jobs.sink import DataFile, ParquetSink, Sink
 from rlm.tiering.isolation import check_isolation
 
+__all__ = [
+    "PoolKind",
+    "default_parallelism",
+    "export_local",
+    "gil_light",
+    "pool_kind",
+    "run_sink",
+    "run_task",
+]
+
 log = logging.getLogger(__name__)
 
 PoolKind = Literal["auto", "thread", "process", "inline"]

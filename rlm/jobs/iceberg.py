@@ -37,6 +37,30 @@ from rlm.jobs.sink import DataFile, Sink
 from rlm.tiering.crash import crash_point
 from rlm.tiering.isolation import check_isolation
 
+__all__ = [
+    "ATTEMPT_PROPERTY",
+    "LOCK_NAME",
+    "OFFSET_PROPERTY",
+    "TOPIC_ID_PROPERTY",
+    "Engine",
+    "IcebergExportResult",
+    "IcebergSink",
+    "IcebergTarget",
+    "Offsets",
+    "export_iceberg",
+    "exported_offsets",
+    "exported_topic_ids",
+    "load_table",
+    "local_engine",
+    "next_offsets",
+    "open_table",
+    "partition_spec_fields",
+    "planned_topic_ids",
+    "remove_orphans",
+    "spark_engine",
+    "spark_read_table",
+]
+
 log = logging.getLogger(__name__)
 
 #: Snapshot summary property per Kafka partition: ``rlm.next-offset.<topic>-<partition>`` = the

@@ -23,6 +23,8 @@ from rlm.jobs.decode import arrow_schema
 from rlm.jobs.plan import ReadTask
 from rlm.jobs.sink import DataFile
 
+__all__ = ["FILE_PREFIX", "day_path", "file_io", "read_data_files", "write_day_files"]
+
 #: Every data file rlm writes is named ``rlm-<attempt>-<task>-<n>.parquet``: the attempt (one
 #: export run) tells a crashed run's unreferenced files apart (docs/iceberg.md, orphans).
 FILE_PREFIX = "rlm-"

@@ -16,6 +16,8 @@ from rlm.tiering.remote_state import RemoteState, remote_view
 from rlm.tiering.state import PartitionContext, Progress
 from rlm.tiering.sync import index_links
 
+__all__ = ["OFFSETS_SCHEMA_DDL", "OffsetRow", "offsets_for_times", "rebuild_index"]
+
 OFFSETS_SCHEMA_DDL = "topic string, partition int, offset long, timestamp long, tier string"
 
 

@@ -68,6 +68,19 @@ from rlm.tiering.state import Progress
 from rlm.tiering.txn_sources import plan_sources
 from rlm.tiering.visibility import partition_offsets
 
+__all__ = [
+    "DEFAULT_TARGET_BYTES",
+    "MAX_OFFSET",
+    "BackendSpec",
+    "PartitionPlan",
+    "ReadPlan",
+    "ReadTask",
+    "check_time_range",
+    "plan_partition",
+    "plan_read",
+    "select_partitions",
+]
+
 MAX_OFFSET = 2**63 - 1
 DEFAULT_TARGET_BYTES = 32 * 1024 * 1024
 _PLAN_THREADS = 8

@@ -13,6 +13,8 @@ from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask,
 from rlm.jobs.sink import ParquetSink, local_path
 from rlm.tiering.isolation import check_isolation
 
+__all__ = ["ExportResult", "export", "read_tiered", "tasks_dataframe", "tiered_dataframe"]
+
 
 def tasks_dataframe(spark: Any, tasks: Sequence[Any]) -> Any:
     """A one-column (``task binary``) DataFrame with exactly one pickled task per Spark partition."""

@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+__all__ = ["DEFAULT_MASTER", "spark_session"]
+
 DEFAULT_MASTER = "local[*]"
 
 

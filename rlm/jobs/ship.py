@@ -17,6 +17,8 @@ from pathlib import Path
 import rlm
 from rlm.errors import ExecutorEnvironmentError
 
+__all__ = ["UNHASHED", "check_build", "rlm_build"]
+
 #: The digest part when rlm's sources are not files (imported from a zip): only versions compare.
 UNHASHED = "unhashed"
 

@@ -33,6 +33,20 @@ from rlm.errors import ExportOutputExistsError, InvalidArgumentError
 from rlm.fsutil import fsync_dir, fsync_file
 from rlm.jobs.plan import ReadTask
 
+__all__ = [
+    "ABORT_SETTLE_S",
+    "DICTIONARY_COLUMNS",
+    "PARQUET_CODECS",
+    "ROW_GROUP_BYTES",
+    "DataFile",
+    "ParquetSink",
+    "Sink",
+    "StagedDir",
+    "local_path",
+    "parquet_codec",
+    "sweep_stale",
+]
+
 #: Rows of a task buffered before they are written as one Parquet row group (bounds a worker's
 #: memory whatever ``--task-mib`` is; Spark's writer buffers a 128 MiB row group the same way).
 ROW_GROUP_BYTES = 64 * 1024 * 1024

@@ -17,6 +17,8 @@ from rlm.jobs.export_local import run_task
 from rlm.jobs.plan import BackendSpec, ReadPlan
 from rlm.jobs.sink import DataFile, Sink
 
+__all__ = ["run_sink_spark"]
+
 
 def run_sink_spark(spark: Any, plan: ReadPlan, spec: BackendSpec, sink: Sink) -> list[DataFile]:
     """Run every task of ``plan`` through ``sink`` on Spark's executors, then commit the sink;

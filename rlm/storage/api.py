@@ -49,6 +49,23 @@ from rlm.storage.options import Option, parse_options, redact
 if TYPE_CHECKING:
     from rlm.storage.retry import RetryPolicy
 
+__all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_LIST_LIMIT",
+    "RESERVED_PREFIX",
+    "Capabilities",
+    "Data",
+    "ListPage",
+    "ObjectInfo",
+    "StorageBackend",
+    "as_stream",
+    "check_range",
+    "page_from_sorted",
+    "read_fully",
+    "validate_key",
+    "validate_prefix",
+]
+
 #: Top-level key components starting with this are reserved for backend internals.
 RESERVED_PREFIX = ".rlm-"
 MAX_KEY_BYTES = 1024

@@ -37,6 +37,8 @@ from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
 from rlm.storage.options import Option, at_least, between
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = ["OPERATIONS", "FaultyBackend"]
+
 OPERATIONS = ("put", "read", "head", "list", "delete")
 _rate = between(0.0, 1.0)
 _LOST_ACK = "connection reset before the response (injected lost ack)"

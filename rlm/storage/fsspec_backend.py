@@ -29,6 +29,8 @@ from rlm.storage.api import (
 )
 from rlm.storage.options import Option
 
+__all__ = ["TMP_DIR", "FsspecBackend"]
+
 TMP_DIR = RESERVED_PREFIX + "tmp"
 #: fsspec protocols whose ``root`` is a path of this host (relative = against the working directory).
 _LOCAL_PROTOCOLS = ("file", "local")

@@ -41,6 +41,13 @@ from rlm.errors import StorageError, StoreUnavailableError, TransientStorageErro
 from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = [
+    "DEFAULT_PROBE_INTERVAL_MS",
+    "DEFAULT_UNREACHABLE_AFTER_MS",
+    "HealthTrackingBackend",
+    "StoreHealth",
+]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

@@ -39,6 +39,8 @@ from rlm.storage.api import (
 )
 from rlm.storage.options import Option
 
+__all__ = ["TMP_DIR", "LocalBackend"]
+
 TMP_DIR = RESERVED_PREFIX + "tmp"
 _CHUNK = 1 << 20
 

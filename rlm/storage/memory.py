@@ -17,6 +17,8 @@ from rlm.errors import ObjectExistsError, ObjectNotFoundError
 from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend, page_from_sorted
 from rlm.storage.options import Option
 
+__all__ = ["MemoryBackend"]
+
 
 class _Store:
     def __init__(self) -> None:

@@ -33,6 +33,8 @@ from prometheus_client import CollectorRegistry, Counter
 from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = ["OPS", "MeteringBackend", "RequestMeter", "attributed", "current_partition"]
+
 OPS = ("put", "get", "list", "head", "delete")
 _FIELDS = (*OPS, "bytes_sent", "bytes_received")
 _PARTITION: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(

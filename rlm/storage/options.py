@@ -18,6 +18,8 @@ from typing import Any
 
 from rlm.errors import ConfigError
 
+__all__ = ["REDACTED", "Option", "at_least", "between", "parse_options", "redact"]
+
 REDACTED = "***"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)

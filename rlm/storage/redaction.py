@@ -14,6 +14,8 @@ from typing import Any
 
 from rlm.storage.options import REDACTED
 
+__all__ = ["register_secret", "scrub"]
+
 _SECRETS: set[str] = set()
 _LOCK = threading.Lock()
 _INSTALLED = False

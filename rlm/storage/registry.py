@@ -19,6 +19,16 @@ from rlm.errors import BackendNotFoundError, ConfigError
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import with_retries
 
+__all__ = [
+    "GROUP",
+    "INSTALL_HINTS",
+    "backend_class",
+    "backend_from_config",
+    "create_backend",
+    "installed_backends",
+    "open_backend",
+]
+
 GROUP = "rlm.storage"
 
 #: How to get the backends that ship in this repository but outside core.

@@ -34,6 +34,18 @@ from rlm.errors import ObjectExistsError, RlmError, TransientStorageError
 from rlm.storage.api import Data, ListPage, ObjectInfo, StorageBackend, validate_key
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = [
+    "RetryPolicy",
+    "RetryingBackend",
+    "create_or_adopt",
+    "gave_up",
+    "policy_for",
+    "put_if_absent_idempotent",
+    "same_content",
+    "under_retries",
+    "with_retries",
+]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

@@ -52,6 +52,25 @@ from rlm.errors import (
 from rlm.storage.api import MAX_LIST_LIMIT, ListPage, ObjectInfo, StorageBackend, validate_prefix
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = [
+    "HASH",
+    "LAYOUT_FORMAT",
+    "LAYOUT_KEY",
+    "LAYOUT_VERSION",
+    "MAX_SPREAD",
+    "MERGE_BUDGET",
+    "PARKED_MERGES",
+    "SpreadBackend",
+    "all_buckets",
+    "bucket",
+    "check_layout",
+    "layout_doc",
+    "names_partition",
+    "open_spread",
+    "parse_layout",
+    "spread_name",
+]
+
 log = logging.getLogger(__name__)
 
 #: The root object recording the store's key layout (physical key: never spread).

@@ -14,6 +14,8 @@ from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
 if TYPE_CHECKING:
     from rlm.storage.retry import RetryPolicy
 
+__all__ = ["WrappingBackend"]
+
 
 class WrappingBackend(StorageBackend):
     """Delegates everything to ``self.inner``; subclasses override the operations they change."""

@@ -41,6 +41,16 @@ from rlm.errors import ObjectExistsError, ObjectNotFoundError, TransientStorageE
 from rlm.storage.api import StorageBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
 
+__all__ = [
+    "BackendSuite",
+    "ChunkedStream",
+    "TransientFault",
+    "call_fault",
+    "chunked",
+    "env_or_skip",
+    "payload",
+]
+
 
 def call_fault(
     backend: StorageBackend, owner: Any, name: str, make: Callable[[], BaseException]

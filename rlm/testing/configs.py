@@ -8,6 +8,8 @@ from typing import Any
 
 from rlm.testing.toml import toml_value
 
+__all__ = ["write_config"]
+
 
 def write_config(
     path: Path,

@@ -13,6 +13,8 @@ from typing import BinaryIO
 from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
 from rlm.storage.wrapper import WrappingBackend
 
+__all__ = ["CountingBackend"]
+
 
 class CountingBackend(WrappingBackend):
     """Passes every call to ``inner`` and counts it in :attr:`calls` (``put``/``read``/...)."""

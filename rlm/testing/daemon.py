@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["Daemon", "clean_env", "free_port", "run_daemon", "stop", "wait_healthy"]
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the OS picks it; a race with other binders is rare)."""

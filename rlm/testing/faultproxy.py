@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+__all__ = ["Action", "FaultProxy", "Rule", "s3_operation"]
+
 Action = Literal["500", "503", "lost_ack"]
 _ERRORS = {"500": (500, "InternalError"), "503": (503, "SlowDown")}
 

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+__all__ = ["CREDENTIALS", "SeaweedServer", "weed_binary"]
+
 CREDENTIALS = {"aws_access_key_id": "any", "aws_secret_access_key": "any", "region_name": "us-east-1"}
 
 

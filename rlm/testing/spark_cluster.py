@@ -29,6 +29,8 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import IO, Any
 
+__all__ = ["SparkCluster", "free_ports", "spark_home"]
+
 #: Environment variables a daemon does not inherit from the caller (see the module doc).
 _WITHHELD = ("PYTHON", "PYSPARK", "SPARK", "AWS_")
 _LOG_TAIL_BYTES = 4000

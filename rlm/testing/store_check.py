@@ -31,6 +31,8 @@ from rlm.logdir.scan import (
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
 
+__all__ = ["PartitionCheck", "StoreCheck", "assert_manifests_complete", "check_store", "local_batches"]
+
 
 @dataclass
 class PartitionCheck:

@@ -23,6 +23,8 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+__all__ = ["Admission", "RangeBytes", "RangeKey", "RemoteRangeCache", "owned"]
+
 RangeKey = tuple[str, int, int]
 Admission = Literal["lookup", "sequential"]
 #: A range's bytes: read-ahead hands out zero-copy slices of one larger GET (docs/read-path.md).

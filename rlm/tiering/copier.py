@@ -40,6 +40,8 @@ from rlm.tiering.seal import Uploaded, upload_attempt
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.txn_capture import state_before_copy
 
+__all__ = ["CopyResult", "copy_segment"]
+
 log = logging.getLogger(__name__)
 
 

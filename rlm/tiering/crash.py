@@ -12,6 +12,8 @@ import os
 import signal
 import threading
 
+__all__ = ["EXPORT_POINTS", "POINTS", "RESTORE_POINTS", "crash_point"]
+
 POINTS = (
     "after_pin",  # segment files hard-linked into staging
     "after_journal_start",  # COPY_STARTED durable, nothing uploaded

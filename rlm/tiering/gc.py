@@ -16,6 +16,8 @@ from rlm.tiering.remote_state import Orphan, of_context
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.sync import refresh
 
+__all__ = ["collect_garbage", "find_orphans"]
+
 
 def find_orphans(ctx: PartitionContext) -> list[Orphan]:
     """Abandoned attempts of the partition past the grace period (manifests re-listed first).

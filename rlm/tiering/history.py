@@ -18,6 +18,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from rlm.tiering.metrics import TieringMetrics
 
+__all__ = ["TieringHistory"]
+
 
 def _total(metric: MetricWrapperBase) -> float:
     """Sum of a labelled counter/gauge over every label set (``_total`` samples of counters)."""

@@ -45,6 +45,23 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
+__all__ = [
+    "DIR_MARKER",
+    "PROBE_BYTES",
+    "SegmentHead",
+    "before_pass",
+    "check_lineage",
+    "check_log_end",
+    "lineage_conflict",
+    "log_end_conflict",
+    "mark_dir",
+    "persisted_progress",
+    "read_dir_token",
+    "resolve_root",
+    "same_dir",
+    "served_progress",
+]
+
 log = logging.getLogger(__name__)
 
 #: A small file rlm leaves in a partition directory it has checked: a directory deleted and created

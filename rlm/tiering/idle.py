@@ -37,6 +37,20 @@ from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, PartitionState
 from rlm.tiering.policy import TopicPolicy
 from rlm.tiering.state import PartitionContext, Progress
 
+__all__ = [
+    "IDLE_FILE",
+    "Fingerprint",
+    "IdleMark",
+    "fingerprint",
+    "fingerprint_of",
+    "forget_mark",
+    "load_mark",
+    "policy_key",
+    "set_mark",
+    "still_idle",
+    "trusted",
+]
+
 #: The persisted mark of an idle partition, in its state dir (a cache: written without fsync).
 IDLE_FILE = "idle.json"
 

@@ -43,6 +43,8 @@ from rlm.logdir.index_sets import SET_SUFFIXES, find_sets, mapped, set_bounds
 from rlm.tiering.crash import crash_point
 from rlm.tiering.statefiles import int_field, loads_or_none
 
+__all__ = ["RemoteIndexFamily", "RemoteIndexSet", "RepairReport"]
+
 log = logging.getLogger(__name__)
 
 

@@ -21,6 +21,8 @@ from typing import Any, Literal, cast
 from rlm.fsutil import atomic_write, fsync_dir
 from rlm.tiering.statefiles import int_field, loads_or_none
 
+__all__ = ["COMPACT_BYTES", "TAIL_BYTES", "EventType", "Journal", "JournalEvent"]
+
 EventType = Literal["COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"]
 _TYPES = frozenset(("COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"))
 _ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}

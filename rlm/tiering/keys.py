@@ -35,6 +35,41 @@ import secrets
 import time
 from dataclasses import dataclass
 
+__all__ = [
+    "DATA",
+    "ID_SEPARATOR",
+    "LEADER_EPOCHS",
+    "LINEAGE_MARKER_PREFIX",
+    "LOG",
+    "MANIFESTS",
+    "OFFSET_INDEX",
+    "OWNER_MARKER",
+    "PRODUCER_SNAPSHOT",
+    "RETIRED_MARKER",
+    "SEGMENT_ENTRIES",
+    "TIME_INDEX",
+    "TXN_INDEX",
+    "AttemptRef",
+    "Root",
+    "attempt_created_ms",
+    "attempt_prefix",
+    "data_key",
+    "data_prefix",
+    "id_roots_prefix",
+    "lineage_marker_key",
+    "manifest_key",
+    "manifest_key_of_data_key",
+    "manifests_prefix",
+    "marker_key",
+    "new_attempt_id",
+    "parse_data_key",
+    "parse_lineage_marker_key",
+    "parse_manifest_key",
+    "parse_root",
+    "partition_prefix",
+    "root",
+]
+
 MANIFESTS = "manifests"
 DATA = "data"
 #: Separates the partition from the topic id in a root; illegal in topic names and topic ids.

@@ -55,6 +55,8 @@ from rlm.tiering.throttle import TokenBucket
 from rlm.tiering.visibility import note_delete_records, partition_offsets
 from rlm.tiering.watchdog import CopyWatchdog
 
+__all__ = ["PASS_LOCK_WAIT_S", "PassResult", "RemoteLogManager"]
+
 log = logging.getLogger(__name__)
 
 #: How long a pass waits for its partition's lock (s). Besides a pass, only maintenance takes it —

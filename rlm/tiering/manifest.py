@@ -16,6 +16,23 @@ from typing import Any
 from rlm.errors import FormatError
 from rlm.tiering.keyring import WrappedKey
 
+__all__ = [
+    "COMPRESSIONS",
+    "ENCRYPTION_ALG",
+    "ENTRIES_OBJECT",
+    "FORMAT_VERSION",
+    "INDEX_OBJECT",
+    "LEADER_EPOCHS_OBJECT",
+    "LOG_OBJECT",
+    "PRODUCER_SNAPSHOT_OBJECT",
+    "TIME_INDEX_OBJECT",
+    "TXN_INDEX_OBJECT",
+    "TXN_INDEX_SOURCES",
+    "Protection",
+    "SegmentManifest",
+    "StoredObject",
+]
+
 FORMAT_VERSION = 1
 
 _INT_FIELDS = (

@@ -20,6 +20,8 @@ from rlm.logdir.indexcheck import rebuild_counts
 from rlm.storage.metering import RequestMeter
 from rlm.tiering.keys import parse_root
 
+__all__ = ["TieringMetrics"]
+
 _TP = ("topic", "partition")
 
 

@@ -28,6 +28,8 @@ from rlm.tiering.protect import StoreProtection
 from rlm.tiering.readahead import ReadAheadLimits, ReaderResources
 from rlm.tiering.state import Progress
 
+__all__ = ["OffsetForTime", "ProgressSource", "TieredReaders", "check_partition", "check_topic"]
+
 ProgressSource = Callable[[PartitionDir], Progress]
 
 

@@ -38,6 +38,8 @@ from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext, Progress, Quarantine
 from rlm.tiering.sync import SyncResult, refresh, resolve, settle
 
+__all__ = ["observe", "progress_after", "rebuild_local_index", "recover"]
+
 log = logging.getLogger(__name__)
 
 

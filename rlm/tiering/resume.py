@@ -47,6 +47,8 @@ from rlm.tiering.roles import Roles
 from rlm.tiering.snapshot import SnapshotHeader
 from rlm.tiering.state import PartitionContext, PendingManifests, Progress
 
+__all__ = ["clear_staging", "load_state", "part_has_id_root", "resume"]
+
 log = logging.getLogger(__name__)
 
 

@@ -24,6 +24,16 @@ from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.sync import note_deleted
 
+__all__ = [
+    "RetentionPlan",
+    "apply_retention",
+    "delete_segment",
+    "expiry_reason",
+    "plan_retention",
+    "retention_pass",
+    "time_expiry_ms",
+]
+
 log = logging.getLogger(__name__)
 
 

@@ -27,6 +27,19 @@ from rlm.fsutil import atomic_write
 from rlm.tiering.lineage import Stamp
 from rlm.tiering.manifest import SegmentManifest
 
+__all__ = [
+    "SNAPSHOT_FILE",
+    "UNKNOWN_STAMP",
+    "VERSION",
+    "Row",
+    "SnapshotHeader",
+    "load",
+    "oldest_of",
+    "read_header",
+    "save",
+    "stamps_of",
+]
+
 SNAPSHOT_FILE = "manifests.snapshot"
 VERSION = 1
 #: The stamp of a manifest whose listing this node has not seen (it committed it itself): the next

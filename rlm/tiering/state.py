@@ -36,6 +36,20 @@ from rlm.tiering.protect import StoreProtection
 from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
 
+__all__ = [
+    "PROGRESS_FILE",
+    "PartitionContext",
+    "PendingManifests",
+    "Progress",
+    "Quarantine",
+    "SharedResources",
+    "default_state_dir",
+    "state_dir",
+    "state_dir_name",
+    "state_root",
+    "state_root_of",
+]
+
 M = TypeVar("M", bound=MetricWrapperBase)
 
 

@@ -15,6 +15,8 @@ from typing import BinaryIO
 
 from rlm.errors import UploadAbandoned
 
+__all__ = ["ThrottledReader", "TokenBucket"]
+
 
 class TokenBucket:
     """``rate`` bytes/second with a burst of ``burst`` bytes (default: one second's worth).

@@ -21,6 +21,8 @@ from rlm.tiering.metrics import TieringMetrics
 if TYPE_CHECKING:
     from rlm.tiering.state import PartitionContext
 
+__all__ = ["CopyWatchdog"]
+
 log = logging.getLogger(__name__)
 
 

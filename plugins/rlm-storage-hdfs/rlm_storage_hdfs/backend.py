@@ -27,6 +27,8 @@ from rlm.errors import ConfigError
 from rlm.storage.fsspec_backend import FsspecBackend
 from rlm.storage.options import Option, at_least
 
+__all__ = ["DEFAULT_PORTS", "HdfsBackend"]
+
 DEFAULT_PORTS = {"webhdfs": 9870, "swebhdfs": 9871, "hdfs": 8020}
 
 

@@ -61,6 +61,8 @@ from rlm_storage_s3.errors import TRANSIENT_CODES, status_of, translate
 from rlm_storage_s3.multipart import MultipartUpload
 from rlm_storage_s3.parts import read_exact, split_parts
 
+__all__ = ["MIN_PART_SIZE", "S3Backend"]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

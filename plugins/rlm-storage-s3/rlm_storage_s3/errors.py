@@ -15,6 +15,8 @@ from typing import Any
 from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
 from rlm.storage.redaction import scrub
 
+__all__ = ["TRANSIENT_CODES", "code_of", "status_of", "translate"]
+
 TRANSIENT_CODES = frozenset(
     {
         "SlowDown",

@@ -26,6 +26,8 @@ from rlm.storage.retry import RetryPolicy
 from rlm_storage_s3.errors import code_of, status_of
 from rlm_storage_s3.parts import multipart_etag
 
+__all__ = ["MAX_PARTS", "Caller", "MultipartUpload"]
+
 log = logging.getLogger(__name__)
 
 MAX_PARTS = 10_000

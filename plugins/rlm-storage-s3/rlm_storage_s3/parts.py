@@ -8,6 +8,8 @@ from typing import Any, BinaryIO
 
 from rlm.storage.api import read_fully
 
+__all__ = ["multipart_etag", "read_exact", "split_parts"]
+
 
 def multipart_etag(parts: list[dict[str, Any]]) -> str:
     """S3's ETag of an object assembled from ``parts`` (each with its ``ETag``, the part's MD5)."""

@@ -19,6 +19,8 @@ from rlm.formats.records.types import (
 )
 from rlm.formats.varint import decode_varint, decode_varlong
 
+__all__ = ["decode_records", "parse_control_record"]
+
 # Records of a v2 batch
 # --------------------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from rlm.formats.records.types import (
 )
 from rlm.formats.varint import encode_varint, encode_varlong
 
+__all__ = ["build_batch", "encode_control_key", "encode_end_txn_marker"]
+
 # Building v2 batches
 # --------------------------------------------------------------------------------------------
 

@@ -44,6 +44,8 @@ from rlm.formats.records.types import (
     _make_batch,
 )
 
+__all__ = ["SCAN_IMPL", "iter_batches", "valid_bytes"]
+
 # --------------------------------------------------------------------------------------------
 
 

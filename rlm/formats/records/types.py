@@ -14,6 +14,20 @@ import crc32c as _crc32c
 
 from rlm.formats.compression import Compression
 
+__all__ = [
+    "LOG_OVERHEAD",
+    "MIN_ENTRY_SIZE",
+    "V2_HEADER_SIZE",
+    "Buffer",
+    "ControlRecord",
+    "ControlRecordType",
+    "Header",
+    "Record",
+    "RecordBatch",
+    "RecordSpec",
+    "TimestampType",
+]
+
 #: Anything exposing the buffer protocol with byte items that ``struct.unpack_from`` accepts.
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
