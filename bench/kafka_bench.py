@@ -151,34 +151,16 @@ def _decode_count(data: bytes) -> int:
 
 
 def kafka_fetch_loop(daemon: Daemon, end: int) -> tuple[int, int, str]:
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.consumer import FetchResponse
 
-    t = FetchRequest.FetchTopic
+    from rlm.testing.kafka_wire import fetch_request
+
     digest, size, offset, corr = hashlib.sha256(), 0, 0, 0
     with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
         reader = sock.makefile("rb")
         while offset < end:
             corr += 1
-            part = t.FetchPartition(
-                partition=0,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=1 << 20,
-            )
-            req = FetchRequest(
-                replica_id=-1,
-                max_wait_ms=0,
-                min_bytes=0,
-                max_bytes=1 << 20,
-                isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                forgotten_topics_data=[],
-                rack_id="",
-                topics=[t(topic=TOPIC, partitions=[part])],
-            )
+            req = fetch_request([(TOPIC, 0, offset)])
             req.with_header(correlation_id=corr, client_id="bench")
             sock.sendall(bytes(req.encode(version=12, header=True, framed=True)))
             frame = reader.read(int.from_bytes(reader.read(4), "big"))

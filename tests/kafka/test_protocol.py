@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import GroupAuthorizationFailedError, KafkaError
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -26,6 +26,7 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from rlm.testing.kafka_wire import fetch_request
 from tests.kafka.conftest import Tiered
 from tests.kafka.helpers import call, closed_by_server, connect
 
@@ -45,30 +46,12 @@ def _fetch(
     max_wait_ms: int = 0,
     min_bytes: int = 0,
 ) -> dict[Any, Any]:
-    topic = FetchRequest.FetchTopic
-    topics: dict[str, list[object]] = {}
-    for name, p, offset in parts:
-        topics.setdefault(name, []).append(
-            topic.FetchPartition(
-                partition=p,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=partition_max,
-            )
-        )
-    req = FetchRequest(
-        replica_id=-1,
+    req = fetch_request(
+        parts,
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[topic(topic=t, partitions=ps) for t, ps in topics.items()],
-        forgotten_topics_data=[],
-        rack_id="",
+        partition_max_bytes=partition_max,
     )
     resp = call(port, req, version, FetchResponse)
     assert resp is not None
@@ -314,18 +297,7 @@ def test_bad_frames_close_only_their_connection(tiered: Tiered) -> None:
 
     pinger = threading.Thread(target=ask)
     pinger.start()
-    v12 = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    v12 = fetch_request([], max_bytes=1)
     v12.with_header(correlation_id=1, client_id="x")
     fetch_v99 = bytearray(v12.encode(version=12, header=True, framed=True))
     fetch_v99[6:8] = (99).to_bytes(2, "big")
@@ -365,33 +337,8 @@ def test_a_client_that_stops_reading_does_not_stall_others(tiered: Tiered) -> No
     port = tiered.daemon.port
     stuck = socket.create_connection(("127.0.0.1", port))
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    t = FetchRequest.FetchTopic
-    req = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[
-            t(
-                topic="oms_order_created",
-                partitions=[
-                    t.FetchPartition(
-                        partition=1,
-                        current_leader_epoch=-1,
-                        fetch_offset=tiered.expected[("oms_order_created", 1)].rows[0][0],
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-    )
+    first = tiered.expected[("oms_order_created", 1)].rows[0][0]
+    req = fetch_request([("oms_order_created", 1, first)])
     req.with_header(correlation_id=1, client_id="stuck")
     frame = bytes(req.encode(version=12, header=True, framed=True))
     stuck.setblocking(False)

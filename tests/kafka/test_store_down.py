@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from rlm.cli.generate import generate_log_dir
+from rlm.testing.kafka_wire import fetch_request
 from tests.kafka.helpers import Daemon, call, oracle, tier_then_delete, toml_config
 
 pytestmark = pytest.mark.integration
@@ -43,30 +44,9 @@ def test_a_failing_store_is_a_retriable_partition_error(tmp_path: Path) -> None:
         toml_config(tmp_path / "down.toml", [logs], store, {"listen": "127.0.0.1:0"}, remote=remote)
     )
     try:
-        t = FetchRequest.FetchTopic
 
         def fetch(offset: int) -> object:
-            asked = t.FetchPartition(
-                partition=0,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=1 << 20,
-            )
-            req = FetchRequest(
-                replica_id=-1,
-                max_wait_ms=0,
-                min_bytes=0,
-                max_bytes=1 << 20,
-                isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                forgotten_topics_data=[],
-                rack_id="",
-                topics=[t(topic="down", partitions=[asked])],
-            )
-            resp = call(daemon.port, req, 12, FetchResponse)
+            resp = call(daemon.port, fetch_request([("down", 0, offset)]), 12, FetchResponse)
             assert resp is not None
             return resp.responses[0].partitions[0]
 

@@ -8,11 +8,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
+from rlm.testing.kafka_wire import fetch_request
 from tests.kafka.helpers import Daemon, call, connect, toml_config
 
 pytestmark = pytest.mark.integration
@@ -35,33 +36,7 @@ def test_a_waiting_fetch_returns_what_arrives_meanwhile(tmp_path: Path) -> None:
         )
     )
     try:
-        t = FetchRequest.FetchTopic
-        req = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=60_000,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            forgotten_topics_data=[],
-            rack_id="",
-            topics=[
-                t(
-                    topic="live",
-                    partitions=[
-                        t.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=10,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-            ],
-        )
+        req = fetch_request([("live", 0, 10)], max_wait_ms=60_000, min_bytes=1)
         answer: list[object] = []
         waiting = threading.Thread(target=lambda: answer.append(call(daemon.port, req, 12, FetchResponse)))
         waiting.start()
@@ -97,33 +72,7 @@ def test_sigterm_with_open_and_waiting_connections_exits_cleanly(tmp_path: Path)
             {"listen": "127.0.0.1:0", "max_wait_ms": 60_000},
         )
     )
-    t = FetchRequest.FetchTopic
-    req = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=60_000,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[
-            t(
-                topic="live",
-                partitions=[
-                    t.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=1,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-    )
+    req = fetch_request([("live", 0, 1)], max_wait_ms=60_000, min_bytes=1)
     req.with_header(correlation_id=1, client_id="waiting")
     waiting, idle = connect(daemon.port), connect(daemon.port)
     try:
