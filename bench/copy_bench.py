@@ -185,7 +185,7 @@ def empty(client: Any, prefix: str) -> None:
             client.delete_objects(Bucket=BUCKET, Delete={"Objects": objs, "Quiet": True})
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--segments", type=int, default=4)
     ap.add_argument("--segment-mib", type=int, default=256)
@@ -201,88 +201,116 @@ def main(argv: list[str] | None = None) -> int:
         default="seaweedfs",
         help="the S3 server, in its own process (default seaweedfs: a real one)",
     )
-    args = ap.parse_args(argv)
-    os.environ.update(FAKE_AWS)
+    return ap.parse_args(argv)
 
-    work = OUT / "copy"
-    logs = work / "logs"
-    t = time.perf_counter()
-    files = generate(logs, args.segments, args.segment_mib)
-    size = sum(f.stat().st_size for f in files)
-    print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
 
-    with s3_server(args.server, work, BUCKET) as (endpoint, pid):
-        SERVER[:] = [pid]
-        client = boto_client(endpoint, args.concurrency)
-        backend = open_backend("s3", s3_options(endpoint, "rlm/", args.part_mib, args.concurrency))
+def profile_rlm(work: Path, logs: Path, backend: Any, client: Any, args: argparse.Namespace) -> None:
+    """cProfile one rlm pass; print the top functions by own and by cumulative time."""
+    prof = cProfile.Profile()
+    run_rlm(work, logs, backend, args, prof)
+    empty(client, "rlm/")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(18)
+    stats.sort_stats("cumulative").print_stats(25)
+
+
+def measure(
+    work: Path, logs: Path, files: list[Path], endpoint: str, args: argparse.Namespace
+) -> tuple[list[Timed], list[Timed]] | None:
+    """Warm both clients up, then ``--repeat`` alternating rounds of an rlm pass and boto3's
+    upload_file of the same files: (rlm runs, boto3 runs); None after ``--profile``."""
+    client = boto_client(endpoint, args.concurrency)
+    backend = open_backend("s3", s3_options(endpoint, "rlm/", args.part_mib, args.concurrency))
+    try:
         if args.profile:
-            prof = cProfile.Profile()
-            run_rlm(work, logs, backend, args, prof)
-            empty(client, "rlm/")
-            stats = pstats.Stats(prof)
-            stats.sort_stats("tottime").print_stats(18)
-            stats.sort_stats("cumulative").print_stats(25)
-            return 0
+            profile_rlm(work, logs, backend, client, args)
+            return None
         # Warm-up of both clients (page cache, connections, the server's code paths), not timed.
         run_boto(client, files[:1], "boto/", args)
         backend.upload_file("warm/" + files[0].name, files[0])
         empty(client, "")
-        rlm_t: list[Timed] = []
-        boto_t: list[Timed] = []
+        size = sum(f.stat().st_size for f in files)
+        runs: dict[str, list[Timed]] = {"rlm": [], "boto": []}
         for i in range(args.repeat):
-            order = ("rlm", "boto") if i % 2 == 0 else ("boto", "rlm")
-            for who in order:
+            for who in ("rlm", "boto") if i % 2 == 0 else ("boto", "rlm"):
                 if who == "rlm":
-                    rlm_t.append(t := run_rlm(work, logs, backend, args))
+                    t = run_rlm(work, logs, backend, args)
                 else:
-                    boto_t.append(t := run_boto(client, files, "boto/", args))
+                    t = run_boto(client, files, "boto/", args)
+                runs[who].append(t)
                 empty(client, "")
                 print(
                     f"  round {i} {who}: {size / t.wall / 1e6:.0f} MB/s, CPU s client {t.client:.2f} "
                     f"server {t.server:.2f}",
                     flush=True,
                 )
+        return runs["rlm"], runs["boto"]
+    finally:
         backend.close()
         client.close()
 
+
+def _cpu_cols(ts: list[Timed]) -> str:
+    best = min(ts, key=lambda t: t.wall)
+    return f"{best.client:.2f} | {best.server:.2f}"
+
+
+def table(size: int, rlm_t: list[Timed], boto_t: list[Timed]) -> str:
+    """The Markdown result: best wall time and MB/s of each side (``size`` bytes), and their ratio."""
     rlm_s = [t.wall for t in rlm_t]
     boto_s = [t.wall for t in boto_t]
-
-    def cpu_cols(ts: list[Timed]) -> str:
-        best = min(ts, key=lambda t: t.wall)
-        return f"{best.client:.2f} | {best.server:.2f}"
-
     rlm_mbs = size / min(rlm_s) / 1e6
     boto_mbs = size / min(boto_s) / 1e6
-    ratio = rlm_mbs / boto_mbs
-    table = (
+    return (
         "| measurement | best s | MB/s | all runs (s) | client CPU s (best run) | S3 server CPU s |\n"
         "|---|---|---|---|---|---|\n"
         f"| boto3 `upload_file` (.log/.index/.timeindex) | {min(boto_s):.2f} | {boto_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in boto_s)} | {cpu_cols(boto_t)} |\n"
+        f"{', '.join(f'{s:.2f}' for s in boto_s)} | {_cpu_cols(boto_t)} |\n"
         f"| rlm pass (scan + upload + index + manifest) | {min(rlm_s):.2f} | {rlm_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in rlm_s)} | {cpu_cols(rlm_t)} |\n"
-        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{ratio:.2f}** | | | |\n"
+        f"{', '.join(f'{s:.2f}' for s in rlm_s)} | {_cpu_cols(rlm_t)} |\n"
+        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{rlm_mbs / boto_mbs:.2f}** | | | |\n"
     )
-    print(table)
+
+
+def report(args: argparse.Namespace, argv: list[str] | None, result: str) -> None:
+    """Append the run to BENCHMARKS.md (the command shown without its ``--label``)."""
+    given = argv if argv is not None else sys.argv[1:]
+    shown = [
+        a
+        for i, a in enumerate(given)
+        if not a.startswith("--label") and not (i and given[i - 1] == "--label")
+    ]
+    cmd = " ".join([".venv/bin/python bench/copy_bench.py", *shown])
+    entry = (
+        f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
+        f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
+        f"{' — ' + args.label if args.label else ''}\n\n"
+        f"- machine: {machine()}\n"
+        f"- command: `{cmd}` ({args.server} server in its own process; "
+        f"alternating, best of {args.repeat})\n\n" + result
+    )
+    record(SECTION, entry, intro=INTRO)
+    print("recorded in BENCHMARKS.md")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.update(FAKE_AWS)
+    work = OUT / "copy"
+    logs = work / "logs"
+    t = time.perf_counter()
+    files = generate(logs, args.segments, args.segment_mib)
+    size = sum(f.stat().st_size for f in files)
+    print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
+    with s3_server(args.server, work, BUCKET) as (endpoint, pid):
+        SERVER[:] = [pid]
+        runs = measure(work, logs, files, endpoint, args)
+    if runs is None:
+        return 0
+    result = table(size, *runs)
+    print(result)
     if not args.no_record:
-        given = argv if argv is not None else sys.argv[1:]
-        shown = [
-            a
-            for i, a in enumerate(given)
-            if not a.startswith("--label") and not (i and given[i - 1] == "--label")
-        ]
-        cmd = " ".join([".venv/bin/python bench/copy_bench.py", *shown])
-        entry = (
-            f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
-            f"part size {args.part_mib} MiB, concurrency {args.concurrency}"
-            f"{' — ' + args.label if args.label else ''}\n\n"
-            f"- machine: {machine()}\n"
-            f"- command: `{cmd}` ({args.server} server in its own process; "
-            f"alternating, best of {args.repeat})\n\n" + table
-        )
-        record(SECTION, entry, intro=INTRO)
-        print("recorded in BENCHMARKS.md")
+        report(args, argv, result)
     return 0
 
 
