@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlm.testing.toml import toml_value
 
-__all__ = ["write_config"]
+__all__ = ["faulty_local_options", "write_config"]
 
 
 def write_config(
@@ -56,3 +57,9 @@ def write_config(
             lines += ["[cluster.leaders]"] + [f"{json.dumps(k)} = {v}" for k, v in cluster["leaders"].items()]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def faulty_local_options(store: Path, faults: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
+    """``[remote.options]`` of the ``faulty`` backend (docs/storage.md) wrapping a ``local`` store at
+    ``store``: ``faults`` are its rates/operations, ``seed`` makes the injected failures repeatable."""
+    return {"inner": "local", "inner_options": {"root": str(store)}, "seed": seed, **faults}

@@ -18,7 +18,7 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
-from rlm.testing.configs import write_config
+from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
 from rlm.tiering.manager import RemoteLogManager
@@ -121,7 +121,7 @@ def test_subprocess_kill_rounds_over_faulty_backend(tmp_path: Path) -> None:
     bases = {p: _bases(logs, p) for p in (0, 1)}
     store = tmp_path / "store"
     inner = LocalBackend(root=str(store))
-    options = {"inner": "local", "inner_options": {"root": str(store)}, "seed": 0, **FAULTS}
+    options = faulty_local_options(store, FAULTS)
     cfg = write_config(
         tmp_path / "c.toml",
         [logs],
