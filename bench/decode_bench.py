@@ -184,18 +184,24 @@ def interleaved(
     return [(name, min(times[name]), results[name]) for name, _ in contenders]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=64, help="log bytes to decode (MiB)")
     ap.add_argument("--runs", type=int, default=3, help="best of this many runs per contender")
     ap.add_argument("--batch-kib", type=int, default=16)
     ap.add_argument("--value-bytes", type=int, default=300)
     ap.add_argument("--no-record", action="store_true", help="print only, do not touch BENCHMARKS.md")
-    args = ap.parse_args()
-    if native.extension_error() is not None:
-        sys.exit(f"the compiled decoder is not built ({native.extension_error()}): run make install")
-    data, n = segment(args.mib, templates(args.batch_kib << 10, args.value_bytes))
-    task = ReadTask("bench", 0, "local", "(memory)", 0, len(data), 0, (1 << 63) - 1)
+    return ap.parse_args()
+
+
+def _memory_task(data: bytes) -> ReadTask:
+    """A task reading all of ``data`` (held in memory) as partition bench-0, every offset."""
+    return ReadTask("bench", 0, "local", "(memory)", 0, len(data), 0, (1 << 63) - 1)
+
+
+def measure_arrow(data: bytes, n: int, runs: int) -> list[tuple[str, float]]:
+    """Best seconds of each decoder turning ``data`` (``n`` records) into Arrow, every table
+    checked equal to rlm native's."""
     mb = len(data) / 1e6
     contenders = [
         ("rlm native → Arrow", rlm_decoder("native")),
@@ -205,7 +211,7 @@ def main() -> None:
     ]
     rows: list[tuple[str, float]] = []
     reference = None
-    for name, secs, result in interleaved(contenders, task, data, args.runs):
+    for name, secs, result in interleaved(contenders, _memory_task(data), data, runs):
         if isinstance(result, pa.Table):
             assert result.num_rows == n, (name, result.num_rows, n)
             if reference is None:
@@ -216,33 +222,49 @@ def main() -> None:
             f"{name:38s} {secs:7.3f} s  {n / secs / 1e6:6.2f} M records/s  {mb / secs:7.1f} MB/s", flush=True
         )
     native.set_decoder(None)
-    base = dict(rows)["aiokafka C + pyarrow → Arrow"]
-    table = ["| decoder | seconds | M records/s | MB/s | vs aiokafka C + pyarrow |", "|---|---|---|---|---|"]
-    table += [
-        f"| {name} | {secs:.3f} | {n / secs / 1e6:.2f} | {mb / secs:.1f} | **{base / secs:.2f}x** |"
-        for name, secs in rows
-    ]
-    # /records?format=json (and rlm fetch, lookups): Record objects, then rlm's JSON rendering.
+    return rows
+
+
+def measure_json(args: argparse.Namespace) -> list[str]:
+    """Table lines for /records?format=json (and rlm fetch, lookups): Record objects, then rlm's
+    JSON rendering, under each decoder (the bytes must be identical)."""
     small, small_n = segment(max(1, args.mib // 8), templates(args.batch_kib << 10, args.value_bytes))
-    small_task = ReadTask("bench", 0, "local", "(memory)", 0, len(small), 0, (1 << 63) - 1)
     json_rows = interleaved(
-        [("python", fetch_json("python")), ("native", fetch_json("native"))], small_task, small, args.runs
+        [("python", fetch_json("python")), ("native", fetch_json("native"))],
+        _memory_task(small),
+        small,
+        args.runs,
     )
     native.set_decoder(None)
     assert json_rows[0][2] == json_rows[1][2], "fetch JSON differs between the decoders"
     py_secs = json_rows[0][1]
-    table += [
+    return [
         "",
         f"`/records?format=json` rendering of {len(small) >> 20} MiB ({small_n} records), "
         "identical bytes under both decoders:",
         "",
         "| decode_records | seconds | M records/s | vs python |",
         "|---|---|---|---|",
-    ]
-    table += [
+    ] + [
         f"| {name} | {secs:.3f} | {small_n / secs / 1e6:.2f} | **{py_secs / secs:.2f}x** |"
         for name, secs, _ in json_rows
     ]
+
+
+def main() -> None:
+    args = parse_args()
+    if native.extension_error() is not None:
+        sys.exit(f"the compiled decoder is not built ({native.extension_error()}): run make install")
+    data, n = segment(args.mib, templates(args.batch_kib << 10, args.value_bytes))
+    rows = measure_arrow(data, n, args.runs)
+    mb = len(data) / 1e6
+    base = dict(rows)["aiokafka C + pyarrow → Arrow"]
+    table = ["| decoder | seconds | M records/s | MB/s | vs aiokafka C + pyarrow |", "|---|---|---|---|---|"]
+    table += [
+        f"| {name} | {secs:.3f} | {n / secs / 1e6:.2f} | {mb / secs:.1f} | **{base / secs:.2f}x** |"
+        for name, secs in rows
+    ]
+    table += measure_json(args)
     entry = (
         f"### {dt.date.today()} — {args.mib} MiB of snappy {args.batch_kib} KiB batches, "
         f"~{args.value_bytes} B values + key + 2 headers ({n} records), one core\n\n"
