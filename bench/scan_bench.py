@@ -27,6 +27,7 @@ import random
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
@@ -149,14 +150,17 @@ def mmap_floor(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mib", type=int, default=1024, help="segment size to scan (default 1024)")
     ap.add_argument("--batch-kib", type=int, default=16, help="uncompressed bytes per batch (default 16)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is kept")
     ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def prepare(args: argparse.Namespace) -> Path:
+    """The segment to scan under OUT, reused when one of the asked size (within 64 KiB) exists."""
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"scan-{args.size_mib}MiB-{args.batch_kib}KiB.log"
     target = args.size_mib << 20
@@ -166,55 +170,79 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         generate(path, target, args.batch_kib * 1024)
         print(f"generated {path} in {time.perf_counter() - t:.1f} s")
-    size = path.stat().st_size
+    return path
 
+
+@dataclass
+class Timings:
+    """Best seconds of each measurement (warm page cache unless ``cold_``), and the batch count."""
+
+    raw: float
+    scan: float
+    walk: float
+    floor: float
+    cold_raw: float
+    cold_scan: float
+    batches: int
+
+
+def measure(path: Path, repeat: int) -> Timings:
     raw_read(path)  # warm the page cache for both measurements
-    raw_s = min(raw_read(path) for _ in range(args.repeat))
-    scans = [scan(path) for _ in range(args.repeat)]
-    scan_s = min(s for s, _ in scans)
-    batches = scans[0][1]
-    walk_s = min(scan(path, skip_crc=True)[0] for _ in range(args.repeat))
-    floor_s = min(mmap_floor(path) for _ in range(args.repeat))
-    raw_mbs = size / raw_s / 1e6
-    scan_mbs = size / scan_s / 1e6
-    ratio = scan_mbs / raw_mbs
+    raw_s = min(raw_read(path) for _ in range(repeat))
+    scans = [scan(path) for _ in range(repeat)]
+    walk_s = min(scan(path, skip_crc=True)[0] for _ in range(repeat))
+    floor_s = min(mmap_floor(path) for _ in range(repeat))
     # Cold: alternate the contenders so drifting disk/host-cache speed hits both alike.
     cold_raw, cold_scan = [], []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         cold_raw.append(cold(raw_read, path))
         cold_scan.append(cold(scan, path)[0])
-    cold_raw_mbs = size / min(cold_raw) / 1e6
-    cold_scan_mbs = size / min(cold_scan) / 1e6
-    cold_ratio = cold_scan_mbs / cold_raw_mbs
+    scan_s = min(s for s, _ in scans)
+    return Timings(raw_s, scan_s, walk_s, floor_s, min(cold_raw), min(cold_scan), scans[0][1])
 
-    table = (
+
+def table(size: int, t: Timings) -> tuple[str, float, float]:
+    """The Markdown result for a file of ``size`` bytes, and the warm and cold scan/raw ratios."""
+    raw_mbs, scan_mbs = size / t.raw / 1e6, size / t.scan / 1e6
+    cold_raw_mbs, cold_scan_mbs = size / t.cold_raw / 1e6, size / t.cold_scan / 1e6
+    ratio, cold_ratio = scan_mbs / raw_mbs, cold_scan_mbs / cold_raw_mbs
+    text = (
         "| measurement | seconds | MB/s |\n|---|---|---|\n"
-        f"| warm cache: raw read, 1 MiB `readinto` chunks | {raw_s:.3f} | {raw_mbs:,.0f} |\n"
-        f"| warm cache: `iter_batches` over mmap, CRC-32C verified | {scan_s:.3f} | {scan_mbs:,.0f} |\n"
+        f"| warm cache: raw read, 1 MiB `readinto` chunks | {t.raw:.3f} | {raw_mbs:,.0f} |\n"
+        f"| warm cache: `iter_batches` over mmap, CRC-32C verified | {t.scan:.3f} | {scan_mbs:,.0f} |\n"
         f"| **warm ratio** (scan / raw, target ≥ {TARGET_RATIO}) | | **{ratio:.2f}** |\n"
         f"| warm cache: the same walk with `skip_crc` (headers + objects; "
-        f"{walk_s / batches * 1e6:.2f} µs/batch) | {walk_s:.3f} | {size / walk_s / 1e6:,.0f} |\n"
+        f"{t.walk / t.batches * 1e6:.2f} µs/batch) | {t.walk:.3f} | {size / t.walk / 1e6:,.0f} |\n"
         f"| warm cache: one CRC-32C call over a fresh mmap of the file (the mmap floor: page faults + "
-        f"one read, no per-batch work) | {floor_s:.3f} | {size / floor_s / 1e6:,.0f} |\n"
-        f"| cold cache: raw read | {min(cold_raw):.3f} | {cold_raw_mbs:,.0f} |\n"
-        f"| cold cache: `iter_batches`, CRC-32C verified | {min(cold_scan):.3f} | {cold_scan_mbs:,.0f} |\n"
+        f"one read, no per-batch work) | {t.floor:.3f} | {size / t.floor / 1e6:,.0f} |\n"
+        f"| cold cache: raw read | {t.cold_raw:.3f} | {cold_raw_mbs:,.0f} |\n"
+        f"| cold cache: `iter_batches`, CRC-32C verified | {t.cold_scan:.3f} | {cold_scan_mbs:,.0f} |\n"
         f"| **cold ratio** (scan / raw, target ≥ {TARGET_RATIO}) | | **{cold_ratio:.2f}** |\n"
     )
-    avg_kib = size / batches / 1024
+    return text, ratio, cold_ratio
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    path = prepare(args)
+    size = path.stat().st_size
+    timings = measure(path, args.repeat)
+    result, ratio, cold_ratio = table(size, timings)
+    avg_kib = size / timings.batches / 1024
     print(
-        f"\n{size / 2**20:.0f} MiB, {batches} batches ({avg_kib:.1f} KiB avg), best of {args.repeat}, "
-        f"scan: {SCAN_IMPL}"
+        f"\n{size / 2**20:.0f} MiB, {timings.batches} batches ({avg_kib:.1f} KiB avg), "
+        f"best of {args.repeat}, scan: {SCAN_IMPL}"
     )
-    print(table)
+    print(result)
     if not args.no_record:
         given = argv if argv is not None else sys.argv[1:]
         cmd = " ".join([".venv/bin/python bench/scan_bench.py", *given])
         entry = (
-            f"### {dt.date.today().isoformat()} — {size / 2**20:.0f} MiB, {batches} batches "
+            f"### {dt.date.today().isoformat()} — {size / 2**20:.0f} MiB, {timings.batches} batches "
             f"({avg_kib:.1f} KiB avg, half snappy)\n\n"
             f"- machine: {machine()}\n"
             f"- scan implementation: {SCAN_IMPL} (docs/scan.md)\n"
-            f"- command: `{cmd}` (best of {args.repeat} per setting)\n\n" + table
+            f"- command: `{cmd}` (best of {args.repeat} per setting)\n\n" + result
         )
         record(SECTION, entry)
         print(f"recorded in {BENCHMARKS}")
