@@ -58,14 +58,19 @@ def _move_high_watermarks(log_dir: Path, fraction: float) -> None:
     path.with_suffix(".full").write_text(format_offset_checkpoint(entries))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--mib", type=int, default=16)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-record", action="store_true")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rlm-iceberg-bench-"))
+    return ap.parse_args()
+
+
+def setup(work: Path, args: argparse.Namespace) -> tuple[Any, float]:
+    """Generate ``--partitions`` × ``--mib`` of topic bench, tier it to a local store, then pull the
+    high watermarks back by 10 % (the incremental step moves them forward again): (settings,
+    MB of segments the read plan covers)."""
     log_dir, store = work / "logs", work / "store"
     settings = settings_from_mapping(
         {
@@ -79,13 +84,19 @@ def main() -> None:
     generate(log_dir, args.partitions, args.mib)
     RemoteLogManager(settings, open_backend("local", {"root": str(store)})).run_once()
     _move_high_watermarks(log_dir, 0.1)
-    mb = sum(t.size for t in plan_read(settings, ["bench"]).tasks) / 1e6
-    spark = spark_session(
-        args.master, "rlm iceberg bench", progress=False, conf={"spark.ui.enabled": "false"}
-    )
+    return settings, sum(t.size for t in plan_read(settings, ["bench"]).tasks) / 1e6
+
+
+def measure(spark: Any, settings: Any, work: Path) -> list[dict[str, Any]]:
+    """Parquet export vs Iceberg full (Spark and local engines), an incremental no-op, and an
+    incremental run after the high watermarks move up by the held-back 10 %."""
     export(spark, settings, ["bench"], str(work / "warmup"), partitions=[0], end=START_TS + 30_000)
     target = IcebergTarget.from_settings(settings, work / "ice-spark")
     local = IcebergTarget.from_settings(settings, work / "ice-local")
+
+    def incremental() -> Any:
+        return export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True)
+
     rows = [
         _step("parquet (spark)", lambda: export(spark, settings, ["bench"], str(work / "parquet"))),
         _step(
@@ -95,35 +106,43 @@ def main() -> None:
         _step(
             "iceberg full (local engine)", lambda: export_iceberg(settings, ["bench"], local, local_engine())
         ),
-        _step(
-            "iceberg incremental no-op",
-            lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True),
-        ),
+        _step("iceberg incremental no-op", incremental),
     ]
+    log_dir = work / "logs"
     full = log_dir / "replication-offset-checkpoint.full"
     (log_dir / "replication-offset-checkpoint").write_text(full.read_text())
-    rows.append(
-        _step(
-            "iceberg incremental +10 %",
-            lambda: export_iceberg(settings, ["bench"], target, spark_engine(spark), incremental=True),
-        )
+    rows.append(_step("iceberg incremental +10 %", incremental))
+    return rows
+
+
+def report(args: argparse.Namespace, mb: float, rows: list[dict[str, Any]]) -> None:
+    lines = [
+        f"`python bench/iceberg_bench.py --partitions {args.partitions} --mib {args.mib}` "
+        f"({args.master}; {machine()}; {mb:.1f} MB of segments):",
+        "",
+        "| step | seconds | records | segment MB read | records/s | MB/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['step']} | {r['seconds']} | {r['records']} | {r['segment_MB']} | "
+        f"{r['records_per_s']} | {r['MB_per_s']} |"
+        for r in rows
+    ]
+    record("## Iceberg export", "\n".join(lines) + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rlm-iceberg-bench-"))
+    settings, mb = setup(work, args)
+    spark = spark_session(
+        args.master, "rlm iceberg bench", progress=False, conf={"spark.ui.enabled": "false"}
     )
+    rows = measure(spark, settings, work)
     spark.stop()
     print(json.dumps({"segment_MB": round(mb, 1), "master": args.master}), file=sys.stderr)
     if not args.no_record:
-        lines = [
-            f"`python bench/iceberg_bench.py --partitions {args.partitions} --mib {args.mib}` "
-            f"({args.master}; {machine()}; {mb:.1f} MB of segments):",
-            "",
-            "| step | seconds | records | segment MB read | records/s | MB/s |",
-            "|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['step']} | {r['seconds']} | {r['records']} | {r['segment_MB']} | "
-            f"{r['records_per_s']} | {r['MB_per_s']} |"
-            for r in rows
-        ]
-        record("## Iceberg export", "\n".join(lines) + "\n")
+        report(args, mb, rows)
 
 
 if __name__ == "__main__":
