@@ -291,7 +291,13 @@ def follower_cost(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
     leader = subprocess.run(cmd, env=rlm_env(), capture_output=True, text=True, check=False, cwd=work)
     leader_s = time.perf_counter() - t
     assert leader.returncode == 0, leader.stderr[-2000:]
-    manager, counting = _counting_manager(cfg(2))
+    return {"partitions": partitions, "gen_s": gen_s, "leader_s": leader_s, **_follower_passes(cfg(2))}
+
+
+def _follower_passes(config: Path) -> dict[str, Any]:
+    """Two passes of the follower's manager over ``config`` (the first after the leader copied
+    everything, then an idle one): seconds and store calls of each, segments it copied, errors."""
+    manager, counting = _counting_manager(config)
     try:
         t = time.perf_counter()
         first = manager.run_once()
@@ -302,18 +308,13 @@ def follower_cost(partitions: int, baseline: bool, seed: int) -> dict[str, Any]:
         idle_s, idle_calls = time.perf_counter() - t, dict(counting.calls)
     finally:
         manager.stop()
-    errors = [r.error for r in first + idle if r.error]
-    copied = sum(len(r.copied) for r in first + idle)
     return {
-        "partitions": partitions,
-        "gen_s": gen_s,
-        "leader_s": leader_s,
         "first_s": first_s,
         "first_calls": first_calls,
         "idle_s": idle_s,
         "idle_calls": idle_calls,
-        "follower_copied": copied,
-        "errors": errors[:3],
+        "follower_copied": sum(len(r.copied) for r in first + idle),
+        "errors": [r.error for r in first + idle if r.error][:3],
     }
 
 
