@@ -11,9 +11,11 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from rlm.testing.daemon import free_port
 
@@ -74,6 +76,31 @@ def record(section: str, entry: str, *, intro: str = "") -> None:
     before = "".join(lines[:nxt]).rstrip("\n") + "\n\n"
     after = "".join(lines[nxt:])
     BENCHMARKS.write_text(before + entry + ("\n" + after if after else ""))
+
+
+def print_table(rows: Sequence[str]) -> str:
+    """Print the Markdown table made of ``rows`` (one line each) and return it."""
+    table = "\n".join(rows)
+    print(table)
+    return table
+
+
+def run_threads(threads: Sequence[threading.Thread]) -> float:
+    """Start every thread, wait for all of them: wall seconds from the first start to the last join."""
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t
+
+
+def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
+    """Delete every object of ``bucket`` under ``prefix`` through a boto3 client, a page at a time."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if objs:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": objs, "Quiet": True})
 
 
 class MotoProcess:

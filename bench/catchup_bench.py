@@ -39,15 +39,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import logging
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +52,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record, template_batch, write_rolled_partition
+from bench.benchlib import (
+    command_line,
+    machine,
+    print_table,
+    record,
+    template_batch,
+    write_rolled_partition,
+)
+from bench.readmeasure import (
+    CPU_PIDS,
+    Result,
+    keep_best,
+    parallel,
+    timed,
+    weed_store,
+)
 
 SECTION = "## Catch-up reads"
 TOPIC, BUCKET = "catchup", "rlm-catchup"
@@ -70,37 +82,6 @@ class Rig:
     s3: Any
     objects: list[tuple[str, int, int]]  # (key, size, base offset) in offset order
     end_offset: int
-
-
-#: processes whose CPU time each measurement reports: "store" (weed), "server" (the API process)
-CPU_PIDS: dict[str, int] = {}
-
-
-def cpu_snapshot() -> dict[str, float]:
-    """CPU seconds (user + system) so far: this process (the client side) and each of CPU_PIDS."""
-    import os
-
-    out = {"client": time.process_time()}
-    for role, pid in CPU_PIDS.items():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[role] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-@dataclass
-class Result:
-    name: str
-    seconds: float
-    nbytes: int
-    digest: str | None = None
-    cpu: dict[str, float] | None = None  # CPU seconds by role during the measurement
-
-    @property
-    def mbps(self) -> float:
-        return self.nbytes / self.seconds / 1e6
 
 
 def generate(logs: Path, segments: int, segment_mib: int) -> int:
@@ -263,52 +244,6 @@ def client_read(url: str, offset: int) -> list[bytes]:
     return chunks
 
 
-def _cpu_since(before: dict[str, float]) -> dict[str, float]:
-    after = cpu_snapshot()
-    return {role: after[role] - before[role] for role in before if role in after}
-
-
-def timed(name: str, fn: Callable[[], list[bytes]]) -> Result:
-    cpu = cpu_snapshot()
-    t = time.perf_counter()
-    chunks = fn()
-    seconds = time.perf_counter() - t
-    used = _cpu_since(cpu)
-    digest = hashlib.sha256()
-    for c in chunks:
-        digest.update(c)
-    return Result(name, seconds, sum(len(c) for c in chunks), digest.hexdigest(), used)
-
-
-def parallel(name: str, fns: list[Callable[[], list[bytes]]]) -> Result:
-    """Run ``fns`` in threads at once; aggregate bytes / wall time; digest of the parts in order."""
-    outs: list[list[bytes]] = [[] for _ in fns]
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            outs[i] = fns[i]()
-        except BaseException as err:  # reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
-    cpu = cpu_snapshot()
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    seconds = time.perf_counter() - t
-    used = _cpu_since(cpu)
-    if errors:
-        raise errors[0]
-    digest = hashlib.sha256()
-    for chunks in outs:
-        for c in chunks:
-            digest.update(c)
-    return Result(name, seconds, sum(len(c) for o in outs for c in o), digest.hexdigest(), used)
-
-
 # --- one round -------------------------------------------------------------------------------------------
 
 
@@ -439,26 +374,14 @@ def main() -> int:
     # benchlib's fast writer leaves index entries rlm rebuilds at upload (and says so, per segment)
     logging.getLogger("rlm.logdir.indexcheck").setLevel(logging.ERROR)
 
-    from rlm.testing.seaweed import SeaweedServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="rlm-catchup-bench-"))
-    weed = SeaweedServer(tmp / "weed").start()
-    try:
-        assert weed.proc is not None
-        CPU_PIDS["store"] = weed.proc.pid
-        weed.make_bucket(BUCKET)
+    with weed_store("rlm-catchup-bench-", BUCKET) as (tmp, weed):
         rig = tier(tmp, weed, args)
         best: dict[str, Result] = {}
         for n in range(args.rounds):
             for r in single_round(rig, args, n) + concurrent_round(rig, args):
-                if r.name not in best or r.seconds < best[r.name].seconds:
-                    best[r.name] = r
-                print(f"  {r.name}: {r.mbps:.1f} MB/s ({r.seconds:.2f} s)", file=sys.stderr)
+                keep_best(best, r)
         alone, during, lookups = hot_keys(rig, args)
         report(rig, args, list(best.values()), (alone, during, lookups))
-    finally:
-        weed.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
@@ -489,8 +412,7 @@ def report(rig: Rig, args: argparse.Namespace, results: list[Result], hot: tuple
         f"cache): hit rate alone / during a catch-up stream ({lookups} lookups) | | | | "
         f"**{alone:.2f} / {during:.2f}** | |"
     )
-    table = "\n".join(rows)
-    print(table)
+    table = print_table(rows)
     if args.no_record:
         return
     cmd = command_line()

@@ -43,6 +43,8 @@ from bench.benchlib import (
     FAKE_AWS,
     OUT,
     S3_SERVERS,
+    command_line,
+    empty_prefix,
     machine,
     record,
     s3_server,
@@ -178,13 +180,6 @@ def run_boto(client: Any, files: list[Path], prefix: str, args: argparse.Namespa
     return timed
 
 
-def empty(client: Any, prefix: str) -> None:
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if objs:
-            client.delete_objects(Bucket=BUCKET, Delete={"Objects": objs, "Quiet": True})
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--segments", type=int, default=4)
@@ -208,7 +203,7 @@ def profile_rlm(work: Path, logs: Path, backend: Any, client: Any, args: argpars
     """cProfile one rlm pass; print the top functions by own and by cumulative time."""
     prof = cProfile.Profile()
     run_rlm(work, logs, backend, args, prof)
-    empty(client, "rlm/")
+    empty_prefix(client, BUCKET, "rlm/")
     stats = pstats.Stats(prof)
     stats.sort_stats("tottime").print_stats(18)
     stats.sort_stats("cumulative").print_stats(25)
@@ -228,7 +223,7 @@ def measure(
         # Warm-up of both clients (page cache, connections, the server's code paths), not timed.
         run_boto(client, files[:1], "boto/", args)
         backend.upload_file("warm/" + files[0].name, files[0])
-        empty(client, "")
+        empty_prefix(client, BUCKET, "")
         size = sum(f.stat().st_size for f in files)
         runs: dict[str, list[Timed]] = {"rlm": [], "boto": []}
         for i in range(args.repeat):
@@ -238,7 +233,7 @@ def measure(
                 else:
                     t = run_boto(client, files, "boto/", args)
                 runs[who].append(t)
-                empty(client, "")
+                empty_prefix(client, BUCKET, "")
                 print(
                     f"  round {i} {who}: {size / t.wall / 1e6:.0f} MB/s, CPU s client {t.client:.2f} "
                     f"server {t.server:.2f}",
@@ -274,13 +269,13 @@ def table(size: int, rlm_t: list[Timed], boto_t: list[Timed]) -> str:
 
 def report(args: argparse.Namespace, argv: list[str] | None, result: str) -> None:
     """Append the run to BENCHMARKS.md (the command shown without its ``--label``)."""
-    given = argv if argv is not None else sys.argv[1:]
+    given = list(argv if argv is not None else sys.argv[1:])
     shown = [
         a
         for i, a in enumerate(given)
         if not a.startswith("--label") and not (i and given[i - 1] == "--label")
     ]
-    cmd = " ".join([".venv/bin/python bench/copy_bench.py", *shown])
+    cmd = command_line(shown)
     entry = (
         f"### {dt.date.today().isoformat()} — {args.segments} × {args.segment_mib} MiB segments, "
         f"part size {args.part_mib} MiB, concurrency {args.concurrency}"

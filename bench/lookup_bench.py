@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchlib import S3_SERVERS, command_line, machine, record, s3_server  # noqa: E402
+from bench.benchlib import S3_SERVERS, command_line, machine, record, run_threads, s3_server  # noqa: E402
 from rlm.testing.counting import CountingBackend  # noqa: E402
 
 SECTION = "## Lookup latency"
@@ -243,12 +243,7 @@ def measure_http(rig: Rig, args: argparse.Namespace, rnd: random.Random) -> floa
         for o in queries:
             c.lookup_offset("bench", 0, o)
     threads = [threading.Thread(target=client) for _ in range(args.http_threads)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    http_s = time.perf_counter() - t
+    http_s = run_threads(threads)
     server.stop()
     assert not errors, errors[:5]
     return per_thread * args.http_threads / http_s

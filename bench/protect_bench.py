@@ -35,15 +35,15 @@ import os
 import random
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record, write_rolled_partition
-from bench.catchup_bench import CPU_PIDS, TOPIC, Result, Rig, api_process, records_read, stream_read, timed
+from bench.benchlib import command_line, empty_prefix, machine, print_table, record, write_rolled_partition
+from bench.catchup_bench import TOPIC, Rig, api_process, records_read, stream_read
+from bench.readmeasure import Result, keep_best, timed, weed_store
 
 SECTION = "## Protection: compression + encryption"
 BUCKET = "rlm-protect"
@@ -126,13 +126,6 @@ def modes(tmp: Path, weed: Any, args: argparse.Namespace, end: int) -> dict[str,
     return out
 
 
-def empty(s3: Any, prefix: str) -> None:
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if objs:
-            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": objs, "Quiet": True})
-
-
 def stored(s3: Any, prefix: str) -> tuple[int, int]:
     """(bytes of every object, bytes of the segment.log objects) under ``prefix``."""
     total = logs = 0
@@ -149,7 +142,7 @@ def copy_pass(mode: Mode, s3: Any, segments: int, log_bytes: int) -> Result:
     for f in (mode.logs / f"{TOPIC}-0").glob("*.remote*"):
         f.unlink()
     shutil.rmtree(mode.state, ignore_errors=True)
-    empty(s3, mode.prefix)
+    empty_prefix(s3, BUCKET, mode.prefix)
     manager = RemoteLogManager(mode.settings, mode.backend)
 
     def run() -> list[bytes]:
@@ -208,14 +201,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("rlm.logdir.indexcheck").setLevel(logging.ERROR)  # benchlib's sparse indexes
 
-    from rlm.testing.seaweed import SeaweedServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="rlm-protect-bench-"))
-    weed = SeaweedServer(tmp / "weed").start()
-    try:
-        assert weed.proc is not None
-        CPU_PIDS["store"] = weed.proc.pid
-        weed.make_bucket(BUCKET)
+    with weed_store("rlm-protect-bench-", BUCKET) as (tmp, weed):
         s3 = weed.client(max_pool_connections=16)
         end = write_rolled_partition(
             tmp / "logs",
@@ -231,23 +217,15 @@ def main() -> int:
             copy_pass(ms[name], s3, args.segments, log_bytes)
         for n in range(args.rounds):
             for name in MODES if n % 2 == 0 else MODES[::-1]:
-                r = copy_pass(ms[name], s3, args.segments, log_bytes)
-                print(f"  {r.name}: {r.mbps:.1f} MB/s ({r.seconds:.2f} s)", file=sys.stderr)
-                if r.name not in best or r.seconds < best[r.name].seconds:
-                    best[r.name] = r
+                keep_best(best, copy_pass(ms[name], s3, args.segments, log_bytes))
         sizes = {name: stored(s3, ms[name].prefix) for name in MODES}
         for m in ms.values():
             drop_local(m)
         for n in range(args.rounds):
             for name in MODES if n % 2 == 0 else MODES[::-1]:
                 for r in catch_up(ms[name], end, log_bytes):
-                    print(f"  {r.name}: {r.mbps:.1f} MB/s ({r.seconds:.2f} s)", file=sys.stderr)
-                    if r.name not in best or r.seconds < best[r.name].seconds:
-                        best[r.name] = r
+                    keep_best(best, r)
         report(args, best, sizes, log_bytes)
-    finally:
-        weed.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
@@ -277,8 +255,7 @@ def report(
         f"| stored bytes, `segment.log` objects (MB) | {log_p / 1e6:,.1f} | {log_x / 1e6:,.1f} | "
         f"**{log_x / log_p:.2f}** | | |"
     )
-    table = "\n".join(rows)
-    print(table)
+    table = print_table(rows)
     if args.no_record:
         return
     cmd = command_line()

@@ -33,7 +33,15 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH, as the other benches
 
-from bench.benchlib import command_line, machine, record, s3_server, template_batch, write_rolled_partition
+from bench.benchlib import (
+    command_line,
+    machine,
+    print_table,
+    record,
+    s3_server,
+    template_batch,
+    write_rolled_partition,
+)
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.jobs.restore import restore
@@ -174,8 +182,7 @@ def _report(args: argparse.Namespace, segments: int, mib: float, times: dict[str
         )
         med = statistics.median(values)
         lines.append(f"| {label} | {med:.2f} | {mib / med:.0f} | {med / base:.2f} |")
-    table = "\n".join(lines)
-    print(table)
+    table = print_table(lines)
     if args.record:
         cmd = command_line()
         entry = (

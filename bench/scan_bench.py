@@ -44,7 +44,7 @@ except ImportError:  # the pure-Python walk runs; the floor uses the crc32c pack
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchlib import BENCHMARKS, OUT, machine, record  # noqa: E402
+from bench.benchlib import BENCHMARKS, OUT, command_line, machine, record  # noqa: E402
 
 SECTION = "## Scan throughput"
 CHUNK = 1 << 20
@@ -235,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(result)
     if not args.no_record:
-        given = argv if argv is not None else sys.argv[1:]
-        cmd = " ".join([".venv/bin/python bench/scan_bench.py", *given])
+        cmd = command_line(argv)
         entry = (
             f"### {dt.date.today().isoformat()} — {size / 2**20:.0f} MiB, {timings.batches} batches "
             f"({avg_kib:.1f} KiB avg, half snappy)\n\n"

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH, as the other benches
 
-from bench.benchlib import command_line, machine, record, s3_server
+from bench.benchlib import command_line, machine, print_table, record, s3_server
 from rlm.cli.generate import generate_log_dir
 from rlm.config import settings_from_mapping
 from rlm.storage.registry import create_backend
@@ -146,8 +146,7 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"{r['idle']} | {r['list_all']} | {r['copy_s'] / base['copy_s']:.2f} | "
             f"{r['idle_s'] / base['idle_s']:.2f} | {r['list_all_s'] / base['list_all_s']:.2f} |"
         )
-    table = "\n".join(lines)
-    print(table)
+    table = print_table(lines)
     if args.record:
         cmd = command_line()
         entry = (
