@@ -32,7 +32,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -40,11 +39,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.benchlib import machine, record, template_batch, write_rolled_partition
+from rlm.testing.daemon import free_port, run_daemon
 
 SECTION = "## Kafka listener catch-up"
 TOPIC = "kbench"
@@ -58,7 +59,10 @@ def _rlm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _prepare(work: Path, segments: int, segment_mib: int) -> tuple[Path, int]:
+def _prepare(work: Path, segments: int, segment_mib: int) -> tuple[Path, int, tuple[int, int]]:
+    """Tier ``segments`` rolled segments and delete their local copies: (config, log end offset,
+    (HTTP port, Kafka port) the config serves on)."""
+    ports = (free_port(), free_port())
     logs = work / "logs"
     end = write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(16, 1000))
     config = work / "rlm.toml"
@@ -75,9 +79,9 @@ def _prepare(work: Path, segments: int, segment_mib: int) -> tuple[Path, int]:
                 "[tiering]",
                 "task_interval_ms = 600000",
                 "[server]",
-                "port = 0",
+                f"port = {ports[0]}",
                 "[kafka]",
-                'listen = "127.0.0.1:0"',
+                f'listen = "127.0.0.1:{ports[1]}"',
             ]
         )
         + "\n"
@@ -87,42 +91,21 @@ def _prepare(work: Path, segments: int, segment_mib: int) -> tuple[Path, int]:
     for f in part.iterdir():  # every rolled segment is tiered: delete the local copies
         if f.suffix in (".log", ".index", ".timeindex") and int(f.stem) < end:
             f.unlink()
-    return config, end
+    return config, end, ports
 
 
-class Daemon:
-    def __init__(self, config: Path) -> None:
-        self.log = config.with_suffix(".log")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-        self._err = self.log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self._err,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            text = self.log.read_text()
-            http = re.search(r"HTTP API on (http://\S+)", text)
-            kafka = re.search(r"Kafka listener on 127\.0\.0\.1:(\d+)", text)
-            if http and kafka:
-                self.url, self.port = http.group(1), int(kafka.group(1))
-                return
-            time.sleep(0.1)
-        raise RuntimeError(self.log.read_text())
+@dataclass(frozen=True)
+class Served:
+    """The daemon under test: its HTTP API's base URL and its Kafka listener's port on 127.0.0.1."""
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self._err.close()
+    url: str
+    port: int
 
 
 # -- contenders: each returns (records, bytes, digest or "") ----------------------------------------
 
 
-def http_stream(daemon: Daemon, end: int, decode: bool = False) -> tuple[int, int, str]:
+def http_stream(daemon: Served, end: int, decode: bool = False) -> tuple[int, int, str]:
     import urllib3
 
     http = urllib3.PoolManager()
@@ -150,7 +133,7 @@ def _decode_count(data: bytes) -> int:
     return n
 
 
-def kafka_fetch_loop(daemon: Daemon, end: int) -> tuple[int, int, str]:
+def kafka_fetch_loop(daemon: Served, end: int) -> tuple[int, int, str]:
     from kafka.protocol.consumer import FetchResponse
 
     from rlm.testing.kafka_wire import fetch_request
@@ -184,7 +167,7 @@ def _next_offset(data: bytes) -> int:
     return nxt
 
 
-def kafka_python_consumer(daemon: Daemon, end: int) -> tuple[int, int, str]:
+def kafka_python_consumer(daemon: Served, end: int) -> tuple[int, int, str]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -206,7 +189,7 @@ def kafka_python_consumer(daemon: Daemon, end: int) -> tuple[int, int, str]:
     return n, size, ""
 
 
-def aiokafka_consumer(daemon: Daemon, end: int) -> tuple[int, int, str]:
+def aiokafka_consumer(daemon: Served, end: int) -> tuple[int, int, str]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> tuple[int, int]:
@@ -243,21 +226,23 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlm-kafka-bench-"))
     try:
-        config, end = _prepare(work, args.segments, args.segment_mib)
-        daemon = Daemon(config)
-        try:
-            rows = _measure(daemon, end, args.rounds)
-        finally:
-            daemon.stop()
+        config, end, (http_port, kafka_port) = _prepare(work, args.segments, args.segment_mib)
+        log = work / "rlm.log"
+
+        def listening() -> bool:
+            return "Kafka listener on" in log.read_text()
+
+        with run_daemon(config, http_port, log, cwd=REPO, ready=listening) as daemon:
+            rows = _measure(Served(daemon.url, kafka_port), end, args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _report(rows, args, end)
 
 
-Contender = Callable[[Daemon, int], tuple[int, int, str]]
+Contender = Callable[[Served, int], tuple[int, int, str]]
 
 
-def _measure(daemon: Daemon, end: int, rounds: int) -> dict[str, tuple[float, int, int, str]]:
+def _measure(daemon: Served, end: int, rounds: int) -> dict[str, tuple[float, int, int, str]]:
     contenders: dict[str, Contender] = {
         "HTTP /records/stream, raw bytes": http_stream,
         "Kafka Fetch v12 loop, raw bytes": kafka_fetch_loop,
