@@ -1,5 +1,5 @@
 """Raw Kafka-wire Fetch requests for tests and benches that talk to rlm's Kafka listener frame by
-frame (docs/kafka.md) with kafka-python's protocol classes, the independent codec. One builder
+frame (docs/kafka-listener.md) with kafka-python's protocol classes, the independent codec. One builder
 instead of a copy of the same eleven-field FetchRequest per test module and bench.
 """
 
