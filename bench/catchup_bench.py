@@ -129,49 +129,45 @@ def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
     return Rig(raw, settings, backend, s3, objects, end)
 
 
+def daemon_api(raw: dict[str, Any], backend: Any) -> Any:
+    """The daemon's HTTP app and readers over ``backend`` as ``rlm run`` wires them
+    (rlm.cli.wiring.build_api over a RemoteLogManager of the settings ``raw``): a DaemonApi."""
+    from rlm.cli.wiring import build_api
+    from rlm.config import settings_from_mapping
+    from rlm.tiering.manager import RemoteLogManager
+
+    settings = settings_from_mapping(raw)
+    return build_api(settings, RemoteLogManager(settings, backend))
+
+
 @contextmanager
 def api_server(
     rig: Rig, *, http: str = "auto", loop: str = "auto", cache_bytes: int | None = None
 ) -> Iterator[tuple[str, Any]]:
-    """A fresh server (empty range cache) over the tiered partition: (url, TieredReaders)."""
-    from prometheus_client import CollectorRegistry
-
-    from rlm.http.app import create_app
+    """A fresh server in this process (empty range cache of ``cache_bytes``, default the config's)
+    over the tiered partition: (url, TieredReaders)."""
     from rlm.http.server import ApiServer
-    from rlm.tiering.cache import RemoteRangeCache
-    from rlm.tiering.readers import TieredReaders
 
-    registry = CollectorRegistry()
-    size = rig.settings.tiering.remote_cache_bytes if cache_bytes is None else cache_bytes
-    readers = TieredReaders(rig.settings, rig.backend, cache=RemoteRangeCache(size, registry=registry))
-    app = create_app(readers, rig.settings.server, status=list, registry=registry)
-    server = ApiServer(app, "127.0.0.1", 0, http=http, loop=loop).start()
+    raw = rig.raw
+    if cache_bytes is not None:
+        raw = {**raw, "tiering": {**raw["tiering"], "remote_cache_bytes": cache_bytes}}
+    api = daemon_api(raw, rig.backend)
+    server = ApiServer(api.app, "127.0.0.1", 0, http=http, loop=loop).start()
     try:
-        yield server.url, readers
+        yield server.url, api.readers
     finally:
         server.stop()
 
 
 def serve(raw: dict[str, Any], http: str, loop: str, conn: Any) -> None:
-    """The API in its own process, as ``rlm run`` serves it (same app, readers and server): sends
-    its URL on ``conn``, serves until ``conn`` says stop."""
+    """The API in its own process, as ``rlm run`` serves it (same wiring and server): sends its URL
+    on ``conn``, serves until ``conn`` says stop."""
     logging.getLogger("rlm.logdir.indexcheck").setLevel(logging.ERROR)
-    from prometheus_client import CollectorRegistry
-
-    from rlm.config import settings_from_mapping
-    from rlm.http.app import create_app
     from rlm.http.server import ApiServer
     from rlm.storage.registry import open_backend
-    from rlm.tiering.cache import RemoteRangeCache
-    from rlm.tiering.readers import TieredReaders
 
-    settings = settings_from_mapping(raw)
-    backend = open_backend(settings.remote.backend, raw["remote"]["options"])
-    registry = CollectorRegistry()
-    cache = RemoteRangeCache(settings.tiering.remote_cache_bytes, registry=registry)
-    readers = TieredReaders(settings, backend, cache=cache)
-    app = create_app(readers, settings.server, status=list, registry=registry)
-    server = ApiServer(app, "127.0.0.1", 0, http=http, loop=loop).start()
+    api = daemon_api(raw, open_backend(raw["remote"]["backend"], raw["remote"]["options"]))
+    server = ApiServer(api.app, "127.0.0.1", 0, http=http, loop=loop).start()
     conn.send(server.url)
     conn.recv()
     server.stop()
