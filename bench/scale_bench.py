@@ -50,7 +50,7 @@ from bench.benchlib import OUT, machine, record, template_batch, write_checkpoin
 from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.logdir.scan import PARTITION_METADATA
-from rlm.testing.daemon import free_port
+from rlm.testing.daemon import free_port, run_daemon
 from rlm.testing.toml import toml_value
 
 SECTION = "## Scale"
@@ -189,35 +189,21 @@ def daemon(cfg: Path, port: int, partitions: int) -> dict[str, float]:
     partition's series each time, and slow the passes it measures), and its RSS then."""
     log_path = cfg.parent / "daemon.log"
     start = time.perf_counter()
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlm", "run", "--config", str(cfg)],
-            env=rlm_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-            cwd=cfg.parent,
-        )
-    url = f"http://127.0.0.1:{port}"
     health = done = None
-    rss = 0
-    try:
+    with run_daemon(cfg, port, log_path, cwd=cfg.parent, wait=False) as rlm:
         while time.perf_counter() - start < 1800 and done is None:
             if health is None:
-                with contextlib.suppress(OSError), urllib.request.urlopen(url + "/healthz", timeout=5) as r:
+                with (
+                    contextlib.suppress(OSError),
+                    urllib.request.urlopen(rlm.url + "/healthz", timeout=5) as r,
+                ):
                     if r.status == 200:
                         health = time.perf_counter() - start
             if "startup: every partition passed once" in log_path.read_text():
                 done = time.perf_counter() - start
-            assert proc.poll() is None, log_path.read_text()[-3000:]
+            rlm.alive()
             time.sleep(0.02)
-        rss = rss_kib(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        rss = rss_kib(rlm.proc.pid)
     return {"healthz": health or float("nan"), "first_pass": done or float("nan"), "rss_kib": rss}
 
 
