@@ -43,7 +43,7 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: rlm may come from elsewhere
 
 from bench.benchlib import FAKE_AWS, OUT, MotoProcess, machine, record
-from rlm.testing.daemon import free_port
+from rlm.testing.daemon import free_port, run_daemon
 from rlm.testing.replicas import ReplicaSet
 from rlm.testing.toml import toml_value
 
@@ -104,7 +104,8 @@ class Daemons:
     def __init__(self, rs: ReplicaSet, work: Path, options: dict[str, Any], baseline: bool) -> None:
         self.rs, self.work, self.options, self.baseline = rs, work, options, baseline
         self.ports = {b: free_port() for b in rs.brokers}
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.running = contextlib.ExitStack()  # the run_daemon contexts of the current start
+        self.starts = 0
         self.copied = 0.0
 
     def config(self, broker: int) -> Path:
@@ -125,21 +126,20 @@ class Daemons:
         )
 
     def start(self) -> None:
+        """Spawn every broker's daemon (not waited for: wait() polls the store); stderr of start n
+        goes to daemon-<broker>-<n>.stderr."""
+        self.starts += 1
         for b in self.rs.brokers:
-            cmd = [sys.executable, "-m", "rlm", "run", "--config", str(self.config(b))]
-            with (self.work / f"daemon-{b}.stderr").open("ab") as err:
-                self.procs[b] = subprocess.Popen(
-                    cmd, env=rlm_env(), stdout=subprocess.DEVNULL, stderr=err, cwd=self.work
-                )
+            log = self.work / f"daemon-{b}-{self.starts}.stderr"
+            daemon = run_daemon(self.config(b), self.ports[b], log, env=rlm_env(), cwd=self.work, wait=False)
+            self.running.enter_context(daemon)
 
     def stop(self) -> None:
-        for b, proc in self.procs.items():
+        for b in self.rs.brokers:
             # A daemon that exited (e.g. on a config it refuses) has no metrics: its stderr says why.
             with contextlib.suppress(OSError):
                 self.copied += sum(float(v) for v in COPY_BYTES.findall(_get(self._url(b, "/metrics"))))
-            proc.terminate()
-            proc.wait(60)
-        self.procs = {}
+        self.running.close()  # SIGTERM each, SIGKILL after 30 s
 
     def _url(self, broker: int, path: str) -> str:
         return f"http://127.0.0.1:{self.ports[broker]}{path}"
