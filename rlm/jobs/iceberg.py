@@ -10,8 +10,9 @@ Until that commit, nothing written is visible: a crash leaves the current snapsh
 the files unreferenced; the next run deletes them (:func:`remove_orphans`) and writes again.
 
 There is no Iceberg Spark runtime jar here (no Maven), so Spark never talks to the table itself:
-executors write plain Parquet, the driver commits, and :func:`spark_read_table` reads back the
-files pyiceberg plans for the current snapshot.
+executors write plain Parquet, the driver commits, and
+:func:`rlm.jobs.iceberg_read.spark_read_table` reads back the files pyiceberg plans for the
+current snapshot.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, TableError
-from rlm.jobs.decode import KAFKA_SCHEMA_DDL, arrow_schema
+from rlm.jobs.decode import arrow_schema
 from rlm.jobs.iceberg_files import FILE_PREFIX, file_io, write_day_files
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.sink import DataFile, Sink
@@ -58,7 +59,6 @@ __all__ = [
     "planned_topic_ids",
     "remove_orphans",
     "spark_engine",
-    "spark_read_table",
 ]
 
 log = logging.getLogger(__name__)
@@ -485,26 +485,3 @@ def local_engine(parallelism: int | None = None) -> Engine:
 def load_table(target: IcebergTarget) -> Any:
     """The pyiceberg table of ``target`` (for reading back: ``table.scan().to_arrow()``)."""
     return target.catalog().load_table(target.identifier)
-
-
-def spark_read_table(spark: Any, table: Any) -> Any:
-    """The table's current snapshot as a Spark DataFrame (Spark's Kafka schema), WITHOUT the
-    Iceberg Spark runtime: pyiceberg plans the snapshot's data files on the driver, and executors
-    read exactly those Parquet files (one Spark partition per file) through pyiceberg's FileIO with
-    the catalog's properties, as rlm's jobs read the store — no Hadoop S3A jars. rlm's tables hold
-    data files only; a table with delete files (another engine's) is refused rather than read wrong.
-    With the runtime jar, Spark's own Iceberg reader does the same (docs/iceberg.md)."""
-    from rlm.jobs.iceberg_files import read_data_files
-
-    tasks = list(table.scan().plan_files())
-    if any(t.delete_files for t in tasks):
-        raise TableError(f"table {table.name()} has delete files: read it with the Iceberg Spark runtime")
-    paths = [t.file.file_path for t in tasks]
-    if not paths:
-        return spark.createDataFrame([], KAFKA_SCHEMA_DDL)
-    props = dict(table.io.properties)
-    rdd = spark.sparkContext.parallelize([(p,) for p in paths], len(paths))
-    return spark.createDataFrame(rdd, "path string").mapInArrow(
-        lambda batches: read_data_files(props, (p for b in batches for p in b.column(0).to_pylist())),
-        KAFKA_SCHEMA_DDL,
-    )

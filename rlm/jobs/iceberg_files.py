@@ -80,7 +80,8 @@ def write_day_files(
 
 def read_data_files(io_properties: dict[str, str], paths: Iterable[str]) -> Iterator[Any]:
     """Arrow batches (schema :func:`~rlm.jobs.decode.arrow_schema`, columns by name) of rlm data
-    files, read through the catalog's FileIO (the read side of ``spark_read_table``)."""
+    files, read through the catalog's FileIO (the read side of
+    :func:`rlm.jobs.iceberg_read.spark_read_table`)."""
     import pyarrow.parquet as pq
 
     schema = arrow_schema()

@@ -28,9 +28,9 @@ from rlm.jobs.iceberg import (
     local_engine,
     open_table,
     spark_engine,
-    spark_read_table,
 )
 from rlm.jobs.iceberg_files import FILE_PREFIX
+from rlm.jobs.iceberg_read import spark_read_table
 from rlm.logdir.scan import discover_partitions, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
