@@ -12,7 +12,7 @@ import bisect
 import mmap
 from array import array
 from collections.abc import Sequence
-from typing import ClassVar, Generic, Protocol, TypeVar, overload
+from typing import ClassVar, Generic, Protocol, Self, TypeVar, overload
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
 
@@ -119,6 +119,18 @@ class IndexBuilder(Generic[E]):
 
     def _limit(self, max_index_size: int | None) -> int | None:
         return max_index_size if max_index_size is not None else self.max_index_size
+
+    @classmethod
+    def from_index(cls, index: IndexView[E], *, max_index_size: int | None = None) -> Self:
+        """Resume appending after the real entries of an existing index (zero tail dropped)."""
+        builder = cls(index.base_offset, max_index_size=max_index_size)
+        for entry in index:
+            builder._push(builder._encode(entry), entry)
+        return builder
+
+    def _encode(self, entry: E) -> bytes:
+        """The entry's ``ENTRY_SIZE`` bytes on disk, relative to ``base_offset`` (the subclass's layout)."""
+        raise NotImplementedError
 
     def _push(self, data: bytes, entry: E) -> bytes:
         self._buf += data

@@ -179,14 +179,6 @@ class OffsetIndexBuilder(IndexBuilder[OffsetPosition]):
 
     __slots__ = ()
 
-    @classmethod
-    def from_index(cls, index: OffsetIndex, *, max_index_size: int | None = None) -> OffsetIndexBuilder:
-        """Resume appending after the real entries of an existing index (zero tail dropped)."""
-        builder = cls(index.base_offset, max_index_size=max_index_size)
-        for entry in index:
-            builder._add(entry.offset, entry.position)
-        return builder
-
     @property
     def last_offset(self) -> int:
         """The last entry's offset, or the base offset when empty (as Kafka)."""
@@ -197,8 +189,12 @@ class OffsetIndexBuilder(IndexBuilder[OffsetPosition]):
         limit = self._limit(max_index_size)
         return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE
 
+    def _encode(self, entry: OffsetPosition) -> bytes:
+        return encode_entry(self.base_offset, entry.offset, entry.position)
+
     def _add(self, offset: int, position: int) -> bytes:
-        return self._push(encode_entry(self.base_offset, offset, position), OffsetPosition(offset, position))
+        entry = OffsetPosition(offset, position)
+        return self._push(self._encode(entry), entry)
 
     def append(self, offset: int, position: int) -> bytes:
         """Append ``(offset, position)``; returns the 8 bytes appended (for writing to a file)."""

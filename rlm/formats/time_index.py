@@ -165,14 +165,6 @@ class TimeIndexBuilder(IndexBuilder[TimestampOffset]):
 
     __slots__ = ()
 
-    @classmethod
-    def from_index(cls, index: TimeIndex, *, max_index_size: int | None = None) -> TimeIndexBuilder:
-        """Resume appending after the real entries of an existing index (zero tail dropped)."""
-        builder = cls(index.base_offset, max_index_size=max_index_size)
-        for entry in index:
-            builder._add(entry.timestamp, entry.offset)
-        return builder
-
     @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or ``(-1, base_offset)`` when empty (Kafka's ``lastEntry``)."""
@@ -183,9 +175,12 @@ class TimeIndexBuilder(IndexBuilder[TimestampOffset]):
         limit = self._limit(max_index_size)
         return limit is not None and len(self._entries) >= limit // self.ENTRY_SIZE - 1
 
+    def _encode(self, entry: TimestampOffset) -> bytes:
+        return encode_entry(self.base_offset, entry.timestamp, entry.offset)
+
     def _add(self, timestamp: int, offset: int) -> bytes:
         entry = TimestampOffset(timestamp, offset)
-        return self._push(encode_entry(self.base_offset, timestamp, offset), entry)
+        return self._push(self._encode(entry), entry)
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> bytes:
         """Kafka's ``maybeAppend(timestamp, offset, skipFullCheck)``.
