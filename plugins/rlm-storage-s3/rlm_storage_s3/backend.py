@@ -233,26 +233,22 @@ class S3Backend(StorageBackend):
     def _probe(self) -> bool:
         key = f"{RESERVED_PREFIX}probe/{uuid.uuid4().hex}"
         full = self._full(key)
-        try:
+
+        def create(body: bytes) -> None:
             self._call(
                 "probe",
                 key,
                 self._client.put_object,
                 Bucket=self.bucket,
                 Key=full,
-                Body=b"1",
+                Body=body,
                 IfNoneMatch="*",
             )
+
+        try:
+            create(b"1")
             try:
-                self._call(
-                    "probe",
-                    key,
-                    self._client.put_object,
-                    Bucket=self.bucket,
-                    Key=full,
-                    Body=b"2",
-                    IfNoneMatch="*",
-                )
+                create(b"2")  # a store honouring If-None-Match refuses this second create
             except ObjectExistsError:
                 return True
             return False
