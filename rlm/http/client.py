@@ -136,9 +136,7 @@ class RlmClient:
     ) -> tuple[bytes, dict[str, str]]:
         """Raw batches and the X-Rlm-* headers (tier, next offset, high watermark); with
         ``isolation="read_committed"`` only committed data batches (docs/transactions.md)."""
-        params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
-        if isolation != "read_uncommitted":
-            params["isolation"] = isolation
+        params = _record_params(offset, max_bytes, isolation)
         resp = self._check(
             self._http.get(f"/v1/topics/{topic}/partitions/{partition}/records", params=params)
         )
@@ -153,13 +151,10 @@ class RlmClient:
         *,
         isolation: str = "read_uncommitted",
     ) -> dict[str, Any]:
-        extra = {"isolation": isolation} if isolation != "read_uncommitted" else {}
         return self._object(
             f"/v1/topics/{topic}/partitions/{partition}/records",
-            offset=offset,
-            max_bytes=max_bytes,
             format="json",
-            **extra,
+            **_record_params(offset, max_bytes, isolation),
         )
 
     def offsets_for_times(
@@ -239,9 +234,7 @@ class RlmClient:
     ) -> Iterator[StreamedBatch | int]:
         """One streaming request: the high watermark header (an int) first, then the batches."""
         path = f"/v1/topics/{topic}/partitions/{partition}/records/stream"
-        params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
-        if isolation != "read_uncommitted":
-            params["isolation"] = isolation
+        params = _record_params(offset, max_bytes, isolation)
         with self._http.stream("GET", path, params=params) as resp:
             if resp.status_code >= 400:
                 resp.read()
@@ -284,3 +277,12 @@ def _whole_entries(buf: bytearray) -> int:
         if size <= 0:
             break  # corrupt: hand it to iter_batches, which names it
     return pos
+
+
+def _record_params(offset: int, max_bytes: int, isolation: str) -> dict[str, Any]:
+    """Query parameters of the record routes; ``isolation`` is sent only when it is not the
+    server's default (read_uncommitted), so requests to older servers stay unchanged."""
+    params: dict[str, Any] = {"offset": offset, "max_bytes": max_bytes}
+    if isolation != "read_uncommitted":
+        params["isolation"] = isolation
+    return params
