@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,53 +37,69 @@ def seg_path(fixtures_dir: Path, source: str, partition: str, seg: dict[str, Any
     return fixtures_dir / "kafka-logs" / source / partition / seg["file"].replace(".log", suffix)
 
 
-def test_every_offset_index_matches_expected(fixtures_dir: Path, expected: dict[str, Any]) -> None:
+def check_index_files(
+    fixtures_dir: Path,
+    expected: dict[str, Any],
+    kind: str,
+    check_file: Callable[[Path, int, dict[str, Any], dict[str, Any], str], tuple[int, int]],
+) -> tuple[int, int, int]:
+    """Checks every fixture segment's index file of `kind` ("index" or "timeindex") with
+    `check_file(path, base, want, seg, where)` -> (entries, queries); a segment the inventory lists
+    without one must have no such file. Returns (files checked, entries, queries)."""
     checked = total_entries = queries = 0
     for source, partition, seg in segments(expected):
-        path = seg_path(fixtures_dir, source, partition, seg, ".index")
-        if "index" not in seg:
+        path = seg_path(fixtures_dir, source, partition, seg, "." + kind)
+        if kind not in seg:
             assert not path.exists()
             continue
-        want, base = seg["index"], seg["base"]
-        data = path.read_bytes()
-        index = OffsetIndex(base, data)
-        where = f"{source}/{partition}/{path.name}"
-        assert len(data) == want["file_bytes"], where
-        assert len(index) == want["entries"], where
-        assert [[e.offset - base, e.position] for e in index[:3]] == want["first_entries_rel_pos"], where
-        last = [index[-1].offset - base, index[-1].position] if len(index) else None
-        assert last == want["last_entry_rel_pos"], where
-        for q in seg["offset_queries"]:
-            assert index.lookup(q["offset"]) == OffsetPosition(*q["index_floor_offset_pos"]), (where, q)
-            queries += 1
+        entries, asked = check_file(path, seg["base"], seg[kind], seg, f"{source}/{partition}/{path.name}")
         checked += 1
-        total_entries += len(index)
+        total_entries += entries
+        queries += asked
+    return checked, total_entries, queries
+
+
+def _check_offset_index(
+    path: Path, base: int, want: dict[str, Any], seg: dict[str, Any], where: str
+) -> tuple[int, int]:
+    data = path.read_bytes()
+    index = OffsetIndex(base, data)
+    assert len(data) == want["file_bytes"], where
+    assert len(index) == want["entries"], where
+    assert [[e.offset - base, e.position] for e in index[:3]] == want["first_entries_rel_pos"], where
+    last = [index[-1].offset - base, index[-1].position] if len(index) else None
+    assert last == want["last_entry_rel_pos"], where
+    for q in seg["offset_queries"]:
+        assert index.lookup(q["offset"]) == OffsetPosition(*q["index_floor_offset_pos"]), (where, q)
+    return len(index), len(seg["offset_queries"])
+
+
+def _check_time_index(
+    path: Path, base: int, want: dict[str, Any], seg: dict[str, Any], where: str
+) -> tuple[int, int]:
+    data = path.read_bytes()
+    index = TimeIndex(base, data)
+    assert len(data) == want["file_bytes"], where
+    assert len(index) == want["entries"], where
+    assert [[e.timestamp, e.offset - base] for e in index[:3]] == want["first_entries_ts_rel"], where
+    last = [index.last_entry.timestamp, index.last_entry.offset - base] if len(index) else None
+    assert last == want["last_entry_ts_rel"], where
+    for q in seg["timestamp_queries"]:
+        assert index.lookup(q["ts"]) == TimestampOffset(*q["timeindex_floor_ts_offset"]), (where, q)
+    return len(index), len(seg["timestamp_queries"])
+
+
+def test_every_offset_index_matches_expected(fixtures_dir: Path, expected: dict[str, Any]) -> None:
+    checked, total_entries, queries = check_index_files(fixtures_dir, expected, "index", _check_offset_index)
     assert checked == 15
     assert total_entries == 1051  # the inventory's .index column
     assert queries > 0
 
 
 def test_every_time_index_matches_expected(fixtures_dir: Path, expected: dict[str, Any]) -> None:
-    checked = total_entries = queries = 0
-    for source, partition, seg in segments(expected):
-        path = seg_path(fixtures_dir, source, partition, seg, ".timeindex")
-        if "timeindex" not in seg:
-            assert not path.exists()
-            continue
-        want, base = seg["timeindex"], seg["base"]
-        data = path.read_bytes()
-        index = TimeIndex(base, data)
-        where = f"{source}/{partition}/{path.name}"
-        assert len(data) == want["file_bytes"], where
-        assert len(index) == want["entries"], where
-        assert [[e.timestamp, e.offset - base] for e in index[:3]] == want["first_entries_ts_rel"], where
-        last = [index.last_entry.timestamp, index.last_entry.offset - base] if len(index) else None
-        assert last == want["last_entry_ts_rel"], where
-        for q in seg["timestamp_queries"]:
-            assert index.lookup(q["ts"]) == TimestampOffset(*q["timeindex_floor_ts_offset"]), (where, q)
-            queries += 1
-        checked += 1
-        total_entries += len(index)
+    checked, total_entries, queries = check_index_files(
+        fixtures_dir, expected, "timeindex", _check_time_index
+    )
     assert checked == 15
     assert total_entries == 1081  # the inventory's .timeindex column
     assert queries > 0

@@ -127,21 +127,23 @@ def _touch(path: Path, data: bytes = b"") -> None:
     path.write_bytes(data)
 
 
+# Directory names a broker's log dir may hold that are not live partitions (each is skipped with a reason).
+_NOT_PARTITIONS = (
+    "-5",
+    "t-",
+    "topic",
+    "t-01a",
+    "my.topic-3.abc123-delete",
+    "orders-1.9f8e-future",
+    "orders-2.1a2b-stray",
+    ".hidden-0",
+    "bad$topic-1",
+)
+
+
 def test_weird_names_and_non_partition_dirs(tmp_path: Path) -> None:
     log_dir = tmp_path / "kafka logs"  # a space in the log dir path itself
-    for name in (
-        "a.b_c-d-0",
-        "x-y-12",
-        "-5",
-        "t-",
-        "topic",
-        "t-01a",
-        "my.topic-3.abc123-delete",
-        "orders-1.9f8e-future",
-        "orders-2.1a2b-stray",
-        ".hidden-0",
-        "bad$topic-1",
-    ):
+    for name in ("a.b_c-d-0", "x-y-12", *_NOT_PARTITIONS):
         (log_dir / name).mkdir(parents=True)
     _touch(log_dir / "replication-offset-checkpoint", b"0\n0\n")
     _touch(log_dir / "file-0")  # a file, not a dir
@@ -149,17 +151,7 @@ def test_weird_names_and_non_partition_dirs(tmp_path: Path) -> None:
     found = discover_partitions([log_dir], on_skip=lambda p, why: skipped.append((p.name, why)))
     assert [(p.topic, p.partition) for p in found] == [("a.b_c-d", 0), ("x-y", 12)]
     reasons = dict(skipped)
-    assert set(reasons) == {
-        "-5",
-        "t-",
-        "topic",
-        "t-01a",
-        "my.topic-3.abc123-delete",
-        "orders-1.9f8e-future",
-        "orders-2.1a2b-stray",
-        ".hidden-0",
-        "bad$topic-1",
-    }
+    assert set(reasons) == set(_NOT_PARTITIONS)
     assert "delete" in reasons["my.topic-3.abc123-delete"]
     assert "future" in reasons["orders-1.9f8e-future"]
 

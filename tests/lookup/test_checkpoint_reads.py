@@ -47,6 +47,24 @@ def _readers(tmp_path: Path, partitions: int) -> tuple[Path, TieredReaders]:
     return logs, TieredReaders(settings, LocalBackend(root=str(tmp_path / "store")))
 
 
+def _settled_readers_counting_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partitions: int, *, hw: int
+) -> tuple[Path, TieredReaders, list[Path], int]:
+    """Readers over `partitions` partitions of topic t whose settled checkpoint puts every high
+    watermark at `hw`; returns (log dir, readers, the log dirs parsed since, the settled mtime in ns)."""
+    logs, readers = _readers(tmp_path, partitions)
+    settled = time.time_ns() - 10 * SETTLE_NS
+    _rewrite_hw(logs, {("t", p): hw for p in range(partitions)}, settled)
+    parsed: list[Path] = []
+
+    def counting(log_dir: Path | str) -> LogDirCheckpoints:
+        parsed.append(Path(log_dir))
+        return read_checkpoints(log_dir)
+
+    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    return logs, readers, parsed, settled
+
+
 def test_a_lookup_sees_a_high_watermark_rewritten_by_rename(tmp_path: Path) -> None:
     logs, readers = _readers(tmp_path, 1)
     settled = time.time_ns() - 10 * SETTLE_NS
@@ -66,16 +84,7 @@ def test_a_lookup_sees_a_high_watermark_rewritten_by_rename(tmp_path: Path) -> N
 def test_offsets_for_times_over_many_partitions_parses_the_checkpoints_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs, readers = _readers(tmp_path, 6)
-    settled = time.time_ns() - 10 * SETTLE_NS
-    _rewrite_hw(logs, {("t", p): 120 for p in range(6)}, settled)
-    parsed: list[Path] = []
-
-    def counting(log_dir: Path | str) -> LogDirCheckpoints:
-        parsed.append(Path(log_dir))
-        return read_checkpoints(log_dir)
-
-    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    logs, readers, parsed, _ = _settled_readers_counting_parses(tmp_path, monkeypatch, 6, hw=120)
     rows = readers.offsets_for_times(-1)  # latest: the visible end of every partition
     assert sorted((r.partition, r.offset) for r in rows) == [(p, 120) for p in range(6)]
     assert parsed == [logs]
@@ -89,16 +98,7 @@ def test_a_plan_over_many_partitions_without_a_cache_parses_the_checkpoints_once
     from rlm.tiering.state import Progress
     from rlm.tiering.visibility import partition_offsets
 
-    logs, readers = _readers(tmp_path, 5)
-    settled = time.time_ns() - 10 * SETTLE_NS
-    _rewrite_hw(logs, {("t", p): 90 for p in range(5)}, settled)
-    parsed: list[Path] = []
-
-    def counting(log_dir: Path | str) -> LogDirCheckpoints:
-        parsed.append(Path(log_dir))
-        return read_checkpoints(log_dir)
-
-    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    logs, readers, parsed, settled = _settled_readers_counting_parses(tmp_path, monkeypatch, 5, hw=90)
     parts = readers.partitions()
     # As the jobs' planners and restore ask: one partition at a time, no cache of their own.
     assert [partition_offsets(p, Progress()).visible_end_offset for p in parts] == [90] * 5
