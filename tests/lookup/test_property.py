@@ -28,7 +28,7 @@ from rlm.storage.memory import MemoryBackend
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
-from tests.lookup.helpers import BruteLog, delete_local_segments, expected_fetch, settings_for
+from tests.lookup.helpers import BruteLog, BruteRecord, delete_local_segments, expected_fetch, settings_for
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 T0 = 1_700_000_000_000
@@ -118,8 +118,33 @@ def test_lookups_equal_brute_force(spec: Spec, data: st.DataObject) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@dataclass
+class Tiered:
+    """A generated partition after tiering and local deletion, with the brute-force truth."""
+
+    reader: PartitionReader
+    brute: BruteLog
+    written: list[BruteRecord]
+    start_offset: int
+    log_end: int
+    local_start: int  # the first local segment's base offset
+    highest_tiered: int  # -1 when nothing was tiered
+
+
 def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
     log_dir = tmp / "logs"
+    part = _tier_and_delete(spec, log_dir, tmp)
+    _check_offsets(part, data)
+    _check_timestamps(part, data)
+    _check_special_timestamps(part)
+    _check_fetches(part, data)
+    assert discover_partitions([log_dir])[0].name == "prop-0"
+    assert isinstance(part.reader, PartitionReader)
+
+
+def _tier_and_delete(spec: Spec, log_dir: Path, tmp: Path) -> Tiered:
+    """Writes the spec, tiers it to a memory backend, deletes the oldest local segments and checks
+    the reader's ranges against what was written."""
     truth = _write(spec, log_dir)
     brute = BruteLog.scan(log_dir / "prop-0")
     written = brute.records
@@ -139,8 +164,7 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
     n_delete = min(spec.delete_segments % (rolled + 1), rolled)
     delete_local_segments(log_dir / "prop-0", keep_last=len(segments) - n_delete)
 
-    readers = TieredReaders(settings_, backend)
-    reader = readers.reader("prop", 0)
+    reader = TieredReaders(settings_, backend).reader("prop", 0)
     ranges = reader.offsets()
     log_end = written[-1].offset + 1
     tiered = [b for b in brute.batches if b.segment_base != segments[-1].base_offset]
@@ -151,11 +175,14 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
     assert ranges.local_log_start_offset == local_start
     assert ranges.log_start_offset == spec.start_offset
     assert ranges.remote_log_start_offset == (spec.start_offset if tiered else None)
+    return Tiered(reader, brute, written, spec.start_offset, log_end, local_start, highest_tiered)
 
-    # Offsets: the first record offset >= X, or not found outside [log start, log end).
-    for x in _queries(data, spec.start_offset, log_end, "offsets"):
-        got = reader.lookup_offset(x)
-        want = brute.first_offset_ge(x) if spec.start_offset <= x < log_end else None
+
+def _check_offsets(part: Tiered, data: st.DataObject) -> None:
+    """Offsets: the first record offset >= X, or not found outside [log start, log end)."""
+    for x in _queries(data, part.start_offset, part.log_end, "offsets"):
+        got = part.reader.lookup_offset(x)
+        want = part.brute.first_offset_ge(x) if part.start_offset <= x < part.log_end else None
         if want is None:
             assert not got.found, (x, got)
             continue
@@ -164,10 +191,16 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
             want.batch_base,
             want.batch_last,
         )
-        assert got.tier == ("local" if want.offset >= local_start else "remote"), (x, got, local_start)
+        assert got.tier == ("local" if want.offset >= part.local_start else "remote"), (
+            x,
+            got,
+            part.local_start,
+        )
 
-    # Timestamps: the first record in offset order with ts >= T.
-    ts_all = sorted({r.timestamp for r in written})
+
+def _check_timestamps(part: Tiered, data: st.DataObject) -> None:
+    """Timestamps: the first record in offset order with ts >= T."""
+    ts_all = sorted({r.timestamp for r in part.written})
     ts_queries = [
         ts_all[0] - 1,
         ts_all[-1],
@@ -182,17 +215,25 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
         ),
     ]
     for t in ts_queries:
-        got = reader.lookup_timestamp(t)
-        want = brute.first_ts_ge(t)
+        got = part.reader.lookup_timestamp(t)
+        want = part.brute.first_ts_ge(t)
         if want is None:
             assert not got.found, (t, got)
             continue
         assert got.found and got.offset == want.offset and got.timestamp == want.timestamp, (t, got, want)
-        assert got.tier == ("remote" if want.offset <= highest_tiered else "local"), (t, got)
+        assert got.tier == ("remote" if want.offset <= part.highest_tiered else "local"), (t, got)
 
-    # Special timestamps.
+
+def _check_special_timestamps(part: Tiered) -> None:
+    """-1 latest, -2 earliest, -3 max timestamp, -4 earliest local, -5 latest tiered."""
+    reader, written, local_start, highest_tiered = (
+        part.reader,
+        part.written,
+        part.local_start,
+        part.highest_tiered,
+    )
     latest = reader.lookup_timestamp(-1)
-    assert latest.found and latest.offset == log_end
+    assert latest.found and latest.offset == part.log_end
     earliest = reader.lookup_timestamp(-2)
     assert earliest.found and earliest.offset == written[0].offset
     assert earliest.tier == ("remote" if written[0].offset < local_start else "local")
@@ -201,7 +242,7 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
     assert top.found and top.timestamp == max_ts
     assert top.offset == next(r.offset for r in written if r.timestamp == max_ts)
     early_local = reader.lookup_timestamp(-4)
-    local_first = brute.first_offset_ge(local_start)
+    local_first = part.brute.first_offset_ge(local_start)
     if local_first is None:  # only the empty active segment is local
         assert not early_local.found
     else:
@@ -214,13 +255,16 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
         assert latest_tiered.found and latest_tiered.tier == "remote"
         assert latest_tiered.offset == last_tiered_record.offset == highest_tiered
 
-    # Fetch: from the batch holding X, whole batches up to max_bytes (at least one), one segment.
+
+def _check_fetches(part: Tiered, data: st.DataObject) -> None:
+    """Fetch: from the batch holding X, whole batches up to max_bytes (at least one), one segment."""
     for x in data.draw(
-        st.lists(st.integers(spec.start_offset, log_end - 1), min_size=1, max_size=4), label="fetch offsets"
+        st.lists(st.integers(part.start_offset, part.log_end - 1), min_size=1, max_size=4),
+        label="fetch offsets",
     ):
         max_bytes = data.draw(st.integers(1, 4_000), label="max_bytes")
-        fetched = reader.fetch(x, max_bytes)
-        want_batches = expected_fetch(brute, x, max_bytes)
+        fetched = part.reader.fetch(x, max_bytes)
+        want_batches = expected_fetch(part.brute, x, max_bytes)
         assert fetched.data == b"".join(b.data for b in want_batches), (x, max_bytes)
         parsed = list(iter_batches(fetched.data))
         assert [(b.base_offset, b.last_offset) for b in parsed] == [
@@ -230,11 +274,10 @@ def _check(spec: Spec, data: st.DataObject, tmp: Path) -> None:
             (r.offset, r.timestamp, r.key, r.value) for b in parsed for r in decode_records(fetched.data, b)
         ]
         lo, hi = want_batches[0].batch.base_offset, want_batches[-1].batch.last_offset
-        assert decoded == [(r.offset, r.timestamp, r.key, r.value) for r in written if lo <= r.offset <= hi]
-        answer = brute.first_offset_ge(x)
+        assert decoded == [
+            (r.offset, r.timestamp, r.key, r.value) for r in part.written if lo <= r.offset <= hi
+        ]
+        answer = part.brute.first_offset_ge(x)
         assert answer is not None
-        assert fetched.tier == ("local" if answer.offset >= local_start else "remote")
+        assert fetched.tier == ("local" if answer.offset >= part.local_start else "remote")
         assert fetched.next_offset == hi + 1
-
-    assert discover_partitions([log_dir])[0].name == "prop-0"
-    assert isinstance(reader, PartitionReader)
