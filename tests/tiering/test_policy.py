@@ -18,7 +18,7 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.kraft import metadata_writer, write_records
-from rlm.testing.store_check import check_store
+from rlm.testing.store_check import StoreCheck, check_store
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import TopicPolicyResolver
@@ -98,9 +98,11 @@ def test_overrides_first_match_wins_and_config_errors(tmp_path: Path) -> None:
 # -- Kafka's configs -------------------------------------------------------------------------------
 
 
-def test_kafka_configs_over_time(tmp_path: Path) -> None:
+def _broker_3_with_topic_and_broker_configs(tmp_path: Path) -> LogWriter:
+    """Broker 3's log dir whose metadata log enables orders (retention.ms 1h), audit and the
+    compacted state, with cluster defaults (2 h, 777 bytes) and broker 3's own 999 bytes."""
     (tmp_path / "meta.properties").write_text("#\nnode.id=3\nversion=1\n")
-    writer = _kraft(
+    return _kraft(
         tmp_path,
         _topic_cfg("orders", "remote.storage.enable", "true"),
         _topic_cfg("orders", "retention.ms", "3600000"),
@@ -111,14 +113,10 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
         md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "777"),
         md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", "999"),
     )
-    r = TopicPolicyResolver(
-        _settings(
-            tmp_path,
-            overrides={"orders": {"retention_ms": 1, "retention_bytes": 5}, "audit": {"retention_ms": 42}},
-        )
-    )
-    assert r.follow is True and r.node_id == "3"
-    r.refresh()
+
+
+def _assert_sources_rank_topic_override_broker_cluster(r: TopicPolicyResolver) -> None:
+    """Each key's value comes from the first source that sets it: topic, override, broker, cluster."""
     orders, payments, audit, state = (r.policy(t) for t in ("orders", "payments", "audit", "state"))
     assert orders.tiered and orders.enabled.source == "kafka" and orders.topic_id == IDS["orders"]
     # The topic's own config beats the override; the override beats the broker default.
@@ -138,6 +136,19 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
         "log.retention.hours (cluster default)",
     )
     assert (state.tiered, state.reason_code) == (False, "compacted")
+
+
+def test_kafka_configs_over_time(tmp_path: Path) -> None:
+    writer = _broker_3_with_topic_and_broker_configs(tmp_path)
+    r = TopicPolicyResolver(
+        _settings(
+            tmp_path,
+            overrides={"orders": {"retention_ms": 1, "retention_bytes": 5}, "audit": {"retention_ms": 42}},
+        )
+    )
+    assert r.follow is True and r.node_id == "3"
+    r.refresh()
+    _assert_sources_rank_topic_override_broker_cluster(r)
     # Changes over time: a deleted key falls back to the next source, a topic turned off stops.
     write_records(
         writer,
@@ -229,6 +240,32 @@ def _sample(mgr: RemoteLogManager, name: str, labels: dict[str, str]) -> float |
 
 
 def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path: Path) -> None:
+    logs, writer, backend, mgr = _kafka_and_override_policies(tmp_path)
+    results = mgr.run_once()
+    assert {f"{r.topic}-{r.partition}" for r in results} == {"orders-0", "audit-0"}
+    assert all(r.error is None and r.copied and r.deleted for r in results)
+    # Nothing else reached the store: not the topic Kafka does not enable, nothing internal.
+    assert {i.key.split("/", 1)[0] for i in backend.list("")} == {"orders-0", "audit-0"}
+    check, audit = _assert_retention_bytes_applied(logs, backend)
+    _assert_status_and_metrics_name_the_sources(mgr)
+
+    # Later the broker sets retention.ms=1 on audit: the next pass deletes all of its remote data
+    # (the generated records are from 2025), and the metric now names Kafka as the source.
+    write_records(writer, [[_topic_cfg("audit", "retention.ms", "1")]])
+    before = len(check.partitions["orders-0"].manifests)
+    assert {r.topic: len(r.deleted) for r in mgr.run_once()} == {"orders": 0, "audit": len(audit)}
+    after = check_store([logs], backend, complete=False).partitions
+    assert after["audit-0"].manifests == [] and len(after["orders-0"].manifests) == before
+    labels = {"topic": "audit", "partition": "0"}
+    assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "kafka"}) == 1
+    assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "default"}) is None
+    writer.close()
+
+
+def _kafka_and_override_policies(tmp_path: Path) -> tuple[Path, LogWriter, LocalBackend, RemoteLogManager]:
+    """A log dir whose metadata log enables orders (retention.bytes 30000) and audit, while rlm's
+    override gives audit retention_bytes 20000; payments is not enabled, __consumer_offsets internal.
+    Returns (log dir, the metadata log's writer, the store, the manager)."""
     logs = tmp_path / "logs"
     # orders comes second: its high watermark lags, so its last rolled segment stays local-only.
     generate_log_dir(
@@ -252,12 +289,12 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
         cluster={"leadership": "always"},
     )  # the metadata log here holds configs only
     backend = LocalBackend(root=str(tmp_path / "store"))
-    mgr = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
-    results = mgr.run_once()
-    assert {f"{r.topic}-{r.partition}" for r in results} == {"orders-0", "audit-0"}
-    assert all(r.error is None and r.copied and r.deleted for r in results)
-    # Nothing else reached the store: not the topic Kafka does not enable, nothing internal.
-    assert {i.key.split("/", 1)[0] for i in backend.list("")} == {"orders-0", "audit-0"}
+    return logs, writer, backend, RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
+
+
+def _assert_retention_bytes_applied(logs: Path, backend: LocalBackend) -> tuple[StoreCheck, list[int]]:
+    """orders keeps Kafka's whole-log limit, audit the override's remote-only one; returns the
+    store check and audit's remote segment sizes."""
     check = check_store([logs], backend, not_tiered=frozenset({"payments"}))
     assert not check.unreferenced
     # orders: Kafka's retention.bytes over the whole log (remote + the local bytes not yet tiered).
@@ -272,7 +309,10 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
     # audit: the override's limit counts remote bytes only.
     audit = [m["size_bytes"] for m in check.partitions["audit-0"].manifests]
     assert sum(audit) >= 20_000 > sum(audit[1:])
+    return check, audit
 
+
+def _assert_status_and_metrics_name_the_sources(mgr: RemoteLogManager) -> None:
     rows = {f"{r['topic']}-{r['partition']}": r for r in mgr.status()}
     assert set(rows) == {"orders-0", "payments-0", "audit-0", "__consumer_offsets-0", "__cluster_metadata-0"}
     assert rows["orders-0"]["policy"]["retention_bytes"] == {
@@ -299,18 +339,6 @@ def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path:
         )
         == 20_000
     )
-
-    # Later the broker sets retention.ms=1 on audit: the next pass deletes all of its remote data
-    # (the generated records are from 2025), and the metric now names Kafka as the source.
-    write_records(writer, [[_topic_cfg("audit", "retention.ms", "1")]])
-    before = len(check.partitions["orders-0"].manifests)
-    assert {r.topic: len(r.deleted) for r in mgr.run_once()} == {"orders": 0, "audit": len(audit)}
-    after = check_store([logs], backend, complete=False).partitions
-    assert after["audit-0"].manifests == [] and len(after["orders-0"].manifests) == before
-    labels = {"topic": "audit", "partition": "0"}
-    assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "kafka"}) == 1
-    assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "default"}) is None
-    writer.close()
 
 
 def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
