@@ -14,20 +14,16 @@ import pytest
 from rlm.config import settings_from_mapping
 from rlm.errors import CorruptIndexError
 from rlm.formats.txn_index import parse_txn_index
-from rlm.jobs.decode import iter_task_records, read_task_bytes
-from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.storage.local import LocalBackend
-from rlm.tiering import isolation as txn
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.partition_txns import PartitionTxns
 from rlm.tiering.protect import StoreProtection
-from rlm.tiering.readers import TieredReaders
 from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.txn_sources import plan_sources
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import key_file
-from tests.tiering.txn_helpers import Oracle, write_txn_log
+from tests.tiering.txn_helpers import Oracle, read_committed_in_process, read_committed_planned, write_txn_log
 
 
 def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
@@ -59,26 +55,11 @@ def test_read_committed_over_protected_segments(tmp_path: Path) -> None:
         with pytest.raises(CorruptIndexError):
             parse_txn_index(data)
 
-    readers = TieredReaders(s, LocalBackend(root=str(store)))
-    offset, got = 0, []
-    while True:
-        res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
-        got += [
-            (r.offset, r.key, r.value)
-            for b in res.batches
-            if not b.is_control
-            for r in res.records(b, from_requested=True)
-        ]
-        if res.next_offset == offset:
-            break
-        offset = res.next_offset
+    got, offset = read_committed_in_process(s, store)
     assert got == [(r.offset, r.key, r.value) for r in oracle.committed]
     assert offset == oracle.last_stable_offset
 
-    plan = plan_read(s, ["txn"], isolation="read_committed", target_bytes=4_000)
-    spec = BackendSpec.from_settings(s)
-    rows = [row for t in plan.tasks for row in iter_task_records(t, read_task_bytes(t, spec))]
-    assert sorted((r[2], r[0], r[1]) for r in rows) == [(r.offset, r.key, r.value) for r in oracle.committed]
+    assert read_committed_planned(s) == [(r.offset, r.key, r.value) for r in oracle.committed]
 
 
 def test_control_batch_scans_of_protected_segments_match_plaintext(

@@ -24,8 +24,6 @@ from kafka.record.memory_records import MemoryRecords
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import FormatError
 from rlm.formats import naming
-from rlm.jobs.decode import iter_task_records, read_task_bytes
-from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering import isolation as txn
@@ -34,13 +32,19 @@ from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.txn_helpers import ABORT, COMMIT, Oracle, write_txn_log
+from tests.tiering.txn_helpers import (
+    ABORT,
+    COMMIT,
+    Oracle,
+    Row,
+    read_committed_in_process,
+    read_committed_planned,
+    write_txn_log,
+)
 
 FAKE_PID = 7777  # a producer that never writes: only a snapshot can say it is open
 LIE_AT = 17  # where its transaction began: below every true LSO of these logs
 LIE_SEGMENT = 4  # the index of the segment whose snapshot carries the lie in the chain tests
-
-Row = tuple[int, bytes | None, bytes | None]
 
 
 class CountingBackend(LocalBackend):
@@ -159,27 +163,11 @@ def layout(
 
 
 def read_in_process(lay: Layout, start: int = 0) -> tuple[list[Row], int]:
-    readers = TieredReaders(lay.settings, LocalBackend(root=str(lay.store)))
-    offset, got = start, []
-    while True:
-        res = txn.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
-        got += [
-            (r.offset, r.key, r.value)
-            for b in res.batches
-            if not b.is_control
-            for r in res.records(b, from_requested=True)
-        ]
-        if res.next_offset == offset:
-            return got, offset
-        offset = res.next_offset
+    return read_committed_in_process(lay.settings, lay.store, start)
 
 
 def read_planned(lay: Layout) -> list[Row]:
-    plan = plan_read(lay.settings, ["txn"], isolation="read_committed", target_bytes=4_000)
-    spec = BackendSpec.from_settings(lay.settings)
-    return sorted(
-        (r[2], r[0], r[1]) for t in plan.tasks for r in iter_task_records(t, read_task_bytes(t, spec))
-    )
+    return read_committed_planned(lay.settings)
 
 
 def lso(lay: Layout, backend: LocalBackend | None = None) -> int:

@@ -19,9 +19,15 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlm.config import Settings
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, encode_control_key, encode_end_txn_marker
+from rlm.jobs.decode import iter_task_records, read_task_bytes
+from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.logdir.writer import LogWriter
+from rlm.storage.local import LocalBackend
+from rlm.tiering import isolation
+from rlm.tiering.readers import TieredReaders
 
 T0 = 1_700_000_000_000
 ABORT, COMMIT = 0, 1
@@ -49,69 +55,82 @@ def write_txn_log(
     leave_open: bool = True,
 ) -> Written:
     """Write a transactional partition (see the module doc); returns counts of what it wrote."""
-    rnd = random.Random(seed)
-    codecs = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD, Compression.SNAPPY]
-    open_txn: set[int] = set()
-    out = Written()
-    ts = T0
-    seq = dict.fromkeys((*PRODUCERS, IDEMPOTENT), 0)
+    with LogWriter(
+        log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=512, clock=lambda: T0
+    ) as w:
+        txn = _TxnProducers(w, random.Random(seed))
+        for i in range(steps):
+            txn.step(i)
+        if not leave_open:
+            for pid in sorted(txn.open_txn):
+                txn.marker(pid, ABORT if pid % 2 else COMMIT)
+        txn.out.open_at_end = sorted(txn.open_txn)
+    return txn.out
 
-    def marker(w: LogWriter, pid: int, kind: int) -> None:
-        w.append(
-            [RecordSpec(ts, encode_control_key(kind), encode_end_txn_marker(3))],
+
+class _TxnProducers:
+    """The producers of write_txn_log over one writer: each step is a random producer's batch or
+    the end marker of an open transaction; draws from `rnd` in a fixed order (the seed decides all)."""
+
+    CODECS = (Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD, Compression.SNAPPY)
+
+    def __init__(self, w: LogWriter, rnd: random.Random) -> None:
+        self.w, self.rnd = w, rnd
+        self.open_txn: set[int] = set()
+        self.out = Written()
+        self.ts = T0
+        self.seq = dict.fromkeys((*PRODUCERS, IDEMPOTENT), 0)
+
+    def marker(self, pid: int, kind: int) -> None:
+        """Ends pid's open transaction with a COMMIT or ABORT control batch."""
+        self.w.append(
+            [RecordSpec(self.ts, encode_control_key(kind), encode_end_txn_marker(3))],
             producer_id=pid,
             producer_epoch=0,
             is_transactional=True,
             is_control=True,
         )
-        open_txn.discard(pid)
+        self.open_txn.discard(pid)
         if kind == ABORT:
-            out.aborted += 1
+            self.out.aborted += 1
         else:
-            out.committed += 1
+            self.out.committed += 1
 
-    with LogWriter(
-        log_dir, topic, partition, segment_bytes=segment_bytes, index_interval_bytes=512, clock=lambda: T0
-    ) as w:
-        for i in range(steps):
-            ts += rnd.randint(1, 50)
-            pid = rnd.choice(PRODUCERS)
-            roll = rnd.random()
-            if pid in open_txn and roll < 0.25:
-                marker(w, pid, ABORT if rnd.random() < 0.45 else COMMIT)
-                continue
-            recs = [
-                RecordSpec(ts, f"k{i}-{n}".encode(), rnd.randbytes(rnd.randint(5, 60)))
-                for n in range(rnd.randint(1, 6))
-            ]
-            codec = codecs[i % len(codecs)]
-            if roll > 0.9:
-                w.append(recs, compression=codec)  # a plain producer
-            elif roll > 0.82:
-                w.append(
-                    recs,
-                    compression=codec,
-                    producer_id=IDEMPOTENT,
-                    producer_epoch=0,
-                    base_sequence=seq[IDEMPOTENT],
-                )
-                seq[IDEMPOTENT] += len(recs)
-            else:
-                w.append(
-                    recs,
-                    compression=codec,
-                    producer_id=pid,
-                    producer_epoch=0,
-                    base_sequence=seq[pid],
-                    is_transactional=True,
-                )
-                seq[pid] += len(recs)
-                open_txn.add(pid)
-        if not leave_open:
-            for pid in sorted(open_txn):
-                marker(w, pid, ABORT if pid % 2 else COMMIT)
-        out.open_at_end = sorted(open_txn)
-    return out
+    def step(self, i: int) -> None:
+        rnd = self.rnd
+        self.ts += rnd.randint(1, 50)
+        pid = rnd.choice(PRODUCERS)
+        roll = rnd.random()
+        if pid in self.open_txn and roll < 0.25:
+            self.marker(pid, ABORT if rnd.random() < 0.45 else COMMIT)
+            return
+        recs = [
+            RecordSpec(self.ts, f"k{i}-{n}".encode(), rnd.randbytes(rnd.randint(5, 60)))
+            for n in range(rnd.randint(1, 6))
+        ]
+        codec = self.CODECS[i % len(self.CODECS)]
+        if roll > 0.9:
+            self.w.append(recs, compression=codec)  # a plain producer
+        elif roll > 0.82:
+            self.w.append(
+                recs,
+                compression=codec,
+                producer_id=IDEMPOTENT,
+                producer_epoch=0,
+                base_sequence=self.seq[IDEMPOTENT],
+            )
+            self.seq[IDEMPOTENT] += len(recs)
+        else:
+            self.w.append(
+                recs,
+                compression=codec,
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=self.seq[pid],
+                is_transactional=True,
+            )
+            self.seq[pid] += len(recs)
+            self.open_txn.add(pid)
 
 
 @dataclass(frozen=True)
@@ -176,3 +195,34 @@ class Oracle:
             if fate.get(n) == "aborted":
                 aborted |= {r.offset for r in recs}
         return cls(committed, uncommitted, aborted, lso, hw, aborted_txns)
+
+
+Row = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
+
+
+def read_committed_in_process(settings: Settings, store: Path, start: int = 0) -> tuple[list[Row], int]:
+    """Reads partition txn-0 from `start` through the daemon's readers over the local store at
+    `store`, read_committed, fetch by fetch (4,000 bytes) until a fetch advances no further;
+    returns the data records and the offset it stopped at."""
+    readers = TieredReaders(settings, LocalBackend(root=str(store)))
+    offset, got = start, []
+    while True:
+        res = isolation.fetch(readers.reader("txn", 0), offset, 4_000, "read_committed")
+        got += [
+            (r.offset, r.key, r.value)
+            for b in res.batches
+            if not b.is_control
+            for r in res.records(b, from_requested=True)
+        ]
+        if res.next_offset == offset:
+            return got, offset
+        offset = res.next_offset
+
+
+def read_committed_planned(settings: Settings) -> list[Row]:
+    """Reads topic txn read_committed through the jobs' planner and decoder; rows in offset order."""
+    plan = plan_read(settings, ["txn"], isolation="read_committed", target_bytes=4_000)
+    spec = BackendSpec.from_settings(settings)
+    return sorted(
+        (r[2], r[0], r[1]) for t in plan.tasks for r in iter_task_records(t, read_task_bytes(t, spec))
+    )
