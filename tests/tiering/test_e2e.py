@@ -6,13 +6,14 @@ import itertools
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.testing.store_check import check_store
+from rlm.testing.store_check import StoreCheck, check_store
 from tests.tiering.helpers import copy_partition_as, local_index_files, rlm_cli, roll_after_last
 
 pytestmark = pytest.mark.integration
@@ -78,6 +79,28 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
         tmp_path / "hw.toml", log_dirs, root=store, topics=no_kafka, cluster={"leadership": "always"}
     )
 
+    check = _first_pass_tiers_every_user_topic(hw_cfg, log_dirs, backend)
+    dumps = _dump_local_sets(log_dirs)
+    arthur = log_dirs[[d.name for d in log_dirs].index(ARTHUR)]
+    for name in ("oms_order_created-1", "oms_order_status_changed-3", "offsets_copy-19"):
+        _assert_dump_contiguous(dumps, arthur / name, check.partitions[name].manifests)
+
+    # A second pass changes nothing, locally or remotely.
+    before_local = local_index_files(log_dirs)
+    before_remote = {i.key: i.size for i in backend.list("")}
+    proc = rlm_cli("run", "--config", hw_cfg, "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["segments_copied"] == 0
+    assert local_index_files(log_dirs) == before_local
+    assert {i.key: i.size for i in backend.list("")} == before_remote
+
+    _rolled_eligibility_still_skips_internal_logs(tmp_path, log_dirs, store, no_kafka)
+
+
+def _first_pass_tiers_every_user_topic(
+    hw_cfg: Path, log_dirs: list[Path], backend: LocalBackend
+) -> StoreCheck:
+    """One `rlm run --once`: every user topic's eligible segments reach the store, no internal log does."""
     proc = rlm_cli("run", "--config", hw_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.splitlines()[-1])
@@ -103,25 +126,17 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     assert check.partitions["offsets_copy-19"].local_entries[0].first_offset == 186795
     assert summary["segments_copied"] == sum(len(p.manifests) for p in check.partitions.values())
     assert not check.unreferenced
+    return check
 
-    dumps = _dump_local_sets(log_dirs)
-    arthur = log_dirs[[d.name for d in log_dirs].index(ARTHUR)]
-    for name in ("oms_order_created-1", "oms_order_status_changed-3", "offsets_copy-19"):
-        _assert_dump_contiguous(dumps, arthur / name, check.partitions[name].manifests)
 
-    # A second pass changes nothing, locally or remotely.
-    before_local = local_index_files(log_dirs)
-    before_remote = {i.key: i.size for i in backend.list("")}
-    proc = rlm_cli("run", "--config", hw_cfg, "--once")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1])["segments_copied"] == 0
-    assert local_index_files(log_dirs) == before_local
-    assert {i.key: i.size for i in backend.list("")} == before_remote
-
+def _rolled_eligibility_still_skips_internal_logs(
+    tmp_path: Path, log_dirs: list[Path], store: Path, no_kafka: dict[str, Any]
+) -> None:
     # "rolled" makes every rolled segment eligible, but the KRaft metadata log is still no topic.
     rolled_cfg = write_config(
         tmp_path / "rolled.toml", log_dirs, root=store, eligibility="rolled", topics=no_kafka
     )
+    backend = LocalBackend(root=str(store))
     proc = rlm_cli("run", "--config", rolled_cfg, "--once")
     assert proc.returncode == 0, proc.stderr
     check = check_store(log_dirs, backend, eligibility="rolled", deep=True)
