@@ -170,6 +170,29 @@ def remote_fetch_all(
     return out
 
 
+def _assert_only_the_tail_was_uploaded(
+    cluster: Cluster, partial: SegmentManifest, reference: dict[int, bytes], part_b: Path, position: int
+) -> None:
+    """The straddling segment's copy is its bytes from `position` (batch 30) on, with indexes and
+    remote-index entries rebuilt for that tail."""
+    highest = last_offset(29)
+    # Only the tail was uploaded: its bytes are the replica's batches 30-43, nothing before.
+    tail = b"".join(reference[first_offset(b)] for b in range(30, 44))
+    assert cluster.backend.read(partial.log.key) == tail
+    assert tail == (part_b / f"{first_offset(25):020d}.log").read_bytes()[position:]
+    # Its indexes are rebuilt for the tail (the broker's describe the whole file) and pass Kafka's checks.
+    tail_batches = list(iter_batches(tail))
+    index, time_index = rebuild_indexes(highest + 1, tail_batches, 4096)
+    assert cluster.backend.read(partial.objects["index"].key) == index
+    assert cluster.backend.read(partial.objects["timeindex"].key) == time_index
+    parse_checked("index", highest + 1, index, tail_batches)
+    parse_checked("timeindex", highest + 1, time_index, tail_batches)
+    # Its entries address the uploaded object from byte 0.
+    blob = cluster.backend.read(partial.objects["segment.remotelogindex"].key)
+    entries = [d.entry for d in iter_entries(blob)]
+    assert entries[0].rdi.position == 0 and entries[0].first_offset == highest + 1
+
+
 def test_new_leader_copies_only_the_tail_of_a_straddling_segment(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path)
     logs_a = tier_replica_a(cluster)
@@ -209,21 +232,7 @@ def test_new_leader_copies_only_the_tail_of_a_straddling_segment(tmp_path: Path)
     # Leader epochs of the slice's offsets only: epoch 1 in force at batch 30, epoch 2 from batch 35.
     assert partial.leader_epochs == ((1, first_offset(20)), (2, first_offset(35)))
 
-    # Only the tail was uploaded: its bytes are the replica's batches 30-43, nothing before.
-    tail = b"".join(reference[first_offset(b)] for b in range(30, 44))
-    assert cluster.backend.read(partial.log.key) == tail
-    assert tail == (part_b / f"{first_offset(25):020d}.log").read_bytes()[position:]
-    # Its indexes are rebuilt for the tail (the broker's describe the whole file) and pass Kafka's checks.
-    tail_batches = list(iter_batches(tail))
-    index, time_index = rebuild_indexes(highest + 1, tail_batches, 4096)
-    assert cluster.backend.read(partial.objects["index"].key) == index
-    assert cluster.backend.read(partial.objects["timeindex"].key) == time_index
-    parse_checked("index", highest + 1, index, tail_batches)
-    parse_checked("timeindex", highest + 1, time_index, tail_batches)
-    # Its entries address the uploaded object from byte 0.
-    blob = cluster.backend.read(partial.objects["segment.remotelogindex"].key)
-    entries = [d.entry for d in iter_entries(blob)]
-    assert entries[0].rdi.position == 0 and entries[0].first_offset == highest + 1
+    _assert_only_the_tail_was_uploaded(cluster, partial, reference, part_b, position)
     assert file_hashes(part_b) == broker_files  # the broker's files were only read
 
     # Every offset fetched from the remote tier through B's local index: the replicas' batch bytes.
