@@ -122,6 +122,30 @@ def test_keys_roots_never_collide_and_parse_back() -> None:
     assert keys.parse_manifest_key("a-1", 2, keys.manifest_key("a-1", 2, 7, ID_A), ID_A) == 7
 
 
+def _assert_served_as_its_own_on_both_tiers(
+    env: Env, manager: RemoteLogManager, highest_a: int, highest_b: int, leo_b: int
+) -> None:
+    """The re-created topic B is served from both tiers, the old incarnation's data never."""
+    # Served as its own on both tiers, the old data never: drop B's tiered segments locally first.
+    env.drop_tiered_local_segments(highest_b)
+    for reader in (env.readers().reader(TOPIC, 0), env.readers(manager).reader(TOPIC, 0)):
+        assert reader.progress.highest_tiered_offset == highest_b
+        assert not reader.lookup_offset(highest_a).found
+    reader = env.readers().reader(TOPIC, 0)
+    first_b = reader.lookup_offset(0)
+    assert first_b.found and first_b.tier == "remote" and first_b.timestamp == TS["B"]
+    fetched = reader.fetch(0, 1 << 20)
+    assert fetched.tier == "remote" and _values(fetched.data, fetched.batches)[0] == b"B-00000" * 3
+    assert all(v.startswith(b"B-") for v in _values(fetched.data, fetched.batches))
+    assert reader.lookup_timestamp(-5).offset == highest_b
+    assert reader.lookup_timestamp(-2).timestamp == TS["B"]
+    for offset in (leo_b, highest_a):
+        assert not reader.lookup_offset(offset).found
+    assert reader.lookup_timestamp(TS["A"]).timestamp == TS["B"]  # the first record at or after it
+    remote_tasks = [t for t in plan_read(env.settings, [TOPIC]).tasks if t.source == "remote"]
+    assert remote_tasks and all(t.location.startswith(keys.root(TOPIC, 0, ID_B)) for t in remote_tasks)
+
+
 @pytest.mark.parametrize("spread", [0, 2], ids=["unspread", "spread2"])
 @pytest.mark.parametrize("restart", [True, False], ids=["restarted", "running"])
 def test_recreated_topic_is_its_own_and_the_old_one_is_retired(
@@ -162,24 +186,7 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(
     assert old["objects"] > len(old_manifests) and old["bytes"] > 0 and not old["kept"]
     assert old["retired_ms"] == env.now and old["delete_after_ms"] == env.now + GRACE_MS
 
-    # Served as its own on both tiers, the old data never: drop B's tiered segments locally first.
-    env.drop_tiered_local_segments(highest_b)
-    for reader in (env.readers().reader(TOPIC, 0), env.readers(manager).reader(TOPIC, 0)):
-        assert reader.progress.highest_tiered_offset == highest_b
-        assert not reader.lookup_offset(highest_a).found
-    reader = env.readers().reader(TOPIC, 0)
-    first_b = reader.lookup_offset(0)
-    assert first_b.found and first_b.tier == "remote" and first_b.timestamp == TS["B"]
-    fetched = reader.fetch(0, 1 << 20)
-    assert fetched.tier == "remote" and _values(fetched.data, fetched.batches)[0] == b"B-00000" * 3
-    assert all(v.startswith(b"B-") for v in _values(fetched.data, fetched.batches))
-    assert reader.lookup_timestamp(-5).offset == highest_b
-    assert reader.lookup_timestamp(-2).timestamp == TS["B"]
-    for offset in (leo_b, highest_a):
-        assert not reader.lookup_offset(offset).found
-    assert reader.lookup_timestamp(TS["A"]).timestamp == TS["B"]  # the first record at or after it
-    remote_tasks = [t for t in plan_read(env.settings, [TOPIC]).tasks if t.source == "remote"]
-    assert remote_tasks and all(t.location.startswith(keys.root(TOPIC, 0, ID_B)) for t in remote_tasks)
+    _assert_served_as_its_own_on_both_tiers(env, manager, highest_a, highest_b, leo_b)
 
     # gc --dry-run lists it, deletes nothing; past the grace period GC deletes data and state.
     assert [o.topic_id for o in _old(manager, dry_run=True)] == [ID_A]
