@@ -202,6 +202,24 @@ def _rows(manager: RemoteLogManager) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["topic"], r["partition"]): r for r in manager.status()}
 
 
+def _assert_quarantine_metrics(
+    manager: RemoteLogManager, victim: SegmentFiles, position: int, cause: str
+) -> dict[str, str]:
+    """The quarantine shows in the metrics; returns the info metric's labels."""
+    registry = manager.shared.metrics.registry
+    assert registry.get_sample_value("rlm_segments_quarantined", {"topic": TOPIC, "partition": "0"}) == 1
+    info = {
+        "topic": TOPIC,
+        "partition": "0",
+        "base_offset": str(victim.base_offset),
+        "file": str(victim.log),
+        "position": str(position),
+        "cause": cause,
+    }
+    assert registry.get_sample_value("rlm_segment_quarantine_info", info) == 1
+    return info
+
+
 @pytest.mark.parametrize("fix", ["replaced", "removed"])
 @pytest.mark.parametrize("damage", ["empty", "truncated", "bitflip"])
 def test_damaged_log_is_quarantined_shown_and_resumes(tmp_path: Path, damage: str, fix: str) -> None:
@@ -234,17 +252,7 @@ def test_damaged_log_is_quarantined_shown_and_resumes(tmp_path: Path, damage: st
         cause,
     )
     assert str(victim.log) in q["reason"]
-    registry = manager.shared.metrics.registry
-    assert registry.get_sample_value("rlm_segments_quarantined", {"topic": TOPIC, "partition": "0"}) == 1
-    info = {
-        "topic": TOPIC,
-        "partition": "0",
-        "base_offset": str(victim.base_offset),
-        "file": str(victim.log),
-        "position": str(position),
-        "cause": cause,
-    }
-    assert registry.get_sample_value("rlm_segment_quarantine_info", info) == 1
+    info = _assert_quarantine_metrics(manager, victim, position, cause)
 
     # `rlm status` in another process shows what the daemon found.
     cfg = write_config(tmp_path / "c.toml", [logs], root=store)
@@ -265,7 +273,7 @@ def test_damaged_log_is_quarantined_shown_and_resumes(tmp_path: Path, damage: st
     row = _rows(manager)[(TOPIC, 0)]
     assert row["quarantine"] == [] and row["quarantined"] == {}
     assert row["highest_tiered_offset"] == _last_rolled_offset(logs / f"{TOPIC}-0")
-    assert registry.get_sample_value("rlm_segment_quarantine_info", info) is None
+    assert manager.shared.metrics.registry.get_sample_value("rlm_segment_quarantine_info", info) is None
     remote = [
         m.base_offset
         for m in manager.context(next(p for p in manager.discover() if p.topic == TOPIC)).manifests
