@@ -45,6 +45,28 @@ def _bases(logs: Path, partition: int) -> list[int]:
     return [s.base_offset for s in list_segments(logs / f"{TOPIC}-{partition}")]
 
 
+def _round_config(tmp_path: Path, logs: Path, store: Path, round_no: int, rounds: int) -> Path:
+    """The config of one randomized round (written to tmp_path/c.toml); odd rounds also drop the
+    manifest snapshots so that they recover from the store."""
+    retention = round_no >= rounds // 2  # second half: size retention deletes old segments
+    # Odd rounds recover from the store as before issue 16 (no manifest snapshot: every manifest
+    # read, under faults); even rounds trust the local state a previous round left — possibly
+    # after a failed pass (docs/remote-state.md).
+    trust = round_no % 2 == 0
+    if not trust:
+        for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{SNAPSHOT_FILE}"):
+            snapshot.unlink()
+    return write_config(
+        tmp_path / "c.toml",
+        [logs],
+        root=store,
+        index_entry_bytes=1024,
+        index_rotate_bytes=4096,
+        retention_bytes=60_000 if retention else -1,
+        trust_local_state=trust,
+    )
+
+
 @pytest.mark.slow
 def test_randomized_in_process_rounds(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
@@ -62,23 +84,7 @@ def test_randomized_in_process_rounds(tmp_path: Path) -> None:
         for p in (0, 1):
             revealed[p] = min(len(bases[p]) - 1, revealed[p] + rng.choice((0, 0, 1, 2)))
         set_high_watermarks(logs, {(TOPIC, p): bases[p][revealed[p]] for p in (0, 1)})
-        retention = round_no >= rounds // 2  # second half: size retention deletes old segments
-        # Odd rounds recover from the store as before issue 16 (no manifest snapshot: every manifest
-        # read, under faults); even rounds trust the local state a previous round left — possibly
-        # after a failed pass (docs/remote-state.md).
-        trust = round_no % 2 == 0
-        if not trust:
-            for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{SNAPSHOT_FILE}"):
-                snapshot.unlink()
-        cfg = write_config(
-            tmp_path / "c.toml",
-            [logs],
-            root=store,
-            index_entry_bytes=1024,
-            index_rotate_bytes=4096,
-            retention_bytes=60_000 if retention else -1,
-            trust_local_state=trust,
-        )
+        cfg = _round_config(tmp_path, logs, store, round_no, rounds)
         settings = load_settings(cfg)
         backend = FaultyBackend.wrap(inner, sleep=lambda s: None, seed=rng.getrandbits(32), **FAULTS)
         now[0] += 60_000
