@@ -98,15 +98,36 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return doc
 
 
+def _key_files(tmp_path: Path) -> dict[str, Path]:
+    """A fresh random 32-byte key for each of A and B, base64 in tmp_path/<id>.b64."""
+    key_files = {}
+    for key_id in (A, B):
+        key_files[key_id] = tmp_path / f"{key_id}.b64"
+        key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    return key_files
+
+
+def _assert_rewrap_without_key_a_refuses_and_changes_nothing(
+    tmp_path: Path, logs: Path, s3_target: S3Target, key_b: Path, alpha: list[str], before: dict[str, bytes]
+) -> None:
+    """Only B's key configured: every A-wrapped manifest is one error line, the store unchanged."""
+    everything = ["alpha", "beta"]
+    only_b = _config(tmp_path / "3.toml", logs, s3_target, {B: key_b}, B, everything)
+    proc = rlm_cli("rewrap", "--config", only_b, "--to", B)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == len(alpha)
+    for line, key in zip(lines, alpha, strict=True):
+        assert key in line and repr(A) in line, line
+    assert _store(s3_target) == before
+
+
 def test_rotate_rewrap_retire_on_s3(tmp_path: Path, s3_target: S3Target) -> None:
     logs = tmp_path / "logs"
     write_generated(logs, "alpha", 0, batches=150, seed=11)
     write_generated(logs, "beta", 0, batches=120, seed=12)
     brute = {t: BruteLog.scan(logs / f"{t}-0") for t in ("alpha", "beta")}
-    key_files = {}
-    for key_id in (A, B):
-        key_files[key_id] = tmp_path / f"{key_id}.b64"
-        key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    key_files = _key_files(tmp_path)
     everything = ["alpha", "beta"]
 
     _ok(
@@ -126,14 +147,9 @@ def test_rotate_rewrap_retire_on_s3(tmp_path: Path, s3_target: S3Target) -> None
     assert len(alpha) >= 3 and len(beta) >= 3
     assert {ids[k] for k in alpha} == {A} and {ids[k] for k in beta} == {B}
 
-    only_b = _config(tmp_path / "3.toml", logs, s3_target, {B: key_files[B]}, B, everything)
-    proc = rlm_cli("rewrap", "--config", only_b, "--to", B)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == len(alpha)
-    for line, key in zip(lines, alpha, strict=True):
-        assert key in line and repr(A) in line, line
-    assert _store(s3_target) == before
+    _assert_rewrap_without_key_a_refuses_and_changes_nothing(
+        tmp_path, logs, s3_target, key_files[B], alpha, before
+    )
 
     dry = _ok(rlm_cli("rewrap", "--config", both, "--to", B, "--dry-run"))
     assert (dry["rewrapped"], dry["already"], dry["failed"]) == (len(alpha), len(beta), 0)
