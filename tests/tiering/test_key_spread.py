@@ -77,6 +77,20 @@ def _fetch(cfg: Path, topic: str, partition: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+def _assert_gc_deletes_an_abandoned_attempt(
+    cfg: Path, store: StorageBackend, raw: StorageBackend, topic: str, partition: int, spread: int
+) -> None:
+    """GC lists the partition's data prefix and deletes an abandoned attempt (under its hash prefix)."""
+    orphan = keys.data_key(topic, partition, 0, keys.new_attempt_id(1), keys.LOG)
+    store.put(orphan, b"abandoned")
+    physical = f"{_sha(f'{topic}-{partition}', spread)}/{orphan}" if spread else orphan
+    assert raw.exists(physical)
+    proc = rlm_cli("gc", "--config", cfg, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert [d["objects"] for d in map(json.loads, proc.stdout.splitlines())] == [[orphan]]
+    assert not raw.exists(physical)
+
+
 @pytest.mark.parametrize("spread", [0, 2])
 @pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_tiering_reads_gc_rebuild_and_export_with_spread(
@@ -114,15 +128,7 @@ def test_tiering_reads_gc_rebuild_and_export_with_spread(
     strip = [{k: v for k, v in r.items() if k != "tier"} for r in after]
     assert strip == [{k: v for k, v in r.items() if k != "tier"} for r in before[: len(after)]]
 
-    # GC lists the partition's data prefix and deletes an abandoned attempt (under its hash prefix).
-    orphan = keys.data_key(s.topic, s.partition, 0, keys.new_attempt_id(1), keys.LOG)
-    store.put(orphan, b"abandoned")
-    physical = f"{_sha(f'{s.topic}-{s.partition}', spread)}/{orphan}" if spread else orphan
-    assert raw.exists(physical)
-    proc = rlm_cli("gc", "--config", cfg, "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    assert [d["objects"] for d in map(json.loads, proc.stdout.splitlines())] == [[orphan]]
-    assert not raw.exists(physical)
+    _assert_gc_deletes_an_abandoned_attempt(cfg, store, raw, s.topic, s.partition, spread)
 
     # rebuild-index from the manifests reproduces the local sets byte for byte.
     sets = local_index_files([logs])
