@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rlm.config.brokers import ClusterSettings
-from tests.ui.chromium import Chromium, dump_dom, find_browser
+from tests.ui.chromium import Chromium, Page, dump_dom, find_browser
 from tests.ui.fixture import TOKEN, Served, fill, serve, writer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,25 +106,8 @@ def _rows(page: Any) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in json.loads(page.evaluate(ROWS_JS))}
 
 
-def test_status_page_shows_ranges_and_follows_a_copy(
-    browser: Chromium, scenario: tuple[Served, dict[str, Any]]
-) -> None:
-    served, expected = scenario
-    page = browser.open()
-    page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
-    page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
-
-    # The token left the address bar for this tab's session storage; it was sent as Bearer.
-    assert TOKEN not in page.evaluate("location.href")
-    assert page.evaluate("sessionStorage.getItem('rlm.token')") == TOKEN
-
-    rows = _rows(page)
-    assert sorted(rows) == ["clicks.v2-0", "orders-0", "orders-1", "payments-0"]
-    for name in ("orders-0", "orders-1", "payments-0", "clicks.v2-0"):
-        assert rows[name]["ranges"] == expected[name], name
-    assert rows["payments-0"]["state"] == "error"
-    assert "CRC" in rows["payments-0"]["error"]
-    assert rows["orders-0"]["state"] == "lagging" and rows["orders-1"]["state"] == "ok"
+def _assert_quarantine_and_totals_match_the_status(page: Page, rows: dict[str, Any], served: Served) -> None:
+    """The page's quarantine details, per-row lag and totals are those of the manager's status."""
     status = {f"{r['topic']}-{r['partition']}": r for r in served.manager.status()}
     # The quarantine's file, byte position and cause (docs/broker-files.md) are in the DOM.
     shown = json.loads(
@@ -148,6 +131,28 @@ def test_status_page_shows_ranges_and_follows_a_copy(
     assert int(totals["remote"]) == sum(r["remote_bytes"] for r in status.values()) > 0
     assert int(totals["partitions"]) == 4
     assert page.evaluate("document.querySelector('#health').dataset.health") == "errors"
+
+
+def test_status_page_shows_ranges_and_follows_a_copy(
+    browser: Chromium, scenario: tuple[Served, dict[str, Any]]
+) -> None:
+    served, expected = scenario
+    page = browser.open()
+    page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+    page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+
+    # The token left the address bar for this tab's session storage; it was sent as Bearer.
+    assert TOKEN not in page.evaluate("location.href")
+    assert page.evaluate("sessionStorage.getItem('rlm.token')") == TOKEN
+
+    rows = _rows(page)
+    assert sorted(rows) == ["clicks.v2-0", "orders-0", "orders-1", "payments-0"]
+    for name in ("orders-0", "orders-1", "payments-0", "clicks.v2-0"):
+        assert rows[name]["ranges"] == expected[name], name
+    assert rows["payments-0"]["state"] == "error"
+    assert "CRC" in rows["payments-0"]["error"]
+    assert rows["orders-0"]["state"] == "lagging" and rows["orders-1"]["state"] == "ok"
+    _assert_quarantine_and_totals_match_the_status(page, rows, served)
 
     # One more pass copies orders-0's waiting segments; the open page picks it up on its own.
     page.evaluate("window.__sameDocument = true")
