@@ -14,7 +14,7 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import free_port, run_daemon, stop
+from rlm.testing.daemon import Daemon, free_port, run_daemon, stop
 from rlm.testing.store_check import check_store
 from tests.tiering.helpers import REPO, rlm_cli
 
@@ -66,6 +66,33 @@ def test_bad_backend_option_exits_2(tmp_path: Path) -> None:
     assert "rooot" in _one_line(proc.stderr)
 
 
+def _wait_until_every_partition_is_tiered(daemon: Daemon, cfg: Path) -> None:
+    """Polls `rlm status` (another process, reading the state dir) until no partition lags, 60 s at most."""
+    deadline = time.monotonic() + 60
+    rows: list[dict[str, object]] = []
+    while time.monotonic() < deadline:
+        daemon.alive()
+        proc = rlm_cli("status", "--config", cfg)
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads(proc.stdout)
+        if rows and all(r["copy_lag_segments"] == 0 and r["remote_segments"] for r in rows):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"not tiered within 60 s: {rows}")
+
+
+def _scrape_metrics(port: int) -> str:
+    """The daemon's /metrics text; the endpoint starts with the daemon, so it is polled (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                return resp.read().decode()
+        except OSError:
+            assert time.monotonic() < deadline, "no /metrics"
+            time.sleep(0.2)
+
+
 @pytest.mark.integration
 def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
@@ -83,27 +110,8 @@ def test_daemon_tiers_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> Non
     log = tmp_path / "daemon.stderr"
     # wait=False: the status command below reads the state dir, the API is polled after it
     with run_daemon(cfg, port, log, cwd=REPO, wait=False) as daemon:
-        deadline = time.monotonic() + 60
-        rows: list[dict[str, object]] = []
-        while time.monotonic() < deadline:
-            daemon.alive()
-            proc = rlm_cli("status", "--config", cfg)
-            assert proc.returncode == 0, proc.stderr
-            rows = json.loads(proc.stdout)
-            if rows and all(r["copy_lag_segments"] == 0 and r["remote_segments"] for r in rows):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"not tiered within 60 s: {rows}")
-        deadline = time.monotonic() + 30
-        while True:  # the metrics endpoint starts with the daemon; poll until it answers
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-                    text = resp.read().decode()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "no /metrics"
-                time.sleep(0.2)
+        _wait_until_every_partition_is_tiered(daemon, cfg)
+        text = _scrape_metrics(port)
         for name in (
             "rlm_remote_copy_bytes_total",
             "rlm_remote_copy_requests_total",
