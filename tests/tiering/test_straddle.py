@@ -173,10 +173,9 @@ def remote_fetch_all(
 def _assert_only_the_tail_was_uploaded(
     cluster: Cluster, partial: SegmentManifest, reference: dict[int, bytes], part_b: Path, position: int
 ) -> None:
-    """The straddling segment's copy is its bytes from `position` (batch 30) on, with indexes and
-    remote-index entries rebuilt for that tail."""
+    """Only the tail was uploaded: the straddling segment's bytes from `position` on (the replica's
+    batches 30-43, nothing before), with indexes and remote-index entries rebuilt for that tail."""
     highest = last_offset(29)
-    # Only the tail was uploaded: its bytes are the replica's batches 30-43, nothing before.
     tail = b"".join(reference[first_offset(b)] for b in range(30, 44))
     assert cluster.backend.read(partial.log.key) == tail
     assert tail == (part_b / f"{first_offset(25):020d}.log").read_bytes()[position:]
@@ -215,12 +214,9 @@ def test_new_leader_copies_only_the_tail_of_a_straddling_segment(tmp_path: Path)
     assert result.copied == [first_offset(30), first_offset(44)]  # the tail of 25-43, then 44-51 whole
 
     manifests = cluster.manifests()
+    batch_ranges = ((0, 9), (10, 19), (20, 29), (30, 43), (44, 51))
     assert [(m.base_offset, m.last_offset) for m in manifests] == [
-        (first_offset(0), last_offset(9)),
-        (first_offset(10), last_offset(19)),
-        (first_offset(20), last_offset(29)),
-        (first_offset(30), last_offset(43)),
-        (first_offset(44), last_offset(51)),
+        (first_offset(a), last_offset(b)) for a, b in batch_ranges
     ]
     for prev, nxt in itertools.pairwise(manifests):
         assert nxt.base_offset == prev.last_offset + 1  # no gap, no overlap
