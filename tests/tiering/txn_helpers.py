@@ -111,25 +111,19 @@ class _TxnProducers:
         codec = self.CODECS[i % len(self.CODECS)]
         if roll > 0.9:
             self.w.append(recs, compression=codec)  # a plain producer
-        elif roll > 0.82:
-            self.w.append(
-                recs,
-                compression=codec,
-                producer_id=IDEMPOTENT,
-                producer_epoch=0,
-                base_sequence=self.seq[IDEMPOTENT],
-            )
-            self.seq[IDEMPOTENT] += len(recs)
-        else:
-            self.w.append(
-                recs,
-                compression=codec,
-                producer_id=pid,
-                producer_epoch=0,
-                base_sequence=self.seq[pid],
-                is_transactional=True,
-            )
-            self.seq[pid] += len(recs)
+            return
+        transactional = roll <= 0.82
+        producer = pid if transactional else IDEMPOTENT
+        self.w.append(
+            recs,
+            compression=codec,
+            producer_id=producer,
+            producer_epoch=0,
+            base_sequence=self.seq[producer],
+            is_transactional=transactional,
+        )
+        self.seq[producer] += len(recs)
+        if transactional:
             self.open_txn.add(pid)
 
 
