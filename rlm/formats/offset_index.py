@@ -24,6 +24,7 @@ __all__ = [
     "OffsetIndex",
     "OffsetIndexBuilder",
     "OffsetPosition",
+    "check_relative",
     "encode_entry",
 ]
 
@@ -45,7 +46,7 @@ class OffsetPosition:
     position: int
 
 
-def _check_relative(base_offset: int, offset: int) -> int:
+def check_relative(base_offset: int, offset: int) -> int:
     relative = offset - base_offset
     # Kafka stores offset - base as int32; beyond it the segment (or remote index set) must be
     # rolled first, which only the caller can do.
@@ -64,7 +65,7 @@ def encode_entry(base_offset: int, offset: int, position: int) -> bytes:
     Raises :class:`InvalidArgumentError` when the relative offset or the position does not fit a
     non-negative int32.
     """
-    relative = _check_relative(base_offset, offset)
+    relative = check_relative(base_offset, offset)
     if not 0 <= position <= INT32_MAX:
         raise InvalidArgumentError(f"position {position} does not fit a non-negative int32", offset=offset)
     return _ENTRY.pack(relative, position)

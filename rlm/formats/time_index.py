@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
 from rlm.formats.index_builder import IndexBuilder, IndexView, entry_image
-from rlm.formats.offset_index import INT32_MAX, Buffer
+from rlm.formats.offset_index import Buffer, check_relative
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
 
@@ -39,13 +39,7 @@ def encode_entry(base_offset: int, timestamp: int, offset: int) -> bytes:
     Raises :class:`InvalidArgumentError` when the timestamp is not an int64 or the relative offset
     does not fit a non-negative int32.
     """
-    relative = offset - base_offset
-    if not 0 <= relative <= INT32_MAX:
-        raise InvalidArgumentError(
-            f"offset {offset} is not in [base {base_offset}, base + 2^31-1]: relative offset overflows "
-            "int32 (roll the segment / rotate the index set first)",
-            offset=offset,
-        )
+    relative = check_relative(base_offset, offset)
     if not _INT64_MIN <= timestamp <= _INT64_MAX:
         raise InvalidArgumentError(f"timestamp {timestamp} does not fit int64", offset=offset)
     return _ENTRY.pack(timestamp, relative)
