@@ -37,7 +37,20 @@ def make_pki(
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
+    ca_cert = _ca_certificate(ca_key, ca_name, now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _server_certificate(key, ca_key, ca_cert, hosts, now)
+    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pki.key.write_bytes(_pem_key(key))
+    pki.key.chmod(0o600)
+    return pki
+
+
+def _ca_certificate(ca_key: ec.EllipticCurvePrivateKey, ca_name: str, now: dt.datetime) -> x509.Certificate:
+    """A self-signed CA certificate valid from five minutes ago for one day, allowed to sign certificates."""
+    return (
         x509.CertificateBuilder()
         .subject_name(_name(ca_name))
         .issuer_name(_name(ca_name))
@@ -63,14 +76,23 @@ def make_pki(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
+
+
+def _server_certificate(
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    hosts: tuple[str, ...],
+    now: dt.datetime,
+) -> x509.Certificate:
+    """A server certificate signed by the CA, named for ``hosts`` (IP addresses as IP SANs, the rest DNS)."""
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             names.append(x509.DNSName(host))
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(_name(hosts[0]))
         .issuer_name(ca_cert.subject)
@@ -86,9 +108,3 @@ def make_pki(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki.key.write_bytes(_pem_key(key))
-    pki.key.chmod(0o600)
-    return pki
