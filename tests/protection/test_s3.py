@@ -16,6 +16,7 @@ import pytest
 
 from rlm.config import Settings
 from rlm.formats.remote_index import iter_entries
+from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.testing.daemon import free_port, run_daemon
 from tests.lookup.helpers import BruteLog, delete_local_segments
@@ -135,16 +136,22 @@ def test_protected_store_on_seaweedfs(tmp_path: Path, s3_target: S3Target) -> No
         ok = client.get(f"/v1/topics/{TOPIC}/partitions/0/offsets/{max(m['base_offset'] for m in manifests)}")
         assert ok.status_code == 200 and ok.json()["found"], (ok.text, newest)
 
-    # a tampered object: one line naming it, exit 1; HTTP 502
+    _tampered_object_is_named(backend, objects, both, port, tmp_path / "daemon-t.log")
+
+
+def _tampered_object_is_named(
+    backend: StorageBackend, objects: dict[str, bytes], config: Path, port: int, daemon_log: Path
+) -> None:
+    """A tampered object: ``rlm fetch`` prints one line naming it, exit 1; the daemon answers HTTP 502."""
     first_log = min(k for k in objects if k.endswith("segment.log") and "/data/00000000000000000000-" in k)
     data = bytearray(objects[first_log])
     data[64] ^= 0x10
     backend.put(first_log, bytes(data))
-    proc = rlm_cli("fetch", "--config", both, "--topic", TOPIC, "--partition", "0", "--offset", "0")
+    proc = rlm_cli("fetch", "--config", config, "--topic", TOPIC, "--partition", "0", "--offset", "0")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "authentication" in lines[0] and first_log in lines[0] and "'A'" in lines[0]
-    with _daemon(both, port, tmp_path / "daemon-t.log") as client:
+    with _daemon(config, port, daemon_log) as client:
         resp = client.get(f"/v1/topics/{TOPIC}/partitions/0/records", params={"offset": 0})
         assert resp.status_code == 502 and "authentication" in resp.json()["error"]["reason"]
 
