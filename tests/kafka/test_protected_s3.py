@@ -26,16 +26,7 @@ def test_clients_read_a_compressed_encrypted_spread_s3_store(tmp_path: Path, s3_
     part = logs / "kp-0"
     expected = oracle(part, "kp", 0)
     key = key_file(tmp_path / "keys", "k1")
-    remote = ["[remote]", 'backend = "s3"', "prefix_spread = 2", "[remote.options]"]
-    remote += [f"{k} = {json.dumps(v)}" for k, v in s3_target.options().items()]
-    remote += [
-        "[remote.compression]",
-        'codec = "zstd"',
-        "[remote.encryption]",
-        'active_key = "k1"',
-        "[remote.encryption.key_files]",
-        f"k1 = {json.dumps(str(key))}",
-    ]
+    remote = _protected_spread_remote(s3_target, key)
     config = toml_config(
         tmp_path / "rlm.toml", [logs], tmp_path / "unused", {"listen": "127.0.0.1:0"}, remote=remote
     )
@@ -70,28 +61,27 @@ def test_clients_read_a_compressed_encrypted_spread_s3_store(tmp_path: Path, s3_
         first = expected.first_at_or_after(mid[1])
         assert first is not None and (found.offset, found.timestamp) == (first[0], first[1])
         if shutil.which("kcat"):
-            out = subprocess.run(
-                [
-                    "kcat",
-                    "-b",
-                    daemon.bootstrap,
-                    "-C",
-                    "-t",
-                    "kp",
-                    "-p",
-                    "0",
-                    "-o",
-                    "beginning",
-                    "-e",
-                    "-q",
-                    "-f",
-                    "%o\n",
-                ],
-                capture_output=True,
-                timeout=120,
-                check=True,
-            )
-            assert [int(x) for x in out.stdout.split()] == [r[0] for r in expected.rows]
+            assert _kcat_offsets(daemon.bootstrap, "kp", 0) == [r[0] for r in expected.rows]
     finally:
         daemon.stop()
     assert "Traceback" not in daemon.log.read_text()
+
+
+def _protected_spread_remote(s3_target: S3Target, key: Path) -> list[str]:
+    """The ``[remote]`` TOML lines: the S3 store, keys under 2 hash-prefix levels, zstd, key ``k1`` active."""
+    remote = ["[remote]", 'backend = "s3"', "prefix_spread = 2", "[remote.options]"]
+    remote += [f"{k} = {json.dumps(v)}" for k, v in s3_target.options().items()]
+    encryption = ["[remote.encryption]", 'active_key = "k1"', "[remote.encryption.key_files]"]
+    return [*remote, "[remote.compression]", 'codec = "zstd"', *encryption, f"k1 = {json.dumps(str(key))}"]
+
+
+def _kcat_offsets(bootstrap: str, topic: str, partition: int) -> list[int]:
+    """The offsets librdkafka (kcat) consumes from the beginning of the partition to its end."""
+    where = ["-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", "beginning"]
+    out = subprocess.run(
+        ["kcat", *where, "-e", "-q", "-f", "%o\n"],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    return [int(x) for x in out.stdout.split()]
