@@ -95,12 +95,18 @@ def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None
     assert ("orphan", 3) in by_check and ("local_index_orphan_entries", 3) in by_check
     assert {p.partition for p in report.errors} == {0, 1, 2, 3}  # gen-4 and other-0 are clean
 
-    # The CLI: JSON report on stdout, summary on stderr, exit 1.
+    _cli_reports_the_problems(tmp_path, env, store, len(report.errors), victim, batch)
+
+
+def _cli_reports_the_problems(
+    tmp_path: Path, env: Any, store: Path, errors: int, victim: str, batch: Any
+) -> None:
+    """The CLI: JSON report on stdout, summary on stderr, exit 1; the flipped batch named by key."""
     cfg = write_config(tmp_path / "c.toml", env.log_dirs, root=store)
     result = CliRunner().invoke(main, ["verify", "--config", str(cfg), "--deep"])
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
-    assert doc["ok"] is False and doc["summary"]["errors"] == len(report.errors)
+    assert doc["ok"] is False and doc["summary"]["errors"] == errors
     assert {
         "check": "batch_crc",
         "topic": "gen",
