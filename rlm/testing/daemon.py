@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Daemon", "clean_env", "free_port", "run_daemon", "stop", "wait_healthy"]
+__all__ = ["Daemon", "clean_env", "free_port", "rlm_cli", "run_daemon", "stop", "wait_healthy"]
 
 
 def free_port() -> int:
@@ -35,6 +35,25 @@ def clean_env(extra: Mapping[str, str] | None = None, drop: tuple[str, ...] = ("
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(extra or {})
     return env
+
+
+def rlm_cli(
+    *args: str | Path | int,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m rlm ARGS`` as a real subprocess, text output captured, the caller's ``RLM_*``
+    variables dropped (:func:`clean_env`) and ``env`` added; never raises on a non-zero exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=clean_env(env),
+        cwd=cwd,
+    )
 
 
 @dataclass

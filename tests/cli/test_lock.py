@@ -13,9 +13,9 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.daemon.lock import LOCK_NAME
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import free_port, run_daemon, wait_healthy
+from rlm.testing.daemon import free_port, rlm_cli, run_daemon, wait_healthy
 from rlm.tiering.state import default_state_dir
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 
 @pytest.mark.integration

@@ -14,9 +14,9 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import Daemon, free_port, run_daemon, stop
+from rlm.testing.daemon import Daemon, free_port, rlm_cli, run_daemon, stop
 from rlm.testing.store_check import check_store
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 
 def _one_line(stderr: str) -> str:

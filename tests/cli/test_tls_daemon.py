@@ -22,10 +22,10 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings
 from rlm.http.client import RlmClient
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import free_port, run_daemon
+from rlm.testing.daemon import free_port, rlm_cli, run_daemon
 from tests.http.certs import Pki, make_pki
 from tests.lookup.helpers import BruteLog
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 TOKEN = "tls-daemon-token-8c1f"
 TOPIC = "secure.t"

@@ -28,11 +28,11 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from rlm.formats.checkpoint import EpochEntry, parse_leader_epoch_checkpoint
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.replicas import ReplicatedPartition
 from tests.cluster.chain_check import ChainReport, check_partition, split_batches
 from tests.cluster.rig import ClusterRig, RawStore, cluster_rig
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import rlm_cli
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
 

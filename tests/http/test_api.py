@@ -23,12 +23,12 @@ from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,
     expected_fetch,
-    rlm_cli,
     settings_for,
     write_config,
     write_generated,

@@ -26,6 +26,7 @@ from rlm.logdir.scan import (
 )
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from tests.jobs.restore_helpers import (
     SEGMENT_SUFFIXES,
     assert_restored,
@@ -40,7 +41,6 @@ from tests.jobs.restore_helpers import (
 )
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import CODECS, copy_fixture_dirs, kafka_python_records, tier
-from tests.tiering.helpers import rlm_cli
 
 # --- the real brokers' fixtures -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from rlm.logdir.scan import PARTITION_METADATA
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from tests.jobs.helpers import corrupt_one_object
@@ -38,7 +39,6 @@ from tests.jobs.restore_helpers import (
 )
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import CODECS, kafka_python_records, tier, write_generated
-from tests.tiering.helpers import rlm_cli
 
 # --- identity, failures, targets, the CLI ---------------------------------------------------------
 

@@ -29,6 +29,7 @@ from kafka.record.memory_records import MemoryRecords
 from rlm.formats import naming
 from rlm.logdir.scan import list_segments
 from rlm.logdir.writer import LogWriter
+from rlm.testing.daemon import rlm_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -177,16 +178,7 @@ def toml_config(
 
 
 def rlm(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    return subprocess.run(
-        [sys.executable, "-m", "rlm", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-        cwd=REPO,
-    )
+    return rlm_cli(*args, timeout=timeout, cwd=REPO)
 
 
 def tier_then_delete(config: Path, parts: dict[tuple[str, int], Path]) -> dict[tuple[str, int], list[int]]:

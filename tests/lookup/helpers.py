@@ -9,10 +9,7 @@ answers by a linear scan.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,20 +117,6 @@ def write_config(
     ] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def rlm_cli(*args: str | Path | int, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m rlm ARGS`` as a real subprocess (never raises on a non-zero exit)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    return subprocess.run(
-        [sys.executable, "-m", "rlm", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-        cwd=REPO,
-    )
 
 
 # --- brute force ------------------------------------------------------------------------------------

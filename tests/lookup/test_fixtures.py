@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from rlm.cli.main import main
 from rlm.formats import naming
 from rlm.logdir.scan import list_segments
+from rlm.testing.daemon import rlm_cli
 from tests.lookup.helpers import (
     ARTHUR,
     BruteLog,
@@ -25,7 +26,6 @@ from tests.lookup.helpers import (
     delete_local_segments,
     expected_ts_answer,
     fixture_partitions,
-    rlm_cli,
     write_config,
 )
 from tests.tiering.helpers import copy_partition_as

@@ -29,12 +29,13 @@ from rlm.http.app import create_app
 from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.state import Progress, default_state_dir
 from tests.lookup.edges import HOT_TS, EdgeLogs, build_edge_logs
-from tests.lookup.helpers import rlm_cli, write_config
+from tests.lookup.helpers import write_config
 
 
 @dataclass

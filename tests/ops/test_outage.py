@@ -29,11 +29,11 @@ import pytest
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import clean_env, free_port, run_daemon
+from rlm.testing.daemon import clean_env, free_port, rlm_cli, run_daemon
 from rlm.testing.seaweed import SeaweedServer, weed_binary
 from rlm.testing.store_check import check_store
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
 

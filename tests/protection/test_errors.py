@@ -17,11 +17,11 @@ from rlm.jobs.plan import BackendSpec
 from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_store import check_partition
 from rlm.storage.local import LocalBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import TOPIC, key_file, settings, write_secrets, write_toml
-from tests.tiering.helpers import rlm_cli
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from rlm.config import Settings
 from rlm.formats.remote_index import iter_entries
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
-from rlm.testing.daemon import free_port, run_daemon
+from rlm.testing.daemon import free_port, rlm_cli, run_daemon
 from tests.lookup.helpers import BruteLog, delete_local_segments
 from tests.protection.helpers import (
     TOPIC,
@@ -30,7 +30,7 @@ from tests.protection.helpers import (
     write_toml,
 )
 from tests.s3servers import S3Target
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration]
 

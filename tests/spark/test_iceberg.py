@@ -34,8 +34,8 @@ from rlm.jobs.iceberg_read import spark_read_table
 from rlm.logdir.scan import discover_partitions, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from tests.spark.conftest import Env, arrow_records, kafka_python_records, make_settings, tier
-from tests.tiering.helpers import rlm_cli
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyiceberg")

@@ -5,10 +5,7 @@ use too, are :mod:`rlm.testing.configs` and :mod:`rlm.testing.store_check`.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from rlm.formats import naming
@@ -16,23 +13,6 @@ from rlm.formats.records import iter_batches
 from rlm.logdir.scan import list_segments
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def rlm_cli(
-    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m rlm ARGS`` as a real subprocess (never raises on a non-zero exit)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "rlm", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=full_env,
-        cwd=cwd or REPO,
-    )
 
 
 def roll_after_last(partition_dir: Path) -> int:

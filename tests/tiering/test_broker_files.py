@@ -29,11 +29,11 @@ from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
-from tests.tiering.helpers import rlm_cli
 
 T0 = 1_700_000_000_000
 INTERVAL = 1_024  # index.interval.bytes of the generated logs, and log.index_interval_bytes

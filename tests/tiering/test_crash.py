@@ -15,10 +15,11 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
 from tests.s3servers import S3Target
-from tests.tiering.helpers import local_index_files, rlm_cli
+from tests.tiering.helpers import local_index_files
 
 pytestmark = pytest.mark.integration
 

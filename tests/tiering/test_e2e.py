@@ -13,8 +13,9 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import StoreCheck, check_store
-from tests.tiering.helpers import copy_partition_as, local_index_files, rlm_cli, roll_after_last
+from tests.tiering.helpers import copy_partition_as, local_index_files, roll_after_last
 
 pytestmark = pytest.mark.integration
 

@@ -19,12 +19,12 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import faulty_local_options, write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering import crash
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.snapshot import SNAPSHOT_FILE
-from tests.tiering.helpers import rlm_cli
 
 TOPIC = "fz"
 FAULTS = {

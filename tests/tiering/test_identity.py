@@ -25,12 +25,12 @@ from rlm.storage.local import LocalBackend
 from rlm.storage.spread import LAYOUT_KEY, open_spread
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering import keys
 from rlm.tiering.incarnations import IDENTITY_FILE, OldIncarnation
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
-from tests.tiering.helpers import rlm_cli
 
 TOPIC = "re-made.t"
 NAME = f"{TOPIC}-0"

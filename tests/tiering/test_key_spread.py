@@ -17,13 +17,13 @@ from rlm.cli.generate import generate_log_dir
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import free_port, run_daemon, stop
+from rlm.testing.daemon import free_port, rlm_cli, run_daemon, stop
 from rlm.testing.store_check import check_store
 from rlm.tiering import keys
 from tests.jobs.helpers import read_export
 from tests.lookup.helpers import delete_local_segments
 from tests.s3servers import S3Target
-from tests.tiering.helpers import local_index_files, rlm_cli
+from tests.tiering.helpers import local_index_files
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import check_store
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest, StoredObject
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.retention import plan_retention
-from tests.tiering.helpers import rlm_cli
 
 TOPIC = "ret"
 

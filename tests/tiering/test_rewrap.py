@@ -29,12 +29,13 @@ import pytest
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.wrapper import WrappingBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import Protection, SegmentManifest
 from rlm.tiering.rewrap import manifest_keys, rewrap_store
-from tests.lookup.helpers import rlm_cli, settings_for, write_config, write_generated
+from tests.lookup.helpers import settings_for, write_config, write_generated
 from tests.tiering.helpers import REPO
 
 A, B = "k2026a", "k2026b"

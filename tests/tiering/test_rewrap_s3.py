@@ -31,11 +31,11 @@ import pytest
 from rlm.http.client import RlmClient
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
-from rlm.testing.daemon import free_port, run_daemon
+from rlm.testing.daemon import free_port, rlm_cli, run_daemon
 from rlm.tiering.manifest import SegmentManifest
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.s3servers import S3Target
-from tests.tiering.helpers import REPO, rlm_cli
+from tests.tiering.helpers import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.s3]
 A, B = "key-a", "key-b"

@@ -34,6 +34,7 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
+from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.copier import copy_segment
 from rlm.tiering.manager import RemoteLogManager
@@ -42,7 +43,6 @@ from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.recovery import recover
-from tests.tiering.helpers import rlm_cli
 
 TOPIC = "orders"
 TS = 1_700_000_000_000

@@ -30,13 +30,14 @@ from rlm.jobs.decode import iter_task_records, read_task_bytes
 from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering import isolation as txn
 from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.txn_capture import capture_txn_index
-from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, rlm_cli, settings_for, write_config
+from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, settings_for, write_config
 from tests.tiering.txn_helpers import Oracle, write_txn_log
 
 REPO = Path(__file__).resolve().parents[2]
