@@ -201,6 +201,18 @@ def _parse_kcat(out: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]
     return rows
 
 
+def _kcat_consume(
+    bootstrap: str, topic: str, part: str, start: str, *settings: str
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of one partition from ``start`` (kcat's ``-o``) to the end, as kcat decodes
+    them; ``settings`` are librdkafka properties (``-X name=value``)."""
+    extra = [arg for setting in settings for arg in ("-X", setting)]
+    fmt = "%o %T %K %S\n%k%s"
+    return _parse_kcat(
+        _kcat("-b", bootstrap, "-C", "-t", topic, "-p", part, "-o", start, "-e", "-q", *extra, "-f", fmt)
+    )
+
+
 #: Outside CI a machine without kcat skips these; in CI (``CI`` set, as .ci/run sets it) the
 #: Makefile installed it, so a missing kcat fails them instead of hiding the feature.
 NEEDS_KCAT = pytest.mark.skipif(
@@ -211,7 +223,6 @@ NEEDS_KCAT = pytest.mark.skipif(
 
 @NEEDS_KCAT
 def test_kcat_reads_from_beginning_and_from_a_timestamp(tiered: Tiered) -> None:
-    fmt = "%o %T %K %S\n%k%s"
     # oms_order_created has only partition 1 here: librdkafka must still see it (Metadata lists 0 too)
     for key in [
         ("gen", 0),
@@ -223,44 +234,12 @@ def test_kcat_reads_from_beginning_and_from_a_timestamp(tiered: Tiered) -> None:
         e = tiered.expected[key]
         want = [(r[0], r[1], r[2], r[3]) for r in e.rows]
         topic, part = key[0], str(key[1])
-        got = _parse_kcat(
-            _kcat(
-                "-b",
-                tiered.daemon.bootstrap,
-                "-C",
-                "-t",
-                topic,
-                "-p",
-                part,
-                "-o",
-                "beginning",
-                "-e",
-                "-q",
-                "-f",
-                fmt,
-            )
-        )
+        got = _kcat_consume(tiered.daemon.bootstrap, topic, part, "beginning")
         assert got == want, key
         ts = e.rows[len(e.rows) // 2][1]
         first = e.first_at_or_after(ts)
         assert first is not None
-        got = _parse_kcat(
-            _kcat(
-                "-b",
-                tiered.daemon.bootstrap,
-                "-C",
-                "-t",
-                topic,
-                "-p",
-                part,
-                "-o",
-                f"s@{ts}",
-                "-e",
-                "-q",
-                "-f",
-                fmt,
-            )
-        )
+        got = _kcat_consume(tiered.daemon.bootstrap, topic, part, f"s@{ts}")
         i = want.index((first[0], first[1], first[2], first[3]))
         assert got == want[i:], key
         queried = _kcat("-b", tiered.daemon.bootstrap, "-Q", "-t", f"{topic}:{part}:{ts}").decode()
@@ -272,25 +251,7 @@ def test_kcat_read_committed_filters_aborted_transactions(tiered: Tiered) -> Non
     """librdkafka filters with the aborted-transaction list the listener sends, as against a broker."""
     truth = tiered.txn
     for isolation, want in (("read_committed", truth.committed), ("read_uncommitted", truth.uncommitted)):
-        got = _parse_kcat(
-            _kcat(
-                "-b",
-                tiered.daemon.bootstrap,
-                "-C",
-                "-t",
-                "txn",
-                "-p",
-                "0",
-                "-o",
-                "beginning",
-                "-e",
-                "-q",
-                "-X",
-                f"isolation.level={isolation}",
-                "-f",
-                "%o %T %K %S\n%k%s",
-            )
-        )
+        got = _kcat_consume(tiered.daemon.bootstrap, "txn", "0", "beginning", f"isolation.level={isolation}")
         assert [(r[0], r[2], r[3]) for r in got] == [(r.offset, r.key, r.value) for r in want], isolation
 
 
