@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
+from rlm.testing.daemon import rlm_cli
 
 BATCH_FIELDS = {
     "position",
@@ -39,13 +38,7 @@ ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"
 
 
 def rlm_dump(*args: str | Path) -> tuple[int, list[dict[str, Any]], str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlm", "dump", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = rlm_cli("dump", *args)
     docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     return proc.returncode, docs, proc.stderr
 

@@ -20,6 +20,7 @@ from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compres
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.storage.memory import MemoryBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal, JournalEvent
 from rlm.tiering.manifest import SegmentManifest, StoredObject
@@ -246,14 +247,7 @@ def test_decode_records_error_leaves_an_mmap_closable(tmp_path: Path) -> None:
         error = info.value  # still referenced, as dump keeps it to report after the listing
         mm.close()  # would raise BufferError while a view is alive
     assert error.position == 0
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlm", "dump", "--records", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
+    proc = rlm_cli("dump", "--records", path, timeout=60, cwd=REPO)
     assert proc.returncode == 1
     expected = f"rlm: error: {path}: byte 0: offset 0: zstd: cannot decompress"
     assert proc.stderr.startswith(expected), proc.stderr
@@ -265,14 +259,7 @@ def test_dump_of_a_non_utf8_checkpoint_names_the_file_and_byte(tmp_path: Path) -
     # "rlm: error: UnicodeDecodeError: ..." without the file; the parser now decodes and says where.
     path = tmp_path / "replication-offset-checkpoint"
     path.write_bytes(b"0\n1\n\x80 0 1\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlm", "dump", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
+    proc = rlm_cli("dump", path, timeout=60, cwd=REPO)
     assert proc.returncode == 1
     assert proc.stderr == f"rlm: error: {path}: byte 4: offset checkpoint is not UTF-8: invalid start byte\n"
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint, format_offset_checkpoint
+from rlm.testing.daemon import rlm_cli
 from tests.fuzz.harness import INTERESTING, fuzz_settings, mutated
 from tests.fuzz.seeds import record_seeds, writer_segment
 from tests.fuzz.test_fuzz_indexes import fix_entry_crcs, kafka_index_seeds, remote_set
@@ -67,14 +66,7 @@ def test_rlm_dump_on_mutated_files(case: tuple[str, bytes]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
         path.write_bytes(data)
-        proc = subprocess.run(
-            [sys.executable, "-m", "rlm", "dump", "--records", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd=REPO,
-        )
+        proc = rlm_cli("dump", "--records", path, timeout=60, cwd=REPO)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 1), (proc.returncode, proc.stderr)
     if proc.returncode == 0:
