@@ -210,16 +210,24 @@ class RetryingBackend(WrappingBackend):
 
     def put(self, key: str, data: Data, *, if_absent: bool = False) -> ObjectInfo:
         validate_key(key)
-        if if_absent and isinstance(data, bytes | bytearray | memoryview):
-            return put_if_absent_idempotent(self.inner, key, bytes(data), self.policy)
-        if if_absent and not isinstance(data, bytes | bytearray | memoryview):
-            rewind = _rewinder(data)
-            if data.seekable():
-                chunk = data.read(self.MAX_COMPARE + 1)
-                if len(chunk) <= self.MAX_COMPARE:
-                    return put_if_absent_idempotent(self.inner, key, chunk, self.policy)
-                rewind()
+        small = self._comparable(data) if if_absent else None
+        if small is not None:
+            return put_if_absent_idempotent(self.inner, key, small, self.policy)
         return super().put(key, data, if_absent=if_absent)
+
+    def _comparable(self, data: Data) -> bytes | None:
+        """``data`` as bytes when a lost-ack create can be recognised by comparing content (bytes,
+        or a seekable stream of at most ``MAX_COMPARE`` bytes); else None, the stream rewound."""
+        if isinstance(data, bytes | bytearray | memoryview):
+            return bytes(data)
+        if not data.seekable():
+            return None
+        rewind = _rewinder(data)
+        chunk = data.read(self.MAX_COMPARE + 1)
+        if len(chunk) <= self.MAX_COMPARE:
+            return chunk
+        rewind()
+        return None
 
     def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
         return self.policy.call(
