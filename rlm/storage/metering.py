@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter
 from rlm.storage.api import ListPage, ObjectInfo, StorageBackend
 from rlm.storage.wrapper import WrappingBackend
 
-__all__ = ["OPS", "MeteringBackend", "RequestMeter", "attributed", "current_partition"]
+__all__ = ["OPS", "MeteringBackend", "RequestMeter", "attributed"]
 
 OPS = ("put", "get", "list", "head", "delete")
 _FIELDS = (*OPS, "bytes_sent", "bytes_received")
@@ -50,10 +50,6 @@ def attributed(topic: str, partition: int) -> Iterator[None]:
         yield
     finally:
         _PARTITION.reset(token)
-
-
-def current_partition() -> tuple[str, int] | None:
-    return _PARTITION.get()
 
 
 class RequestMeter:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import pickle
 import random
 import threading
@@ -47,7 +46,6 @@ __all__ = [
     "TransientFault",
     "call_fault",
     "chunked",
-    "env_or_skip",
     "payload",
 ]
 
@@ -434,10 +432,3 @@ class BackendSuite:
                 assert clone.describe() == d
             finally:
                 clone.close()
-
-
-def env_or_skip(*names: str) -> dict[str, str]:
-    """Return the named environment variables, or skip the test when the first one is unset."""
-    if not os.environ.get(names[0]):
-        pytest.skip(f"{names[0]} is not set")
-    return {n: os.environ.get(n, "") for n in names}
