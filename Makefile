@@ -13,14 +13,17 @@ DECODE_TESTS := tests/lookup tests/http/test_api.py tests/jobs tests/tiering/tes
 # The record-scan suites run a second time on the pure-Python walk (docs/scan.md).
 SCAN_TESTS := tests/formats/test_records.py tests/formats/test_records_fixtures.py tests/formats/test_scan_native.py
 STAMP  := $(VENV)/.installed
+# The pinned Kafka runtime of the live-broker suites, benches and `make demo-kafka` (tools/kafka/pom.xml).
+KAFKA_VERSION := 4.1.1
+KAFKA_LIBS    := .cache/kafka-$(KAFKA_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz clean browser toolchain kcat
+.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
 # branch, a git clean): importing rlm.formats.records with RLM_REQUIRE_NATIVE=1 fails then.
-install: $(STAMP)
+install: $(STAMP) kafka
 	@RLM_REQUIRE_NATIVE=1 $(BIN)/python -c "import rlm.formats.records" 2>/dev/null \
 	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
@@ -31,6 +34,27 @@ $(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[http,spark,iceberg,dev]' \
 		$(foreach p,$(dir $(PLUGINS)),-e $(p))
 	@touch $(STAMP)
+
+# Kafka's runtime jars from Maven Central, once (a no-op while tools/kafka/pom.xml is unchanged).
+# Maven is installed with apt-get when missing and we are root; without Java or Maven this says so
+# in one line and install goes on: `make run` needs no Kafka, and the live-broker suites then fail
+# in CI (skip elsewhere) naming what is missing.
+kafka: $(KAFKA_LIBS)/.complete
+
+$(KAFKA_LIBS)/.complete: tools/kafka/pom.xml
+	@if ! command -v java >/dev/null 2>&1; then \
+	    echo "no java on PATH: the live Kafka broker of the tests cannot run (install Java 17+)"; exit 0; fi; \
+	if ! command -v mvn >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing maven to fetch the Kafka runtime (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends maven >/dev/null \
+	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	         apt-get install -y -q --no-install-recommends maven >/dev/null; } || true; fi; \
+	if ! command -v mvn >/dev/null 2>&1; then \
+	    echo "no mvn on PATH: cannot fetch the Kafka $(KAFKA_VERSION) runtime for the live-broker tests"; exit 0; fi; \
+	echo "fetching the Kafka $(KAFKA_VERSION) runtime into $(KAFKA_LIBS) (Maven, once)"; \
+	rm -rf $(KAFKA_LIBS) && mkdir -p $(KAFKA_LIBS) && mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) >.cache/kafka-fetch.log 2>&1 \
+	    && touch $@ || { echo "fetching the Kafka runtime failed: see .cache/kafka-fetch.log"; rm -rf $(KAFKA_LIBS); }
 
 run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs

@@ -24,12 +24,14 @@ def write_config(
     topics: dict[str, Any] | None = None,
     cluster: dict[str, Any] | None = None,
     prefix_spread: int = 0,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
     **tiering: Any,
 ) -> Path:
     """A TOML config; ``tiering`` values become ``[tiering]`` keys (gc_grace_ms defaults to 0),
     ``prefix_spread`` the ``[remote]`` key (docs/key-spread.md; 0 = not written),
     ``topics`` values ``[topics]`` keys (a dict value such as ``overrides`` becomes sub-tables),
-    ``cluster`` values ``[cluster]`` keys (``leaders`` becomes the ``[cluster.leaders]`` table)."""
+    ``cluster`` values ``[cluster]`` keys (``leaders`` becomes the ``[cluster.leaders]`` table),
+    ``sections`` any further tables as ``{"kafka": {"listen": "127.0.0.1:0"}}``."""
     tiering.setdefault("gc_grace_ms", 0)
 
     opts = dict(options) if options is not None else {"root": str(root)}
@@ -55,6 +57,8 @@ def write_config(
         lines += ["[cluster]"] + [f"{k} = {toml_value(v)}" for k, v in cluster.items() if k != "leaders"]
         if "leaders" in cluster:
             lines += ["[cluster.leaders]"] + [f"{json.dumps(k)} = {v}" for k, v in cluster["leaders"].items()]
+    for section, table in (sections or {}).items():
+        lines += [f"[{section}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -1,0 +1,51 @@
+"""Live Kafka for the suites that need a real broker (rlm/testing/kafka_cluster.py).
+
+``kafka_single`` is one combined KRaft node shared by the whole session (tests use their own topic
+names); ``kafka_trio`` is a 3-node cluster shared by one test module (its tests kill and restart
+nodes). Where the runtime is missing (no Java, ``make kafka`` not run) a test skips outside CI and
+fails in CI (``CI`` set, as .ci/run's environment has it): a live-broker suite never passes by not
+running there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from rlm.testing.kafka_cluster import KafkaCluster, kafka_runtime_problem
+
+#: Every live cluster's brokers roll and delete on a short clock (see kafka_cluster's docstring).
+BROKER_CONFIG: dict[str, object] = {}
+
+
+def require_kafka() -> None:
+    """Skip (outside CI) or fail (in CI) when the Kafka runtime cannot run here."""
+    problem = kafka_runtime_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"live Kafka needed in CI: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def kafka_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One KRaft broker+controller for the session; stopped by pid at the end."""
+    require_kafka()
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka1"), size=1, broker_config=BROKER_CONFIG)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Three KRaft broker+controllers (RF 3, min ISR 2) for one test module."""
+    require_kafka()
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka3"), size=3, broker_config=BROKER_CONFIG)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
