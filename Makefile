@@ -56,6 +56,12 @@ $(KAFKA_LIBS)/.complete: tools/kafka/pom.xml
 	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) >.cache/kafka-fetch.log 2>&1 \
 	    && touch $@ || { echo "fetching the Kafka runtime failed: see .cache/kafka-fetch.log"; rm -rf $(KAFKA_LIBS); }
 
+# A single-node Kafka, a producer and rlm beside it (rlm/testing/demo_kafka.py): watch segments roll
+# and get tiered on the status page (http://127.0.0.1:9464/). Ctrl-C stops all three. `make run` stays
+# the embedded default.
+demo-kafka: install
+	$(BIN)/python -m rlm.testing.demo_kafka --dir demo-kafka
+
 run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
 	$(BIN)/rlm run --config configs/local.toml
