@@ -216,6 +216,11 @@ class KafkaNode:
     def thaw(self) -> None:
         self._signal(signal.SIGCONT)
 
+    def port_taken(self) -> bool:
+        """Whether this node's last start failed to bind a port (another process holds it)."""
+        logs = [self.server_log, self.home / "stdout.log"]
+        return any(p.exists() and b"Address already in use" in p.read_bytes() for p in logs)
+
     def _reap(self) -> None:
         if self._out is not None:
             self._out.close()
@@ -298,12 +303,7 @@ class KafkaCluster:
     def format(self) -> None:
         """Write each node's config and format its log dir (``kafka.tools.StorageTool format``)."""
         self.cluster_id = self.cluster_id or _random_cluster_id()
-        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
-        for n in self.nodes:
-            n.home.mkdir(parents=True, exist_ok=True)
-            props = _properties(n, voters, self.size, self.broker_config)
-            (n.home / "server.properties").write_text(props)
-            (n.home / "log4j2.properties").write_text(_LOG4J.format(log=n.server_log))
+        self._write_configs()
         procs = [
             subprocess.Popen(
                 _java(
@@ -327,16 +327,39 @@ class KafkaCluster:
             if p.returncode != 0:
                 raise RuntimeError(f"formatting node {n.node_id} failed: {out.decode()[-500:]}")
 
+    def _write_configs(self) -> None:
+        """Each node's ``server.properties`` (static voters: formatting does not record them, so
+        ports may change before the first start) and log4j2 config."""
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        for n in self.nodes:
+            n.home.mkdir(parents=True, exist_ok=True)
+            props = _properties(n, voters, self.size, self.broker_config)
+            (n.home / "server.properties").write_text(props)
+            (n.home / "log4j2.properties").write_text(_LOG4J.format(log=n.server_log))
+
     def start(self, timeout: float = 180.0) -> KafkaCluster:
         """Format (first time only), start every node, wait until each is ready and the cluster
-        answers metadata with all brokers registered."""
-        if not self.cluster_id:
+        answers metadata with all brokers registered. On the first start, a port another process
+        took between choosing it and the JVM binding it (a busy host running other suites) is
+        chosen anew, up to three times."""
+        first = not self.cluster_id
+        if first:
             self.format()
-        for n in self.nodes:
-            if not n.running:
-                n.start(self.libs, self.heap)
-        for n in self.nodes:
-            n.wait_ready(timeout)
+        for attempt in range(3):
+            try:
+                for n in self.nodes:
+                    if not n.running:
+                        n.start(self.libs, self.heap)
+                for n in self.nodes:
+                    n.wait_ready(timeout)
+                break
+            except RuntimeError:
+                if not first or attempt == 2 or not any(n.port_taken() for n in self.nodes):
+                    raise
+                self.close()
+                for n in self.nodes:
+                    n.broker_port, n.controller_port = free_port(), free_port()
+                self._write_configs()
         self.wait_brokers(len(self.nodes), timeout)
         return self
 
