@@ -139,10 +139,15 @@ class TieringSettings:
     )
     index_rotate_ms: int = key(604_800_000, v.integer(1), "… or this age.")
     retention_ms: int = key(
-        -1, v.integer(0, disabled=-1), "Remote retention by time; -1 keeps remote data forever."
+        -1,
+        v.integer(0, disabled=-1),
+        "Remote retention by time where no override sets one; -1 keeps remote data forever. "
+        "Kafka's `retention.ms` is the broker's local retention, never this (docs/topic-policy.md).",
     )
     retention_bytes: int = key(
-        -1, v.integer(0, disabled=-1), "Remote retention by size per partition; -1 = unlimited."
+        -1,
+        v.integer(0, disabled=-1),
+        "Remote retention by size per partition where no override sets one; -1 = unlimited.",
     )
     upload_bytes_per_sec: int = key(  # a token bucket on the upload stream
         -1,
@@ -223,17 +228,20 @@ class TopicOverride:
     retention_ms: int | None = key(
         None,
         v.integer(0, disabled=-1),
-        "Remote retention by time for matching topics (a Kafka topic config wins).",
+        "Remote retention by time for matching topics; wins over `[tiering]` and over the topic's "
+        "own `retention.ms` (docs/topic-policy.md).",
     )
     retention_bytes: int | None = key(
         None,
         v.integer(0, disabled=-1),
-        "Remote retention by size per partition for matching topics.",
+        "Remote retention by size per partition for matching topics; wins over `[tiering]` and "
+        "over the topic's own `retention.bytes`.",
     )
     enabled: bool | None = key(
         None,
         v.boolean,
-        "Tier matching topics or not (a topic's own `remote.storage.enable` wins).",
+        "Tier matching topics or not (a topic's own `remote.storage.enable` wins: `true` leaves "
+        "the topic to Kafka's own tiered storage, `false` keeps it off).",
     )
     archive_compacted: bool | None = key(
         None,
@@ -274,8 +282,9 @@ class TopicsSettings:
     follow_kafka_configs: bool | None = key(
         None,
         v.boolean,
-        "Honour `remote.storage.enable`, `retention.ms`, `retention.bytes` and `cleanup.policy` "
-        "from the KRaft metadata log; unset = true when a metadata log is found.",
+        "Read Kafka's configs from the KRaft metadata log: `remote.storage.enable`, `cleanup.policy`, "
+        "the broker's local retention (`retention.*`: shown, never applied to remote data) and "
+        "`local.retention.*`; unset = true when a metadata log is found.",
     )
     metadata_log_dir: Path | None = key(
         None,

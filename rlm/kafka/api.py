@@ -132,7 +132,8 @@ class KafkaApi:
 
     def describe_configs(self, req: Any, _version: int) -> Any:
         """retention.ms, retention.bytes and cleanup.policy of a topic, as rlm's policy resolves
-        them (docs/topic-policy.md); a broker resource has no configs here."""
+        them: the retention of what rlm serves is the remote tier's (docs/topic-policy.md §1); a
+        broker resource has no configs here."""
         cls = DescribeConfigsResponse
         results = []
         for res in req.resources:

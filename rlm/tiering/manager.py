@@ -42,7 +42,8 @@ from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.policy import PolicyMetrics, TopicPolicy, TopicPolicyResolver, excluded_row, retention_limits
+from rlm.tiering.policy import TopicPolicy, TopicPolicyResolver, retention_limits
+from rlm.tiering.policy_report import PolicyMetrics, excluded_row
 from rlm.tiering.quarantine import reexamine_quarantine
 from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_state import Orphan

@@ -1,20 +1,17 @@
-"""Which topics are tiered and with which remote retention: the one place that decides.
+"""Which topics rlm tiers and with which retention on each tier: the one place that decides.
 
-Sources, in precedence order (docs/topic-policy.md):
+Selection, first rule that applies (docs/topic-policy.md §2): ``[topics] exclude`` patterns,
+internal logs (``__``-prefixed names and the KRaft log: never tiered unless an ``include`` pattern
+starting with ``__`` names them), ``include``; then, from Kafka's topic configs when
+``follow_kafka_configs`` is on, ``remote.storage.enable=true`` (Kafka's own tiered storage tiers the
+topic: left to it) or ``=false`` (off); the first matching ``[topics.overrides]``'s ``enabled``;
+compacted topics only with ``archive_compacted``.
 
-1. ``[topics] exclude`` patterns, then internal logs (``__``-prefixed names and the KRaft log: never
-   tiered unless an ``include`` pattern starting with ``__`` names them), then ``include``.
-2. Kafka's topic configs from the KRaft metadata log when ``follow_kafka_configs`` is on:
-   ``remote.storage.enable`` (when any topic sets it to true, topics that do not set it are not
-   tiered), ``retention.ms``, ``retention.bytes``, ``cleanup.policy``.
-3. The first ``[topics.overrides."<glob>"]`` matching the topic.
-4. Kafka's broker-level configs (this broker's, then the cluster-wide default): ``log.retention.*``,
-   ``log.cleanup.policy``.
-5. rlm's defaults (``[tiering] retention_ms`` / ``retention_bytes``; tiered; ``delete``).
-
-Compacted topics (``cleanup.policy`` contains ``compact``) are not tiered unless
-``archive_compacted`` is set for them. Retention set by Kafka applies, as in Kafka, to the whole
-log: size retention counts the local bytes not yet tiered too; rlm's own limits count remote bytes.
+Retention (docs/topic-policy.md §1, ``rlm/tiering/retention_sources.py``): the broker's
+``retention.*`` is *local* retention, shown but never applied to the remote tier; remote retention
+is rlm's (override, then ``[tiering]``), except a topic's own ``retention.*`` when it also sets
+``local.retention.*`` (KIP-405's split, meant by the operator): that limit covers the whole log, so
+size retention counts the local bytes not yet tiered too.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
-
 from rlm.config import Settings, TopicOverride
 from rlm.errors import RlmError
 from rlm.formats import naming
@@ -39,52 +34,37 @@ from rlm.logdir.kraft import (
     find_metadata_log,
     read_node_id,
 )
-from rlm.logdir.scan import (
-    EligibilityPolicy,
-    LogDirCheckpoints,
-    PartitionDir,
-    cleaned_partitions,
-    list_segments,
+from rlm.logdir.scan import PartitionDir, cleaned_partitions, list_segments
+from rlm.tiering.retention_sources import (
+    BYTES,
+    DEFAULT,
+    DIMENSIONS,
+    KAFKA,
+    MS,
+    OVERRIDE,
+    Setting,
+    legacy_remote,
+    local_retention,
+    looser,
+    remote_retention,
 )
-from rlm.tiering.state import PartitionContext, Progress
-from rlm.tiering.visibility import partition_offsets
+from rlm.tiering.state import PartitionContext
 
 __all__ = [
-    "PolicyMetrics",
     "Setting",
     "TopicPolicy",
     "TopicPolicyResolver",
-    "excluded_row",
     "retention_limits",
 ]
 
 log = logging.getLogger(__name__)
 
-KAFKA, OVERRIDE, DEFAULT = "kafka", "override", "default"
-_RETENTION_MS_BROKER = (
-    ("log.retention.ms", 1),
-    ("log.retention.minutes", 60_000),
-    ("log.retention.hours", 3_600_000),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One value of the policy and where it came from: ``source`` is ``kafka``, ``override`` or
-    ``default``; ``origin`` says exactly which key or pattern."""
-
-    value: Any
-    source: str
-    origin: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source, "from": self.origin}
-
 
 @dataclass(frozen=True, slots=True)
 class TopicPolicy:
     """The policy in force for one topic. ``reason_code`` (metric label) and ``reason`` say why a
-    topic is not tiered (``None`` when it is)."""
+    topic is not tiered (``None`` when it is). ``retention_*`` are the remote tier's limits (what
+    rlm deletes), ``local_retention_*`` what the broker keeps locally (shown, never applied)."""
 
     topic: str
     tiered: bool
@@ -94,6 +74,8 @@ class TopicPolicy:
     retention_ms: Setting
     retention_bytes: Setting
     cleanup_policy: Setting
+    local_retention_ms: Setting
+    local_retention_bytes: Setting
     archive_compacted: bool
     topic_id: str | None = None
 
@@ -113,7 +95,8 @@ class TopicPolicy:
 
     @property
     def whole_log_size(self) -> bool:
-        """True when size retention counts local-only bytes as well (Kafka's retention.bytes)."""
+        """True when size retention counts local-only bytes as well: only a topic's own
+        ``retention.bytes`` read as KIP-405's whole-log limit (docs/topic-policy.md §1)."""
         return self.retention_bytes.source == KAFKA
 
     def as_dict(self) -> dict[str, Any]:
@@ -126,17 +109,11 @@ class TopicPolicy:
             "retention_ms": self.retention_ms.as_dict(),
             "retention_bytes": self.retention_bytes.as_dict(),
             "retention_bytes_scope": "whole log" if self.whole_log_size else "remote",
+            "local_retention_ms": self.local_retention_ms.as_dict(),
+            "local_retention_bytes": self.local_retention_bytes.as_dict(),
             "cleanup_policy": self.cleanup_policy.as_dict(),
             "archive_compacted": self.archive_compacted,
         }
-
-
-def _int_config(text: str, key: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        log.warning("Kafka config %s=%r is not an integer; ignored", key, text)
-        return None
 
 
 class TopicPolicyResolver:
@@ -158,7 +135,7 @@ class TopicPolicyResolver:
         self.image: MetadataImage | None = None
         self.error: str | None = None
         self.cleaned: frozenset[str] = frozenset()  # topics Kafka's log cleaner compacts
-        self._opt_in = False  # some topic sets remote.storage.enable=true
+        self._warned: set[tuple[str, str, int, int]] = set()  # upgrade warnings already logged
         self._refreshed: float | None = None
         self._lock = threading.Lock()
 
@@ -180,13 +157,7 @@ class TopicPolicyResolver:
             if self._log is None:
                 return
             try:
-                image = self._log.poll()
-                if image is not self.image:  # "tier only those": known once per image, not per topic
-                    self._opt_in = any(
-                        c.get("remote.storage.enable", "").strip().lower() == "true"
-                        for c in image.topic_configs.values()
-                    )
-                self.image, self.error = image, None
+                self.image, self.error = self._log.poll(), None
             except RlmError as err:
                 if self.error != str(err):
                     log.error("KRaft metadata log: %s (keeping the last image read)", err)
@@ -236,60 +207,66 @@ class TopicPolicyResolver:
 
     def policy(self, topic: str) -> TopicPolicy:
         image = self.image if self.follow else None
-        topic_cfg = image.topic_configs.get(topic, {}) if image is not None else {}
+        cfg = image.topic_configs.get(topic, {}) if image is not None else {}
         override = self._override(topic)
-        enabled = self._enabled(topic, topic_cfg, override, image)
-        cleanup = self._cleanup(topic, topic_cfg, image)
+        enabled = self._enabled(cfg, override)
+        cleanup = self._cleanup(topic, cfg, image)
         archive = bool(override and override.archive_compacted)
-        reason = self._selection(topic)
-        if reason is None and not enabled.value:
-            code = "override-disabled" if enabled.source == OVERRIDE else "kafka-disabled"
-            reason = code, f"tiering disabled: {enabled.origin}"
+        kafka_tiered = _kafka_tiers(cfg)
         # Kafka deletes by retention only under cleanup.policy "delete": a compact-only topic's
-        # retention.* (and the broker's log.retention.*) never apply to it, so nor to its archive.
-        kafka_retention = None if "delete" not in str(cleanup.value).split(",") else image
-        topic_retention = topic_cfg if kafka_retention is not None else {}
+        # retention.* never applies to it, so nor to its archive.
+        deletes = "delete" in str(cleanup.value).split(",")
+        remote = {
+            dim: remote_retention(
+                dim, cfg, override, int(getattr(self.settings.tiering, dim.rlm_key)), deletes=deletes
+            )
+            for dim in DIMENSIONS
+        }
+        local = {
+            dim: local_retention(
+                dim,
+                cfg,
+                lambda key: self._broker_value(image, key),
+                cleanup=cleanup,
+                kafka_tiered=kafka_tiered,
+                follow=self.follow,
+            )
+            for dim in DIMENSIONS
+        }
         policy = TopicPolicy(
             topic,
             False,
             None,
             None,
             enabled,
-            self._retention(topic_retention, override, kafka_retention, "retention.ms", "retention_ms"),
-            self._retention(topic_retention, override, kafka_retention, "retention.bytes", "retention_bytes"),
-            cleanup,
-            archive,
-            image.topics_by_name[topic].topic_id
+            retention_ms=remote[MS],
+            retention_bytes=remote[BYTES],
+            cleanup_policy=cleanup,
+            local_retention_ms=local[MS],
+            local_retention_bytes=local[BYTES],
+            archive_compacted=archive,
+            topic_id=image.topics_by_name[topic].topic_id
             if image is not None and topic in image.topics_by_name
             else None,
         )
-        if reason is None and policy.compacted and not archive:
-            reason = (
-                "compacted",
-                (
-                    f"compacted topic (cleanup.policy={cleanup.value}, {cleanup.origin}); "
-                    "set archive_compacted to tier it as an archive"
-                ),
-            )
+        reason = self._selection(topic) or _decision(policy, kafka_tiered)
         if reason is None:
+            self._warn_if_tighter(policy, cfg, override, image)
             return dataclasses.replace(policy, tiered=True)
         return dataclasses.replace(policy, reason_code=reason[0], reason=reason[1])
 
-    def _enabled(
-        self, topic: str, cfg: dict[str, str], override: TopicOverride | None, image: MetadataImage | None
-    ) -> Setting:
+    def _enabled(self, cfg: dict[str, str], override: TopicOverride | None) -> Setting:
+        """Whether rlm tiers the topic: the topic's ``remote.storage.enable`` (true = Kafka tiers it
+        itself, false = off), then the override's ``enabled``, then yes."""
         if "remote.storage.enable" in cfg:
-            value = cfg["remote.storage.enable"].strip().lower() == "true"
-            return Setting(value, KAFKA, f"remote.storage.enable={cfg['remote.storage.enable']} on the topic")
+            text = cfg["remote.storage.enable"]
+            if _kafka_tiers(cfg):
+                return Setting(
+                    False, KAFKA, f"remote.storage.enable={text} on the topic: Kafka tiers it itself"
+                )
+            return Setting(False, KAFKA, f"remote.storage.enable={text} on the topic")
         if override is not None and override.enabled is not None:
             return Setting(override.enabled, OVERRIDE, f"override {override.pattern!r} enabled")
-        if image is not None and self._opt_in:
-            return Setting(
-                False,
-                KAFKA,
-                "remote.storage.enable is not set on this topic while other "
-                "topics set it (only those are tiered)",
-            )
         return Setting(True, DEFAULT, "every selected topic is tiered")
 
     def _broker_value(self, image: MetadataImage | None, key: str) -> tuple[str, str] | None:
@@ -301,24 +278,34 @@ class TopicPolicyResolver:
                 return image.broker_configs[name][key], label
         return None
 
-    def _retention(
+    def _warn_if_tighter(
         self,
+        policy: TopicPolicy,
         cfg: dict[str, str],
         override: TopicOverride | None,
         image: MetadataImage | None,
-        kafka_key: str,
-        rlm_key: str,
-    ) -> Setting:
-        if kafka_key in cfg and (value := _int_config(cfg[kafka_key], kafka_key)) is not None:
-            return Setting(value, KAFKA, f"{kafka_key} on the topic")
-        if override is not None and getattr(override, rlm_key) is not None:
-            return Setting(getattr(override, rlm_key), OVERRIDE, f"override {override.pattern!r} {rlm_key}")
-        broker_keys = _RETENTION_MS_BROKER if kafka_key == "retention.ms" else (("log.retention.bytes", 1),)
-        for key, unit in broker_keys:
-            found = self._broker_value(image, key)
-            if found is not None and (value := _int_config(found[0], key)) is not None:
-                return Setting(value * unit if value >= 0 else -1, KAFKA, f"{key} ({found[1]})")
-        return Setting(getattr(self.settings.tiering, rlm_key), DEFAULT, f"[tiering] {rlm_key}")
+    ) -> None:
+        """Log once when a tiered topic's remote limit is tighter than the one rlm applied before
+        Kafka's retention became local retention (docs/topic-policy.md §5): the one case where the
+        upgrade itself could delete remote data, which an override set beforehand prevents."""
+        deletes = "delete" in str(policy.cleanup_policy.value).split(",")
+        for dim, setting in ((MS, policy.retention_ms), (BYTES, policy.retention_bytes)):
+            default = int(getattr(self.settings.tiering, dim.rlm_key))
+            before = legacy_remote(
+                dim, cfg, override, lambda key: self._broker_value(image, key), default, deletes=deletes
+            )
+            key = (policy.topic, dim.rlm_key, before, int(setting.value))
+            if looser(before, int(setting.value)) and key not in self._warned:
+                self._warned.add(key)
+                log.warning(
+                    "%s: remote %s is %d (%s); before Kafka's retention was read as local retention "
+                    "rlm applied %d: set that in an override to keep it (docs/topic-policy.md §5)",
+                    policy.topic,
+                    dim.rlm_key,
+                    setting.value,
+                    setting.origin,
+                    before,
+                )
 
     def _cleanup(self, topic: str, cfg: dict[str, str], image: MetadataImage | None) -> Setting:
         if "cleanup.policy" in cfg:
@@ -341,97 +328,36 @@ class TopicPolicyResolver:
         }
 
 
-class PolicyMetrics:
-    """Per-partition gauges of the policy in force (labels include its source) and a count of
-    excluded partitions per reason. A label set that no longer applies is removed."""
+def _kafka_tiers(cfg: dict[str, str]) -> bool:
+    """The topic sets ``remote.storage.enable=true``: a broker accepts that only when it runs
+    Kafka's own tiered storage, which then tiers the topic."""
+    return cfg.get("remote.storage.enable", "").strip().lower() == "true"
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        labels = ("topic", "partition", "source")
-        self.tiered = Gauge(
-            "rlm_topic_policy_tiered",
-            "1 when the partition is tiered, 0 when the "
-            "policy excludes it; source = where the decision came from",
-            labels,
-            registry=registry,
-        )
-        self.retention_ms = Gauge(
-            "rlm_topic_policy_retention_ms",
-            "Remote retention by time in force (-1 = unlimited)",
-            labels,
-            registry=registry,
-        )
-        self.retention_bytes = Gauge(
-            "rlm_topic_policy_retention_bytes",
-            "Remote retention by size in force (-1 = unlimited)",
-            labels,
-            registry=registry,
-        )
-        self.compacted = Gauge(
-            "rlm_compacted_local_segments",
-            "Local segments of a compacted topic "
-            "that the log cleaner rewrote after they were tiered (the remote tier "
-            "keeps the pre-compaction history)",
-            ("topic", "partition"),
-            registry=registry,
-        )
-        self.excluded = Gauge(
-            "rlm_partitions_excluded",
-            "Partitions in the log dirs that are not tiered, per reason",
-            ("reason",),
-            registry=registry,
-        )
-        self._seen: dict[tuple[str, int], dict[Gauge, tuple[str, ...]]] = {}
-        self._lock = threading.Lock()
-        self._published: dict[tuple[str, int], TopicPolicy] | None = None
 
-    def publish(self, policies: dict[tuple[str, int], TopicPolicy]) -> None:
-        with self._lock:
-            if policies == self._published:
-                return  # every discovery publishes: ~4 gauge updates per partition saved when unchanged
-            self._published = dict(policies)
-            for key in set(self._seen) - set(policies):
-                self._drop(key)
-            counts: dict[str, int] = {}
-            for (topic, partition), pol in policies.items():
-                self._set(
-                    self.tiered, (topic, partition), (topic, str(partition), pol.source), int(pol.tiered)
-                )
-                for gauge, setting in (
-                    (self.retention_ms, pol.retention_ms),
-                    (self.retention_bytes, pol.retention_bytes),
-                ):
-                    self._set(
-                        gauge, (topic, partition), (topic, str(partition), setting.source), setting.value
-                    )
-                if pol.reason_code is not None:
-                    counts[pol.reason_code] = counts.get(pol.reason_code, 0) + 1
-            for code in {
-                "exclude",
-                "internal",
-                "include",
-                "override-disabled",
-                "kafka-disabled",
-                "compacted",
-            }:
-                self.excluded.labels(reason=code).set(counts.get(code, 0))
-
-    def _set(self, gauge: Gauge, key: tuple[str, int], labels: tuple[str, ...], value: float) -> None:
-        seen = self._seen.setdefault(key, {})
-        old = seen.get(gauge)
-        if old is not None and old != labels:
-            gauge.remove(*old)
-        seen[gauge] = labels
-        gauge.labels(*labels).set(value)
-
-    def _drop(self, key: tuple[str, int]) -> None:
-        for gauge, labels in self._seen.pop(key, {}).items():
-            gauge.remove(*labels)
+def _decision(policy: TopicPolicy, kafka_tiered: bool) -> tuple[str, str] | None:
+    """(reason code, reason) when Kafka's configs or an override keep rlm from tiering the topic
+    (the selection patterns passed it); None when rlm tiers it."""
+    enabled = policy.enabled
+    if kafka_tiered:
+        return "kafka-tiered", (
+            f"left to Kafka: {enabled.origin} (Kafka's own tiered storage); rlm does not tier it twice"
+        )
+    if not enabled.value:
+        code = "override-disabled" if enabled.source == OVERRIDE else "kafka-disabled"
+        return code, f"tiering disabled: {enabled.origin}"
+    if policy.compacted and not policy.archive_compacted:
+        cleanup = policy.cleanup_policy
+        return "compacted", (
+            f"compacted topic (cleanup.policy={cleanup.value}, {cleanup.origin}); "
+            "set archive_compacted to tier it as an archive"
+        )
+    return None
 
 
 def retention_limits(pol: TopicPolicy, ctx: PartitionContext) -> dict[str, int]:
-    """``apply_retention`` keywords for a partition. Kafka's retention.bytes limits the whole log,
-    so the local bytes above the highest tiered offset count towards it; rlm's own limits count
-    remote bytes only."""
+    """``apply_retention`` keywords for a partition: the remote limits. A topic's own
+    ``retention.bytes`` read as KIP-405's whole-log limit counts the local bytes above the highest
+    tiered offset too; every other limit counts remote bytes only (docs/topic-policy.md §1)."""
     local_only = 0
     if pol.whole_log_size:
         highest = ctx.progress.highest_tiered_offset
@@ -440,46 +366,4 @@ def retention_limits(pol: TopicPolicy, ctx: PartitionContext) -> dict[str, int]:
         "retention_ms": int(pol.retention_ms.value),
         "retention_bytes": int(pol.retention_bytes.value),
         "local_only_bytes": local_only,
-    }
-
-
-def excluded_row(
-    part: PartitionDir,
-    pol: TopicPolicy,
-    progress: Progress,
-    checkpoints: LogDirCheckpoints,
-    kafka: dict[str, Any],
-    eligibility: EligibilityPolicy = "high-watermark",
-) -> dict[str, Any]:
-    """The status row of a partition the policy leaves alone: the same keys as a tiered one, from
-    local facts and the persisted progress (the store is not asked), plus why it is not tiered."""
-    segments = list_segments(part)
-    offsets = partition_offsets(part, progress, segments, checkpoints, eligibility)
-    return {
-        "topic": part.topic,
-        "partition": part.partition,
-        "log_start_offset": offsets.log_start_offset,
-        "local_log_start_offset": offsets.local_log_start_offset,
-        "high_watermark": offsets.high_watermark,
-        "log_end_offset": offsets.log_end_offset,
-        "highest_tiered_offset": offsets.highest_tiered_offset,
-        "remote_log_start_offset": offsets.remote_log_start_offset,
-        "remote_segments": 0,
-        "remote_bytes": 0,
-        "copy_lag_segments": 0,
-        "copy_lag_bytes": 0,
-        "quarantined": {},
-        "last_error": None,
-        "eligible_end_offset": None,
-        "copy_lag_age_ms": 0,
-        "local_segments": len(segments),
-        "local_bytes": sum(s.size for s in segments),
-        "tiered": False,
-        "excluded_reason": pol.reason,
-        "compaction": [],
-        "policy": pol.as_dict(),
-        "kafka_configs": kafka,
-        "visible_end_offset": offsets.visible_end_offset,  # docs/visibility.md
-        "high_watermark_source": offsets.high_watermark_source,
-        "delete_records_offset": offsets.delete_records_offset,
     }

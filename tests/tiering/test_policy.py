@@ -99,42 +99,62 @@ def test_overrides_first_match_wins_and_config_errors(tmp_path: Path) -> None:
 
 
 def _broker_3_with_topic_and_broker_configs(tmp_path: Path) -> LogWriter:
-    """Broker 3's log dir whose metadata log enables orders (retention.ms 1h), audit and the
-    compacted state, with cluster defaults (2 h, 777 bytes) and broker 3's own 999 bytes."""
+    """Broker 3's log dir whose metadata log gives orders KIP-405's split (local.retention.ms 10 min,
+    retention.ms 1 h), leaves audit to Kafka's own tiered storage, makes state compacted, with
+    cluster defaults (2 h, 777 bytes) and broker 3's own 999 bytes."""
     (tmp_path / "meta.properties").write_text("#\nnode.id=3\nversion=1\n")
     return _kraft(
         tmp_path,
-        _topic_cfg("orders", "remote.storage.enable", "true"),
+        _topic_cfg("orders", "local.retention.ms", "600000"),
         _topic_cfg("orders", "retention.ms", "3600000"),
         _topic_cfg("audit", "remote.storage.enable", "true"),
+        _topic_cfg("audit", "local.retention.bytes", "100"),
         _topic_cfg("state", "cleanup.policy", "compact,delete"),
-        _topic_cfg("state", "remote.storage.enable", "true"),
         md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.hours", "2"),
         md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "777"),
         md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", "999"),
     )
 
 
-def _assert_sources_rank_topic_override_broker_cluster(r: TopicPolicyResolver) -> None:
-    """Each key's value comes from the first source that sets it: topic, override, broker, cluster."""
+def _assert_sources_per_tier(r: TopicPolicyResolver) -> None:
+    """Remote limits come from the override, the KIP-405 hint or [tiering]; local ones from the
+    topic, this broker, the cluster default or Kafka's default (docs/topic-policy.md §1)."""
     orders, payments, audit, state = (r.policy(t) for t in ("orders", "payments", "audit", "state"))
-    assert orders.tiered and orders.enabled.source == "kafka" and orders.topic_id == IDS["orders"]
-    # The topic's own config beats the override; the override beats the broker default.
+    assert orders.tiered and orders.enabled.source == "default" and orders.topic_id == IDS["orders"]
+    # orders sets local.retention.ms: its own retention.ms is the whole-log (remote) limit; the
+    # override, which sets only retention_bytes, leaves it.
     assert (orders.retention_ms.value, orders.retention_ms.source) == (3_600_000, "kafka")
+    assert "local.retention.ms=600000" in orders.retention_ms.origin
     assert (orders.retention_bytes.value, orders.retention_bytes.source) == (5, "override")
-    assert (audit.retention_ms.value, audit.retention_ms.source) == (42, "override")
-    # This broker's own config beats the cluster-wide default; hours are converted.
-    assert (audit.retention_bytes.value, audit.retention_bytes.origin) == (
+    # Locally the broker (without Kafka's tiered storage) applies retention.ms, not local.retention.ms.
+    assert orders.local_retention_ms.as_dict() == {
+        "value": 3_600_000,
+        "source": "kafka",
+        "from": "retention.ms on the topic",
+    }
+    assert (orders.local_retention_bytes.value, orders.local_retention_bytes.origin) == (
         999,
         "log.retention.bytes (broker 3)",
     )
-    assert audit.whole_log_size and not orders.whole_log_size
-    # payments sets no remote.storage.enable while other topics do: only those are tiered.
-    assert (payments.tiered, payments.reason_code, payments.source) == (False, "kafka-disabled", "kafka")
-    assert (payments.retention_ms.value, payments.retention_ms.origin) == (
+    # payments: the broker's values are local only; remote is the override's 42 ms and
+    # [tiering]'s unlimited size. No "tier only those" rule: it is tiered.
+    assert (payments.tiered, payments.enabled.source) == (True, "default")
+    assert (payments.retention_ms.value, payments.retention_ms.source) == (42, "override")
+    assert (payments.retention_bytes.value, payments.retention_bytes.source) == (-1, "default")
+    assert (payments.local_retention_ms.value, payments.local_retention_ms.origin) == (
         7_200_000,
         "log.retention.hours (cluster default)",
     )
+    assert not payments.whole_log_size and payments.as_dict()["retention_bytes_scope"] == "remote"
+    # audit: Kafka tiers it itself (its local part is local.retention.bytes): left to Kafka.
+    assert (audit.tiered, audit.reason_code, audit.source) == (False, "kafka-tiered", "kafka")
+    assert "left to Kafka" in str(audit.reason)
+    assert audit.local_retention_bytes.as_dict() == {
+        "value": 100,
+        "source": "kafka",
+        "from": "local.retention.bytes on the topic (Kafka tiers it)",
+    }
+    assert audit.local_retention_ms.origin == "log.retention.hours (cluster default)"  # -2: as retention
     assert (state.tiered, state.reason_code) == (False, "compacted")
 
 
@@ -143,18 +163,23 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
     r = TopicPolicyResolver(
         _settings(
             tmp_path,
-            overrides={"orders": {"retention_ms": 1, "retention_bytes": 5}, "audit": {"retention_ms": 42}},
+            overrides={
+                "orders": {"retention_bytes": 5},
+                "audit": {"enabled": True},  # cannot make rlm tier what Kafka tiers
+                "payments": {"retention_ms": 42},
+            },
         )
     )
     assert r.follow is True and r.node_id == "3"
     r.refresh()
-    _assert_sources_rank_topic_override_broker_cluster(r)
-    # Changes over time: a deleted key falls back to the next source, a topic turned off stops.
+    _assert_sources_per_tier(r)
+    # Changes over time: the hint removed, orders' retention.ms is local only again; audit no
+    # longer tiered by Kafka but turned off; a deleted broker key falls back to the cluster default.
     write_records(
         writer,
         [
             [
-                _topic_cfg("orders", "retention.ms", None),
+                _topic_cfg("orders", "local.retention.ms", None),
                 _topic_cfg("audit", "remote.storage.enable", "false"),
                 md.ConfigRecord(md.RESOURCE_BROKER, "3", "log.retention.bytes", None),
             ]
@@ -162,23 +187,30 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
     )
     r.refresh()
     orders, audit = r.policy("orders"), r.policy("audit")
-    assert (orders.retention_ms.value, orders.retention_ms.source) == (1, "override")
+    assert (orders.retention_ms.value, orders.retention_ms.source) == (-1, "default")
+    assert orders.local_retention_ms.value == 3_600_000
     assert (audit.tiered, audit.reason_code) == (False, "kafka-disabled")
-    assert audit.retention_bytes.value == 777
+    assert audit.local_retention_bytes.value == 777  # local.retention.* counts only where Kafka tiers
     # The topic deleted: its configs go with it; re-created with a new id, it starts afresh.
     write_records(
         writer, [[md.RemoveTopicRecord(IDS["orders"]), md.TopicRecord("orders", "AAAAAAAAAAAAAAAAAAAAAQ")]]
     )
     r.refresh()
     again = r.policy("orders")
-    assert again.topic_id == "AAAAAAAAAAAAAAAAAAAAAQ" and again.retention_ms.source == "override"
-    assert again.enabled.source == "kafka" and not again.tiered  # state still sets it, orders not
+    assert again.topic_id == "AAAAAAAAAAAAAAAAAAAAAQ" and again.local_retention_ms.source == "kafka"
+    assert again.local_retention_ms.origin == "log.retention.hours (cluster default)"
+    assert again.tiered and again.enabled.source == "default"  # no "tier only those" rule
     writer.close()
-    # Not following: the same log dir, Kafka's configs ignored.
+    # Not following: the same log dir, Kafka's configs ignored; local retention is Kafka's default.
     off = TopicPolicyResolver(_settings(tmp_path, follow_kafka_configs=False))
     off.refresh()
-    assert off.policy("payments").tiered and off.policy("state").tiered
+    assert off.policy("audit").tiered and off.policy("state").tiered
     assert off.policy("orders").topic_id is None
+    assert off.policy("orders").local_retention_ms.as_dict() == {
+        "value": 604_800_000,
+        "source": "default",
+        "from": "Kafka's default log.retention.hours=168 (Kafka configs are not followed)",
+    }
 
 
 def test_archive_compacted_per_pattern(tmp_path: Path) -> None:
@@ -186,7 +218,9 @@ def test_archive_compacted_per_pattern(tmp_path: Path) -> None:
         tmp_path,
         _topic_cfg("state", "cleanup.policy", "compact"),
         _topic_cfg("state", "retention.ms", "1000"),
+        _topic_cfg("state", "local.retention.ms", "10"),
         _topic_cfg("audit", "retention.ms", "1000"),
+        _topic_cfg("audit", "local.retention.ms", "10"),
         _topic_cfg("audit", "cleanup.policy", "compact,delete"),
         md.ConfigRecord(md.RESOURCE_BROKER, "", "log.retention.bytes", "5"),
     ).close()
@@ -198,11 +232,15 @@ def test_archive_compacted_per_pattern(tmp_path: Path) -> None:
     r.refresh()
     state = r.policy("state")
     assert state.tiered and state.compacted and state.archive_compacted
-    # Compact only: Kafka never deletes by retention, so neither the topic's nor the broker's
-    # retention applies to the archive; with "compact,delete" they do.
+    # Compact only: Kafka never deletes by retention, locally or (even with the local.retention.ms
+    # hint) as a whole-log limit: the archive keeps rlm's own limits.
     assert (state.retention_ms.source, state.retention_bytes.source) == ("default", "default")
+    assert state.local_retention_ms.value == -1 and "deletes nothing" in state.local_retention_ms.origin
+    # compact,delete: the hint makes audit's retention.ms the whole-log limit; the broker's
+    # log.retention.bytes stays local (no local.retention.bytes on the topic).
     audit = r.policy("audit")
-    assert audit.tiered and (audit.retention_ms.value, audit.retention_bytes.value) == (1000, 5)
+    assert audit.tiered and (audit.retention_ms.value, audit.retention_bytes.value) == (1000, -1)
+    assert (audit.local_retention_ms.value, audit.local_retention_bytes.value) == (1000, 5)
     plain = TopicPolicyResolver(_settings(tmp_path))
     plain.refresh()
     assert "cleanup.policy=compact" in str(plain.policy("state").reason)
@@ -212,10 +250,16 @@ def test_real_fixture_metadata_log(fixtures_dir: Path) -> None:
     r = TopicPolicyResolver(_settings(fixtures_dir / "kafka-logs" / ARTHUR))
     r.refresh()
     created = r.policy("oms_order_created")
-    assert created.tiered and created.retention_ms.as_dict() == {
+    # The broker's retention.ms (a day) is its local retention; remote is [tiering]'s unlimited.
+    assert created.tiered and created.local_retention_ms.as_dict() == {
         "value": 86_400_000,
         "source": "kafka",
         "from": "retention.ms on the topic",
+    }
+    assert created.retention_ms.as_dict() == {
+        "value": -1,
+        "source": "default",
+        "from": "[tiering] retention_ms",
     }
     assert created.cleanup_policy.value == "delete" and created.topic_id == "0CM0rYlfQiqSTCH-x54Zhw"
     assert r.policy("__consumer_offsets").reason_code == "internal"
@@ -242,44 +286,68 @@ def _sample(mgr: RemoteLogManager, name: str, labels: dict[str, str]) -> float |
 def test_engine_tiers_what_the_policy_selects_with_per_topic_retention(tmp_path: Path) -> None:
     logs, writer, backend, mgr = _kafka_and_override_policies(tmp_path)
     results = mgr.run_once()
-    assert {f"{r.topic}-{r.partition}" for r in results} == {"orders-0", "audit-0"}
-    assert all(r.error is None and r.copied and r.deleted for r in results)
-    # Nothing else reached the store: not the topic Kafka does not enable, nothing internal.
-    assert {i.key.split("/", 1)[0] for i in backend.list("")} == {"orders-0", "audit-0"}
+    assert {f"{r.topic}-{r.partition}" for r in results} == {"orders-0", "audit-0", "payments-0"}
+    assert all(r.error is None and r.copied for r in results)
+    # orders' whole-log limit and audit's override cut them; payments' retention.bytes=1 is the
+    # broker's local budget: it deletes nothing remote.
+    deleted = {r.topic: len(r.deleted) for r in results}
+    assert deleted["orders"] > 0 and deleted["audit"] > 0 and deleted["payments"] == 0
+    # Nothing else reached the store: not the topic Kafka tiers itself, nothing internal.
+    assert {i.key.split("/", 1)[0] for i in backend.list("")} == {"orders-0", "audit-0", "payments-0"}
     check, audit = _assert_retention_bytes_applied(logs, backend)
     _assert_status_and_metrics_name_the_sources(mgr)
 
-    # Later the broker sets retention.ms=1 on audit: the next pass deletes all of its remote data
-    # (the generated records are from 2025), and the metric now names Kafka as the source.
-    write_records(writer, [[_topic_cfg("audit", "retention.ms", "1")]])
-    before = len(check.partitions["orders-0"].manifests)
-    assert {r.topic: len(r.deleted) for r in mgr.run_once()} == {"orders": 0, "audit": len(audit)}
+    # Later the broker sets retention.ms=1 on audit and payments (the generated records are from
+    # 2025): it deletes their local segments, never their remote ones.
+    write_records(
+        writer, [[_topic_cfg("audit", "retention.ms", "1"), _topic_cfg("payments", "retention.ms", "1")]]
+    )
+    assert {r.topic: len(r.deleted) for r in mgr.run_once()} == {"orders": 0, "audit": 0, "payments": 0}
+    # Then audit sets local.retention.ms too: KIP-405's split, so its retention.ms=1 now covers the
+    # whole log and all of audit's remote data goes.
+    before = {p: len(c.manifests) for p, c in check.partitions.items()}
+    write_records(writer, [[_topic_cfg("audit", "local.retention.ms", "0")]])
+    assert {r.topic: len(r.deleted) for r in mgr.run_once()} == {
+        "orders": 0,
+        "audit": len(audit),
+        "payments": 0,
+    }
     after = check_store([logs], backend, complete=False).partitions
-    assert after["audit-0"].manifests == [] and len(after["orders-0"].manifests) == before
+    assert after["audit-0"].manifests == []
+    assert len(after["orders-0"].manifests) == before["orders-0"]
+    assert len(after["payments-0"].manifests) == before["payments-0"]
     labels = {"topic": "audit", "partition": "0"}
     assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "kafka"}) == 1
     assert _sample(mgr, "rlm_topic_policy_retention_ms", {**labels, "source": "default"}) is None
+    payments = {"topic": "payments", "partition": "0", "source": "kafka"}
+    assert _sample(mgr, "rlm_topic_policy_local_retention_ms", payments) == 1
+    assert _sample(mgr, "rlm_topic_policy_retention_ms", {**payments, "source": "default"}) == -1
     writer.close()
 
 
 def _kafka_and_override_policies(tmp_path: Path) -> tuple[Path, LogWriter, LocalBackend, RemoteLogManager]:
-    """A log dir whose metadata log enables orders (retention.bytes 30000) and audit, while rlm's
-    override gives audit retention_bytes 20000; payments is not enabled, __consumer_offsets internal.
+    """A log dir whose metadata log gives orders KIP-405's split (local.retention.bytes 1,
+    retention.bytes 30000: the whole log), sets retention.bytes=1 (the broker's local budget) on
+    audit, whose remote limit is rlm's override (20000), and on payments (remote unlimited), and
+    leaves ledger to Kafka's own tiered storage; __consumer_offsets is internal.
     Returns (log dir, the metadata log's writer, the store, the manager)."""
     logs = tmp_path / "logs"
     # orders comes second: its high watermark lags, so its last rolled segment stays local-only.
     generate_log_dir(
         logs,
-        [("audit", 1), ("orders", 1), ("payments", 1), ("__consumer_offsets", 1)],
+        [("audit", 1), ("orders", 1), ("payments", 1), ("ledger", 1), ("__consumer_offsets", 1)],
         seed=3,
         records=500,
         segment_bytes=8 * 1024,
     )
     writer = _kraft(
         logs,
-        _topic_cfg("orders", "remote.storage.enable", "true"),
+        md.TopicRecord("ledger", "AAAAAAAAAAAAAAAAAAAAAg"),
+        _topic_cfg("orders", "local.retention.bytes", "1"),
         _topic_cfg("orders", "retention.bytes", "30000"),
-        _topic_cfg("audit", "remote.storage.enable", "true"),
+        _topic_cfg("audit", "retention.bytes", "1"),
+        _topic_cfg("payments", "retention.bytes", "1"),
+        _topic_cfg("ledger", "remote.storage.enable", "true"),
     )
     cfg = write_config(
         tmp_path / "c.toml",
@@ -293,11 +361,11 @@ def _kafka_and_override_policies(tmp_path: Path) -> tuple[Path, LogWriter, Local
 
 
 def _assert_retention_bytes_applied(logs: Path, backend: LocalBackend) -> tuple[StoreCheck, list[int]]:
-    """orders keeps Kafka's whole-log limit, audit the override's remote-only one; returns the
-    store check and audit's remote segment sizes."""
-    check = check_store([logs], backend, not_tiered=frozenset({"payments"}))
+    """orders keeps its whole-log limit, audit the override's remote-only one, payments all;
+    returns the store check and audit's remote segment sizes."""
+    check = check_store([logs], backend, not_tiered=frozenset({"ledger"}))
     assert not check.unreferenced
-    # orders: Kafka's retention.bytes over the whole log (remote + the local bytes not yet tiered).
+    # orders: retention.bytes over the whole log (remote + the local bytes not yet tiered).
     orders = [m["size_bytes"] for m in check.partitions["orders-0"].manifests]
     sizes = [p.stat().st_size for p in sorted((logs / "orders-0").glob("*.log"))]
     tiered = len(check.partitions["orders-0"].eligible_bases)
@@ -306,39 +374,57 @@ def _assert_retention_bytes_applied(logs: Path, backend: LocalBackend) -> tuple[
     # A remote-only limit would keep more segments here: the assertion tells the two rules apart.
     assert len(orders) < _kept(sizes[:tiered], 30_000, 0)
     assert len(orders) == _kept(sizes[:tiered], 30_000, local_only)
-    # audit: the override's limit counts remote bytes only.
+    # audit: the override's limit counts remote bytes only; Kafka's retention.bytes=1 is not applied.
     audit = [m["size_bytes"] for m in check.partitions["audit-0"].manifests]
     assert sum(audit) >= 20_000 > sum(audit[1:])
+    # payments: every eligible segment is remote.
+    payments = check.partitions["payments-0"]
+    assert len(payments.manifests) == len(payments.eligible_bases) > 1
     return check, audit
 
 
 def _assert_status_and_metrics_name_the_sources(mgr: RemoteLogManager) -> None:
     rows = {f"{r['topic']}-{r['partition']}": r for r in mgr.status()}
-    assert set(rows) == {"orders-0", "payments-0", "audit-0", "__consumer_offsets-0", "__cluster_metadata-0"}
-    assert rows["orders-0"]["policy"]["retention_bytes"] == {
+    assert set(rows) == {
+        "orders-0",
+        "payments-0",
+        "audit-0",
+        "ledger-0",
+        "__consumer_offsets-0",
+        "__cluster_metadata-0",
+    }
+    orders, audit, payments = (rows[f"{t}-0"]["policy"] for t in ("orders", "audit", "payments"))
+    assert orders["retention_bytes"] == {
         "value": 30_000,
+        "source": "kafka",
+        "from": "retention.bytes on the topic (whole log: the topic sets local.retention.bytes=1)",
+    }
+    assert orders["retention_bytes_scope"] == "whole log" and audit["retention_bytes_scope"] == "remote"
+    assert audit["retention_bytes"]["source"] == "override"
+    assert audit["local_retention_bytes"] == {
+        "value": 1,
         "source": "kafka",
         "from": "retention.bytes on the topic",
     }
-    assert rows["orders-0"]["policy"]["retention_bytes_scope"] == "whole log"
-    assert rows["audit-0"]["policy"]["retention_bytes"]["source"] == "override"
-    assert rows["payments-0"]["tiered"] is False and rows["payments-0"]["remote_segments"] == 0
-    assert "only those are tiered" in rows["payments-0"]["excluded_reason"]
-    assert rows["payments-0"]["log_end_offset"] == rows["orders-0"]["log_end_offset"] > 0
+    assert payments["retention_bytes"] == {
+        "value": -1,
+        "source": "default",
+        "from": "[tiering] retention_bytes",
+    }
+    assert rows["payments-0"]["tiered"] is True and rows["payments-0"]["remote_segments"] > 0
+    assert rows["ledger-0"]["tiered"] is False and rows["ledger-0"]["remote_segments"] == 0
+    assert "left to Kafka" in rows["ledger-0"]["excluded_reason"]
+    assert rows["ledger-0"]["log_end_offset"] == rows["orders-0"]["log_end_offset"] > 0
     assert rows["orders-0"]["kafka_configs"]["follow_kafka_configs"] is True
-    for topic, tiered_value in (("orders", 1), ("payments", 0)):
-        labels = {"topic": topic, "partition": "0", "source": "kafka"}
+    for topic, source, tiered_value in (("orders", "default", 1), ("ledger", "kafka", 0)):
+        labels = {"topic": topic, "partition": "0", "source": source}
         assert _sample(mgr, "rlm_topic_policy_tiered", labels) == tiered_value
     assert _sample(mgr, "rlm_partitions_excluded", {"reason": "internal"}) == 2
-    assert _sample(mgr, "rlm_partitions_excluded", {"reason": "kafka-disabled"}) == 1
-    assert (
-        _sample(
-            mgr,
-            "rlm_topic_policy_retention_bytes",
-            {"topic": "audit", "partition": "0", "source": "override"},
-        )
-        == 20_000
-    )
+    assert _sample(mgr, "rlm_partitions_excluded", {"reason": "kafka-tiered"}) == 1
+    assert _sample(mgr, "rlm_partitions_excluded", {"reason": "kafka-disabled"}) == 0
+    audit_labels = {"topic": "audit", "partition": "0"}
+    assert _sample(mgr, "rlm_topic_policy_retention_bytes", {**audit_labels, "source": "override"}) == 20_000
+    assert _sample(mgr, "rlm_topic_policy_local_retention_bytes", {**audit_labels, "source": "kafka"}) == 1
 
 
 def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
@@ -359,51 +445,3 @@ def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
     ]
     r = TopicPolicyResolver(settings)
     assert r.policy("orders-eu").tiered and not r.policy("orders").tiered
-
-
-def test_real_kraft_log_drives_tiering_and_retention(fixtures_dir: Path, tmp_path: Path) -> None:
-    """Arthur's broker: its own metadata log says oms_order_* keep 1 day (retention.ms=86400000)."""
-    import shutil
-
-    from tests.tiering.helpers import roll_after_last
-
-    logs = tmp_path / ARTHUR
-    shutil.copytree(fixtures_dir / "kafka-logs" / ARTHUR, logs)
-    for part in sorted(p for p in logs.iterdir() if p.is_dir() and any(p.glob("*.log"))):
-        roll_after_last(part)
-    # The broker was stopped when the fixture was taken: its metadata log names no leaders.
-    cfg = write_config(
-        tmp_path / "c.toml",
-        [logs],
-        root=tmp_path / "store",
-        eligibility="rolled",
-        cluster={"leadership": "always"},
-    )
-    backend = LocalBackend(root=str(tmp_path / "store"))
-    newest = 1766802778446  # the last record of oms_order_created-1
-    clock = [newest + 3_600_000]  # an hour later: within the topic's day
-
-    def manager() -> RemoteLogManager:
-        return RemoteLogManager(
-            load_settings(cfg), backend, metrics=TieringMetrics(), clock_ms=lambda: clock[0]
-        )
-
-    results = {f"{r.topic}-{r.partition}": r for r in manager().run_once()}
-    assert set(results) == {"oms_order_created-1"} | {f"oms_order_status_changed-{i}" for i in range(5)}
-    assert all(r.copied and not r.deleted and r.error is None for r in results.values())
-    # Nothing internal reached the store (remote prefixes are <topic>-<partition>[=<topic id>]).
-    assert {i.key.split("/", 1)[0].split("=")[0] for i in backend.list("")} == set(results)
-    # A day after each partition's newest record, Kafka's retention.ms deletes its remote segments.
-    clock[0] = newest + 86_400_000 + 1
-    mgr = manager()
-    deleted = {f"{r.topic}-{r.partition}": r.deleted for r in mgr.run_once()}
-    assert deleted["oms_order_created-1"] == [81908]
-    # oms_order_status_changed-1's newest record is 220 ms younger (fixtures README): not yet.
-    assert deleted["oms_order_status_changed-1"] == []
-    clock[0] = 1766802778666 + 86_400_000 + 1
-    assert {f"{r.topic}-{r.partition}": r.deleted for r in manager().run_once()}[
-        "oms_order_status_changed-1"
-    ] == [21236]
-    row = next(r for r in mgr.status() if r["topic"] == "oms_order_created")
-    assert row["remote_segments"] == 0 and row["highest_tiered_offset"] == 94645
-    assert row["policy"]["retention_ms"]["from"] == "retention.ms on the topic"
