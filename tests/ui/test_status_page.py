@@ -312,6 +312,22 @@ def test_status_page_shows_partitions_the_policy_leaves_alone(browser: Chromium,
         assert "internal topic" in reason
         sub = page.evaluate("document.querySelector('[data-total=partitions] .sub').textContent")
         assert "1 not tiered" in sub
+        # docs/topic-policy.md §4: a tiered row states what each tier keeps and where it comes from.
+        ret = json.loads(
+            page.evaluate(
+                "(() => { const p = document.querySelector('.partition[data-topic=\"orders\"]');"
+                " const r = p.querySelector('.ret'); return JSON.stringify([r.textContent, r.title,"
+                " p.dataset.localRetentionMs, p.dataset.retentionMs]); })()"
+            )
+        )
+        policy = served.status("orders", 0)["policy"]
+        assert ret[0] == "keeps: local 7 d · remote unlimited"
+        assert f"local by time: 604800000 — {policy['local_retention_ms']['from']}" in ret[1]
+        assert "remote by size: -1 — [tiering] retention_bytes" in ret[1]
+        assert ret[2:] == [str(policy["local_retention_ms"]["value"]), "-1"]
+        assert page.evaluate(
+            "document.querySelector('.partition[data-topic=\"__consumer_offsets\"] .ret') === null"
+        )
     finally:
         served.close()
 

@@ -37,6 +37,13 @@
     if (s < 86400) return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
     return Math.floor(s / 86400) + " d " + Math.round((s % 86400) / 3600) + " h";
   }
+  // A retention limit of one tier (docs/topic-policy.md §1): time and/or size, -1 = unlimited.
+  function fmtLimit(ms, bytes) {
+    const parts = [];
+    if (typeof ms === "number" && ms >= 0) parts.push(fmtAge(ms).trim().replace(/ 0 (h|min|s)$/, ""));
+    if (typeof bytes === "number" && bytes >= 0) parts.push(fmtBytes(bytes));
+    return parts.length ? parts.join(" / ") : "unlimited";
+  }
   const fmtTime = (ms, seconds) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit",
     second: seconds ? "2-digit" : undefined, hourCycle: "h23" });
   function el(tag, attrs, ...children) {
@@ -154,9 +161,18 @@
     const roleText = !cluster ? "" : r.role === "leader" ? "leader"
       : (r.role === "follower" ? "follower of node " + r.leader : "leader unknown")
         + (r.sync_lag_offsets ? " · index " + fmtNum(r.sync_lag_offsets) + " behind the store" : "");
+    // docs/topic-policy.md §4: what each tier keeps — local = the broker's configs, remote = rlm's.
+    const pol = r.policy || null;
+    const v = (s) => (s ? s.value : null);
+    const retention = pol && !excluded ? el("span", { class: "ret",
+      text: "keeps: local " + fmtLimit(v(pol.local_retention_ms), v(pol.local_retention_bytes))
+        + " · remote " + fmtLimit(v(pol.retention_ms), v(pol.retention_bytes)),
+      title: [["local by time", pol.local_retention_ms], ["local by size", pol.local_retention_bytes],
+        ["remote by time", pol.retention_ms], ["remote by size", pol.retention_bytes]]
+        .filter((x) => x[1]).map((x) => x[0] + ": " + x[1].value + " — " + x[1].from).join("\n") }) : null;
     const name = el("div", { class: "name" }, r.topic, el("span", { class: "p", text: " / " + r.partition }),
       el("span", { class: "sz", text: fmtBytes(r.remote_bytes) + " remote · " + fmtBytes(r.local_bytes) + " local" }),
-      cluster ? el("span", { class: "role", "data-role": r.role, text: roleText }) : null);
+      retention, cluster ? el("span", { class: "role", "data-role": r.role, text: roleText }) : null);
     return el("div", {
       class: "partition", "data-topic": r.topic, "data-partition": r.partition,
       "data-state": problem ? "error" : excluded ? "excluded" : lagSegs ? "lagging" : "ok",
@@ -170,6 +186,10 @@
       "data-quarantine-cause": q ? q.cause : null,
       "data-role": r.role || null, "data-leader": r.leader, "data-sync-lag": r.sync_lag_offsets,
       "data-diverged-from": r.diverged_from_offset,
+      "data-local-retention-ms": pol ? v(pol.local_retention_ms) : null,
+      "data-local-retention-bytes": pol ? v(pol.local_retention_bytes) : null,
+      "data-retention-ms": pol ? v(pol.retention_ms) : null,
+      "data-retention-bytes": pol ? v(pol.retention_bytes) : null,
     }, name, el("div", {}, bar, offsets), lag, status);
   }
 
