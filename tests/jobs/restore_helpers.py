@@ -31,7 +31,7 @@ def restore_settings(log_dirs: list[Path], store: dict[str, Any], **tiering: Any
             "log": {"dirs": [str(d) for d in log_dirs]},
             "remote": store,
             "tiering": tiering,
-            "topics": {"follow_kafka_configs": False},  # the fixtures' 1-day retention.ms would delete
+            "topics": {"follow_kafka_configs": False},  # about restore, not the topic policy
             "cluster": {"leadership": "always"},
         }
     )

@@ -96,8 +96,9 @@ def write_config(
     **tiering: Any,
 ) -> Path:
     """A TOML config with the local backend rooted at ``store``. Kafka's topic configs in the
-    fixtures' metadata logs are not followed by default: their retention.ms (one day, from 2025)
-    would let remote retention delete what these lookup tests read back. Every partition is led
+    fixtures' metadata logs are not followed by default: these tests are about lookups, not the
+    topic policy (their retention.ms is the broker's local retention and deletes nothing remote,
+    docs/topic-policy.md §1; tests/tiering/test_retention_tiers.py follows one). Every partition is led
     here by default (``[cluster] leadership``): the fixtures come from three clusters whose
     brokers were stopped (no leaders in their metadata logs)."""
     tiering.setdefault("gc_grace_ms", 0)

@@ -71,9 +71,8 @@ def test_fixtures_tier_completely_and_idempotently(fixtures_dir: Path, tmp_path:
     log_dirs = _fixture_log_dirs(fixtures_dir, tmp_path)
     store = tmp_path / "store"
     backend = LocalBackend(root=str(store))
-    # Engine invariants over every user topic: Arthur's KRaft log gives oms_order_* a 1-day
-    # retention.ms that would delete them right after the copy (tests/tiering/test_policy.py covers
-    # following Kafka's configs).
+    # Engine invariants over every user topic, whatever the fixtures' metadata logs say
+    # (tests/tiering/test_policy.py and test_retention_tiers.py cover following Kafka's configs).
     no_kafka = {"follow_kafka_configs": False}
     # The fixtures come from three different clusters: no one metadata log says who leads them all.
     hw_cfg = write_config(
