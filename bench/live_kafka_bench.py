@@ -15,7 +15,7 @@ store, a pass every second), in one run:
   the time from the producer's last ack
   until everything rolled was tiered, and rlm's CPU seconds per MB tiered (``/proc/<pid>/stat``
   utime+stime of the daemon over the window).
-* **Catch-up**: the same librdkafka consumer reads the whole last topic from offset 0, once from the
+* **Catch-up**: the same librdkafka consumer reads the whole first (slowest) topic from offset 0, once from the
   broker (its own disk, page cache warm) and once through rlm's Kafka listener (the same bytes:
   rlm serves local segments from the broker's disk, the rest from the store); rounds alternate the
   order, best kept; record counts and a hash of every value must be equal. The ratio is rlm's time
@@ -207,7 +207,7 @@ def main() -> None:
             for rate in args.rates:
                 runs.append(copy_lag(kafka, rlm, f"lag-{int(rate)}", rate, args.seconds))
                 print(runs[-1], flush=True)
-            caught = catch_up(kafka, rlm, f"lag-{int(args.rates[-1])}", args.rounds)
+            caught = catch_up(kafka, rlm, f"lag-{int(args.rates[0])}", args.rounds)
             print(caught, flush=True)
     entry = _report(runs, caught, args)
     print(entry)
