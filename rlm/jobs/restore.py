@@ -29,8 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.cluster.leadership import metadata_log_dir, resolve_node_id
 from rlm.config import Settings
-from rlm.errors import FormatError, IdentityConflictError, InvalidArgumentError, PartitionNotFoundError
+from rlm.errors import (
+    FormatError,
+    IdentityConflictError,
+    InvalidArgumentError,
+    PartitionNotFoundError,
+    RlmError,
+)
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
 from rlm.jobs.restore_files import (
@@ -42,6 +49,7 @@ from rlm.jobs.restore_files import (
     restore_segment,
 )
 from rlm.jobs.sink import StagedDir
+from rlm.logdir.kraft import KraftMetadataLog
 from rlm.logdir.scan import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -50,6 +58,7 @@ from rlm.logdir.scan import (
     PartitionDir,
     discover_partitions,
     list_segments,
+    read_topic_id,
 )
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
@@ -207,30 +216,71 @@ def _other_incarnations(state: RemoteState, part: PartitionDir) -> str:
 
 
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:
+    """The partitions to restore: their directories in ``log.dirs``, and those the cluster's KRaft
+    metadata log assigns to this broker that have none (a lost disk, docs/restore.md)."""
     check_topic(topic)
     found = [
         p
         for p in discover_partitions(settings.log.dirs)
         if p.topic == topic and (not partitions or p.partition in partitions)
     ]
+    found += _from_metadata(settings, topic, partitions, {p.partition for p in found})
+    found.sort(key=lambda p: p.partition)
     missing = sorted(set(partitions or ()) - {p.partition for p in found})
     if missing or not found:
-        which = ", ".join(f"{topic}-{n}" for n in missing) if missing else f"no partition of topic {topic}"
+        which = ", ".join(f"{topic}-{n}" for n in missing) if missing else f"topic {topic}"
         dirs = ", ".join(map(str, settings.log.dirs))
+        source = metadata_log_dir(settings)
         raise PartitionNotFoundError(
-            f"{which} is not in log.dirs ({dirs}): "
-            "restore reads the incarnation from its partition directory "
-            "(docs/restore.md)"
+            f"{which} is not in log.dirs ({dirs})"
+            + (f" nor in the metadata log {source}" if source is not None else ", and no KRaft metadata log")
+            + ": restore reads the incarnation from a partition directory or the cluster's "
+            "metadata (docs/restore.md)"
         )
     return found
 
 
-def _target(out: Path, name: str, overwrite: bool) -> StagedDir:
-    """The staging dir of ``out/name``; an existing empty directory counts as absent (it is
-    replaced at the commit, so a failed restore leaves it as it was)."""
-    target = out / name
-    empty = target.is_dir() and not target.is_symlink() and not any(target.iterdir())
-    return StagedDir.begin(target, overwrite or empty)
+def _from_metadata(
+    settings: Settings, topic: str, wanted: Sequence[int] | None, present: set[int]
+) -> list[PartitionDir]:
+    """Partitions of ``topic`` without a directory in ``log.dirs`` that the KRaft metadata log
+    (``[topics] metadata_log_dir`` or ``__cluster_metadata-0`` in a log dir) knows: those named
+    in ``wanted``, else those whose replicas include this broker (every one when its node id is
+    unknown). Each gets the topic id the cluster holds and a path in the first log dir."""
+    directory = metadata_log_dir(settings)
+    if directory is None or not settings.log.dirs or not directory.is_dir():
+        return []
+    known = KraftMetadataLog(directory).poll().topic(topic)
+    if known is None:
+        return []
+    node = resolve_node_id(settings, required=False)
+    log_dir = Path(settings.log.dirs[0])
+    return [
+        PartitionDir(log_dir, topic, n, log_dir / f"{topic}-{n}", known.topic_id)
+        for n, part in sorted(known.partitions.items())
+        if n not in present and (n in wanted if wanted else node is None or node in part.replicas)
+    ]
+
+
+def _target(out: Path, plan: PartitionPlan, overwrite: bool) -> StagedDir:
+    """The staging dir of ``out/<partition>``. An existing empty directory counts as absent (it is
+    replaced at the commit, so a failed restore leaves it as it was), and so does one holding only
+    the ``partition.metadata`` of the incarnation restored: the stub docs/restore.md has an
+    operator make after a lost disk, which is the target itself when ``out`` is that log dir."""
+    target = out / plan.name
+    replaceable = target.is_dir() and not target.is_symlink()
+    if replaceable:
+        names = [p.name for p in target.iterdir()]
+        stub = names == [PARTITION_METADATA] and plan.topic_id is not None
+        replaceable = not names or (stub and _topic_id_of(target) == plan.topic_id)
+    return StagedDir.begin(target, overwrite or replaceable)
+
+
+def _topic_id_of(directory: Path) -> str | None:
+    try:
+        return read_topic_id(directory)
+    except RlmError:  # a malformed file is not the stub restore would write: refuse the target
+        return None
 
 
 def _read_checkpoints(out: Path) -> dict[str, dict[tuple[str, int], int]]:
@@ -340,7 +390,7 @@ def restore(
     try:
         current = _read_checkpoints(out)
         for plan, _ in todo:
-            staged.append(_target(out, plan.name, overwrite))
+            staged.append(_target(out, plan, overwrite))
         _write_all(
             todo, staged, settings.log.index_interval_bytes, parallelism, on_bytes or (lambda _n: None)
         )
