@@ -25,11 +25,22 @@ from rlm.errors import FormatError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.producer_snapshot import PRODUCER_SNAPSHOT_VERSION, parse_producer_snapshot
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
 from rlm.formats.time_index import TimeIndex
+from rlm.formats.txn_index import ABORTED_TXN_SIZE, parse_txn_index
 
-__all__ = ["DumpResult", "Json", "dump", "dump_checkpoint", "dump_file", "dump_log", "dump_remote_log_index"]
+__all__ = [
+    "DumpResult",
+    "Json",
+    "dump",
+    "dump_checkpoint",
+    "dump_file",
+    "dump_log",
+    "dump_producer_snapshot",
+    "dump_remote_log_index",
+]
 
 Json = dict[str, Any]
 
@@ -182,6 +193,49 @@ def _time_entries(base: int, data: bytes, preallocated: bool) -> list[Json]:
     return [{"timestamp": e.timestamp, "offset": e.offset} for e in index]
 
 
+def _txn_entries(base: int, data: bytes, _preallocated: bool) -> list[Json]:
+    """Aborted transactions (docs/formats.md §4.4); Kafka's ``sanityCheck`` rules apply."""
+    return [
+        {
+            "producer_id": e.producer_id,
+            "first_offset": e.first_offset,
+            "last_offset": e.last_offset,
+            "last_stable_offset": e.last_stable_offset,
+        }
+        for e in parse_txn_index(data, base)
+    ]
+
+
+def dump_producer_snapshot(path: Path) -> DumpResult:
+    """A producer-state ``.snapshot`` (docs/formats.md §4.5), named by the offset it describes.
+    Its CRC covers every entry, so a damaged file lists none."""
+    doc: Json = {
+        "file": str(path),
+        "kind": "producer_snapshot",
+        "base_offset": _base_offset(path),
+        "version": PRODUCER_SNAPSHOT_VERSION,
+        "entries": [],
+    }
+    try:
+        snapshot = parse_producer_snapshot(path.read_bytes())
+    except FormatError as err:
+        return DumpResult(doc, err.in_file(path))
+    doc["entries"] = [
+        {
+            "producer_id": e.producer_id,
+            "producer_epoch": e.producer_epoch,
+            "coordinator_epoch": e.coordinator_epoch,
+            "current_txn_first_offset": e.current_txn_first_offset,
+            "last_sequence": e.last_sequence,
+            "last_offset": e.last_offset,
+            "offset_delta": e.offset_delta,
+            "timestamp": e.timestamp,
+        }
+        for e in snapshot.entries
+    ]
+    return DumpResult(doc)
+
+
 def dump_remote_log_index(path: Path) -> DumpResult:
     """Entries of a ``.remotelogindex``; each CRC is verified, a bad tail stops the listing."""
     data = path.read_bytes()
@@ -259,13 +313,18 @@ def dump_file(path: Path, *, with_records: bool = False) -> DumpResult:
         return _dump_index(path, "time_index", _time_entries, TimeIndex.ENTRY_SIZE)
     if suffix == naming.REMOTE_TIME_INDEX:
         return _dump_index(path, "remote_time_index", _time_entries, TimeIndex.ENTRY_SIZE)
+    if suffix == naming.TXN_INDEX:
+        return _dump_index(path, "txn_index", _txn_entries, ABORTED_TXN_SIZE)
+    if suffix == naming.SNAPSHOT:
+        return dump_producer_snapshot(path)
     if suffix == naming.REMOTE_LOG_INDEX:
         return dump_remote_log_index(path)
     if name.endswith("-checkpoint"):
         return dump_checkpoint(path)
     raise RlmError(
-        "unsupported file type (expected .log, .index, .timeindex, .remotelogindex, "
-        ".remoteoffsetindex, .remotetimeindex, *-checkpoint or a KRaft .checkpoint snapshot)",
+        "unsupported file type (expected .log, .index, .timeindex, .txnindex, .snapshot, "
+        ".remotelogindex, .remoteoffsetindex, .remotetimeindex, *-checkpoint or a KRaft "
+        ".checkpoint snapshot)",
         file=path,
     )
 
@@ -275,7 +334,8 @@ def dump_file(path: Path, *, with_records: bool = False) -> DumpResult:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @handle_errors
 def dump(files: tuple[Path, ...], with_records: bool) -> None:
-    """Print FILE... as JSON Lines: segments, indexes, remote indexes, checkpoints."""
+    """Print FILE... as JSON Lines: segments, indexes, transaction indexes, producer snapshots,
+    remote indexes, checkpoints."""
     failed = False
     for path in files:
         try:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
+from rlm.formats.txn_index import ABORTED_TXN_SIZE, AbortedTxn, encode_txn_index
 from rlm.testing.daemon import rlm_cli
 
 BATCH_FIELDS = {
@@ -234,3 +235,54 @@ def test_preallocated_zero_tails_are_not_reported(fixtures_dir: Path, tmp_path: 
     assert code == 0, stderr
     assert len(idx["entries"]) == 581 and idx["entries"][-1] == {"offset": 94635, "position": 3092362}
     assert tix["entries"] == []
+
+
+def test_producer_snapshot_lists_the_producers_of_its_log(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A broker's producer-state ``.snapshot`` (Kafka's DumpLogSegments reads them; rlm dump
+    refused them before tests/live/test_dump_agrees.py compared the two)."""
+    part = fixtures_dir / "kafka-logs" / ITUMELENG / "_confluent-ksql-default__command_topic-0"
+    code, (snap, log), stderr = rlm_dump(
+        part / "00000000000000000002.snapshot", part / "00000000000000000000.log"
+    )
+    assert code == 0, stderr
+    assert (snap["kind"], snap["base_offset"], snap["version"]) == ("producer_snapshot", 2, 1)
+    [entry] = snap["entries"]
+    data = log["batches"][0]  # the producer's data batch, offset 0, the transaction's COMMIT after it
+    assert entry == {
+        "producer_id": data["producer_id"],
+        "producer_epoch": data["producer_epoch"],
+        "coordinator_epoch": 0,
+        "current_txn_first_offset": -1,
+        "last_sequence": data["base_sequence"],
+        "last_offset": data["last_offset"],
+        "offset_delta": 0,
+        "timestamp": entry["timestamp"],
+    }
+    damaged = tmp_path / "00000000000000000002.snapshot"
+    raw = bytearray((part / damaged.name).read_bytes())
+    raw[-1] ^= 0x01  # inside the entry, covered by the file's CRC
+    damaged.write_bytes(bytes(raw))
+    code, [doc], stderr = rlm_dump(damaged)
+    assert code == 1 and doc["entries"] == []
+    assert_one_line_error(stderr, str(damaged), "crc")
+
+
+def test_txn_index_lists_aborted_transactions_then_names_a_torn_entry(tmp_path: Path) -> None:
+    entries = [AbortedTxn(90, 120, 7, 121), AbortedTxn(125, 140, 8, 141)]
+    path = tmp_path / "00000000000000000100.txnindex"
+    path.write_bytes(encode_txn_index(entries))
+    code, [doc], stderr = rlm_dump(path)
+    assert code == 0, stderr
+    assert doc == {
+        "file": str(path),
+        "kind": "txn_index",
+        "base_offset": 100,
+        "entries": [
+            {"producer_id": 7, "first_offset": 90, "last_offset": 120, "last_stable_offset": 121},
+            {"producer_id": 8, "first_offset": 125, "last_offset": 140, "last_stable_offset": 141},
+        ],
+    }
+    path.write_bytes(encode_txn_index(entries) + b"\x00\x00\x01")
+    code, [doc], stderr = rlm_dump(path)
+    assert code == 1 and len(doc["entries"]) == 2
+    assert_one_line_error(stderr, str(path), f"byte {2 * ABORTED_TXN_SIZE}", "torn")

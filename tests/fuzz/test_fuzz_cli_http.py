@@ -20,11 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint, format_offset_checkpoint
+from rlm.formats.txn_index import AbortedTxn, encode_txn_index
 from rlm.testing.daemon import rlm_cli
 from tests.fuzz.harness import INTERESTING, fuzz_settings, mutated
 from tests.fuzz.seeds import record_seeds, writer_segment
 from tests.fuzz.test_fuzz_indexes import fix_entry_crcs, kafka_index_seeds, remote_set
 from tests.http.test_api import TOKEN, Api, api  # noqa: F401  (the module-scoped server fixture)
+from tests.tiering.test_lso import snapshot_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,6 +41,8 @@ def dump_seeds() -> dict[str, bytes]:
         "00000000000000000000-0000000001.checkpoint": record_seeds()["v2-zstd"],
         "00000000000000001000.index": kafka_index_seeds()["built.index"][1],
         "00000000000000001000.timeindex": kafka_index_seeds()["built.timeindex"][1],
+        "00000000000000001000.txnindex": encode_txn_index([AbortedTxn(990, 1004, 7, 1005)]),
+        "00000000000000001000.snapshot": snapshot_bytes({7: 990, 9: 998}),
         "00000000000000001000.remotelogindex": log_index,
         "00000000000000001000.remoteoffsetindex": offset_index,
         "00000000000000001000.remotetimeindex": time_index,
