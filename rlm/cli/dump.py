@@ -108,6 +108,9 @@ def _batch_json(batch: RecordBatch) -> Json:
         "is_transactional": batch.is_transactional,
         "is_control": batch.is_control,
         "record_count": batch.record_count,
+        # KIP-534: a batch the log cleaner kept for its tombstones or markers stores the delete
+        # horizon in its base timestamp field (docs/formats.md §3.2); null otherwise
+        "delete_horizon_ms": batch.base_timestamp if batch.has_delete_horizon else None,
     }
 
 

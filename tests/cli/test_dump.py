@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
+from rlm.formats.records import RecordSpec, build_batch
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.formats.txn_index import ABORTED_TXN_SIZE, AbortedTxn, encode_txn_index
 from rlm.testing.daemon import rlm_cli
@@ -33,6 +35,7 @@ BATCH_FIELDS = {
     "is_transactional",
     "is_control",
     "record_count",
+    "delete_horizon_ms",
 }
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"
@@ -286,3 +289,20 @@ def test_txn_index_lists_aborted_transactions_then_names_a_torn_entry(tmp_path: 
     code, [doc], stderr = rlm_dump(path)
     assert code == 1 and len(doc["entries"]) == 2
     assert_one_line_error(stderr, str(path), f"byte {2 * ABORTED_TXN_SIZE}", "torn")
+
+
+def test_a_cleaned_batch_reports_its_delete_horizon(tmp_path: Path) -> None:
+    """KIP-534: attribute bit 6 says baseTimestamp holds the delete horizon (DumpLogSegments'
+    deleteHorizonMs; rlm dump did not report it before tests/live/test_dump_agrees.py compared
+    the two on a compacted topic)."""
+    records = [RecordSpec(1_700_000_000_000, b"k", None)]  # a tombstone
+    plain = build_batch(records, base_offset=0)
+    cleaned = bytearray(build_batch(records, base_offset=1))
+    cleaned[22] |= 0x40  # attributes (int16 at byte 21), bit 6
+    cleaned[17:21] = crc32c.crc32c(bytes(cleaned[21:])).to_bytes(4, "big")
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(plain + bytes(cleaned))
+    code, [doc], stderr = rlm_dump(path)
+    assert code == 0, stderr
+    assert [b["delete_horizon_ms"] for b in doc["batches"]] == [None, 1_700_000_000_000]
+    assert all(b["crc_valid"] for b in doc["batches"])
