@@ -28,10 +28,18 @@ _ODD_RECORDS: Sequence[tuple[bytes | None, bytes | None, list[tuple[str, bytes |
 
 
 def transaction(
-    bootstrap: str, topic: str, count: int, *, commit: bool, compression: str, partition: int = 0
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    commit: bool,
+    compression: str,
+    partition: int = 0,
+    odd: bool = True,
 ) -> None:
-    """One transaction of ``count`` records (plus the odd ones) through confluent-kafka, committed
-    or aborted; the same ``transactional.id`` each time, so the epoch goes up per call."""
+    """One transaction of ``count`` records (plus the odd ones unless ``odd`` is false: a
+    compacted topic refuses a null key) through confluent-kafka, committed or aborted; the same
+    ``transactional.id`` each time, so the epoch goes up per call."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -49,13 +57,26 @@ def transaction(
         producer.produce(
             topic, key=f"{word}-{i}".encode(), value=f"{word} {i} ".encode() * 20, partition=partition
         )
-    for key, value, headers in _ODD_RECORDS:
+    for key, value, headers in _ODD_RECORDS if odd else ():
         producer.produce(topic, key=key, value=value, headers=headers, partition=partition)
     producer.flush(60)
     if commit:
         producer.commit_transaction(60)
     else:
         producer.abort_transaction(60)
+
+
+def tombstones(bootstrap: str, topic: str, keys: Sequence[bytes], *, partition: int = 0) -> None:
+    """A null value for each key (kafka-python, idempotent, one flush)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    try:
+        for key in keys:
+            producer.send(topic, key=key, value=None, partition=partition)
+        producer.flush(timeout=120)
+    finally:
+        producer.close(timeout=30)
 
 
 def produce_mixed(bootstrap: str, topic: str, per_codec: int, *, value_bytes: int = 1000) -> None:
