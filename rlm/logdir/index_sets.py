@@ -214,8 +214,7 @@ def _fits(builder: RemoteIndexSetBuilder, entry: RemoteLogIndexEntry) -> bool:
 
 class SetCache:
     """Parsed sets keyed by their gate's (path, inode, size, mtime): a set that changed is parsed
-    again. At most
-    ``max_sets`` views (least recently used first out)."""
+    again. At most ``max_sets`` views (least recently used first out)."""
 
     def __init__(self, max_sets: int = 256) -> None:
         self._views: OrderedDict[tuple[str, int, int, int], SetView | None] = OrderedDict()
