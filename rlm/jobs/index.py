@@ -76,10 +76,12 @@ def _reindex(ctx: PartitionContext, links: list[tuple[bytes, int, int]], entry_b
     chain = Chain(tuple(Link(SegmentManifest.from_json(d), first, last) for d, first, last in links))
     entries = [[d.entry for d in iter_entries(blob)] for blob in entry_blobs]
     ctx.family.open()
-    ctx.family.delete_all()
     deleted_below = Progress.load(ctx.progress_path).delete_records_offset
-    ctx.progress_path.unlink(missing_ok=True)
-    index_links(ctx, chain, entries)
+    # The old progress stays until the new one replaces it: readers meanwhile answer what it
+    # claims from the store, and the rebuilt sets appear whole (docs/read-path.md).
+    with ctx.family.staged():
+        ctx.family.delete_all()
+        index_links(ctx, chain, entries)
     ctx.manifests = chain.manifests
     ctx.progress = Progress(*progress_after(chain, Progress()), deleted_below)
     ctx.save_progress()

@@ -4,8 +4,10 @@
 Lookups (:class:`SetCache` → :class:`SetView`), the jobs' planner (:func:`read_local_entries`) and
 the family that appends and repairs the sets (rlm/tiering/index_family.py: :func:`find_sets`,
 :func:`mapped`, :func:`set_bounds`) all read through here. Everything here is read-only and
-tolerant: the daemon may be appending, so a set is read up to its last whole entry (a torn tail is
-simply not visible yet) and derived files up to their last whole 12-/8-byte entry.
+tolerant: the daemon may be appending, so a set is what its ``.remoteoffsetindex`` (the gate,
+docs/formats.md §5.4) lists, up to its last whole 12-byte entry — entries appended after it, or a
+torn tail, are simply not visible yet. :func:`views_of_entries` builds the same views in memory
+from entries the store holds (rlm/tiering/served_sets.py).
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ import os
 import threading
 import traceback
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import RlmError
 from rlm.formats import naming
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.offset_index import INT32_MAX, OffsetIndex
 from rlm.formats.records import Buffer
 from rlm.formats.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
+from rlm.formats.remote_index_derived import RemoteIndexSetBuilder
 from rlm.formats.time_index import TimeIndex
 
 __all__ = [
@@ -36,6 +39,8 @@ __all__ = [
     "mapped",
     "read_local_entries",
     "set_bounds",
+    "view_of",
+    "views_of_entries",
 ]
 
 #: The three files of one set, by suffix: the entries (the source of truth) and the two derived.
@@ -137,12 +142,43 @@ def _read_or_empty(path: Path) -> bytes:
         return b""
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
+#: How often :func:`load_set` reads a set again that was republished while it read it.
+_READ_TRIES = 3
+
+
 def load_set(directory: Path, base: int) -> SetView | None:
-    """The set at ``base`` as it is now; None when it has no indexed entry (yet, or any more)."""
-    # Derived files first, then the entries: anything they reference was appended before them.
-    offsets_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX))
-    times_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_TIME_INDEX))
-    log_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX))
+    """The set at ``base`` as it is now; None when it has no indexed entry (yet, or any more), or
+    it was republished every time it was read.
+
+    The ``.remoteoffsetindex`` is the set's gate (docs/formats.md §5.4): the set holds exactly the
+    entries it lists; it is read first and is the same file (inode) after the other two were read,
+    so the three files are one version — a writer replacing a set removes or renames its gate.
+    """
+    gate = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
+    for _ in range(_READ_TRIES):
+        try:
+            with gate.open("rb") as fh:
+                inode = os.fstat(fh.fileno()).st_ino
+                offsets_raw = fh.read()
+        except FileNotFoundError:
+            return None
+        times_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_TIME_INDEX))
+        log_raw = _read_or_empty(directory / naming.segment_file_name(base, naming.REMOTE_LOG_INDEX))
+        if _inode(gate) == inode:
+            return view_of(base, offsets_raw, times_raw, log_raw)
+    return None
+
+
+def view_of(base: int, offsets_raw: bytes, times_raw: bytes, log_raw: bytes) -> SetView | None:
+    """A set's view from its three files' bytes: the entries the offset index lists (entries
+    appended after them are not the set's yet); None when it lists none."""
     # A concurrent append may have left partial trailing entries in any file: keep whole ones.
     offsets_raw = offsets_raw[: len(offsets_raw) - len(offsets_raw) % OffsetIndex.ENTRY_SIZE]
     times_raw = times_raw[: len(times_raw) - len(times_raw) % TimeIndex.ENTRY_SIZE]
@@ -150,15 +186,38 @@ def load_set(directory: Path, base: int) -> SetView | None:
     bounds = set_bounds(offsets, log_raw)
     if bounds is None:
         return None
+    end = bounds[1].end_position
+    if end < len(log_raw):
+        log_raw = log_raw[:end]
     return SetView(base, offsets, TimeIndex(base, times_raw, preallocated=False), log_raw, *bounds)
 
 
+def views_of_entries(entries: Iterable[RemoteLogIndexEntry]) -> list[SetView]:
+    """Sets built in memory from ``entries`` (increasing offsets), as the family would write them:
+    a new set whenever the next entry would overflow an int32 field of the current one."""
+    built: list[tuple[RemoteIndexSetBuilder, list[bytes]]] = []
+    for entry in entries:
+        if not built or not _fits(built[-1][0], entry):
+            built.append((RemoteIndexSetBuilder(entry.first_offset), []))
+        builder, parts = built[-1]
+        parts.append(builder.append(entry).log_index)
+    views = [
+        view_of(b.base_offset, b.offset_index_bytes(), b.time_index_bytes(), b"".join(parts))
+        for b, parts in built
+    ]
+    return [v for v in views if v is not None]
+
+
+def _fits(builder: RemoteIndexSetBuilder, entry: RemoteLogIndexEntry) -> bool:
+    return builder.fits(entry) and builder.log_index_size + entry.encoded_size <= INT32_MAX
+
+
 class SetCache:
-    """Parsed sets keyed by (path, size, mtime): a file that changed is parsed again. At most
-    ``max_sets`` views (least recently used first out)."""
+    """Parsed sets keyed by their gate's (path, inode, size, mtime): a set that changed is parsed
+    again. At most ``max_sets`` views (least recently used first out)."""
 
     def __init__(self, max_sets: int = 256) -> None:
-        self._views: OrderedDict[tuple[str, int, int], SetView | None] = OrderedDict()
+        self._views: OrderedDict[tuple[str, int, int, int], SetView | None] = OrderedDict()
         self._lock = threading.Lock()
         self.max_sets = max_sets
 
@@ -174,7 +233,8 @@ class SetCache:
             st = path.stat()
         except FileNotFoundError:
             return None
-        key = (str(path), st.st_size, st.st_mtime_ns)
+        # The inode tells a set published again (renamed into place) from the one it replaced.
+        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             if key in self._views:
                 self._views.move_to_end(key)

@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 
-__all__ = ["EXPORT_POINTS", "POINTS", "RESTORE_POINTS", "crash_point"]
+__all__ = ["EXPORT_POINTS", "POINTS", "RECOVERY_POINTS", "RESTORE_POINTS", "crash_point"]
 
 POINTS = (
     "after_pin",  # segment files hard-linked into staging
@@ -24,6 +24,12 @@ POINTS = (
     "before_fsync",  # local index bytes written, not yet fsynced
     "before_journal_finish",  # local index durable, COPY_FINISHED not written
     "after_delete_manifest",  # retention: manifest deleted, data still there
+)
+
+#: Recovery's rebuild of the local remote index (tests/tiering/test_missing_family.py): reached
+#: after each link of the store's chain was indexed.
+RECOVERY_POINTS = (
+    "mid_index_rebuild",  # some links of the chain indexed (staged), the rest not yet
 )
 
 #: ``rlm export`` (kept apart: the tiering crash tests drive every point of POINTS with ``rlm run``).

@@ -12,9 +12,14 @@ rotated (left as it is, fsynced, never written again) when its ``.remotelogindex
 field. A new set's base is the first offset of its first entry.
 
 Crash safety: every append writes the ``.remotelogindex`` bytes first, then the two derived
-files, then fsyncs all three. On open, the active set's ``.remotelogindex`` is CRC-scanned, a torn
-or corrupt tail is truncated at the last good entry, and the derived files are rewritten from what
-remains whenever they differ (:func:`~rlm.formats.remote_index.derive_remote_indexes`).
+files (the ``.remoteoffsetindex`` last), then fsyncs all three. On open, the active set's
+``.remotelogindex`` is CRC-scanned, a torn or corrupt tail is truncated at the last good entry, and
+the derived files are rewritten from what remains whenever they differ; a sealed set whose
+``.remoteoffsetindex`` lags its entries gets them rewritten too.
+
+Readers go by each set's ``.remoteoffsetindex`` — its gate (docs/formats.md §5.4): a set is deleted
+and cut back gate first, derived files are replaced by rename, gate last, and :meth:`RemoteIndexFamily.staged`
+(recovery's rebuild) publishes every changed set only once all its entries are written.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +43,7 @@ from rlm.formats.remote_index import (
     iter_entries,
     scan_entries,
 )
-from rlm.formats.remote_index_derived import RemoteIndexSetBuilder, derive_remote_indexes
+from rlm.formats.remote_index_derived import RemoteIndexSetBuilder
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
 from rlm.logdir.index_sets import SET_SUFFIXES, find_sets, mapped, set_bounds
 from rlm.tiering.crash import crash_point
@@ -136,8 +142,9 @@ class RemoteIndexSet:
             self._first, self._last = first, last
         return whole
 
-    def open_for_append(self) -> RepairReport:
-        """Scan the ``.remotelogindex``, cut a torn/corrupt tail, make the derived files agree."""
+    def open_for_append(self, *, publish: bool = True) -> RepairReport:
+        """Scan the ``.remotelogindex``, cut a torn/corrupt tail, make the derived files agree
+        (``publish=False``: left to :meth:`publish`, the caller stages its changes)."""
         path = self.log_index_path
         with mapped(path) as buf:
             scan = scan_entries(buf)
@@ -158,41 +165,56 @@ class RemoteIndexSet:
                 os.fsync(fh.fileno())
             report = RepairReport(total - scan.valid_length, False, str(scan.error))
         with mapped(path) as buf:
-            offset_bytes, time_bytes = derive_remote_indexes(buf, self.base_offset)
-            builder = RemoteIndexSetBuilder.from_log_index(buf, self.base_offset)
-        rewrote = False
-        for suffix, expected in (
-            (naming.REMOTE_OFFSET_INDEX, offset_bytes),
-            (naming.REMOTE_TIME_INDEX, time_bytes),
-        ):
-            target = self.path(suffix)
-            try:
-                current = target.read_bytes()
-            except FileNotFoundError:
-                current = None
-            if current != expected:
-                atomic_write(target, expected)
-                rewrote = True
-        self._builder = builder
+            self._builder = RemoteIndexSetBuilder.from_log_index(buf, self.base_offset)
         self._first = scan.entries[0].entry if scan.entries else None
         self._last = scan.entries[-1].entry if scan.entries else None
-        if rewrote:
+        if publish and scan.entries and self.publish(only_changed=True):
             report = RepairReport(report.truncated_bytes, True, report.error)
         return report
+
+    def publish(self, *, only_changed: bool = False) -> bool:
+        """Write the derived files of the entries appended so far, each renamed into place, the
+        ``.remoteoffsetindex`` last: it is the gate readers go by (rlm.logdir.index_sets.load_set),
+        so they see the set as it was or as it is now, never a mix. Returns whether a file was
+        written (``only_changed``: files already right are left alone)."""
+        builder = self._builder
+        if builder is None:  # sealed (closed) since its entries were written
+            with mapped(self.log_index_path) as buf:
+                builder = RemoteIndexSetBuilder.from_log_index(buf, self.base_offset)
+        wrote = False
+        for suffix, expected in (
+            (naming.REMOTE_TIME_INDEX, builder.time_index_bytes()),
+            (naming.REMOTE_OFFSET_INDEX, builder.offset_index_bytes()),
+        ):
+            target = self.path(suffix)
+            if only_changed:
+                try:
+                    if target.read_bytes() == expected:
+                        continue
+                except FileNotFoundError:
+                    pass
+            atomic_write(target, expected)
+            wrote = True
+        return wrote
+
+    def hide(self) -> None:
+        """Remove the gate: readers stop seeing the set before its entries change in place."""
+        self.path(naming.REMOTE_OFFSET_INDEX).unlink(missing_ok=True)
 
     def fits(self, entry: RemoteLogIndexEntry) -> bool:
         assert self._builder is not None
         return self._builder.fits(entry) and (self._builder.log_index_size + entry.encoded_size <= INT32_MAX)
 
-    def append(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
-        """Append entries (all must :meth:`fits`); durable when this returns."""
+    def append(self, entries: Sequence[RemoteLogIndexEntry], *, derived: bool = True) -> None:
+        """Append entries (all must :meth:`fits`); durable when this returns. The derived files are
+        appended after the entries, the gate (``.remoteoffsetindex``) last; ``derived=False``
+        writes the entries only: readers see them once :meth:`publish` ran."""
         assert self._builder is not None, "open_for_append() first"
         parts = [self._builder.append(e) for e in entries]
-        blobs = (
-            (naming.REMOTE_LOG_INDEX, b"".join(p.log_index for p in parts)),
-            (naming.REMOTE_OFFSET_INDEX, b"".join(p.offset_index for p in parts)),
-            (naming.REMOTE_TIME_INDEX, b"".join(p.time_index for p in parts)),
-        )
+        blobs = [(naming.REMOTE_LOG_INDEX, b"".join(p.log_index for p in parts))]
+        if derived:
+            blobs.append((naming.REMOTE_TIME_INDEX, b"".join(p.time_index for p in parts)))
+            blobs.append((naming.REMOTE_OFFSET_INDEX, b"".join(p.offset_index for p in parts)))
         created = not self.log_index_path.exists()
         handles = []
         try:
@@ -229,7 +251,8 @@ class RemoteIndexSet:
         self._builder = None
 
     def delete(self) -> None:
-        for suffix in SET_SUFFIXES:
+        self.hide()  # the gate first: a reader never finds the set without its entries
+        for suffix in (naming.REMOTE_TIME_INDEX, naming.REMOTE_LOG_INDEX):
             self.path(suffix).unlink(missing_ok=True)
 
 
@@ -256,6 +279,7 @@ class RemoteIndexFamily:
         self.sets: list[RemoteIndexSet] = []
         self.last_repair = RepairReport()
         self._active_unopened = False  # open_trusted(): the active set is opened on first append
+        self._staged: list[RemoteIndexSet] | None = None  # staged(): sets whose gates wait
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -304,6 +328,10 @@ class RemoteIndexFamily:
                 index_set.delete()
                 continue
             self.sets.append(index_set)
+        for sealed in self.sets[:-1]:
+            if not sealed.tail_is_whole():  # its gate lags its entries (a staged change cut short)
+                sealed.open_for_append()
+                sealed.close()
         self.last_repair = self.sets[-1].open_for_append() if self.sets else RepairReport()
         if self.sets and self.sets[-1].last_entry is None:
             self.sets.pop().delete()
@@ -336,6 +364,35 @@ class RemoteIndexFamily:
 
     # -- writing --------------------------------------------------------------------------------
 
+    @contextmanager
+    def staged(self) -> Iterator[None]:
+        """Stage the appends and truncations made inside: entries are written at once, but each
+        changed set's derived files — its gate last — are renamed into place only when the block
+        ends cleanly, oldest set first. Until then readers see every set as it was (a set cut
+        back is hidden, never shown torn). A rebuild therefore publishes whole sets; a reader
+        that finds fewer than the progress claims answers from the store (docs/read-path.md).
+        A block that raises publishes nothing: :meth:`open` makes the gates agree again."""
+        if self._staged is not None:
+            yield
+            return
+        self._staged = []
+        try:
+            yield
+            for index_set in self._staged:
+                index_set.publish()
+            if self._staged:
+                fsync_dir(self.directory)
+        finally:
+            self._staged = None
+
+    def _stage(self, index_set: RemoteIndexSet) -> bool:
+        """Note ``index_set`` changed inside :meth:`staged`; False outside (publish now)."""
+        if self._staged is None:
+            return False
+        if index_set not in self._staged:
+            self._staged.append(index_set)
+        return True
+
     def _must_rotate(self, active: RemoteIndexSet) -> bool:
         return active.size_bytes >= self.rotate_bytes or self._clock() - active.created_ms >= self.rotate_ms
 
@@ -343,7 +400,7 @@ class RemoteIndexFamily:
         if self.sets:
             self.sets[-1].close()
         index_set = RemoteIndexSet(self.directory, base_offset, self._clock())
-        index_set.open_for_append()
+        index_set.open_for_append()  # no file yet: the set appears with its first entries
         self.sets.append(index_set)
         self._save_meta()
         return index_set
@@ -361,11 +418,11 @@ class RemoteIndexFamily:
         pending: list[RemoteLogIndexEntry] = []
         for entry in entries:
             if not active.fits(entry):
-                active.append(pending)
+                active.append(pending, derived=not self._stage(active))
                 pending = []
                 active = self._new_set(entry.first_offset)
             pending.append(entry)
-        active.append(pending)
+        active.append(pending, derived=not self._stage(active))
 
     def remove_below(self, offset: int) -> list[Path]:
         """Delete sets whose every entry ends below ``offset``; return the removed index paths."""
@@ -400,12 +457,13 @@ class RemoteIndexFamily:
                 active.delete()
                 self.sets.pop()
                 continue
+            active.hide()  # readers see the set whole or not at all, never cut short
             with active.log_index_path.open("r+b") as fh:
                 fh.truncate(keep[-1].end_position)
                 os.fsync(fh.fileno())
             active._builder = None
             active._last = None
-            active.open_for_append()
+            active.open_for_append(publish=not self._stage(active))
             break
         if self.sets and self.sets[-1]._builder is None:
             self.sets[-1].open_for_append()

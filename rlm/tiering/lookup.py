@@ -13,7 +13,9 @@ high watermark)`` (docs/visibility.md).
   store's chain, without a second CRC walk unless asked, and read ahead for sequential readers
   (rlm/tiering/readahead.py, docs/read-path.md).
 
-Readers never write: they use the local remote-index files as they are and the persisted progress.
+Readers never write: they use the local remote-index files as they are and the persisted progress;
+while those files hold less than the progress says was tiered, the store's sets answer instead
+(rlm/tiering/served_sets.py, docs/read-path.md "When the local remote index is missing").
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from rlm.tiering.lookup_remote import remote_offset, remote_timestamp
 from rlm.tiering.readahead import ReaderResources
 from rlm.tiering.remote_fetch import EntrySource, FetchBytes, remote_fetch
 from rlm.tiering.remote_sets import remote_max_timestamp
+from rlm.tiering.served_sets import Claim, claim_of
 from rlm.tiering.state import Progress
 from rlm.tiering.visibility import (
     PartitionOffsets,
@@ -146,11 +149,19 @@ class PartitionReader:
         self.part = part
         self.res = resources
         self.progress = progress
+        self._views: tuple[Claim | None, list[SetView]] | None = None
 
     # -- what is where ------------------------------------------------------------------------
 
     def _sets(self) -> list[SetView]:
-        return self.res.sets.sets(self.part.path)
+        """The remote tier's sets for what the progress claims is tiered: the local ones, or the
+        store's while those fall short (rlm/tiering/served_sets.py). One list while the claim
+        holds, so a fetch and its read_committed sources see the same sets."""
+        claim = claim_of(self.progress)
+        if self._views is None or self._views[0] != claim:
+            local = self.res.sets.sets(self.part.path)
+            self._views = (claim, self.res.store_sets.served(self.part, self.progress, local))
+        return self._views[1]
 
     def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
         checkpoints = self.res.checkpoints.get(self.part.log_dir)

@@ -25,6 +25,7 @@ from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.tiering.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.protect import EntryOpener, StoreProtection
+from rlm.tiering.served_sets import StoreSets
 
 #: The largest ranged GET read-ahead makes of adjacent entries of one object (bytes).
 COALESCE_BYTES = 8 << 20
@@ -339,6 +340,8 @@ class ReaderResources:
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
+        #: The store's sets, for partitions whose local index falls short (docs/read-path.md).
+        self.store_sets = StoreSets(self.backend, self.protection)
         self.opener = EntryOpener(self.protection, lambda key: self.backend.read(key))
         self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 

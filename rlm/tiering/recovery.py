@@ -85,10 +85,13 @@ def _seed_view(ctx: PartitionContext) -> None:
     }
 
 
-def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
+def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool = False) -> SyncResult:
     """Make local and remote agree; see the module doc. Idempotent. A ``leader=False`` recovery
     (a follower in cluster mode, docs/cluster.md) writes nothing to the store but its own
-    journal's clean-up: no adoption decision, no retired markers, no marker or uncommit."""
+    journal's clean-up: no adoption decision, no retired markers, no marker or uncommit.
+    ``forget_tiered`` (``rlm rebuild-index``): the saved progress counts for nothing but its
+    DeleteRecords point; the file keeps it until the recovered progress replaces it, so readers
+    meanwhile still claim what was tiered and answer it from the store (docs/read-path.md)."""
     resolve_root(ctx, decide=leader)
     ctx.old_incarnations = find_old_incarnations(ctx, mark=leader)
     if leader and not ctx.shared.cluster:  # what a trusted restart reuses (resume.py)
@@ -109,6 +112,8 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
     shutil.rmtree(ctx.staging_dir, ignore_errors=True)
 
     saved = Progress.load(ctx.progress_path)
+    if forget_tiered:
+        saved = Progress(delete_records_offset=saved.delete_records_offset)
     remote_highest = manifests[-1].last_offset if manifests else -1
     if not ctx.shared.cluster:  # in a cluster, leader epochs decide (docs/cluster.md)
         try:
@@ -129,7 +134,8 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
             "local index from the store)",
             file=ctx.part.path,
         )
-    result = settle(ctx, leader=leader, read=read)
+    # Staged: a rebuilt family is published whole, never one link at a time (docs/read-path.md).
+    result = settle(ctx, leader=leader, read=read, staged=True)
     ctx.progress = Progress(*progress_after(result.chain, saved), saved.delete_records_offset)
     mark_dir(ctx)
     ctx.save_progress()
@@ -144,11 +150,8 @@ def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     tell it)."""
     ctx.family.open()
     ctx.family.delete_all()
-    Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset).save(
-        ctx.progress_path
-    )
     ctx.recovered = False
-    recover(ctx, leader=leader)
+    recover(ctx, leader=leader, forget_tiered=True)
     return sum(m.index_entries for m in ctx.manifests)
 
 

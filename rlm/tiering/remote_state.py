@@ -31,7 +31,7 @@ from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
-__all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view"]
+__all__ = ["Orphan", "RemoteState", "RemoteView", "attempt_age_ms", "of_context", "remote_view", "view_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,8 +375,12 @@ def remote_view(settings: TieringSettings, part: PartitionDir) -> RemoteView:
     (docs/topic-identity.md). The daemon decides the root in ``identity.resolve_root``."""
     if part.identity_error is not None:
         return RemoteView(False, None)
-    progress = Progress.load(state_dir(settings, part) / PROGRESS_FILE)
-    if progress.lineage_conflict is not None:
+    return view_of(part, Progress.load(state_dir(settings, part) / PROGRESS_FILE))
+
+
+def view_of(part: PartitionDir, progress: Progress) -> RemoteView:
+    """:func:`remote_view` with the progress at hand (a reader's, live in the daemon)."""
+    if part.identity_error is not None or progress.lineage_conflict is not None:
         return RemoteView(False, None)
     parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None
     return RemoteView(True, parsed.topic_id if parsed is not None else part.topic_id)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from rlm.errors import FormatError, RlmError
@@ -33,6 +35,7 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
 from rlm.storage.api import ObjectInfo
 from rlm.tiering import keys
+from rlm.tiering.crash import crash_point
 from rlm.tiering.lineage import (
     Chain,
     Lineage,
@@ -50,6 +53,7 @@ from rlm.tiering.state import PartitionContext
 __all__ = [
     "SyncResult",
     "index_links",
+    "lineage_in",
     "local_lineage",
     "note_committed",
     "note_deleted",
@@ -81,13 +85,19 @@ class SyncResult:
 
 def local_lineage(ctx: PartitionContext) -> Lineage | None:
     """The local ``leader-epoch-checkpoint`` as a lineage; None when absent or unreadable."""
-    path = ctx.part.path / LEADER_EPOCH_CHECKPOINT
+    return lineage_in(ctx.part.path)
+
+
+def lineage_in(partition_path: Path) -> Lineage | None:
+    """The ``leader-epoch-checkpoint`` of the partition directory ``partition_path`` as a
+    lineage; None when absent or unreadable (readers resolve the store's chain with it too)."""
+    path = partition_path / LEADER_EPOCH_CHECKPOINT
     try:
         return lineage_of(parse_leader_epoch_checkpoint(path.read_text()).entries) or None
     except FileNotFoundError:
         return None
     except (OSError, FormatError, UnicodeDecodeError) as err:
-        log.warning("%s: ignoring unreadable %s: %s", ctx.part.name, path, err)
+        log.warning("%s: ignoring unreadable %s: %s", partition_path.name, path, err)
         return None
 
 
@@ -149,9 +159,12 @@ def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
     return held
 
 
-def reconcile(ctx: PartitionContext, view: StoreView, chain: Chain) -> tuple[int | None, int]:
+def reconcile(
+    ctx: PartitionContext, view: StoreView, chain: Chain, *, staged: bool = False
+) -> tuple[int | None, int]:
     """Bring the local index to ``chain``; return (first offset re-indexed after a rewind or None,
-    links appended)."""
+    links appended). ``staged`` (recovery's rebuild): the changed sets are published together at
+    the end (:meth:`RemoteIndexFamily.staged`), never one link at a time."""
     links = chain.links
     signatures = tuple(link.signature for link in links)
     if view.held is None:
@@ -167,12 +180,13 @@ def reconcile(ctx: PartitionContext, view: StoreView, chain: Chain) -> tuple[int
             held += 1
     keep_last = links[held - 1].last_offset if held else (links[0].first_offset - 1 if links else -1)
     rewound = None
-    if ctx.family.last_offset > keep_last:
-        dropped = ctx.family.truncate_after(keep_last)
-        if dropped or held < len(links):
-            rewound = keep_last + 1
     remote = of_context(ctx)
-    index_links(ctx, chain, (remote.link_entries(link) for link in links[held:]))
+    with ctx.family.staged() if staged else nullcontext():
+        if ctx.family.last_offset > keep_last:
+            dropped = ctx.family.truncate_after(keep_last)
+            if dropped or held < len(links):
+                rewound = keep_last + 1
+        index_links(ctx, chain, (remote.link_entries(link) for link in links[held:]))
     view.held, view.chain = signatures, chain
     return rewound, len(links) - held
 
@@ -188,6 +202,7 @@ def index_links(
     for link_entries in entries:
         floor = ctx.family.last_offset
         ctx.family.append_segment([e for e in link_entries if e.first_offset > floor])
+        crash_point("mid_index_rebuild")
     if chain.links:
         ctx.family.remove_below(chain.start)
 
@@ -278,9 +293,10 @@ def resolve(ctx: PartitionContext, lineage: Lineage | None = None) -> Chain:
     return resolve_chain([m for _s, m in ctx.store.manifests.values()], lineages)
 
 
-def settle(ctx: PartitionContext, *, leader: bool, read: int = 0) -> SyncResult:
+def settle(ctx: PartitionContext, *, leader: bool, read: int = 0, staged: bool = False) -> SyncResult:
     """Resolve the chain of what :func:`refresh` read and bring the local index to it; the leader
-    records its lineage and uncommits what nobody may serve. Sets ``ctx.manifests``."""
+    records its lineage and uncommits what nobody may serve. Sets ``ctx.manifests``. ``staged``:
+    see :func:`reconcile`."""
     remote, view = of_context(ctx), ctx.store
     lineage = local_lineage(ctx)
     node_id = ctx.shared.node_id
@@ -295,7 +311,7 @@ def settle(ctx: PartitionContext, *, leader: bool, read: int = 0) -> SyncResult:
         view.manifests = {k: sm for k, sm in view.manifests.items() if sm[1].base_offset not in dead}
         chain = Chain(chain.links)
     try:
-        rewound, appended = reconcile(ctx, view, chain)
+        rewound, appended = reconcile(ctx, view, chain, staged=staged)
     except FormatError as err:
         raise RlmError(f"cannot index the remote segments: {err}") from err
     ctx.manifests = chain.manifests
