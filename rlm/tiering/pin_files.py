@@ -176,15 +176,15 @@ class SightPin:
         return cls(state_dir, Path(log_dir), Path(part), base, end, at, linked_files(path))
 
 
-def read_pins(state_dir: Path) -> tuple[list[SightPin], list[Path]]:
+def read_pins(state_dir: Path) -> tuple[list[SightPin], list[Path]] | None:
     """The whole pins of a partition's state dir and what else is in its pins dir (a pin a crash
-    cut short: removed by the partition's next pass, never counted)."""
+    cut short: removed by the partition's next pass, never counted); None without a pins dir."""
     pins: list[SightPin] = []
     leftovers: list[Path] = []
     try:
         entries = sorted(os.scandir(state_dir / PINS_DIR), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
-        return pins, leftovers
+        return None
     for entry in entries:
         if entry.name == REFUSED_FILE:
             continue

@@ -121,21 +121,28 @@ class PinLedger:
             self._dirs.setdefault(d, _LogDir())
         for root in sorted(roots):
             try:
-                state_dirs = sorted(p for p in root.iterdir() if p.is_dir())
+                with os.scandir(root) as it:  # one listing; d_type says which are dirs (no stat)
+                    state_dirs = sorted(Path(e.path) for e in it if e.is_dir())
             except OSError:
                 continue
             for state_dir in state_dirs:
-                pins, leftovers = read_pins(state_dir)
-                if leftovers:
-                    self._leftovers[state_dir] = leftovers
-                for pin in pins:
-                    if pin.log_dir in self._dirs:
-                        self._register(pin)
-                refused = read_refused(state_dir)
-                if refused is not None and refused[0] in self._dirs:
-                    self._dirs[refused[0]].refused_by[state_dir] = refused[1:]
+                self._load_partition(state_dir)
         for d in self._log_dirs:
             self._publish(d)
+
+    def _load_partition(self, state_dir: Path) -> None:
+        found = read_pins(state_dir)  # one failed scandir for a partition that never pinned
+        if found is None:
+            return
+        pins, leftovers = found
+        if leftovers:
+            self._leftovers[state_dir] = leftovers
+        for pin in pins:
+            if pin.log_dir in self._dirs:
+                self._register(pin)
+        refused = read_refused(state_dir)
+        if refused is not None and refused[0] in self._dirs:
+            self._dirs[refused[0]].refused_by[state_dir] = refused[1:]
 
     def _dir(self, log_dir: Path) -> _LogDir:
         self._load()

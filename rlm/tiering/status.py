@@ -47,13 +47,14 @@ def partition_row(
         # Beyond the original fields (docs/broker-files.md): each quarantine's file, byte, cause, since.
         "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
         "last_error": ctx.last_error or waiting_error,
-        # Beyond the original fields (status page): offsets below eligible_end_offset are in rolled,
-        # committed segments (eligible to tier); how long the oldest pending segment has waited
-        # (now − its .log mtime); what the local tier holds.
+        # Beyond the original fields (status page): offsets in [pending_start_offset,
+        # eligible_end_offset) wait to be tiered (below the local start: pinned, docs/operations.md);
+        # how long the oldest pending segment has waited; what the local tier holds.
         "eligible_end_offset": eligible_end(
             offsets.highest_tiered_offset, offsets.local_log_start_offset, pending
         ),
         "copy_lag_age_ms": lag_age_ms(pending, now_ms, _pinned_logs(ctx)),
+        "pending_start_offset": pending[0][2] if pending else None,  # the first offset waiting to copy
         "local_segments": len(segments),
         "local_bytes": sum(s.size for s in segments),
         # docs/topic-policy.md: the policy in force and where each value came from.

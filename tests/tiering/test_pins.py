@@ -313,6 +313,8 @@ def test_pins_survive_a_restart_and_the_restarted_daemon_tiers_from_them(tmp_pat
     status = rlm_cli("status", "--config", up)
     (row,) = json.loads(status.stdout)
     assert (row["pinned_segments"], row["copy_lag_segments"], row["pin_refused_offset"]) == (4, 5, bases[4])
+    # Waiting, not lost: the status page draws [pending_start, local start) as waiting to copy.
+    assert (row["pending_start_offset"], row["local_log_start_offset"]) == (bases[0], bases[4])
     assert sum(len(originals[b]) for b in bases[:4]) < row["pinned_bytes"] <= bound
     assert f"rlm: warning: {logs}: pinned segment files reached tiering.max_pinned_bytes" in status.stderr
 

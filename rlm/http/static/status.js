@@ -75,7 +75,9 @@
   // ---- ranges of one partition's offset space (all half-open [start, end)) -------------------
   // remote = [remote_log_start_offset, highest_tiered_offset + 1); local = [local_log_start_offset,
   // log_end_offset). Offsets in both tiers may be deleted locally; local offsets past the remote
-  // end are waiting to be copied up to eligible_end_offset and not yet eligible after it.
+  // end are waiting to be copied up to eligible_end_offset and not yet eligible after it. Waiting
+  // offsets may start below the local start (pending_start_offset): segments the broker deleted
+  // that a pin on sight still holds — waiting, not lost.
   function ranges(r) {
     const out = [];
     const add = (kind, s, e) => { if (s !== null && e !== null && e > s) out.push({ kind, start: s, end: e }); };
@@ -83,16 +85,18 @@
       ? [r.remote_log_start_offset, r.highest_tiered_offset + 1] : null;
     const local = r.local_log_start_offset !== null && r.log_end_offset !== null
       ? [r.local_log_start_offset, r.log_end_offset] : null;
+    const pinned = local && r.pending_start_offset !== null && r.pending_start_offset !== undefined
+      && r.pending_start_offset < local[0] ? r.pending_start_offset : null;
     if (remote && local) {
       add("local-only", local[0], Math.min(local[1], remote[0]));          // expired remotely
       add("remote-only", remote[0], Math.min(remote[1], local[0]));
-      add("gap", remote[1], local[0]);                                       // deleted before tiered
+      add("gap", remote[1], pinned !== null ? Math.min(pinned, local[0]) : local[0]); // deleted before tiered
       add("both", Math.max(remote[0], local[0]), Math.min(remote[1], local[1]));
     } else if (remote) {
       add("remote-only", remote[0], remote[1]);
     }
     if (local) {
-      const from = remote ? Math.max(local[0], remote[1]) : local[0];
+      const from = pinned !== null ? pinned : remote ? Math.max(local[0], remote[1]) : local[0];
       const elig = r.eligible_end_offset === null || r.eligible_end_offset === undefined ? from : r.eligible_end_offset;
       const mid = Math.min(Math.max(elig, from), local[1]);
       add("pending", from, mid);
