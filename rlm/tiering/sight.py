@@ -133,8 +133,10 @@ def pinned_only(
 ) -> list[tuple[SegmentFiles, int]]:
     """Segments the broker deleted whose pins hold them and which are still to be tiered: each
     under its broker names (the files are gone) with its next base. A pin is left out once its
-    offsets are tiered, below the DeleteRecords point, or covered by a listed segment (the cleaner
-    merged it into one: the listed file is what is copied)."""
+    offsets are tiered, below the DeleteRecords point, or reach the first listed segment: retention
+    deletes from the start, so only a pin below it holds what retention took; one inside the
+    listed offsets was merged by the cleaner (the listed file is what is copied) or truncated away
+    by an unclean leader election (not part of the log any more)."""
     pins = ctx.shared.pins.pins_of(ctx.state_dir)
     if not pins:
         return []

@@ -30,7 +30,12 @@ import pytest
 from rlm.config import load_settings
 from rlm.errors import PinRoomExhausted, StorageError, TransientStorageError
 from rlm.formats import naming
-from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint, parse_leader_epoch_checkpoint
+from rlm.formats.checkpoint import (
+    EpochEntry,
+    format_leader_epoch_checkpoint,
+    format_offset_checkpoint,
+    parse_leader_epoch_checkpoint,
+)
 from rlm.formats.records import RecordSpec
 from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, list_segments
@@ -402,3 +407,29 @@ def test_gc_drops_the_pins_of_a_topic_no_longer_tiered_and_of_a_partition_gone(t
         gc.collect_garbage()
     assert pinned_topics() == ["keep-0"]
     assert _bytes_on_disk(state_root) == gc.shared.pins.summary()[0]["pinned_bytes"] > 0
+
+
+def test_pins_inside_the_local_log_are_dropped_not_tiered(tmp_path: Path) -> None:
+    """Only pins below the broker's first local segment hold what retention took. After an unclean
+    leader election truncated the log into segment 3 (segments 4-6 deleted, 3 active again, the
+    high watermark inside it), the pins of 3-5 are dropped and nothing past 2 is tiered."""
+    logs = tmp_path / "logs"
+    writer = LogWriter(logs, TOPIC, 0, segment_bytes=1 << 20)
+    _produce(writer, 6, [1_700_000_000_000])
+    writer.close()
+    part = logs / f"{TOPIC}-0"
+    bases = [s.base_offset for s in list_segments(part)]
+    store = SwitchableStore(root=str(tmp_path / "store"))
+    store.down = True
+    manager = _manager(write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store"), store)
+    assert manager.run_once(gc=False)[0].error is not None
+    assert _pinned(tmp_path / "logs.rlm-state") == bases[:-1]
+    for base in bases[4:]:
+        for suffix in SUFFIXES:
+            (part / naming.segment_file_name(base, suffix)).unlink(missing_ok=True)
+    hw = bases[3] + 3
+    (logs / "replication-offset-checkpoint").write_text(format_offset_checkpoint({(TOPIC, 0): hw}))
+    store.down = False
+    assert [r.error for r in manager.run_once(gc=False)] == [None]
+    assert sorted(check_store([logs], store, complete=False).remote_bases(f"{TOPIC}-0")) == bases[:3]
+    assert _pinned(tmp_path / "logs.rlm-state") == []
