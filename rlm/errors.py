@@ -46,6 +46,7 @@ Tree (HTTP status / exit code)::
     │   └── TamperedObjectError  502/1 an authentication tag does not match: bytes changed or moved
     ├── SegmentQuarantined             a segment failed verification before upload (docs/broker-files.md)
     ├── SegmentVanished                the log store deleted a segment before rlm could pin it
+    ├── PinRoomExhausted               a copy waits: its pin does not fit tiering.max_pinned_bytes
     ├── StateDirLockedError            another `rlm run` owns the state dir (one daemon per dir)
     ├── StreamInterruptedError         a streamed read ended without its end (rlm.http.client)
     ├── RlmHttpError                   rlm.http.client: the server answered 4xx/5xx
@@ -89,6 +90,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionMetadataError",
     "PartitionNotFoundError",
+    "PinRoomExhausted",
     "ProtectionError",
     "RlmError",
     "RlmHttpError",
@@ -393,6 +395,11 @@ class SegmentQuarantined(RlmError):
 
 class SegmentVanished(RlmError):
     """The log store deleted the segment before it could be pinned."""
+
+
+class PinRoomExhausted(RlmError):
+    """A copy's pin does not fit ``tiering.max_pinned_bytes`` while another copy of the log dir
+    is already past it (rlm.tiering.pin_ledger): the partition's copies wait for the next pass."""
 
 
 class UploadAbandoned(Exception):

@@ -65,6 +65,7 @@ def test_defaults_follow_design(tmp_path: Path) -> None:
     assert s.server.host == "127.0.0.1"  # never 0.0.0.0 by default
     assert s.log.eligibility == "high-watermark"
     assert s.tiering.index_entry_bytes == 1048576
+    assert s.tiering.max_pinned_bytes == 4 << 30  # per log dir (docs/operations.md)
     assert isinstance(s, Settings)
 
 
@@ -88,6 +89,8 @@ def test_env_overrides_parse_toml_values_and_nest(tmp_path: Path) -> None:
     [
         ("[tiering]\nindex_entry_bytes = -5", ["tiering.index_entry_bytes", "-5", "integer"]),
         ("[tiering]\nretention_ms = -2", ["tiering.retention_ms", "-2", "-1 to disable"]),
+        ("[tiering]\nmax_pinned_bytes = -7", ["tiering.max_pinned_bytes", "-7", "[0, 9223372036854775807]"]),
+        ("[tiering]\nmax_pinned_bytes = 1.5", ["tiering.max_pinned_bytes", "1.5", "-1 to disable"]),
         ("[tiering]\nretension_ms = 5", ["unknown key tiering.retension_ms", "retention_ms"]),
         ('[log]\neligibility = "always"', ["log.eligibility", "'always'", "high-watermark"]),
         ("[log]\ndirs = []", ["log.dirs", "non-empty list"]),

@@ -150,6 +150,15 @@ def status(config_path: Path) -> None:
     """Per-partition tiering state as JSON (safe-to-delete point = highest_tiered_offset)."""
     manager = build_manager(settings_for_tool(config_path))
     emit_json(manager.status())
+    for pins in manager.shared.pins.summary():  # docs/operations.md "Pins and the broker's retention"
+        if pins["bound_reached"]:
+            click.echo(
+                f"rlm: warning: {pins['log_dir']}: pinned segment files reached tiering.max_pinned_bytes "
+                f"({pins['pinned_bytes']} of {pins['max_pinned_bytes']} bytes): pending segments of "
+                f"{pins['partitions_refused']} partitions are not pinned and the broker may delete them "
+                "before they are tiered",
+                err=True,
+            )
     store = manager.health.snapshot()
     if not store["reachable"]:
         click.echo(

@@ -53,5 +53,6 @@ def build_api(
         registry=registry,
         history=history.snapshot,
         store=manager.store_status,
+        pins=manager.shared.pins.summary,
     )
     return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))

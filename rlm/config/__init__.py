@@ -168,6 +168,15 @@ class TieringSettings:
         "Journal, pins and progress; default `<log dir>.rlm-state` beside each log dir (must be on "
         "the log dir's file system: pins are hard links).",
     )
+    max_pinned_bytes: int = key(  # docs/operations.md "Pins and the broker's retention"
+        4_294_967_296,
+        v.integer(0, disabled=-1),
+        "Bytes of broker segment files rlm may hold per log dir with its hard-link pins: rolled, "
+        "committed segments pinned as soon as rlm sees them (so the broker's retention cannot "
+        "delete them before they are tiered) plus the copies in flight. Past it new segments are "
+        "not pinned (reported once, metric `rlm_pin_bound_reached`). 0 turns pinning on sight "
+        "off; -1 = unlimited (docs/operations.md).",
+    )
     remote_cache_bytes: int = key(
         268_435_456,
         v.integer(0),

@@ -15,6 +15,7 @@ Routes (contract)::
     GET  /healthz                                          liveness (no auth)
     GET  /v1/history                                       totals over the last hour (status page)
     GET  /v1/store                                         the remote store's health (no store I/O)
+    GET  /v1/pins                                          pinned bytes per log dir and their bound
     GET  /                                                 the status page (static; no auth — its
                                                            API calls send the token)
 
@@ -45,7 +46,13 @@ from rlm.http.error_answers import install_error_handlers
 from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
 from rlm.http.routes_lookup import install_lookup_routes
 from rlm.http.routes_records import install_records_routes
-from rlm.http.routes_status import HistorySource, StatusSource, StoreSource, install_status_routes
+from rlm.http.routes_status import (
+    HistorySource,
+    PinsSource,
+    StatusSource,
+    StoreSource,
+    install_status_routes,
+)
 from rlm.http.status_page import install_status_page
 from rlm.http.stream import StreamMetrics
 from rlm.tiering.readers import TieredReaders
@@ -61,9 +68,10 @@ def create_app(
     registry: CollectorRegistry,
     history: HistorySource | None = None,
     store: StoreSource | None = None,
+    pins: PinsSource | None = None,
 ) -> FastAPI:
     """The API over ``readers`` as ``server`` configures it (token, body limit, request timeout);
-    ``status``/``history``/``store`` answer the status routes, ``registry`` is served at /metrics
+    ``status``/``history``/``store``/``pins`` answer the status routes, ``registry`` is served at /metrics
     and holds the stream metrics."""
     # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
     # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
@@ -78,7 +86,9 @@ def create_app(
     app.add_middleware(DeadlineMiddleware, timeout_ms=server.request_timeout_ms)
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
     auth = token_guard(server)
-    install_status_routes(app, auth, status=status, registry=registry, history=history, store=store)
+    install_status_routes(
+        app, auth, status=status, registry=registry, history=history, store=store, pins=pins
+    )
     install_status_page(app)
     install_lookup_routes(app, readers, auth)
     stall_s = server.request_timeout_ms / 1000

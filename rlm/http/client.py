@@ -119,6 +119,10 @@ class RlmClient:
     def partitions(self) -> list[dict[str, Any]]:
         return self._rows(self._get("/v1/partitions"))
 
+    def pins(self) -> list[dict[str, Any]]:
+        """``GET /v1/pins``: per log dir, the pinned bytes and their bound (docs/http-api.md §2)."""
+        return self._rows(self._get("/v1/pins"))
+
     def lookup_offset(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
         return self._object(f"/v1/topics/{topic}/partitions/{partition}/offsets/{offset}")
 

@@ -14,11 +14,12 @@ from starlette.concurrency import run_in_threadpool
 
 from rlm import __version__
 
-__all__ = ["HistorySource", "StatusSource", "StoreSource", "install_status_routes"]
+__all__ = ["HistorySource", "PinsSource", "StatusSource", "StoreSource", "install_status_routes"]
 
 StatusSource = Callable[[], list[dict[str, Any]]]
 HistorySource = Callable[[], dict[str, Any]]
 StoreSource = Callable[[], dict[str, Any]]
+PinsSource = Callable[[], list[dict[str, Any]]]
 
 
 def install_status_routes(
@@ -29,8 +30,10 @@ def install_status_routes(
     registry: CollectorRegistry,
     history: HistorySource | None,
     store: StoreSource | None,
+    pins: PinsSource | None = None,
 ) -> None:
-    """``/healthz`` (no auth), ``/metrics``, ``/v1/partitions``, ``/v1/history``, ``/v1/store``."""
+    """``/healthz`` (no auth), ``/metrics``, ``/v1/partitions``, ``/v1/history``, ``/v1/store``,
+    ``/v1/pins``."""
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -59,3 +62,9 @@ def install_status_routes(
         if store is None:
             return {"backend": None, "status": "unknown", "reachable": None}
         return store()
+
+    @app.get("/v1/pins", tags=["status"], dependencies=auth)
+    async def pins_() -> list[dict[str, Any]]:
+        """Per log dir, what rlm holds of the broker's files and its bound
+        (``tiering.max_pinned_bytes``): answered from memory; ``[]`` without a manager."""
+        return [] if pins is None else pins()

@@ -16,11 +16,12 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from rlm.errors import RlmError, SegmentQuarantined, SegmentVanished
+from rlm.errors import PinRoomExhausted, RlmError, SegmentQuarantined, SegmentVanished
 from rlm.logdir.scan import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
 from rlm.tiering.copier import copy_segment
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.quarantine import quarantine
+from rlm.tiering.sight import drop, pinned_only, release_tiered
 from rlm.tiering.state import PartitionContext, Progress
 from rlm.tiering.sync import note_committed
 from rlm.tiering.watchdog import CopyWatchdog
@@ -60,7 +61,8 @@ def pending_segments(
     from — its base, or the highest tiered offset + 1 for a segment that straddles it (a
     replica that rolled elsewhere than the one whose sidecar tiered so far: only its tail is
     copied, docs/cluster-copy.md). A segment wholly below the DeleteRecords point is deleted
-    data: never copied."""
+    data: never copied. A segment the broker deleted after rlm pinned it on sight is pending as
+    long as its pin holds it (rlm.tiering.sight): it was committed when pinned."""
     eligible = eligible_segments(segments, state, eligibility)
     bases = [s.base_offset for s in segments]
     progress = progress or ctx.progress
@@ -73,6 +75,11 @@ def pending_segments(
         if seg.base_offset <= highest and compacted:
             continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
         pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
+    for seg, next_base in pinned_only(ctx, segments, progress):
+        if seg.base_offset <= highest and compacted:
+            continue
+        pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
+    pending.sort(key=lambda p: p.segment.base_offset)
     return pending
 
 
@@ -158,8 +165,12 @@ def _copy_one(
         log.warning("%s", err)
         ctx.series(m.skipped_deleted).inc()
         return True
+    except PinRoomExhausted as err:  # the next pass tries again (rlm.tiering.pin_ledger)
+        log.info("%s", err)
+        return False
     except SegmentQuarantined as err:
         quarantine(ctx, seg, err)
+        drop(ctx, seg.base_offset)
         ctx.series(m.copy_errors).inc()
         tally.error = f"quarantined: {err}"
         return False
@@ -175,6 +186,7 @@ def _copy_one(
         if ctx.progress.remote_log_start_offset < 0:
             ctx.progress.remote_log_start_offset = copied.manifest.base_offset
         ctx.save_progress()
+        release_tiered(ctx)  # its sight pin: the segment is remote now
         tally.copied.append(copied.manifest.base_offset)
         tally.copied_bytes += copied.manifest.size_bytes
     return True

@@ -42,6 +42,7 @@ from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.pin_ledger import PinLedger
 from rlm.tiering.policy import TopicPolicy, TopicPolicyResolver, retention_limits
 from rlm.tiering.policy_report import PolicyMetrics, excluded_row
 from rlm.tiering.quarantine import reexamine_quarantine
@@ -50,7 +51,15 @@ from rlm.tiering.remote_state import Orphan
 from rlm.tiering.resume import load_state
 from rlm.tiering.retention import retention_pass
 from rlm.tiering.roles import Roles
-from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
+from rlm.tiering.sight import hold, hold_unloaded
+from rlm.tiering.state import (
+    PROGRESS_FILE,
+    PartitionContext,
+    Progress,
+    SharedResources,
+    state_dir,
+    state_root_of,
+)
 from rlm.tiering.status import partition_row
 from rlm.tiering.throttle import TokenBucket
 from rlm.tiering.visibility import note_delete_records, partition_offsets
@@ -117,6 +126,13 @@ class RemoteLogManager:
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
             protection=protect.StoreProtection.from_settings(settings.remote),  # docs/protection.md
+        )
+        self.shared.pins = PinLedger(  # pins on sight and their bound (docs/operations.md)
+            t.max_pinned_bytes,
+            settings.log.dirs,
+            lambda d: state_root_of(t, d),
+            metrics,
+            self.shared.clock_ms,
         )
         self.watchdog = CopyWatchdog(self.shared.metrics)
         self._contexts: dict[tuple[str, int, str | None, bool], PartitionContext] = {}
@@ -258,7 +274,12 @@ class RemoteLogManager:
         leader = self.roles.of(ctx).role == "leader"
         loaded = not ctx.recovered
         if loaded:
-            load_state(ctx, leader=leader, roles=self.roles)
+            try:
+                load_state(ctx, leader=leader, roles=self.roles)
+            except RlmError:
+                if leader:  # the store is down: what rolled is held all the same
+                    hold_unloaded(ctx, lambda segs, saved: self._pending(ctx, segs, saved))
+                raise
             if still_idle(ctx, fp, self.shared.clock_ms()):  # idle before the restart and since
                 result.idle = True
                 return
@@ -267,11 +288,7 @@ class RemoteLogManager:
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
         note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
-        pending = (
-            self._copy_eligible(ctx, result, segments)
-            if leader
-            else publish_lag(ctx, self._pending(ctx, segments))
-        )
+        pending = self._copy_eligible(ctx, result, segments, leader=leader)
         self._compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
             # The topic's own limits (docs/topic-policy.md)
@@ -295,14 +312,23 @@ class RemoteLogManager:
             progress=progress,
         )
 
-    def _copy_eligible(self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles]) -> int:
-        """Copy what is eligible of ``segments`` (the pass's listing); return how many segments
-        were pending at the start."""
+    def _copy_eligible(
+        self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles], *, leader: bool
+    ) -> int:
+        """Pin on sight and copy what is eligible of ``segments`` (the pass's listing); return how
+        many segments were pending at the start. A follower only drops the pins of what the
+        leader tiered and publishes its lag."""
+        if not leader:
+            waiting = self._pending(ctx, segments)
+            hold(ctx, waiting, pin_new=False)
+            return publish_lag(ctx, waiting)
         reexamine_quarantine(ctx, segments)
         identity.check_log_end(ctx, segments)
         pending = self._pending(ctx, segments)
+        hold(ctx, pending, pin_new=True)  # before any store request: held even if the copy fails
         publish_lag(ctx, pending)
         copy_pending(ctx, result, pending, still_leads=self.roles.still_leads, watchdog=self.watchdog)
+        hold(ctx, pending, pin_new=True)  # what is still pending takes the room the copies freed
         return len(pending)
 
     def run_once(
@@ -333,7 +359,10 @@ class RemoteLogManager:
     ) -> list[Orphan]:
         """Orphans, and old incarnations (into ``old``; docs/topic-identity.md) past their grace."""
         orphans: list[Orphan] = []
-        for ctx in self.contexts():
+        contexts = list(self.contexts())
+        # Pins of partitions no longer tiered: local files, dropped even while the store is down.
+        self.shared.pins.release_stale({ctx.state_dir for ctx in contexts}, dry_run=dry_run)
+        for ctx in contexts:
             if on_partition is not None:
                 on_partition(ctx.part.name)
             lock = self._locks[(ctx.topic, ctx.partition)]

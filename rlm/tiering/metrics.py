@@ -66,6 +66,37 @@ class TieringMetrics:
         self._declare_segment_health(self.registry)
         self._declare_tasks(self.registry)
         self._declare_passes(self.registry)
+        self._declare_pins(self.registry)
+
+    def _declare_pins(self, r: CollectorRegistry) -> None:
+        """What rlm holds of the broker's files per log dir (rlm.tiering.pin_ledger; Kafka's own
+        RLM never lets retention delete an untiered segment, so it has no such metric)."""
+        self.pinned_bytes = Gauge(
+            "rlm_pinned_bytes",
+            "Bytes of broker segment files rlm holds with hard links in this log dir (pins on "
+            "sight and copies in flight, each inode once), bounded by tiering.max_pinned_bytes",
+            ("log_dir",),
+            registry=r,
+        )
+        self.pinned_segments = Gauge(
+            "rlm_pinned_segments",
+            "Segments pinned on sight in this log dir (rolled, committed, not yet tiered)",
+            ("log_dir",),
+            registry=r,
+        )
+        self.pin_bound_reached = Gauge(
+            "rlm_pin_bound_reached",
+            "1 while tiering.max_pinned_bytes keeps a pending segment of this log dir from being "
+            "pinned (the broker may delete it before it is tiered), else 0",
+            ("log_dir",),
+            registry=r,
+        )
+        self.pin_refused = Counter(
+            "rlm_pin_refused",
+            "Pending segments tiering.max_pinned_bytes kept from being pinned on sight",
+            ("log_dir",),
+            registry=r,
+        )
 
     def _declare_copy(self, r: CollectorRegistry) -> None:
         """Kafka's RemoteCopy* meters and lags."""

@@ -25,6 +25,7 @@ from rlm.errors import (
     CorruptIndexError,
     FormatError,
     LogDirError,
+    PinRoomExhausted,
     SegmentQuarantined,
     SegmentVanished,
 )
@@ -41,6 +42,7 @@ from rlm.logdir.indexcheck import (
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
+from rlm.tiering.pin_ledger import PinClaim
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.txn_capture import TxnCapture, capture_txn_index
 
@@ -214,6 +216,7 @@ class PreparedSegment:
     scanned: ScannedSegment
     source_position: int | None = None
     txn: TxnCapture | None = None  # the aborted transactions to upload (docs/transactions.md)
+    claim: PinClaim | None = None  # the pin's bytes in the log dir's account (rlm.tiering.pin_ledger)
 
     @property
     def base_offset(self) -> int:
@@ -226,6 +229,8 @@ class PreparedSegment:
 
     def discard(self) -> None:
         shutil.rmtree(self.pin_dir, ignore_errors=True)
+        if self.claim is not None:
+            self.claim.release()
 
 
 def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) -> tuple[int, FileVersion]:
@@ -297,7 +302,7 @@ def prepare_segment(
     """
     attempt = keys.new_attempt_id(ctx.shared.clock_ms())
     pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
-    pinned = pin(segment, ctx.part.path, pin_dir)
+    pinned, claim = _pin_for_copy(ctx, segment, pin_dir)
     crash_point("after_pin")
     position: int | None = None
     try:
@@ -321,5 +326,45 @@ def prepare_segment(
         txn = capture_txn_index(segment, pinned, scanned.batches, position) if scanned.batches else None
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
+        claim.release()
         raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position, txn)
+    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position, txn, claim)
+
+
+def _pin_for_copy(
+    ctx: PartitionContext, segment: SegmentFiles, pin_dir: Path
+) -> tuple[dict[str, Path], PinClaim]:
+    """Pin the broker's files for the copy or, once the broker deleted them, the files its sight
+    pin holds (rlm.tiering.sight), and count them in the log dir's pinned bytes. Raises
+    :class:`SegmentVanished` when neither has the ``.log``, :class:`PinRoomExhausted` when the
+    pin must wait for room (rlm.tiering.pin_ledger)."""
+    held = ctx.shared.pins.pins_of(ctx.state_dir).get(segment.base_offset)
+    try:
+        pinned = pin(segment, ctx.part.path, pin_dir)
+    except SegmentVanished:
+        if held is None:
+            raise
+        pinned = pin(held.held(), held.path, pin_dir)
+        log.info("%s: segment deleted by the log store; copying it from its pin %s", segment.log, held.path)
+    epochs = held.path / keys.LEADER_EPOCHS if held is not None else None
+    try:
+        if epochs is not None and epochs.exists():
+            # The leader-epoch checkpoint as it was when the segment was first seen, committed: the
+            # broker's own is truncated from the start as its log start moves past the segment
+            # (Kafka's truncateFromStart), which moves the first epoch's start offset up.
+            replaced = pin_dir / keys.LEADER_EPOCHS
+            replaced.unlink(missing_ok=True)
+            _link_or_copy(epochs, replaced)
+            pinned[keys.LEADER_EPOCHS] = replaced
+        claim = ctx.shared.pins.claim_copy(ctx.part.log_dir, pin_dir)
+    except BaseException:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+        raise
+    if claim is None:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+        raise PinRoomExhausted(
+            "waiting for room under tiering.max_pinned_bytes to pin the segment for its copy",
+            file=segment.log,
+            offset=segment.base_offset,
+        )
+    return pinned, claim

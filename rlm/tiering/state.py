@@ -32,6 +32,8 @@ from rlm.tiering.journal import Journal
 from rlm.tiering.lineage import StoreView
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.pin_files import PINS_DIR
+from rlm.tiering.pin_ledger import PinLedger
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.throttle import TokenBucket
@@ -169,6 +171,9 @@ class SharedResources:
     #: once mostly wait for the GIL after every read (at 4 000 partitions the daemon's restart took
     #: 3.9 s with 6 pass threads, 2.2 s with one), so those loads run one at a time.
     local_load: threading.Lock = field(default_factory=threading.Lock)
+    #: What every pass holds of the broker's files and its bound (``tiering.max_pinned_bytes``;
+    #: rlm.tiering.pin_ledger). Default: unbounded, no pin on disk known.
+    pins: PinLedger = field(default_factory=PinLedger)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +329,11 @@ class PartitionContext:
     @property
     def staging_dir(self) -> Path:
         return self.state_dir / "staging"
+
+    @property
+    def pins_dir(self) -> Path:
+        """The partition's sight pins (rlm.tiering.sight), one ``<base>/`` dir each."""
+        return self.state_dir / PINS_DIR
 
     @property
     def progress_path(self) -> Path:

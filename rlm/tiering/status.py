@@ -4,13 +4,15 @@ fields (docs/cli.md) and the ones added since, each commented with the doc that 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rlm.logdir.scan import SegmentFiles
+from rlm.tiering import keys
 from rlm.tiering.state import PartitionContext
 from rlm.tiering.visibility import PartitionOffsets
 
-__all__ = ["eligible_end", "lag_age_ms", "partition_row"]
+__all__ = ["eligible_end", "lag_age_ms", "partition_row", "pin_fields"]
 
 Pending = Sequence[tuple[SegmentFiles, int, int]]
 
@@ -45,13 +47,14 @@ def partition_row(
         # Beyond the original fields (docs/broker-files.md): each quarantine's file, byte, cause, since.
         "quarantine": [q.to_json() for _, q in sorted(ctx.quarantined.items())],
         "last_error": ctx.last_error or waiting_error,
-        # Beyond the original fields (status page): offsets below eligible_end_offset are in rolled,
-        # committed segments (eligible to tier); how long the oldest pending segment has waited
-        # (now − its .log mtime); what the local tier holds.
+        # Beyond the original fields (status page): offsets in [pending_start_offset,
+        # eligible_end_offset) wait to be tiered (below the local start: pinned, docs/operations.md);
+        # how long the oldest pending segment has waited; what the local tier holds.
         "eligible_end_offset": eligible_end(
             offsets.highest_tiered_offset, offsets.local_log_start_offset, pending
         ),
-        "copy_lag_age_ms": lag_age_ms(pending, now_ms),
+        "copy_lag_age_ms": lag_age_ms(pending, now_ms, _pinned_logs(ctx)),
+        "pending_start_offset": pending[0][2] if pending else None,  # the first offset waiting to copy
         "local_segments": len(segments),
         "local_bytes": sum(s.size for s in segments),
         # docs/topic-policy.md: the policy in force and where each value came from.
@@ -66,12 +69,29 @@ def partition_row(
         "topic_id": ctx.part.topic_id,
         "identity_conflict": ctx.identity_conflict or ctx.part.identity_error,
         "old_incarnations": [o.to_json() for o in ctx.old_incarnations],
+        **pin_fields(ctx),  # pinned_segments, pinned_bytes, pin_refused_offset
         # docs/store-requests.md: this process's store requests for the partition, by operation,
         # and the bytes they moved.
         "store_requests": ctx.shared.metrics.requests.row(ctx.topic, ctx.partition),
         # compaction, policy, kafka_configs (docs/topic-policy.md); role, leader, ... (docs/cluster.md)
         **extra,
     }
+
+
+def pin_fields(ctx: PartitionContext) -> dict[str, Any]:
+    """docs/operations.md "Pins and the broker's retention": the pending segments pinned on sight,
+    the bytes they hold, and the oldest one tiering.max_pinned_bytes kept unpinned (None: none)."""
+    pins = ctx.shared.pins.pins_of(ctx.state_dir)
+    refusal = ctx.shared.pins.refusal_of(ctx.state_dir)
+    return {
+        "pinned_segments": len(pins),
+        "pinned_bytes": sum(p.pinned_bytes for p in pins.values()),
+        "pin_refused_offset": refusal[0] if refusal is not None else None,
+    }
+
+
+def _pinned_logs(ctx: PartitionContext) -> dict[int, Path]:
+    return {base: pin.path / keys.LOG for base, pin in ctx.shared.pins.pins_of(ctx.state_dir).items()}
 
 
 def eligible_end(highest_tiered: int, local_start: int | None, pending: Pending) -> int | None:
@@ -84,12 +104,18 @@ def eligible_end(highest_tiered: int, local_start: int | None, pending: Pending)
     return local_start
 
 
-def lag_age_ms(pending: Pending, now_ms: int) -> int:
-    """How long the oldest pending segment has waited (ms): now − its ``.log`` mtime; 0 when none."""
+def lag_age_ms(pending: Pending, now_ms: int, pinned: dict[int, Path] | None = None) -> int:
+    """How long the oldest pending segment has waited (ms): now − its ``.log`` mtime (through its
+    sight pin, ``pinned`` by base offset, once the broker deleted it); 0 when none."""
     if not pending:
         return 0
+    first = pending[0][0]
     try:
-        mtime_ms = int(pending[0][0].log.stat().st_mtime * 1000)
+        mtime_ms = int(first.log.stat().st_mtime * 1000)
     except OSError:
-        return 0
+        held = (pinned or {}).get(first.base_offset)
+        try:
+            mtime_ms = int(held.stat().st_mtime * 1000) if held is not None else now_ms
+        except OSError:
+            return 0
     return max(0, now_ms - mtime_ms)

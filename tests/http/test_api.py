@@ -171,6 +171,26 @@ def test_partitions_and_offsets_for_times_routes(api: Api) -> None:
         assert {(r["topic"], r["offset"]) for r in only} == {("orders", 0)}
 
 
+def test_pins_route_answers_per_log_dir_from_memory(api: Api) -> None:
+    """``GET /v1/pins`` (docs/http-api.md §2): one row per configured log dir; everything eligible
+    is tiered, so nothing is pinned; the partition rows carry their own pin fields."""
+    with api.client() as c:
+        (row,) = c.pins()
+        assert row == {
+            "log_dir": str(api.config.parent / "logs"),
+            "pinned_bytes": 0,
+            "pinned_segments": 0,
+            "max_pinned_bytes": 4 << 30,
+            "bound_reached": False,
+            "bound_reached_since_ms": None,
+            "partitions_refused": 0,
+        }
+        for part in c.partitions():
+            assert (part["pinned_segments"], part["pinned_bytes"], part["pin_refused_offset"]) == (0, 0, None)
+        assert f'rlm_pin_bound_reached{{log_dir="{row["log_dir"]}"}} 0.0' in c.metrics()
+    _assert_error(_get(api, "/v1/pins", token=None), 401, "authorization")
+
+
 def test_cli_offsets_for_times_csv_matches_brute_force(api: Api) -> None:
     ts = api.brute["orders-0"].records[700].timestamp + 15 * 60_000
     proc = rlm_cli("offsets-for-times", "--config", api.config, "--timestamp", ts, "--minus", "15m")

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
@@ -33,12 +31,13 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import (
-    ABORT,
-    COMMIT,
     Oracle,
     Row,
+    open_at,
     read_committed_in_process,
     read_committed_planned,
+    snapshot_bytes,
+    write_snapshots,
     write_txn_log,
 )
 
@@ -60,49 +59,6 @@ class CountingBackend(LocalBackend):
 
     def whole_log_reads(self) -> list[str]:
         return [k for k, start, end in self.reads if k.endswith(keys.LOG) and start == 0 and end is None]
-
-
-def open_at(partition_dir: Path) -> dict[int, dict[int, int]]:
-    """Segment base → producer → first offset of its transaction open before that base, replayed
-    from kafka-python's decoding of every batch."""
-    out: dict[int, dict[int, int]] = {}
-    state: dict[int, int] = {}
-    for log in sorted(partition_dir.glob("*.log")):
-        out[int(log.stem)] = dict(state)
-        records = MemoryRecords(log.read_bytes())
-        while (b := records.next_batch()) is not None:
-            if b.producer_id < 0 or not b.is_transactional:
-                continue
-            if b.is_control_batch:
-                key = next(iter(b)).key
-                if struct.unpack(">hh", key[:4])[1] in (ABORT, COMMIT):
-                    state.pop(b.producer_id, None)
-            else:
-                state.setdefault(b.producer_id, b.base_offset)
-    return out
-
-
-def snapshot_bytes(open_txns: dict[int, int]) -> bytes:
-    """A version-1 snapshot naming ``open_txns`` (other fields: plausible constants)."""
-    entries = [
-        struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, 1_700_000_000_000, 0, first)
-        for pid, first in sorted(open_txns.items())
-    ]
-    body = struct.pack(">i", len(entries)) + b"".join(entries)
-    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
-
-
-def write_snapshots(
-    partition_dir: Path, lie: dict[int, dict[int, int]] | None = None
-) -> dict[int, dict[int, int]]:
-    """``<base>.snapshot`` beside every segment, as Kafka writes them at each roll (``lie``: extra
-    open transactions added to some segments, by index in offset order, negative from the end)."""
-    states = open_at(partition_dir)
-    for n, (base, state) in enumerate(states.items()):
-        extra = (lie or {}).get(n) or (lie or {}).get(n - len(states)) or {}
-        state = {**state, **extra}
-        (partition_dir / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(snapshot_bytes(state))
-    return states
 
 
 @dataclass

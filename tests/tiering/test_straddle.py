@@ -264,7 +264,9 @@ def test_a_batch_across_the_highest_tiered_offset_is_refused(tmp_path: Path) -> 
     row = mgr.status()[0]
     assert row["last_error"] == result.error and row["copy_lag_segments"] == 2
     assert (tmp_path / "c.rlm-state").is_dir()
-    assert not list((tmp_path / "c.rlm-state").rglob("*.log*"))  # no pin left behind
+    assert not list((tmp_path / "c.rlm-state").glob("*/staging/*/*.log*"))  # the copy's pin is dropped
+    pinned = sorted(p.parent.name for p in (tmp_path / "c.rlm-state").glob("*/pins/*/segment.log"))
+    assert pinned == [f"{s.base_offset:020d}" for s in list_segments(part_c)[-3:-1]]  # held on sight
 
 
 def test_a_corrupt_tail_is_quarantined_as_the_brokers_file(

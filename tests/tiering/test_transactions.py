@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.txn_capture import capture_txn_index
 from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, settings_for, write_config
-from tests.tiering.txn_helpers import Oracle, write_txn_log
+from tests.tiering.txn_helpers import Oracle, kafka_txn_entry, write_broker_txn_indexes, write_txn_log
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path("/work/shared/fixtures")
@@ -51,19 +50,15 @@ KSQL = (
 # --- the format -------------------------------------------------------------------------------------
 
 
-def _kafka_entry(pid: int, first: int, last: int, lso: int, version: int = 0) -> bytes:
-    return struct.pack(">hqqqq", version, pid, first, last, lso)  # AbortedTxn, written independently
-
-
 def test_txn_index_parses_kafkas_layout_and_refuses_damage() -> None:
-    raw = _kafka_entry(7, 100, 120, 101) + _kafka_entry(9, 90, 130, 131)
+    raw = kafka_txn_entry(7, 100, 120, 101) + kafka_txn_entry(9, 90, 130, 131)
     entries = parse_txn_index(raw, base_offset=100)
     assert entries == [AbortedTxn(100, 120, 7, 101), AbortedTxn(90, 130, 9, 131)]
     assert encode_txn_index(entries) == raw
     for bad, what in (
         (raw[:-3], "multiple of 34"),
-        (_kafka_entry(1, 5, 6, 7, version=1), "version"),
-        (_kafka_entry(1, 9, 6, 7), "firstOffset"),
+        (kafka_txn_entry(1, 5, 6, 7, version=1), "version"),
+        (kafka_txn_entry(1, 9, 6, 7), "firstOffset"),
         (raw[34:] + raw[:34], "increase"),
     ):
         with pytest.raises(CorruptIndexError, match=what):
@@ -345,21 +340,6 @@ def test_old_manifests_without_txn_index_are_scanned(
 # --- the broker's own .txnindex ---------------------------------------------------------------------
 
 
-def _write_broker_indexes(part: Path, o: Oracle) -> dict[int, bytes]:
-    """``.txnindex`` files as a broker writes them, from the oracle's transactions (LSO: the
-    oracle cannot say, the earliest possible one is used)."""
-    written = {}
-    segs = list_segments(part)
-    for n, seg in enumerate(segs):
-        end = segs[n + 1].base_offset if n + 1 < len(segs) else 1 << 62
-        mine = [t for t in o.aborted_txns if seg.base_offset <= t[2] < end]
-        if mine:
-            raw = b"".join(_kafka_entry(pid, first, last, 0) for pid, first, last in mine)
-            (part / f"{seg.base_offset:020d}.txnindex").write_bytes(raw)
-            written[seg.base_offset] = raw
-    return written
-
-
 def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -367,12 +347,12 @@ def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(
     write_txn_log(logs, "txn", 0, seed=21, leave_open=False)
     part = logs / "txn-0"
     o = Oracle.of(part)
-    written = _write_broker_indexes(part, o)
+    written = write_broker_txn_indexes(part, o)
     damaged, wrong = sorted(written)[1], sorted(written)[2]
     (part / f"{damaged:020d}.txnindex").write_bytes(written[damaged][:-5])  # torn
     first = parse_txn_index(written[wrong])[0]  # names a producer whose marker this is not
     (part / f"{wrong:020d}.txnindex").write_bytes(
-        _kafka_entry(first.producer_id + 1, first.first_offset, first.last_offset, 0) + written[wrong][34:]
+        kafka_txn_entry(first.producer_id + 1, first.first_offset, first.last_offset, 0) + written[wrong][34:]
     )
     settings = settings_for([logs], options={"root": str(store)}, state_dir=str(tmp_path / "state"))
     backend = LocalBackend(root=str(store))

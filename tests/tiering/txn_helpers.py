@@ -19,11 +19,16 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import crc32c
+from kafka.record.memory_records import MemoryRecords
+
 from rlm.config import Settings
+from rlm.formats import naming
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, encode_control_key, encode_end_txn_marker
 from rlm.jobs.decode import iter_task_records, read_task_bytes
 from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.logdir.scan import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.tiering import isolation
@@ -147,8 +152,6 @@ class Oracle:
 
     @classmethod
     def of(cls, partition_dir: Path, high_watermark: int | None = None) -> Oracle:
-        from kafka.record.memory_records import MemoryRecords
-
         batches = []
         for log in sorted(partition_dir.glob("*.log")):
             records = MemoryRecords(log.read_bytes())
@@ -220,3 +223,69 @@ def read_committed_planned(settings: Settings) -> list[Row]:
     return sorted(
         (r[2], r[0], r[1]) for t in plan.tasks for r in iter_task_records(t, read_task_bytes(t, spec))
     )
+
+
+# --- the broker's companion files: .txnindex and producer-state .snapshot ---------------------------
+
+
+def kafka_txn_entry(pid: int, first: int, last: int, lso: int, version: int = 0) -> bytes:
+    """One ``.txnindex`` entry in Kafka's layout (AbortedTxn), written independently of rlm."""
+    return struct.pack(">hqqqq", version, pid, first, last, lso)
+
+
+def write_broker_txn_indexes(part: Path, o: Oracle) -> dict[int, bytes]:
+    """``.txnindex`` files as a broker writes them, from the oracle's transactions (LSO: the
+    oracle cannot say, the earliest possible one is used)."""
+    written = {}
+    segs = list_segments(part)
+    for n, seg in enumerate(segs):
+        end = segs[n + 1].base_offset if n + 1 < len(segs) else 1 << 62
+        mine = [t for t in o.aborted_txns if seg.base_offset <= t[2] < end]
+        if mine:
+            raw = b"".join(kafka_txn_entry(pid, first, last, 0) for pid, first, last in mine)
+            (part / f"{seg.base_offset:020d}.txnindex").write_bytes(raw)
+            written[seg.base_offset] = raw
+    return written
+
+
+def open_at(partition_dir: Path) -> dict[int, dict[int, int]]:
+    """Segment base → producer → first offset of its transaction open before that base, replayed
+    from kafka-python's decoding of every batch."""
+    out: dict[int, dict[int, int]] = {}
+    state: dict[int, int] = {}
+    for log in sorted(partition_dir.glob("*.log")):
+        out[int(log.stem)] = dict(state)
+        records = MemoryRecords(log.read_bytes())
+        while (b := records.next_batch()) is not None:
+            if b.producer_id < 0 or not b.is_transactional:
+                continue
+            if b.is_control_batch:
+                key = next(iter(b)).key
+                if struct.unpack(">hh", key[:4])[1] in (ABORT, COMMIT):
+                    state.pop(b.producer_id, None)
+            else:
+                state.setdefault(b.producer_id, b.base_offset)
+    return out
+
+
+def snapshot_bytes(open_txns: dict[int, int]) -> bytes:
+    """A version-1 snapshot naming ``open_txns`` (other fields: plausible constants)."""
+    entries = [
+        struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, 1_700_000_000_000, 0, first)
+        for pid, first in sorted(open_txns.items())
+    ]
+    body = struct.pack(">i", len(entries)) + b"".join(entries)
+    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def write_snapshots(
+    partition_dir: Path, lie: dict[int, dict[int, int]] | None = None
+) -> dict[int, dict[int, int]]:
+    """``<base>.snapshot`` beside every segment, as Kafka writes them at each roll (``lie``: extra
+    open transactions added to some segments, by index in offset order, negative from the end)."""
+    states = open_at(partition_dir)
+    for n, (base, state) in enumerate(states.items()):
+        extra = (lie or {}).get(n) or (lie or {}).get(n - len(states)) or {}
+        state = {**state, **extra}
+        (partition_dir / naming.segment_file_name(base, naming.SNAPSHOT)).write_bytes(snapshot_bytes(state))
+    return states

@@ -65,13 +65,14 @@ class Served:
             w.close()
 
 
-def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = None) -> Served:
+def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = None, **tiering: Any) -> Served:
+    """The daemon's API over a fresh log dir and local store; ``tiering``: more ``[tiering]`` keys."""
     logs, store = tmp / "kafka-logs", tmp / "tiered"
     logs.mkdir()
     settings = Settings(
         log=LogSettings(dirs=(logs,), eligibility="high-watermark"),
         remote=RemoteSettings("local", {"root": str(store)}),
-        tiering=TieringSettings(gc_grace_ms=0, index_entry_bytes=4096),
+        tiering=TieringSettings(gc_grace_ms=0, index_entry_bytes=4096, **tiering),
         server=ServerSettings(host="127.0.0.1", port=0, token=token),
         cluster=cluster or ClusterSettings(),
         source="<ui test>",

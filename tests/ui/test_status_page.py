@@ -130,6 +130,11 @@ def _assert_quarantine_and_totals_match_the_status(page: Page, rows: dict[str, A
     assert int(totals["lag"]) == sum(r["copy_lag_bytes"] for r in status.values()) > 0
     assert int(totals["remote"]) == sum(r["remote_bytes"] for r in status.values()) > 0
     assert int(totals["partitions"]) == 4
+    # Pins on sight (docs/operations.md): the segments behind the quarantine stay pinned.
+    assert int(totals["pinned"]) == sum(r["pinned_bytes"] for r in status.values()) > 0
+    pay = status["payments-0"]  # every pending segment but the quarantined one
+    assert shown["pinnedSegments"] == str(pay["pinned_segments"]) == str(pay["copy_lag_segments"] - 1)
+    assert page.evaluate("document.querySelector('#pins').hidden")
     assert page.evaluate("document.querySelector('#health').dataset.health") == "errors"
 
 
@@ -350,5 +355,47 @@ def test_status_page_shows_each_partitions_role(browser: Chromium, tmp_path: Pat
         )
         assert sorted(roles) == [["0", "leader", "1", "leader"], ["1", "follower", "2", "follower of node 2"]]
         assert served.status("orders", 1)["highest_tiered_offset"] == -1  # node 2 copies it, not this one
+    finally:
+        served.close()
+
+
+def test_status_page_shows_a_log_dir_at_its_pin_bound(browser: Chromium, tmp_path: Path) -> None:
+    """docs/operations.md "Pins and the broker's retention": a quarantined segment stops its
+    partition, the segments behind it stay pinned; with a bound of one and a half segments the
+    next one is refused a pin — the card turns amber and a banner names the log dir."""
+    for name in ("probe", "real"):
+        (tmp_path / name).mkdir()
+    probe = serve(tmp_path / "probe")  # one segment's pinned bytes, as the real one will have
+    w = writer(probe, "payments", 0)
+    fill(w, 1)
+    first = probe.logs / "payments-0"
+    one = sum(p.stat().st_size for p in first.iterdir() if p.name.startswith(f"{0:020d}."))
+    probe.close()
+    served = serve(tmp_path / "real", max_pinned_bytes=one * 3 // 2 + 32)
+    try:
+        pay = writer(served, "payments", 0)
+        fill(pay, 5)
+        pay.high_watermark = pay.log_end_offset
+        pay.write_checkpoints()
+        p = pay.segment_base_offsets
+        seg = served.logs / "payments-0" / f"{p[1]:020d}.log"
+        data = bytearray(seg.read_bytes())
+        data[300] ^= 0xFF  # a CRC mismatch: quarantined, the partition stops behind it
+        seg.write_bytes(bytes(data))
+        served.tier()
+        status = served.status("payments", 0)
+        assert (status["pinned_segments"], status["pin_refused_offset"]) == (1, p[3])
+        page = browser.open()
+        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        card = json.loads(
+            page.evaluate("JSON.stringify({...document.querySelector('[data-total=pinned]').dataset})")
+        )
+        assert card == {"total": "pinned", "state": "warn", "value": str(status["pinned_bytes"])}
+        banner = page.evaluate("document.querySelector('#pins').textContent")
+        assert not page.evaluate("document.querySelector('#pins').hidden")
+        assert str(served.logs) in banner and "reached tiering.max_pinned_bytes" in banner
+        assert "pending segments of 1 partition are not pinned" in banner
+        assert page.screenshot(ARTIFACTS / "status-page-pins.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         served.close()

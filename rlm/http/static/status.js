@@ -75,7 +75,9 @@
   // ---- ranges of one partition's offset space (all half-open [start, end)) -------------------
   // remote = [remote_log_start_offset, highest_tiered_offset + 1); local = [local_log_start_offset,
   // log_end_offset). Offsets in both tiers may be deleted locally; local offsets past the remote
-  // end are waiting to be copied up to eligible_end_offset and not yet eligible after it.
+  // end are waiting to be copied up to eligible_end_offset and not yet eligible after it. Waiting
+  // offsets may start below the local start (pending_start_offset): segments the broker deleted
+  // that a pin on sight still holds — waiting, not lost.
   function ranges(r) {
     const out = [];
     const add = (kind, s, e) => { if (s !== null && e !== null && e > s) out.push({ kind, start: s, end: e }); };
@@ -83,16 +85,18 @@
       ? [r.remote_log_start_offset, r.highest_tiered_offset + 1] : null;
     const local = r.local_log_start_offset !== null && r.log_end_offset !== null
       ? [r.local_log_start_offset, r.log_end_offset] : null;
+    const pinned = local && r.pending_start_offset !== null && r.pending_start_offset !== undefined
+      && r.pending_start_offset < local[0] ? r.pending_start_offset : null;
     if (remote && local) {
       add("local-only", local[0], Math.min(local[1], remote[0]));          // expired remotely
       add("remote-only", remote[0], Math.min(remote[1], local[0]));
-      add("gap", remote[1], local[0]);                                       // deleted before tiered
+      add("gap", remote[1], pinned !== null ? Math.min(pinned, local[0]) : local[0]); // deleted before tiered
       add("both", Math.max(remote[0], local[0]), Math.min(remote[1], local[1]));
     } else if (remote) {
       add("remote-only", remote[0], remote[1]);
     }
     if (local) {
-      const from = remote ? Math.max(local[0], remote[1]) : local[0];
+      const from = pinned !== null ? pinned : remote ? Math.max(local[0], remote[1]) : local[0];
       const elig = r.eligible_end_offset === null || r.eligible_end_offset === undefined ? from : r.eligible_end_offset;
       const mid = Math.min(Math.max(elig, from), local[1]);
       add("pending", from, mid);
@@ -132,6 +136,9 @@
       el("div", { class: "big", text: lagSegs ? fmtBytes(r.copy_lag_bytes) : "up to date" }),
       el("div", { class: "small", text: lagSegs
         ? lagSegs + (lagSegs === 1 ? " segment" : " segments") + " · waiting " + fmtAge(r.copy_lag_age_ms)
+          + (r.pinned_segments ? " · " + r.pinned_segments + " pinned" : "")
+          + (r.pin_refused_offset !== null && r.pin_refused_offset !== undefined ? " · not pinned from "
+            + fmtNum(r.pin_refused_offset) : "")
         : "" }));
 
     const quarantined = Object.keys(r.quarantined || {}).map(Number).sort((a, b) => a - b);
@@ -190,6 +197,8 @@
       "data-local-retention-bytes": pol ? v(pol.local_retention_bytes) : null,
       "data-retention-ms": pol ? v(pol.retention_ms) : null,
       "data-retention-bytes": pol ? v(pol.retention_bytes) : null,
+      "data-pinned-segments": r.pinned_segments, "data-pinned-bytes": r.pinned_bytes,
+      "data-pin-refused-offset": r.pin_refused_offset,
     }, name, el("div", {}, bar, offsets), lag, status);
   }
 
@@ -323,15 +332,39 @@
       ". Remote reads fail fast (503); tiering resumes by itself when it answers again.";
     b.hidden = false;
   }
+  // Pins on sight (GET /v1/pins, from memory; docs/operations.md): the bytes rlm holds of the
+  // broker's files against tiering.max_pinned_bytes, and a banner while a log dir is at its bound.
+  function renderPins(rows) {
+    const b = $("#pins");
+    rows = rows || [];
+    const held = rows.reduce((a, r) => a + (Number(r.pinned_bytes) || 0), 0);
+    const segs = rows.reduce((a, r) => a + (Number(r.pinned_segments) || 0), 0);
+    const full = rows.filter((r) => r.bound_reached);
+    const bounds = rows.map((r) => r.max_pinned_bytes).filter((m) => m !== null && m !== undefined);
+    const bound = bounds.length && bounds.every((m) => m >= 0) ? bounds.reduce((a, m) => a + m, 0) : null;
+    card("pinned", fmtBytes(held), fmtNum(segs) + (segs === 1 ? " segment" : " segments")
+      + (bound !== null ? " · bound " + fmtBytes(bound) : bounds.length ? " · unbounded" : ""),
+      full.length ? "warn" : null).setAttribute("data-value", held);
+    b.setAttribute("data-bound-reached", full.length ? "true" : "false");
+    if (!full.length) { b.hidden = true; return; }
+    b.textContent = full.map((r) => "Pins of " + r.log_dir + " reached tiering.max_pinned_bytes ("
+      + fmtBytes(r.pinned_bytes) + " of " + fmtBytes(r.max_pinned_bytes) + ", since "
+      + new Date(r.bound_reached_since_ms).toLocaleTimeString() + "): pending segments of "
+      + r.partitions_refused + (r.partitions_refused === 1 ? " partition are" : " partitions are")
+      + " not pinned, and the broker may delete them before they are tiered.").join(" ");
+    b.hidden = false;
+  }
   let timer = null;
   async function refresh() {
     clearTimeout(timer);
     try {
-      const [rows, hist, st] = await Promise.all([api("v1/partitions"), api("v1/history"),
-        api("v1/store").catch((e) => { if (e instanceof Unauthorized) throw e; return null; })]);
+      const optional = (e) => { if (e instanceof Unauthorized) throw e; return null; };
+      const [rows, hist, st, pins] = await Promise.all([api("v1/partitions"), api("v1/history"),
+        api("v1/store").catch(optional), api("v1/pins").catch(optional)]);
       $("#auth").hidden = true;
       $("#problem").hidden = true;
       renderStore(st);
+      renderPins(pins);
       renderPartitions(rows);
       renderChart(hist);
       const now = new Date();
