@@ -53,5 +53,6 @@ def build_api(
         registry=registry,
         history=history.snapshot,
         store=manager.store_status,
+        deleted=manager.deleted_topics_status,
     )
     return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))

@@ -45,7 +45,13 @@ from rlm.http.error_answers import install_error_handlers
 from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
 from rlm.http.routes_lookup import install_lookup_routes
 from rlm.http.routes_records import install_records_routes
-from rlm.http.routes_status import HistorySource, StatusSource, StoreSource, install_status_routes
+from rlm.http.routes_status import (
+    DeletedSource,
+    HistorySource,
+    StatusSource,
+    StoreSource,
+    install_status_routes,
+)
 from rlm.http.status_page import install_status_page
 from rlm.http.stream import StreamMetrics
 from rlm.tiering.readers import TieredReaders
@@ -61,6 +67,7 @@ def create_app(
     registry: CollectorRegistry,
     history: HistorySource | None = None,
     store: StoreSource | None = None,
+    deleted: DeletedSource | None = None,
 ) -> FastAPI:
     """The API over ``readers`` as ``server`` configures it (token, body limit, request timeout);
     ``status``/``history``/``store`` answer the status routes, ``registry`` is served at /metrics
@@ -78,7 +85,9 @@ def create_app(
     app.add_middleware(DeadlineMiddleware, timeout_ms=server.request_timeout_ms)
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
     auth = token_guard(server)
-    install_status_routes(app, auth, status=status, registry=registry, history=history, store=store)
+    install_status_routes(
+        app, auth, status=status, registry=registry, history=history, store=store, deleted=deleted
+    )
     install_status_page(app)
     install_lookup_routes(app, readers, auth)
     stall_s = server.request_timeout_ms / 1000

@@ -14,11 +14,12 @@ from starlette.concurrency import run_in_threadpool
 
 from rlm import __version__
 
-__all__ = ["HistorySource", "StatusSource", "StoreSource", "install_status_routes"]
+__all__ = ["DeletedSource", "HistorySource", "StatusSource", "StoreSource", "install_status_routes"]
 
 StatusSource = Callable[[], list[dict[str, Any]]]
 HistorySource = Callable[[], dict[str, Any]]
 StoreSource = Callable[[], dict[str, Any]]
+DeletedSource = Callable[[], list[dict[str, Any]]]
 
 
 def install_status_routes(
@@ -29,8 +30,10 @@ def install_status_routes(
     registry: CollectorRegistry,
     history: HistorySource | None,
     store: StoreSource | None,
+    deleted: DeletedSource | None = None,
 ) -> None:
-    """``/healthz`` (no auth), ``/metrics``, ``/v1/partitions``, ``/v1/history``, ``/v1/store``."""
+    """``/healthz`` (no auth), ``/metrics``, ``/v1/partitions``, ``/v1/history``, ``/v1/store``,
+    ``/v1/deleted-topics``."""
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -59,3 +62,9 @@ def install_status_routes(
         if store is None:
             return {"backend": None, "status": "unknown", "reachable": None}
         return store()
+
+    @app.get("/v1/deleted-topics", tags=["status"], dependencies=auth)
+    async def deleted_topics() -> list[dict[str, Any]]:
+        """Deleted topics' partitions whose remote data waits for ``tiering.deleted_topic_grace_ms``
+        (``delete_after_ms``, epoch ms), as the last GC found them (docs/topic-identity.md)."""
+        return deleted() if deleted is not None else []

@@ -162,13 +162,14 @@ def collect_deleted_topics(
         if not dry_run and old.delete_after_ms is not None and now_ms >= old.delete_after_ms:
             delete_root(root, old.state_dir)
             log.info(
-                "deleted topic %s-%d (id %s): deleted %s (%d objects, %d bytes, marked at %d ms)",
+                "deleted topic %s-%d (id %s): deleted %s (%d objects, %d bytes) at %d ms (marked at %d ms)",
                 old.topic,
                 old.partition,
                 old.topic_id,
                 old.prefix,
                 old.objects,
                 old.bytes,
+                now_ms,
                 old.retired_ms or 0,
             )
             old = replace(old, deleted=True)

@@ -385,6 +385,10 @@ class RemoteLogManager:
 
     # -- status -------------------------------------------------------------------------------
 
+    def deleted_topics_status(self) -> list[dict[str, Any]]:
+        """``GET /v1/deleted-topics``: what the last GC found waiting (no store I/O)."""
+        return [{"topic": d.topic, "partition": d.partition, **d.to_json()} for d in self.deleted_topics]
+
     def store_status(self) -> dict[str, Any]:
         """``GET /v1/store``: the backend's name and its health (no store I/O; docs/operations.md)."""
         return {"backend": self.settings.remote.backend, **self.health.snapshot()}

@@ -111,7 +111,9 @@ def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     assert old.retired_ms == env.now and old.delete_after_ms == env.now + GRACE_MS and not old.deleted
     assert old.objects == len(tiered) and old.prefix == env.root
     assert env.marker()["reason"] == DELETED_REASON
-    assert [o.delete_after_ms for o in manager.deleted_topics] == [env.now + GRACE_MS]
+    [waiting] = manager.deleted_topics_status()  # GET /v1/deleted-topics
+    assert (waiting["topic"], waiting["partition"], waiting["topic_id"]) == (TOPIC, 0, env.topic_id)
+    assert waiting["delete_after_ms"] == env.now + GRACE_MS and waiting["prefix"] == env.root
 
     env.now += GRACE_MS - 1
     assert not any(o.deleted for o in _gc(manager))
