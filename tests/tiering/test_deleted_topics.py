@@ -176,3 +176,25 @@ def test_a_crash_mid_deletion_converges(make_env: Callable[..., Env]) -> None:
     lines = [json.loads(x) for x in proc.stdout.splitlines() if "deleted_topic" in x]
     assert [(x["deleted_topic"]["topic_id"], x["deleted"]) for x in lines] == [(env.topic_id, True)]
     assert env.remote_keys() == [] and not env.state.exists()
+
+
+def test_a_deleted_topic_re_created_keeps_its_first_clock(make_env: Callable[..., Env]) -> None:
+    """Marked as deleted, then re-created under the same name: the root becomes an old incarnation
+    of the new topic, and the marker written first still sets its clock and grace."""
+    env = make_env(old_incarnation_grace_ms=5 * GRACE_MS)
+    manager = env.manager()
+    manager.run_once()
+    env.meta.delete_topic(TOPIC)
+    env.broker_deletes_partition(remove=True)
+    [marked] = _gc(manager)
+    env.now += 1000
+    new_id = env.meta.create_topic(TOPIC, [[1]])
+    with LogWriter(env.logs, TOPIC, 0, segment_bytes=1024, topic_id=new_id) as w:
+        for i in range(50):
+            w.append([RecordSpec(1_700_000_000_000 + i, b"k", b"new")])
+    manager.run_once()
+    assert _gc(manager) == []  # a live dir of the name: the old-incarnation path's business
+    [row] = [r for r in manager.status() if r["topic"] == TOPIC]
+    [old] = row["old_incarnations"]
+    assert old["topic_id"] == env.topic_id and old["retired_ms"] == marked.retired_ms
+    assert old["delete_after_ms"] == marked.retired_ms + GRACE_MS
