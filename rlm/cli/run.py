@@ -174,12 +174,14 @@ def status(config_path: Path) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
 def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
-    """Delete objects of abandoned copy attempts older than tiering.gc_grace_ms, and old topic
-    incarnations older than tiering.old_incarnation_grace_ms (unless kept)."""
+    """Delete objects of abandoned copy attempts older than tiering.gc_grace_ms, old topic
+    incarnations older than tiering.old_incarnation_grace_ms and deleted topics older than
+    tiering.deleted_topic_grace_ms (unless kept)."""
     manager = build_manager(settings_for_tool(config_path))
     with partition_progress(manager, "gc", quiet) as step:
         old: list[OldIncarnation] = []
-        orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step, old=old)
+        deleted: list[OldIncarnation] = []
+        orphans = manager.collect_garbage(dry_run=dry_run, on_partition=step, old=old, deleted=deleted)
     for orphan in orphans:
         emit_json(
             {
@@ -199,6 +201,16 @@ def gc(config_path: Path, dry_run: bool, quiet: bool) -> None:
                 "topic": inc.topic,
                 "partition": inc.partition,
                 "old_incarnation": inc.to_json(),
+                "bytes": inc.bytes,
+                "deleted": inc.deleted,
+            }
+        )
+    for inc in deleted:  # a topic deleted and not re-created (docs/topic-identity.md)
+        emit_json(
+            {
+                "topic": inc.topic,
+                "partition": inc.partition,
+                "deleted_topic": inc.to_json(),
                 "bytes": inc.bytes,
                 "deleted": inc.deleted,
             }

@@ -216,8 +216,15 @@ class TieringSettings:
     keep_old_incarnations: bool = key(
         False,
         v.boolean,
-        "Keep old incarnations' remote data and state instead (still shown in `rlm status` and "
-        "`rlm gc --dry-run`).",
+        "Keep old incarnations' and deleted topics' remote data and state instead (still shown in "
+        "`rlm status` and `rlm gc --dry-run`).",
+    )
+    deleted_topic_grace_ms: int = key(  # a topic deleted and not re-created (docs/topic-identity.md)
+        86_400_000,
+        v.integer(0),
+        "Remote data and local state of a deleted topic (its topic id gone from the KRaft metadata "
+        "log and its partition directory gone or renamed `-delete`) are deleted this long after "
+        "rlm first marks it deleted.",
     )
     trust_local_state: bool = key(  # docs/remote-state.md
         True,

@@ -9,7 +9,7 @@ SIGTERM/SIGINT.
   each run cost the scheduler ~35 µs, more than an idle pass (docs/operations.md);
 * a discovery job tracks partitions that appear (new topics; their first pass is submitted at once)
   and forgets vanished ones;
-* a GC job runs every ``max(task_interval, gc_grace / 4)``;
+* a GC job runs every ``max(task_interval, min(gc_grace, old_incarnation_grace, deleted_topic_grace) / 4)``;
 * while the store is unreachable, a probe job checks every ``remote.probe_interval_ms`` whether it
   is back (docs/operations.md), so status turns green without waiting for a partition pass;
 * uploads additionally share the manager's global cap and token bucket.
@@ -142,7 +142,10 @@ class TieringDaemon:
             self.discover, "interval", id="discover", seconds=self.interval_s, next_run_time=_now()
         )
         self.scheduler.add_job(self.sweep, "interval", id="sweep", seconds=self.interval_s)
-        gc_every = max(self.interval_s, self.manager.settings.tiering.gc_grace_ms / 4000)
+        t = self.manager.settings.tiering
+        # A quarter of the shortest grace: nothing waits much past its grace (docs/topic-identity.md).
+        graces = (t.gc_grace_ms, t.old_incarnation_grace_ms, t.deleted_topic_grace_ms)
+        gc_every = max(self.interval_s, min(graces) / 4000)
         self.scheduler.add_job(self._gc, "interval", id="gc", seconds=gc_every)
         # From now on only this timer probes an unreachable store: API requests fail fast.
         self.manager.health.timer_probes = True

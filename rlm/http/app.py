@@ -47,6 +47,7 @@ from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
 from rlm.http.routes_lookup import install_lookup_routes
 from rlm.http.routes_records import install_records_routes
 from rlm.http.routes_status import (
+    DeletedSource,
     HistorySource,
     PinsSource,
     StatusSource,
@@ -69,9 +70,11 @@ def create_app(
     history: HistorySource | None = None,
     store: StoreSource | None = None,
     pins: PinsSource | None = None,
+    deleted: DeletedSource | None = None,
 ) -> FastAPI:
     """The API over ``readers`` as ``server`` configures it (token, body limit, request timeout);
-    ``status``/``history``/``store``/``pins`` answer the status routes, ``registry`` is served at /metrics
+    ``status``/``history``/``store``/``pins``/``deleted`` answer the status routes, ``registry`` is
+    served at /metrics
     and holds the stream metrics."""
     # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
     # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
@@ -87,7 +90,14 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
     auth = token_guard(server)
     install_status_routes(
-        app, auth, status=status, registry=registry, history=history, store=store, pins=pins
+        app,
+        auth,
+        status=status,
+        registry=registry,
+        history=history,
+        store=store,
+        pins=pins,
+        deleted=deleted,
     )
     install_status_page(app)
     install_lookup_routes(app, readers, auth)

@@ -14,12 +14,20 @@ from starlette.concurrency import run_in_threadpool
 
 from rlm import __version__
 
-__all__ = ["HistorySource", "PinsSource", "StatusSource", "StoreSource", "install_status_routes"]
+__all__ = [
+    "DeletedSource",
+    "HistorySource",
+    "PinsSource",
+    "StatusSource",
+    "StoreSource",
+    "install_status_routes",
+]
 
 StatusSource = Callable[[], list[dict[str, Any]]]
 HistorySource = Callable[[], dict[str, Any]]
 StoreSource = Callable[[], dict[str, Any]]
 PinsSource = Callable[[], list[dict[str, Any]]]
+DeletedSource = Callable[[], list[dict[str, Any]]]
 
 
 def install_status_routes(
@@ -31,9 +39,10 @@ def install_status_routes(
     history: HistorySource | None,
     store: StoreSource | None,
     pins: PinsSource | None = None,
+    deleted: DeletedSource | None = None,
 ) -> None:
     """``/healthz`` (no auth), ``/metrics``, ``/v1/partitions``, ``/v1/history``, ``/v1/store``,
-    ``/v1/pins``."""
+    ``/v1/pins``, ``/v1/deleted-topics``."""
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -68,3 +77,9 @@ def install_status_routes(
         """Per log dir, what rlm holds of the broker's files and its bound
         (``tiering.max_pinned_bytes``): answered from memory; ``[]`` without a manager."""
         return [] if pins is None else pins()
+
+    @app.get("/v1/deleted-topics", tags=["status"], dependencies=auth)
+    async def deleted_topics() -> list[dict[str, Any]]:
+        """Deleted topics' partitions whose remote data waits for ``tiering.deleted_topic_grace_ms``
+        (``delete_after_ms``, epoch ms), as the last GC found them (docs/topic-identity.md)."""
+        return deleted() if deleted is not None else []

@@ -443,7 +443,12 @@ class KafkaCluster:
 
 
 def _random_cluster_id() -> str:
-    """A cluster id as ``StorageTool random-uuid`` prints it: 16 random bytes, URL-safe base64."""
+    """A cluster id as ``StorageTool random-uuid`` prints it: 16 random bytes, URL-safe base64,
+    never starting with ``-`` (Kafka's ``Uuid.randomUuid`` skips those too: ``format -t -x…``
+    reads the id as an option and fails, one start in 64)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found

@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 
-__all__ = ["EXPORT_POINTS", "POINTS", "RECOVERY_POINTS", "RESTORE_POINTS", "crash_point"]
+__all__ = ["EXPORT_POINTS", "GC_POINTS", "POINTS", "RECOVERY_POINTS", "RESTORE_POINTS", "crash_point"]
 
 POINTS = (
     "after_pin",  # segment files hard-linked into staging
@@ -35,6 +35,11 @@ RECOVERY_POINTS = (
 #: ``rlm export`` (kept apart: the tiering crash tests drive every point of POINTS with ``rlm run``).
 EXPORT_POINTS = (
     "export_before_commit",  # iceberg: data files written, table snapshot not committed
+)
+
+#: GC deleting a retired root (an old incarnation or a deleted topic; docs/topic-identity.md).
+GC_POINTS = (
+    "mid_root_delete",  # the root's first object deleted, the rest and its retired.json not
 )
 
 #: ``rlm restore`` (docs/restore.md "Never half-written"; tests/jobs/test_restore.py).

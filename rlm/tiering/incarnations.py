@@ -27,9 +27,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rlm.config import TieringSettings
 from rlm.fsutil import atomic_write
 from rlm.storage.api import ObjectInfo
 from rlm.tiering import keys
+from rlm.tiering.crash import crash_point
 from rlm.tiering.remote_state import RemoteState, of_context
 from rlm.tiering.state import PartitionContext, state_dir_name
 from rlm.tiering.statefiles import loads_or_none
@@ -194,25 +196,47 @@ def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
     return found
 
 
-def _retired_ms(
-    ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool, local: Path | None
-) -> int | None:
-    root = _root(ctx, topic_id)
+#: ``reason`` of a ``retired.json`` written for a topic deleted and not re-created
+#: (:mod:`rlm.tiering.deleted_topics`); its grace is ``tiering.deleted_topic_grace_ms``.
+DELETED_REASON = "topic deleted"
+
+
+def grace_ms(settings: TieringSettings, marker: dict[str, Any] | None) -> int:
+    """The grace period (ms) of a retired root: the one its marker's reason names, so whichever
+    path marked it first (re-creation or deletion) decides, once (docs/topic-identity.md)."""
+    if marker is not None and marker.get("reason") == DELETED_REASON:
+        return settings.deleted_topic_grace_ms
+    return settings.old_incarnation_grace_ms
+
+
+def retired_marker(
+    root: RemoteState, infos: list[ObjectInfo], new: dict[str, Any] | None, local: Path | None
+) -> tuple[int | None, dict[str, Any] | None]:
+    """(when the root was retired, its ``retired.json``): the marker if listed in ``infos``, else
+    ``new`` created (create-only-if-absent: the grace clock starts once) when given and the root
+    has objects; with only local state left, its age is the grace clock."""
     key = root.marker_key(keys.RETIRED_MARKER)
-    doc = root.read_marker(keys.RETIRED_MARKER) if any(i.key == key for i in infos) else None
-    if doc is None and mark and infos:
-        doc = root.create_marker(
-            keys.RETIRED_MARKER, {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()}
-        )
+    listed = any(i.key == key for i in infos)
+    doc = root.read_marker(keys.RETIRED_MARKER) if listed else None
+    # Listed but gone: another process is deleting the root; never restart its grace clock.
+    if doc is None and new is not None and infos and not listed:
+        doc = root.create_marker(keys.RETIRED_MARKER, new)
     if doc is not None:
         value = doc.get("retired_ms")
-        return value if isinstance(value, int) else None
-    if not infos and local is not None:  # only local state left: its age is the grace clock
+        return (value if isinstance(value, int) else None), doc
+    if not infos and local is not None:
         try:
-            return int(local.stat().st_mtime * 1000)
+            return int(local.stat().st_mtime * 1000), None
         except OSError:
-            return None
-    return None
+            return None, None
+    return None, None
+
+
+def _retired_ms(
+    ctx: PartitionContext, topic_id: str | None, infos: list[ObjectInfo], mark: bool, local: Path | None
+) -> tuple[int | None, dict[str, Any] | None]:
+    new = {"retired_by": ctx.part.topic_id, "retired_ms": ctx.shared.clock_ms()} if mark else None
+    return retired_marker(_root(ctx, topic_id), infos, new, local)
 
 
 def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncarnation]:
@@ -227,9 +251,9 @@ def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncar
     for topic_id in sorted(set(roots) | set(states), key=lambda t: (t is not None, t or "")):
         infos = roots.get(topic_id, [])
         local = states.get(topic_id)
-        retired = _retired_ms(ctx, topic_id, infos, mark, local)
+        retired, marker = _retired_ms(ctx, topic_id, infos, mark, local)
         kept = settings.keep_old_incarnations
-        due = None if kept or retired is None else retired + settings.old_incarnation_grace_ms
+        due = None if kept or retired is None else retired + grace_ms(settings, marker)
         out.append(
             OldIncarnation(
                 ctx.topic,
@@ -247,16 +271,22 @@ def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncar
     return out
 
 
-def _delete(ctx: PartitionContext, old: OldIncarnation) -> None:
-    """Objects first, the ``retired.json`` last (a crash midway is found and finished later),
-    then the local state."""
-    remote = replace(of_context(ctx), key_id=old.topic_id)  # old.prefix is that root
-    marker = keys.marker_key(ctx.topic, ctx.partition, keys.RETIRED_MARKER, old.topic_id)
+def delete_root(remote: RemoteState, state_dir: str | None) -> None:
+    """Delete a retired root: objects first, the ``retired.json`` last (a crash midway leaves the
+    marker, so the next GC finds the root and finishes), then the local state. Idempotent: a key
+    another process deleted meanwhile deletes as a no-op."""
+    marker = remote.marker_key(keys.RETIRED_MARKER)
     found = [i.key for i in remote.list_partition()]
-    for key in sorted(found, key=lambda k: k == marker):
-        remote.delete(key)
-    if old.state_dir is not None:
-        shutil.rmtree(old.state_dir, ignore_errors=True)
+    for n, key in enumerate(sorted(found, key=lambda k: k == marker)):
+        if n == 1:
+            crash_point("mid_root_delete")
+        remote.delete(key)  # deleting an absent key succeeds (docs/storage.md)
+    if state_dir is not None:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _delete(ctx: PartitionContext, old: OldIncarnation) -> None:
+    delete_root(replace(of_context(ctx), key_id=old.topic_id), old.state_dir)  # old.prefix is that root
 
 
 def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) -> list[OldIncarnation]:
@@ -291,10 +321,14 @@ def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) ->
 
 
 __all__ = [
+    "DELETED_REASON",
     "IDENTITY_FILE",
     "OldIncarnation",
     "collect_old_incarnations",
+    "delete_root",
     "find_old_incarnations",
+    "grace_ms",
     "recall_identity",
     "remember_identity",
+    "retired_marker",
 ]

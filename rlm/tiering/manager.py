@@ -36,6 +36,7 @@ from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
+from rlm.tiering.deleted_topics import collect_deleted_topics
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
@@ -152,6 +153,8 @@ class RemoteLogManager:
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
+        #: Deleted topics' roots waiting for their grace, as the last GC found them.
+        self.deleted_topics: list[OldIncarnation] = []
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -356,8 +359,10 @@ class RemoteLogManager:
         dry_run: bool = False,
         on_partition: Callable[[str], None] | None = None,
         old: list[OldIncarnation] | None = None,
+        deleted: list[OldIncarnation] | None = None,
     ) -> list[Orphan]:
-        """Orphans, and old incarnations (into ``old``; docs/topic-identity.md) past their grace."""
+        """Orphans, old incarnations (into ``old``) and deleted topics (into ``deleted``;
+        docs/topic-identity.md) past their grace."""
         orphans: list[Orphan] = []
         contexts = list(self.contexts())
         # Pins of partitions no longer tiered: local files, dropped even while the store is down.
@@ -375,7 +380,27 @@ class RemoteLogManager:
                     identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
                 (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
+        self.collect_deleted_topics(dry_run=dry_run, into=deleted)
         return orphans
+
+    def collect_deleted_topics(
+        self, *, dry_run: bool = False, into: list[OldIncarnation] | None = None
+    ) -> list[OldIncarnation]:
+        """Topics deleted and not re-created (docs/topic-identity.md "Deleted topics"): mark them,
+        delete those past ``tiering.deleted_topic_grace_ms``. Any sidecar, not only a leader: a
+        deleted topic has none. Remembers what still waits for :attr:`deleted_topics`."""
+        self.policies.refresh()
+        found = collect_deleted_topics(
+            self.settings,
+            self.store,
+            self.policies.image,
+            self.shared.clock_ms(),
+            dry_run=dry_run,
+            protection=self.shared.protection,
+        )
+        self.deleted_topics = [d for d in found if not d.deleted]
+        (into if into is not None else []).extend(found)
+        return found
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild every local remote-index family from the remote manifests alone."""
@@ -388,6 +413,10 @@ class RemoteLogManager:
         return rebuilt
 
     # -- status -------------------------------------------------------------------------------
+
+    def deleted_topics_status(self) -> list[dict[str, Any]]:
+        """``GET /v1/deleted-topics``: what the last GC found waiting (no store I/O)."""
+        return [{"topic": d.topic, "partition": d.partition, **d.to_json()} for d in self.deleted_topics]
 
     def store_status(self) -> dict[str, Any]:
         """``GET /v1/store``: the backend's name and its health (no store I/O; docs/operations.md)."""
