@@ -36,6 +36,7 @@ from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
+from rlm.tiering.gap_watch import note_gaps
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
@@ -267,6 +268,7 @@ class RemoteLogManager:
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
         note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
+        note_gaps(ctx, segments, compacted=self.policy_for(ctx.part).compacted)  # before copying past one
         pending = (
             self._copy_eligible(ctx, result, segments)
             if leader
@@ -281,6 +283,8 @@ class RemoteLogManager:
                 pending or result.copied or result.deleted or ctx.quarantined or result.error
             ):
                 set_mark(ctx, fp, started_ns, due_ms)
+        if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
+            note_gaps(ctx, segments, compacted=self.policy_for(ctx.part).compacted)
 
     def _pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
@@ -439,6 +443,7 @@ class RemoteLogManager:
             "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
             "policy": self.policy_for(ctx.part).as_dict(),
             "kafka_configs": self.policies.describe(),
+            "gaps": [g.to_json() for g in progress.gaps],  # docs/visibility.md, "Gaps"
             **self.roles.status(ctx),
         }
         return partition_row(

@@ -115,9 +115,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
             check_lineage(ctx, manifests, max(remote_highest, saved.highest_tiered_offset))
         except IdentityConflictError:
             ctx.manifests = []  # not this log's: never counted, served or retained as its own
-            ctx.progress = Progress(
-                saved.highest_tiered_offset, saved.remote_log_start_offset, saved.delete_records_offset
-            )
+            ctx.progress = saved.keeping(saved.highest_tiered_offset, saved.remote_log_start_offset)
             ctx.save_progress()
             raise
     local_highest = ctx.family.last_offset
@@ -130,7 +128,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
             file=ctx.part.path,
         )
     result = settle(ctx, leader=leader, read=read)
-    ctx.progress = Progress(*progress_after(result.chain, saved), saved.delete_records_offset)
+    ctx.progress = saved.keeping(*progress_after(result.chain, saved))
     mark_dir(ctx)
     ctx.save_progress()
     ctx.recovered = True
@@ -140,13 +138,11 @@ def recover(ctx: PartitionContext, *, leader: bool = True) -> SyncResult:
 
 def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     """``rlm rebuild-index``: the local remote-index family rebuilt from the store alone; returns
-    the entries indexed. Forgets what was tiered, never the DeleteRecords point (the store cannot
-    tell it)."""
+    the entries indexed. Forgets what was tiered, never the DeleteRecords point or the recorded
+    gaps (the store cannot tell them)."""
     ctx.family.open()
     ctx.family.delete_all()
-    Progress(delete_records_offset=Progress.load(ctx.progress_path).delete_records_offset).save(
-        ctx.progress_path
-    )
+    Progress.load(ctx.progress_path).keeping(-1, -1).save(ctx.progress_path)
     ctx.recovered = False
     recover(ctx, leader=leader)
     return sum(m.index_entries for m in ctx.manifests)
@@ -178,7 +174,7 @@ def observe(ctx: PartitionContext) -> None:
     chain = resolve(ctx)
     ctx.manifests = chain.manifests
     saved = Progress.load(ctx.progress_path)
-    ctx.progress = Progress(*progress_after(chain, saved), saved.delete_records_offset)
+    ctx.progress = saved.keeping(*progress_after(chain, saved))
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
     if not ctx.shared.cluster:
         check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)
