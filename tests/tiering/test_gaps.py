@@ -4,6 +4,8 @@ some segments are tiered, the next ones are deleted before rlm sees them, then a
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,13 +14,14 @@ from rlm.errors import OffsetInGapError
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
+from rlm.testing.daemon import rlm_cli
 from rlm.tiering.gaps import DELETED_BEFORE_TIERED, MISSING_IN_STORE
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.state import PROGRESS_FILE
 from tests.lookup.edges import _unlink_segments, delete_records
-from tests.lookup.helpers import settings_for, write_generated
+from tests.lookup.helpers import settings_for, write_config, write_generated
 
 T = "t"
 
@@ -77,7 +80,7 @@ def setup(tmp_path: Path) -> Setup:
     return Setup(tmp_path, [1_000_000])
 
 
-def _tier_three_then_lose_two(s: Setup) -> tuple[int, int]:
+def tier_three_then_lose_two(s: Setup) -> tuple[int, int]:
     """Tier segments 0-2; the broker deletes segments 3 and 4 before rlm sees them; a pass.
     Returns the lost range (inclusive)."""
     s.hold_hw(s.bases[3])
@@ -91,7 +94,7 @@ def _tier_three_then_lose_two(s: Setup) -> tuple[int, int]:
 
 
 def test_a_segment_deleted_before_it_was_tiered_is_a_recorded_gap(setup: Setup) -> None:
-    first, last = _tier_three_then_lose_two(setup)
+    first, last = tier_three_then_lose_two(setup)
     gap = {
         "first_offset": first,
         "last_offset": last,
@@ -113,7 +116,7 @@ def test_a_segment_deleted_before_it_was_tiered_is_a_recorded_gap(setup: Setup) 
 
 
 def test_reads_inside_a_gap_name_it_and_never_skip_past_it(setup: Setup) -> None:
-    first, last = _tier_three_then_lose_two(setup)
+    first, last = tier_three_then_lose_two(setup)
     reader = setup.readers().reader(T, 0)
     for offset in (first, (first + last) // 2, last):
         found = reader.lookup_offset(offset)
@@ -133,7 +136,7 @@ def test_reads_inside_a_gap_name_it_and_never_skip_past_it(setup: Setup) -> None
 
 
 def test_a_lost_state_dir_finds_the_same_gap_in_the_store(setup: Setup) -> None:
-    first, last = _tier_three_then_lose_two(setup)
+    first, last = tier_three_then_lose_two(setup)
     state = setup.manager.context(setup.manager.discover()[0]).state_dir
     (state / PROGRESS_FILE).unlink()
     setup.manager = setup.new_manager()  # e.g. another sidecar, or this one after losing its state
@@ -177,7 +180,7 @@ def test_before_anything_is_tiered_nothing_is_a_gap(setup: Setup) -> None:
 
 
 def test_a_gap_goes_once_remote_retention_passes_it(setup: Setup) -> None:
-    _, last = _tier_three_then_lose_two(setup)
+    _, last = tier_three_then_lose_two(setup)
     assert setup.row()["gaps"]
     # Remote retention by size keeps about the newest two segments: everything below the gap goes.
     setup.settings = settings_for(
@@ -188,3 +191,27 @@ def test_a_gap_goes_once_remote_retention_passes_it(setup: Setup) -> None:
     row = setup.row()
     assert row["remote_log_start_offset"] > last  # type: ignore[operator]
     assert row["gaps"] == [] and setup.metric() == 0.0
+
+
+def test_the_cli_names_the_gap(setup: Setup, tmp_path: Path) -> None:
+    first, last = tier_three_then_lose_two(setup)
+    config = write_config(
+        tmp_path / "rlm.toml", [setup.logs], store=setup.store, eligibility="high-watermark"
+    )
+
+    def cli(*args: str | Path | int) -> subprocess.CompletedProcess[str]:
+        return rlm_cli(*args, "--config", config)
+
+    status = cli("status")
+    assert status.returncode == 0, status.stderr
+    assert [(g["first_offset"], g["last_offset"]) for g in json.loads(status.stdout)[0]["gaps"]] == [
+        (first, last)
+    ]
+    found = cli("lookup", "--topic", T, "--partition", 0, "--offset", first + 1)
+    doc = json.loads(found.stdout)
+    assert found.returncode == 0 and doc["found"] is False
+    assert (doc["gap"]["first_offset"], doc["gap"]["last_offset"]) == (first, last)
+    fetched = cli("fetch", "--topic", T, "--partition", 0, "--offset", first)
+    assert (
+        fetched.returncode == 2 and f"offsets {first}-{last} are not available in any tier" in fetched.stderr
+    )
