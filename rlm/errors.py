@@ -268,7 +268,9 @@ class OffsetInGapError(OffsetOutOfRangeError):
     Kafka OFFSET_OUT_OF_RANGE, as a broker answers for offsets it does not have); ``first_offset``
     / ``last_offset`` name the gap (inclusive)."""
 
-    def __init__(self, message: str, *, offset: int, first_offset: int, last_offset: int) -> None:
+    def __init__(
+        self, message: str, *, offset: int | None = None, first_offset: int = -1, last_offset: int = -1
+    ) -> None:
         super().__init__(message, offset=offset)
         self.first_offset = first_offset
         self.last_offset = last_offset

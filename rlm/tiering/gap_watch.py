@@ -18,9 +18,15 @@ __all__ = ["note_gaps"]
 log = logging.getLogger(__name__)
 
 
-def note_gaps(ctx: PartitionContext, segments: Sequence[SegmentFiles], *, compacted: bool) -> None:
+def note_gaps(
+    ctx: PartitionContext, segments: Sequence[SegmentFiles], *, compacted: bool, leader: bool
+) -> None:
     """Record the gaps the partition shows now (``segments``: the pass's local listing) in its
-    progress, persisted when they changed; a new gap is logged as a warning once."""
+    progress, persisted when they changed; a new gap is logged as a warning once.
+
+    Only the leader judges its local log against the highest tiered offset: a follower's replica
+    may have deleted segments the leader still holds and is about to tier. A follower learns the
+    gap from the store's hole once the leader copied past it."""
     progress = ctx.progress
     # Manifests still only in the snapshot (a restart that trusted it) are not parsed for this:
     # the store's holes are found once a copy or a sync loads them.
@@ -28,7 +34,7 @@ def note_gaps(ctx: PartitionContext, segments: Sequence[SegmentFiles], *, compac
     found = find_gaps(
         manifests,
         progress.highest_tiered_offset,
-        segments[0].base_offset if segments else None,
+        segments[0].base_offset if segments and leader else None,
         progress.delete_records_offset,
         compacted=compacted,
     )

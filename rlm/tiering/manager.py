@@ -268,7 +268,8 @@ class RemoteLogManager:
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
         note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
-        note_gaps(ctx, segments, compacted=self.policy_for(ctx.part).compacted)  # before copying past one
+        compacted = self.policy_for(ctx.part).compacted
+        note_gaps(ctx, segments, compacted=compacted, leader=leader)  # before copying past one
         pending = (
             self._copy_eligible(ctx, result, segments)
             if leader
@@ -284,7 +285,7 @@ class RemoteLogManager:
             ):
                 set_mark(ctx, fp, started_ns, due_ms)
         if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
-            note_gaps(ctx, segments, compacted=self.policy_for(ctx.part).compacted)
+            note_gaps(ctx, segments, compacted=compacted, leader=leader)
 
     def _pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
