@@ -87,6 +87,7 @@ __all__ = [
     "NativeExtensionError",
     "ObjectExistsError",
     "ObjectNotFoundError",
+    "OffsetInGapError",
     "OffsetOutOfRangeError",
     "PartitionMetadataError",
     "PartitionNotFoundError",
@@ -261,6 +262,20 @@ class OffsetOutOfRangeError(InvalidArgumentError):
     http_status = 416
     kafka_error = "OFFSET_OUT_OF_RANGE"
     default_field = "offset"
+
+
+class OffsetInGapError(OffsetOutOfRangeError):
+    """A fetch offset inside a recorded gap (docs/visibility.md, "Gaps"): offsets the broker deleted
+    before rlm tiered them, so no tier holds them. Answered as out of range (HTTP 416, CLI exit 2,
+    Kafka OFFSET_OUT_OF_RANGE, as a broker answers for offsets it does not have); ``first_offset``
+    / ``last_offset`` name the gap (inclusive)."""
+
+    def __init__(
+        self, message: str, *, offset: int | None = None, first_offset: int = -1, last_offset: int = -1
+    ) -> None:
+        super().__init__(message, offset=offset)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 class UnauthorizedError(RlmError):

@@ -27,10 +27,11 @@ from rlm.config import Settings
 from rlm.jobs.plan import BackendSpec, select_partitions
 from rlm.jobs.problem import Problem
 from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_index import check_local_index
+from rlm.jobs.verify_index import check_local_index, recorded_gaps
 from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.jobs.verify_store import PartitionFacts, check_partition
 from rlm.logdir.scan import PartitionDir
+from rlm.tiering.identity import persisted_progress
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.policy import TopicPolicyResolver
 from rlm.tiering.remote_state import remote_view
@@ -113,7 +114,8 @@ def verify(
         report.segments += len(manifests)
         report.objects += f.objects
         report.problems += f.problems
-        report.problems += check_local_index(part, f, manifests)
+        gaps = persisted_progress(settings.tiering, part).gaps  # docs/visibility.md, "Gaps"
+        report.problems += recorded_gaps(part, gaps, check_local_index(part, f, manifests))
         report.problems += check_local_segments(part, settings.log.index_interval_bytes)
         report.problems += check_compaction(part, manifests, policies.policy(f.topic))
         deep_jobs += [

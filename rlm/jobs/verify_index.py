@@ -24,9 +24,10 @@ from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_store import PartitionFacts
 from rlm.logdir.scan import PartitionDir, list_segments
 from rlm.tiering import keys
+from rlm.tiering.gaps import Gap
 from rlm.tiering.manifest import SegmentManifest
 
-__all__ = ["check_local_index"]
+__all__ = ["check_local_index", "recorded_gaps"]
 
 #: One local entry where it was read: (file, byte position in it, entry).
 _Located = tuple[str, int, RemoteLogIndexEntry]
@@ -287,3 +288,30 @@ def _gaps(
             )
         )
     return out
+
+
+def recorded_gaps(part: PartitionDir, gaps: list[Gap], problems: list[Problem]) -> list[Problem]:
+    """An error per gap the daemon recorded (docs/visibility.md, "Gaps"), and ``problems`` without
+    the gap warnings those explain (a hole in the store that is a recorded gap is not "normal
+    after compaction")."""
+    kept = [
+        p
+        for p in problems
+        if not (
+            p.check == "gap"
+            and p.severity == "warning"
+            and p.topic == part.topic
+            and p.partition == part.partition
+            and any(g.first_offset <= (p.offset or -1) <= g.last_offset for g in gaps)
+        )
+    ]
+    return kept + [
+        Problem(
+            "gap",
+            part.topic,
+            part.partition,
+            f"{g.describe()}; noticed at {g.noticed_ms} ms since the epoch",
+            offset=g.first_offset,
+        )
+        for g in gaps
+    ]

@@ -25,12 +25,13 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
+from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.tiering.cache import RangeBytes
+from rlm.tiering.gaps import Gap, gap_at
 from rlm.tiering.located import LocalLocation, Located, Location, Tier
 from rlm.tiering.lookup_local import local_fetch, local_offset, local_timestamp
 from rlm.tiering.lookup_remote import remote_offset, remote_timestamp
@@ -72,12 +73,15 @@ class LookupResult:
     batch: RecordBatch | None = None
     location: Location | None = None
     reason: str | None = None
+    gap: Gap | None = None  # not found: the recorded gap holding the offset (docs/visibility.md)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "found": self.found}
         if not self.found:
             doc["reason"] = self.reason
             doc["valid_ranges"] = self.ranges.to_json()
+            if self.gap is not None:
+                doc["gap"] = self.gap.to_json()
             return doc
         doc.update(
             {
@@ -193,6 +197,11 @@ class PartitionReader:
         ranges = self.offsets(segments)
         if not ranges.visible(offset):
             return self._not_found(ranges, invisible_reason(offset, ranges))
+        gap = gap_at(self.progress.gaps, offset)
+        if gap is not None:  # never "the next offset after it": the loss is named (docs/visibility.md)
+            return LookupResult(
+                self.part.topic, self.part.partition, False, ranges, reason=gap.describe(), gap=gap
+            )
         in_local, in_remote = _tiers_holding(offset, ranges)
         remote_first = self.remote_first and in_remote and tier is None
         found: LookupResult | None = None
@@ -340,7 +349,8 @@ class PartitionReader:
 
         ``offset`` = the visible end (or a visible offset with no whole visible batch at or after
         it) → no batches; below the log start or above the visible end →
-        :class:`OffsetOutOfRangeError`. ``verify``: CRC-check remote batches again (they were
+        :class:`OffsetOutOfRangeError`; inside a recorded gap → :class:`OffsetInGapError`.
+        ``verify``: CRC-check remote batches again (they were
         checked before upload; local ones always are). ``reader_key``: who reads (opaque; e.g. a
         client's connection): its sequential fetches are read ahead (docs/read-path.md).
         """
@@ -352,6 +362,7 @@ class PartitionReader:
         found = self.lookup_offset(offset, source=source, timestamp=False)
         ranges = found.ranges
         end = ranges.visible_end_offset
+        _refuse_gap(found, offset)
         if not found.found or found.batch is None:
             held = ranges.visible(offset) and any(_tiers_holding(offset, ranges))
             if end is not None and (offset == end or held):
@@ -404,6 +415,17 @@ class PartitionReader:
             ranges.visible_end_offset,
             offset,
             ranges.log_start_offset,
+        )
+
+
+def _refuse_gap(found: LookupResult, offset: int) -> None:
+    """A fetch inside a recorded gap: :class:`OffsetInGapError` naming it (docs/visibility.md, "Gaps")."""
+    if found.gap is not None:
+        raise OffsetInGapError(
+            f"offset {offset}: {found.gap.describe()}",
+            offset=offset,
+            first_offset=found.gap.first_offset,
+            last_offset=found.gap.last_offset,
         )
 
 

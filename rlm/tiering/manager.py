@@ -37,6 +37,7 @@ from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
 from rlm.tiering.deleted_topics import collect_deleted_topics
+from rlm.tiering.gap_watch import note_gaps
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
 from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
@@ -291,6 +292,8 @@ class RemoteLogManager:
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
         note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
+        compacted = self.policy_for(ctx.part).compacted
+        note_gaps(ctx, segments, compacted=compacted, leader=leader)  # before copying past one
         pending = self._copy_eligible(ctx, result, segments, leader=leader)
         self._compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
@@ -301,6 +304,8 @@ class RemoteLogManager:
                 pending or result.copied or result.deleted or ctx.quarantined or result.error
             ):
                 set_mark(ctx, fp, started_ns, due_ms)
+        if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
+            note_gaps(ctx, segments, compacted=compacted, leader=leader)
 
     def _pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
@@ -497,6 +502,7 @@ class RemoteLogManager:
             "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
             "policy": self.policy_for(ctx.part).as_dict(),
             "kafka_configs": self.policies.describe(),
+            "gaps": [g.to_json() for g in progress.gaps],  # docs/visibility.md, "Gaps"
             **self.roles.status(ctx),
         }
         return partition_row(

@@ -182,6 +182,13 @@ class TieringMetrics:
             _TP,
             registry=r,
         )
+        self.gap_offsets = Gauge(
+            "rlm_gap_offsets",
+            "Offsets no tier holds: the broker deleted them before rlm tiered them "
+            "(the recorded gaps, docs/visibility.md)",
+            _TP,
+            registry=r,
+        )
         self.quarantined = Gauge(
             "rlm_segments_quarantined",
             "Rolled segments whose .log is empty, "

@@ -113,16 +113,14 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
 
     saved = Progress.load(ctx.progress_path)
     if forget_tiered:
-        saved = Progress(delete_records_offset=saved.delete_records_offset)
+        saved = saved.keeping(-1, -1)
     remote_highest = manifests[-1].last_offset if manifests else -1
     if not ctx.shared.cluster:  # in a cluster, leader epochs decide (docs/cluster.md)
         try:
             check_lineage(ctx, manifests, max(remote_highest, saved.highest_tiered_offset))
         except IdentityConflictError:
             ctx.manifests = []  # not this log's: never counted, served or retained as its own
-            ctx.progress = Progress(
-                saved.highest_tiered_offset, saved.remote_log_start_offset, saved.delete_records_offset
-            )
+            ctx.progress = saved.keeping(saved.highest_tiered_offset, saved.remote_log_start_offset)
             ctx.save_progress()
             raise
     local_highest = ctx.family.last_offset
@@ -136,7 +134,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
         )
     # Staged: a rebuilt family is published whole, never one link at a time (docs/read-path.md).
     result = settle(ctx, leader=leader, read=read, staged=True)
-    ctx.progress = Progress(*progress_after(result.chain, saved), saved.delete_records_offset)
+    ctx.progress = saved.keeping(*progress_after(result.chain, saved))
     mark_dir(ctx)
     ctx.save_progress()
     ctx.recovered = True
@@ -146,8 +144,8 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
 
 def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     """``rlm rebuild-index``: the local remote-index family rebuilt from the store alone; returns
-    the entries indexed. Forgets what was tiered, never the DeleteRecords point (the store cannot
-    tell it)."""
+    the entries indexed. Forgets what was tiered, never the DeleteRecords point or the recorded
+    gaps (the store cannot tell them)."""
     ctx.family.open()
     ctx.family.delete_all()
     ctx.recovered = False
@@ -181,7 +179,7 @@ def observe(ctx: PartitionContext) -> None:
     chain = resolve(ctx)
     ctx.manifests = chain.manifests
     saved = Progress.load(ctx.progress_path)
-    ctx.progress = Progress(*progress_after(chain, saved), saved.delete_records_offset)
+    ctx.progress = saved.keeping(*progress_after(chain, saved))
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
     if not ctx.shared.cluster:
         check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)

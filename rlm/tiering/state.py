@@ -27,6 +27,7 @@ from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys, snapshot
+from rlm.tiering.gaps import Gap
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.lineage import StoreView
@@ -92,7 +93,8 @@ class Progress:
     are never served, remote segments wholly below it are deleted); it never moves backwards.
     Identity (docs/topic-identity.md): ``topic_id`` of the incarnation, ``remote_root`` the store
     prefix holding its data, ``lineage_conflict`` why the tiered data is not this log's (None: no
-    conflict) — readers then serve nothing from the remote tier.
+    conflict) — readers then serve nothing from the remote tier. ``gaps``: offsets the broker
+    deleted before they were tiered (docs/visibility.md, "Gaps"), oldest first.
     """
 
     highest_tiered_offset: int = -1
@@ -103,6 +105,7 @@ class Progress:
     lineage_conflict: str | None = None
     #: The token of the partition directory it was written for (identity.DIR_MARKER).
     dir_token: str | None = None
+    gaps: list[Gap] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -126,7 +129,13 @@ class Progress:
             str_field(doc, "remote_root"),
             str_field(doc, "lineage_conflict"),
             str_field(doc, "dir_token"),
+            _gaps_of(doc),
         )
+
+    def keeping(self, highest: int, remote_start: int) -> Progress:
+        """A fresh progress with new offsets that keeps what the store cannot tell again: the
+        DeleteRecords point and the recorded gaps (recovery)."""
+        return Progress(highest, remote_start, self.delete_records_offset, gaps=list(self.gaps))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,9 +150,17 @@ class Progress:
                     "remote_root": self.remote_root,
                     "lineage_conflict": self.lineage_conflict,
                     "dir_token": self.dir_token,
+                    "gaps": [g.to_json() for g in self.gaps],
                 }
             ).encode(),
         )
+
+
+def _gaps_of(doc: Any) -> list[Gap]:
+    """The recorded gaps; absent (older files) or unreadable entries are none."""
+    listed = doc.get("gaps") if isinstance(doc, dict) else None
+    found = (Gap.from_json(g) for g in listed) if isinstance(listed, list) else iter(())
+    return sorted((g for g in found if g is not None), key=lambda g: g.first_offset)
 
 
 @dataclass
@@ -381,3 +398,4 @@ class PartitionContext:
         self.series(m.remote_segments).set(self.remote_segments)
         self.series(m.highest_tiered).set(self.progress.highest_tiered_offset)
         self.series(m.quarantined).set(len(self.quarantined))
+        self.series(m.gap_offsets).set(sum(g.size for g in self.progress.gaps))

@@ -102,7 +102,24 @@
       add("pending", from, mid);
       add("not-eligible", mid, local[1]);
     }
-    return out;
+    return carveGaps(out, r.gaps);
+  }
+
+  // Recorded gaps (docs/visibility.md, "Gaps"): offsets the broker deleted before they were
+  // tiered, cut out of whatever range holds them (a hole between remote segments included).
+  function carveGaps(out, gaps) {
+    let rs = out;
+    for (const g of gaps || []) {
+      const s = g.first_offset, e = g.last_offset + 1, next = [];
+      for (const x of rs) {
+        if (x.kind === "gap" || e <= x.start || s >= x.end) { next.push(x); continue; }
+        if (x.start < s) next.push({ kind: x.kind, start: x.start, end: s });
+        if (e < x.end) next.push({ kind: x.kind, start: e, end: x.end });
+      }
+      if (!next.some((x) => x.kind === "gap" && x.start <= s && x.end >= e)) next.push({ kind: "gap", start: s, end: e });
+      rs = next.sort((a, b) => a.start - b.start);
+    }
+    return rs;
   }
 
   function partitionRow(r) {
@@ -146,10 +163,14 @@
     const q = (r.quarantine || [])[0] || null;
     const where = q ? q.file.split("/").pop() + (q.position !== null ? " @ byte " + fmtNum(q.position) : "")
       + " (" + q.cause.replace("_", " ") + ")" : "";
-    const problem = r.last_error || (quarantined.length ? r.quarantined[String(quarantined[0])] : null);
+    const gaps = r.gaps || [];
+    const gapText = gaps.map((g) => fmtNum(g.first_offset) + " – " + fmtNum(g.last_offset)).join(", ");
+    const problem = r.last_error || (quarantined.length ? r.quarantined[String(quarantined[0])] : null)
+      || (gaps.length ? "offsets " + gapText + " were deleted by the broker before they were tiered: "
+        + "not available in any tier" : null);
     const headline = quarantined.length
       ? "Quarantined: segment " + quarantined.map(fmtNum).join(", ") + (where ? " · " + where : "")
-      : "Copy failing";
+      : !r.last_error && gaps.length ? "Gap: " + gapText : "Copy failing";
     // docs/topic-policy.md: a partition the topic policy leaves alone says why; a compacted
     // (archived) one names the local segments the cleaner rewrote after tiering.
     const excluded = r.tiered === false;
@@ -191,6 +212,7 @@
       "data-lag-segments": lagSegs, "data-lag-age-ms": r.copy_lag_age_ms, "data-error": problem,
       "data-quarantine-file": q ? q.file : null, "data-quarantine-position": q ? q.position : null,
       "data-quarantine-cause": q ? q.cause : null,
+      "data-gaps": gaps.length ? gaps.map((g) => g.first_offset + "-" + g.last_offset).join(",") : null,
       "data-role": r.role || null, "data-leader": r.leader, "data-sync-lag": r.sync_lag_offsets,
       "data-diverged-from": r.diverged_from_offset,
       "data-local-retention-ms": pol ? v(pol.local_retention_ms) : null,
