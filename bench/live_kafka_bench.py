@@ -15,8 +15,8 @@ store, a pass every second), in one run:
   the time from the producer's last ack
   until everything rolled was tiered, and rlm's CPU seconds per MB tiered (``/proc/<pid>/stat``
   utime+stime of the daemon over the window).
-* **Catch-up**: the same librdkafka consumer reads the whole first (slowest) topic from offset 0, once from the
-  broker (its own disk, page cache warm) and once through rlm's Kafka listener (the same bytes:
+* **Catch-up**: the same librdkafka consumer reads the whole first (slowest) topic from offset 0,
+  once from the broker (its own disk, page cache warm) and once through rlm's Kafka listener (the same bytes:
   rlm serves local segments from the broker's disk, the rest from the store); rounds alternate the
   order, best kept; record counts and a hash of every value must be equal. The ratio is rlm's time
   over the broker's.

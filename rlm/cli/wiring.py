@@ -54,6 +54,6 @@ def build_api(
         history=history.snapshot,
         store=manager.store_status,
         pins=manager.shared.pins.summary,
-        deleted=manager.deleted_topics_status,
+        deleted=manager.deleted.status,
     )
     return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))

@@ -74,8 +74,7 @@ def create_app(
 ) -> FastAPI:
     """The API over ``readers`` as ``server`` configures it (token, body limit, request timeout);
     ``status``/``history``/``store``/``pins``/``deleted`` answer the status routes, ``registry`` is
-    served at /metrics
-    and holds the stream metrics."""
+    served at /metrics and holds the stream metrics."""
     # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
     # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
     app = FastAPI(

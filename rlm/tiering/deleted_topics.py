@@ -25,8 +25,10 @@ conditional create and the idempotent deletes make concurrent sidecars safe.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
@@ -39,7 +41,7 @@ from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.state import state_root_of
 
-__all__ = ["Candidate", "collect_deleted_topics", "find_candidates", "find_deleted_topics"]
+__all__ = ["Candidate", "DeletedTopics", "collect_deleted_topics", "find_candidates", "find_deleted_topics"]
 
 log = logging.getLogger(__name__)
 
@@ -175,3 +177,38 @@ def collect_deleted_topics(
             old = replace(old, deleted=True)
         result.append(old)
     return result
+
+
+class DeletedTopics:
+    """The daemon's view of deleted topics: each GC marks them and deletes those past
+    ``tiering.deleted_topic_grace_ms``; :meth:`status` (``GET /v1/deleted-topics``) answers what
+    the last one found waiting, from memory. Any sidecar collects, not only a leader: a deleted
+    topic has none (docs/topic-identity.md "Deleted topics")."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: StorageBackend,
+        image: Callable[[], MetadataImage | None],
+        clock_ms: Callable[[], int],
+        protection: StoreProtection | None,
+    ) -> None:
+        self._settings, self._backend, self._image = settings, backend, image
+        self._clock_ms, self._protection = clock_ms, protection
+        #: Deleted topics' roots waiting for their grace, as the last collection found them.
+        self.waiting: list[OldIncarnation] = []
+
+    def collect(self, *, dry_run: bool = False) -> list[OldIncarnation]:
+        found = collect_deleted_topics(
+            self._settings,
+            self._backend,
+            self._image(),
+            self._clock_ms(),
+            dry_run=dry_run,
+            protection=self._protection,
+        )
+        self.waiting = [d for d in found if not d.deleted]
+        return found
+
+    def status(self) -> list[dict[str, Any]]:
+        return [{"topic": d.topic, "partition": d.partition, **d.to_json()} for d in self.waiting]

@@ -34,7 +34,7 @@ def note_gaps(
     found = find_gaps(
         manifests,
         progress.highest_tiered_offset,
-        segments[0].base_offset if segments and leader else None,
+        _local_start(ctx, segments) if leader else None,
         progress.delete_records_offset,
         compacted=compacted,
     )
@@ -49,3 +49,12 @@ def note_gaps(
     progress.gaps = gaps
     ctx.save_progress()
     ctx.series(ctx.shared.metrics.gap_offsets).set(sum(g.size for g in gaps))
+
+
+def _local_start(ctx: PartitionContext, segments: Sequence[SegmentFiles]) -> int | None:
+    """Where this broker's copy of the log starts for rlm: its first segment, or lower, the first
+    segment a sight pin still holds after the broker deleted it (docs/operations.md "Pins and the
+    broker's retention") — pinned offsets are waiting to be tiered, not lost."""
+    starts = [segments[0].base_offset] if segments else []
+    starts += ctx.shared.pins.pins_of(ctx.state_dir).keys()
+    return min(starts) if starts else None

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
 from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
+from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import (
     PartitionDir,
     SegmentFiles,
@@ -36,7 +36,7 @@ from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
-from rlm.tiering.deleted_topics import collect_deleted_topics
+from rlm.tiering.deleted_topics import DeletedTopics
 from rlm.tiering.gap_watch import note_gaps
 from rlm.tiering.gc import collect_garbage
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
@@ -44,6 +44,7 @@ from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
 from rlm.tiering.index_family import RemoteIndexFamily
 from rlm.tiering.journal import Journal
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.pass_result import PassResult
 from rlm.tiering.pin_ledger import PinLedger
 from rlm.tiering.policy import TopicPolicy, TopicPolicyResolver, retention_limits
 from rlm.tiering.policy_report import PolicyMetrics, excluded_row
@@ -77,20 +78,6 @@ log = logging.getLogger(__name__)
 #: task interval (gc_grace_ms = 0) the two schedules can stay in phase, every pass of one partition
 #: landing while GC holds it (the store-outage test saw a partition never pass again after a thaw).
 PASS_LOCK_WAIT_S = 10.0
-
-
-@dataclass
-class PassResult:
-    """What one pass over one partition did."""
-
-    topic: str
-    partition: int
-    copied: list[int] = field(default_factory=list)  # base offsets
-    deleted: list[int] = field(default_factory=list)  # base offsets removed by retention
-    skipped: bool = False  # another pass held the partition
-    error: str | None = None
-    copied_bytes: int = 0  # bytes of the copied segments (progress)
-    idle: bool = False  # nothing changed since a clean pass (idle.py)
 
 
 class RemoteLogManager:
@@ -154,8 +141,8 @@ class RemoteLogManager:
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
-        #: Deleted topics' roots waiting for their grace, as the last GC found them.
-        self.deleted_topics: list[OldIncarnation] = []
+        sh = self.shared  # deleted topics: docs/topic-identity.md
+        self.deleted = DeletedTopics(settings, self.store, self._refreshed_image, sh.clock_ms, sh.protection)
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -385,27 +372,8 @@ class RemoteLogManager:
                     identity.resolve_root(ctx, decide=False)
                 orphans.extend(collect_garbage(ctx, dry_run=dry_run))
                 (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
-        self.collect_deleted_topics(dry_run=dry_run, into=deleted)
+        (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
         return orphans
-
-    def collect_deleted_topics(
-        self, *, dry_run: bool = False, into: list[OldIncarnation] | None = None
-    ) -> list[OldIncarnation]:
-        """Topics deleted and not re-created (docs/topic-identity.md "Deleted topics"): mark them,
-        delete those past ``tiering.deleted_topic_grace_ms``. Any sidecar, not only a leader: a
-        deleted topic has none. Remembers what still waits for :attr:`deleted_topics`."""
-        self.policies.refresh()
-        found = collect_deleted_topics(
-            self.settings,
-            self.store,
-            self.policies.image,
-            self.shared.clock_ms(),
-            dry_run=dry_run,
-            protection=self.shared.protection,
-        )
-        self.deleted_topics = [d for d in found if not d.deleted]
-        (into if into is not None else []).extend(found)
-        return found
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild every local remote-index family from the remote manifests alone."""
@@ -419,9 +387,9 @@ class RemoteLogManager:
 
     # -- status -------------------------------------------------------------------------------
 
-    def deleted_topics_status(self) -> list[dict[str, Any]]:
-        """``GET /v1/deleted-topics``: what the last GC found waiting (no store I/O)."""
-        return [{"topic": d.topic, "partition": d.partition, **d.to_json()} for d in self.deleted_topics]
+    def _refreshed_image(self) -> MetadataImage | None:
+        self.policies.refresh()
+        return self.policies.image
 
     def store_status(self) -> dict[str, Any]:
         """``GET /v1/store``: the backend's name and its health (no store I/O; docs/operations.md)."""

@@ -111,7 +111,7 @@ def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     assert old.retired_ms == env.now and old.delete_after_ms == env.now + GRACE_MS and not old.deleted
     assert old.objects == len(tiered) and old.prefix == env.root
     assert env.marker()["reason"] == DELETED_REASON
-    [waiting] = manager.deleted_topics_status()  # GET /v1/deleted-topics
+    [waiting] = manager.deleted.status()  # GET /v1/deleted-topics
     assert (waiting["topic"], waiting["partition"], waiting["topic_id"]) == (TOPIC, 0, env.topic_id)
     assert waiting["delete_after_ms"] == env.now + GRACE_MS and waiting["prefix"] == env.root
 
@@ -128,7 +128,7 @@ def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     env.now += 1
     [gone] = _gc(manager)
     assert gone.deleted and env.remote_keys() == [] and not env.state.exists()
-    assert _gc(manager) == [] and manager.deleted_topics == []
+    assert _gc(manager) == [] and manager.deleted.waiting == []
 
 
 def test_a_replica_moved_away_is_never_deleted(make_env: Callable[..., Env]) -> None:

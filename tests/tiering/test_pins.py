@@ -180,7 +180,7 @@ def _bytes_on_disk(state_root: Path) -> int:
 
 @pytest.mark.parametrize("how", ["unlink", "rename", "rename_then_unlink"])
 def test_a_segment_pinned_on_sight_and_deleted_by_the_broker_is_tiered_byte_identical(
-    tmp_path: Path, how: Deletion
+    tmp_path: Path, how: Deletion, caplog: pytest.LogCaptureFixture
 ) -> None:
     logs = tmp_path / "logs"
     part, with_txns = _write_partition(logs)
@@ -222,6 +222,8 @@ def test_a_segment_pinned_on_sight_and_deleted_by_the_broker_is_tiered_byte_iden
     )
     assert not skipped
     assert not check_store([logs], store, complete=False, deep=True).unreferenced
+    # Pinned offsets were waiting to be tiered, never lost: no gap was ever recorded for them.
+    assert not [r for r in caplog.records if "gap:" in r.getMessage()]
 
 
 def _produce(writer: LogWriter, segments: int, ts: list[int]) -> None:
@@ -433,3 +435,33 @@ def test_pins_inside_the_local_log_are_dropped_not_tiered(tmp_path: Path) -> Non
     assert [r.error for r in manager.run_once(gc=False)] == [None]
     assert sorted(check_store([logs], store, complete=False).remote_bases(f"{TOPIC}-0")) == bases[:3]
     assert _pinned(tmp_path / "logs.rlm-state") == []
+
+
+def test_offsets_a_pin_holds_after_the_broker_deleted_them_are_never_recorded_as_a_gap(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tiered up to segment 2; segments 3-5 roll while the store is down and are pinned; the
+    broker deletes them; with the store back the next pass must see them as waiting to be tiered
+    (docs/visibility.md "Gaps"), not as a gap, and tier them from their pins."""
+    logs = tmp_path / "logs"
+    writer = LogWriter(logs, TOPIC, 0, segment_bytes=1 << 20)
+    ts = [1_700_000_000_000]
+    _produce(writer, 3, ts)
+    part = logs / f"{TOPIC}-0"
+    store = SwitchableStore(root=str(tmp_path / "store"))
+    manager = _manager(write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store"), store)
+    assert [r.error for r in manager.run_once(gc=False)] == [None]
+    first = [s.base_offset for s in list_segments(part)][:-1]
+    store.down = True
+    _produce(writer, 3, ts)
+    assert manager.run_once(gc=False)[0].error is not None
+    pinned = _pinned(tmp_path / "logs.rlm-state")
+    assert pinned and min(pinned) > max(first)
+    _broker_deletes(part, [s.base_offset for s in list_segments(part)][:-1], "unlink")
+    store.down = False
+    with caplog.at_level(logging.WARNING):
+        assert [r.error for r in manager.run_once(gc=False)] == [None]
+    assert not [r.getMessage() for r in caplog.records if "gap:" in r.getMessage()]
+    assert manager.status(observe=False)[0]["gaps"] == []
+    assert set(pinned) <= set(check_store([logs], store, complete=False).remote_bases(f"{TOPIC}-0"))
+    writer.close()
