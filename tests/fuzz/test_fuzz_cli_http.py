@@ -26,7 +26,7 @@ from tests.fuzz.harness import INTERESTING, fuzz_settings, mutated
 from tests.fuzz.seeds import record_seeds, writer_segment
 from tests.fuzz.test_fuzz_indexes import fix_entry_crcs, kafka_index_seeds, remote_set
 from tests.http.test_api import TOKEN, Api, api  # noqa: F401  (the module-scoped server fixture)
-from tests.tiering.test_lso import snapshot_bytes
+from tests.tiering.txn_helpers import snapshot_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
