@@ -33,7 +33,7 @@ from rlm.errors import FormatError, RlmError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
-from rlm.storage.api import ObjectInfo
+from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.lineage import (
@@ -137,9 +137,20 @@ def _lineages(view: StoreView) -> list[Lineage]:
     return [m.lineage for _s, m in sorted(view.markers.values(), key=lambda sm: sm[1].epoch)]
 
 
+def _names(backend: StorageBackend, url: str, key: str) -> bool:
+    """Whether an entry's object URL names ``key``. Compared as keys, through the store's own
+    mapping: a URL may encode the key (a local file URL percent-encodes the ``=`` of a topic-id
+    root), so its text need not end with the key. A URL of another store names none of its keys."""
+    try:
+        return backend.key_for_url(url) == key
+    except ValueError:
+        return False
+
+
 def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
     """How many leading links the local index holds exactly (read from the local entry files)."""
     entries: list[RemoteLogIndexEntry] = [d.entry for s in ctx.family.sets for d in s.entries()]
+    backend = ctx.shared.backend
     start = links[0].first_offset if links else 0
     i = 0
     while i < len(entries) and entries[i].last_offset < start:
@@ -149,7 +160,7 @@ def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
         key, end = link.manifest.log.key, None
         while i < len(entries) and entries[i].first_offset <= link.last_offset:
             e = entries[i]
-            if not e.rdi.url.endswith(key) or e.first_offset < link.first_offset:
+            if not _names(backend, e.rdi.url, key) or e.first_offset < link.first_offset:
                 return held
             end = e.last_offset
             i += 1

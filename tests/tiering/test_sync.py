@@ -13,6 +13,7 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
+from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
@@ -175,3 +176,22 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     assert all(not e.rdi.url.endswith(newest.log.key) for e in entries)
     assert ctx3.family.last_offset == newest.last_offset
     assert [e for e in entries if e.last_offset < newest.base_offset] == older != []
+
+
+def test_restart_keeps_the_local_index_of_a_partition_with_a_topic_id(tmp_path: Path) -> None:
+    # Every KRaft partition has a topic id, so its keys hold "=" (`t-0=<id>/...`), which an object
+    # URL percent-encodes: the restart check must compare keys, not the URL's text (found beside a
+    # live cluster, where every sidecar restart re-indexed every segment from offset 0).
+    a_dir, _b_dir, store = _replicas(tmp_path)
+    topic_id = "AAAAAAAAAAAAAAAAAAAAAQ"
+    (a_dir / f"{TOPIC}-0" / "partition.metadata").write_bytes(format_partition_metadata(topic_id))
+    _manager(tmp_path, "a", a_dir, store).run_once()
+    before = local_index_files([a_dir])
+    again = _manager(tmp_path, "a", a_dir, store, trust=False)
+    again.run_once()
+    ctx = next(again.contexts())
+    assert ctx.key_id == topic_id and "%3D" in ctx.family.sets[0].entries()[0].entry.rdi.url
+    ctx.store.held = None  # what a restart knows of its local index: nothing but the files
+    result = sync(ctx, leader=False)
+    assert (result.rebuilt_from, result.appended_links) == (None, 0)
+    assert local_index_files([a_dir]) == before
