@@ -277,9 +277,10 @@ def plan_partition(
     plan.manifests = [lk.manifest for lk in links]
     highest = plan.highest_tiered_offset = links[-1].last_offset if links else -1
     deleted = progress.delete_records_offset if progress is not None else -1
-    ranges = partition_offsets(
-        part, Progress(highest, links[0].first_offset if links else -1, deleted), segments, policy=policy
-    )
+    # where this replica's own log left the store's lineage, as the daemon found (docs/cluster.md)
+    diverged = progress.local_diverged_from if progress is not None else -1
+    served = Progress(highest, links[0].first_offset if links else -1, deleted, local_diverged_from=diverged)
+    ranges = partition_offsets(part, served, segments, policy=policy)
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
     highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
     txns: PartitionTxns | None = None

@@ -61,8 +61,10 @@ def pending_segments(
     from — its base, or the highest tiered offset + 1 for a segment that straddles it (a
     replica that rolled elsewhere than the one whose sidecar tiered so far: only its tail is
     copied, docs/cluster-copy.md). A segment wholly below the DeleteRecords point is deleted
-    data: never copied. A segment the broker deleted after rlm pinned it on sight is pending as
-    long as its pin holds it (rlm.tiering.sight): it was committed when pinned."""
+    data: never copied; nor is one holding offsets this replica's log holds past where it left
+    the store's lineage (an unclean election threw them away, docs/cluster.md). A segment the
+    broker deleted after rlm pinned it on sight is pending as long as its pin holds it
+    (rlm.tiering.sight): it was committed when pinned."""
     eligible = eligible_segments(segments, state, eligibility)
     bases = [s.base_offset for s in segments]
     progress = progress or ctx.progress
@@ -72,11 +74,13 @@ def pending_segments(
         next_base = bases[bases.index(seg.base_offset) + 1]
         if next_base - 1 <= highest or next_base <= progress.delete_records_offset:
             continue  # already remote, or deleted by DeleteRecords
+        if 0 <= progress.local_diverged_from < next_base:
+            break  # diverged, and so is everything after it
         if seg.base_offset <= highest and compacted:
             continue  # the cleaner merged tiered offsets into it: reported, never re-uploaded
         pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
     for seg, next_base in pinned_only(ctx, segments, progress):
-        if seg.base_offset <= highest and compacted:
+        if (seg.base_offset <= highest and compacted) or 0 <= progress.local_diverged_from < next_base:
             continue
         pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
     pending.sort(key=lambda p: p.segment.base_offset)

@@ -44,6 +44,7 @@ __all__ = [
     "epoch_ranges",
     "first_diverged",
     "lineage_of",
+    "replica_diverged",
     "resolve_chain",
 ]
 
@@ -86,15 +87,35 @@ def first_diverged(manifest: SegmentManifest, lineage: Lineage) -> int | None:
     newest that it does not hold never had data on this lineage, so all of it diverged (Kafka's
     follower truncates to the end of the epoch before it, which ends where this data begins).
     """
+    return _contradicted(epoch_ranges(manifest), lineage)
+
+
+def replica_diverged(local: Lineage, lineages: Iterable[Lineage]) -> int | None:
+    """The first offset of a replica's log whose ``leader-epoch-checkpoint`` is ``local`` that one
+    of ``lineages`` contradicts, None when none does: from there on the replica holds data an
+    unclean election threw away, which its broker truncates only once it rejoins (docs/cluster.md
+    "A replica's own diverged data"). The rule of :func:`first_diverged`, with the replica's
+    newest epoch running to the end of its log, wherever that is."""
+    ranges: list[tuple[int, int, int | None]] = [
+        (epoch, start, local[i + 1][1] - 1 if i + 1 < len(local) else None)
+        for i, (epoch, start) in enumerate(local)
+    ]
+    found = [d for lineage in lineages if (d := _contradicted(ranges, lineage)) is not None]
+    return min(found, default=None)
+
+
+def _contradicted(ranges: Iterable[tuple[int, int, int | None]], lineage: Lineage) -> int | None:
+    """The first offset of ``ranges`` (``(epoch, first, last)`` ascending; ``last`` None: open)
+    that ``lineage`` contradicts (:func:`first_diverged`)."""
     if not lineage:
         return None
     held = {epoch for epoch, _ in lineage}
-    for epoch, first, last in epoch_ranges(manifest):
-        if epoch > lineage[-1][0]:
+    for epoch, first, last in ranges:
+        if epoch > lineage[-1][0] or (last is not None and last < first):
             continue
         if epoch < lineage[0][0] or epoch in held:
             end = epoch_end(lineage, epoch)
-            if end is not None and end <= last:
+            if end is not None and (last is None or end <= last):
                 return max(first, end)
         else:
             return first

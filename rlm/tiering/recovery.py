@@ -36,7 +36,7 @@ from rlm.tiering.lineage import Chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext, Progress, Quarantine
-from rlm.tiering.sync import SyncResult, refresh, resolve, settle
+from rlm.tiering.sync import SyncResult, local_divergence, note_divergence, refresh, resolve, settle
 
 __all__ = ["observe", "progress_after", "rebuild_local_index", "recover"]
 
@@ -135,6 +135,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
     # Staged: a rebuilt family is published whole, never one link at a time (docs/read-path.md).
     result = settle(ctx, leader=leader, read=read, staged=True)
     ctx.progress = saved.keeping(*progress_after(result.chain, saved))
+    note_divergence(ctx, result.local_diverged_from)
     mark_dir(ctx)
     ctx.save_progress()
     ctx.recovered = True
@@ -180,6 +181,8 @@ def observe(ctx: PartitionContext) -> None:
     ctx.manifests = chain.manifests
     saved = Progress.load(ctx.progress_path)
     ctx.progress = saved.keeping(*progress_after(chain, saved))
+    diverged = local_divergence(ctx)
+    ctx.progress.local_diverged_from = -1 if diverged is None else diverged
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
     if not ctx.shared.cluster:
         check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)

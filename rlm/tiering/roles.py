@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rlm.cluster.leadership import Leadership, LeadershipSource
 from rlm.tiering.recovery import progress_after
 from rlm.tiering.state import PartitionContext
-from rlm.tiering.sync import SyncResult, sync
+from rlm.tiering.sync import SyncResult, note_divergence, sync
 
 __all__ = ["Roles"]
 
@@ -125,8 +125,11 @@ class Roles:
         result = sync(ctx, leader=leader)
         self.note(ctx, result)
         highest, start = progress_after(result.chain, ctx.progress)
+        changed = note_divergence(ctx, result.local_diverged_from)
         if (highest, start) != (ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset):
             ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset = highest, start
+            changed = True
+        if changed:
             ctx.save_progress()
         return result
 
@@ -163,5 +166,9 @@ class Roles:
             "local_index_highest_offset": local,
             "sync_lag_offsets": max(0, chain.highest - local),
             "diverged_from_offset": diverged_from,
+            # where this replica's own log left the lineage (readers stop there), null: it did not
+            "local_diverged_from_offset": (
+                ctx.progress.local_diverged_from if ctx.progress.local_diverged_from >= 0 else None
+            ),
             "lineage_markers": sorted(m.epoch for _s, m in ctx.store.markers.values()),
         }

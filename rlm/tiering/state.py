@@ -85,6 +85,11 @@ def state_dir(settings: TieringSettings, part: PartitionDir) -> Path:
 PROGRESS_FILE = "progress.json"
 
 
+def _none_seen(offset: int | None) -> int:
+    """An optional persisted offset: -1 when absent."""
+    return -1 if offset is None else offset
+
+
 @dataclass
 class Progress:
     """Persisted per partition. -1 = nothing tiered yet / no DeleteRecords point seen.
@@ -95,6 +100,9 @@ class Progress:
     prefix holding its data, ``lineage_conflict`` why the tiered data is not this log's (None: no
     conflict) — readers then serve nothing from the remote tier. ``gaps``: offsets the broker
     deleted before they were tiered (docs/visibility.md, "Gaps"), oldest first.
+    ``local_diverged_from``: the first offset of this replica's own log that the store's lineage
+    markers say an unclean election threw away (-1 = none); readers serve nothing at or above it
+    (docs/cluster.md).
     """
 
     highest_tiered_offset: int = -1
@@ -106,6 +114,7 @@ class Progress:
     #: The token of the partition directory it was written for (identity.DIR_MARKER).
     dir_token: str | None = None
     gaps: list[Gap] = field(default_factory=list)
+    local_diverged_from: int = -1
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -130,6 +139,7 @@ class Progress:
             str_field(doc, "lineage_conflict"),
             str_field(doc, "dir_token"),
             _gaps_of(doc),
+            _none_seen(int_field(doc, "local_diverged_from")),  # absent in older files: none known
         )
 
     def keeping(self, highest: int, remote_start: int) -> Progress:
@@ -151,6 +161,7 @@ class Progress:
                     "lineage_conflict": self.lineage_conflict,
                     "dir_token": self.dir_token,
                     "gaps": [g.to_json() for g in self.gaps],
+                    "local_diverged_from": self.local_diverged_from,
                 }
             ).encode(),
         )

@@ -33,7 +33,7 @@ from rlm.errors import FormatError, RlmError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
-from rlm.storage.api import ObjectInfo
+from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.crash import crash_point
 from rlm.tiering.lineage import (
@@ -44,6 +44,7 @@ from rlm.tiering.lineage import (
     Stamp,
     StoreView,
     lineage_of,
+    replica_diverged,
     resolve_chain,
 )
 from rlm.tiering.manifest import SegmentManifest
@@ -54,9 +55,11 @@ __all__ = [
     "SyncResult",
     "index_links",
     "lineage_in",
+    "local_divergence",
     "local_lineage",
     "note_committed",
     "note_deleted",
+    "note_divergence",
     "reconcile",
     "refresh",
     "resolve",
@@ -81,6 +84,7 @@ class SyncResult:
     appended_links: int
     marker_written: LineageMarker | None = None
     uncommitted: tuple[int, ...] = ()  # base offsets whose manifests the leader deleted
+    local_diverged_from: int | None = None  # where this replica's own log left the lineage
 
 
 def local_lineage(ctx: PartitionContext) -> Lineage | None:
@@ -137,9 +141,20 @@ def _lineages(view: StoreView) -> list[Lineage]:
     return [m.lineage for _s, m in sorted(view.markers.values(), key=lambda sm: sm[1].epoch)]
 
 
+def _names(backend: StorageBackend, url: str, key: str) -> bool:
+    """Whether an entry's object URL names ``key``. Compared as keys, through the store's own
+    mapping: a URL may encode the key (a local file URL percent-encodes the ``=`` of a topic-id
+    root), so its text need not end with the key. A URL of another store names none of its keys."""
+    try:
+        return backend.key_for_url(url) == key
+    except ValueError:
+        return False
+
+
 def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
     """How many leading links the local index holds exactly (read from the local entry files)."""
     entries: list[RemoteLogIndexEntry] = [d.entry for s in ctx.family.sets for d in s.entries()]
+    backend = ctx.shared.backend
     start = links[0].first_offset if links else 0
     i = 0
     while i < len(entries) and entries[i].last_offset < start:
@@ -149,7 +164,7 @@ def _held_prefix(ctx: PartitionContext, links: Sequence[Link]) -> int:
         key, end = link.manifest.log.key, None
         while i < len(entries) and entries[i].first_offset <= link.last_offset:
             e = entries[i]
-            if not e.rdi.url.endswith(key) or e.first_offset < link.first_offset:
+            if not _names(backend, e.rdi.url, key) or e.first_offset < link.first_offset:
                 return held
             end = e.last_offset
             i += 1
@@ -293,6 +308,35 @@ def resolve(ctx: PartitionContext, lineage: Lineage | None = None) -> Chain:
     return resolve_chain([m for _s, m in ctx.store.manifests.values()], lineages)
 
 
+def local_divergence(ctx: PartitionContext, lineage: Lineage | None = None) -> int | None:
+    """The first offset of this replica's own log that the store's lineage markers contradict
+    (``lineage``: its ``leader-epoch-checkpoint``, read now when not given); None when none does.
+    From there on the log holds records an unclean election threw away: its broker truncates them
+    when it rejoins the cluster, until then no reader may see them (docs/cluster.md)."""
+    lineage = lineage if lineage is not None else local_lineage(ctx)
+    return replica_diverged(lineage, _lineages(ctx.store)) if lineage else None
+
+
+def note_divergence(ctx: PartitionContext, diverged_from: int | None) -> bool:
+    """Record in the progress where this replica's log left the lineage (readers stop there; -1:
+    it did not); True when that changed, so the caller saves the progress. One line each way."""
+    cut = -1 if diverged_from is None else diverged_from
+    if cut == ctx.progress.local_diverged_from:
+        return False
+    if cut >= 0:
+        log.warning(
+            "%s: this replica's log diverged from the store's lineage at offset %d (an unclean "
+            "leader election threw its records from there away; the broker truncates them when it "
+            "rejoins): nothing at or above it is served",
+            ctx.part.name,
+            cut,
+        )
+    else:
+        log.info("%s: this replica's log is on the store's lineage again: served up to its HW", ctx.part.name)
+    ctx.progress.local_diverged_from = cut
+    return True
+
+
 def settle(ctx: PartitionContext, *, leader: bool, read: int = 0, staged: bool = False) -> SyncResult:
     """Resolve the chain of what :func:`refresh` read and bring the local index to it; the leader
     records its lineage and uncommits what nobody may serve. Sets ``ctx.manifests``. ``staged``:
@@ -315,7 +359,8 @@ def settle(ctx: PartitionContext, *, leader: bool, read: int = 0, staged: bool =
     except FormatError as err:
         raise RlmError(f"cannot index the remote segments: {err}") from err
     ctx.manifests = chain.manifests
-    return SyncResult(resolved, read, rewound, appended, marker, uncommitted)
+    diverged = local_divergence(ctx, lineage)
+    return SyncResult(resolved, read, rewound, appended, marker, uncommitted, diverged)
 
 
 def sync(ctx: PartitionContext, *, leader: bool) -> SyncResult:

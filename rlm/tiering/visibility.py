@@ -9,7 +9,10 @@ offsets in ``[log_start_offset, visible_end_offset)``:
   rolled segment (= the active segment's base offset, or past the highest tiered offset if that is
   higher) is visible (``"rolled-segments"``); ``"high-watermark"`` serves only what was provably
   committed, i.e. tiered while a high watermark was known: ``highest tiered + 1``
-  (``"tiered"``; nothing at all when nothing is tiered).
+  (``"tiered"``; nothing at all when nothing is tiered). In a cluster, a replica whose own log
+  left the store's lineage (an unclean election threw its records from there away, and its
+  broker has not truncated them yet) is visible only below that offset (``"diverged"``,
+  :attr:`Progress.local_diverged_from`, docs/cluster.md).
 * **log start** — the first local segment's base, raised by ``log-start-offset-checkpoint``,
   and by the DeleteRecords point: a checkpointed log start ABOVE the first local segment's base
   (Kafka writes the entry only then), remembered in the progress file once the daemon has seen
@@ -44,7 +47,7 @@ log = logging.getLogger(__name__)
 #: validated per use like any CheckpointCache, so a broker's rewrite is seen at once.
 _SHARED_CHECKPOINTS = CheckpointCache()
 
-HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered"]
+HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered", "diverged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,9 @@ def partition_offsets(
     starts = [o for o in (remote_start, local_start) if o is not None]
     log_start = min(starts) if starts else None
     end, source = visible_end(state, segments, highest, policy)
+    if 0 <= progress.local_diverged_from < (end if end is not None else -1):
+        # this replica's log left the lineage there: an unclean election threw the rest away
+        end, source = progress.local_diverged_from, "diverged"
     if end is not None and log_start is not None:
         end = max(end, log_start)  # an empty visible range, never one that ends before it starts
     elif end is None and source == "tiered" and log_start is not None:

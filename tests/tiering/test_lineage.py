@@ -12,6 +12,7 @@ from rlm.tiering.lineage import (
     epoch_end,
     epoch_ranges,
     first_diverged,
+    replica_diverged,
     resolve_chain,
 )
 from rlm.tiering.manifest import SegmentManifest, StoredObject
@@ -52,6 +53,21 @@ def test_first_diverged_finds_the_first_contradicted_offset() -> None:
     # Kafka truncates the cache from the start, moving the first entry up: that never cuts valid data
     assert first_diverged(tiered, ((1, 5100),)) is None
     assert first_diverged(manifest(0, 99, ()), ((5, 0),)) is None  # no epochs recorded: not judged
+
+
+def test_replica_diverged_finds_where_a_replica_left_the_lineage() -> None:
+    marker = ((0, 0), (2, 1200))  # an unclean election: epoch 2 from 1200 (epoch 1 had no data)
+    # the old leader: epoch 0 ran on past 1200 on its own log (live: 2500 acks=1 writes)
+    assert replica_diverged(((0, 0),), [marker]) == 1200
+    assert replica_diverged(((0, 0), (1, 900)), [marker]) == 900  # an epoch the lineage never had
+    # the new leader, a replica that rejoined (truncated, then fetched epoch 2) and one lagging
+    # behind the election are on the lineage
+    assert replica_diverged(marker, [marker]) is None
+    assert replica_diverged(((0, 0), (2, 1200), (3, 4000)), [marker]) is None
+    assert replica_diverged(((0, 0),), []) is None
+    # a trimmed cache and the earliest of several cuts
+    assert replica_diverged(((0, 0),), [((2, 1200),)]) == 1200
+    assert replica_diverged(((0, 0), (1, 500)), [marker, ((0, 0), (1, 500), (4, 700))]) == 500
 
 
 def test_divergence_cuts_a_tail_and_drops_wholly_diverged_segments() -> None:

@@ -13,6 +13,8 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
+from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
+from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.logdir.scan import list_segments
@@ -24,6 +26,7 @@ from rlm.tiering.lineage import LineageMarker
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import ENTRIES_OBJECT
 from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.readers import TieredReaders
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.sync import sync
 from tests.tiering.helpers import local_index_files
@@ -40,7 +43,14 @@ def _replicas(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def _manager(
-    tmp_path: Path, name: str, log_dir: Path, store: Path, *, trust: bool = True, spread: int = 0
+    tmp_path: Path,
+    name: str,
+    log_dir: Path,
+    store: Path,
+    *,
+    trust: bool = True,
+    spread: int = 0,
+    cluster: dict[str, Any] | None = None,
 ) -> RemoteLogManager:
     cfg = write_config(
         tmp_path / f"{name}.toml",
@@ -49,6 +59,7 @@ def _manager(
         index_entry_bytes=2048,
         trust_local_state=trust,
         prefix_spread=spread,
+        cluster=cluster,
     )
     backend = open_spread(LocalBackend(root=str(store)), spread)  # docs/key-spread.md
     return RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
@@ -175,3 +186,54 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
     assert all(not e.rdi.url.endswith(newest.log.key) for e in entries)
     assert ctx3.family.last_offset == newest.last_offset
     assert [e for e in entries if e.last_offset < newest.base_offset] == older != []
+
+
+def test_restart_keeps_the_local_index_of_a_partition_with_a_topic_id(tmp_path: Path) -> None:
+    # Every KRaft partition has a topic id, so its keys hold "=" (`t-0=<id>/...`), which an object
+    # URL percent-encodes: the restart check must compare keys, not the URL's text (found beside a
+    # live cluster, where every sidecar restart re-indexed every segment from offset 0).
+    a_dir, _b_dir, store = _replicas(tmp_path)
+    topic_id = "AAAAAAAAAAAAAAAAAAAAAQ"
+    (a_dir / f"{TOPIC}-0" / "partition.metadata").write_bytes(format_partition_metadata(topic_id))
+    _manager(tmp_path, "a", a_dir, store).run_once()
+    before = local_index_files([a_dir])
+    again = _manager(tmp_path, "a", a_dir, store, trust=False)
+    again.run_once()
+    ctx = next(again.contexts())
+    assert ctx.key_id == topic_id and "%3D" in ctx.family.sets[0].entries()[0].entry.rdi.url
+    ctx.store.held = None  # what a restart knows of its local index: nothing but the files
+    result = sync(ctx, leader=False)
+    assert (result.rebuilt_from, result.appended_links) == (None, 0)
+    assert local_index_files([a_dir]) == before
+
+
+def test_a_replica_whose_own_log_left_the_lineage_serves_nothing_from_there(tmp_path: Path) -> None:
+    # Live: an old leader took acks=1 writes alone, tiered them and died; the stale follower was
+    # elected uncleanly and its sidecar wrote a marker. The old leader's sidecar, back before its
+    # broker (which truncates only when it rejoins), served those records from its own log — and,
+    # reading its dead broker's last metadata, which names it leader, would copy them again.
+    a_dir, b_dir, store = _replicas(tmp_path)
+    a = _manager(tmp_path, "a", a_dir, store)
+    a.run_once()
+    checkpoint = b_dir / f"{TOPIC}-0" / "leader-epoch-checkpoint"
+    middle = parse_leader_epoch_checkpoint(checkpoint.read_text()).entries[1].start_offset // 2
+    cut = min(b for b in _local_batches(b_dir / f"{TOPIC}-0") if b >= middle)  # epochs start a batch
+    of_context(next(a.contexts())).create_lineage_marker(LineageMarker(7, ((0, 0), (7, cut)), cut, 3, 0))
+    stale_leader = {"leadership": "static", "node_id": 2, "leaders": {f"{TOPIC}-0": 2}}
+    b = _manager(tmp_path, "b", b_dir, store, cluster=stale_leader)
+    (result,) = b.run_once()
+    assert result.error is None and result.copied == []  # its records past the cut are not copied
+    live = TieredReaders(b.settings, LocalBackend(root=str(store)), progress=b.live_progress)
+    persisted = TieredReaders(b.settings, LocalBackend(root=str(store)))  # a CLI reader beside it
+    for readers in (live, persisted):
+        reader = readers.reader(TOPIC, 0)
+        assert reader.lookup_offset(cut - 1).found and not reader.lookup_offset(cut).found
+        ranges = reader.offsets()
+        assert (ranges.visible_end_offset, ranges.high_watermark_source) == (cut, "diverged")
+        assert ranges.high_watermark is not None and ranges.high_watermark > cut
+    assert [r["local_diverged_from_offset"] for r in b.status()] == [cut]
+    # its broker rejoins: once its checkpoint is the lineage's, the next pass serves to its HW again
+    checkpoint.write_text(f"0\n2\n0 0\n7 {cut}\n")
+    b.run_once()
+    assert [r["local_diverged_from_offset"] for r in b.status()] == [None]
+    assert live.reader(TOPIC, 0).offsets().high_watermark_source == "checkpoint"
