@@ -15,6 +15,8 @@ offsets in ``[log_start_offset, visible_end_offset)``:
   (Kafka writes the entry only then), remembered in the progress file once the daemon has seen
   it (:attr:`Progress.delete_records_offset`), because the broker forgets it when its own
   retention passes it. The remote tier starts at ``max(remote log start, DeleteRecords point)``.
+* a checkpointed high watermark above the local log's end is not this log's (the topic was
+  deleted and created again since the broker last wrote the file): it is not used.
 """
 
 from __future__ import annotations
@@ -147,11 +149,18 @@ def note_delete_records(
 
 
 def visible_end(
-    state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int, policy: EligibilityPolicy
+    state: PartitionState,
+    segments: Sequence[SegmentFiles],
+    highest_tiered: int,
+    policy: EligibilityPolicy,
+    log_end: int | None = None,
 ) -> tuple[int | None, HighWatermarkSource]:
-    """The exclusive end of what may be served and where it comes from (module doc)."""
-    if state.high_watermark is not None:
-        return state.high_watermark, "checkpoint"
+    """The exclusive end of what may be served and where it comes from (module doc). ``log_end``:
+    the local log's end offset; a checkpointed high watermark above it is another log's (a high
+    watermark never passes its log's end) and is treated as absent."""
+    hw = state.high_watermark
+    if hw is not None and (log_end is None or hw <= log_end):
+        return hw, "checkpoint"
     tiered_end = highest_tiered + 1 if highest_tiered >= 0 else None
     if policy == "rolled":
         rolled_end = segments[-1].base_offset if segments else None
@@ -190,7 +199,8 @@ def partition_offsets(
             remote_start = None  # DeleteRecords passed everything tiered
     starts = [o for o in (remote_start, local_start) if o is not None]
     log_start = min(starts) if starts else None
-    end, source = visible_end(state, segments, highest, policy)
+    log_end = log_end_offset(segments)
+    end, source = visible_end(state, segments, highest, policy, log_end)
     if end is not None and log_start is not None:
         end = max(end, log_start)  # an empty visible range, never one that ends before it starts
     elif end is None and source == "tiered" and log_start is not None:
@@ -199,7 +209,7 @@ def partition_offsets(
         log_start,
         local_start,
         state.high_watermark,
-        log_end_offset(segments),
+        log_end,
         highest,
         remote_start,
         end,
