@@ -17,7 +17,13 @@ import pytest
 from rlm.testing.kafka_cluster import KafkaCluster, kafka_runtime_problem
 
 #: Every live cluster's brokers roll and delete on a short clock (see kafka_cluster's docstring).
-BROKER_CONFIG: dict[str, object] = {}
+#: The log start checkpoint is written at startup (the log manager's tasks start at once, not after
+#: 30 s), then only when a topic is deleted (or daily): what rlm knows of a DeleteRecords before it
+#: reaches disk must come from the broker itself (tests/live/test_delete_records.py).
+BROKER_CONFIG: dict[str, object] = {
+    "log.initial.task.delay.ms": 0,
+    "log.flush.start.offset.checkpoint.interval.ms": 86_400_000,
+}
 
 
 def require_kafka() -> None:

@@ -239,6 +239,14 @@ def test_choices_come_from_the_fields_literal_type() -> None:
         ),
         ({"tiering": {"retention_ms": -3, "task_interval_ms": 1}}, "tiering.retention_ms = -3"),
         ({"cluster": {"leadership": "static"}}, "config key cluster.leaders is empty"),
+        (
+            {"cluster": {"log_start_max_age_ms": -2}},
+            "cluster.log_start_max_age_ms = -2: must be an integer in [0, 9223372036854775807] or -1",
+        ),
+        (  # the log start check connects with the same credentials as kafka-admin leadership
+            {"cluster": {"bootstrap_servers": "b:9092", "security_protocol": "SASL_SSL"}},
+            "config key cluster.sasl_username is empty: security_protocol = 'SASL_SSL' needs",
+        ),
         ({"kafka": {"tls_cert": "/c"}}, "config key kafka.tls_key is empty"),
     ],
 )

@@ -90,6 +90,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
             kafka.stop()
         api.stop()
         history.stop()
+        parts.readers.close()
 
 
 def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | None:

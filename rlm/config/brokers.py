@@ -19,6 +19,7 @@ __all__ = [
     "LeadershipMode",
     "SaslMechanism",
     "SecurityProtocol",
+    "asks_log_starts",
     "check_cluster",
     "check_kafka",
 ]
@@ -50,28 +51,41 @@ class ClusterSettings:
     bootstrap_servers: tuple[str, ...] = key(
         (),
         v.servers,
-        '`kafka-admin`: brokers to ask, `"host:port"` (a string or a list).',
+        "`kafka-admin`, and the readers' check of the broker's log start (`log_start_max_age_ms`): "
+        'brokers to ask, `"host:port"` (a string or a list).',
+    )
+    log_start_max_age_ms: int = key(
+        0,
+        v.integer(0, disabled=-1),
+        "With `bootstrap_servers`: how old an answer of the broker's log start (ListOffsets earliest) a "
+        "read may use, so records deleted by DeleteRecords are not served before the broker's "
+        "`log-start-offset-checkpoint` reaches disk (docs/visibility.md); 0 = asked for each read "
+        "that would serve records, -1 = never asked (the log dir's files only).",
     )
     security_protocol: SecurityProtocol = key(
         "PLAINTEXT",
         v.one_of(SecurityProtocol),
-        "`kafka-admin`: Kafka's `security.protocol` for those connections.",
+        "`kafka-admin` and the log start check: Kafka's `security.protocol` for those connections.",
     )
     sasl_mechanism: SaslMechanism = key(
-        "PLAIN", v.one_of(SaslMechanism), "`kafka-admin` with `SASL_*`: the SASL mechanism."
+        "PLAIN",
+        v.one_of(SaslMechanism),
+        "`kafka-admin` and the log start check, with `SASL_*`: the SASL mechanism.",
     )
-    sasl_username: str = key("", v.string(), "`kafka-admin` with `SASL_*`: the user name.")
+    sasl_username: str = key(
+        "", v.string(), "`kafka-admin` and the log start check, with `SASL_*`: the user name."
+    )
     sasl_password_file: Path | None = key(
         None,
         v.optional_file,
-        "`kafka-admin` with `SASL_*`: a file holding the password (read at startup, one line; the "
-        "password is never in the config file).",
+        "`kafka-admin` and the log start check, with `SASL_*`: a file holding the password (read "
+        "at startup, one line; the password is never in the config file).",
     )
     ssl_cafile: Path | None = key(
         None,
         v.optional_file,
-        "`kafka-admin` with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify the brokers; unset = the "
-        "system's CAs.",
+        "`kafka-admin` and the log start check, with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify "
+        "the brokers; unset = the system's CAs.",
     )
     metadata_refresh_ms: int = key(
         30_000,
@@ -88,6 +102,11 @@ class ClusterSettings:
     )
 
 
+def asks_log_starts(c: ClusterSettings) -> bool:
+    """Whether readers ask the broker for its log start before serving (docs/visibility.md)."""
+    return bool(c.bootstrap_servers) and c.log_start_max_age_ms >= 0
+
+
 def check_cluster(c: ClusterSettings) -> None:
     """The keys each leadership source needs (checked once the whole section is read)."""
     if c.leadership == "static" and not c.leaders:
@@ -102,7 +121,7 @@ def check_cluster(c: ClusterSettings) -> None:
         )
     if (
         c.security_protocol.startswith("SASL_")
-        and c.leadership == "kafka-admin"
+        and (c.leadership == "kafka-admin" or asks_log_starts(c))
         and not (c.sasl_username and c.sasl_password_file)
     ):
         missing = "cluster.sasl_username" if not c.sasl_username else "cluster.sasl_password_file"

@@ -97,9 +97,12 @@ def _lookup_partitions(
     from rlm.tiering.readers import TieredReaders
 
     readers = TieredReaders(settings, spec.create())
-    for topic, partition in rows:
-        row = readers.offset_for_time(topic, partition, target)
-        yield row.topic, row.partition, row.offset, row.timestamp, row.tier
+    try:
+        for topic, partition in rows:
+            row = readers.offset_for_time(topic, partition, target)
+            yield row.topic, row.partition, row.offset, row.timestamp, row.tier
+    finally:
+        readers.close()
 
 
 def offsets_for_times(

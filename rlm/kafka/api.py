@@ -17,6 +17,7 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import RlmError
 from rlm.formats.naming import is_internal_topic
 from rlm.kafka.protocol import Api, Codes, api_versions_body
@@ -194,11 +195,16 @@ class KafkaApi:
     def list_offsets(self, req: Any, version: int) -> Any:
         committed = bool(getattr(req, "isolation_level", 0))
         cls = ListOffsetsResponse
+        query = self.readers.log_start_query(
+            [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        )
         topics = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                got = list_offset(self.readers, t.name, p.partition_index, p.timestamp, committed, version)
+                got = list_offset(
+                    self.readers, t.name, p.partition_index, p.timestamp, committed, version, query
+                )
                 parts.append(
                     cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                         partition_index=p.partition_index,
@@ -229,11 +235,15 @@ class KafkaApi:
             )
         committed = bool(req.isolation_level)
         budget, total, errors = req.max_bytes, 0, False
+        # one question to the broker about log starts for every partition that needs it (docs/visibility.md)
+        query = self.readers.log_start_query(
+            [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+        )
         responses = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                got = self._fetch_one(t.topic, p, committed, budget - total, total > 0, reader_key)
+                got = self._fetch_one(t.topic, p, committed, budget - total, total > 0, reader_key, query)
                 total += len(got.records)
                 errors = errors or got.error != Codes.NONE
                 parts.append(_partition_data(p.partition, got))
@@ -243,12 +253,21 @@ class KafkaApi:
         )
 
     def _fetch_one(
-        self, topic: str, p: Any, committed: bool, left: int, started: bool, reader_key: Hashable
+        self,
+        topic: str,
+        p: Any,
+        committed: bool,
+        left: int,
+        started: bool,
+        reader_key: Hashable,
+        query: LogStartQuery | None,
     ) -> FetchedPartition:
         limit = min(p.partition_max_bytes, left) if started else p.partition_max_bytes
         if started and limit <= 0:
-            return partition_offsets(self.readers, topic, p.partition)
-        got = fetch_partition(self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key)
+            return partition_offsets(self.readers, topic, p.partition, query)
+        got = fetch_partition(
+            self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key, query
+        )
         if started and len(got.records) > limit:  # the response is full: offsets only
             return FetchedPartition(
                 got.error,

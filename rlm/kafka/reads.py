@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import OffsetOutOfRangeError, PartitionNotFoundError, RlmError
 from rlm.kafka.protocol import Codes, kafka_code
 from rlm.tiering import isolation as txn
@@ -81,21 +82,26 @@ def served(topic: str) -> bool:
     return topic not in _NOT_TOPICS
 
 
-def reader_for(readers: TieredReaders, topic: str, partition: int) -> PartitionReader:
-    """The partition's reader; the KRaft log is unknown here (:class:`PartitionNotFoundError`)."""
+def reader_for(
+    readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
+) -> PartitionReader:
+    """The partition's reader; the KRaft log is unknown here (:class:`PartitionNotFoundError`).
+    ``query``: the request's question to the broker about log starts (docs/visibility.md)."""
     if not served(topic):
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not a topic's")
-    return readers.reader(topic, partition)
+    return readers.reader(topic, partition, query)
 
 
 def _or(value: int | None, default: int = -1) -> int:
     return default if value is None else value
 
 
-def partition_offsets(readers: TieredReaders, topic: str, partition: int) -> FetchedPartition:
+def partition_offsets(
+    readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
+) -> FetchedPartition:
     """An answer with no records: the partition's offsets only (the response is already full)."""
     try:
-        ranges = reader_for(readers, topic, partition).offsets()
+        ranges = reader_for(readers, topic, partition, query).offsets()
     except RlmError as err:
         return FetchedPartition(error_code(err))
     return FetchedPartition(Codes.NONE, _or(ranges.visible_end_offset, 0), -1, _or(ranges.log_start_offset))
@@ -109,15 +115,16 @@ def fetch_partition(
     max_bytes: int,
     committed: bool,
     reader_key: Hashable,
+    query: LogStartQuery | None = None,
 ) -> FetchedPartition:
     """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (at least one,
     as Kafka answers a first partition with data; the caller enforces the response's budget),
     below the high watermark — below the last stable offset under read_committed."""
     try:
-        reader = reader_for(readers, topic, partition)
+        reader = reader_for(readers, topic, partition, query)
         fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
     except OffsetOutOfRangeError:
-        return _out_of_range(readers, topic, partition)
+        return _out_of_range(readers, topic, partition, query)
     except RlmError as err:
         return FetchedPartition(error_code(err))
     hw = _or(fetched.high_watermark, 0)
@@ -138,15 +145,23 @@ def fetch_partition(
     return FetchedPartition(Codes.NONE, hw, lso, start, data, aborted)
 
 
-def _out_of_range(readers: TieredReaders, topic: str, partition: int) -> FetchedPartition:
-    answer = partition_offsets(readers, topic, partition)
+def _out_of_range(
+    readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None
+) -> FetchedPartition:
+    answer = partition_offsets(readers, topic, partition, query)
     if answer.error:
         return answer
     return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE, answer.high_watermark, -1, answer.log_start_offset)
 
 
 def list_offset(
-    readers: TieredReaders, topic: str, partition: int, timestamp: int, committed: bool, version: int
+    readers: TieredReaders,
+    topic: str,
+    partition: int,
+    timestamp: int,
+    committed: bool,
+    version: int,
+    query: LogStartQuery | None = None,
 ) -> ListedOffset:
     """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
     watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
@@ -157,7 +172,7 @@ def list_offset(
     if timestamp < LATEST_TIERED:
         return ListedOffset(Codes.INVALID_REQUEST)
     try:
-        reader = reader_for(readers, topic, partition)
+        reader = reader_for(readers, topic, partition, query)
         ranges = reader.offsets()
         end = _bound(reader, ranges, committed)
         if timestamp == LATEST:

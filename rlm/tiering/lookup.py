@@ -25,6 +25,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
@@ -149,11 +150,21 @@ class PartitionReader:
 
     remote_first = False
 
-    def __init__(self, part: PartitionDir, resources: ReaderResources, progress: Progress) -> None:
+    def __init__(
+        self,
+        part: PartitionDir,
+        resources: ReaderResources,
+        progress: Progress,
+        log_starts: LogStartQuery | None = None,
+    ) -> None:
+        """``log_starts``: where to ask the broker's live log start (docs/visibility.md "Before the
+        checkpoint reaches disk"); None = the log dir's files alone."""
         self.part = part
         self.res = resources
         self.progress = progress
         self._views: tuple[Claim | None, list[SetView]] | None = None
+        self.log_starts = log_starts
+        self._asked: tuple[int | None] | None = None  # the broker's answer, asked once per reader
 
     # -- what is where ------------------------------------------------------------------------
 
@@ -167,9 +178,26 @@ class PartitionReader:
             self._views = (claim, self.res.store_sets.served(self.part, self.progress, local))
         return self._views[1]
 
-    def offsets(self, segments: Sequence[SegmentFiles] | None = None) -> PartitionOffsets:
+    def offsets(
+        self, segments: Sequence[SegmentFiles] | None = None, *, at: int | None = None
+    ) -> PartitionOffsets:
+        """Where each tier starts and ends now (docs/visibility.md). With ``log_starts``, the
+        broker's live log start is asked too — unless ``at``, the offset a read would serve, is
+        not visible by the files anyway (a consumer waiting at the end costs no request)."""
         checkpoints = self.res.checkpoints.get(self.part.log_dir)
-        return partition_offsets(self.part, self.progress, segments, checkpoints, self.res.eligibility)
+        ranges = partition_offsets(self.part, self.progress, segments, checkpoints, self.res.eligibility)
+        if self.log_starts is None or (at is not None and not ranges.visible(at)):
+            return ranges
+        if self._asked is None:
+            self._asked = (self.log_starts.log_start(self.part.topic, self.part.partition),)
+        (start,) = self._asked
+        if start is None or ranges.log_start_offset is None or start <= ranges.log_start_offset:
+            return ranges
+        # Listed again, after the answer: the broker raises its log start before it renames the
+        # segments its retention deletes, so an older listing could make that look like DeleteRecords.
+        return partition_offsets(
+            self.part, self.progress, list_segments(self.part), checkpoints, self.res.eligibility, start
+        )
 
     def _not_found(self, ranges: PartitionOffsets, reason: str) -> LookupResult:
         return LookupResult(self.part.topic, self.part.partition, False, ranges, reason=reason)
@@ -194,7 +222,7 @@ class PartitionReader:
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
         segments = list_segments(self.part)
-        ranges = self.offsets(segments)
+        ranges = self.offsets(segments, at=offset)
         if not ranges.visible(offset):
             return self._not_found(ranges, invisible_reason(offset, ranges))
         gap = gap_at(self.progress.gaps, offset)

@@ -240,9 +240,14 @@ class RemoteLogManager:
         except Exception as err:  # a bug or an error no layer translated: still converge next pass
             # Left recovered, the next pass would skip recovery: the open journal attempt and its
             # pins would never be resolved and the same failure could repeat on every pass.
-            result.error = ctx.last_error = f"unexpected {type(err).__name__}: {err}"
             ctx.recovered = False
-            log.exception("%s: pass failed unexpectedly", part.name)
+            if isinstance(err, FileNotFoundError) and not part.path.is_dir():
+                # Kafka renamed it away (topic deleted, replica moved) mid-pass: an event, not a bug
+                result.error = ctx.last_error = f"the partition directory {part.path} is gone"
+                log.warning("%s: pass stopped: %s (topic deleted or replica moved)", part.name, result.error)
+            else:
+                result.error = ctx.last_error = f"unexpected {type(err).__name__}: {err}"
+                log.exception("%s: pass failed unexpectedly", part.name)
         finally:
             ctx.series(self.shared.metrics.task_seconds).observe(time.monotonic() - started)
             ctx.publish_gauges()

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlm.cluster.log_starts import BrokerLogStarts, LogStartQuery
 from rlm.config import Settings
+from rlm.config.brokers import asks_log_starts
 from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
 from rlm.formats.naming import validate_topic
 from rlm.fsutil import FileMemo
@@ -66,11 +68,14 @@ class TieredReaders:
         policies: TopicPolicyResolver | None = None,
         protection: StoreProtection | None = None,
         checkpoints: CheckpointCache | None = None,
+        log_starts: BrokerLogStarts | None = None,
     ) -> None:
         """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
         process reads the metadata log once; a one-shot command gets its own. ``protection``: the
         daemon passes its manager's (one key ring per process); else built from the settings.
-        ``checkpoints``: the daemon passes its manager's cache of parsed log-dir checkpoints."""
+        ``checkpoints``: the daemon passes its manager's cache of parsed log-dir checkpoints.
+        ``log_starts``: where readers ask the broker's live log start; by default built from
+        ``[cluster]`` when it names brokers (docs/visibility.md "Before the checkpoint reaches disk")."""
         self.settings = settings
         self.resources = ReaderResources(
             backend,
@@ -80,14 +85,29 @@ class TieredReaders:
             protection=protection or StoreProtection.from_settings(settings.remote),
             checkpoints=checkpoints or CheckpointCache(),
         )
+        if log_starts is None and asks_log_starts(settings.cluster):
+            log_starts = BrokerLogStarts(settings.cluster)
+        self.log_starts = log_starts
         self._progress = progress or self._persisted_progress
         self.policies = policies or TopicPolicyResolver(settings)
         # Asked on every request: read again only when the file changed (docs/read-path.md).
         self._progress_files = FileMemo(Progress.load)
 
-    def _reader(self, part: PartitionDir) -> PartitionReader:
+    def close(self) -> None:
+        """Stop the connection to the cluster, if one was opened (the read-ahead threads are daemons)."""
+        if self.log_starts is not None:
+            self.log_starts.close()
+
+    def log_start_query(self, batch: Sequence[tuple[str, int]] = ()) -> LogStartQuery | None:
+        """One request's question to the broker about log starts, asked from now on; ``batch``:
+        every (topic, partition) the request reads, asked together. None without brokers to ask."""
+        if self.log_starts is None:
+            return None
+        return LogStartQuery(self.log_starts, self.log_starts.now(), tuple(batch))
+
+    def _reader(self, part: PartitionDir, query: LogStartQuery | None = None) -> PartitionReader:
         """A reader; compacted topics answer tiered offsets from the remote tier (docs/topic-policy.md)."""
-        reader = PartitionReader(part, self.resources, self._progress(part))
+        reader = PartitionReader(part, self.resources, self._progress(part), query or self.log_start_query())
         self.policies.refresh(max_age_s=1.0)
         reader.remote_first = self.policies.policy(part.topic).compacted
         return reader
@@ -104,14 +124,15 @@ class TieredReaders:
         parts = discover_partitions(self.settings.log.dirs)
         return [p for p in parts if wanted is None or p.topic in wanted]
 
-    def reader(self, topic: str, partition: int) -> PartitionReader:
+    def reader(self, topic: str, partition: int, query: LogStartQuery | None = None) -> PartitionReader:
+        """The partition's reader; ``query``: the request's (:meth:`log_start_query`), else its own."""
         check_topic(topic)
         check_partition(partition)
         for log_dir in self.settings.log.dirs:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
                 # partition.metadata is parsed again only when it changed (logdir.read_topic_id)
-                return self._reader(partition_dir(Path(log_dir), topic, partition, path))
+                return self._reader(partition_dir(Path(log_dir), topic, partition, path), query)
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
 
     def offsets_for_times(
@@ -125,7 +146,9 @@ class TieredReaders:
         target = timestamp - minus_ms if timestamp >= 0 else timestamp
         if timestamp >= 0 and target < 0:
             target = 0
-        return [self._offset_for_time(self._reader(part), target) for part in self.partitions(topics)]
+        parts = self.partitions(topics)
+        query = self.log_start_query([(p.topic, p.partition) for p in parts])
+        return [self._offset_for_time(self._reader(part, query), target) for part in parts]
 
     def offset_for_time(self, topic: str, partition: int, target: int) -> OffsetForTime:
         """One partition's row of :meth:`offsets_for_times` (``target`` already has the margin

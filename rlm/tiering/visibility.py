@@ -18,6 +18,10 @@ offsets in ``[log_start_offset, visible_end_offset)``:
   (Kafka writes the entry only then), remembered in the progress file once the daemon has seen
   it (:attr:`Progress.delete_records_offset`), because the broker forgets it when its own
   retention passes it. The remote tier starts at ``max(remote log start, DeleteRecords point)``.
+  Until the broker's checkpoint reaches disk, readers learn the point from the broker itself
+  (``broker_log_start``, asked by rlm/cluster/log_starts.py) when it can only be one.
+* a checkpointed high watermark above the local log's end is not this log's (the topic was
+  deleted and created again since the broker last wrote the file): it is not used.
 """
 
 from __future__ import annotations
@@ -131,6 +135,21 @@ def delete_records_point(state: PartitionState, segments: Sequence[SegmentFiles]
     return lso if lso > segments[0].base_offset else None
 
 
+def broker_delete_point(broker_start: int | None, segments: Sequence[SegmentFiles]) -> int | None:
+    """The broker's live log start (ListOffsets earliest) when it can only be a DeleteRecords point:
+    above the first local segment's base and equal to no local segment's base. The broker's local
+    retention moves its log start only ever to the base of a segment it keeps, so a log start
+    inside a segment was set by DeleteRecords; one at a segment's base is left to the checkpoint
+    (docs/visibility.md "Before the checkpoint reaches disk"). ``segments`` must be listed after
+    the answer was asked: the broker raises its log start before it renames the segments it deletes.
+    """
+    if broker_start is None or not segments or broker_start <= segments[0].base_offset:
+        return None
+    if any(s.base_offset == broker_start for s in segments):
+        return None
+    return broker_start
+
+
 def note_delete_records(
     ctx: PartitionContext, state: PartitionState, segments: Sequence[SegmentFiles] | None = None
 ) -> None:
@@ -150,11 +169,18 @@ def note_delete_records(
 
 
 def visible_end(
-    state: PartitionState, segments: Sequence[SegmentFiles], highest_tiered: int, policy: EligibilityPolicy
+    state: PartitionState,
+    segments: Sequence[SegmentFiles],
+    highest_tiered: int,
+    policy: EligibilityPolicy,
+    log_end: int | None = None,
 ) -> tuple[int | None, HighWatermarkSource]:
-    """The exclusive end of what may be served and where it comes from (module doc)."""
-    if state.high_watermark is not None:
-        return state.high_watermark, "checkpoint"
+    """The exclusive end of what may be served and where it comes from (module doc). ``log_end``:
+    the local log's end offset; a checkpointed high watermark above it is another log's (a high
+    watermark never passes its log's end) and is treated as absent."""
+    hw = state.high_watermark
+    if hw is not None and (log_end is None or hw <= log_end):
+        return hw, "checkpoint"
     tiered_end = highest_tiered + 1 if highest_tiered >= 0 else None
     if policy == "rolled":
         rolled_end = segments[-1].base_offset if segments else None
@@ -169,9 +195,11 @@ def partition_offsets(
     segments: Sequence[SegmentFiles] | None = None,
     checkpoints: LogDirCheckpoints | None = None,
     policy: EligibilityPolicy = "high-watermark",
+    broker_log_start: int | None = None,
 ) -> PartitionOffsets:
     """Where each tier starts and ends now (local from the log dir, remote from ``progress``)
-    and the visible range (module doc); ``policy`` is ``log.eligibility``.
+    and the visible range (module doc); ``policy`` is ``log.eligibility``; ``broker_log_start``:
+    the broker's live log start, asked before ``segments`` were listed (:func:`broker_delete_point`).
 
     ``checkpoints``: the log dir's, as the caller's cache has them; without, a cache shared by the
     process serves them (each checkpoint file lists every partition of the log dir, so parsing it
@@ -181,7 +209,11 @@ def partition_offsets(
     if checkpoints is None:
         checkpoints = _SHARED_CHECKPOINTS.get(part.log_dir)
     state = partition_state(part, checkpoints)
-    deleted = max(progress.delete_records_offset, delete_records_point(state, segments) or -1)
+    deleted = max(
+        progress.delete_records_offset,
+        delete_records_point(state, segments) or -1,
+        broker_delete_point(broker_log_start, segments) or -1,
+    )
     local_start = segments[0].base_offset if segments else None
     if local_start is not None:
         local_start = max(local_start, state.log_start_offset or 0, deleted)
@@ -193,7 +225,8 @@ def partition_offsets(
             remote_start = None  # DeleteRecords passed everything tiered
     starts = [o for o in (remote_start, local_start) if o is not None]
     log_start = min(starts) if starts else None
-    end, source = visible_end(state, segments, highest, policy)
+    log_end = log_end_offset(segments)
+    end, source = visible_end(state, segments, highest, policy, log_end)
     if 0 <= progress.local_diverged_from < (end if end is not None else -1):
         # this replica's log left the lineage there: an unclean election threw the rest away
         end, source = progress.local_diverged_from, "diverged"
@@ -205,7 +238,7 @@ def partition_offsets(
         log_start,
         local_start,
         state.high_watermark,
-        log_end_offset(segments),
+        log_end,
         highest,
         remote_start,
         end,
@@ -284,6 +317,7 @@ __all__ = [
     "PartitionOffsets",
     "batches_below",
     "batches_max_timestamp",
+    "broker_delete_point",
     "delete_records_point",
     "invisible_reason",
     "local_max_timestamp",

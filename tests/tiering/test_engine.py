@@ -317,3 +317,24 @@ def test_a_pass_waits_for_gc_instead_of_being_skipped(tmp_path: Path) -> None:
     result = manager.run_partition(part)
     gc.join(30)
     assert not result.skipped and result.error is None, result
+
+
+@pytest.mark.parametrize("passed_before", [False, True])
+def test_a_partition_directory_renamed_away_is_one_line_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, passed_before: bool
+) -> None:
+    """Kafka renames a deleted topic's directory (``<name>.<id>-delete``) while a pass may be
+    about to run on it: the pass says so in one line (issue #29, seen beside a live broker)."""
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    generate_log_dir(logs, [(TOPIC, 1)], seed=3, records=300, segment_bytes=4096)
+    config = write_config(tmp_path / "rlm.toml", [logs], root=store)
+    manager = RemoteLogManager(load_settings(config), LocalBackend(root=str(store)))
+    part = manager.discover()[0]
+    if passed_before:
+        assert manager.run_partition(part).error is None
+    part.path.rename(logs / f"{TOPIC}-0.9f2c0d3e5b7a4c1d8e6f0a2b4c6d8e0f-delete")
+    with caplog.at_level("INFO", logger="rlm.tiering.manager"):
+        result = manager.run_partition(part)
+    assert result.error is not None and "is gone" in result.error
+    assert [r.levelname for r in caplog.records if r.name == "rlm.tiering.manager"] == ["WARNING"]
+    assert all(r.exc_info is None for r in caplog.records)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering import keys
@@ -128,3 +129,25 @@ def test_plan_deletes_segments_wholly_below_the_log_start(log_start: int, expect
     # Size retention goes on after the log-start deletions, counting only what remains.
     sized = plan_retention(segs, now_ms=0, retention_ms=-1, retention_bytes=100, log_start_offset=10)
     assert sized.reason == {0: "log-start", 10: "size"}
+
+
+def test_a_checkpointed_high_watermark_above_the_log_end_is_another_logs(tmp_path: Path) -> None:
+    """A topic deleted and created again within the broker's HW checkpoint interval: the file
+    still holds the old topic's high watermark under the name."""
+    logs = tmp_path / "logs"
+    write_generated(logs, "t", 0, batches=40, seed=3, segment_bytes=8_000)
+    settings = settings_for([logs], options={"root": str(tmp_path / "store")}, eligibility="high-watermark")
+    readers = TieredReaders(settings, LocalBackend(root=str(tmp_path / "store")))
+    ranges = readers.reader("t", 0).offsets()
+    end = ranges.log_end_offset
+    assert end is not None and ranges.visible_end_offset == ranges.high_watermark == end
+    (logs / REPLICATION_OFFSET_CHECKPOINT).write_text(format_offset_checkpoint({("t", 0): end + 2500}))
+    reader = readers.reader("t", 0)
+    ranges = reader.offsets()
+    assert (ranges.high_watermark, ranges.high_watermark_source, ranges.visible_end_offset) == (
+        end + 2500,
+        "tiered",
+        0,
+    )
+    assert reader.lookup_timestamp(-1).offset == 0  # less than the broker knows, never the old end
+    assert reader.fetch(0, 1 << 20).batches == []

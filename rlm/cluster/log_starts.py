@@ -1,0 +1,234 @@
+"""The broker's live log start offsets, asked through ``[cluster] bootstrap_servers`` (docs/visibility.md).
+
+Kafka promises that once DeleteRecords returns no consumer reads below the new log start, but it
+writes the new start to ``log-start-offset-checkpoint`` only every
+``log.flush.start.offset.checkpoint.interval.ms`` (60 s by default) or when a log is deleted. From
+the files alone a sidecar serves the deleted records until then. So readers ask the partition's
+leader (ListOffsets earliest through kafka-python's admin client, which routes each partition to
+its leader) before they serve: :meth:`BrokerLogStarts.log_start` returns an answer asked no earlier
+than ``since - max age`` (``[cluster] log_start_max_age_ms``; 0 = asked after the read began).
+
+* Answers are kept per partition. A read that finds none fresh enough asks for its partition and
+  for the other partitions of its request (:class:`LogStartQuery`'s ``batch``: a Kafka Fetch for 100
+  partitions costs one ListOffsets per leader, not 100). One request at a time: concurrent readers
+  wait for it and take its answers when they are fresh enough for them.
+* A request that fails (the cluster unreachable, a timeout, authentication) is logged once, and for
+  :data:`RETRY_S` no read asks: the files decide, as without this check. A partition the broker
+  does not know (a deleted topic) or refuses answers None (the files decide) for :data:`RETRY_S`.
+
+What an answer means is the reader's business (rlm/tiering/visibility.py ``broker_delete_point``):
+the broker's log start also moves when its local retention deletes segments, and that is not a
+deletion for rlm.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlm.cluster.kafka_admin import admin_client_config
+from rlm.config.brokers import ClusterSettings
+from rlm.errors import ConfigError
+
+__all__ = ["RETRY_S", "BrokerLogStarts", "LogStartQuery"]
+
+log = logging.getLogger(__name__)
+
+#: Bound on one ListOffsets request (and on connecting): a read waits at most this long (ms).
+ASK_TIMEOUT_MS = 3_000
+#: After a failed request, reads use the files alone for this long before asking again (s).
+RETRY_S = 5.0
+
+Key = tuple[str, int]
+#: Asks the cluster for the log start of each partition: ``{(topic, partition): offset}``.
+Lister = Callable[[list[Key]], Mapping[Key, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    offset: int | None  # None: the broker would not tell (the files decide)
+    asked_at: float  # clock() when the request was sent
+    retry_at: float  # a None answer stands until then
+
+
+class BrokerLogStarts:
+    """Log start offsets from the cluster (module doc). ``lister``: how to ask (tests); by default
+    kafka-python's ``KafkaAdminClient.list_partition_offsets`` with the ``[cluster]`` connection
+    settings, created on first use and re-created after a failure."""
+
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        *,
+        lister: Lister | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_age_s = max(cluster.log_start_max_age_ms, 0) / 1000
+        self._cluster = cluster
+        self._lister = lister
+        self._kafka: Any = _kafka() if lister is None else None  # fails at startup, not at a read
+        self._client: Any = None
+        self._clock = clock
+        self._answers: dict[Key, _Answer] = {}
+        self._lock = threading.Lock()
+        self._down_until = float("-inf")
+        self.error: str | None = None
+        self.requests = self.failures = 0
+
+    def now(self) -> float:
+        """The clock answers are stamped with: a read's ``since``."""
+        return self._clock()
+
+    def log_start(self, key: Key, since: float, batch: Iterable[Key] = ()) -> int | None:
+        """The broker's log start of ``key`` = (topic, partition), asked no earlier than ``since``
+        minus the max age; None when the broker cannot tell now (the files decide). Asks, with
+        ``batch``'s partitions that have no fresh answer either, when there is none."""
+        found = self._fresh(key, since)
+        if found is not None or self._clock() < self._down_until:
+            return found.offset if found is not None else None
+        with self._lock:
+            found = self._fresh(key, since)
+            if found is None and self._clock() >= self._down_until:
+                wanted = [key, *(k for k in dict.fromkeys(batch) if k != key and not self._fresh(k, since))]
+                self._ask(wanted)
+                found = self._fresh(key, since)
+        return found.offset if found is not None else None
+
+    def _fresh(self, key: Key, since: float) -> _Answer | None:
+        got = self._answers.get(key)
+        if got is None:
+            return None
+        if got.asked_at >= since - self.max_age_s:
+            return got
+        return got if got.offset is None and self._clock() < got.retry_at else None
+
+    def _ask(self, keys: list[Key]) -> None:
+        sent = self._clock()
+        self.requests += 1
+        try:
+            offsets = self._list(keys)
+        except Exception as err:  # the third-party client's errors: see _refused
+            if self._refused(err) and len(keys) > 1:
+                for key in keys:  # which partition the broker refused: ask each alone
+                    if self._clock() < self._down_until:
+                        break  # the cluster stopped answering meanwhile
+                    self._ask([key])
+                return
+            self._failed(keys, sent, err)
+            return
+        if self.error is not None:
+            log.info(
+                "broker log start: the cluster answers again (%s)", ",".join(self._cluster.bootstrap_servers)
+            )
+            self.error = None
+        for key in keys:
+            self._answers[key] = _Answer(offsets.get(key), sent, sent + RETRY_S)
+
+    def _failed(self, keys: list[Key], sent: float, err: Exception) -> None:
+        self.failures += 1
+        text = f"{type(err).__name__}: {err}".rstrip(": ")
+        if self._refused(err):  # about these partitions only (a deleted topic, no leader)
+            log.info("broker log start of %s: %s; the log dir's files decide", _names(keys), text)
+            for key in keys:
+                self._answers[key] = _Answer(None, sent, sent + RETRY_S)
+            return
+        if self.error != text:
+            log.error(
+                "broker log start: cannot ask %s: %s; the log dir's files decide (records deleted by "
+                "DeleteRecords may be served until the broker's checkpoint reaches disk)",
+                ",".join(self._cluster.bootstrap_servers),
+                text,
+            )
+        self.error = text
+        self._down_until = sent + RETRY_S
+        self._close_client()
+
+    @staticmethod
+    def _refused(err: Exception) -> bool:
+        """An error the broker answered for some partitions (unknown topic, not the leader), as
+        opposed to one of the connection (kafka-python's BrokerResponseError tree)."""
+        try:
+            errors = importlib.import_module("kafka.errors")
+        except ImportError:
+            return False
+        return isinstance(err, errors.BrokerResponseError)
+
+    def _list(self, keys: list[Key]) -> Mapping[Key, int]:
+        if self._lister is not None:
+            return self._lister(keys)
+        kafka = self._kafka
+        if self._client is None:
+            self._client = kafka.KafkaAdminClient(**_client_config(self._cluster, kafka))
+        spec = kafka.admin.OffsetSpec.EARLIEST
+        asked = {kafka.TopicPartition(t, p): spec for t, p in keys}
+        got = self._client.list_partition_offsets(asked, timeout_ms=ASK_TIMEOUT_MS)
+        return {(tp.topic, tp.partition): int(answer.offset) for tp, answer in got.items()}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": list(self._cluster.bootstrap_servers),
+            "max_age_ms": int(self.max_age_s * 1000),
+            "error": self.error,
+            "requests": self.requests,
+            "failures": self.failures,
+        }
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception as err:  # closing a broken client must not hide the first error
+                log.debug("closing the Kafka admin client: %s", err)
+
+    def close(self) -> None:
+        """Stop the admin client's I/O thread."""
+        with self._lock:
+            self._close_client()
+
+
+@dataclass(frozen=True, slots=True)
+class LogStartQuery:
+    """One request's view of :class:`BrokerLogStarts`: answers asked no earlier than ``since``
+    (minus the max age); ``batch``: the request's other partitions, asked together."""
+
+    source: BrokerLogStarts
+    since: float
+    batch: tuple[Key, ...] = ()
+
+    def log_start(self, topic: str, partition: int) -> int | None:
+        return self.source.log_start((topic, partition), self.since, self.batch)
+
+
+def _names(keys: list[Key]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in keys)
+
+
+def _kafka() -> Any:
+    try:
+        kafka = importlib.import_module("kafka")
+        importlib.import_module("kafka.admin")
+    except ImportError:
+        raise ConfigError(
+            "config key cluster.bootstrap_servers: asking the broker's log start needs kafka-python: "
+            "pip install 'rlm[kafka]' (or set cluster.log_start_max_age_ms = -1)"
+        ) from None
+    return kafka
+
+
+def _client_config(cluster: ClusterSettings, kafka: Any) -> dict[str, Any]:
+    """The ``[cluster]`` connection (as the kafka-admin leadership source's), with the read-sized
+    timeout :data:`ASK_TIMEOUT_MS`."""
+    known = set(kafka.KafkaAdminClient.DEFAULT_CONFIG)
+    config = admin_client_config(cluster, cluster.node_id or 0, known)
+    config["client_id"] = "rlm-log-start"
+    config["request_timeout_ms"] = ASK_TIMEOUT_MS
+    for key in ("bootstrap_timeout_ms", "api_version_auto_timeout_ms"):
+        if key in known:
+            config[key] = ASK_TIMEOUT_MS
+    return config
