@@ -117,7 +117,7 @@ def fetch_partition(
         reader = reader_for(readers, topic, partition)
         fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
     except OffsetOutOfRangeError:
-        return _out_of_range(readers, topic, partition)
+        return _out_of_range()
     except RlmError as err:
         return FetchedPartition(error_code(err))
     hw = _or(fetched.high_watermark, 0)
@@ -138,11 +138,10 @@ def fetch_partition(
     return FetchedPartition(Codes.NONE, hw, lso, start, data, aborted)
 
 
-def _out_of_range(readers: TieredReaders, topic: str, partition: int) -> FetchedPartition:
-    answer = partition_offsets(readers, topic, partition)
-    if answer.error:
-        return answer
-    return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE, answer.high_watermark, -1, answer.log_start_offset)
+def _out_of_range() -> FetchedPartition:
+    """Kafka's answer to a fetch offset outside the log: OFFSET_OUT_OF_RANGE with every offset
+    unknown (-1), as a broker's read error carries none; clients reset with ListOffsets."""
+    return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE)
 
 
 def list_offset(
