@@ -165,10 +165,11 @@ def list_offset(
             return ListedOffset(Codes.NONE, -1, min(_or(ranges.log_start_offset, end), end))
         if timestamp == EARLIEST_LOCAL:
             return ListedOffset(Codes.NONE, -1, min(_or(ranges.local_log_start_offset, end), end))
-        if timestamp == LATEST_TIERED:
-            if ranges.remote_log_start_offset is None:
+        if timestamp == LATEST_TIERED:  # nothing visible tiered: -1 (docs/visibility.md, ListOffsets)
+            last = min(ranges.highest_tiered_offset, end - 1)
+            if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:
                 return ListedOffset(Codes.NONE, -1, -1)
-            return ListedOffset(Codes.NONE, -1, min(ranges.highest_tiered_offset, end - 1))
+            return ListedOffset(Codes.NONE, -1, last)
         found = reader.lookup_timestamp(timestamp)
     except RlmError as err:
         return ListedOffset(error_code(err))
