@@ -149,8 +149,9 @@ def list_offset(
 ) -> ListedOffset:
     """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
     watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
-    record with the largest timestamp, -4 the local log start offset, -5 the highest tiered
-    offset, a timestamp ≥ 0 the first visible record at or after it (else offset -1)."""
+    record with the largest timestamp, -4 the local log start offset (-2 and -4 whatever the
+    isolation level), -5 the highest tiered offset, a timestamp ≥ 0 the first visible record at
+    or after it (else offset -1)."""
     if timestamp in _MIN_VERSION and version < _MIN_VERSION[timestamp]:
         return ListedOffset(Codes.UNSUPPORTED_VERSION)
     if timestamp < LATEST_TIERED:
@@ -158,13 +159,13 @@ def list_offset(
     try:
         reader = reader_for(readers, topic, partition)
         ranges = reader.offsets()
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):  # as Kafka's: whatever the isolation level
+            visible = _bound(reader, ranges, False)
+            start = ranges.log_start_offset if timestamp == EARLIEST else ranges.local_log_start_offset
+            return ListedOffset(Codes.NONE, -1, min(_or(start, visible), visible))
         end = _bound(reader, ranges, committed)
         if timestamp == LATEST:
             return ListedOffset(Codes.NONE, -1, end)
-        if timestamp == EARLIEST:
-            return ListedOffset(Codes.NONE, -1, min(_or(ranges.log_start_offset, end), end))
-        if timestamp == EARLIEST_LOCAL:
-            return ListedOffset(Codes.NONE, -1, min(_or(ranges.local_log_start_offset, end), end))
         if timestamp == LATEST_TIERED:  # nothing visible tiered: -1 (docs/visibility.md, ListOffsets)
             last = min(ranges.highest_tiered_offset, end - 1)
             if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:

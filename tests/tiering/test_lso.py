@@ -407,3 +407,18 @@ def test_latest_tiered_under_read_committed_is_never_below_the_remote_start(tmp_
     assert latest.offset == first_open + 1  # the last stable offset: the log start
     uncommitted = reads.list_offset(readers, "txn", 0, -5, False, 9)
     assert uncommitted.offset == ranges.highest_tiered_offset
+
+
+def test_earliest_local_ignores_the_isolation_level(tmp_path: Path) -> None:
+    """ListOffsets -2 and -4 answer the log start and the local log start whatever the isolation
+    level, as Kafka's do (only -1 and timestamps are bounded by the last stable offset). Seen
+    beside a live broker (#29): with a transaction open since a tiered offset, -4 under
+    read_committed answered that transaction's first offset, the broker its local log start."""
+    lay = layout(tmp_path, 1, True, snapshots=False)
+    first_open = lay.oracle.last_stable_offset
+    assert first_open < lay.bases[-1]  # open since an offset below the local log
+    readers = TieredReaders(lay.settings, LocalBackend(root=str(lay.store)))
+    for committed in (False, True):
+        assert reads.list_offset(readers, "txn", 0, -4, committed, 9).offset == lay.bases[-1]
+        assert reads.list_offset(readers, "txn", 0, -2, committed, 9).offset == 0
+    assert reads.list_offset(readers, "txn", 0, -1, True, 9).offset == first_open
