@@ -286,7 +286,7 @@ def plan_partition(
     txns: PartitionTxns | None = None
     if isolation == "read_committed" and highest_visible >= 0:
         sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
-        txns = PartitionTxns(sources, backend, remote.protection)
+        txns = PartitionTxns(sources, backend, remote.protection, log_start=ranges.log_start_offset)
         highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
     window = _Window(max(lowest, min_offset), highest_visible, start, end, ordered_timestamps)
     plan.tasks += _remote_tasks(part, remote, links, window, plan, target_bytes)

@@ -124,7 +124,7 @@ def fetch_partition(
         reader = reader_for(readers, topic, partition, query)
         fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
     except OffsetOutOfRangeError:
-        return _out_of_range(readers, topic, partition, query)
+        return _out_of_range()
     except RlmError as err:
         return FetchedPartition(error_code(err))
     hw = _or(fetched.high_watermark, 0)
@@ -145,13 +145,10 @@ def fetch_partition(
     return FetchedPartition(Codes.NONE, hw, lso, start, data, aborted)
 
 
-def _out_of_range(
-    readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None
-) -> FetchedPartition:
-    answer = partition_offsets(readers, topic, partition, query)
-    if answer.error:
-        return answer
-    return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE, answer.high_watermark, -1, answer.log_start_offset)
+def _out_of_range() -> FetchedPartition:
+    """Kafka's answer to a fetch offset outside the log: OFFSET_OUT_OF_RANGE with every offset
+    unknown (-1), as a broker's read error carries none; clients reset with ListOffsets."""
+    return FetchedPartition(Codes.OFFSET_OUT_OF_RANGE)
 
 
 def list_offset(
@@ -165,8 +162,9 @@ def list_offset(
 ) -> ListedOffset:
     """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
     watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
-    record with the largest timestamp, -4 the local log start offset, -5 the highest tiered
-    offset, a timestamp ≥ 0 the first visible record at or after it (else offset -1)."""
+    record with the largest timestamp, -4 the local log start offset (-2 and -4 whatever the
+    isolation level), -5 the highest tiered offset, a timestamp ≥ 0 the first visible record at
+    or after it (else offset -1)."""
     if timestamp in _MIN_VERSION and version < _MIN_VERSION[timestamp]:
         return ListedOffset(Codes.UNSUPPORTED_VERSION)
     if timestamp < LATEST_TIERED:
@@ -174,17 +172,18 @@ def list_offset(
     try:
         reader = reader_for(readers, topic, partition, query)
         ranges = reader.offsets()
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):  # as Kafka's: whatever the isolation level
+            visible = _bound(reader, ranges, False)
+            start = ranges.log_start_offset if timestamp == EARLIEST else ranges.local_log_start_offset
+            return ListedOffset(Codes.NONE, -1, min(_or(start, visible), visible))
         end = _bound(reader, ranges, committed)
         if timestamp == LATEST:
             return ListedOffset(Codes.NONE, -1, end)
-        if timestamp == EARLIEST:
-            return ListedOffset(Codes.NONE, -1, min(_or(ranges.log_start_offset, end), end))
-        if timestamp == EARLIEST_LOCAL:
-            return ListedOffset(Codes.NONE, -1, min(_or(ranges.local_log_start_offset, end), end))
-        if timestamp == LATEST_TIERED:
-            if ranges.remote_log_start_offset is None:
+        if timestamp == LATEST_TIERED:  # nothing visible tiered: -1 (docs/visibility.md, ListOffsets)
+            last = min(ranges.highest_tiered_offset, end - 1)
+            if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:
                 return ListedOffset(Codes.NONE, -1, -1)
-            return ListedOffset(Codes.NONE, -1, min(ranges.highest_tiered_offset, end - 1))
+            return ListedOffset(Codes.NONE, -1, last)
         found = reader.lookup_timestamp(timestamp)
     except RlmError as err:
         return ListedOffset(error_code(err))

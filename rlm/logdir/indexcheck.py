@@ -9,12 +9,15 @@ failed one is rebuilt from the ``.log`` the way Kafka's ``LogSegment.recover`` d
 * :func:`note_rebuilt` is the one place a rebuild is reported: a warning naming the file and the
   reason, logged once per file version (device, inode, size, mtime), and a per-partition count
   that :class:`rlm.tiering.metrics.TieringMetrics` exports as ``rlm_local_index_rebuilds_total``.
+* :func:`read_index_file` reads a broker index file up to the end of its written part: Kafka
+  preallocates the active segment's indexes (``segment.index.bytes``, 10 MiB) as sparse files.
 * :func:`cached_rebuild` keeps the rebuilt bytes of recently broken files (bounded LRU keyed by
   the file versions of the index and its ``.log``), so lookups do not rebuild on every open.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -37,6 +40,7 @@ __all__ = [
     "fstat_version",
     "note_rebuilt",
     "parse_checked",
+    "read_index_file",
     "rebuild_counts",
 ]
 
@@ -63,6 +67,45 @@ def file_version(path: Path | None) -> FileVersion | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_index_file(path: Path | None, entry_size: int) -> bytes:
+    """The bytes of a broker index file whose entries are ``entry_size`` bytes; ``b""`` when there
+    is none (absent, vanished, empty).
+
+    Kafka preallocates the active segment's ``.index``/``.timeindex`` (``segment.index.bytes``,
+    10 MiB) with ``setLength`` — a sparse file — and writes entries from the front. Only the part
+    up to the end of the file's last data region is read, rounded up to whole entries: the rest is
+    a hole, all zeros, which the parser strips as Kafka's zero tail anyway. Without that, every
+    read near the end of a log (a consumer at the tail, a timestamp lookup, ListOffsets -3) read
+    and scanned 20 MiB. A length that is not a multiple of ``entry_size`` is read whole, so the
+    check reports it as before; a file system that cannot tell holes (no ``SEEK_DATA``) too.
+    """
+    if path is None:
+        return b""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            used = size if size % entry_size else _data_end(fh.fileno(), size)
+            used = min(size, -(-used // entry_size) * entry_size)
+            fh.seek(0)
+            return fh.read(used)
+    except FileNotFoundError:
+        return b""
+
+
+def _data_end(fd: int, size: int) -> int:
+    """Where the last data region of the open file ``fd`` ends (bytes); ``size`` when the file
+    system does not report holes."""
+    end = pos = 0
+    try:
+        while pos < size:
+            pos = os.lseek(fd, os.lseek(fd, pos, os.SEEK_DATA), os.SEEK_HOLE)
+            end = pos
+    except OSError as err:
+        if err.errno != errno.ENXIO:  # ENXIO: no data after pos
+            return size
+    return end
 
 
 def parse_checked(

@@ -40,6 +40,7 @@ from rlm.logdir.indexcheck import (
     fstat_version,
     note_rebuilt,
     parse_checked,
+    read_index_file,
 )
 from rlm.logdir.scan import SegmentFiles
 
@@ -187,7 +188,8 @@ class LogSegment:
     def _load_checked(self, kind: IndexKind, path: Path | None) -> OffsetIndex | TimeIndex | None:
         """Parse and check one index file; a failed one is rebuilt from the ``.log`` (and reported
         once per file version by :func:`~rlm.logdir.indexcheck.note_rebuilt`)."""
-        raw = _read_optional(path)
+        entry = OffsetIndex.ENTRY_SIZE if kind == "index" else TimeIndex.ENTRY_SIZE
+        raw = read_index_file(path, entry)
         if not raw:
             return None
         assert path is not None
@@ -364,16 +366,6 @@ class LogSegment:
                         offset=record.offset, timestamp=record.timestamp, batch=batch
                     )
         return None
-
-
-def _read_optional(path: Path | None) -> bytes:
-    """The bytes of an index file, or ``b""`` when there is none (absent, vanished, empty)."""
-    if path is None:
-        return b""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
 
 
 def log_end_offset(segments: Sequence[SegmentFiles]) -> int | None:

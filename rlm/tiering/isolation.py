@@ -211,7 +211,7 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
             )
         )
     sources += local_sources(list_segments(reader.part), end, local_start or 0)
-    return PartitionTxns(sources, res.backend, res.protection)
+    return PartitionTxns(sources, res.backend, res.protection, log_start=ranges.log_start_offset)
 
 
 def fetch(

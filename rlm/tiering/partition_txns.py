@@ -52,17 +52,24 @@ class TxnLookup:
 
 
 class PartitionTxns:
-    """Aborted transactions and the last stable offset of one partition, over ``sources``."""
+    """Aborted transactions and the last stable offset of one partition, over ``sources``.
+
+    ``log_start``: the partition's log start offset (None: unknown), the floor of the last
+    stable offset (:meth:`last_stable_offset`).
+    """
 
     def __init__(
         self,
         sources: Sequence[TxnSource],
         backend: StorageBackend | None,
         protection: StoreProtection | None = None,
+        *,
+        log_start: int | None = None,
     ) -> None:
         self.sources = list(sources)
         self.backend = backend
         self.protection = protection or StoreProtection()
+        self.log_start = log_start
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -207,12 +214,16 @@ class PartitionTxns:
         """The first offset of the oldest transaction still open below ``visible_end``, or
         ``visible_end`` when none is: producer state replayed from the newest known state at or
         below the first local segment (:meth:`_seed`), each source summarized once per version
-        of its bytes."""
+        of its bytes. Never below the log start (Kafka's ``max(first unstable offset, log start
+        offset)``): a transaction still open whose first records were deleted (retention,
+        DeleteRecords) bounds readers at the log start, not at offsets nobody serves."""
         if not self.sources:
             return visible_end
         start, seed = self._seed()
         state = open_after([self.summary(i) for i in range(start, len(self.sources))], seed)
-        return min([visible_end, *state.values()])
+        first_open = min([visible_end, *state.values()])
+        floor = self.log_start if self.log_start is not None else first_open
+        return min(visible_end, max(first_open, floor))
 
     def _snapshot(self, src: TxnSource) -> dict[int, int] | None:
         """The transactions open at ``src.first_offset`` by its producer snapshot, or None."""

@@ -22,6 +22,7 @@ from kafka.record.memory_records import MemoryRecords
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import FormatError
 from rlm.formats import naming
+from rlm.kafka import reads
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering import isolation as txn
@@ -311,3 +312,69 @@ def test_a_malformed_open_at_end_is_a_format_error_naming_the_field(tmp_path: Pa
     doc["txn_index"]["open_at_end"] = bad
     with pytest.raises(FormatError, match=r"m\.json: manifest field txn_index\.open_at_end"):
         SegmentManifest.from_json(json.dumps(doc).encode(), key="m.json")
+
+
+def test_the_last_stable_offset_is_never_below_the_log_start(tmp_path: Path) -> None:
+    """Kafka's last stable offset is ``max(first unstable offset, log start offset)``. Seen beside
+    a live broker (#29): retention deleted the segment where a transaction still open began; the
+    broker answered its log start, rlm the transaction's first offset — below every offset either
+    serves. Here the segments before the last are deleted untiered (nothing in the store) while a
+    transaction that began in them is open, as Kafka's snapshot beside the last segment says."""
+    logs = tmp_path / "logs"
+    write_txn_log(logs, "txn", 0, seed=5, leave_open=True)
+    part = logs / "txn-0"
+    bases = [s.base_offset for s in list_segments(part)]
+    opened = write_snapshots(part)[bases[-1]]
+    assert opened and min(opened.values()) < bases[-1]  # the layout this test is about
+    delete_local_segments(part, keep_last=1)
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)]},
+            "remote": {"backend": "local", "options": {"root": str(tmp_path / "store")}},
+            "tiering": {"state_dir": str(tmp_path / "state")},
+        }
+    )
+    reader = TieredReaders(s, LocalBackend(root=str(tmp_path / "store"))).reader("txn", 0)
+    ranges = reader.offsets()
+    assert ranges.log_start_offset == bases[-1] and ranges.visible_end_offset is not None
+    assert ranges.visible_end_offset > bases[-1]  # the checkpointed high watermark
+    assert txn.reader_txns(reader, ranges).last_stable_offset(ranges.visible_end_offset) == bases[-1]
+
+
+def test_latest_tiered_under_read_committed_is_never_below_the_remote_start(tmp_path: Path) -> None:
+    """ListOffsets -5 through the Kafka listener answers ``min(highest tiered, bound - 1)``; under
+    read_committed the bound is the last stable offset, which can be the log start (a transaction
+    still open whose first records were deleted, above). Seen beside a live broker (#29): -5 then
+    answered ``log start - 1``, an offset below everything rlm serves; nothing visible is tiered,
+    so it is -1, as the HTTP lookup of -5 answers (docs/visibility.md)."""
+    lay = layout(tmp_path, 1, True, snapshots=False)
+    first_open = lay.oracle.last_stable_offset  # the open transaction began in a tiered segment
+    assert first_open < lay.bases[-1]
+    state = tmp_path / "state" / "txn-0" / "progress.json"
+    doc = json.loads(state.read_text())
+    doc["delete_records_offset"] = first_open + 1  # DeleteRecords above it, seen by a pass
+    state.write_text(json.dumps(doc))
+    readers = TieredReaders(lay.settings, LocalBackend(root=str(lay.store)))
+    ranges = readers.reader("txn", 0).offsets()
+    assert ranges.remote_log_start_offset == first_open + 1
+    committed = reads.list_offset(readers, "txn", 0, -5, True, 9)
+    assert (committed.error, committed.offset) == (0, -1)
+    latest = reads.list_offset(readers, "txn", 0, -1, True, 9)
+    assert latest.offset == first_open + 1  # the last stable offset: the log start
+    uncommitted = reads.list_offset(readers, "txn", 0, -5, False, 9)
+    assert uncommitted.offset == ranges.highest_tiered_offset
+
+
+def test_earliest_local_ignores_the_isolation_level(tmp_path: Path) -> None:
+    """ListOffsets -2 and -4 answer the log start and the local log start whatever the isolation
+    level, as Kafka's do (only -1 and timestamps are bounded by the last stable offset). Seen
+    beside a live broker (#29): with a transaction open since a tiered offset, -4 under
+    read_committed answered that transaction's first offset, the broker its local log start."""
+    lay = layout(tmp_path, 1, True, snapshots=False)
+    first_open = lay.oracle.last_stable_offset
+    assert first_open < lay.bases[-1]  # open since an offset below the local log
+    readers = TieredReaders(lay.settings, LocalBackend(root=str(lay.store)))
+    for committed in (False, True):
+        assert reads.list_offset(readers, "txn", 0, -4, committed, 9).offset == lay.bases[-1]
+        assert reads.list_offset(readers, "txn", 0, -2, committed, 9).offset == 0
+    assert reads.list_offset(readers, "txn", 0, -1, True, 9).offset == first_open
