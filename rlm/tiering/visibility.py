@@ -27,6 +27,7 @@ offsets in ``[log_start_offset, visible_end_offset)``:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -168,6 +169,22 @@ def note_delete_records(
         ctx.save_progress()
 
 
+def _snapshot_end(segments: Sequence[SegmentFiles]) -> int:
+    """The highest offset of a producer-state snapshot (``<offset>.snapshot``) in the partition's
+    directory, -1 without one. Kafka writes one at its log end offset on every roll and shutdown
+    and deletes those above a truncation point, so the log's end is at least this — also when the
+    cleaner removed the last batches of a compacted log, whose last batch then ends below the high
+    watermark (a real broker's ``__consumer_offsets`` does). Listed only on that rare path."""
+    if not segments:
+        return -1
+    try:
+        names = os.listdir(segments[0].log.parent)
+    except OSError:
+        return -1
+    ends = [int(n[:-9]) for n in names if n.endswith(".snapshot") and n[:-9].isdigit()]
+    return max(ends, default=-1)
+
+
 def visible_end(
     state: PartitionState,
     segments: Sequence[SegmentFiles],
@@ -179,7 +196,7 @@ def visible_end(
     the local log's end offset; a checkpointed high watermark above it is another log's (a high
     watermark never passes its log's end) and is treated as absent."""
     hw = state.high_watermark
-    if hw is not None and (log_end is None or hw <= log_end):
+    if hw is not None and (log_end is None or hw <= log_end or hw <= _snapshot_end(segments)):
         return hw, "checkpoint"
     tiered_end = highest_tiered + 1 if highest_tiered >= 0 else None
     if policy == "rolled":
