@@ -28,7 +28,7 @@ from rlm.cluster.leadership import Leadership, from_leader
 from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
 
-__all__ = ["KafkaAdminSource", "admin_client_config", "parse_metadata"]
+__all__ = ["KafkaAdminSource", "admin_client_config", "close_quietly", "parse_metadata"]
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +219,20 @@ class KafkaAdminSource:
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception as err:  # closing a broken client must not hide the first error
-                log.debug("closing the Kafka admin client: %s", err)
+        close_quietly(client)
 
     def close(self) -> None:
         """Stop the admin client's I/O thread (the daemon calls this on shutdown)."""
         with self._lock:
             self._close_client()
+
+
+def close_quietly(client: Any) -> None:
+    """Close a kafka-python admin client (None: nothing); closing a broken client must not hide
+    the error that made the caller drop it, so a failure is only logged."""
+    if client is None:
+        return
+    try:
+        client.close()
+    except Exception as err:
+        log.debug("closing the Kafka admin client: %s", err)

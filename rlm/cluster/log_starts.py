@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlm.cluster.kafka_admin import admin_client_config
+from rlm.cluster.kafka_admin import admin_client_config, close_quietly
 from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
 
@@ -180,11 +180,7 @@ class BrokerLogStarts:
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception as err:  # closing a broken client must not hide the first error
-                log.debug("closing the Kafka admin client: %s", err)
+        close_quietly(client)
 
     def close(self) -> None:
         """Stop the admin client's I/O thread."""
