@@ -31,9 +31,10 @@ import pytest
 
 from rlm.testing.kafka_cluster import KafkaCluster
 from rlm.testing.sidecar import Record, Sidecar, consume, run_sidecar
+from tests.live.mixed_log import CODECS
 from tests.live.watch import TP, BrokerRecorder, Rolled, SegmentWatch
 from tests.live.wire import Batch, Http, split_batches
-from tests.live.workload import CODECS, KINDS, Workload
+from tests.live.workload import KINDS, Workload
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 

@@ -57,8 +57,9 @@ from tests.live.answers import (
     list_differences,
     timestamp_differences,
 )
+from tests.live.mixed_log import CODECS
 from tests.live.wire import Http, Wire
-from tests.live.workload import CODECS, Workload
+from tests.live.workload import Workload
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 

@@ -16,11 +16,10 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: client × mode: kafka-python ("kp") and confluent-kafka/librdkafka ("ck"), idempotent or transactional.
 KINDS = ("kp-idem", "kp-txn", "ck-idem", "ck-txn")
 
@@ -294,8 +293,3 @@ class Workload:
             self.per_client[(client.kind, client.codec)] = (
                 self.per_client.get((client.kind, client.codec), 0) + 1
             )
-
-
-def every_codec(targets: Callable[[str], Sequence[Target]]) -> dict[str, Sequence[Target]]:
-    """codec → its partitions, for each of :data:`CODECS`."""
-    return {codec: targets(codec) for codec in CODECS}
