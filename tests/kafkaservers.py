@@ -35,23 +35,23 @@ def require_kafka() -> None:
         pytest.skip(problem)
 
 
-@pytest.fixture(scope="session")
-def kafka_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """One KRaft broker+controller for the session; stopped by pid at the end."""
+def _running(tmp: pytest.TempPathFactory, name: str, size: int) -> Iterator[KafkaCluster]:
+    """A started cluster of ``size`` nodes under a fresh temp dir, killed by pid afterwards."""
     require_kafka()
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka1"), size=1, broker_config=BROKER_CONFIG)
+    cluster = KafkaCluster(tmp.mktemp(name), size=size, broker_config=BROKER_CONFIG)
     try:
         yield cluster.start()
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One KRaft broker+controller for the session."""
+    yield from _running(tmp_path_factory, "kafka1", 1)
 
 
 @pytest.fixture(scope="module")
 def kafka_trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three KRaft broker+controllers (RF 3, min ISR 2) for one test module."""
-    require_kafka()
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka3"), size=3, broker_config=BROKER_CONFIG)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
+    yield from _running(tmp_path_factory, "kafka3", 3)
