@@ -69,7 +69,7 @@ run: install
 # RLM_REQUIRE_NATIVE: a compiled extension that did not build fails the run instead of falling
 # back quietly (docs/decoder.md, docs/scan.md); the reruns cover the pure-Python references.
 test: install lint browser kcat
-	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
+	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q --durations=25
 	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
 	RLM_SCAN=python $(BIN)/python -m pytest -q -p no:cacheprovider $(SCAN_TESTS)
 

@@ -315,10 +315,12 @@ class ReplicaSet:
         self._metadata: dict[int, LogWriter] = {}
         if kraft:
             self._metadata = {b: metadata_writer(d, clock=lambda: EPOCH_MS) for b, d in self.log_dirs.items()}
-            # remote.storage.enable=true, as a topic tiered by Kafka's own remote log manager sets it.
+            # A dynamic topic config as a broker's metadata log carries one. Not remote.storage.enable:
+            # =true means Kafka's own tiered storage tiers the topic and rlm leaves it alone
+            # (docs/topic-policy.md §2).
             records: list[md.MetadataRecord] = [
                 md.TopicRecord(topic, self.topic_id),
-                md.ConfigRecord(md.RESOURCE_TOPIC, topic, "remote.storage.enable", "true"),
+                md.ConfigRecord(md.RESOURCE_TOPIC, topic, "cleanup.policy", "delete"),
             ]
             records += [
                 md.PartitionRecord(

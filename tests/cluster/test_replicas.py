@@ -137,7 +137,7 @@ def test_kraft_log_names_the_leaders_and_epochs(tmp_path: Path) -> None:
             image = KraftMetadataLog(log_dir / "__cluster_metadata-0").poll()
             topic = image.topics_by_name[rs.topic]
             assert topic.topic_id == rs.topic_id
-            assert image.topic_configs[rs.topic] == {"remote.storage.enable": "true"}
+            assert image.topic_configs[rs.topic] == {"cleanup.policy": "delete"}
             for p in rs.partitions:
                 part = topic.partitions[p.partition]
                 assert (part.leader, part.leader_epoch, part.isr) == (p.leader, p.leader_epoch, p.isr), broker
