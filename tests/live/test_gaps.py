@@ -32,7 +32,7 @@ def test_what_the_broker_deleted_while_rlm_was_stopped_is_a_gap(
     kafka_single.create_topic(topic, configs={"segment.bytes": SEGMENT})
     produce(boot, topic, 2500, value_bytes=1000)  # ~2.5 segments
     part = node.log_dir / f"{topic}-0"
-    with run_sidecar(node, tmp_path / "store", tmp_path / "rlm") as rlm:
+    with run_sidecar(node, tmp_path / "store", tmp_path / "rlm", topics={"include": [topic]}) as rlm:
         tiered = segment_bases(part)[-1] - 1  # what rolled before rlm stops
         wait_tiered(rlm.url, topic, 0, tiered)
         end = broker_end(boot, topic, 0)

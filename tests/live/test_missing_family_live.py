@@ -51,7 +51,7 @@ def test_a_lost_family_is_answered_from_the_store(kafka_single: KafkaCluster, tm
     assert committed and len(committed) < end  # aborted records and markers never arrive
     part = node.log_dir / f"{topic}-0"
     store, work = tmp_path / "store", tmp_path / "rlm"
-    with run_sidecar(node, store, work) as rlm:
+    with run_sidecar(node, store, work, topics={"include": [topic]}) as rlm:
         wait_tiered(rlm.url, topic, 0, segment_bases(part)[-1] - 1)
         config = rlm.config
         at_100 = _lookup(config, topic, 100)
@@ -69,7 +69,9 @@ def test_a_lost_family_is_answered_from_the_store(kafka_single: KafkaCluster, tm
     assert [after[k] for k in ("offset", "timestamp", "batch")] == [
         at_100[k] for k in ("offset", "timestamp", "batch")
     ]
-    with run_sidecar(node, store, work) as rlm:  # read at once: the first pass may be rebuilding
+    with run_sidecar(
+        node, store, work, topics={"include": [topic]}
+    ) as rlm:  # read at once: the first pass may be rebuilding
         last = committed[-1].offset + 1
         assert consume(rlm.kafka_bootstrap, topic, 0, 0, last, isolation="read_committed") == committed
 

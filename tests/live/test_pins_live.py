@@ -36,7 +36,9 @@ def test_segments_the_broker_deletes_while_the_store_is_down_are_tiered_from_the
     store = tmp_path / "store"
     failing = faulty_local_options(store, {"error_rate": 1.0})
 
-    with run_sidecar(node, store, tmp_path / "down", backend="faulty", options=failing) as rlm:
+    with run_sidecar(
+        node, store, tmp_path / "down", backend="faulty", options=failing, topics={"include": [topic]}
+    ) as rlm:
         row = wait_until(
             lambda: (r := partition_row(rlm.url, topic, 0))["pinned_segments"] >= len(rolled) and r,
             timeout=120,
@@ -58,7 +60,9 @@ def test_segments_the_broker_deletes_while_the_store_is_down_are_tiered_from_the
         assert row["pending_start_offset"] == 0 < row["local_log_start_offset"]
         assert row["pinned_segments"] >= len(rolled)
 
-    with run_sidecar(node, store, tmp_path / "up") as rlm:  # restarted: the pins are files
+    with run_sidecar(
+        node, store, tmp_path / "up", topics={"include": [topic]}
+    ) as rlm:  # restarted: the pins are files
         rolled_end = segment_bases(part)[-1]
         row = wait_tiered(rlm.url, topic, 0, rolled_end - 1)
         assert row["remote_log_start_offset"] == 0

@@ -27,7 +27,7 @@ def test_broker_retention_deletes_local_segments_only(kafka_single: KafkaCluster
     end = broker_end(kafka_single.bootstrap, topic, 0)
     from_broker = consume(kafka_single.bootstrap, topic, 0, 0, end)
     part = node.log_dir / f"{topic}-0"
-    with run_sidecar(node, tmp_path / "store", tmp_path / "rlm") as rlm:
+    with run_sidecar(node, tmp_path / "store", tmp_path / "rlm", topics={"include": [topic]}) as rlm:
         rolled_end = segment_bases(part)[-1]  # the active segment's base: what rolled ends here
         wait_tiered(rlm.url, topic, 0, rolled_end - 1)
         kafka_single.alter_topic(topic, {"retention.bytes": SEGMENT})

@@ -53,7 +53,11 @@ def test_deleted_topic_data_goes_after_the_grace_not_before(
     root = keys.root(topic, 0, topic_id)
     marker = keys.marker_key(topic, 0, keys.RETIRED_MARKER, topic_id)
     with run_sidecar(
-        node, tmp_path / "store", tmp_path / "rlm", tiering={"deleted_topic_grace_ms": GRACE_MS}
+        node,
+        tmp_path / "store",
+        tmp_path / "rlm",
+        tiering={"deleted_topic_grace_ms": GRACE_MS},
+        topics={"include": [topic]},
     ) as rlm:
         wait_tiered(rlm.url, topic, 0, segment_bases(part)[-1] - 1)
         tiered = [i.key for i in store.list(root)]
