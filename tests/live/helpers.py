@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.testing.kafka_cluster import wait_until
 
 
@@ -85,3 +87,13 @@ def broker_end(bootstrap: str, topic: str, partition: int) -> int:
         return int(consumer.end_offsets([tp])[tp])
     finally:
         consumer.close()
+
+
+def checkpointed_high_watermark(log_dir: Path, topic: str, partition: int) -> int:
+    """The high watermark the broker last wrote to ``replication-offset-checkpoint`` (-1 when the
+    partition is not in it yet). rlm copies by this file, which the broker rewrites only every
+    ``replica.high.watermark.checkpoint.interval.ms``: a segment that just rolled is eligible only
+    once the checkpoint has caught up with it."""
+    path = log_dir / "replication-offset-checkpoint"
+    entries = parse_offset_checkpoint(path.read_bytes()).entries if path.exists() else {}
+    return entries.get((topic, partition), -1)

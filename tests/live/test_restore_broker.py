@@ -27,10 +27,16 @@ from typing import Any
 import pytest
 
 from rlm.testing.daemon import rlm_cli
-from rlm.testing.kafka_cluster import KafkaCluster, KafkaNode, run_kafka_tool
+from rlm.testing.kafka_cluster import KafkaCluster, KafkaNode, run_kafka_tool, wait_until
 from rlm.testing.sidecar import Record, consume, run_sidecar, segment_bases
 from tests.kafkaservers import require_kafka
-from tests.live.helpers import broker_end, broker_log_start, produce, wait_tiered
+from tests.live.helpers import (
+    broker_end,
+    broker_log_start,
+    checkpointed_high_watermark,
+    produce,
+    wait_tiered,
+)
 from tests.live.kafka_dump import dump_log_segments, parse_dump, problems
 from tests.live.mixed_log import produce_mixed, roll
 
@@ -80,6 +86,25 @@ def _lose_the_disk(cluster: KafkaCluster, node: KafkaNode, home: Path) -> Path:
     return lost / node.log_dir.name / f"{TOPIC}-0"
 
 
+def _elect_uncleanly(cluster: KafkaCluster, node: KafkaNode) -> None:
+    """Step 5 of the procedure (docs/restore.md): the partition came back without a leader — the
+    broker registered after an unclean shutdown, so it is no eligible leader replica (KIP-966), and
+    the lost active segment's records are gone. An unclean election says so and brings it back."""
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.LeaderElectionCommand",
+        "--bootstrap-server",
+        cluster.bootstrap,
+        "--election-type",
+        "unclean",
+        "--topic",
+        TOPIC,
+        "--partition",
+        "0",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_until(lambda: cluster.leaders(TOPIC).get(0) == node.node_id, timeout=60, what=f"{TOPIC}-0 led again")
+
+
 def _produce_and_tier(cluster: KafkaCluster, node: KafkaNode, home: Path) -> tuple[int, Path]:
     """Mixed data over several segments, tiered up to the last rolled one; (its end, config)."""
     metadata = node.home / "metadata" / "__cluster_metadata-0"
@@ -113,6 +138,7 @@ def restored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restored]:
         with node.server_log.open(encoding="utf-8", errors="replace") as log:
             log.seek(start_at)
             restart_log = log.read()
+        _elect_uncleanly(cluster, node)
         yield Restored(cluster, node, end, before, lost, files, json.loads(done.stdout), config, restart_log)
     finally:
         cluster.close()
@@ -200,6 +226,11 @@ def test_rlm_resumes_tiering_on_the_restored_broker(restored: Restored) -> None:
     is copied from where the store ends (docs/cluster-copy.md), nothing fails."""
     restored.cluster.alter_topic(TOPIC, {"segment.ms": 1000})
     new_end = roll(restored.cluster.bootstrap, TOPIC, restored.node.log_dir / f"{TOPIC}-0")
+    wait_until(
+        lambda: checkpointed_high_watermark(restored.node.log_dir, TOPIC, 0) >= new_end,
+        timeout=60,
+        what="the broker's HW checkpoint covering the rolled segment",
+    )
     done = rlm_cli("run", "--config", restored.config, "--once", timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
