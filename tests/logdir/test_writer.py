@@ -50,14 +50,20 @@ class _Seg:
 
 def _read_partition(part: Path) -> list[_Seg]:
     out = []
-    for files in list_segments(part):
+    listed = list_segments(part)
+    for n, files in enumerate(listed):
+        # A rolled segment's index is trimmed to its entries (Kafka's roll does the same), so an
+        # all-zero entry there is real: (timestamp 0, relative offset 0). Only the active one's
+        # file may end with preallocated zeros.
+        rolled = n < len(listed) - 1
         with LogSegment.open(files) as seg:
             batches = list(seg.batches())
             records = [r for b in batches for r in seg.read_records(b)]
             raw_index = files.index.read_bytes() if files.index else b""
             raw_time = files.time_index.read_bytes() if files.time_index else b""
             index = [(e.offset, e.position) for e in OffsetIndex(files.base_offset, raw_index)]
-            times = [(e.timestamp, e.offset) for e in TimeIndex(files.base_offset, raw_time)]
+            time_index = TimeIndex(files.base_offset, raw_time, preallocated=not rolled)
+            times = [(e.timestamp, e.offset) for e in time_index]
             out.append(_Seg(files.base_offset, batches, records, index, times, seg.size))
     return out
 
@@ -362,3 +368,14 @@ def test_lookups_match_brute_force(
                 for offset in range(first - 1, last + 2):
                     want_batch = next((b for b in all_batches if b.last_offset >= offset), None)
                     assert seg.find_batch(offset) == want_batch
+
+
+def test_a_rolled_segments_time_index_entry_at_timestamp_zero_is_an_entry(tmp_path: Path) -> None:
+    """Found by the property above: a segment rolled after one batch stamped 0 has the single
+    time index entry (0, relative offset 0) — twelve zero bytes, like a preallocated slot. In a
+    rolled (trimmed) index it is an entry, and Kafka's invariants hold."""
+    with LogWriter(tmp_path, "p", 0, segment_bytes=1500, index_interval_bytes=1260) as w:
+        w.append([_spec(0, 0, 74)], compression=Compression.SNAPPY)
+        w.append([_spec(ts, 1 + i, 343) for i, ts in enumerate([302, 1338, 363, 1233])])
+    segments = assert_kafka_index_invariants(tmp_path / "p-0", 1260)
+    assert len(segments) == 2 and segments[0].timeindex == [(0, 0)]
