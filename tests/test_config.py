@@ -66,6 +66,7 @@ def test_defaults_follow_design(tmp_path: Path) -> None:
     assert s.log.eligibility == "high-watermark"
     assert s.tiering.index_entry_bytes == 1048576
     assert s.tiering.max_pinned_bytes == 4 << 30  # per log dir (docs/operations.md)
+    assert s.tiering.deadline_warn_ms == 600_000  # 10 min (docs/topic-policy.md §8)
     assert isinstance(s, Settings)
 
 
@@ -91,6 +92,7 @@ def test_env_overrides_parse_toml_values_and_nest(tmp_path: Path) -> None:
         ("[tiering]\nretention_ms = -2", ["tiering.retention_ms", "-2", "-1 to disable"]),
         ("[tiering]\nmax_pinned_bytes = -7", ["tiering.max_pinned_bytes", "-7", "[0, 9223372036854775807]"]),
         ("[tiering]\nmax_pinned_bytes = 1.5", ["tiering.max_pinned_bytes", "1.5", "-1 to disable"]),
+        ("[tiering]\ndeadline_warn_ms = -3", ["tiering.deadline_warn_ms", "-3", "-1 to disable"]),
         ("[tiering]\nretension_ms = 5", ["unknown key tiering.retension_ms", "retention_ms"]),
         ('[log]\neligibility = "always"', ["log.eligibility", "'always'", "high-watermark"]),
         ("[log]\ndirs = []", ["log.dirs", "non-empty list"]),

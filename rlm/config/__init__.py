@@ -177,6 +177,13 @@ class TieringSettings:
         "not pinned (reported once, metric `rlm_pin_bound_reached`). 0 turns pinning on sight "
         "off; -1 = unlimited (docs/operations.md).",
     )
+    deadline_warn_ms: int = key(  # docs/topic-policy.md §8
+        600_000,
+        v.integer(0, disabled=-1),
+        "A partition's retention margin — the time until the broker's local retention may delete "
+        "its oldest segment not yet tiered — below this logs one warning (again only after it rose "
+        "back above); metric `rlm_retention_margin_seconds`. -1 never warns (docs/topic-policy.md).",
+    )
     remote_cache_bytes: int = key(
         268_435_456,
         v.integer(0),

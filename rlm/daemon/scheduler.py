@@ -112,8 +112,10 @@ class TieringDaemon:
         )
 
     def sweep(self) -> None:
-        """Every task interval: a pass of every known partition not still in one."""
-        self._submit(list(self._partitions))
+        """Every task interval: a pass of every known partition not still in one, those nearest the
+        broker's deletion of an untiered segment first (docs/topic-policy.md §8): with more
+        partitions waiting than pass threads, they get the threads and upload slots first."""
+        self._submit([p.name for p in self.manager.copy_order(list(self._partitions.values()))])
 
     def discover(self) -> None:
         found = {p.name: p for p in self.manager.discover()}

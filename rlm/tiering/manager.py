@@ -23,6 +23,7 @@ from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import (
     PartitionDir,
+    PartitionState,
     SegmentFiles,
     discover_partitions,
     list_segments,
@@ -36,6 +37,8 @@ from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
+from rlm.tiering.deadline_watch import note_deadline
+from rlm.tiering.deadlines import by_deadline
 from rlm.tiering.deleted_topics import DeletedTopics
 from rlm.tiering.gap_watch import note_gaps
 from rlm.tiering.gc import collect_garbage
@@ -47,7 +50,7 @@ from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.pass_result import PassResult
 from rlm.tiering.pin_ledger import PinLedger
 from rlm.tiering.policy import TopicPolicy, TopicPolicyResolver, retention_limits
-from rlm.tiering.policy_report import PolicyMetrics, excluded_row
+from rlm.tiering.policy_report import PolicyMetrics
 from rlm.tiering.quarantine import reexamine_quarantine
 from rlm.tiering.recovery import observe, rebuild_local_index
 from rlm.tiering.remote_state import Orphan
@@ -56,16 +59,15 @@ from rlm.tiering.retention import retention_pass
 from rlm.tiering.roles import Roles
 from rlm.tiering.sight import hold, hold_unloaded
 from rlm.tiering.state import (
-    PROGRESS_FILE,
     PartitionContext,
     Progress,
     SharedResources,
     state_dir,
     state_root_of,
 )
-from rlm.tiering.status import partition_row
+from rlm.tiering.status_rows import excluded_status, tiered_row
 from rlm.tiering.throttle import TokenBucket
-from rlm.tiering.visibility import note_delete_records, partition_offsets
+from rlm.tiering.visibility import note_delete_records
 from rlm.tiering.watchdog import CopyWatchdog
 
 __all__ = ["PASS_LOCK_WAIT_S", "PassResult", "RemoteLogManager"]
@@ -274,7 +276,7 @@ class RemoteLogManager:
                 load_state(ctx, leader=leader, roles=self.roles)
             except RlmError:
                 if leader:  # the store is down: what rolled is held all the same
-                    hold_unloaded(ctx, lambda segs, saved: self._pending(ctx, segs, saved))
+                    hold_unloaded(ctx, lambda segs, saved: self.pending(ctx, segs, saved))
                 raise
             if still_idle(ctx, fp, self.shared.clock_ms()):  # idle before the restart and since
                 result.idle = True
@@ -283,11 +285,11 @@ class RemoteLogManager:
         if self.roles.cluster and not loaded:  # other sidecars may have changed the store (docs/cluster.md)
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
-        note_delete_records(ctx, partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)), segments)
+        note_delete_records(ctx, self.state_of(ctx), segments)
         compacted = self.policy_for(ctx.part).compacted
         note_gaps(ctx, segments, compacted=compacted, leader=leader)  # before copying past one
         pending = self._copy_eligible(ctx, result, segments, leader=leader)
-        self._compaction(ctx, segments)
+        self.compaction(ctx, segments)
         if leader and retention and not self.shared.stop.is_set():
             # The topic's own limits (docs/topic-policy.md)
             plan, due_ms = retention_pass(ctx, **retention_limits(self.policy_for(ctx.part), ctx))
@@ -299,18 +301,29 @@ class RemoteLogManager:
         if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
             note_gaps(ctx, segments, compacted=compacted, leader=leader)
 
-    def _pending(
+    def pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
     ) -> list[PendingSegment]:
         """Eligible segments not yet tiered (:func:`~rlm.tiering.copy_pass.pending_segments`)."""
         return pending_segments(
             ctx,
             segments,
-            partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir)),
+            self.state_of(ctx),
             self.settings.log.eligibility,
             compacted=self.policy_for(ctx.part).compacted,
             progress=progress,
         )
+
+    def state_of(self, ctx: PartitionContext) -> PartitionState:
+        return partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
+
+    def copy_order(self, parts: list[PartitionDir]) -> list[PartitionDir]:
+        """``parts`` in the order their passes should run: nearest the broker's deadline of their
+        oldest untiered segment first, as last estimated (docs/topic-policy.md §8); within a
+        partition the copy stays in offset order."""
+        with self._registry_lock:
+            known = {k[:2]: c.deadline.deadline_ms for k, c in self._contexts.items() if c.deadline}
+        return by_deadline(parts, lambda p: known.get((p.topic, p.partition)))
 
     def _copy_eligible(
         self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles], *, leader: bool
@@ -319,16 +332,17 @@ class RemoteLogManager:
         many segments were pending at the start. A follower only drops the pins of what the
         leader tiered and publishes its lag."""
         if not leader:
-            waiting = self._pending(ctx, segments)
+            waiting = self.pending(ctx, segments)
             hold(ctx, waiting, pin_new=False)
             return publish_lag(ctx, waiting)
         reexamine_quarantine(ctx, segments)
         identity.check_log_end(ctx, segments)
-        pending = self._pending(ctx, segments)
+        pending = self.pending(ctx, segments)
         hold(ctx, pending, pin_new=True)  # before any store request: held even if the copy fails
         publish_lag(ctx, pending)
         copy_pending(ctx, result, pending, still_leads=self.roles.still_leads, watchdog=self.watchdog)
         hold(ctx, pending, pin_new=True)  # what is still pending takes the room the copies freed
+        note_deadline(ctx, segments, pending, self.policy_for(ctx.part), self.state_of(ctx))
         return len(pending)
 
     def run_once(
@@ -337,7 +351,7 @@ class RemoteLogManager:
         """One full pass: every partition (copy + retention), then GC. Sequential per partition;
         uploads inside are bounded by the shared cap."""
         results = []
-        for part in self.discover():
+        for part in self.copy_order(self.discover()):
             if self.shared.stop.is_set():
                 break
             res = self.run_partition(part)
@@ -424,8 +438,8 @@ class RemoteLogManager:
             # Unobserved and unrecovered: the persisted progress, without touching ctx (a pass
             # may be recovering it right now).
             live = ctx.progress if ctx.recovered or observe else Progress.load(ctx.progress_path)
-            rows.append(self.partition_status(ctx, live))
-        rows.extend(self.excluded_status(part, pol) for part, pol in excluded)
+            rows.append(tiered_row(self, ctx, live))
+        rows.extend(excluded_status(self, part, pol) for part, pol in excluded)
         return rows
 
     def _try_observe(self, ctx: PartitionContext) -> None:
@@ -439,55 +453,11 @@ class RemoteLogManager:
         finally:
             lock.release()
 
-    def excluded_status(self, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
-        progress = Progress.load(self._state_dir(part) / PROGRESS_FILE)
-        return excluded_row(
-            part,
-            pol,
-            progress,
-            self.checkpoints.get(part.log_dir),
-            self.policies.describe(),
-            self.settings.log.eligibility,
-        )
-
-    def _compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
+    def compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]:
         """Rewrites by the cleaner after tiering (compacted topics; docs/topic-policy.md), as a metric."""
         found = find_rewrites(segments, ctx.manifests) if self.policy_for(ctx.part).compacted else []
         ctx.series(self.policy_metrics.compacted).set(len(found))
         return found
-
-    def partition_status(self, ctx: PartitionContext, progress: Progress | None = None) -> dict[str, Any]:
-        progress = progress or ctx.progress
-        segments = list_segments(ctx.part)
-        conflict = ctx.identity_conflict is not None or ctx.part.identity_error is not None
-        offsets = partition_offsets(
-            ctx.part,
-            Progress() if conflict else progress,
-            segments,
-            self.checkpoints.get(ctx.part.log_dir),
-            self.settings.log.eligibility,
-        )
-        try:
-            pending, waiting_error = self._pending(ctx, segments, progress), None
-        except RlmError as err:  # unreadable checkpoints: the lag is unknown, the reason is shown
-            pending, waiting_error = [], str(err)
-        extra = {
-            "compaction": [r.to_json() for r in self._compaction(ctx, segments)],
-            "policy": self.policy_for(ctx.part).as_dict(),
-            "kafka_configs": self.policies.describe(),
-            "gaps": [g.to_json() for g in progress.gaps],  # docs/visibility.md, "Gaps"
-            **self.roles.status(ctx),
-        }
-        return partition_row(
-            ctx,
-            offsets,
-            segments,
-            pending,
-            waiting_error,
-            conflict=conflict,
-            now_ms=self.shared.clock_ms(),
-            extra=extra,
-        )
 
 
 def _key(part: PartitionDir) -> tuple[str, int, str | None, bool]:

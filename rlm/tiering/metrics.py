@@ -182,6 +182,13 @@ class TieringMetrics:
             _TP,
             registry=r,
         )
+        self.retention_margin = Gauge(
+            "rlm_retention_margin_seconds",
+            "Seconds until the broker's local retention may delete the oldest segment not yet "
+            "tiered that it still has (negative: overdue; +Inf: no deadline; docs/topic-policy.md §8)",
+            _TP,
+            registry=r,
+        )
         self.gap_offsets = Gauge(
             "rlm_gap_offsets",
             "Offsets no tier holds: the broker deleted them before rlm tiered them "

@@ -306,6 +306,11 @@ class PartitionContext:
     idle: Any = None
     #: Whether that mark is persisted in the state dir; None = not known yet (delete any file).
     idle_saved: bool | None = None
+    #: The broker's deadline of the oldest untiered segment it still has, as last estimated
+    #: (rlm.tiering.deadline_watch); None = none known. Orders the passes (docs/topic-policy.md §8).
+    deadline: Any = None
+    #: The margin below ``tiering.deadline_warn_ms`` was logged, not yet risen above it since.
+    deadline_warned: bool = False
     #: The partition's labelled child of each metric it updates, by metric: prometheus' ``labels()``
     #: checks and hashes its arguments on every call (~10 µs), and a restart pass makes ~15 calls.
     _series: dict[MetricWrapperBase, Any] = field(default_factory=dict, repr=False)

@@ -154,6 +154,8 @@
       el("div", { class: "small", text: lagSegs
         ? lagSegs + (lagSegs === 1 ? " segment" : " segments") + " · waiting " + fmtAge(r.copy_lag_age_ms)
           + (r.pinned_segments ? " · " + r.pinned_segments + " pinned" : "")
+          + (r.retention_margin_ms !== null && r.retention_margin_ms !== undefined ? " · broker deletes "
+            + (r.retention_margin_ms < 0 ? "now" : "in " + fmtAge(r.retention_margin_ms)) : "")
           + (r.pin_refused_offset !== null && r.pin_refused_offset !== undefined ? " · not pinned from "
             + fmtNum(r.pin_refused_offset) : "")
         : "" }));
@@ -221,6 +223,7 @@
       "data-retention-bytes": pol ? v(pol.retention_bytes) : null,
       "data-pinned-segments": r.pinned_segments, "data-pinned-bytes": r.pinned_bytes,
       "data-pin-refused-offset": r.pin_refused_offset,
+      "data-retention-margin-ms": r.retention_margin_ms, "data-retention-deadline-ms": r.retention_deadline_ms,
     }, name, el("div", {}, bar, offsets), lag, status);
   }
 
@@ -230,6 +233,19 @@
     c.querySelector(".sub").textContent = sub || "";
     if (state) c.setAttribute("data-state", state); else c.removeAttribute("data-state");
     return c;
+  }
+
+  // docs/topic-policy.md §8: the smallest margin before the broker's retention may delete a
+  // segment not yet tiered; "warn" below tiering.deadline_warn_ms, "bad" once overdue.
+  function renderDeadline(rows) {
+    const timed = rows.filter((r) => r.retention_margin_ms !== null && r.retention_margin_ms !== undefined);
+    const near = timed.reduce((a, r) => (a === null || r.retention_margin_ms < a.retention_margin_ms ? r : a), null);
+    const m = near ? near.retention_margin_ms : null;
+    card("deadline", near ? (m < 0 ? "overdue " + fmtAge(-m) : "in " + fmtAge(m)) : "none",
+      near ? near.topic + " / " + near.partition + " · segment " + fmtNum(near.retention_deadline_offset)
+        + " by " + near.retention_deadline_cause + " retention" : "no untiered segment the broker will delete",
+      !near ? "ok" : m < 0 ? "bad" : near.retention_margin_low ? "warn" : "ok")
+      .setAttribute("data-value", near ? m : "");
   }
 
   function renderPartitions(rows) {
@@ -254,6 +270,7 @@
       lagSegs ? "warn" : "ok").setAttribute("data-value", sum("copy_lag_bytes"));
     card("age", lagSegs ? fmtAge(oldest) : "–", lagSegs ? "since its segment rolled" : "nothing waiting")
       .setAttribute("data-value", oldest);
+    renderDeadline(rows);
     const health = $("#health");
     const h = errors ? "errors" : lagSegs ? "copying" : "healthy";
     health.setAttribute("data-health", h);
