@@ -276,7 +276,7 @@ class RemoteLogManager:
                 load_state(ctx, leader=leader, roles=self.roles)
             except RlmError:
                 if leader:  # the store is down: what rolled is held all the same
-                    hold_unloaded(ctx, lambda segs, saved: self.pending(ctx, segs, saved))
+                    hold_unloaded(ctx, lambda segs, saved: self._unloaded_pending(ctx, segs, saved))
                 raise
             if still_idle(ctx, fp, self.shared.clock_ms()):  # idle before the restart and since
                 result.idle = True
@@ -314,6 +314,16 @@ class RemoteLogManager:
             progress=progress,
         )
 
+    def _unloaded_pending(
+        self, ctx: PartitionContext, segments: list[SegmentFiles], saved: Progress
+    ) -> list[PendingSegment]:
+        """What is pending by the persisted progress, in a pass whose state did not load: its
+        deadline still published and warned of (docs/topic-policy.md §8) — the store being down
+        is when the margin shrinks."""
+        pending = self.pending(ctx, segments, saved)
+        note_deadline(ctx, segments, pending, self.policy_for(ctx.part), self.state_of(ctx))
+        return pending
+
     def state_of(self, ctx: PartitionContext) -> PartitionState:
         return partition_state(ctx.part, self.checkpoints.get(ctx.part.log_dir))
 
@@ -340,9 +350,11 @@ class RemoteLogManager:
         pending = self.pending(ctx, segments)
         hold(ctx, pending, pin_new=True)  # before any store request: held even if the copy fails
         publish_lag(ctx, pending)
-        copy_pending(ctx, result, pending, still_leads=self.roles.still_leads, watchdog=self.watchdog)
+        try:
+            copy_pending(ctx, result, pending, still_leads=self.roles.still_leads, watchdog=self.watchdog)
+        finally:  # also after a failed copy (the store down): when the margin shrinks
+            note_deadline(ctx, segments, pending, self.policy_for(ctx.part), self.state_of(ctx))
         hold(ctx, pending, pin_new=True)  # what is still pending takes the room the copies freed
-        note_deadline(ctx, segments, pending, self.policy_for(ctx.part), self.state_of(ctx))
         return len(pending)
 
     def run_once(

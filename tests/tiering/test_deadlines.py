@@ -116,9 +116,8 @@ def test_by_deadline_orders_nearest_first_and_keeps_the_rest_in_order() -> None:
 # -- real segment files ------------------------------------------------------------------------
 
 
-def write_partition(log_dir: Path, topic: str, t0: int, *, segments: int = 3, roll: bool = True) -> None:
-    """``segments`` rolled segments of 20 records each, timestamps t0, t0+1000, … per record;
-    the active segment empty unless ``roll`` is False."""
+def write_partition(log_dir: Path, topic: str, t0: int, *, segments: int = 3) -> None:
+    """``segments × 20`` records of ~100 bytes (offset n stamped t0 + n s) in 1 000-byte segments."""
     with LogWriter(log_dir, topic, 0, segment_bytes=1_000) as w:
         for n in range(segments * 20):
             w.append([RecordSpec(t0 + 1000 * n, b"k", b"x" * 40)])
