@@ -135,6 +135,19 @@ def _assert_quarantine_and_totals_match_the_status(page: Page, rows: dict[str, A
     pay = status["payments-0"]  # every pending segment but the quarantined one
     assert shown["pinnedSegments"] == str(pay["pinned_segments"]) == str(pay["copy_lag_segments"] - 1)
     assert page.evaluate("document.querySelector('#pins').hidden")
+    # The broker's deadlines (docs/topic-policy.md §8): per row as in status, the nearest on the card.
+    assert shown["retentionDeadlineMs"] == str(pay["retention_deadline_ms"])
+    deadlines = [
+        r["retention_deadline_ms"] for r in status.values() if r["retention_deadline_ms"] is not None
+    ]
+    assert deadlines and "deadline" in totals
+    card = page.evaluate("document.querySelector('[data-total=deadline] .sub').textContent")
+    nearest = {
+        f"{r['topic']} / {r['partition']} · segment "
+        for r in status.values()
+        if r["retention_deadline_ms"] == min(deadlines)
+    }
+    assert any(card.startswith(n) for n in nearest), card
     assert page.evaluate("document.querySelector('#health').dataset.health") == "errors"
 
 
