@@ -22,10 +22,12 @@ __all__ = ["largest_timestamp"]
 _ENTRY = 12
 
 
-def largest_timestamp(segment: SegmentFiles) -> int | None:
+def largest_timestamp(segment: SegmentFiles, *, active: bool = False) -> int | None:
     """The segment's largest timestamp (epoch ms) by Kafka's rule above; None when neither its
-    time index nor its ``.log`` can be read (the broker deleted it meanwhile)."""
-    found = _from_time_index(segment) if segment.time_index is not None else None
+    time index nor its ``.log`` can be read (the broker deleted it meanwhile). ``active``: the
+    log's last segment, whose index is preallocated; a rolled one's is trimmed, so its last 12
+    bytes are its last entry even when they are zero (timestamp 0 at the base offset)."""
+    found = _from_time_index(segment, active) if segment.time_index is not None else None
     if found is not None and found != NO_TIMESTAMP:
         return found
     try:
@@ -34,9 +36,9 @@ def largest_timestamp(segment: SegmentFiles) -> int | None:
         return None
 
 
-def _from_time_index(segment: SegmentFiles) -> int | None:
+def _from_time_index(segment: SegmentFiles, active: bool) -> int | None:
     """The last entry's timestamp: the file's last 12 bytes for a rolled segment (Kafka trims its
-    index on roll); the whole file parsed when they are zero (a preallocated, active index)."""
+    index on roll) or when they are not zero; else the whole file parsed (a preallocated index)."""
     assert segment.time_index is not None
     try:
         with open(segment.time_index, "rb") as f:
@@ -45,7 +47,7 @@ def _from_time_index(segment: SegmentFiles) -> int | None:
                 return None
             f.seek(size - size % _ENTRY - _ENTRY)
             tail = f.read(_ENTRY)
-            if any(tail):
+            if any(tail) or not active:
                 return int.from_bytes(tail[:8], "big", signed=True)
             f.seek(0)
             data = f.read()

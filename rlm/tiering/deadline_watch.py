@@ -47,7 +47,7 @@ def estimate(
         LocalSegment(
             s.base_offset,
             s.size,
-            largest_timestamp(s) if n <= first else None,
+            largest_timestamp(s, active=n + 1 == len(segments)) if n <= first else None,
             segments[n + 1].base_offset if n + 1 < len(segments) else None,
         )
         for n, s in enumerate(segments)

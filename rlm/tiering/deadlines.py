@@ -4,7 +4,7 @@ Pure: it takes what a listing and the checkpoints tell (each segment's base offs
 largest timestamp; the log start; whether the active segment is committed) and the local
 retention in force (rlm.tiering.retention_sources: the broker's ``retention.*``), and answers per
 segment the earliest moment Kafka's retention may delete it. Kafka's rules
-(``UnifiedLog.deleteOldSegments``, unchanged in Kafka 4.1):
+(``UnifiedLog.deleteOldSegments``; the same three predicates in Kafka 4.1.1's Java ``UnifiedLog``):
 
 * every ``log.retention.check.interval.ms`` the broker runs, per log, the log-start, size and
   time predicates in that order, each from the oldest segment and **stopping at the first segment
@@ -139,6 +139,9 @@ def margin_ms(deadline: Deadline | None, now_ms: int) -> int | None:
 def by_deadline(items: Sequence[T], deadline_of: Callable[[T], int | None]) -> list[T]:
     """``items`` nearest deadline first (epoch ms), those without one after them in their given
     order (a stable sort): the copy order across partitions (docs/topic-policy.md §8)."""
-    keyed = [(deadline_of(item), n) for n, item in enumerate(items)]
-    order = sorted(range(len(items)), key=lambda n: (keyed[n][0] is None, keyed[n][0] or 0, n))
-    return [items[n] for n in order]
+
+    def key(item: T) -> tuple[bool, int]:
+        at = deadline_of(item)
+        return (at is None, at or 0)
+
+    return sorted(items, key=key)

@@ -333,6 +333,8 @@ class RemoteLogManager:
         partition the copy stays in offset order."""
         with self._registry_lock:
             known = {k[:2]: c.deadline.deadline_ms for k, c in self._contexts.items() if c.deadline}
+        if not known:  # nothing waits (the usual sweep): discovery order, no sort
+            return parts
         return by_deadline(parts, lambda p: known.get((p.topic, p.partition)))
 
     def _copy_eligible(

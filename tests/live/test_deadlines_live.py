@@ -37,6 +37,34 @@ def margin_metric(url: str, topic: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def reported_deadline(url: str, topic: str) -> int:
+    """The deadline rlm reports for the topic's first segment while its store is down: in status
+    (a time deadline, its margin going down pass after pass) and as the metric."""
+    row = wait_until(
+        lambda: (r := partition_row(url, topic, 0))["retention_deadline_offset"] == 0 and r,
+        timeout=RETENTION_MS / 1000,
+        what="rlm's deadline of the first segment, before it expires",
+    )
+    predicted = row["retention_deadline_ms"]
+    assert row["retention_deadline_cause"] == "time"
+    assert row["highest_tiered_offset"] == -1  # the store took nothing
+    assert 0 < row["retention_margin_ms"] <= RETENTION_MS
+    assert row["policy"]["local_retention_ms"]["value"] == RETENTION_MS
+    later = wait_until(
+        lambda: (r := partition_row(url, topic, 0))["retention_margin_ms"] < row["retention_margin_ms"] and r,
+        timeout=5,
+        what="the margin going down",
+    )
+    assert later["retention_deadline_ms"] == predicted  # the same deadline, nearer
+    metric = wait_until(
+        lambda: (m := margin_metric(url, topic)) is not None and m < math.inf and m,
+        timeout=5,
+        what="a pass publishing the margin although its copy failed",
+    )
+    assert 0 < metric <= RETENTION_MS / 1000
+    return int(predicted)
+
+
 def test_the_deadline_rlm_reports_is_when_the_broker_deletes_the_segment(
     kafka_single: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -57,32 +85,7 @@ def test_the_deadline_rlm_reports_is_when_the_broker_deletes_the_segment(
         topics={"include": [topic]},
     ) as rlm:
         produce(kafka_single.bootstrap, topic, 1500, value_bytes=1000)  # one rolled segment, CreateTime now
-        row = wait_until(
-            lambda: (r := partition_row(rlm.url, topic, 0))["retention_deadline_offset"] == 0 and r,
-            timeout=RETENTION_MS / 1000,
-            what="rlm's deadline of the first segment, before it expires",
-        )
-        predicted = row["retention_deadline_ms"]
-        assert row["retention_deadline_cause"] == "time"
-        assert row["highest_tiered_offset"] == -1  # the store took nothing
-        assert 0 < row["retention_margin_ms"] <= RETENTION_MS
-        assert row["policy"]["local_retention_ms"]["value"] == RETENTION_MS
-        later = wait_until(
-            lambda: (
-                (r := partition_row(rlm.url, topic, 0))["retention_margin_ms"] < row["retention_margin_ms"]
-                and r
-            ),
-            timeout=5,
-            what="the margin going down",
-        )
-        assert later["retention_deadline_ms"] == predicted  # the same deadline, nearer
-        metric = wait_until(
-            lambda: (m := margin_metric(rlm.url, topic)) is not None and m < math.inf and m,
-            timeout=5,
-            what="a pass publishing the margin although its copy failed",
-        )
-        assert 0 < metric <= RETENTION_MS / 1000
-
+        predicted = reported_deadline(rlm.url, topic)
         wait_until(
             lambda: not first.exists(),
             timeout=RETENTION_MS / 1000 + 20,

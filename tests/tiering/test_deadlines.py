@@ -6,18 +6,22 @@ and the copy order — the partition nearest its deadline is passed first.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 from rlm.daemon.scheduler import TieringDaemon
-from rlm.formats.records import RecordSpec
+from rlm.errors import TransientStorageError
+from rlm.formats.records import RecordSpec, iter_batches
 from rlm.logdir.scan import list_segments
 from rlm.logdir.timestamps import largest_timestamp
 from rlm.logdir.writer import LogWriter
+from rlm.storage.api import ObjectInfo
 from rlm.storage.local import LocalBackend
 from rlm.tiering.deadline_watch import note_deadline
 from rlm.tiering.deadlines import (
@@ -127,11 +131,18 @@ def test_largest_timestamp_is_the_time_index_last_entry_or_the_log_mtime(tmp_pat
     write_partition(tmp_path, "t", 1_700_000_000_000)
     listed = list_segments(tmp_path / "t-0")
     assert len(listed) >= 3
-    with open(listed[0].log, "rb") as f:
-        data = f.read()
-    from rlm.formats.records import iter_batches
-
+    data = listed[0].log.read_bytes()
     assert largest_timestamp(listed[0]) == max(b.max_timestamp for b in iter_batches(data))
+    # A rolled segment's index is trimmed: an entry of timestamp 0 at its base is twelve zero
+    # bytes and still its last entry (Kafka's largestTimestamp 0, not the file's mtime).
+    zero = tmp_path / "zero.timeindex"
+    zero.write_bytes(bytes(12))
+    assert largest_timestamp(dataclasses.replace(listed[0], time_index=zero)) == 0
+    # The active segment's is preallocated: its zero tail is not entries.
+    prealloc = tmp_path / "prealloc.timeindex"
+    prealloc.write_bytes(listed[0].time_index.read_bytes() + bytes(120))
+    active = dataclasses.replace(listed[0], time_index=prealloc)
+    assert largest_timestamp(active, active=True) == largest_timestamp(listed[0])
     assert listed[0].time_index is not None
     listed[0].time_index.unlink()  # no index: Kafka falls back to the file's last-modified time
     os.utime(listed[0].log, (1_234_567, 1_234_567))
@@ -142,7 +153,7 @@ class Logs:
     """Two partitions beside each other: ``far`` written an hour ago, ``near`` 167.5 h ago, so
     under Kafka's default retention.ms (168 h) the broker deletes near's oldest segment first."""
 
-    def __init__(self, tmp_path: Path, now: int) -> None:
+    def __init__(self, tmp_path: Path, now: int, store: type[LocalBackend] = LocalBackend) -> None:
         self.logs = tmp_path / "logs"
         self.now = now
         write_partition(self.logs, "far", now - H)
@@ -151,7 +162,7 @@ class Logs:
         self.metrics = TieringMetrics()
         self.manager = RemoteLogManager(
             settings,
-            LocalBackend(root=str(tmp_path / "store")),
+            store(root=str(tmp_path / "store")),
             metrics=self.metrics,
             clock_ms=lambda: self.now,
         )
@@ -219,3 +230,19 @@ def test_a_pass_publishes_the_margin_and_warns_once_per_episode(
     ctx.progress.highest_tiered_offset = pending[-1].next_base - 1  # everything tiered
     assert note(logs.now) is None
     assert logs.margin_metric("near") == math.inf
+
+
+class DownStore(LocalBackend):
+    """The real local backend with every upload failing, as a store that is down."""
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        raise TransientStorageError("store down (test)")
+
+
+def test_a_pass_whose_copy_fails_still_publishes_the_margin_and_orders_the_next_sweep(tmp_path: Path) -> None:
+    logs = Logs(tmp_path, 1_800_000_000_000, store=DownStore)
+    results = logs.manager.run_once(gc=False)
+    assert {r.topic for r in results} == {"far", "near"} and all(r.error for r in results)
+    near, far = logs.margin_metric("near"), logs.margin_metric("far")
+    assert near is not None and far is not None and 0 < near < far < math.inf
+    assert [p.topic for p in logs.manager.copy_order(logs.manager.discover())] == ["near", "far"]
