@@ -22,7 +22,7 @@ from rlm.tiering.deadlines import Deadline, LocalRetention, LocalSegment, broker
 from rlm.tiering.policy import TopicPolicy
 from rlm.tiering.state import PartitionContext
 
-__all__ = ["deadline_fields", "estimate", "note_deadline"]
+__all__ = ["deadline_fields", "estimate", "forget_deadline", "note_deadline"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,13 @@ def note_deadline(
             warn_ms,
         )
     return deadline
+
+
+def forget_deadline(ctx: PartitionContext) -> None:
+    """A follower's pass: no deadline of its own to watch (the leader copies), so none orders its
+    passes and its margin is ``+Inf`` — a former leader's last margin must not stay behind."""
+    ctx.deadline, ctx.deadline_warned = None, False
+    ctx.series(ctx.shared.metrics.retention_margin).set(math.inf)
 
 
 def deadline_fields(deadline: Deadline | None, now_ms: int, warn_ms: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from rlm.storage.retry import under_retries
 from rlm.tiering import identity, protect
 from rlm.tiering.compaction import RewrittenRange, find_rewrites
 from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
-from rlm.tiering.deadline_watch import note_deadline
+from rlm.tiering.deadline_watch import forget_deadline, note_deadline
 from rlm.tiering.deadlines import by_deadline
 from rlm.tiering.deleted_topics import DeletedTopics
 from rlm.tiering.gap_watch import note_gaps
@@ -332,7 +332,8 @@ class RemoteLogManager:
         oldest untiered segment first, as last estimated (docs/topic-policy.md §8); within a
         partition the copy stays in offset order."""
         with self._registry_lock:
-            known = {k[:2]: c.deadline.deadline_ms for k, c in self._contexts.items() if c.deadline}
+            deadlines = [(k[:2], c.deadline) for k, c in self._contexts.items() if c.deadline is not None]
+        known = {tp: d.deadline_ms for tp, d in deadlines if d.deadline_ms is not None}
         if not known:  # nothing waits (the usual sweep): discovery order, no sort
             return parts
         return by_deadline(parts, lambda p: known.get((p.topic, p.partition)))
@@ -344,6 +345,7 @@ class RemoteLogManager:
         many segments were pending at the start. A follower only drops the pins of what the
         leader tiered and publishes its lag."""
         if not leader:
+            forget_deadline(ctx)  # the leader's to watch (docs/topic-policy.md §8)
             waiting = self.pending(ctx, segments)
             hold(ctx, waiting, pin_new=False)
             return publish_lag(ctx, waiting)

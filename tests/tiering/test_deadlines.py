@@ -23,7 +23,7 @@ from rlm.logdir.timestamps import largest_timestamp
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ObjectInfo
 from rlm.storage.local import LocalBackend
-from rlm.tiering.deadline_watch import note_deadline
+from rlm.tiering.deadline_watch import forget_deadline, note_deadline
 from rlm.tiering.deadlines import (
     Deadline,
     LocalRetention,
@@ -227,6 +227,9 @@ def test_a_pass_publishes_the_margin_and_warns_once_per_episode(
     note(first.deadline_ms + 5)  # overdue: a new episode, a new line, a negative margin
     assert len([r for r in caplog.records if "near-0" in r.getMessage()]) == 2
     assert logs.margin_metric("near") == -0.005
+    forget_deadline(ctx)  # leadership moved away: the leader watches it now
+    assert ctx.deadline is None and logs.margin_metric("near") == math.inf
+    assert manager.copy_order(manager.discover())[0].topic == "far"  # no deadline known any more
     ctx.progress.highest_tiered_offset = pending[-1].next_base - 1  # everything tiered
     assert note(logs.now) is None
     assert logs.margin_metric("near") == math.inf
