@@ -37,6 +37,7 @@ from rlm.logdir.scan import discover_partitions, read_topic_id
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.incarnations import DELETED_REASON, OldIncarnation, delete_root, grace_ms, retired_marker
+from rlm.tiering.metrics import TieringMetrics
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_state import RemoteState
 from rlm.tiering.state import state_root_of
@@ -192,9 +193,10 @@ class DeletedTopics:
         image: Callable[[], MetadataImage | None],
         clock_ms: Callable[[], int],
         protection: StoreProtection | None,
+        metrics: TieringMetrics | None = None,
     ) -> None:
         self._settings, self._backend, self._image = settings, backend, image
-        self._clock_ms, self._protection = clock_ms, protection
+        self._clock_ms, self._protection, self._metrics = clock_ms, protection, metrics
         #: Deleted topics' roots waiting for their grace, as the last collection found them.
         self.waiting: list[OldIncarnation] = []
 
@@ -208,7 +210,16 @@ class DeletedTopics:
             protection=self._protection,
         )
         self.waiting = [d for d in found if not d.deleted]
+        self._publish()
         return found
+
+    def _publish(self) -> None:
+        if self._metrics is None:
+            return
+        due = [d.delete_after_ms for d in self.waiting if d.delete_after_ms is not None]
+        self._metrics.deleted_topic_partitions.set(len(self.waiting))
+        self._metrics.deleted_topic_bytes.set(sum(d.bytes for d in self.waiting))
+        self._metrics.deleted_topic_next_delete.set(min(due) / 1000 if due else float("inf"))
 
     def status(self) -> list[dict[str, Any]]:
         return [{"topic": d.topic, "partition": d.partition, **d.to_json()} for d in self.waiting]

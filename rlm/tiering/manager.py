@@ -143,8 +143,14 @@ class RemoteLogManager:
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
-        sh = self.shared  # deleted topics: docs/topic-identity.md
-        self.deleted = DeletedTopics(settings, self.store, self._refreshed_image, sh.clock_ms, sh.protection)
+        self.deleted = self._deleted_topics(settings)
+
+    def _deleted_topics(self, settings: Settings) -> DeletedTopics:
+        """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
+        sh = self.shared
+        return DeletedTopics(
+            settings, self.store, self._refreshed_image, sh.clock_ms, sh.protection, sh.metrics
+        )
 
     # -- partitions ---------------------------------------------------------------------------
 

@@ -67,6 +67,29 @@ class TieringMetrics:
         self._declare_tasks(self.registry)
         self._declare_passes(self.registry)
         self._declare_pins(self.registry)
+        self._declare_deleted_topics(self.registry)
+
+    def _declare_deleted_topics(self, r: CollectorRegistry) -> None:
+        """Deleted topics' remote data waiting for ``tiering.deleted_topic_grace_ms``
+        (rlm.tiering.deleted_topics, docs/topic-identity.md; Kafka's own RLM deletes a deleted
+        topic's remote data at once, so it has no such metric). Set by each GC."""
+        self.deleted_topic_partitions = Gauge(
+            "rlm_deleted_topic_partitions_waiting",
+            "Partitions of deleted topics whose remote data waits for tiering.deleted_topic_grace_ms "
+            "(or is kept by tiering.keep_old_incarnations), as the last GC found them",
+            registry=r,
+        )
+        self.deleted_topic_bytes = Gauge(
+            "rlm_deleted_topic_bytes_waiting",
+            "Bytes of remote data those partitions still hold in the store",
+            registry=r,
+        )
+        self.deleted_topic_next_delete = Gauge(
+            "rlm_deleted_topic_next_delete_timestamp_seconds",
+            "When the next deleted topic's remote data goes (epoch seconds); +Inf when none waits",
+            registry=r,
+        )
+        self.deleted_topic_next_delete.set(float("inf"))
 
     def _declare_pins(self, r: CollectorRegistry) -> None:
         """What rlm holds of the broker's files per log dir (rlm.tiering.pin_ledger; Kafka's own

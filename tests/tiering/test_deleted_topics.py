@@ -91,6 +91,15 @@ def _gc(manager: RemoteLogManager, *, dry_run: bool = False) -> list[OldIncarnat
     return found
 
 
+def _waiting_metrics(manager: RemoteLogManager) -> tuple[float | None, ...]:
+    """rlm_deleted_topic_{partitions,bytes}_waiting and the next deletion (epoch seconds)."""
+    get = manager.shared.metrics.registry.get_sample_value
+    return tuple(
+        get(f"rlm_deleted_topic_{name}")
+        for name in ("partitions_waiting", "bytes_waiting", "next_delete_timestamp_seconds")
+    )
+
+
 @pytest.mark.parametrize("remove", [False, True], ids=["delete-dir", "dir-gone"])
 def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     make_env: Callable[..., Env], remove: bool
@@ -114,6 +123,7 @@ def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     [waiting] = manager.deleted.status()  # GET /v1/deleted-topics
     assert (waiting["topic"], waiting["partition"], waiting["topic_id"]) == (TOPIC, 0, env.topic_id)
     assert waiting["delete_after_ms"] == env.now + GRACE_MS and waiting["prefix"] == env.root
+    assert _waiting_metrics(manager) == (1, old.bytes, (env.now + GRACE_MS) / 1000) and old.bytes > 0
 
     env.now += GRACE_MS - 1
     assert not any(o.deleted for o in _gc(manager))
@@ -129,6 +139,7 @@ def test_deleted_topic_is_marked_kept_for_the_grace_then_deleted(
     [gone] = _gc(manager)
     assert gone.deleted and env.remote_keys() == [] and not env.state.exists()
     assert _gc(manager) == [] and manager.deleted.waiting == []
+    assert _waiting_metrics(manager) == (0, 0, float("inf"))
 
 
 def test_a_replica_moved_away_is_never_deleted(make_env: Callable[..., Env]) -> None:

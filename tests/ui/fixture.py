@@ -68,7 +68,7 @@ class Served:
 def serve(tmp: Path, *, token: str = TOKEN, cluster: ClusterSettings | None = None, **tiering: Any) -> Served:
     """The daemon's API over a fresh log dir and local store; ``tiering``: more ``[tiering]`` keys."""
     logs, store = tmp / "kafka-logs", tmp / "tiered"
-    logs.mkdir()
+    logs.mkdir(exist_ok=True)  # a test may lay a metadata log down first
     settings = Settings(
         log=LogSettings(dirs=(logs,), eligibility="high-watermark"),
         remote=RemoteSettings("local", {"root": str(store)}),

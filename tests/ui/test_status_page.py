@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html.parser
 import json
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from rlm.config.brokers import ClusterSettings
+from rlm.testing.kraft import MetadataLogBuilder
 from tests.ui.chromium import Chromium, Page, dump_dom, find_browser
 from tests.ui.fixture import TOKEN, Served, fill, serve, writer
 
@@ -412,3 +414,42 @@ def test_status_page_shows_a_log_dir_at_its_pin_bound(browser: Chromium, tmp_pat
         assert page.screenshot(ARTIFACTS / "status-page-pins.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         served.close()
+
+
+def test_status_page_counts_deleted_topics_waiting_for_their_grace(browser: Chromium, tmp_path: Path) -> None:
+    """docs/topic-identity.md "Deleted topics": a topic deleted on the broker keeps its remote data
+    for tiering.deleted_topic_grace_ms; the card counts it, its bytes and when it goes."""
+    logs = tmp_path / "kafka-logs"
+    logs.mkdir()
+    (logs / "meta.properties").write_text("version=1\nnode.id=1\n")
+    meta = MetadataLogBuilder(logs)
+    topic_id = meta.create_topic("gone", [[1]])
+    served = serve(tmp_path, deleted_topic_grace_ms=3_600_000)
+    try:
+        w = writer(served, "gone", 0, topic_id=topic_id)
+        fill(w, 2)
+        w.high_watermark = w.log_end_offset
+        w.write_checkpoints()
+        served.tier()
+        assert served.status("gone", 0)["highest_tiered_offset"] > 0
+        served.writers.pop("gone-0").close()
+        meta.delete_topic("gone")
+        shutil.rmtree(logs / "gone-0")
+        served.manager.collect_garbage()
+        [waiting] = served.manager.deleted.status()
+        page = browser.open()
+        page.navigate(f"{served.server.url}/?token={TOKEN}&refresh=1")
+        page.wait_for("document.body.dataset.state === 'ready'", what="the first refresh")
+        card = json.loads(
+            page.evaluate(
+                "(() => { const c = document.querySelector('[data-total=deleted]');"
+                " const t = (s) => c.querySelector(s).textContent;"
+                " return JSON.stringify([c.dataset.value, t('.value'), t('.sub')]); })()"
+            )
+        )
+        assert card[:2] == ["1", "1"], card
+        assert card[2].startswith("1 partition · ") and "next deleted" in card[2], card
+        assert waiting["delete_after_ms"] is not None and waiting["bytes"] > 0
+    finally:
+        served.close()
+        meta.close()

@@ -393,17 +393,34 @@
       + " not pinned, and the broker may delete them before they are tiered.").join(" ");
     b.hidden = false;
   }
+  // Deleted topics (GET /v1/deleted-topics, as the last GC found them; docs/topic-identity.md):
+  // partitions whose remote data waits for tiering.deleted_topic_grace_ms, and when the next goes.
+  function renderDeleted(rows) {
+    rows = rows || [];
+    const topics = new Set(rows.map((r) => r.topic));
+    const due = rows.map((r) => r.delete_after_ms).filter((t) => t !== null && t !== undefined);
+    const next = due.length ? Math.min(...due) : null;
+    const kept = rows.length - due.length;
+    card("deleted", fmtNum(topics.size), !rows.length ? "none waiting"
+      : fmtNum(rows.length) + (rows.length === 1 ? " partition" : " partitions") + " · "
+        + fmtBytes(rows.reduce((a, r) => a + (Number(r.bytes) || 0), 0))
+        + (next !== null ? " · next deleted " + new Date(next).toLocaleString() : "")
+        + (kept ? " · " + fmtNum(kept) + " kept" : ""))
+      .setAttribute("data-value", rows.length);
+  }
   let timer = null;
   async function refresh() {
     clearTimeout(timer);
     try {
       const optional = (e) => { if (e instanceof Unauthorized) throw e; return null; };
-      const [rows, hist, st, pins] = await Promise.all([api("v1/partitions"), api("v1/history"),
-        api("v1/store").catch(optional), api("v1/pins").catch(optional)]);
+      const [rows, hist, st, pins, deleted] = await Promise.all([api("v1/partitions"), api("v1/history"),
+        api("v1/store").catch(optional), api("v1/pins").catch(optional),
+        api("v1/deleted-topics").catch(optional)]);
       $("#auth").hidden = true;
       $("#problem").hidden = true;
       renderStore(st);
       renderPins(pins);
+      renderDeleted(deleted);
       renderPartitions(rows);
       renderChart(hist);
       const now = new Date();
