@@ -33,6 +33,8 @@ Tree (HTTP status / exit code)::
     ├── InvalidArgumentError     400/2 invalid API / CLI parameters
     │   └── OffsetOutOfRangeError 416/2 a fetch below the log start / above the high watermark
     ├── UnauthorizedError        401/1 an HTTP request without the right bearer token
+    ├── ForbiddenError           403/1 a deleting request where nobody can be authenticated
+    ├── NotLeaderError           421/1 delete-records sent to a sidecar that does not lead
     ├── StorageError             502/1 remote store failures, translated once from SDK/OS errors
     │   ├── ObjectNotFoundError        also a FileNotFoundError (docs/storage.md)
     │   ├── ObjectExistsError          a conditional "create only if absent" lost
@@ -78,6 +80,7 @@ __all__ = [
     "CorruptSnapshotError",
     "ExecutorEnvironmentError",
     "ExportOutputExistsError",
+    "ForbiddenError",
     "FormatError",
     "IdentityConflictError",
     "InvalidArgumentError",
@@ -85,6 +88,7 @@ __all__ = [
     "KeyNotFoundError",
     "LogDirError",
     "NativeExtensionError",
+    "NotLeaderError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "OffsetInGapError",
@@ -285,6 +289,24 @@ class UnauthorizedError(RlmError):
     http_status = 401
     http_headers: ClassVar[Mapping[str, str]] = {"WWW-Authenticate": "Bearer"}
     default_field = "authorization"
+
+
+class ForbiddenError(RlmError):
+    """A deleting request where nobody can be authenticated: 403 (docs/security.md)."""
+
+    http_status = 403
+    kafka_error = "TOPIC_AUTHORIZATION_FAILED"
+    default_field = "authorization"
+
+
+class NotLeaderError(RlmError):
+    """A write to a partition this sidecar does not lead (docs/cluster.md): 421, Kafka's
+    NOT_LEADER_OR_FOLLOWER. ``leader``: the node id that leads, None when unknown."""
+
+    http_status = 421
+    kafka_error = "NOT_LEADER_OR_FOLLOWER"
+    default_field = "partition"
+    leader: int | None = None
 
 
 class StorageError(RlmError):

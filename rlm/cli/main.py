@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from rlm.cli.admin import delete_records
 from rlm.cli.dump import dump
 from rlm.cli.generate import generate
 from rlm.cli.jobs import export, rebuild_index, verify
@@ -35,5 +36,6 @@ for command in (
     verify,
     restore,
     rewrap,
+    delete_records,
 ):
     main.add_command(command)

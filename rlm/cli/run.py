@@ -107,7 +107,7 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
             "installed: pip install 'rlm[kafka]' (kafka-python 3)"
         ) from None
 
-    api = KafkaApi(parts.readers, node_id=settings.cluster.node_id or 0)
+    api = KafkaApi(parts.readers, node_id=settings.cluster.node_id or 0, deleter=parts.delete_records)
     return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics)
 
 

@@ -4,6 +4,8 @@ readers (range cache, read-ahead), the history sampler and the HTTP app. ``rlm r
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import FastAPI
@@ -13,6 +15,7 @@ from rlm.config import Settings
 from rlm.http.app import create_app
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.delete_records import DeletedRecords, delete_records
 from rlm.tiering.history import TieringHistory
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.readers import TieredReaders
@@ -27,6 +30,7 @@ class DaemonApi:
     history: TieringHistory  # not started: the caller starts and stops its sampler
     registry: CollectorRegistry
     kafka_metrics: KafkaMetrics  # the Kafka listener's, registered even when it is off
+    delete_records: Callable[[str, int, int], DeletedRecords]  # rlm's DeleteRecords over the manager
 
 
 def build_api(
@@ -45,6 +49,7 @@ def build_api(
         protection=manager.shared.protection,
         checkpoints=manager.checkpoints,
     )
+    deleter = functools.partial(delete_records, manager)
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart
     app = create_app(
         readers,
@@ -55,5 +60,6 @@ def build_api(
         store=manager.store_status,
         pins=manager.shared.pins.summary,
         deleted=manager.deleted.status,
+        delete_records=deleter,
     )
-    return DaemonApi(app, readers, history, registry, KafkaMetrics(registry))
+    return DaemonApi(app, readers, history, registry, KafkaMetrics(registry), deleter)

@@ -11,6 +11,8 @@ Routes (contract)::
                                                            raw batches, chunked, up to the visible
                                                            end (docs/streaming.md)
     POST /v1/offsets-for-times                             {"timestamp", "topics"?, "minus_ms"?}
+    POST /v1/topics/{t}/partitions/{p}/delete-records      {"before"}: raise the log start (needs
+                                                           [server] token; 403 without one)
     GET  /metrics                                          Prometheus text format
     GET  /healthz                                          liveness (no auth)
     GET  /v1/history                                       totals over the last hour (status page)
@@ -44,6 +46,7 @@ from rlm.config import ServerSettings
 from rlm.http.auth import token_guard
 from rlm.http.error_answers import install_error_handlers
 from rlm.http.limits import BodyLimitMiddleware, DeadlineMiddleware
+from rlm.http.routes_admin import DeleteRecordsSource, install_admin_routes
 from rlm.http.routes_lookup import install_lookup_routes
 from rlm.http.routes_records import install_records_routes
 from rlm.http.routes_status import (
@@ -71,9 +74,11 @@ def create_app(
     store: StoreSource | None = None,
     pins: PinsSource | None = None,
     deleted: DeletedSource | None = None,
+    delete_records: DeleteRecordsSource | None = None,
 ) -> FastAPI:
     """The API over ``readers`` as ``server`` configures it (token, body limit, request timeout);
-    ``status``/``history``/``store``/``pins``/``deleted`` answer the status routes, ``registry`` is
+    ``status``/``history``/``store``/``pins``/``deleted`` answer the status routes, ``delete_records``
+    the delete-records route (not installed without it), ``registry`` is
     served at /metrics and holds the stream metrics."""
     # redirect_slashes off: a path that is not a route is a JSON 404, never a redirect to a guess
     # (".../offsets/0%2F" was redirected to ".../offsets/0": the fuzz test found it).
@@ -102,4 +107,5 @@ def create_app(
     install_lookup_routes(app, readers, auth)
     stall_s = server.request_timeout_ms / 1000
     install_records_routes(app, readers, auth, stall_s=stall_s, metrics=StreamMetrics(registry))
+    install_admin_routes(app, server, auth, delete_records)
     return app

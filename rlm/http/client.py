@@ -167,6 +167,12 @@ class RlmClient:
         body = {"timestamp": timestamp, "topics": topics, "minus_ms": minus_ms}
         return self._rows(self._check(self._http.post("/v1/offsets-for-times", json=body)).json())
 
+    def delete_records(self, topic: str, partition: int, before: int) -> dict[str, Any]:
+        """rlm's DeleteRecords (docs/http-api.md §7): the answer's fields, low watermark first."""
+        url = f"/v1/topics/{topic}/partitions/{partition}/delete-records"
+        answer: dict[str, Any] = self._check(self._http.post(url, json={"before": before})).json()
+        return answer
+
     def metrics(self) -> str:
         return self._check(self._http.get("/metrics")).text
 

@@ -6,13 +6,14 @@ in its thread pool. The listener is one broker (``node_id``) that leads every pa
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsResponse
+from kafka.protocol.admin import DeleteRecordsResponse, DescribeConfigsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
@@ -21,11 +22,24 @@ from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import RlmError
 from rlm.formats.naming import is_internal_topic
 from rlm.kafka.protocol import Api, Codes, api_versions_body
-from rlm.kafka.reads import FetchedPartition, fetch_partition, list_offset, partition_offsets, served
+from rlm.kafka.reads import (
+    FetchedPartition,
+    error_code,
+    fetch_partition,
+    list_offset,
+    partition_offsets,
+    served,
+)
 from rlm.logdir.scan import PartitionDir
+from rlm.tiering.delete_records import DeletedRecords
 from rlm.tiering.readers import TieredReaders, check_topic
 
-__all__ = ["FetchAnswer", "KafkaApi"]
+#: ``(topic, partition, before) -> answer``: the daemon's rlm.tiering.delete_records.delete_records.
+Deleter = Callable[[str, int, int], DeletedRecords]
+
+__all__ = ["Deleter", "FetchAnswer", "KafkaApi"]
+
+log = logging.getLogger(__name__)
 
 _TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
 _SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5  # DescribeConfigs config_source: DYNAMIC_TOPIC_CONFIG, DEFAULT
@@ -53,8 +67,17 @@ def _topic_uuid(topic_id: str | None) -> uuid.UUID:
 
 
 class KafkaApi:
-    def __init__(self, readers: TieredReaders, *, node_id: int = 0, cluster_id: str = "rlm") -> None:
+    def __init__(
+        self,
+        readers: TieredReaders,
+        *,
+        node_id: int = 0,
+        cluster_id: str = "rlm",
+        deleter: Deleter | None = None,
+    ) -> None:
+        """``deleter``: what DeleteRecords does (the daemon's manager); None: refused."""
         self.readers = readers
+        self.deleter = deleter
         self.node_id = node_id
         self.cluster_id = cluster_id
 
@@ -327,6 +350,36 @@ class KafkaApi:
             ]
             out.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
         return cls(responses=out, throttle_time_ms=0)
+
+    def delete_records(self, req: Any, _version: int, user: str | None) -> Any:
+        """rlm's DeleteRecords (docs/kafka-listener.md "DeleteRecords"): only for a connection
+        authenticated by SASL (``user``); else every partition answers TOPIC_AUTHORIZATION_FAILED,
+        as Kafka answers a principal without DELETE on the topic. Partition by partition, in
+        request order; an error answers that partition's code with low watermark -1."""
+        cls = DeleteRecordsResponse.DeleteRecordsTopicResult
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                code, low = self._delete_one(t.name, p.partition_index, p.offset, user)
+                parts.append(
+                    cls.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=low, error_code=code
+                    )
+                )
+            topics.append(cls(name=t.name, partitions=parts))
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+    def _delete_one(self, topic: str, partition: int, before: int, user: str | None) -> tuple[int, int]:
+        if user is None or self.deleter is None:
+            return Codes.TOPIC_AUTHORIZATION_FAILED, -1
+        try:
+            done = self.deleter(topic, partition, before)
+        except RlmError as err:
+            log.info("kafka: DeleteRecords %s-%d by %s: %s", topic, partition, user, err)
+            return error_code(err), -1
+        log.info("kafka: DeleteRecords %s-%d by %s: log start %d", topic, partition, user, done.low_watermark)
+        return Codes.NONE, done.low_watermark
 
     def init_producer_id(self, _req: Any, _version: int) -> Any:
         return InitProducerIdResponse(

@@ -18,7 +18,12 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -80,6 +85,7 @@ class Codes:
     OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
     LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
     INVALID_TOPIC_EXCEPTION = 17
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
@@ -140,6 +146,7 @@ SERVED: dict[int, Api] = {
         Api(14, SyncGroupRequest, SyncGroupResponse, 0, 4),
         Api(17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
         Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+        Api(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),  # SASL-authenticated only
         Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),  # refused: read-only
         Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
         Api(36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),

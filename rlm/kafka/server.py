@@ -49,6 +49,7 @@ __all__ = ["KafkaListener", "split_listen"]
 log = logging.getLogger(__name__)
 
 _FETCH, _LIST_OFFSETS, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 2, 3, 17, 36
+_DELETE_RECORDS = 21
 _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
 _POLL_S = 0.25  # a waiting Fetch looks for new data this often (the HW checkpoint moves every ~5 s)
 
@@ -79,6 +80,7 @@ class _Conn:
     raw_token_next: bool = False
     close_after: bool = False
     auth_failed: bool = False  # why it is closed, for the metric
+    user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
 
 
 class KafkaListener:
@@ -228,10 +230,11 @@ class KafkaListener:
     async def _answer(self, conn: _Conn, frame: bytes) -> bytes | bytearray:
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
-            if self._users is None or self._users.authenticate(frame) is None:
+            user = self._users.authenticate(frame) if self._users is not None else None
+            if user is None:
                 conn.auth_failed = True
                 raise KafkaProtocolError("SASL/PLAIN authentication failed")
-            conn.authenticated = True
+            conn.authenticated, conn.user = True, user
             return b"\x00\x00\x00\x00"
         key, version, correlation_id = peek_header(frame)
         api = SERVED.get(key)
@@ -267,6 +270,8 @@ class KafkaListener:
             return self._authenticate(conn, req)
         if key == _METADATA:
             call = functools.partial(self.api.metadata, req.body, version, conn.host, conn.port)
+        elif key == _DELETE_RECORDS:
+            call = functools.partial(self.api.delete_records, req.body, version, conn.user)
         else:
             call = functools.partial(self._handlers[key], req.body, version)
         assert self._loop is not None
@@ -315,5 +320,5 @@ class KafkaListener:
             return answer(
                 Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password"
             )
-        conn.authenticated = True
+        conn.authenticated, conn.user = True, user
         return answer(Codes.NONE, None)

@@ -62,7 +62,9 @@ def sidecar_config(
     topic policy from the node's metadata log (``auto``), a pass every second unless ``tiering``
     says otherwise. ``extra`` goes to :func:`rlm.testing.configs.write_config`."""
     settings = {"task_interval_ms": 1000, **(tiering or {})}
-    sections = {"kafka": {"listen": f"127.0.0.1:{kafka_port}"}, **extra.pop("sections", {})}
+    sections = dict(extra.pop("sections", {}))
+    # ``sections["kafka"]`` adds to the listener's keys (SASL, TLS): the port stays this one
+    sections["kafka"] = {"listen": f"127.0.0.1:{kafka_port}", **sections.get("kafka", {})}
     return write_config(
         path,
         [node.log_dir],
@@ -110,11 +112,13 @@ def consume(
     *,
     isolation: str = "read_uncommitted",
     timeout: float = 60.0,
+    **config: Any,
 ) -> list[Record]:
     """Every record of ``[start, end)`` a kafka-python consumer reads from ``bootstrap`` (a broker
     or rlm's listener) with ``isolation``; fails if the offsets up to ``end`` do not all arrive
     within ``timeout`` seconds (with read_committed, aborted offsets never arrive: pass the LSO-
-    bounded range you expect and compare offsets, not counts)."""
+    bounded range you expect and compare offsets, not counts). ``config``: more KafkaConsumer
+    settings (SASL for a listener that requires it)."""
     from kafka import KafkaConsumer, TopicPartition
 
     tp = TopicPartition(topic, partition)
@@ -125,6 +129,7 @@ def consume(
         consumer_timeout_ms=1000,
         fetch_max_wait_ms=200,
         request_timeout_ms=20000,
+        **config,
     )
     out: list[Record] = []
     try:

@@ -12,7 +12,15 @@ import os
 import signal
 import threading
 
-__all__ = ["EXPORT_POINTS", "GC_POINTS", "POINTS", "RECOVERY_POINTS", "RESTORE_POINTS", "crash_point"]
+__all__ = [
+    "DELETE_RECORDS_POINTS",
+    "EXPORT_POINTS",
+    "GC_POINTS",
+    "POINTS",
+    "RECOVERY_POINTS",
+    "RESTORE_POINTS",
+    "crash_point",
+]
 
 POINTS = (
     "after_pin",  # segment files hard-linked into staging
@@ -24,6 +32,11 @@ POINTS = (
     "before_fsync",  # local index bytes written, not yet fsynced
     "before_journal_finish",  # local index durable, COPY_FINISHED not written
     "after_delete_manifest",  # retention: manifest deleted, data still there
+)
+
+#: ``rlm delete-records`` (rlm/tiering/delete_records.py; tests/tiering/test_delete_records_crash.py).
+DELETE_RECORDS_POINTS = (
+    "after_log_start_marker",  # the store's log start marker written, progress.json not yet
 )
 
 #: Recovery's rebuild of the local remote index (tests/tiering/test_missing_family.py): reached

@@ -1,7 +1,9 @@
 """A per-partition write-ahead journal of copy and delete attempts (JSON Lines, fsynced).
 
 Events: ``COPY_STARTED`` / ``COPY_FINISHED`` / ``COPY_ABORTED`` and ``DELETE_STARTED`` /
-``DELETE_FINISHED``, each with the segment base offset and the attempt id. A started attempt with
+``DELETE_FINISHED``, each with the segment base offset and the attempt id; ``LOG_START_STARTED`` /
+``LOG_START_FINISHED`` around raising the store's log start (``rlm delete-records``: ``base`` is the
+new log start, ``attempt`` ``"log-start"``). A started attempt with
 no matching end is *open*: after a crash, recovery resolves it (resume, or discard its objects).
 Every append is fsynced before the step it announces begins. A torn last line (crash mid-write)
 is ignored: the step it announced never started; so is any line that is not a complete event
@@ -16,16 +18,28 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from rlm.fsutil import atomic_write, fsync_dir
 from rlm.tiering.statefiles import int_field, loads_or_none
 
 __all__ = ["COMPACT_BYTES", "TAIL_BYTES", "EventType", "Journal", "JournalEvent"]
 
-EventType = Literal["COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"]
-_TYPES = frozenset(("COPY_STARTED", "COPY_FINISHED", "COPY_ABORTED", "DELETE_STARTED", "DELETE_FINISHED"))
-_ENDS = {"COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"), "DELETE_STARTED": ("DELETE_FINISHED",)}
+EventType = Literal[
+    "COPY_STARTED",
+    "COPY_FINISHED",
+    "COPY_ABORTED",
+    "DELETE_STARTED",
+    "DELETE_FINISHED",
+    "LOG_START_STARTED",
+    "LOG_START_FINISHED",
+]
+_TYPES = frozenset(get_args(EventType))
+_ENDS = {
+    "COPY_STARTED": ("COPY_FINISHED", "COPY_ABORTED"),
+    "DELETE_STARTED": ("DELETE_FINISHED",),
+    "LOG_START_STARTED": ("LOG_START_FINISHED",),
+}
 COMPACT_BYTES = 1 << 20
 #: The tail :meth:`Journal.quiescent` reads (several events; one is ~100 bytes).
 TAIL_BYTES = 4096

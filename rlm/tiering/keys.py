@@ -41,6 +41,7 @@ __all__ = [
     "LEADER_EPOCHS",
     "LINEAGE_MARKER_PREFIX",
     "LOG",
+    "LOG_START_MARKER_PREFIX",
     "MANIFESTS",
     "OFFSET_INDEX",
     "OWNER_MARKER",
@@ -57,6 +58,7 @@ __all__ = [
     "data_prefix",
     "id_roots_prefix",
     "lineage_marker_key",
+    "log_start_marker_key",
     "manifest_key",
     "manifest_key_of_data_key",
     "manifests_prefix",
@@ -64,6 +66,7 @@ __all__ = [
     "new_attempt_id",
     "parse_data_key",
     "parse_lineage_marker_key",
+    "parse_log_start_marker_key",
     "parse_manifest_key",
     "parse_root",
     "partition_prefix",
@@ -142,6 +145,27 @@ def parse_lineage_marker_key(topic: str, partition: int, key: str, topic_id: str
     name = key[len(prefix) :] if key.startswith(prefix) else ""
     stem, dot, ext = name.partition(".")
     if ext != "json" or not dot or len(stem) != 10 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+#: Log start markers (rlm's DeleteRecords, docs/formats.md §6.8) live beside the manifests too:
+#: ``log-start-<offset:020d>.json``; the highest offset named is the partition's log start.
+LOG_START_MARKER_PREFIX = "log-start-"
+
+
+def log_start_marker_key(topic: str, partition: int, offset: int, topic_id: str | None = None) -> str:
+    return f"{manifests_prefix(topic, partition, topic_id)}{LOG_START_MARKER_PREFIX}{offset:020d}.json"
+
+
+def parse_log_start_marker_key(
+    topic: str, partition: int, key: str, topic_id: str | None = None
+) -> int | None:
+    """The log start offset named by a log start marker key, or None for any other key."""
+    prefix = manifests_prefix(topic, partition, topic_id) + LOG_START_MARKER_PREFIX
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
+    stem, dot, ext = name.partition(".")
+    if ext != "json" or not dot or len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
 

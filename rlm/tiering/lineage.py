@@ -269,3 +269,5 @@ class StoreView:
     markers: dict[str, tuple[Stamp, LineageMarker]] = field(default_factory=dict)
     held: tuple[tuple[int, str, int, int], ...] | None = None
     chain: Chain = field(default_factory=lambda: Chain(()))
+    #: The highest log start a marker of rlm's DeleteRecords names (docs/formats.md §6.8); -1 none.
+    log_start: int = -1

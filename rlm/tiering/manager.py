@@ -206,6 +206,10 @@ class RemoteLogManager:
         for part in self.discover():
             yield self.context(part)
 
+    def pass_lock(self, ctx: PartitionContext) -> threading.Lock:
+        """The lock every pass and maintenance step of ``ctx``'s partition holds (module doc)."""
+        return self._locks[(ctx.topic, ctx.partition)]
+
     def pass_locks_held(self) -> dict[str, bool]:
         """``<topic>-<partition>`` → whether its pass lock is held now (diagnostics only)."""
         with self._registry_lock:

@@ -36,7 +36,15 @@ from rlm.tiering.lineage import Chain
 from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.remote_state import of_context
 from rlm.tiering.state import PartitionContext, Progress, Quarantine
-from rlm.tiering.sync import SyncResult, local_divergence, note_divergence, refresh, resolve, settle
+from rlm.tiering.sync import (
+    SyncResult,
+    local_divergence,
+    note_divergence,
+    note_log_start,
+    refresh,
+    resolve,
+    settle,
+)
 
 __all__ = ["observe", "progress_after", "rebuild_local_index", "recover"]
 
@@ -61,6 +69,8 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
                 len(deleted),
             )
             ctx.journal.append("COPY_ABORTED", ev.base_offset, ev.attempt_id)
+        elif ev.type == "LOG_START_STARTED":  # the marker is in the store or was never written
+            ctx.journal.append("LOG_START_FINISHED", ev.base_offset, ev.attempt_id)
         else:  # DELETE_STARTED: finish it
             if manifest is not None and manifest.attempt_id == ev.attempt_id:
                 remote.delete_manifest(ev.base_offset)
@@ -136,6 +146,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
     result = settle(ctx, leader=leader, read=read, staged=True)
     ctx.progress = saved.keeping(*progress_after(result.chain, saved))
     note_divergence(ctx, result.local_diverged_from)
+    note_log_start(ctx)  # the store keeps rlm's DeleteRecords point: a lost state dir learns it here
     mark_dir(ctx)
     ctx.save_progress()
     ctx.recovered = True
@@ -183,6 +194,7 @@ def observe(ctx: PartitionContext) -> None:
     ctx.progress = saved.keeping(*progress_after(chain, saved))
     diverged = local_divergence(ctx)
     ctx.progress.local_diverged_from = -1 if diverged is None else diverged
+    note_log_start(ctx)
     ctx.quarantined = Quarantine.load_all(ctx.quarantine_path)
     if not ctx.shared.cluster:
         check_lineage(ctx, ctx.manifests, ctx.progress.highest_tiered_offset)

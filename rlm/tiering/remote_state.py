@@ -13,6 +13,7 @@ backend itself (the one retry layer where it was opened, docs/storage.md): none 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -236,6 +237,23 @@ class RemoteState:
         except ObjectExistsError:
             return self.read_lineage_marker(key)
         return marker
+
+    def log_start_marker(self, listing: Iterable[ObjectInfo]) -> int:
+        """The highest log start a marker in a listing of the manifests prefix names (rlm's
+        DeleteRecords, docs/formats.md §6.8); -1 when none. The key alone says it: no read."""
+        found = (
+            keys.parse_log_start_marker_key(self.topic, self.partition, info.key, self.key_id)
+            for info in listing
+        )
+        return max((o for o in found if o is not None), default=-1)
+
+    def create_log_start_marker(self, offset: int, doc: dict[str, object]) -> None:
+        """Write the marker raising the log start to ``offset`` (create only if absent: one
+        already there says the same)."""
+        key = keys.log_start_marker_key(self.topic, self.partition, offset, self.key_id)
+        body = json.dumps({"log_start_offset": offset, **doc}, sort_keys=True).encode()
+        with contextlib.suppress(ObjectExistsError):  # one already there says the same
+            self.backend.put(key, body, if_absent=True)
 
     def other_id_roots(self, exclude: str | None) -> dict[str, list[ObjectInfo]]:
         """The objects of every topic-id root of this partition but ``exclude``'s, by topic id

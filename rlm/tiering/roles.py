@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rlm.cluster.leadership import Leadership, LeadershipSource
 from rlm.tiering.recovery import progress_after
 from rlm.tiering.state import PartitionContext
-from rlm.tiering.sync import SyncResult, note_divergence, sync
+from rlm.tiering.sync import SyncResult, note_divergence, note_log_start, sync
 
 __all__ = ["Roles"]
 
@@ -125,7 +125,7 @@ class Roles:
         result = sync(ctx, leader=leader)
         self.note(ctx, result)
         highest, start = progress_after(result.chain, ctx.progress)
-        changed = note_divergence(ctx, result.local_diverged_from)
+        changed = note_divergence(ctx, result.local_diverged_from) | note_log_start(ctx)
         if (highest, start) != (ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset):
             ctx.progress.highest_tiered_offset, ctx.progress.remote_log_start_offset = highest, start
             changed = True

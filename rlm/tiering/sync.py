@@ -60,6 +60,7 @@ __all__ = [
     "note_committed",
     "note_deleted",
     "note_divergence",
+    "note_log_start",
     "reconcile",
     "refresh",
     "resolve",
@@ -134,6 +135,7 @@ def _refresh(remote: RemoteState, view: StoreView, listing: Sequence[ObjectInfo]
     view.markers, _ = _reuse(
         (k for _, k in remote.lineage_marker_keys(listing)), infos, view.markers, remote.read_lineage_marker
     )
+    view.log_start = max(view.log_start, remote.log_start_marker(listing))
     return read
 
 
@@ -315,6 +317,21 @@ def local_divergence(ctx: PartitionContext, lineage: Lineage | None = None) -> i
     when it rejoins the cluster, until then no reader may see them (docs/cluster.md)."""
     lineage = lineage if lineage is not None else local_lineage(ctx)
     return replica_diverged(lineage, _lineages(ctx.store)) if lineage else None
+
+
+def note_log_start(ctx: PartitionContext) -> bool:
+    """Raise the DeleteRecords point to the log start the store's markers name (rlm's own
+    DeleteRecords, maybe written by another sidecar or before the state dir was lost; docs/cli.md
+    ``rlm delete-records``); True when it moved, so the caller saves the progress."""
+    if ctx.store.log_start <= ctx.progress.delete_records_offset:
+        return False
+    log.info(
+        "%s: the store's log start is %d (delete-records): nothing below it is served",
+        ctx.part.name,
+        ctx.store.log_start,
+    )
+    ctx.progress.delete_records_offset = ctx.store.log_start
+    return True
 
 
 def note_divergence(ctx: PartitionContext, diverged_from: int | None) -> bool:
