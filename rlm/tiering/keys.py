@@ -141,10 +141,14 @@ def lineage_marker_key(topic: str, partition: int, epoch: int, topic_id: str | N
 
 def parse_lineage_marker_key(topic: str, partition: int, key: str, topic_id: str | None = None) -> int | None:
     """The leader epoch named by a lineage marker key, or None for any other key."""
-    prefix = manifests_prefix(topic, partition, topic_id) + LINEAGE_MARKER_PREFIX
+    return _numbered_marker(manifests_prefix(topic, partition, topic_id) + LINEAGE_MARKER_PREFIX, 10, key)
+
+
+def _numbered_marker(prefix: str, digits: int, key: str) -> int | None:
+    """The number in ``<prefix><number: exactly digits digits>.json``, or None for any other key."""
     name = key[len(prefix) :] if key.startswith(prefix) else ""
     stem, dot, ext = name.partition(".")
-    if ext != "json" or not dot or len(stem) != 10 or not stem.isdigit():
+    if ext != "json" or not dot or len(stem) != digits or not stem.isdigit():
         return None
     return int(stem)
 
@@ -162,12 +166,7 @@ def parse_log_start_marker_key(
     topic: str, partition: int, key: str, topic_id: str | None = None
 ) -> int | None:
     """The log start offset named by a log start marker key, or None for any other key."""
-    prefix = manifests_prefix(topic, partition, topic_id) + LOG_START_MARKER_PREFIX
-    name = key[len(prefix) :] if key.startswith(prefix) else ""
-    stem, dot, ext = name.partition(".")
-    if ext != "json" or not dot or len(stem) != 20 or not stem.isdigit():
-        return None
-    return int(stem)
+    return _numbered_marker(manifests_prefix(topic, partition, topic_id) + LOG_START_MARKER_PREFIX, 20, key)
 
 
 def data_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
