@@ -41,7 +41,7 @@ def expected(fixtures_dir: Path) -> dict[str, Any]:
 
 # -- the real S3 server of every S3 suite: one SeaweedFS per session (or RLM_TEST_S3_ENDPOINT) ----
 
-# Loaded here so every test package (storage, lookup, tiering, cluster, ops) can ask for them; the
-# live Kafka brokers (KRaft, from the pinned Maven runtime) likewise: tests/kafkaservers.py.
-from tests.kafkaservers import kafka_single, kafka_trio  # noqa: E402,F401 - pytest fixtures
+# Loaded here so every test package (storage, lookup, tiering, cluster, ops) can ask for them. The
+# live Kafka brokers (tests/kafkaservers.py) are loaded by tests/live/conftest.py: only those suites
+# use them, and the shared broker stops when they end instead of idling through the rest.
 from tests.s3servers import s3_target, seaweed_server  # noqa: E402,F401 - pytest fixtures

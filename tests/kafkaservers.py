@@ -1,10 +1,10 @@
 """Live Kafka for the suites that need a real broker (rlm/testing/kafka_cluster.py).
 
-``kafka_single`` is one combined KRaft node shared by the whole session (tests use their own topic
-names); ``kafka_trio`` is a 3-node cluster shared by one test module (its tests kill and restart
-nodes). Where the runtime is missing (no Java, ``make kafka`` not run) a test skips outside CI and
-fails in CI (``CI`` set, as .ci/run's environment has it): a live-broker suite never passes by not
-running there.
+``kafka_single`` is one combined KRaft node shared by the package that loads it
+(tests/live/conftest.py; tests use their own topic names); ``kafka_trio`` is a 3-node cluster shared
+by one test module (its tests kill and restart nodes). Where the runtime is missing (no Java,
+``make kafka`` not run) a test skips outside CI and fails in CI (``CI`` set, as .ci/run's
+environment has it): a live-broker suite never passes by not running there.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def _running(tmp: pytest.TempPathFactory, name: str, size: int) -> Iterator[Kafk
         cluster.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kafka_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """One KRaft broker+controller for the session."""
+    """One KRaft broker+controller for the package whose conftest loads it (tests/live)."""
     yield from _running(tmp_path_factory, "kafka1", 1)
 
 
