@@ -19,7 +19,7 @@ from rlm.logdir.scan import SegmentFiles
 
 __all__ = ["largest_timestamp"]
 
-_ENTRY = 12
+_ENTRY = TimeIndex.ENTRY_SIZE
 
 
 def largest_timestamp(segment: SegmentFiles, *, active: bool = False) -> int | None:
@@ -47,13 +47,15 @@ def _from_time_index(segment: SegmentFiles, active: bool) -> int | None:
                 return None
             f.seek(size - size % _ENTRY - _ENTRY)
             tail = f.read(_ENTRY)
-            if any(tail) or not active:
-                return int.from_bytes(tail[:8], "big", signed=True)
-            f.seek(0)
-            data = f.read()
+            trimmed = any(tail) or not active
+            if trimmed:
+                data = tail
+            else:
+                f.seek(0)
+                data = f.read()
     except OSError:
         return None
-    try:
-        return TimeIndex(segment.base_offset, data, preallocated=True).last_entry.timestamp
+    try:  # the one parser of the format (rlm.formats.time_index), on the tail or the whole file
+        return TimeIndex(segment.base_offset, data, preallocated=not trimmed).last_entry.timestamp
     except RlmError:  # a damaged index: Kafka would rebuild it; the log's mtime is the estimate
         return None
