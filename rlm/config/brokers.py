@@ -177,3 +177,17 @@ class KafkaSettings:
         v.integer(0, v.INT32_MAX),
         "Upper bound on a Fetch's `max_wait_ms` (the wait for `min_bytes` of new data); 0 = never wait.",
     )
+    fetch_max_bytes: int = key(
+        57_671_680,
+        v.integer(1024, v.INT32_MAX),
+        "Kafka's `fetch.max.bytes` (55 MiB): the most record bytes in one Fetch response, whatever "
+        "the request's `max_bytes` asks; only the first partition with data may exceed it, by one "
+        "whole batch (docs/kafka-listener.md §5).",
+    )
+    max_connections: int = key(
+        1000,
+        v.integer(1, 1_000_000),
+        "Open connections at most; more are closed at accept. Kafka's `max.connections` is "
+        "unbounded; 1000 stays under the common 1024 file-descriptor limit, so a flood of "
+        "connections cannot starve the daemon's own files (docs/kafka-listener.md §8).",
+    )

@@ -1,6 +1,8 @@
 """The listener's request handlers: one method per served API, request body in, response body out
 (kafka-python ``kafka.protocol`` objects; docs/kafka-listener.md). Blocking: the server runs them
 in its thread pool. The listener is one broker (``node_id``) that leads every partition rlm holds.
+A Fetch response holds at most min(``max_bytes``, ``kafka.fetch_max_bytes``) of records, the first
+partition with data excepted by one batch, and reads no more than that (docs/kafka-listener.md §5).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rlm.kafka.reads import (
     error_code,
     fetch_partition,
     list_offset,
+    partition_marks,
     partition_offsets,
     served,
 )
@@ -37,7 +40,10 @@ from rlm.tiering.readers import TieredReaders, check_topic
 #: ``(topic, partition, before) -> answer``: the daemon's rlm.tiering.delete_records.delete_records.
 Deleter = Callable[[str, int, int], DeletedRecords]
 
-__all__ = ["Deleter", "FetchAnswer", "KafkaApi"]
+__all__ = ["FETCH_MAX_BYTES", "Deleter", "FetchAnswer", "KafkaApi"]
+
+#: Kafka's ``fetch.max.bytes`` default (55 MiB): the response bound when no other is given.
+FETCH_MAX_BYTES = 57_671_680
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +246,16 @@ class KafkaApi:
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
-    def fetch(self, req: Any, version: int, reader_key: Hashable) -> FetchAnswer:
-        """One pass over the partitions in request order. The response's ``max_bytes`` bounds the
-        records of all partitions together, except that the first partition with records always
-        gets at least one whole batch (KIP-74); a later one that does not fit answers no records."""
+    def fetch(
+        self, req: Any, _version: int, reader_key: Hashable, *, fetch_max_bytes: int = FETCH_MAX_BYTES
+    ) -> FetchAnswer:
+        """One pass over the partitions in request order, as Kafka's ``ReplicaManager.readFromLog``
+        (docs/kafka-listener.md §5.1). The response bound is min(request ``max_bytes``,
+        ``fetch_max_bytes``) record bytes; each partition gets at most its ``partition_max_bytes``
+        and what is left of the bound, in whole batches — except that the first partition with
+        records gets one whole batch however large ("minOneMessage", KIP-74), so a consumer always
+        progresses. A later partition whose next batch does not fit answers no records. Every read
+        is bounded by its limit (+ that one batch) at the source."""
         cls = FetchResponse
         if getattr(req, "session_id", 0):  # no fetch session was ever created here
             return FetchAnswer(
@@ -257,7 +269,7 @@ class KafkaApi:
                 True,
             )
         committed = bool(req.isolation_level)
-        budget, total, errors = req.max_bytes, 0, False
+        budget, total, errors = min(req.max_bytes, fetch_max_bytes), 0, False
         # one question to the broker about log starts for every partition that needs it (docs/visibility.md)
         query = self.readers.log_start_query(
             [(t.topic, p.partition) for t in req.topics for p in t.partitions]
@@ -266,7 +278,8 @@ class KafkaApi:
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                got = self._fetch_one(t.topic, p, committed, budget - total, total > 0, reader_key, query)
+                limit = min(p.partition_max_bytes, budget - total)
+                got = self._fetch_one(t.topic, p, committed, limit, total > 0, reader_key, query)
                 total += len(got.records)
                 errors = errors or got.error != Codes.NONE
                 parts.append(_partition_data(p.partition, got))
@@ -275,23 +288,33 @@ class KafkaApi:
             cls(throttle_time_ms=0, error_code=Codes.NONE, session_id=0, responses=responses), total, errors
         )
 
+    def fetch_marks(self, req: Any) -> tuple[tuple[int, int], ...]:
+        """Per asked partition, ``(log start, visible end)`` now: what a waiting Fetch re-checks
+        instead of reading records again (docs/kafka-listener.md §5); no record is read."""
+        return tuple(
+            partition_marks(self.readers, t.topic, p.partition, p.fetch_offset)
+            for t in req.topics
+            for p in t.partitions
+        )
+
     def _fetch_one(
         self,
         topic: str,
         p: Any,
         committed: bool,
-        left: int,
+        limit: int,
         started: bool,
         reader_key: Hashable,
         query: LogStartQuery | None,
     ) -> FetchedPartition:
-        limit = min(p.partition_max_bytes, left) if started else p.partition_max_bytes
+        """``limit``: the partition's share of the bound; ``started``: a partition before this one
+        answered records, so the one-batch exception is used up."""
         if started and limit <= 0:
             return partition_offsets(self.readers, topic, p.partition, query)
         got = fetch_partition(
             self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key, query
         )
-        if started and len(got.records) > limit:  # the response is full: offsets only
+        if started and len(got.records) > limit:  # its first batch does not fit: offsets only
             return FetchedPartition(
                 got.error,
                 got.high_watermark,

@@ -38,7 +38,8 @@ class KafkaMetrics:
             "rlm_kafka_connections_closed",
             "Kafka listener connections closed by the "
             "listener, by reason: protocol (bad frame, API or version), idle (silent, "
-            "half-open or not reading), auth (SASL), error (a handler failed)",
+            "half-open or not reading), auth (SASL), error (a handler failed), limit (over "
+            "kafka.max_connections)",
             ["reason"],
             registry=registry,
         )

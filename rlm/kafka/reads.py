@@ -34,6 +34,7 @@ __all__ = [
     "error_code",
     "fetch_partition",
     "list_offset",
+    "partition_marks",
     "partition_offsets",
     "reader_for",
     "served",
@@ -105,6 +106,18 @@ def partition_offsets(
     except RlmError as err:
         return FetchedPartition(error_code(err))
     return FetchedPartition(Codes.NONE, _or(ranges.visible_end_offset, 0), -1, _or(ranges.log_start_offset))
+
+
+def partition_marks(readers: TieredReaders, topic: str, partition: int, at: int) -> tuple[int, int]:
+    """``(log start, visible end)`` of the partition now, without reading records (a waiting
+    Fetch's re-check; ``at``: its fetch offset, so the broker is not asked about a log start while
+    nothing there is visible). ``(-2, -2)`` when the partition cannot be read: an error answer
+    differs from every mark, so the wait re-reads and answers the error."""
+    try:
+        ranges = reader_for(readers, topic, partition).offsets(at=at)
+    except RlmError:
+        return -2, -2
+    return _or(ranges.log_start_offset), _or(ranges.visible_end_offset)
 
 
 def fetch_partition(

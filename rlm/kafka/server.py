@@ -2,12 +2,16 @@
 its own (docs/kafka-listener.md).
 
 Per connection, requests are answered one at a time in arrival order, as Kafka's broker does (a
-client may pipeline; responses keep the order). Handlers that read files or the store run in a
-thread pool, never on the event loop. A frame declaring more than ``kafka.max_request_bytes``,
-bytes that are not a request, an API or version not served, a request before SASL authentication
-when SASL is on: the connection is closed (Kafka closes it too). A connection silent for
-``kafka.idle_timeout_ms`` — also in the middle of a frame, or not reading its responses — is closed.
-One connection's failure is logged and ends that connection only.
+client may pipeline; responses keep the order). The event loop only moves bytes: decoding a frame,
+the handler and encoding the response run in a thread pool. The next request of a connection is
+read only once its last response drained to the client, so a client that stops reading holds one
+response — at most ``kafka.fetch_max_bytes`` of records + one batch (docs/kafka-listener.md §8).
+A frame declaring more than ``kafka.max_request_bytes`` — more than 512 KiB before SASL
+authentication, when SASL is on — is refused from its size header, before its body is read; bytes
+that are not a request, an API or version not served, a request before SASL authentication: the
+connection is closed (Kafka closes it too). Connections beyond ``kafka.max_connections`` are closed
+at accept. A connection silent for ``kafka.idle_timeout_ms`` — also in the middle of a frame, or
+not reading its responses — is closed. One connection's failure is logged and ends that one only.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
-from rlm.kafka.api import KafkaApi
+from rlm.kafka.api import FetchAnswer, KafkaApi
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -44,14 +48,17 @@ from rlm.kafka.protocol import (
 )
 from rlm.kafka.sasl import PlainUsers
 
-__all__ = ["KafkaListener", "split_listen"]
+__all__ = ["PRE_AUTH_MAX_BYTES", "KafkaListener", "split_listen"]
 
 log = logging.getLogger(__name__)
 
 _FETCH, _LIST_OFFSETS, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 2, 3, 17, 36
 _DELETE_RECORDS = 21
 _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
-_POLL_S = 0.25  # a waiting Fetch looks for new data this often (the HW checkpoint moves every ~5 s)
+_POLL_S = 0.25  # a waiting Fetch re-checks offsets this often (the HW checkpoint moves every ~5 s)
+#: Kafka's ``SaslServerAuthenticator`` MAX_RECEIVE_SIZE: the largest frame before authentication.
+PRE_AUTH_MAX_BYTES = 524_288
+_CHUNK = 256 * 1024  # a response goes to the transport this much at a time: it copies what it queues
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -65,6 +72,16 @@ def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     return server_context(settings.tls_cert, settings.tls_key, section="kafka")
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A Fetch read once without ``min_bytes`` of records: the answer so far and the partitions'
+    ``(log start, visible end)`` taken just before that read."""
+
+    req: RequestFrame
+    answer: FetchAnswer
+    marks: tuple[tuple[int, int], ...]
 
 
 @dataclass(slots=True)
@@ -178,6 +195,15 @@ class KafkaListener:
             (str(peer[0]), f"kafka:{peer[1]}"),
             authenticated=self._users is None,
         )
+        if len(self._writers) >= self.settings.max_connections:
+            log.info(
+                "kafka: %s: closing the connection: %d open (kafka.max_connections)",
+                conn.peer,
+                len(self._writers),
+            )
+            self.metrics.closed.labels(reason="limit").inc()
+            writer.close()
+            return
         self._writers.add(writer)
         self.metrics.connections.inc()
         reason = ""
@@ -207,6 +233,8 @@ class KafkaListener:
     async def _loop_requests(
         self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        """One request at a time: the next is not read before the last response drained to the
+        client, so a client that stops reading holds one response and no more (backpressure)."""
         while True:
             try:
                 head = await asyncio.wait_for(reader.readexactly(4), self._idle_s)
@@ -214,20 +242,47 @@ class KafkaListener:
                 if not err.partial:
                     return  # the client closed between requests
                 raise
-            size = int.from_bytes(head, "big", signed=True)
-            if not 0 <= size <= self.settings.max_request_bytes:
-                raise KafkaProtocolError(
-                    f"request frame of {size} bytes (kafka.max_request_bytes is "
-                    f"{self.settings.max_request_bytes})"
-                )
-            frame = await asyncio.wait_for(reader.readexactly(size), self._idle_s)
-            out = await self._answer(conn, frame)
-            writer.write(out)
-            await asyncio.wait_for(writer.drain(), self._idle_s)
+            frame = await asyncio.wait_for(reader.readexactly(self._frame_size(conn, head)), self._idle_s)
+            await self._send(writer, await self._answer(conn, frame))
             if conn.close_after:
                 return
 
+    def _frame_size(self, conn: _Conn, head: bytes) -> int:
+        """The size a frame's header declares, checked before any of its body is read: at most
+        ``kafka.max_request_bytes``, and :data:`PRE_AUTH_MAX_BYTES` before SASL authentication."""
+        size = int.from_bytes(head, "big", signed=True)
+        if not conn.authenticated and size > PRE_AUTH_MAX_BYTES:
+            raise KafkaProtocolError(
+                f"request frame of {size} bytes before SASL authentication (at most {PRE_AUTH_MAX_BYTES})"
+            )
+        if not 0 <= size <= self.settings.max_request_bytes:
+            raise KafkaProtocolError(
+                f"request frame of {size} bytes (kafka.max_request_bytes is "
+                f"{self.settings.max_request_bytes})"
+            )
+        return size
+
+    async def _send(self, writer: asyncio.StreamWriter, out: bytes | bytearray) -> None:
+        """Hand the response to the transport a chunk at a time, draining in between (with the idle
+        timeout): the transport queues a copy of what the socket does not take at once, so this
+        keeps that copy to one chunk instead of a second whole response."""
+        view = memoryview(out)
+        for start in range(0, len(view), _CHUNK):
+            writer.write(view[start : start + _CHUNK])
+            await asyncio.wait_for(writer.drain(), self._idle_s)
+
     async def _answer(self, conn: _Conn, frame: bytes) -> bytes | bytearray:
+        """The framed response. Decoding, the handler and encoding run in the thread pool, never
+        on the event loop; only a Fetch that waits for ``min_bytes`` comes back here to wait."""
+        assert self._loop is not None
+        began = self._loop.time()
+        step = await self._loop.run_in_executor(self._pool, self._step, conn, frame)
+        if isinstance(step, _Waiting):
+            return await self._wait(conn, step, began)
+        return step
+
+    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting:
+        """In the pool: decode, check authentication, handle, encode — or a Fetch to wait for."""
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
             user = self._users.authenticate(frame) if self._users is not None else None
@@ -240,12 +295,22 @@ class KafkaListener:
         api = SERVED.get(key)
         if key == API_VERSIONS_KEY and api is not None and version > api.max_version:
             return unsupported_api_versions(correlation_id)
-        req = parse_request(frame)
-        if not conn.authenticated and key not in _BEFORE_AUTH:
+        if not conn.authenticated and key not in _BEFORE_AUTH:  # from the header, before decoding
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
-        body = await self._dispatch(conn, req)
+        req = parse_request(frame)
+        if key == _FETCH:
+            marks = self.api.fetch_marks(req.body)  # before the read: a change after it is seen
+            answer = self._fetch_pass(conn, req)
+            if not self._fetch_done(req, answer):
+                return _Waiting(req, answer, marks)
+            body = answer.body
+        else:
+            body = self._dispatch(conn, req)
+        return self._encode(req, body)
+
+    def _encode(self, req: RequestFrame, body: Any) -> bytes | bytearray:
         self._observe(req, body)
-        return encode_response(req.api, req.version, correlation_id, body)
+        return encode_response(req.api, req.version, req.correlation_id, body)
 
     def _observe(self, req: RequestFrame, body: Any) -> None:
         """Count the request; for Fetch and ListOffsets also the record bytes and partition errors."""
@@ -260,38 +325,48 @@ class KafkaListener:
                 if req.api.key == _FETCH and p.records:
                     self.metrics.fetch_bytes.inc(len(p.records))
 
-    async def _dispatch(self, conn: _Conn, req: RequestFrame) -> Any:
+    def _dispatch(self, conn: _Conn, req: RequestFrame) -> Any:
         key, version = req.api.key, req.version
-        if key == _FETCH:
-            return await self._fetch(conn, req)
         if key == _SASL_HANDSHAKE:
             return self._handshake(conn, req)
         if key == _SASL_AUTHENTICATE:
             return self._authenticate(conn, req)
         if key == _METADATA:
-            call = functools.partial(self.api.metadata, req.body, version, conn.host, conn.port)
-        elif key == _DELETE_RECORDS:
-            call = functools.partial(self.api.delete_records, req.body, version, conn.user)
-        else:
-            call = functools.partial(self._handlers[key], req.body, version)
-        assert self._loop is not None
-        return await self._loop.run_in_executor(self._pool, call)
+            return self.api.metadata(req.body, version, conn.host, conn.port)
+        if key == _DELETE_RECORDS:
+            return self.api.delete_records(req.body, version, conn.user)
+        return self._handlers[key](req.body, version)
 
-    async def _fetch(self, conn: _Conn, req: RequestFrame) -> Any:
-        """Answer at once when ``min_bytes`` of records are there or a partition failed; else look
-        again every :data:`_POLL_S` until ``max_wait_ms`` (capped by ``kafka.max_wait_ms``)."""
+    # -- Fetch: answer at once, or wait for min_bytes -----------------------------------------
+
+    def _fetch_pass(self, conn: _Conn, req: RequestFrame) -> FetchAnswer:
+        return self.api.fetch(req.body, req.version, conn.key, fetch_max_bytes=self.settings.fetch_max_bytes)
+
+    def _fetch_done(self, req: RequestFrame, answer: FetchAnswer) -> bool:
+        """Whether to answer now: ``min_bytes`` of records, a partition failed, or no wait."""
+        waits = min(max(req.body.max_wait_ms, 0), self.settings.max_wait_ms) > 0
+        return answer.errors or answer.record_bytes >= req.body.min_bytes or not waits
+
+    async def _wait(self, conn: _Conn, waiting: _Waiting, began: float) -> bytes | bytearray:
+        """Wait up to ``max_wait_ms`` (capped by ``kafka.max_wait_ms``) for ``min_bytes``:
+        every :data:`_POLL_S` the partitions' offsets are re-checked (no record read); records
+        are read again only when a log start or visible end moved since the last read. At the end
+        of the wait the last answer goes out as it is when nothing moved (docs/kafka-listener.md §5)."""
         assert self._loop is not None and self._stop is not None
-        body = req.body
-        wait_s = min(max(body.max_wait_ms, 0), self.settings.max_wait_ms) / 1000
-        deadline = self._loop.time() + wait_s
-        call = functools.partial(self.api.fetch, body, req.version, conn.key)
-        while True:
-            answer = await self._loop.run_in_executor(self._pool, call)
-            left = deadline - self._loop.time()
-            if answer.errors or answer.record_bytes >= body.min_bytes or left <= 0 or self._stop.is_set():
-                return answer.body
+        req, answer, seen = waiting.req, waiting.answer, waiting.marks
+        deadline = began + min(req.body.max_wait_ms, self.settings.max_wait_ms) / 1000
+        pool, loop = self._pool, self._loop
+        while (left := deadline - loop.time()) > 0 and not self._stop.is_set():
             with contextlib.suppress(TimeoutError):  # a shutdown wakes the wait at once
                 await asyncio.wait_for(self._stop.wait(), min(left, _POLL_S))
+            marks = await loop.run_in_executor(pool, self.api.fetch_marks, req.body)
+            if marks == seen:
+                continue
+            seen = marks
+            answer = await loop.run_in_executor(pool, self._fetch_pass, conn, req)
+            if answer.errors or answer.record_bytes >= req.body.min_bytes:
+                break
+        return await loop.run_in_executor(pool, self._encode, req, answer.body)
 
     # -- SASL/PLAIN ---------------------------------------------------------------------------
 

@@ -24,6 +24,20 @@ def _kafka(**keys: object) -> object:
 def test_defaults_are_off_and_kafkas() -> None:
     k = _kafka()
     assert k.listen == "" and k.max_request_bytes == 104_857_600 and k.idle_timeout_ms == 600_000
+    assert k.fetch_max_bytes == 57_671_680 and k.max_connections == 1000  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("fetch_max_bytes", 1023, r"\[1024, 2147483647\]"),
+        ("fetch_max_bytes", 2**31, r"\[1024, 2147483647\]"),
+        ("max_connections", 0, r"\[1, 1000000\]"),
+    ],
+)
+def test_bound_keys_are_validated(name: str, value: int, allowed: str) -> None:
+    with pytest.raises(ConfigError, match=rf"kafka\.{name}.*{value}.*{allowed}"):
+        _kafka(**{name: value})
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1", "host:", ":9093", "h:99999", "h:-1", 9093, "h:port"])
