@@ -20,7 +20,7 @@ KAFKA_VERSION := 4.1.1
 KAFKA_LIBS    := .cache/kafka-$(KAFKA_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz clean browser toolchain kcat
+.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
@@ -149,10 +149,21 @@ SOAK_MINUTES ?= 10
 soak: install
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES)
 
-# The fuzz suite (tests/fuzz) with the large Hypothesis profile (minutes; `make test` runs it with a
-# bounded budget). Prints each parser's example count; see docs/fuzzing.md.
-fuzz: install
+# Every fuzzer, for minutes (`make test` runs each with a bounded budget); see docs/fuzzing.md.
+# One target per fuzzer: add the next as a prerequisite of `fuzz`.
+fuzz: fuzz-parsers fuzz-kafka
+
+# The parsers' suite (tests/fuzz) with the large Hypothesis profile; prints each one's example count.
+fuzz-parsers: install
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/fuzz --hypothesis-show-statistics
+
+# The Kafka listener's frames and handlers, coverage-guided (atheris): FUZZ_KAFKA_SECONDS of it;
+# a finding is written to .fuzz/kafka/ (crash-*) with the input that reproduces it.
+FUZZ_KAFKA_SECONDS ?= 300
+fuzz-kafka: install
+	mkdir -p .fuzz/kafka/corpus
+	$(BIN)/python fuzz/kafka_frames.py -max_total_time=$(FUZZ_KAFKA_SECONDS) -rss_limit_mb=2048 \
+	    -artifact_prefix=.fuzz/kafka/ .fuzz/kafka/corpus
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
+#: Besides arrays, the kinds a -1 length makes null (a UUID has no null: all zeros decodes as None).
+_NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 
 
 class Codes:
@@ -198,7 +200,36 @@ def parse_request(frame: bytes) -> RequestFrame:
         raise KafkaProtocolError(
             f"api_key {key} version {version}: the request does not decode: {type(err).__name__}: {err}"
         ) from None
+    null = _null_field(api.request._struct, body, version)
+    if null is not None:
+        raise KafkaProtocolError(f"api_key {key} version {version}: non-nullable field {null} is null")
     return RequestFrame(api, version, correlation_id, body.header.client_id, body)
+
+
+def _null_field(struct: Any, value: Any, version: int) -> str | None:
+    """The first field of the decoded ``value`` that its schema says is not nullable at ``version``
+    but the bytes made null (length -1), as ``name`` or ``array.name``; None when there is none.
+    kafka-python decodes a -1 length as None whatever the schema; Kafka's broker refuses the
+    request instead ("non-nullable field … was serialized as null"), and so does the listener:
+    handlers may rely on every non-nullable field being there (a fuzzing finding, docs/fuzzing.md)."""
+    for name, field in struct.fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        got = getattr(value, name, None)
+        if got is None:
+            # only length-prefixed kinds encode null (-1); a zero UUID also decodes as None
+            kind = str(field._json.get("type", ""))
+            if (kind.startswith("[]") or kind in _NULLABLE_KINDS) and not field.nullable_for_version_q(
+                version
+            ):
+                return str(name)
+            continue
+        inner = field.array_of if field.is_struct_array() else field if field.is_struct() else None
+        for item in (got if field.is_struct_array() else [got]) if inner is not None else ():
+            found = _null_field(inner, item, version)
+            if found is not None:
+                return f"{name}.{found}"
+    return None
 
 
 def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes | bytearray:

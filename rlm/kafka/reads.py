@@ -111,13 +111,14 @@ def partition_offsets(
 def partition_marks(readers: TieredReaders, topic: str, partition: int, at: int) -> tuple[int, int]:
     """``(log start, visible end)`` of the partition now, without reading records (a waiting
     Fetch's re-check; ``at``: its fetch offset, so the broker is not asked about a log start while
-    nothing there is visible). ``(-2, -2)`` when the partition cannot be read: an error answer
-    differs from every mark, so the wait re-reads and answers the error."""
+    nothing there is visible), with the defaults a Fetch answer gives them (:func:`fetch_partition`).
+    ``(-2, -2)`` when the partition cannot be read: it differs from every answer's, so the wait
+    re-reads and answers the error."""
     try:
         ranges = reader_for(readers, topic, partition).offsets(at=at)
     except RlmError:
         return -2, -2
-    return _or(ranges.log_start_offset), _or(ranges.visible_end_offset)
+    return _or(ranges.log_start_offset), _or(ranges.visible_end_offset, 0)  # as a Fetch answers them
 
 
 def fetch_partition(

@@ -58,7 +58,7 @@ _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
 _POLL_S = 0.25  # a waiting Fetch re-checks offsets this often (the HW checkpoint moves every ~5 s)
 #: Kafka's ``SaslServerAuthenticator`` MAX_RECEIVE_SIZE: the largest frame before authentication.
 PRE_AUTH_MAX_BYTES = 524_288
-_CHUNK = 256 * 1024  # a response goes to the transport this much at a time: it copies what it queues
+_CHUNK = 1 << 20  # a response goes to the transport this much at a time: it copies what it queues
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -74,10 +74,16 @@ def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
     return server_context(settings.tls_cert, settings.tls_key, section="kafka")
 
 
+def answer_marks(body: Any) -> tuple[tuple[int, int], ...]:
+    """``(log start, high watermark)`` of each partition of a Fetch answer, in request order: the
+    offsets its read saw, which a waiting Fetch compares with ``KafkaApi.fetch_marks``."""
+    return tuple((p.log_start_offset, p.high_watermark) for t in body.responses for p in t.partitions)
+
+
 @dataclass(frozen=True, slots=True)
 class _Waiting:
     """A Fetch read once without ``min_bytes`` of records: the answer so far and the partitions'
-    ``(log start, visible end)`` taken just before that read."""
+    ``(log start, visible end)`` that read saw."""
 
     req: RequestFrame
     answer: FetchAnswer
@@ -269,7 +275,8 @@ class KafkaListener:
         view = memoryview(out)
         for start in range(0, len(view), _CHUNK):
             writer.write(view[start : start + _CHUNK])
-            await asyncio.wait_for(writer.drain(), self._idle_s)
+            if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait
+                await asyncio.wait_for(writer.drain(), self._idle_s)
 
     async def _answer(self, conn: _Conn, frame: bytes) -> bytes | bytearray:
         """The framed response. Decoding, the handler and encoding run in the thread pool, never
@@ -299,10 +306,9 @@ class KafkaListener:
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
         req = parse_request(frame)
         if key == _FETCH:
-            marks = self.api.fetch_marks(req.body)  # before the read: a change after it is seen
             answer = self._fetch_pass(conn, req)
             if not self._fetch_done(req, answer):
-                return _Waiting(req, answer, marks)
+                return _Waiting(req, answer, answer_marks(answer.body))
             body = answer.body
         else:
             body = self._dispatch(conn, req)
@@ -362,8 +368,8 @@ class KafkaListener:
             marks = await loop.run_in_executor(pool, self.api.fetch_marks, req.body)
             if marks == seen:
                 continue
-            seen = marks
             answer = await loop.run_in_executor(pool, self._fetch_pass, conn, req)
+            seen = answer_marks(answer.body)  # what this read saw: a change after it is seen next
             if answer.errors or answer.record_bytes >= req.body.min_bytes:
                 break
         return await loop.run_in_executor(pool, self._encode, req, answer.body)
