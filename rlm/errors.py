@@ -399,7 +399,7 @@ class WrongKeyError(ProtectionError):
 
 
 class TamperedObjectError(ProtectionError):
-    """AES-GCM authentication failed: the stored bytes were changed, truncated or moved elsewhere.
+    """An AES-GCM tag or a manifest MAC failed: stored bytes were changed, moved or forged.
     HTTP 502: the store served bytes that are not what rlm wrote (no field: not the request's)."""
 
     http_status = 502

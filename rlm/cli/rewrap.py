@@ -29,6 +29,12 @@ __all__ = ["rewrap"]
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable; default all).")
 @click.option("--dry-run", is_flag=True, help="Count what would be re-wrapped; write nothing.")
 @click.option(
+    "--authenticate",
+    is_flag=True,
+    help="Also trust, once, manifests without a MAC (written before rlm authenticated manifests) "
+    "and MAC them (docs/protection.md §9).",
+)
+@click.option(
     "--parallelism",
     type=click.IntRange(1, 256),
     default=8,
@@ -38,10 +44,17 @@ __all__ = ["rewrap"]
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
 def rewrap(
-    config_path: Path, to: str, topics: tuple[str, ...], dry_run: bool, parallelism: int, quiet: bool
+    config_path: Path,
+    to: str,
+    topics: tuple[str, ...],
+    dry_run: bool,
+    authenticate: bool,
+    parallelism: int,
+    quiet: bool,
 ) -> None:
     """Re-wrap every segment's data key that is not under KEY_ID (unwrapping it with its own key
-    from the ring) and rewrite its manifest; data objects are never touched. Idempotent; a JSON
+    from the ring) and rewrite its manifest with its MAC under KEY_ID; data objects are never
+    touched. Idempotent; a JSON
     summary on stdout; exit 1 when a manifest could not be re-wrapped (one line each)."""
     settings = settings_for_tool(config_path)
     ring = KeyRing.from_settings(settings.remote.encryption)
@@ -64,6 +77,7 @@ def rewrap(
             to,
             topics=frozenset(topics) or None,
             dry_run=dry_run,
+            authenticate=authenticate,
             parallelism=parallelism,
             on_manifest=lambda: bar.update(1),
         )

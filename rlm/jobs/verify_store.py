@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm.errors import FormatError, ProtectionError
+from rlm.errors import FormatError, ProtectionError, TamperedObjectError
 from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
@@ -108,31 +108,26 @@ def _check_entries(
 
 
 def _read_manifests(
-    remote: RemoteState, listing: Iterable[ObjectInfo], problems: list[Problem]
+    remote: RemoteState, listing: Iterable[ObjectInfo], problems: list[Problem], untrusted: set[int]
 ) -> list[SegmentManifest]:
-    """The listed manifests that parse and name their own key, in offset order; a problem for
-    each other one."""
+    """The listed manifests that parse and that this reader may trust (docs/protection.md §9), in
+    offset order; a problem for each other one, whose base offset joins ``untrusted`` (its
+    attempts are not called orphans: a manifest names them, unreadable or not)."""
     topic, partition = remote.topic, remote.partition
     manifests: list[SegmentManifest] = []
     for base, key in remote.manifest_keys(listing):
         try:
-            m = remote.read_manifest(key)
+            m = remote.read_manifest(key)  # placement and MAC checked (docs/protection.md §9)
         except FormatError as err:
             problems.append(
                 Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base, key=key)
             )
+            untrusted.add(base)
             continue
-        if (m.topic, m.partition, m.base_offset) != (topic, partition, base):
-            problems.append(
-                Problem(
-                    "manifest_key",
-                    topic,
-                    partition,
-                    f"manifest describes {m.topic}-{m.partition} segment {m.base_offset}",
-                    base_offset=base,
-                    key=key,
-                )
-            )
+        except ProtectionError as err:  # moved, forged, or its MAC key is not in the ring
+            check = "manifest_key" if isinstance(err, TamperedObjectError) else "protection"
+            problems.append(Problem(check, topic, partition, err.reason, base_offset=base, key=key))
+            untrusted.add(base)
             continue
         manifests.append(m)
     return manifests
@@ -146,7 +141,8 @@ def check_partition(
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     problems: list[Problem] = []
     listing: dict[str, ObjectInfo] = {i.key: i for i in remote.list_partition()}
-    manifests = _read_manifests(remote, listing.values(), problems)
+    untrusted: set[int] = set()
+    manifests = _read_manifests(remote, listing.values(), problems, untrusted)
     chain = _resolve(remote, listing.values(), manifests, problems)  # only what is served is checked
     entries: dict[int, bytes] = {}
     objects = 0
@@ -160,7 +156,8 @@ def check_partition(
     for link in chain.links:
         if not link.whole and link.manifest.base_offset in entries:
             clipped[link.manifest.base_offset] = b"".join(e.encode() for e in remote.link_entries(link))
-    orphans = remote.unreferenced(remote.attempts(listing.values()), manifests, now_ms)
+    attempts = {r: i for r, i in remote.attempts(listing.values()).items() if r.base_offset not in untrusted}
+    orphans = remote.unreferenced(attempts, manifests, now_ms)
     problems += [_orphan_problem(o, grace_ms, key_id) for o in orphans]
     return PartitionFacts(
         topic,

@@ -90,6 +90,7 @@ def _commit(
     """
     shared = ctx.shared
     manifest_key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    manifest = shared.protection.seal_manifest(manifest, manifest_key)
     try:
         # A retried create that finds its own lost-ack manifest succeeds (rlm.storage.retry).
         shared.backend.put(manifest_key, manifest.to_json(), if_absent=True)

@@ -32,6 +32,7 @@ from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manifest import TXN_INDEX_OBJECT, SegmentManifest
 from rlm.tiering.partition_txns import PartitionTxns
 from rlm.tiering.producer_state import open_at_end, snapshot_key
+from rlm.tiering.protect import StoreProtection
 from rlm.tiering.txn_sources import FACTS, TxnSource, local_sources
 from rlm.tiering.visibility import PartitionOffsets, batches_below
 
@@ -127,7 +128,7 @@ class _Facts:
     open_at_end: tuple[tuple[int, int], ...] | None = None  # see TxnSource.open_at_end
 
 
-def _manifest_facts(backend: StorageBackend, key: str) -> _Facts:
+def _manifest_facts(backend: StorageBackend, protection: StoreProtection, key: str) -> _Facts:
     """The :class:`_Facts` of the manifest committing the log object ``key`` (all unknown when it
     is gone or names another attempt)."""
     root = keys.parse_root(key)
@@ -136,7 +137,7 @@ def _manifest_facts(backend: StorageBackend, key: str) -> _Facts:
         return _Facts()
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
-        manifest = SegmentManifest.from_json(backend.read(mkey), key=mkey)
+        manifest = protection.load_manifest(backend.read(mkey), mkey)
     except ObjectNotFoundError:
         return _Facts()  # deleted by retention meanwhile: scan what is still readable
     protected = manifest if manifest.protection is not None else None
@@ -192,7 +193,7 @@ def reader_txns(reader: PartitionReader, ranges: PartitionOffsets) -> PartitionT
         key = res.backend.key_for_url(url)
         facts: _Facts = FACTS.get(
             ("manifest", url),
-            lambda k=key: _manifest_facts(res.backend, k),  # type: ignore[misc]
+            lambda k=key: _manifest_facts(res.backend, res.protection, k),  # type: ignore[misc]
         )
         last = min(last, end - 1, (local_start if local_start is not None else end) - 1)
         snap = facts.snapshot

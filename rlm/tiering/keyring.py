@@ -14,12 +14,18 @@ Random nonces are safe here: a master key wraps one data key per segment, far be
 messages per key at which NIST bounds random 96-bit nonces. Rotation: a new ``active_key`` wraps new
 segments' data keys; old segments stay readable while their key id is in the ring, and ``rlm
 rewrap`` re-wraps their data keys (:meth:`KeyRing.wrap`) without touching the data.
+
+**Manifest MACs** (:meth:`KeyRing.mac`, docs/protection.md §9): HMAC-SHA256 under a 32-byte key
+derived from a master key with HKDF-SHA256 (no salt, info ``b"rlm-manifest-mac-v1"``), so the
+master key itself never keys two algorithms. Only a holder of the master key can make one.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import threading
 from collections import OrderedDict
@@ -29,16 +35,21 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from rlm.config.protection import KEY_BYTES, EncryptionSettings, read_key_file
-from rlm.errors import FormatError, KeyNotFoundError, WrongKeyError
+from rlm.errors import FormatError, KeyNotFoundError, TamperedObjectError, WrongKeyError
 
-__all__ = ["DATA_KEY_BYTES", "KeyRing", "WrappedKey"]
+__all__ = ["DATA_KEY_BYTES", "MAC_BYTES", "KeyRing", "WrappedKey"]
 
 DATA_KEY_BYTES = KEY_BYTES
 _NONCE_BYTES = 12
 _WRAPPED_BYTES = _NONCE_BYTES + DATA_KEY_BYTES + 16
 _AD_PREFIX = b"rlm-data-key-v1:"
+_MAC_INFO = b"rlm-manifest-mac-v1"
+#: Bytes of a manifest MAC (HMAC-SHA256).
+MAC_BYTES = 32
 _UNWRAPPED_CACHE = 4096  # data keys kept unwrapped (32 bytes each): one per recently read segment
 
 
@@ -90,6 +101,7 @@ class KeyRing:
         self._keys = dict(keys)
         self.active_id = active_id
         self._unwrapped: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+        self._mac_keys: dict[str, bytes] = {}  # key id → its derived MAC key (module doc)
         self._lock = threading.Lock()
 
     @classmethod
@@ -148,6 +160,28 @@ class KeyRing:
             if len(self._unwrapped) > _UNWRAPPED_CACHE:
                 self._unwrapped.popitem(last=False)
         return plaintext
+
+    def mac(self, key_id: str, data: bytes, *, where: str) -> bytes:
+        """HMAC-SHA256 of ``data`` under the MAC key derived from master key ``key_id`` (32 bytes);
+        :class:`KeyNotFoundError` naming ``where`` when the id is not in the ring."""
+        with self._lock:
+            derived = self._mac_keys.get(key_id)
+        if derived is None:
+            master = self._master(key_id, where=where)
+            derived = HKDF(algorithm=SHA256(), length=32, salt=None, info=_MAC_INFO).derive(master)
+            with self._lock:
+                self._mac_keys[key_id] = derived
+        return hmac.new(derived, data, hashlib.sha256).digest()
+
+    def check_mac(self, key_id: str, data: bytes, mac: bytes, *, where: str) -> None:
+        """Raise :class:`TamperedObjectError` naming ``where`` and ``key_id`` unless ``mac`` is
+        :meth:`mac` of ``data`` (compared in constant time)."""
+        if not hmac.compare_digest(self.mac(key_id, data, where=where), mac):
+            raise TamperedObjectError(
+                f"{where}: its MAC under key {key_id!r} does not match: the manifest was changed, "
+                "moved or written without the key",
+                key_id=key_id,
+            )
 
     def _master(self, key_id: str, *, where: str) -> bytes:
         key = self._keys.get(key_id)

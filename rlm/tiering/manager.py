@@ -18,7 +18,7 @@ from typing import Any
 
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
-from rlm.errors import RlmError, UploadAbandoned
+from rlm.errors import FormatError, ProtectionError, RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import (
@@ -413,10 +413,13 @@ class RemoteLogManager:
             with lock:
                 if ctx.part.identity_error is not None or self.roles.of(ctx).role != "leader":
                     continue  # only the leader collects garbage (docs/cluster.md)
-                if not ctx.recovered:  # recovery decided the root of a recovered partition
-                    identity.resolve_root(ctx, decide=False)
-                orphans.extend(collect_garbage(ctx, dry_run=dry_run))
-                (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
+                try:  # a partition with a manifest it cannot parse or trust deletes nothing
+                    if not ctx.recovered:  # recovery decided the root of a recovered partition
+                        identity.resolve_root(ctx, decide=False)
+                    orphans.extend(collect_garbage(ctx, dry_run=dry_run))
+                    (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
+                except (FormatError, ProtectionError) as err:  # a store outage still raises
+                    log.warning("gc: %s: skipped, nothing deleted: %s", ctx.part.name, err)
         (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
         return orphans
 

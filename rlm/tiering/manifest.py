@@ -9,12 +9,14 @@ error rather than a guess.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rlm.errors import FormatError
-from rlm.tiering.keyring import WrappedKey
+from rlm.tiering.keyring import MAC_BYTES, WrappedKey
 
 __all__ = [
     "COMPRESSIONS",
@@ -28,6 +30,7 @@ __all__ = [
     "TIME_INDEX_OBJECT",
     "TXN_INDEX_OBJECT",
     "TXN_INDEX_SOURCES",
+    "ManifestAuth",
     "Protection",
     "SegmentManifest",
     "StoredObject",
@@ -193,6 +196,38 @@ class Protection:
 
 
 @dataclass(frozen=True, slots=True)
+class ManifestAuth:
+    """A manifest's ``auth`` field (docs/protection.md §9): HMAC-SHA256 of
+    :meth:`SegmentManifest.signed_bytes` under the MAC key derived from master key ``key_id``.
+    JSON: ``{"key_id": "<id>", "hmac_sha256": "<base64 of 32 bytes>"}``."""
+
+    key_id: str
+    mac: bytes
+
+    def to_json(self) -> dict[str, str]:
+        return {"key_id": self.key_id, "hmac_sha256": base64.b64encode(self.mac).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, doc: Any, *, key: str) -> ManifestAuth:
+        mac = b""
+        if isinstance(doc, dict) and isinstance(doc.get("hmac_sha256"), str):
+            try:
+                mac = base64.b64decode(doc["hmac_sha256"], validate=True)
+            except (binascii.Error, ValueError):
+                mac = b""
+        if not isinstance(doc, dict) or not isinstance(doc.get("key_id"), str) or len(mac) != MAC_BYTES:
+            raise FormatError(
+                f"{key}: manifest field auth = {repr(doc)[:80]}: must be "
+                f"{{key_id: string, hmac_sha256: base64 of {MAC_BYTES} bytes}}"
+            )
+        return cls(doc["key_id"], mac)
+
+
+#: Bound into every manifest MAC before the manifest's store key (docs/protection.md §9).
+_SIGNED_PREFIX = b"rlm-manifest-v1\x00"
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentManifest:
     """What one copied segment is (offsets inclusive; timestamps in ms since the epoch).
 
@@ -218,6 +253,10 @@ class SegmentManifest:
 
     ``protection`` (:class:`Protection`) says the objects are compressed and/or encrypted; None
     (absent) = stored as plaintext. ``size_bytes`` is always the plaintext segment size.
+
+    ``auth`` (:class:`ManifestAuth`) authenticates the manifest at its store key: written by
+    every process with an encryption key, required by every reader with one (docs/protection.md
+    §9); None (absent) in stores without encryption and in manifests written before it existed.
     """
 
     topic: str
@@ -237,6 +276,7 @@ class SegmentManifest:
     source_position: int | None = None
     txn_index: dict[str, Any] | None = None
     protection: Protection | None = None
+    auth: ManifestAuth | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -277,11 +317,18 @@ class SegmentManifest:
         doc.pop("extra")
         doc["leader_epochs"] = [list(e) for e in self.leader_epochs]
         doc["protection"] = None if self.protection is None else self.protection.to_json()
-        for name in (*_OPTIONAL_NON_NEGATIVE, "txn_index", "protection"):
+        doc["auth"] = None if self.auth is None else self.auth.to_json()
+        for name in (*_OPTIONAL_NON_NEGATIVE, "txn_index", "protection", "auth"):
             if doc[name] is None:
                 del doc[name]  # a whole-segment copy: the manifest reads as before partial copies
         doc.update(self.extra)
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    def signed_bytes(self, key: str) -> bytes:
+        """What ``auth`` authenticates: a version prefix, the manifest's store key (its topic,
+        partition, topic id root and base offset), a NUL, then :meth:`to_json` without ``auth``
+        (every field, unknown ones too: canonical, keys sorted)."""
+        return _SIGNED_PREFIX + key.encode("utf-8") + b"\x00" + replace(self, auth=None).to_json()
 
     @classmethod
     def from_json(cls, data: bytes, *, key: str = "<manifest>") -> SegmentManifest:
@@ -305,6 +352,8 @@ class SegmentManifest:
                 values["txn_index"] = dict(values["txn_index"])
             if values.get("protection") is not None:
                 values["protection"] = Protection.from_json(values["protection"], key=key)
+            if values.get("auth") is not None:
+                values["auth"] = ManifestAuth.from_json(values["auth"], key=key)
             extra = {k: v for k, v in doc.items() if k not in known}
             return cls(**values, extra=extra)
         except FormatError:

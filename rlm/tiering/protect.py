@@ -25,6 +25,7 @@ from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
+from rlm.tiering.manifest_trust import check_manifest, seal_manifest
 
 __all__ = ["EntryOpener", "StoreProtection"]
 
@@ -71,6 +72,18 @@ class StoreProtection:
             if hit is not None:
                 self._manifests.move_to_end(log_key)
             return hit
+
+    def load_manifest(self, data: bytes, key: str, *, trust_unauthenticated: bool = False) -> SegmentManifest:
+        """The manifest stored at ``key`` as a reader may trust it: parsed, checked against its key
+        and (with a key ring) its MAC (rlm/tiering/manifest_trust.py), then remembered."""
+        m = SegmentManifest.from_json(data, key=key)
+        check_manifest(self.ring, m, key, trust_unauthenticated=trust_unauthenticated)
+        self.remember(m)
+        return m
+
+    def seal_manifest(self, m: SegmentManifest, key: str) -> SegmentManifest:
+        """``m`` as this process stores it at ``key``: with a MAC when it has an active key."""
+        return seal_manifest(self.ring, m, key)
 
     @classmethod
     def from_settings(cls, remote: RemoteSettings) -> StoreProtection:
@@ -206,14 +219,13 @@ class EntryOpener:
                 "manifest (and data key) cannot be found",
                 file=log_key,
             )
-        m = SegmentManifest.from_json(self._read(manifest_key), key=manifest_key)
+        m = self.protection.load_manifest(self._read(manifest_key), manifest_key)
         if m.log.key != log_key:
             raise StorageError(
                 f"the segment's manifest names log object {m.log.key}, not this one "
                 "(an uncommitted attempt's entry)",
                 file=log_key,
             )
-        self.protection.remember(m)
         return m
 
     def open(self, entry: RemoteLogIndexEntry, stored: bytes, *, log_key: str) -> bytes:

@@ -103,10 +103,9 @@ class RemoteState:
         return sorted(found)
 
     def read_manifest(self, key: str) -> SegmentManifest:
-        """One manifest; FormatError names ``key`` when it does not parse."""
-        manifest = SegmentManifest.from_json(self.backend.read(key), key=key)
-        self.protection.remember(manifest)  # readers of this process find its data key without a GET
-        return manifest
+        """One manifest, checked as docs/protection.md §9 says (FormatError names ``key`` when it
+        does not parse); remembered, so readers of this process find its data key without a GET."""
+        return self.protection.load_manifest(self.backend.read(key), key)
 
     def manifest_at(self, base_offset: int) -> SegmentManifest:
         """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""

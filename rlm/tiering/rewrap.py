@@ -6,7 +6,10 @@ A segment's data key is stored only wrapped, in its manifest's ``protection.encr
 brings the old ones over: for each manifest whose key id is not the target, unwrap with the ring,
 wrap under the target (a fresh nonce) and overwrite the manifest with the same content but the new
 wrap. The data objects are never read or written: their ciphertext is under the data key, which
-does not change.
+does not change. Every manifest read is checked first (its placement and MAC, docs/protection.md
+§9: a rewrap never launders a forged manifest) and written back with its MAC under the target
+key; with ``authenticate`` a manifest without a MAC (from an rlm before manifests were
+authenticated) is trusted once and MACed.
 
 Why overwriting a commit point is safe here (docs/formats.md §6.3 makes manifests create-only):
 the "only if absent" rule is what lets concurrent copiers agree on which attempt a segment is.
@@ -42,6 +45,8 @@ from rlm.storage.api import MAX_LIST_LIMIT, StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.manifest_trust import seal_manifest
+from rlm.tiering.protect import StoreProtection
 
 __all__ = ["RewrapResult", "manifest_keys", "rewrap_store"]
 
@@ -57,8 +62,9 @@ class RewrapResult:
     dry_run: bool
     manifests: int = 0
     rewrapped: int = 0  # (would be, with dry_run) rewritten under ``to``
-    already: int = 0  # already wrapped under ``to``
-    plaintext: int = 0  # not encrypted: nothing to re-wrap
+    already: int = 0  # already wrapped and MACed under ``to``
+    plaintext: int = 0  # not encrypted: nothing to re-wrap (its MAC is under ``to``)
+    authenticated: int = 0  # had no MAC: trusted once and MACed under ``to`` (``authenticate``)
     gone: int = 0  # deleted (retention) while we worked: left deleted
     changed: int = 0  # rewritten by another writer _ATTEMPTS times in a row: left
     from_keys: Counter[str] = field(default_factory=Counter)  # key id → manifests found under it
@@ -76,6 +82,7 @@ class RewrapResult:
             "rewrapped": self.rewrapped,
             "already": self.already,
             "plaintext": self.plaintext,
+            "authenticated": self.authenticated,
             "gone": self.gone,
             "changed": self.changed,
             "from_keys": dict(sorted(self.from_keys.items())),
@@ -110,8 +117,12 @@ def manifest_keys(
 
 
 class _Rewrapper:
-    def __init__(self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool) -> None:
+    def __init__(
+        self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool, authenticate: bool
+    ) -> None:
         self.backend, self.ring, self.to, self.dry_run = backend, ring, to, dry_run
+        self.authenticate = authenticate
+        self.protection = StoreProtection(ring=ring)
         self.result = RewrapResult(to, dry_run)
         self._lock = threading.Lock()
 
@@ -132,33 +143,37 @@ class _Rewrapper:
     def _one(self, key: str, etag: str | None) -> None:
         for _ in range(_ATTEMPTS):
             try:
-                m = SegmentManifest.from_json(self.backend.read(key), key=key)
+                m = self.protection.load_manifest(
+                    self.backend.read(key), key, trust_unauthenticated=self.authenticate
+                )
             except ObjectNotFoundError:
                 return self._count("gone")
             wrapped = m.protection.encryption if m.protection is not None else None
-            if wrapped is None:
-                return self._count("plaintext")
-            if wrapped.key_id == self.to:
-                return self._count("already", wrapped.key_id)
-            data_key = self.ring.unwrap(
-                wrapped, where=f"{key} (its data key is wrapped by key {wrapped.key_id!r})"
-            )
-            assert m.protection is not None
-            new = dataclasses.replace(
-                m, protection=dataclasses.replace(m.protection, encryption=self.ring.wrap(data_key, self.to))
-            )
+            under = wrapped.key_id if wrapped is not None else None
+            needs_wrap = wrapped is not None and under != self.to
+            if not needs_wrap and m.auth is not None and m.auth.key_id == self.to:
+                return self._count("already" if wrapped is not None else "plaintext", under)
+            data_key, new = None, m
+            if wrapped is not None and needs_wrap:
+                where = f"{key} (its data key is wrapped by key {under!r})"
+                data_key = self.ring.unwrap(wrapped, where=where)
+                assert m.protection is not None
+                moved = dataclasses.replace(m.protection, encryption=self.ring.wrap(data_key, self.to))
+                new = dataclasses.replace(m, protection=moved)
+            new = seal_manifest(self.ring, new, key, key_id=self.to)
+            outcome = "authenticated" if m.auth is None else "rewrapped"
             if self.dry_run:
-                return self._count("rewrapped", wrapped.key_id)
-            outcome = self._publish(key, etag, m, new, data_key)
-            if outcome != "changed":
-                return self._count(outcome, wrapped.key_id if outcome == "rewrapped" else None)
+                return self._count(outcome, under)
+            published = self._publish(key, etag, m, new, data_key)
+            if published != "changed":
+                return self._count(outcome if published == "done" else published, under)
             etag = None  # someone else wrote it: read it again and judge afresh
         return self._count("changed")
 
     def _publish(
-        self, key: str, etag: str | None, old: SegmentManifest, new: SegmentManifest, data_key: bytes
+        self, key: str, etag: str | None, old: SegmentManifest, new: SegmentManifest, data_key: bytes | None
     ) -> str:
-        """Overwrite ``key`` with ``new``: "rewrapped", "gone" or "changed" (see the module doc)."""
+        """Overwrite ``key`` with ``new``: "done", "gone" or "changed" (see the module doc)."""
         try:
             now = self.backend.head(key)
         except ObjectNotFoundError:
@@ -172,13 +187,13 @@ class _Rewrapper:
         except ObjectNotFoundError:  # retention deleted the segment meanwhile: do not revive it
             self.backend.delete(key)
             return "gone"
-        back = SegmentManifest.from_json(self.backend.read(key), key=key)
+        back = self.protection.load_manifest(self.backend.read(key), key)  # its MAC checked
         wrap = back.protection.encryption if back.protection is not None else None
-        if wrap is None or back.attempt_id != old.attempt_id:
+        if back.attempt_id != old.attempt_id or back.encrypted != old.encrypted:
             return "changed"  # another writer's manifest replaced ours: judged again
-        if self.ring.unwrap(wrap, where=key) != data_key:
+        if wrap is not None and data_key is not None and self.ring.unwrap(wrap, where=key) != data_key:
             raise RlmError(f"{key}: the re-wrapped data key read back does not match", file=key)
-        return "rewrapped"
+        return "done"
 
 
 def rewrap_store(
@@ -188,18 +203,22 @@ def rewrap_store(
     *,
     topics: frozenset[str] | None = None,
     dry_run: bool = False,
+    authenticate: bool = False,
     parallelism: int = 8,
     on_manifest: Callable[[], None] | None = None,
 ) -> RewrapResult:
     """Re-wrap the data key of every manifest (of ``topics``) not under ``to``; ``parallelism``
-    manifests at once (store round trips dominate). ``to`` must be a key id of ``ring``."""
+    manifests at once (store round trips dominate). ``to`` must be a key id of ``ring``. Every
+    manifest read is checked first (docs/protection.md §9) and written back with its MAC under
+    ``to``; ``authenticate`` also trusts, once, manifests without a MAC (written before rlm
+    authenticated manifests) and MACs them."""
     if to not in ring.key_ids:  # before any store work
         raise KeyNotFoundError(
             f"rewrap --to {to!r}: not in [remote.encryption] key_files (known: "
             f"{', '.join(ring.key_ids) or 'none'})",
             key_id=to,
         )
-    worker = _Rewrapper(backend, ring, to, dry_run=dry_run)
+    worker = _Rewrapper(backend, ring, to, dry_run=dry_run, authenticate=authenticate)
     found = list(manifest_keys(backend, topics))
     worker.result.manifests = len(found)
 

@@ -3,10 +3,11 @@ data key survives the move from key A to key B, runs are idempotent, --dry-run w
 key missing from the ring is one line per manifest naming it and the key id (exit 1), a segment
 deleted by retention mid-rewrap is not brought back.
 
-The manifests get their ``protection.encryption`` here, wrapped with the real KeyRing, as a copier
-encrypting under key A would have written them: rewrap never reads data objects, so whether those
-hold ciphertext does not matter to it. Reading real encrypted data back after a rewrap and the
-retirement of the old key is tests/tiering/test_rewrap_s3.py (SeaweedFS).
+The manifests get their ``protection.encryption`` here, wrapped with the real KeyRing, and their
+MAC, as a copier encrypting under key A would have written them: rewrap never reads data
+objects, so whether those hold ciphertext does not matter to it. Reading real encrypted data
+back after a rewrap and the retirement of the old key is tests/tiering/test_rewrap_s3.py
+(SeaweedFS).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.manifest import Protection, SegmentManifest
+from rlm.tiering.manifest_trust import seal_manifest
 from rlm.tiering.rewrap import manifest_keys, rewrap_store
 from tests.lookup.helpers import settings_for, write_config, write_generated
 from tests.tiering.helpers import REPO
@@ -92,7 +94,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
         data_key, wrapped = ring_a.new_data_key()
         s.data_keys[key] = data_key
         protected = dataclasses.replace(m, protection=Protection("none", m.log.crc32c, wrapped))
-        backend.put(key, protected.to_json())
+        backend.put(key, seal_manifest(ring_a, protected, key).to_json())
     assert len(s.data_keys) >= 6
     yield s
 
@@ -100,6 +102,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def _without_wrap(m: SegmentManifest) -> dict[str, object]:
     doc = json.loads(m.to_json())
     doc["protection"].pop("encryption")
+    doc.pop("auth")  # re-made under the target key with the new wrap
     return doc
 
 
@@ -113,6 +116,7 @@ def test_rewrap_moves_every_data_key_and_touches_only_manifests(store: Store) ->
         "rewrapped": len(store.data_keys),
         "already": 0,
         "plaintext": 0,
+        "authenticated": 0,
         "gone": 0,
         "changed": 0,
         "from_keys": {A: len(store.data_keys)},
@@ -156,15 +160,42 @@ def test_topic_filter(store: Store) -> None:
         assert m.protection.encryption.key_id == (B if key in audit else A)
 
 
-def test_plaintext_manifests_are_left_alone(store: Store) -> None:
+def test_plaintext_manifests_are_authenticated_only_when_asked(store: Store) -> None:
+    """A manifest written before encryption (no ``protection``, no ``auth``) is refused like a
+    forged one; ``authenticate=True`` trusts it once and MACs it under the target key, its data
+    left plaintext; a later run finds it done."""
     backend = store.backend
     plain = sorted(store.data_keys)[0]
     m = SegmentManifest.from_json(backend.read(plain), key=plain)
-    backend.put(plain, dataclasses.replace(m, protection=None).to_json())
+    backend.put(plain, dataclasses.replace(m, protection=None, auth=None).to_json())
     body = backend.read(plain)
-    result = rewrap_store(backend, store.ring(A, B), B)
-    assert result.plaintext == 1 and result.rewrapped == len(store.data_keys) - 1
+    refused = rewrap_store(backend, store.ring(A, B), B)
+    assert refused.rewrapped == len(store.data_keys) - 1 and len(refused.errors) == 1
+    assert plain in refused.errors[0] and "carries no MAC" in refused.errors[0]
     assert backend.read(plain) == body
+    result = rewrap_store(backend, store.ring(A, B), B, authenticate=True)
+    assert result.ok and result.authenticated == 1 and result.already == len(store.data_keys) - 1
+    after = SegmentManifest.from_json(backend.read(plain), key=plain)
+    assert after.protection is None and after.auth is not None and after.auth.key_id == B
+    assert dataclasses.replace(after, auth=None) == dataclasses.replace(m, protection=None, auth=None)
+    again = rewrap_store(backend, store.ring(A, B), B)
+    assert again.ok and again.plaintext == 1 and again.already == len(store.data_keys) - 1
+
+
+def test_a_forged_manifest_is_never_laundered(store: Store) -> None:
+    """A keyless bucket writer strips a manifest's encryption (keeping its old MAC) or copies it
+    to another segment's key: rewrap, even with ``authenticate``, refuses it and writes nothing."""
+    backend = store.backend
+    first, second = sorted(store.data_keys)[:2]
+    m = SegmentManifest.from_json(backend.read(first), key=first)
+    backend.put(first, dataclasses.replace(m, protection=None).to_json())
+    backend.put(second, backend.read(sorted(store.data_keys)[2]))
+    bodies = {k: backend.read(k) for k in (first, second)}
+    result = rewrap_store(backend, store.ring(A, B), B, authenticate=True)
+    assert len(result.errors) == 2, result.errors
+    assert any(first in e and "MAC under key 'k2026a' does not match" in e for e in result.errors)
+    assert any(second in e and "not the partition and base offset of its key" in e for e in result.errors)
+    assert {k: backend.read(k) for k in bodies} == bodies
 
 
 class _RetentionRace(WrappingBackend):
