@@ -318,3 +318,25 @@ def _wrap_ids(backend: StorageBackend) -> dict[str, str]:
         assert m.protection is not None and m.protection.encryption is not None
         out[key] = m.protection.encryption.key_id
     return out
+
+
+def test_an_encrypted_store_from_before_manifest_macs_is_authenticated_in_place(store: Store) -> None:
+    """The upgrade of an encrypted store written by an rlm before manifests carried a MAC: every
+    manifest has its wrap but no ``auth``. Refused until ``authenticate=True``, which MACs each
+    under the target (here the key that already wraps them: no data key moves), in place."""
+    backend = store.backend
+    for key, m in _manifests(backend).items():
+        backend.put(key, dataclasses.replace(m, auth=None).to_json())
+    before = _manifests(backend)
+    refused = rewrap_store(backend, store.ring(A), A)
+    assert len(refused.errors) == len(store.data_keys)
+    result = rewrap_store(backend, store.ring(A), A, authenticate=True)
+    assert result.ok and result.authenticated == len(store.data_keys) and result.rewrapped == 0
+    only_a = store.ring(A)
+    for key, m in _manifests(backend).items():
+        assert m.auth is not None and m.auth.key_id == A
+        assert dataclasses.replace(m, auth=None) == before[key]
+        assert m.protection is not None and m.protection.encryption is not None
+        assert only_a.unwrap(m.protection.encryption, where=key) == store.data_keys[key]
+    again = rewrap_store(backend, store.ring(A), A)
+    assert again.ok and again.already == len(store.data_keys)
