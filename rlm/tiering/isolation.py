@@ -137,7 +137,7 @@ def _manifest_facts(backend: StorageBackend, protection: StoreProtection, key: s
         return _Facts()
     mkey = keys.manifest_key(root.topic, root.partition, ref.base_offset, root.topic_id)
     try:
-        manifest = protection.load_manifest(backend.read(mkey), mkey)
+        manifest = protection.read_manifest(backend.read, mkey)
     except ObjectNotFoundError:
         return _Facts()  # deleted by retention meanwhile: scan what is still readable
     protected = manifest if manifest.protection is not None else None

@@ -26,6 +26,7 @@ __all__ = [
     "INDEX_OBJECT",
     "LEADER_EPOCHS_OBJECT",
     "LOG_OBJECT",
+    "MAX_MANIFEST_BYTES",
     "PRODUCER_SNAPSHOT_OBJECT",
     "TIME_INDEX_OBJECT",
     "TXN_INDEX_OBJECT",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+#: A manifest is ~1-2 KiB; a stored object larger than this is refused unread, never buffered
+#: (a hostile bucket may serve anything under a manifest key).
+MAX_MANIFEST_BYTES = 1 << 20
 
 _INT_FIELDS = (
     "partition",

@@ -24,7 +24,7 @@ from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, ite
 from rlm.storage.api import StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
-from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
+from rlm.tiering.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.manifest_trust import check_manifest, seal_manifest
 
 __all__ = ["EntryOpener", "StoreProtection"]
@@ -72,6 +72,18 @@ class StoreProtection:
             if hit is not None:
                 self._manifests.move_to_end(log_key)
             return hit
+
+    def read_manifest(
+        self, read: Callable[[str, int, int], bytes], key: str, *, trust_unauthenticated: bool = False
+    ) -> SegmentManifest:
+        """:meth:`load_manifest` of the object at ``key``, read through ``read(key, start, end)``
+        at most :data:`MAX_MANIFEST_BYTES` + 1 bytes: a larger object is a FormatError, unbuffered."""
+        data = read(key, 0, MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise FormatError(
+                f"the object is larger than {MAX_MANIFEST_BYTES} bytes: not a manifest rlm wrote", file=key
+            )
+        return self.load_manifest(data, key, trust_unauthenticated=trust_unauthenticated)
 
     def load_manifest(self, data: bytes, key: str, *, trust_unauthenticated: bool = False) -> SegmentManifest:
         """The manifest stored at ``key`` as a reader may trust it: parsed, checked against its key
@@ -204,9 +216,9 @@ class EntryOpener:
     rlm/tiering/keys.py. Plain and compressed-only entries need nothing but the entry.
     """
 
-    def __init__(self, protection: StoreProtection, read: Callable[[str], bytes]) -> None:
+    def __init__(self, protection: StoreProtection, read: Callable[[str, int, int], bytes]) -> None:
         self.protection = protection
-        self._read = read  # whole object by key (with retries): the manifest
+        self._read = read  # ``read(key, start, end)`` (with retries): the manifest
 
     def manifest_for(self, log_key: str) -> SegmentManifest:
         hit = self.protection.known(log_key)
@@ -219,7 +231,7 @@ class EntryOpener:
                 "manifest (and data key) cannot be found",
                 file=log_key,
             )
-        m = self.protection.load_manifest(self._read(manifest_key), manifest_key)
+        m = self.protection.read_manifest(self._read, manifest_key)
         if m.log.key != log_key:
             raise StorageError(
                 f"the segment's manifest names log object {m.log.key}, not this one "

@@ -105,7 +105,7 @@ class RemoteState:
     def read_manifest(self, key: str) -> SegmentManifest:
         """One manifest, checked as docs/protection.md §9 says (FormatError names ``key`` when it
         does not parse); remembered, so readers of this process find its data key without a GET."""
-        return self.protection.load_manifest(self.backend.read(key), key)
+        return self.protection.read_manifest(self.backend.read, key)
 
     def manifest_at(self, base_offset: int) -> SegmentManifest:
         """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""

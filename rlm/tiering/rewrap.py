@@ -143,8 +143,8 @@ class _Rewrapper:
     def _one(self, key: str, etag: str | None) -> None:
         for _ in range(_ATTEMPTS):
             try:
-                m = self.protection.load_manifest(
-                    self.backend.read(key), key, trust_unauthenticated=self.authenticate
+                m = self.protection.read_manifest(
+                    self.backend.read, key, trust_unauthenticated=self.authenticate
                 )
             except ObjectNotFoundError:
                 return self._count("gone")
@@ -187,7 +187,7 @@ class _Rewrapper:
         except ObjectNotFoundError:  # retention deleted the segment meanwhile: do not revive it
             self.backend.delete(key)
             return "gone"
-        back = self.protection.load_manifest(self.backend.read(key), key)  # its MAC checked
+        back = self.protection.read_manifest(self.backend.read, key)  # its MAC checked
         wrap = back.protection.encryption if back.protection is not None else None
         if back.attempt_id != old.attempt_id or back.encrypted != old.encrypted:
             return "changed"  # another writer's manifest replaced ours: judged again

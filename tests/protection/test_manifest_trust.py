@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import TamperedObjectError
+from rlm.errors import FormatError, TamperedObjectError
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.manifest import MAX_MANIFEST_BYTES
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.remote_state import RemoteState
 from tests.lookup.helpers import delete_local_segments
@@ -136,3 +137,24 @@ def test_without_encryption_a_moved_manifest_is_still_refused(tmp_path: Path) ->
     shutil.copy(_manifest_files(store, 1)[0], moved)
     with pytest.raises(TamperedObjectError, match="not the partition and base offset of its key"):
         _remote(s, store).chain()
+
+
+def test_a_huge_object_under_a_manifest_key_is_refused_unbuffered(encrypted) -> None:  # type: ignore[no-untyped-def]
+    """A hostile bucket serving a giant "manifest": at most MAX_MANIFEST_BYTES + 1 bytes are read."""
+    s, store, _ = encrypted
+    huge = store / f"{TOPIC}-0" / "manifests" / f"{99_000:020d}.json"
+    huge.write_bytes(b" " * (MAX_MANIFEST_BYTES + 4096))
+    asked: list[tuple[str, int, int | None]] = []
+    backend = LocalBackend(root=str(store))
+    real = backend.read
+
+    def read(key: str, start: int = 0, end: int | None = None) -> bytes:
+        asked.append((key, start, end))
+        return real(key, start, end)
+
+    backend.read = read  # type: ignore[method-assign]
+    remote = RemoteState(backend, TOPIC, 0, None, StoreProtection.from_settings(s.remote))
+    with pytest.raises(FormatError, match="larger than") as err:
+        remote.chain()
+    assert huge.name in str(err.value)
+    assert all(end is not None and end - start <= MAX_MANIFEST_BYTES + 1 for _, start, end in asked)
