@@ -270,6 +270,17 @@ class StorageBackend(ABC):
         check_range(start, end)
         return self._read(validate_key(key), start, end)
 
+    def read_at_most(self, key: str, limit: int, *, what: str = "the object") -> bytes:
+        """The whole object ``key``, read as ``[0, limit + 1)``: one larger than ``limit`` bytes is a
+        :class:`~rlm.errors.FormatError` naming ``what`` and the key, never buffered whole (a
+        hostile bucket may serve anything under a key rlm reads)."""
+        data = self.read(key, 0, limit + 1)
+        if len(data) > limit:
+            from rlm.errors import FormatError
+
+            raise FormatError(f"{what} is larger than {limit} bytes: not what rlm wrote", file=key)
+        return data
+
     def head(self, key: str) -> ObjectInfo:
         """Return the object's info or raise :class:`~rlm.errors.ObjectNotFoundError`."""
         return self._head(validate_key(key))

@@ -81,7 +81,7 @@ class StoreProtection:
         data = read(key, 0, MAX_MANIFEST_BYTES + 1)
         if len(data) > MAX_MANIFEST_BYTES:
             raise FormatError(
-                f"the object is larger than {MAX_MANIFEST_BYTES} bytes: not a manifest rlm wrote", file=key
+                f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes: not what rlm wrote", file=key
             )
         return self.load_manifest(data, key, trust_unauthenticated=trust_unauthenticated)
 
@@ -188,9 +188,10 @@ class StoreProtection:
         return b"".join(parts)
 
     def read_object(self, backend: StorageBackend, m: SegmentManifest, name: str) -> bytes:
-        """Read ``m.objects[name]`` whole and open it."""
-        key = m.objects[name].key
-        return self.open_object(m, key, backend.read(key))
+        """Read ``m.objects[name]`` whole — at most the size its manifest records: a larger stored
+        object is a FormatError naming it, never buffered — and open it."""
+        stored = m.objects[name]
+        return self.open_object(m, stored.key, backend.read_at_most(stored.key, stored.size, what=name))
 
 
 def _named(err: Exception, m: SegmentManifest, key: str, offset: int | None) -> Exception:

@@ -28,7 +28,7 @@ from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering import keys
 from rlm.tiering.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
-from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
+from rlm.tiering.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.protect import StoreProtection
 from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 
@@ -226,7 +226,9 @@ class RemoteState:
         return sorted(found)
 
     def read_lineage_marker(self, key: str) -> LineageMarker:
-        return LineageMarker.from_json(self.backend.read(key), key=key)
+        return LineageMarker.from_json(
+            self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="lineage marker"), key=key
+        )
 
     def create_lineage_marker(self, marker: LineageMarker) -> LineageMarker:
         """Write ``marker`` unless one for its epoch exists; return the one in the store."""
@@ -347,7 +349,7 @@ class RemoteState:
         """The marker object ``name`` of this root, None when absent; malformed → FormatError."""
         key = self.marker_key(name)
         try:
-            doc = json.loads(self.backend.read(key))
+            doc = json.loads(self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="marker object"))
         except ObjectNotFoundError:
             return None
         except ValueError as err:
