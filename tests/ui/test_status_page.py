@@ -23,6 +23,7 @@ import pytest
 
 from rlm.config.brokers import ClusterSettings
 from rlm.testing.kraft import MetadataLogBuilder
+from tests.needs import unavailable
 from tests.ui.chromium import Chromium, Page, dump_dom, find_browser
 from tests.ui.fixture import TOKEN, Served, fill, serve, writer
 
@@ -41,7 +42,7 @@ ROWS_JS = """JSON.stringify([...document.querySelectorAll('#partitions .partitio
 def browser() -> Iterator[Chromium]:
     exe = find_browser()
     if exe is None:
-        pytest.skip(
+        unavailable(
             "no Chromium found (chromium, chromium-browser, google-chrome or $RLM_TEST_CHROMIUM): "
             "`make browser` installs Debian's chromium (apt-get, needs root)"
         )
