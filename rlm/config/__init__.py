@@ -15,7 +15,7 @@ Relative paths in ``[log] dirs`` are resolved against the current working direct
 Each key is declared once, as a field of the settings dataclasses below (:mod:`rlm.config.keys`:
 name, type, default, validator with its allowed values, meaning, environment form); validation,
 the environment variable names and the README reference are derived from those fields.
-[cluster] and [kafka] are declared in :mod:`rlm.config.brokers`, [server]'s checks live in
+[cluster] and [kafka] are declared in :mod:`rlm.config.brokers`, [server] with its checks in
 :mod:`rlm.config.server`.
 """
 
@@ -32,7 +32,7 @@ from rlm.config import validators as v
 from rlm.config.brokers import ClusterSettings, KafkaSettings, check_cluster, check_kafka
 from rlm.config.keys import ENV_PREFIX, key, keys_of, table, values_of
 from rlm.config.protection import CompressionSettings, EncryptionSettings, check_encryption
-from rlm.config.server import check_server
+from rlm.config.server import ServerSettings, check_server
 from rlm.errors import ConfigError
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.logdir.scan import EligibilityPolicy
@@ -321,61 +321,6 @@ class TopicsSettings:
         env="inline",
         each=('"<glob>"', TopicOverride),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ServerSettings:
-    """``[server]``: the HTTP API. Loopback by default; a token enables Bearer auth, tls_cert HTTPS."""
-
-    host: str = key(
-        "127.0.0.1",
-        v.string(non_empty=True),
-        "HTTP API / status page / metrics address (loopback unless told otherwise).",
-    )
-    port: int = key(9464, v.integer(0, 65535), "HTTP port (0 = any free port).")
-    token: str = key(
-        "",
-        v.string(),
-        "When set, every route but `/healthz`, `/` and `/static` needs `Authorization: Bearer <token>`.",
-    )
-    request_timeout_ms: int = key(
-        30_000,
-        v.integer(1),
-        "A request whose response has not started by then answers 504; a stream is cut when one "
-        "chunk read or write takes longer.",
-    )
-    max_body_bytes: int = key(
-        1_048_576,
-        v.integer(0),
-        "Request bodies above this size (declared or streamed) answer 413, on every route.",
-    )
-    token_file: Path | None = key(
-        None,
-        v.optional_file,
-        "A file holding the bearer token (one line; one trailing newline is dropped), read when the "
-        "API starts; exclusive with `token` (docs/security.md).",
-    )
-    tls_cert: Path | None = key(
-        None,
-        v.optional_file,
-        "PEM certificate chain (leaf first): with `tls_key` the API serves HTTPS only, TLS 1.2 or "
-        "newer (docs/security.md).",
-    )
-    tls_key: Path | None = key(
-        None,
-        v.optional_file,
-        "The certificate's PEM private key, unencrypted (protect it with file permissions); set with "
-        "`tls_cert`.",
-    )
-    tls_ca: Path | None = key(
-        None,
-        v.optional_file,
-        "For clients built from this config (`RlmClient.for_server`): the PEM CA bundle that "
-        "verifies `tls_cert`; unset = the system's CAs.",
-    )
-
-    def __repr__(self) -> str:  # never print the token
-        return f"ServerSettings(host={self.host!r}, port={self.port}, token={'***' if self.token else ''!r})"
 
 
 @dataclass(frozen=True, slots=True)

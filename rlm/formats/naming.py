@@ -26,6 +26,7 @@ __all__ = [
     "TRANSIENT_SUFFIXES",
     "TXN_INDEX",
     "is_internal_topic",
+    "is_served_topic",
     "is_transient",
     "parse_base_offset",
     "parse_partition_dir",
@@ -121,6 +122,20 @@ INTERNAL_TOPICS = frozenset(
 def is_internal_topic(topic: str) -> bool:
     """True for Kafka's internal logs (:data:`INTERNAL_TOPICS`), which are never tiered."""
     return topic in INTERNAL_TOPICS
+
+
+#: The KRaft quorum's own log: in a log dir, but no topic (its records hold SCRAM salts and keys).
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def is_served_topic(topic: str, *, internal: bool = False) -> bool:
+    """Whether any surface serves ``topic`` to clients — its records, offsets, lookups or listing
+    (HTTP API, Kafka listener, CLI reads, exports): never the KRaft metadata log; Kafka's other
+    internal logs only when ``internal`` (``[server] serve_internal_topics``). The one rule
+    (docs/visibility.md, "Internal topics"); what rlm *tiers* is the topic policy's (docs/topic-policy.md)."""
+    if topic == METADATA_TOPIC:
+        return False
+    return internal or topic not in INTERNAL_TOPICS
 
 
 def is_transient(name: str) -> bool:

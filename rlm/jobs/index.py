@@ -123,7 +123,7 @@ def offsets_for_times(
     target = timestamp - minus_ms if timestamp >= 0 else timestamp
     if timestamp >= 0 and target < 0:
         target = 0
-    parts = [(p.topic, p.partition) for p in select_partitions(settings, topics)]
+    parts = [(p.topic, p.partition) for p in select_partitions(settings, topics, served=True)]
     if not parts:
         return spark.createDataFrame([], OFFSETS_SCHEMA_DDL)
     spec = BackendSpec.from_settings(settings)

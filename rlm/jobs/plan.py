@@ -213,15 +213,23 @@ def check_time_range(start: int | None, end: int | None) -> None:
 
 
 def select_partitions(
-    settings: Settings, topics: Sequence[str] | None, partitions: Sequence[int] | None = None
+    settings: Settings,
+    topics: Sequence[str] | None,
+    partitions: Sequence[int] | None = None,
+    *,
+    served: bool = False,
 ) -> list[PartitionDir]:
-    """The discovered partitions of ``topics`` (all when None), optionally only ``partitions``."""
+    """The discovered partitions of ``topics`` (all when None), optionally only ``partitions``;
+    ``served``: only those whose records may be served to users (jobs that hand records or offsets
+    out, not the store's checks; docs/visibility.md, "Internal topics")."""
     wanted = {naming.validate_topic(t) for t in topics} if topics else None
-    found = discover_partitions(settings.log.dirs)
+    internal = settings.server.serve_internal_topics
     return [
         p
-        for p in found
-        if (wanted is None or p.topic in wanted) and (partitions is None or p.partition in set(partitions))
+        for p in discover_partitions(settings.log.dirs)
+        if (wanted is None or p.topic in wanted)
+        and (partitions is None or p.partition in set(partitions))
+        and (not served or naming.is_served_topic(p.topic, internal=internal))
     ]
 
 
@@ -452,7 +460,7 @@ def plan_read(
     if target_bytes < 1:
         raise InvalidArgumentError(f"target_bytes {target_bytes} must be positive")
     backend = backend or BackendSpec.from_settings(settings).create()
-    parts = select_partitions(settings, topics, partitions)
+    parts = select_partitions(settings, topics, partitions, served=True)  # what an export serves users
     policy = settings.log.eligibility
     protection = StoreProtection.from_settings(settings.remote)  # docs/protection.md
 

@@ -99,7 +99,7 @@ class KafkaApi:
             asked = None  # v0: an empty list means every topic
         by_topic: dict[str, list[PartitionDir]] = defaultdict(list)
         for part in self.readers.partitions():
-            if served(part.topic):
+            if served(self.readers, part.topic):
                 by_topic[part.topic].append(part)
         names = sorted(by_topic) if asked is None else list(dict.fromkeys(asked))
         cls = MetadataResponse
@@ -188,7 +188,7 @@ class KafkaApi:
 
     def _holds(self, topic: str) -> bool:
         try:
-            return served(topic) and bool(self.readers.partitions([topic]))
+            return served(self.readers, topic) and bool(self.readers.partitions([topic]))
         except RlmError:
             return False
 

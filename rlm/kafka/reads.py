@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from rlm.cluster.log_starts import LogStartQuery
-from rlm.errors import OffsetOutOfRangeError, PartitionNotFoundError, RlmError
+from rlm.errors import OffsetOutOfRangeError, RlmError
 from rlm.kafka.protocol import Codes, kafka_code
 from rlm.tiering import isolation as txn
 from rlm.tiering.lookup import (
@@ -39,9 +39,6 @@ __all__ = [
     "reader_for",
     "served",
 ]
-
-#: The KRaft quorum's own log lives in a log dir but is no topic: Kafka never serves it to consumers.
-_NOT_TOPICS = frozenset({"__cluster_metadata"})
 
 #: The ListOffsets version that introduced each special timestamp (KIP-734, KIP-1005).
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
@@ -78,18 +75,17 @@ def error_code(err: Exception) -> int:
     return kafka_code(err.kafka_error)
 
 
-def served(topic: str) -> bool:
-    """Whether the listener shows ``topic`` (every partition dir's topic but the KRaft log)."""
-    return topic not in _NOT_TOPICS
+def served(readers: TieredReaders, topic: str) -> bool:
+    """Whether the listener shows ``topic``: the readers' one rule (no KRaft log, no internal
+    topics unless allowed; docs/visibility.md, "Internal topics")."""
+    return readers.serves(topic)
 
 
 def reader_for(
     readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
 ) -> PartitionReader:
-    """The partition's reader; the KRaft log is unknown here (:class:`PartitionNotFoundError`).
+    """The partition's reader; a topic not served is unknown here (:class:`PartitionNotFoundError`).
     ``query``: the request's question to the broker about log starts (docs/visibility.md)."""
-    if not served(topic):
-        raise PartitionNotFoundError(f"partition {topic}-{partition} is not a topic's")
     return readers.reader(topic, partition, query)
 
 

@@ -17,7 +17,7 @@ from rlm.cluster.log_starts import BrokerLogStarts, LogStartQuery
 from rlm.config import Settings
 from rlm.config.brokers import asks_log_starts
 from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
-from rlm.formats.naming import validate_topic
+from rlm.formats.naming import is_served_topic, validate_topic
 from rlm.fsutil import FileMemo
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
@@ -119,15 +119,24 @@ class TieredReaders:
             self.settings.tiering, part, lambda path: dataclasses.replace(self._progress_files.get(path))
         )
 
+    def serves(self, topic: str) -> bool:
+        """Whether ``topic`` may be served at all: never the KRaft log, Kafka's other internal
+        logs only with ``[server] serve_internal_topics`` (docs/visibility.md, "Internal topics")."""
+        return is_served_topic(topic, internal=self.settings.server.serve_internal_topics)
+
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
+        """The served partitions in the log dirs (of ``topics`` when given)."""
         wanted = {check_topic(t) for t in topics} if topics else None
         parts = discover_partitions(self.settings.log.dirs)
-        return [p for p in parts if wanted is None or p.topic in wanted]
+        return [p for p in parts if (wanted is None or p.topic in wanted) and self.serves(p.topic)]
 
     def reader(self, topic: str, partition: int, query: LogStartQuery | None = None) -> PartitionReader:
-        """The partition's reader; ``query``: the request's (:meth:`log_start_query`), else its own."""
+        """The partition's reader; ``query``: the request's (:meth:`log_start_query`), else its own.
+        A topic that is not served is unknown here, as a missing one (404, UNKNOWN_TOPIC_OR_PARTITION)."""
         check_topic(topic)
         check_partition(partition)
+        if not self.serves(topic):
+            raise PartitionNotFoundError(f"partition {topic}-{partition} is not served (an internal topic)")
         for log_dir in self.settings.log.dirs:
             path = Path(log_dir) / f"{topic}-{partition}"
             if path.is_dir():
