@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import command_line, empty_prefix, machine, print_table, record, write_rolled_partition
 from bench.catchup_bench import TOPIC, Rig, api_process, records_read, stream_read
 from bench.readmeasure import Result, keep_best, timed, weed_store
+from rlm.testing.secrets import write_secret
 
 SECTION = "## Protection: compression + encryption"
 BUCKET = "rlm-protect"
@@ -98,7 +99,7 @@ def modes(tmp: Path, weed: Any, args: argparse.Namespace, end: int) -> dict[str,
     from rlm.storage.registry import open_backend
 
     key_file = tmp / "bench.key"
-    key_file.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    write_secret(key_file, base64.b64encode(os.urandom(32)).decode() + "\n")
     out = {}
     for name in MODES:
         logs = tmp / f"logs-{name}"

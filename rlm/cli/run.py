@@ -20,6 +20,7 @@ from rlm.cli.common import (
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.cli.output import emit_json
 from rlm.config import Settings
+from rlm.config.exposure import check_exposure
 from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
@@ -57,6 +58,8 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
     """Run the tiering daemon (or one pass with --once)."""
     settings = load(config_path)
     configure(log_format, logging.WARNING if once and not quiet and interactive() else logging.INFO)
+    if not once:  # it will listen: exposed without TLS and auth is refused (docs/security.md §6)
+        check_exposure(settings)
     require_dirs(settings)
     with StateDirLock(owned_state_dirs(settings)):  # one rlm run per state dir: docs/operations.md
         manager = build_manager(settings)

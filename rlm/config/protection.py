@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config import validators as v
+from rlm.config.exposure import check_secret_file
 from rlm.config.keys import key
 from rlm.errors import ConfigError
 
@@ -50,6 +51,7 @@ def read_key_file(key_id: str, path: Path) -> bytes:
     """The 32 key bytes in ``path`` (base64 text, surrounding whitespace ignored); anything else →
     :class:`ConfigError` naming ``key_id`` and ``path`` (never the file's content)."""
     where = f"config key {_WHERE}.key_files.{key_id} = {str(path)!r}"
+    check_secret_file(f"{_WHERE}.key_files.{key_id}", path)
     try:
         text = path.read_bytes()
     except FileNotFoundError:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.config import validators as v
+from rlm.config.exposure import check_secret_file
 from rlm.config.keys import key
 from rlm.errors import ConfigError
 
@@ -135,6 +136,7 @@ def bearer_token(server: ServerSettings) -> str:
         return server.token
     path = server.token_file
     where = f"config key server.token_file = '{path}'"
+    check_secret_file("server.token_file", path)
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_TOKEN_FILE_BYTES + 1)

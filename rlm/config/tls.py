@@ -12,6 +12,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+from rlm.config.exposure import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = ["client_context", "server_context"]
@@ -37,6 +38,7 @@ def server_context(cert: Path, key: Path, *, section: str = "server") -> ssl.SSL
     daemon), or a key that does not belong to the certificate (both named).
     """
     cert_key, key_key = f"{section}.tls_cert", f"{section}.tls_key"
+    check_secret_file(key_key, key)
     cert_pem, key_pem = _read_pem(cert_key, cert), _read_pem(key_key, key)
     if _CERT_MARK not in cert_pem:
         raise ConfigError(

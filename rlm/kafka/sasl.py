@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 from pathlib import Path
 
+from rlm.config.exposure import check_secret_file
 from rlm.errors import ConfigError
 from rlm.fsutil import FileMemo
 
@@ -19,6 +20,7 @@ __all__ = ["PlainUsers", "parse_users"]
 
 def parse_users(path: Path) -> dict[str, bytes]:
     """``{user: password (UTF-8)}``; a malformed line is a :class:`ConfigError` naming the file and line."""
+    check_secret_file("kafka.sasl_plain_users_file", path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -46,8 +46,10 @@ def write_config(
     lines += ["[remote.options]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in opts.items()]
     lines += ["[tiering]"] + [f"{k} = {toml_value(v)}" for k, v in tiering.items()]
-    if server_port is not None:
-        lines += ["[server]", f"port = {server_port}"]
+    sections = dict(sections or {})
+    server = {**({"port": server_port} if server_port is not None else {}), **sections.pop("server", {})}
+    if server:  # sections["server"] adds to the port (one [server] table)
+        lines += ["[server]"] + [f"{k} = {toml_value(v)}" for k, v in server.items()]
     if topics:
         lines += ["[topics]"] + [f"{k} = {toml_value(v)}" for k, v in topics.items() if k != "overrides"]
         for pattern, table in (topics.get("overrides") or {}).items():
@@ -57,7 +59,7 @@ def write_config(
         lines += ["[cluster]"] + [f"{k} = {toml_value(v)}" for k, v in cluster.items() if k != "leaders"]
         if "leaders" in cluster:
             lines += ["[cluster.leaders]"] + [f"{json.dumps(k)} = {v}" for k, v in cluster["leaders"].items()]
-    for section, table in (sections or {}).items():
+    for section, table in sections.items():
         lines += [f"[{section}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -23,6 +23,7 @@ from rlm.config import Settings, load_settings
 from rlm.http.client import RlmClient
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon
+from rlm.testing.secrets import write_secret
 from tests.http.certs import Pki, make_pki
 from tests.lookup.helpers import BruteLog
 from tests.tiering.helpers import REPO
@@ -64,7 +65,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     generate_log_dir(logs, [(TOPIC, 1)], seed=7, records=300, segment_bytes=8 * 1024)
     pki = make_pki(tmp / "pki")
     token_file = tmp / "token"
-    token_file.write_text(TOKEN + "\n")
+    write_secret(token_file, TOKEN + "\n")
     token_file.chmod(0o600)
     port = free_port()
     cfg = _config(tmp, logs, port, pki, token_file)
@@ -149,7 +150,7 @@ def test_bad_tls_or_token_file_ends_run_with_one_line(tmp_path: Path, case: str)
     generate_log_dir(logs, [(TOPIC, 1)], seed=1, records=20, segment_bytes=8 * 1024)
     pki, other = make_pki(tmp_path / "pki"), make_pki(tmp_path / "other")
     token_file = tmp_path / "token"
-    token_file.write_text("" if case == "empty token file" else TOKEN)
+    write_secret(token_file, "" if case == "empty token file" else TOKEN)
     server = {
         "mismatched key": {"tls_key": str(other.key)},
         "missing cert": {"tls_cert": str(tmp_path / "nope.pem")},

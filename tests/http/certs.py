@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from rlm.testing.secrets import write_secret
+
 
 @dataclass(frozen=True)
 class Pki:
@@ -43,7 +45,7 @@ def make_pki(
     pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
     pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki.key.write_bytes(_pem_key(key))
+    write_secret(pki.key, _pem_key(key))
     pki.key.chmod(0o600)
     return pki
 

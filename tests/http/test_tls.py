@@ -21,6 +21,7 @@ from rlm.errors import ConfigError, RlmHttpError
 from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.http.tls import serving_context
+from rlm.testing.secrets import write_secret
 from tests.http.certs import Pki, make_pki
 
 
@@ -72,8 +73,7 @@ def test_repr_never_shows_the_token(tmp_path: Path) -> None:
     ],
 )
 def test_token_file_one_trailing_newline_dropped(tmp_path: Path, content: bytes, token: str) -> None:
-    path = tmp_path / "token"
-    path.write_bytes(content)
+    path = write_secret(tmp_path / "token", content)
     assert bearer_token(_server(token_file=path)) == token
 
 
@@ -90,8 +90,7 @@ def test_token_file_one_trailing_newline_dropped(tmp_path: Path, content: bytes,
     ],
 )
 def test_bad_token_file_is_one_error_naming_key_and_path(tmp_path: Path, content: bytes, needle: str) -> None:
-    path = tmp_path / "token"
-    path.write_bytes(content)
+    path = write_secret(tmp_path / "token", content)
     with pytest.raises(ConfigError) as info:
         bearer_token(_server(token_file=path))
     text = str(info.value)
@@ -115,8 +114,7 @@ def test_token_comes_from_config_when_no_file() -> None:
 
 def test_server_context_errors_name_the_key_and_path(tmp_path: Path, pki: Pki) -> None:
     other = make_pki(tmp_path / "other")
-    garbage = tmp_path / "garbage.pem"
-    garbage.write_text("hello\n")
+    garbage = write_secret(tmp_path / "garbage.pem", "hello\n")
     no_cert, no_key = tmp_path / "missing.pem", tmp_path / "missing.key"
     cases: list[tuple[Path, Path, str]] = [
         (no_cert, pki.key, f"server.tls_cert = '{no_cert}': cannot be read: No such file"),
@@ -136,8 +134,7 @@ def test_kafka_listener_errors_name_its_own_keys(tmp_path: Path, pki: Pki) -> No
     from rlm.config.brokers import KafkaSettings
     from rlm.kafka.server import _tls
 
-    garbage = tmp_path / "garbage.key"
-    garbage.write_text("nope\n")
+    garbage = write_secret(tmp_path / "garbage.key", "nope\n")
     with pytest.raises(ConfigError, match=rf"config key kafka.tls_key = '{garbage}': not a PEM private key"):
         _tls(KafkaSettings(listen="127.0.0.1:0", tls_cert=pki.cert, tls_key=garbage))
     ctx = _tls(KafkaSettings(listen="127.0.0.1:0", tls_cert=pki.cert, tls_key=pki.key))
@@ -158,13 +155,13 @@ def test_encrypted_key_is_refused_without_a_prompt(tmp_path: Path, pki: Pki) -> 
     from cryptography.hazmat.primitives import serialization
 
     key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
-    locked = tmp_path / "enc.key"
-    locked.write_bytes(
+    locked = write_secret(
+        tmp_path / "enc.key",
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.BestAvailableEncryption(b"pw"),
-        )
+        ),
     )
     with pytest.raises(ConfigError, match="encrypted"):
         server_context(pki.cert, locked)
@@ -235,8 +232,7 @@ def test_host_name_is_verified(tmp_path: Path, https: ApiServer) -> None:
 
 
 def test_client_for_server_uses_https_token_and_ca(https: ApiServer, pki: Pki, tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("t0k\n")
+    token = write_secret(tmp_path / "token", "t0k\n")
     settings = _server(port=https.port, tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca, token_file=token)
     with RlmClient.for_server(settings) as client:
         assert client._http.base_url.scheme == "https"

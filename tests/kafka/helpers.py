@@ -171,6 +171,12 @@ def toml_config(
         "task_interval_ms = 60000",
         "[server]",
         "port = 0",
+        # SASL/PLAIN without TLS (these tests run on loopback): allowed explicitly (docs/security.md §6)
+        *(
+            ["allow_insecure_exposure = true"]
+            if "sasl_plain_users_file" in kafka and "tls_cert" not in kafka
+            else []
+        ),
         "[kafka]",
     ] + [f"{k} = {json.dumps(v)}" for k, v in kafka.items()]
     path.write_text("\n".join(lines) + "\n")

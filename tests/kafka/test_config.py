@@ -12,6 +12,7 @@ from rlm.config import settings_from_mapping
 from rlm.errors import ConfigError
 from rlm.kafka.sasl import PlainUsers
 from rlm.kafka.server import split_listen
+from rlm.testing.secrets import write_secret
 from tests.kafka.helpers import rlm, toml_config
 
 BASE = {"log": {"dirs": ["/tmp"]}, "remote": {"backend": "memory"}}
@@ -60,7 +61,7 @@ def test_tls_needs_both_files() -> None:
 
 def test_users_file_lines(tmp_path: Path) -> None:
     path = tmp_path / "users"
-    path.write_text("# comment\n\nalice:pa:ss\nbob:\n")
+    write_secret(path, "# comment\n\nalice:pa:ss\nbob:\n")
     users = PlainUsers(path)
     assert users.authenticate(b"\x00alice\x00pa:ss") == "alice"
     assert users.authenticate(b"alice\x00alice\x00pa:ss") == "alice"
@@ -84,7 +85,7 @@ def test_rlm_run_refuses_a_bad_users_file_before_starting(tmp_path: Path) -> Non
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("t", 1)], records=50)
     users = tmp_path / "users"
-    users.write_text("alice\n")
+    write_secret(users, "alice\n")
     config = toml_config(
         tmp_path / "c.toml",
         [logs],

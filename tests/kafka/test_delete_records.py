@@ -16,6 +16,7 @@ from kafka.errors import TopicAuthorizationFailedError
 
 from rlm.cli.generate import generate_log_dir
 from rlm.logdir.scan import list_segments
+from rlm.testing.secrets import write_secret
 from tests.kafka.helpers import Daemon, rlm, toml_config
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,7 @@ def _daemon(tmp: Path, kafka: dict[str, Any]) -> tuple[Daemon, list[int]]:
 @pytest.fixture
 def sasl_daemon(tmp_path: Path) -> Iterator[tuple[Daemon, list[int]]]:
     users = tmp_path / "users"
-    users.write_text("alice:s3cret\n")
+    write_secret(users, "alice:s3cret\n")
     daemon, bases = _daemon(tmp_path, {"sasl_plain_users_file": str(users)})
     try:
         yield daemon, bases

@@ -24,6 +24,7 @@ from kafka.protocol.sasl import (
 )
 
 from rlm.cli.generate import generate_log_dir
+from rlm.testing.secrets import write_secret
 from tests.kafka.helpers import Daemon, Expected, call, closed_by_server, connect, oracle, toml_config
 
 pytestmark = [
@@ -121,7 +122,7 @@ def test_tls_consumer_reads_everything(tls_daemon: tuple[Daemon, Expected, Path]
 @pytest.fixture
 def sasl_daemon(tmp_path: Path) -> Iterator[tuple[Daemon, Expected]]:
     users = tmp_path / "users"
-    users.write_text("# user:password\nalice:s3cret:with-colon\nbob:hunter2\n")
+    write_secret(users, "# user:password\nalice:s3cret:with-colon\nbob:hunter2\n")
     daemon, expected = _served(tmp_path, {"sasl_plain_users_file": str(users)})
     try:
         yield daemon, expected

@@ -12,6 +12,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
+from rlm.testing.secrets import write_secret
 from rlm.testing.sidecar import consume, run_sidecar, segment_bases
 from tests.live.helpers import broker_end, broker_log_start, partition_row, produce, wait_tiered
 from tests.live.surfaces import cli_lookup, http_lookup, http_records
@@ -47,8 +48,9 @@ def test_delete_records_on_rlm_below_the_brokers_log_start(
     from_broker = consume(kafka_single.bootstrap, topic, 0, 0, end)
     part = node.log_dir / f"{topic}-0"
     users = tmp_path / "users"
-    users.write_text("ops:pw\n")
-    sections = {"kafka": {"sasl_plain_users_file": str(users)}}
+    write_secret(users, "ops:pw\n")
+    # SASL/PLAIN over loopback without TLS: allowed explicitly (docs/security.md §6)
+    sections = {"kafka": {"sasl_plain_users_file": str(users)}, "server": {"allow_insecure_exposure": True}}
     with run_sidecar(
         node, tmp_path / "store", tmp_path / "rlm", topics={"include": [topic]}, sections=sections
     ) as rlm:

@@ -14,6 +14,7 @@ from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import StorageBackend
+from rlm.testing.secrets import write_secret
 from rlm.testing.toml import toml_value
 from tests.lookup.helpers import BruteLog
 
@@ -58,8 +59,7 @@ def write_secrets(
 def key_file(directory: Path, key_id: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / key_id
-    path.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
-    return path
+    return write_secret(path, base64.b64encode(os.urandom(32)).decode() + "\n")
 
 
 def protection_tables(

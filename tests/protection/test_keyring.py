@@ -12,15 +12,16 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.errors import ConfigError, FormatError, KeyNotFoundError, WrongKeyError
+from rlm.testing.secrets import write_secret
 from rlm.tiering.keyring import KeyRing, WrappedKey
 from rlm.tiering.manifest import Protection, SegmentManifest, StoredObject
 from rlm.tiering.protect import StoreProtection
 
 
 def key_file(tmp_path: Path, name: str, raw: bytes | None = None) -> Path:
-    path = tmp_path / name
-    path.write_text(base64.b64encode(os.urandom(32) if raw is None else raw).decode() + "\n")
-    return path
+    return write_secret(
+        tmp_path / name, base64.b64encode(os.urandom(32) if raw is None else raw).decode() + "\n"
+    )
 
 
 def test_defaults_are_off() -> None:
@@ -58,7 +59,7 @@ def test_config_reads_every_key_file(tmp_path: Path) -> None:
 def test_a_bad_key_file_names_the_id_and_path(tmp_path: Path, content: bytes | None, message: str) -> None:
     path = tmp_path / "k1"
     if content is not None:
-        path.write_bytes(content)
+        write_secret(path, content)
     with pytest.raises(ConfigError) as err:
         settings_from_mapping(
             {"remote": {"encryption": {"key_files": {"k1": str(path)}, "active_key": "k1"}}}
@@ -165,7 +166,7 @@ def test_store_protection_pickles_as_its_settings_never_its_keys(tmp_path: Path)
     settings (the executor reads the key files itself), never as key bytes, lock or cache."""
     path = tmp_path / "k1"
     raw = os.urandom(32)
-    path.write_text(base64.b64encode(raw).decode())
+    write_secret(path, base64.b64encode(raw).decode())
     encryption = {"key_files": {"k1": str(path)}, "active_key": "k1"}
     s = settings_from_mapping(
         {

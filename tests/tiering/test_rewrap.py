@@ -31,6 +31,7 @@ from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.daemon import rlm_cli
+from rlm.testing.secrets import write_secret
 from rlm.tiering import keys
 from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manager import RemoteLogManager
@@ -86,7 +87,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     key_files = {}
     for key_id in (A, B):
         key_files[key_id] = tmp_path / f"{key_id}.key"
-        key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+        write_secret(key_files[key_id], base64.b64encode(os.urandom(32)).decode() + "\n")
     s = Store(root, tmp_path, logs, key_files, {})
     ring_a = s.ring(A, active=A)
     backend = s.backend

@@ -32,6 +32,7 @@ from rlm.http.client import RlmClient
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon
+from rlm.testing.secrets import write_secret
 from rlm.tiering.manifest import SegmentManifest
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.s3servers import S3Target
@@ -103,7 +104,7 @@ def _key_files(tmp_path: Path) -> dict[str, Path]:
     key_files = {}
     for key_id in (A, B):
         key_files[key_id] = tmp_path / f"{key_id}.b64"
-        key_files[key_id].write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+        write_secret(key_files[key_id], base64.b64encode(os.urandom(32)).decode() + "\n")
     return key_files
 
 
