@@ -80,7 +80,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     parts = build_api(settings, manager)
     kafka = _kafka_listener(settings, parts)  # bound, certificate and users loaded: or fail now
     history = parts.history.start()
-    api = ApiServer(parts.app, settings.server.host, settings.server.port, tls=tls).start()
+    api = ApiServer.for_settings(parts.app, settings.server, tls).start()
     logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
     if kafka is not None:
         kafka.start()

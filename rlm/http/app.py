@@ -91,7 +91,9 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(DeadlineMiddleware, timeout_ms=server.request_timeout_ms)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=server.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=server.max_body_bytes, drain_s=server.request_timeout_ms / 1000
+    )
     auth = token_guard(server)
     install_status_routes(
         app,
@@ -106,6 +108,13 @@ def create_app(
     install_status_page(app)
     install_lookup_routes(app, readers, auth)
     stall_s = server.request_timeout_ms / 1000
-    install_records_routes(app, readers, auth, stall_s=stall_s, metrics=StreamMetrics(registry))
+    install_records_routes(
+        app,
+        readers,
+        auth,
+        stall_s=stall_s,
+        metrics=StreamMetrics(registry),
+        max_decoded_bytes=server.max_decoded_bytes,
+    )
     install_admin_routes(app, server, auth, delete_records)
     return app

@@ -7,7 +7,11 @@ Both are pure ASGI middlewares (no per-request task group and body streams as St
 * **Bodies**: a request whose ``Content-Length`` exceeds the limit is answered 413 before a byte of
   the body is read; a body without a length (chunked) is read up to the limit plus one byte —
   memory stays bounded by the limit — and refused the same way once it exceeds it, else replayed
-  to the app unchanged.
+  to the app unchanged. The 413 is sent at once; then, so that a client still sending its body
+  reads that answer instead of a connection reset (closing a socket with unread data resets it),
+  the rest of the body is read and discarded — never kept, at most :data:`DRAIN_MAX_BYTES` and
+  within the request timeout — before the connection closes. A client that waits for
+  ``100-continue`` never sends it, so nothing is drained.
 * **Deadline**: until the response starts, the whole request must finish within the timeout (else
   504). Once it has started — a streamed body — each write of the body must be taken by the client
   within the timeout, so a stream lives as long as it makes progress and a client that stops
@@ -22,7 +26,16 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["ASGIApp", "BodyLimitMiddleware", "DeadlineMiddleware", "Message", "Receive", "Scope", "Send"]
+__all__ = [
+    "DRAIN_MAX_BYTES",
+    "ASGIApp",
+    "BodyLimitMiddleware",
+    "DeadlineMiddleware",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,13 +45,19 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
+#: The most bytes of a refused body read and thrown away after its 413 (a body declared larger is
+#: not drained: its connection closes at once): 64 MiB.
+DRAIN_MAX_BYTES = 64 << 20
+
 
 class BodyLimitMiddleware:
-    """413 ``{"error": {"field": "body", "reason": ...}}`` for bodies above ``max_bytes``."""
+    """413 ``{"error": {"field": "body", "reason": ...}}`` for bodies above ``max_bytes``; the rest
+    of a refused body is drained for at most ``drain_s`` seconds."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, drain_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.drain_s = drain_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,7 +72,8 @@ class BodyLimitMiddleware:
                 await self._refuse(send, 400, "Content-Length is not an integer")
                 return
             if declared > self.max_bytes:
-                await self._too_large(send)
+                drain = declared <= DRAIN_MAX_BYTES and headers.get(b"expect", b"").lower() != b"100-continue"
+                await self._too_large(send, receive if drain else None)
                 return
             await self.app(scope, receive, send)
             return
@@ -69,20 +89,28 @@ class BodyLimitMiddleware:
             body = message.get("body", b"")
             size += len(body)
             if size > self.max_bytes:
-                await self._too_large(send)
+                await self._too_large(send, receive if message.get("more_body", False) else None)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
                 break
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
-    async def _too_large(self, send: Send) -> None:
-        await self._refuse(
-            send, 413, f"request body larger than {self.max_bytes} bytes (server.max_body_bytes)"
-        )
+    async def _too_large(self, send: Send, drain: Receive | None) -> None:
+        """The 413; with ``drain``, the rest of the body is discarded before the answer ends."""
+        reason = f"request body larger than {self.max_bytes} bytes (server.max_body_bytes)"
+        await self._refuse(send, 413, reason, more=drain is not None)
+        if drain is None:
+            return
+        try:
+            async with asyncio.timeout(self.drain_s):
+                await _discard(drain, DRAIN_MAX_BYTES)
+        except TimeoutError:
+            pass  # the client keeps sending: the connection closes now
+        await send({"type": "http.response.body", "body": b""})
 
     @staticmethod
-    async def _refuse(send: Send, status: int, reason: str) -> None:
+    async def _refuse(send: Send, status: int, reason: str, *, more: bool = False) -> None:
         body = json.dumps({"error": {"field": "body", "reason": reason}}).encode()
         await send(
             {
@@ -95,7 +123,17 @@ class BodyLimitMiddleware:
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def _discard(receive: Receive, max_bytes: int) -> None:
+    """Read the request body to its end (or the client's leaving, or ``max_bytes``), keeping none."""
+    seen = 0
+    while seen <= max_bytes:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        seen += len(message.get("body", b""))
 
 
 class DeadlineMiddleware:

@@ -5,6 +5,7 @@ Both answer only what a Kafka consumer may see (docs/visibility.md, docs/transac
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -13,6 +14,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from rlm.errors import InvalidArgumentError
+from rlm.formats.records import Record
 from rlm.http.stream import (
     DEFAULT_STREAM_BYTES,
     MAX_STREAM_BYTES,
@@ -26,22 +28,31 @@ from rlm.tiering import isolation as txn
 from rlm.tiering.lookup import FetchResult
 from rlm.tiering.readers import TieredReaders
 
-__all__ = ["MAX_FETCH_BYTES", "fetch_json", "install_records_routes", "reader_key"]
+__all__ = ["MAX_FETCH_BYTES", "fetch_json", "install_records_routes", "json_body", "reader_key"]
 
 #: the largest ``max_bytes`` of one ``/records`` answer (64 MiB): a bigger read is a stream
 MAX_FETCH_BYTES = 64 << 20
 
 
 def install_records_routes(
-    app: FastAPI, readers: TieredReaders, auth: list[DependsParam], *, stall_s: float, metrics: StreamMetrics
+    app: FastAPI,
+    readers: TieredReaders,
+    auth: list[DependsParam],
+    *,
+    stall_s: float,
+    metrics: StreamMetrics,
+    max_decoded_bytes: int,
 ) -> None:
     """The two record routes; a stream whose next chunk takes longer than ``stall_s`` seconds to
-    read is cut (``server.request_timeout_ms``)."""
-    _install_fetch_route(app, readers, auth)
+    read is cut (``server.request_timeout_ms``); a JSON answer holds at most ``max_decoded_bytes``
+    of decoded keys, values and header values (``server.max_decoded_bytes``)."""
+    _install_fetch_route(app, readers, auth, max_decoded_bytes)
     _install_stream_route(app, readers, auth, stall_s, metrics)
 
 
-def _install_fetch_route(app: FastAPI, readers: TieredReaders, auth: list[DependsParam]) -> None:
+def _install_fetch_route(
+    app: FastAPI, readers: TieredReaders, auth: list[DependsParam], max_decoded_bytes: int
+) -> None:
     @app.get(
         "/v1/topics/{topic}/partitions/{partition}/records",
         tags=["fetch"],
@@ -57,9 +68,11 @@ def _install_fetch_route(app: FastAPI, readers: TieredReaders, auth: list[Depend
         format: Literal["raw", "json"] = "raw",
         verify: bool = False,
         isolation: txn.Isolation = "read_uncommitted",
-    ) -> Response | dict[str, Any]:
+    ) -> Response:
         """``verify``: CRC-check remote batches again (they were checked before upload).
-        ``isolation``: Kafka's; read_committed answers only committed records (docs/transactions.md)."""
+        ``isolation``: Kafka's; read_committed answers only committed records (docs/transactions.md).
+        ``format=json`` stops before the batch whose records would take the decoded bytes above
+        ``server.max_decoded_bytes`` (``next_offset`` is that batch's; docs/http-api.md §8)."""
         reader = readers.reader(topic, partition)
         if max_bytes <= 0 or max_bytes > MAX_FETCH_BYTES:
             raise InvalidArgumentError(
@@ -69,7 +82,10 @@ def _install_fetch_route(app: FastAPI, readers: TieredReaders, auth: list[Depend
             txn.fetch, reader, offset, max_bytes, isolation, verify=verify, reader_key=reader_key(request)
         )
         if format == "json":
-            return fetch_json(fetched)
+            # Decoding and serializing take CPU in proportion to the decoded size: a worker thread,
+            # never the event loop every other request and stream shares (docs/http-api.md §8).
+            body = await run_in_threadpool(json_body, fetched, max_decoded_bytes)
+            return Response(body, media_type="application/json")
         # The fetched bytes go to the socket as they are (no re-encoding, no join).
         return Response(fetched.data, media_type="application/octet-stream", headers=_raw_headers(fetched))
 
@@ -156,33 +172,57 @@ def _txn_fields(fetched: FetchResult) -> dict[str, Any]:
     }
 
 
-def fetch_json(fetched: FetchResult) -> dict[str, Any]:
+def _decoded_size(record: Record) -> int:
+    """The bytes a record's key, value and header values decode to (what base64 then encodes)."""
+    size = len(record.key or b"") + len(record.value or b"")
+    return size + sum(len(h.key) + len(h.value or b"") for h in record.headers)
+
+
+def _record_json(r: Record) -> dict[str, Any]:
+    return {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": _b64(r.key),
+        "value": _b64(r.value),
+        "headers": [{"key": h.key, "value": _b64(h.value)} for h in r.headers],
+    }
+
+
+def fetch_json(fetched: FetchResult, max_decoded_bytes: int | None = None) -> dict[str, Any]:
     """The ``format=json`` answer: the batches with their records decoded, keys, values and
-    header values in base64 (docs/http-api.md §3)."""
+    header values in base64 (docs/http-api.md §3). With ``max_decoded_bytes``, batches stop before
+    the one that would take the decoded bytes above it (``next_offset`` becomes its base offset);
+    a first batch alone above it is an :class:`InvalidArgumentError` (field ``format``)."""
+    batches: list[dict[str, Any]] = []
+    next_offset, decoded = fetched.next_offset, 0
+    for b in fetched.batches:
+        records = list(fetched.records(b))
+        decoded += sum(_decoded_size(r) for r in records)
+        if max_decoded_bytes is not None and decoded > max_decoded_bytes:
+            if not batches:
+                raise InvalidArgumentError(
+                    f"the batch at offset {b.base_offset} decodes to more than {max_decoded_bytes} "
+                    "bytes (server.max_decoded_bytes); fetch it with format=raw",
+                    field="format",
+                )
+            next_offset = b.base_offset
+            break
+        flags = {"base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control}
+        batches.append({**flags, "records": [_record_json(r) for r in records]})
     return {
         "topic": fetched.topic,
         "partition": fetched.partition,
         "tier": fetched.tier,
-        "next_offset": fetched.next_offset,
+        "next_offset": next_offset,
         "high_watermark": fetched.high_watermark,
         "log_start_offset": fetched.log_start_offset,
         **_txn_fields(fetched),
-        "batches": [
-            {
-                "base_offset": b.base_offset,
-                "last_offset": b.last_offset,
-                "is_control": b.is_control,
-                "records": [
-                    {
-                        "offset": r.offset,
-                        "timestamp": r.timestamp,
-                        "key": _b64(r.key),
-                        "value": _b64(r.value),
-                        "headers": [{"key": h.key, "value": _b64(h.value)} for h in r.headers],
-                    }
-                    for r in fetched.records(b)
-                ],
-            }
-            for b in fetched.batches
-        ],
+        "batches": batches,
     }
+
+
+def json_body(fetched: FetchResult, max_decoded_bytes: int) -> bytes:
+    """:func:`fetch_json` serialized as FastAPI's JSON answers are (compact, UTF-8); blocking:
+    run in a worker thread."""
+    answer = fetch_json(fetched, max_decoded_bytes)
+    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
