@@ -20,7 +20,7 @@ KAFKA_VERSION := 4.1.1
 KAFKA_LIBS    := .cache/kafka-$(KAFKA_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka clean browser toolchain kcat
+.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
@@ -151,7 +151,7 @@ soak: install
 
 # Every fuzzer, for minutes (`make test` runs each with a bounded budget); see docs/fuzzing.md.
 # One target per fuzzer: add the next as a prerequisite of `fuzz`.
-fuzz: fuzz-parsers fuzz-kafka
+fuzz: fuzz-parsers fuzz-kafka fuzz-http
 
 # The parsers' suite (tests/fuzz) with the large Hypothesis profile; prints each one's example count.
 fuzz-parsers: install
@@ -164,6 +164,11 @@ fuzz-kafka: install
 	mkdir -p .fuzz/kafka/corpus
 	$(BIN)/python fuzz/kafka_frames.py -max_total_time=$(FUZZ_KAFKA_SECONDS) -rss_limit_mb=2048 \
 	    -artifact_prefix=.fuzz/kafka/ .fuzz/kafka/corpus
+
+# schemathesis against the OpenAPI document of a running `rlm run` (docs/fuzzing.md); `make test`
+# runs the same test with 15 examples per operation
+fuzz-http: install
+	RLM_FUZZ_HTTP_EXAMPLES=500 $(BIN)/python -m pytest -q tests/fuzz/test_fuzz_openapi.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

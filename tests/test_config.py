@@ -100,7 +100,7 @@ def test_env_overrides_parse_toml_values_and_nest(tmp_path: Path) -> None:
         ("[server]\nport = true", ["server.port", "True"]),
         ("[server]\nmax_decoded_bytes = 0", ["server.max_decoded_bytes", "0", "integer"]),
         ("[server]\nmax_connections = 0", ["server.max_connections", "0", "integer"]),
-        ('[server]\nserve_internal_topics = "yes"', ["server.serve_internal_topics", "'yes'", "true or false"]),
+        ('[server]\nserve_internal_topics = "yes"', ["server.serve_internal_topics", "'yes'", "true"]),
         ("[server]\nallow_insecure_exposure = 1", ["server.allow_insecure_exposure", "1", "true or false"]),
         ("[bogus]\nx = 1", ["unknown section [bogus]"]),
         ("[tiering\n", ["not valid TOML"]),

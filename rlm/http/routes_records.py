@@ -33,6 +33,16 @@ __all__ = ["MAX_FETCH_BYTES", "fetch_json", "install_records_routes", "json_body
 #: the largest ``max_bytes`` of one ``/records`` answer (64 MiB): a bigger read is a stream
 MAX_FETCH_BYTES = 64 << 20
 
+#: What the OpenAPI document says a fetch answers: raw batches, or JSON with ``format=json`` (the
+#: schemathesis run found the raw answer undocumented).
+_FETCH_CONTENT: dict[str, Any] = {
+    "description": "record batches (format=raw) or their decoded records (format=json)",
+    "content": {
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"type": "object"}},
+    },
+}
+
 
 def install_records_routes(
     app: FastAPI,
@@ -57,7 +67,8 @@ def _install_fetch_route(
         "/v1/topics/{topic}/partitions/{partition}/records",
         tags=["fetch"],
         dependencies=auth,
-        response_model=None,
+        response_class=Response,
+        responses={200: _FETCH_CONTENT},
     )
     async def records(
         request: Request,
@@ -98,6 +109,11 @@ def _install_stream_route(
         tags=["fetch"],
         dependencies=auth,
         response_class=Response,
+        responses={
+            200: {
+                "content": {"application/octet-stream": _FETCH_CONTENT["content"]["application/octet-stream"]}
+            }
+        },
     )
     async def records_stream(
         request: Request,
