@@ -54,8 +54,7 @@ def build_api(
     app = create_app(
         readers,
         settings.server,
-        # the API lists no partition it would not serve (docs/visibility.md, "Internal topics")
-        status=lambda: [row for row in manager.status(observe=False) if readers.serves(row["topic"])],
+        status=lambda: manager.status(observe=False),
         registry=registry,
         history=history.snapshot,
         store=manager.store_status,

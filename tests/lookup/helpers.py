@@ -93,6 +93,7 @@ def write_config(
     eligibility: str = "rolled",
     follow_kafka_configs: bool = False,
     leadership: str = "always",
+    serve_internal_topics: bool = False,
     **tiering: Any,
 ) -> Path:
     """A TOML config with the local backend rooted at ``store``. Kafka's topic configs in the
@@ -116,6 +117,8 @@ def write_config(
         f"leadership = {json.dumps(leadership)}",
         "[tiering]",
     ] + [f"{k} = {json.dumps(v)}" for k, v in tiering.items()]
+    if serve_internal_topics:  # docs/visibility.md, "Internal topics"
+        lines += ["[server]", "serve_internal_topics = true"]
     path.write_text("\n".join(lines) + "\n")
     return path
 

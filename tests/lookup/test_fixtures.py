@@ -51,7 +51,8 @@ class Env:
     def __init__(self, fixtures_dir: Path, tmp: Path) -> None:
         self.dirs = copy_fixture_logs(fixtures_dir, tmp / "logs")
         self.store = tmp / "store"
-        self.config = write_config(tmp / "rlm.toml", self.dirs, store=self.store)
+        # __consumer_offsets is looked up too (the compacted cases); __cluster_metadata never is
+        self.config = write_config(tmp / "rlm.toml", self.dirs, store=self.store, serve_internal_topics=True)
         self.brute = {
             f"{d.name}/{p.name}": BruteLog.scan(p) for d in self.dirs for p in d.iterdir() if p.is_dir()
         }
@@ -78,6 +79,12 @@ class Env:
         assert res.exit_code == 0, (res.output, res.exception)
         doc: dict[str, Any] = json.loads(res.output)
         return doc
+
+    def refused(self, topic: str, partition: int, kind: str, value: int) -> None:
+        """The KRaft metadata log is never served (docs/visibility.md, "Internal topics")."""
+        args = ["lookup", "--config", str(self.config), "--topic", topic, "--partition", str(partition)]
+        res = self.runner.invoke(main, [*args, f"--{kind}", str(value)])
+        assert res.exit_code == 1 and "not served" in res.output, res.output
 
 
 def _check_offset(
@@ -127,6 +134,9 @@ def _all_queries(env: Env, expected: dict[str, Any], tier: str) -> int:
         pname = f"{src}/{name}"
         part_tier = _tier_of(topic, tier)
         for seg in segs:
+            if not naming.is_served_topic(topic, internal=True):
+                n += _refused_queries(env, topic, partition, seg)
+                continue
             for q in seg["offset_queries"]:
                 doc = env.lookup(topic, partition, "offset", q["offset"])
                 _check_offset(env, pname, seg, q, doc, part_tier)
@@ -139,6 +149,14 @@ def _all_queries(env: Env, expected: dict[str, Any], tier: str) -> int:
     return n
 
 
+def _refused_queries(env: Env, topic: str, partition: int, seg: dict[str, Any]) -> int:
+    for q in seg["offset_queries"]:
+        env.refused(topic, partition, "offset", q["offset"])
+    for q in seg["timestamp_queries"]:
+        env.refused(topic, partition, "timestamp", q["ts"])
+    return len(seg["offset_queries"]) + len(seg["timestamp_queries"])
+
+
 def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
     parts = {name: (src, topic, p, segs) for src, name, topic, p, segs in fixture_partitions(expected)}
     for name, kind, value in SUBPROCESS_QUERIES:
@@ -148,6 +166,9 @@ def _subprocess_queries(env: Env, expected: dict[str, Any], tier: str) -> None:
         proc = rlm_cli(
             "lookup", "--config", env.config, "--topic", topic, "--partition", partition, f"--{kind}", value
         )
+        if not naming.is_served_topic(topic, internal=True):
+            assert proc.returncode == 1 and "not served" in proc.stderr and not proc.stdout, proc.stderr
+            continue
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert doc["topic"] == topic and doc["partition"] == partition
