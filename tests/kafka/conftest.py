@@ -55,6 +55,9 @@ def tiered(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Iter
         log_dirs,
         root / "store",
         {"listen": "127.0.0.1:0", "idle_timeout_ms": 2000, "max_request_bytes": 1 << 20, "max_wait_ms": 2000},
+        # the fixtures' __consumer_offsets are read as a client with exclude.internal.topics=false
+        # would (docs/visibility.md, "Internal topics"); __cluster_metadata stays unserved
+        server={"serve_internal_topics": True},
     )
     for key, bases in tier_then_delete(config, parts).items():
         expected[key].deleted_bases = bases

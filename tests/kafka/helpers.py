@@ -148,9 +148,16 @@ def delete_tiered_segments(part_dir: Path, highest_tiered: int) -> list[int]:
 
 
 def toml_config(
-    path: Path, log_dirs: list[Path], store: Path, kafka: dict[str, Any], *, remote: list[str] | None = None
+    path: Path,
+    log_dirs: list[Path],
+    store: Path,
+    kafka: dict[str, Any],
+    *,
+    remote: list[str] | None = None,
+    server: dict[str, Any] | None = None,
 ) -> Path:
-    """A config: the local backend at ``store`` unless ``remote`` gives the [remote…] lines."""
+    """A config: the local backend at ``store`` unless ``remote`` gives the [remote…] lines;
+    ``server``: more ``[server]`` keys."""
     remote = remote or [
         "[remote]",
         'backend = "local"',
@@ -171,6 +178,7 @@ def toml_config(
         "task_interval_ms = 60000",
         "[server]",
         "port = 0",
+        *(f"{k} = {json.dumps(v)}" for k, v in (server or {}).items()),
         # SASL/PLAIN without TLS (these tests run on loopback): allowed explicitly (docs/security.md §6)
         *(
             ["allow_insecure_exposure = true"]
