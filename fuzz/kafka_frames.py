@@ -38,6 +38,7 @@ from rlm.errors import KafkaProtocolError
 from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
+from rlm.testing.secrets import write_secret
 from rlm.tiering.delete_records import DeletedRecords  # noqa: F401  (rlm.kafka.api's)
 from rlm.tiering.readers import TieredReaders
 
@@ -62,8 +63,7 @@ def _listener(root: Path) -> KafkaListener:
             for i in range(40):
                 w.append([RecordSpec(T0 + i, b"k%d" % i, b"v" * (i * 50)) for _ in range(1 + i % 3)])
             w.high_watermark = w.log_end_offset - 3
-    users = root / "users"
-    users.write_text("alice:secret\n")
+    users = write_secret(root / "users", "alice:secret\n")  # 0600: docs/security.md §6
     settings = settings_from_mapping(
         {
             "log": {"dirs": [str(logs)]},

@@ -29,6 +29,7 @@ from rlm.kafka.server import KafkaListener
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_wire import fetch_request
+from rlm.testing.secrets import write_secret
 from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.readers import TieredReaders
 from tests.kafka.helpers import call, closed_by_server, connect, read_frame, toml_config
@@ -95,8 +96,7 @@ def test_a_frame_over_512_kib_before_sasl_closes_at_its_header(
     """Fails before #31: before authentication a peer had the whole max_request_bytes (100 MiB)
     budget, and the listener waited for the body. Now a header declaring more than 512 KiB closes
     the connection at once — the body is never sent here — and one line names peer and size."""
-    users = tmp_path / "users"
-    users.write_text("alice:secret\n")
+    users = write_secret(tmp_path / "users", "alice:secret\n")
     listener = listen(sasl_plain_users_file=users, idle_timeout_ms=600_000)
     sock = connect(listener.port)
     try:
