@@ -26,6 +26,7 @@ from typing import Any
 
 from rlm.cluster.leadership import Leadership, from_leader
 from rlm.config.brokers import ClusterSettings
+from rlm.config.exposure import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = ["KafkaAdminSource", "admin_client_config", "close_quietly", "parse_metadata"]
@@ -60,6 +61,7 @@ def _password(cluster: ClusterSettings) -> str:
             "config key cluster.sasl_password_file is empty: "
             f"security_protocol = {cluster.security_protocol!r} needs a password file"
         )
+    check_secret_file("cluster.sasl_password_file", path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -21,6 +21,7 @@ from rlm.cluster.kafka_admin import KafkaAdminSource, admin_client_config, parse
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import ConfigError
 from rlm.testing.daemon import free_port
+from rlm.testing.secrets import write_secret
 from tests.cluster.fake_kafka import FakeKafkaBroker
 
 
@@ -128,7 +129,7 @@ def test_unreachable_is_unknown_then_recovers() -> None:
 
 def test_sasl_plain_password_from_file(tmp_path: Path) -> None:
     password = tmp_path / "kafka.password"
-    password.write_text("s3cret\n")
+    write_secret(password, "s3cret\n")
     sasl = {
         "security_protocol": "SASL_PLAINTEXT",
         "sasl_username": "rlm",
@@ -143,7 +144,7 @@ def test_sasl_plain_password_from_file(tmp_path: Path) -> None:
         assert "s3cret" not in repr(source.describe())
         assert isinstance(source, KafkaAdminSource)
         source.close()
-        password.write_text("wrong")
+        write_secret(password, "wrong")
         rejected = leadership_source(admin_settings(broker.address, **sasl))
         rejected.refresh()
         assert rejected.leadership("orders", 0).role == "unknown"
@@ -157,9 +158,13 @@ def test_password_file_problems_name_the_key(tmp_path: Path) -> None:
     sasl = {"security_protocol": "SASL_SSL", "sasl_username": "rlm"}
     with pytest.raises(ConfigError, match=r"cluster\.sasl_password_file = '.*missing': cannot be read"):
         leadership_source(admin_settings("k:9092", **sasl, sasl_password_file=str(tmp_path / "missing")))
-    (tmp_path / "empty").write_text("\n")
+    write_secret(tmp_path / "empty", "\n")
     with pytest.raises(ConfigError, match=r"cluster\.sasl_password_file = .*empty"):
         leadership_source(admin_settings("k:9092", **sasl, sasl_password_file=str(tmp_path / "empty")))
+    (tmp_path / "shared").write_text("s3cret\n")
+    (tmp_path / "shared").chmod(0o644)
+    with pytest.raises(ConfigError, match=r"cluster\.sasl_password_file = .*shared': mode 0644"):
+        leadership_source(admin_settings("k:9092", **sasl, sasl_password_file=str(tmp_path / "shared")))
 
 
 def test_missing_kafka_python_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
