@@ -7,7 +7,6 @@ then one line on stderr naming file, position and reason, and the command exits 
 
 from __future__ import annotations
 
-import base64
 import mmap
 import re
 import sys
@@ -26,7 +25,8 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.producer_snapshot import PRODUCER_SNAPSHOT_VERSION, parse_producer_snapshot
-from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
+from rlm.formats.records import RecordBatch, decode_records, iter_batches
+from rlm.formats.records.as_json import record_json
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
 from rlm.formats.time_index import TimeIndex
 from rlm.formats.txn_index import ABORTED_TXN_SIZE, parse_txn_index
@@ -54,10 +54,6 @@ class DumpResult:
 
     doc: Json
     error: RlmError | None = None
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
 
 
 @contextmanager
@@ -114,16 +110,6 @@ def _batch_json(batch: RecordBatch) -> Json:
     }
 
 
-def _record_json(record: Record) -> Json:
-    return {
-        "offset": record.offset,
-        "timestamp": record.timestamp,
-        "key": _b64(record.key),
-        "value": _b64(record.value),
-        "headers": [{"key": h.key, "value": _b64(h.value)} for h in record.headers],
-    }
-
-
 def dump_log(path: Path, *, kind: str = "log", with_records: bool = False) -> DumpResult:
     """Batches of a ``.log`` (or a KRaft snapshot); CRCs are reported per batch, not raised."""
     with _mapped(path) as buf:
@@ -141,7 +127,7 @@ def dump_log(path: Path, *, kind: str = "log", with_records: bool = False) -> Du
             for batch in iter_batches(buf, verify_crc=False):
                 entry = _batch_json(batch)
                 if with_records:
-                    entry["records"] = [_record_json(r) for r in decode_records(buf, batch)]
+                    entry["records"] = [record_json(r) for r in decode_records(buf, batch)]
                 batches.append(entry)
                 doc["valid_bytes"] = batch.position + batch.size
                 if not batch.crc_valid and error is None:

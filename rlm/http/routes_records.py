@@ -4,7 +4,6 @@ Both answer only what a Kafka consumer may see (docs/visibility.md, docs/transac
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any, Literal
 
@@ -15,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rlm.errors import InvalidArgumentError
 from rlm.formats.records import Record
+from rlm.formats.records.as_json import record_json
 from rlm.http.stream import (
     DEFAULT_STREAM_BYTES,
     MAX_STREAM_BYTES,
@@ -172,10 +172,6 @@ def _raw_headers(fetched: FetchResult) -> dict[str, str]:
     return headers
 
 
-def _b64(value: bytes | None) -> str | None:
-    return None if value is None else base64.b64encode(value).decode()
-
-
 def _txn_fields(fetched: FetchResult) -> dict[str, Any]:
     """The read_committed fields of a JSON answer (none for read_uncommitted)."""
     if fetched.isolation != "read_committed":
@@ -192,16 +188,6 @@ def _decoded_size(record: Record) -> int:
     """The bytes a record's key, value and header values decode to (what base64 then encodes)."""
     size = len(record.key or b"") + len(record.value or b"")
     return size + sum(len(h.key) + len(h.value or b"") for h in record.headers)
-
-
-def _record_json(r: Record) -> dict[str, Any]:
-    return {
-        "offset": r.offset,
-        "timestamp": r.timestamp,
-        "key": _b64(r.key),
-        "value": _b64(r.value),
-        "headers": [{"key": h.key, "value": _b64(h.value)} for h in r.headers],
-    }
 
 
 def fetch_json(fetched: FetchResult, max_decoded_bytes: int | None = None) -> dict[str, Any]:
@@ -224,7 +210,7 @@ def fetch_json(fetched: FetchResult, max_decoded_bytes: int | None = None) -> di
             next_offset = b.base_offset
             break
         flags = {"base_offset": b.base_offset, "last_offset": b.last_offset, "is_control": b.is_control}
-        batches.append({**flags, "records": [_record_json(r) for r in records]})
+        batches.append({**flags, "records": [record_json(r) for r in records]})
     return {
         "topic": fetched.topic,
         "partition": fetched.partition,
