@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,17 @@ def test_schema_is_sparks_kafka_source_schema(spark: Any, gen_env: Env) -> None:
 
 
 def test_fixtures_both_tiers_equal_kafka_python(spark: Any, fixture_env: Env) -> None:
-    plan = plan_read(fixture_env.settings, None)
+    # every topic, __consumer_offsets too: the internal logs are read when the setting allows
+    # them (docs/visibility.md, "Internal topics"; refused otherwise: tests/http/test_internal_topics.py)
+    settings = dataclasses.replace(
+        fixture_env.settings,
+        server=dataclasses.replace(fixture_env.settings.server, serve_internal_topics=True),
+    )
+    plan = plan_read(settings, None)
     assert "remote" in {t.source for t in plan.tasks}
-    got = arrow_records(read_tiered(spark, fixture_env.settings, None).toArrow())
+    got = arrow_records(read_tiered(spark, settings, None).toArrow())
     expected = _expected(fixture_env)
+    assert any(topic == "__consumer_offsets" for topic, _ in expected)
     assert set(got) == set(expected)
     for tp, recs in expected.items():
         assert got[tp] == recs, tp
