@@ -134,16 +134,23 @@ def _decode_count(data: bytes) -> int:
 
 
 def kafka_fetch_loop(daemon: Served, end: int) -> tuple[int, int, str]:
+    size, digest = fetch_loop(daemon.port, end)
+    return -1, size, digest
+
+
+def fetch_loop(port: int, end: int, **request: int) -> tuple[int, str]:
+    """Raw Fetch v12 requests from offset 0 to ``end`` (``request``: fetch_request's byte limits);
+    (bytes read, sha256 of them). Also bench/kafka_bounds_bench.py's raw reader."""
     from kafka.protocol.consumer import FetchResponse
 
     from rlm.testing.kafka_wire import fetch_request
 
     digest, size, offset, corr = hashlib.sha256(), 0, 0, 0
-    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
         reader = sock.makefile("rb")
         while offset < end:
             corr += 1
-            req = fetch_request([(TOPIC, 0, offset)])
+            req = fetch_request([(TOPIC, 0, offset)], **request)
             req.with_header(correlation_id=corr, client_id="bench")
             sock.sendall(bytes(req.encode(version=12, header=True, framed=True)))
             frame = reader.read(int.from_bytes(reader.read(4), "big"))
@@ -152,7 +159,7 @@ def kafka_fetch_loop(daemon: Served, end: int) -> tuple[int, int, str]:
             digest.update(data)
             size += len(data)
             offset = _next_offset(data)
-    return -1, size, digest.hexdigest()
+    return size, digest.hexdigest()
 
 
 def _next_offset(data: bytes) -> int:

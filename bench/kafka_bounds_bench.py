@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import hashlib
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,34 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.benchlib import machine, record
-from bench.kafka_bench import TOPIC, _next_offset, _prepare
+from bench.kafka_bench import TOPIC, _prepare, fetch_loop
 from rlm.testing.daemon import free_port, run_daemon
 
 SECTION = "## Kafka listener bounds on the catch-up path"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def fetch_loop(port: int, end: int) -> tuple[int, str]:
+def raw_fetch_loop(port: int, end: int) -> tuple[int, str]:
     """Raw Fetch requests as a consumer sends them by default; (bytes, sha256 of them)."""
-    from kafka.protocol.consumer import FetchResponse
-
-    from rlm.testing.kafka_wire import fetch_request
-
-    digest, size, offset, corr = hashlib.sha256(), 0, 0, 0
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        reader = sock.makefile("rb")
-        while offset < end:
-            corr += 1
-            req = fetch_request([(TOPIC, 0, offset)], max_bytes=50 << 20, partition_max_bytes=1 << 20)
-            req.with_header(correlation_id=corr, client_id="bench")
-            sock.sendall(bytes(req.encode(version=12, header=True, framed=True)))
-            frame = reader.read(int.from_bytes(reader.read(4), "big"))
-            answer = FetchResponse.decode(frame, version=12, header=True).responses[0].partitions[0]
-            data = bytes(answer.records)
-            digest.update(data)
-            size += len(data)
-            offset = _next_offset(data)
-    return size, digest.hexdigest()
+    return fetch_loop(port, end, max_bytes=50 << 20, partition_max_bytes=1 << 20)
 
 
 def confluent_consumer(port: int, end: int) -> tuple[int, str]:
@@ -93,7 +73,7 @@ def confluent_consumer(port: int, end: int) -> tuple[int, str]:
 
 Contender = Callable[[int, int], tuple[int, str]]
 CONTENDERS: dict[str, Contender] = {
-    "Fetch v12 loop (50 MiB / 1 MiB per partition), raw bytes": fetch_loop,
+    "Fetch v12 loop (50 MiB / 1 MiB per partition), raw bytes": raw_fetch_loop,
     "confluent-kafka Consumer": confluent_consumer,
 }
 
@@ -132,7 +112,7 @@ def measure(ports: dict[str, int], end: int, rounds: int) -> dict[tuple[str, str
     best: dict[tuple[str, str], float] = {}
     seen: dict[str, tuple[int, str]] = {}
     for port in ports.values():
-        fetch_loop(port, end)  # warm-up, unmeasured: both daemons then read from a warm page cache
+        raw_fetch_loop(port, end)  # warm-up, unmeasured: both daemons then read from a warm page cache
     for r in range(rounds):
         order = list(ports) if r % 2 == 0 else list(ports)[::-1]
         for contender, run in CONTENDERS.items():
