@@ -436,12 +436,12 @@ class SegmentVanished(RlmError):
 
 class PinRoomExhausted(RlmError):
     """A copy's pin does not fit ``tiering.max_pinned_bytes`` while another copy of the log dir
-    is already past it (rlm.tiering.pin_ledger): the partition's copies wait for the next pass."""
+    is already past it (rlm.tiering.local.pin_ledger): the partition's copies wait for the next pass."""
 
 
 class UploadAbandoned(Exception):
     """Raised from a throttled upload stream when shutdown asks in-flight uploads to stop
-    (rlm.tiering.throttle). Deliberately not an :class:`RlmError`: a shutdown signal, not a
+    (rlm.tiering.local.throttle). Deliberately not an :class:`RlmError`: a shutdown signal, not a
     failure; the handlers that count and report failed copies (``except RlmError``) must not take
     it for one."""
 

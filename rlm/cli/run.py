@@ -24,9 +24,9 @@ from rlm.config.exposure import check_exposure
 from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
-from rlm.tiering.incarnations import OldIncarnation
+from rlm.tiering.converge.incarnations import OldIncarnation
+from rlm.tiering.local.state import state_root_of
 from rlm.tiering.manager import PassResult, RemoteLogManager
-from rlm.tiering.state import state_root_of
 
 if TYPE_CHECKING:
     from rlm.cli.wiring import DaemonApi

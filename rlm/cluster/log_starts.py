@@ -16,7 +16,7 @@ than ``since - max age`` (``[cluster] log_start_max_age_ms``; 0 = asked after th
   :data:`RETRY_S` no read asks: the files decide, as without this check. A partition the broker
   does not know (a deleted topic) or refuses answers None (the files decide) for :data:`RETRY_S`.
 
-What an answer means is the reader's business (rlm/tiering/visibility.py ``broker_delete_point``):
+What an answer means is the reader's business (rlm/tiering/read/visibility.py ``broker_delete_point``):
 the broker's log start also moves when its local retention deletes segments, and that is not a
 deletion for rlm.
 """

@@ -107,7 +107,7 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
 
 #: Kafka's internal logs. The broker never tiers them (they are compacted state, or the KRaft quorum's
 #: own log, not a topic), so neither does rlm. ``__remote_log_metadata`` is the topic-based remote
-#: log metadata manager's own topic. rlm/tiering/policy.py decides (docs/topic-policy.md).
+#: log metadata manager's own topic. rlm/tiering/expire/policy.py decides (docs/topic-policy.md).
 INTERNAL_TOPICS = frozenset(
     {
         "__consumer_offsets",

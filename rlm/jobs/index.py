@@ -9,12 +9,13 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec, select_partitions
-from rlm.tiering.lineage import Chain, Link
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.recovery import progress_after
-from rlm.tiering.remote_state import RemoteState, remote_view
-from rlm.tiering.state import PartitionContext, Progress
-from rlm.tiering.sync import index_links
+from rlm.tiering.converge.recovery import progress_after
+from rlm.tiering.converge.sync import index_links
+from rlm.tiering.local.remote_root import remote_view
+from rlm.tiering.local.state import PartitionContext, Progress
+from rlm.tiering.store.lineage import Chain, Link
+from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store.remote_state import RemoteState
 
 __all__ = ["OFFSETS_SCHEMA_DDL", "OffsetRow", "offsets_for_times", "rebuild_index"]
 
@@ -44,8 +45,8 @@ def rebuild_index(spark: Any, settings: Settings, topics: Sequence[str] | None =
 
     Executors fetch each partition's chain and its links' entries (one task per partition); the
     driver then replaces the partition's index family and progress as ``rlm rebuild-index`` does
-    in-process: every set deleted, the chain indexed by :func:`rlm.tiering.sync.index_links`,
-    progress from :func:`rlm.tiering.recovery.progress_after` (the DeleteRecords point kept).
+    in-process: every set deleted, the chain indexed by :func:`rlm.tiering.converge.sync.index_links`,
+    progress from :func:`rlm.tiering.converge.recovery.progress_after` (the DeleteRecords point kept).
     Unlike the in-process command it does not resolve the copy journal: the daemon's own recovery
     does that when it next starts. Do not run it beside a daemon that is copying the same
     partitions. Returns ``{"<topic>-<partition>": entries indexed}``.
@@ -94,7 +95,7 @@ OffsetRow = tuple[str, int, int, int | None, str | None]
 def _lookup_partitions(
     settings: Settings, spec: BackendSpec, target: int, rows: Iterator[tuple[str, int]]
 ) -> Iterator[OffsetRow]:
-    from rlm.tiering.readers import TieredReaders
+    from rlm.tiering.read.readers import TieredReaders
 
     readers = TieredReaders(settings, spec.create())
     try:
@@ -111,7 +112,7 @@ def offsets_for_times(
     """Per partition, the offset a consumer resumes at to read from ``timestamp - minus_ms`` on
     (Kafka ListOffsets, incl. the special values -1…-5), as a DataFrame
     ``topic string, partition int, offset long, timestamp long, tier string`` — row for row what
-    the in-process :meth:`rlm.tiering.readers.TieredReaders.offsets_for_times` returns
+    the in-process :meth:`rlm.tiering.read.readers.TieredReaders.offsets_for_times` returns
     (a partition with no visible record that recent → its high watermark, timestamp/tier null;
     docs/visibility.md).
 

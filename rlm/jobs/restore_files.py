@@ -36,8 +36,8 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
-from rlm.tiering.crash import crash_point
-from rlm.tiering.manifest import (
+from rlm.tiering.local.crash import crash_point
+from rlm.tiering.store.manifest import (
     ENTRIES_OBJECT,
     INDEX_OBJECT,
     PRODUCER_SNAPSHOT_OBJECT,
@@ -45,7 +45,7 @@ from rlm.tiering.manifest import (
     TXN_INDEX_OBJECT,
     SegmentManifest,
 )
-from rlm.tiering.remote_state import RemoteState
+from rlm.tiering.store.remote_state import RemoteState
 
 __all__ = [
     "CHUNK_BYTES",

@@ -23,9 +23,9 @@ from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_store import PartitionFacts
 from rlm.logdir.scan import PartitionDir, list_segments
-from rlm.tiering import keys
-from rlm.tiering.gaps import Gap
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.local.gaps import Gap
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest
 
 __all__ = ["check_local_index", "recorded_gaps"]
 

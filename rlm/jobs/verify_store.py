@@ -6,7 +6,7 @@ attempt with the recorded size; the uploaded entries object is CRC-valid, covers
 back to back and agrees with the manifest. Only what the store serves is checked: the chain of
 manifests under the lineage markers (docs/cluster.md); what the chain leaves out is a warning.
 Data attempts no manifest references are orphans, by the age rule of docs/remote-state.md. Every
-store query goes through :class:`~rlm.tiering.remote_state.RemoteState`; the task's arguments are
+store query goes through :class:`~rlm.tiering.store.remote_state.RemoteState`; the task's arguments are
 plain picklable data (:class:`~rlm.jobs.plan.BackendSpec`, topic, partition, key id).
 """
 
@@ -21,10 +21,10 @@ from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.tiering import keys
-from rlm.tiering.lineage import Chain, resolve_chain
-from rlm.tiering.manifest import ENTRIES_OBJECT, SegmentManifest
-from rlm.tiering.remote_state import Orphan, RemoteState
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import Chain, resolve_chain
+from rlm.tiering.store.manifest import ENTRIES_OBJECT, SegmentManifest
+from rlm.tiering.store.remote_state import Orphan, RemoteState
 
 __all__ = ["PartitionFacts", "check_partition"]
 

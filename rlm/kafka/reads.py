@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import OffsetOutOfRangeError, RlmError
 from rlm.kafka.protocol import Codes, kafka_code
-from rlm.tiering import isolation as txn
-from rlm.tiering.lookup import (
+from rlm.tiering.read import isolation as txn
+from rlm.tiering.read.lookup import (
     EARLIEST,
     EARLIEST_LOCAL,
     LATEST,
@@ -25,8 +25,8 @@ from rlm.tiering.lookup import (
     MAX_TIMESTAMP,
     PartitionReader,
 )
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.visibility import PartitionOffsets, batches_below
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.read.visibility import PartitionOffsets, batches_below
 
 __all__ = [
     "FetchedPartition",

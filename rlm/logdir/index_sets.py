@@ -2,12 +2,12 @@
 ``<base>.remotelogindex`` / ``.remoteoffsetindex`` / ``.remotetimeindex`` files on disk.
 
 Lookups (:class:`SetCache` → :class:`SetView`), the jobs' planner (:func:`read_local_entries`) and
-the family that appends and repairs the sets (rlm/tiering/index_family.py: :func:`find_sets`,
+the family that appends and repairs the sets (rlm/tiering/local/index_family.py: :func:`find_sets`,
 :func:`mapped`, :func:`set_bounds`) all read through here. Everything here is read-only and
 tolerant: the daemon may be appending, so a set is what its ``.remoteoffsetindex`` (the gate,
 docs/formats.md §5.4) lists, up to its last whole 12-byte entry — entries appended after it, or a
 torn tail, are simply not visible yet. :func:`views_of_entries` builds the same views in memory
-from entries the store holds (rlm/tiering/served_sets.py).
+from entries the store holds (rlm/tiering/read/served_sets.py).
 """
 
 from __future__ import annotations

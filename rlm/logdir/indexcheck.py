@@ -8,7 +8,7 @@ failed one is rebuilt from the ``.log`` the way Kafka's ``LogSegment.recover`` d
   :func:`~rlm.formats.segment_index.check_time_index`.
 * :func:`note_rebuilt` is the one place a rebuild is reported: a warning naming the file and the
   reason, logged once per file version (device, inode, size, mtime), and a per-partition count
-  that :class:`rlm.tiering.metrics.TieringMetrics` exports as ``rlm_local_index_rebuilds_total``.
+  that :class:`rlm.tiering.local.metrics.TieringMetrics` exports as ``rlm_local_index_rebuilds_total``.
 * :func:`read_index_file` reads a broker index file up to the end of its written part: Kafka
   preallocates the active segment's indexes (``segment.index.bytes``, 10 MiB) as sparse files.
 * :func:`cached_rebuild` keeps the rebuilt bytes of recently broken files (bounded LRU keyed by

@@ -29,7 +29,7 @@ from rlm.logdir.scan import (
     read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 
 __all__ = ["PartitionCheck", "StoreCheck", "assert_manifests_complete", "check_store", "local_batches"]
 

@@ -34,15 +34,15 @@ from rlm.errors import (
     RlmError,
 )
 from rlm.logdir.scan import PartitionDir, discover_partitions
-from rlm.tiering.crash import crash_point
+from rlm.tiering.expire.retention import apply_retention
 from rlm.tiering.idle import forget_mark
+from rlm.tiering.local.crash import crash_point
+from rlm.tiering.local.remote_root import of_context
+from rlm.tiering.local.state import PartitionContext
 from rlm.tiering.manager import PASS_LOCK_WAIT_S, RemoteLogManager
-from rlm.tiering.readers import check_partition, check_topic
-from rlm.tiering.remote_state import of_context
+from rlm.tiering.read.readers import check_partition, check_topic
+from rlm.tiering.read.visibility import PartitionOffsets, partition_offsets
 from rlm.tiering.resume import load_state
-from rlm.tiering.retention import apply_retention
-from rlm.tiering.state import PartitionContext
-from rlm.tiering.visibility import PartitionOffsets, partition_offsets
 
 __all__ = ["TO_HIGH_WATERMARK", "DeletedRecords", "delete_records", "raise_log_start"]
 

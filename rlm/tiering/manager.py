@@ -34,41 +34,42 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import under_retries
-from rlm.tiering import identity, protect
-from rlm.tiering.compaction import RewrittenRange, find_rewrites
-from rlm.tiering.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
-from rlm.tiering.deadline_watch import forget_deadline, note_deadline
-from rlm.tiering.deadlines import by_deadline
-from rlm.tiering.deleted_topics import DeletedTopics
-from rlm.tiering.gap_watch import note_gaps
-from rlm.tiering.gc import collect_garbage
+from rlm.tiering.converge import identity
+from rlm.tiering.converge.compaction import RewrittenRange, find_rewrites
+from rlm.tiering.converge.incarnations import OldIncarnation, collect_old_incarnations
+from rlm.tiering.converge.recovery import observe, rebuild_local_index
+from rlm.tiering.copy.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
+from rlm.tiering.copy.quarantine import reexamine_quarantine
+from rlm.tiering.copy.sight import hold, hold_unloaded
+from rlm.tiering.copy.watchdog import CopyWatchdog
+from rlm.tiering.expire.deadline_watch import forget_deadline, note_deadline
+from rlm.tiering.expire.deadlines import by_deadline
+from rlm.tiering.expire.deleted_topics import DeletedTopics
+from rlm.tiering.expire.gc import collect_garbage
+from rlm.tiering.expire.policy import TopicPolicy, TopicPolicyResolver, retention_limits
+from rlm.tiering.expire.retention import retention_pass
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
-from rlm.tiering.incarnations import OldIncarnation, collect_old_incarnations
-from rlm.tiering.index_family import RemoteIndexFamily
-from rlm.tiering.journal import Journal
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.pass_result import PassResult
-from rlm.tiering.pin_ledger import PinLedger
-from rlm.tiering.policy import TopicPolicy, TopicPolicyResolver, retention_limits
-from rlm.tiering.policy_report import PolicyMetrics
-from rlm.tiering.quarantine import reexamine_quarantine
-from rlm.tiering.recovery import observe, rebuild_local_index
-from rlm.tiering.remote_state import Orphan
-from rlm.tiering.resume import load_state
-from rlm.tiering.retention import retention_pass
-from rlm.tiering.roles import Roles
-from rlm.tiering.sight import hold, hold_unloaded
-from rlm.tiering.state import (
+from rlm.tiering.local.gap_watch import note_gaps
+from rlm.tiering.local.index_family import RemoteIndexFamily
+from rlm.tiering.local.journal import Journal
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.pin_ledger import PinLedger
+from rlm.tiering.local.state import (
     PartitionContext,
     Progress,
     SharedResources,
     state_dir,
     state_root_of,
 )
+from rlm.tiering.local.throttle import TokenBucket
+from rlm.tiering.pass_result import PassResult
+from rlm.tiering.policy_report import PolicyMetrics
+from rlm.tiering.read.visibility import note_delete_records
+from rlm.tiering.resume import load_state
+from rlm.tiering.roles import Roles
 from rlm.tiering.status_rows import excluded_status, tiered_row
-from rlm.tiering.throttle import TokenBucket
-from rlm.tiering.visibility import note_delete_records
-from rlm.tiering.watchdog import CopyWatchdog
+from rlm.tiering.store import protect
+from rlm.tiering.store.remote_state import Orphan
 
 __all__ = ["PASS_LOCK_WAIT_S", "PassResult", "RemoteLogManager"]
 
@@ -314,7 +315,7 @@ class RemoteLogManager:
     def pending(
         self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
     ) -> list[PendingSegment]:
-        """Eligible segments not yet tiered (:func:`~rlm.tiering.copy_pass.pending_segments`)."""
+        """Eligible segments not yet tiered (:func:`~rlm.tiering.copy.copy_pass.pending_segments`)."""
         return pending_segments(
             ctx,
             segments,

@@ -10,16 +10,16 @@ restart,
 * the journal has no open attempt (nothing was in flight at the crash);
 * the active remote index set opens without repair and the index ends where the progress says
   tiering ended;
-* the manifest snapshot (:mod:`rlm.tiering.snapshot`) is whole and was written for that progress,
+* the manifest snapshot (:mod:`rlm.tiering.local.snapshot`) is whole and was written for that progress,
 
 the store can hold nothing this node does not know, and recovery's listing, manifest reads,
 first-batch probe, adoption and old-incarnation lookups would only confirm it. Any other case goes
-through :func:`rlm.tiering.recovery.recover` (the full recovery from the store) for that partition
+through :func:`rlm.tiering.converge.recovery.recover` (the full recovery from the store) for that partition
 alone. Full reconciliation of a trusted partition stays with ``rlm verify`` / ``rlm rebuild-index``.
 A partition with a topic id whose data is under its own id root needs what recovery asks the
 store about identity (the name-only root's ``owner.json``/``retired.json``, a listing of other
 roots): it reuses the answers persisted in its state dir (``identity.json``,
-:func:`rlm.tiering.incarnations.recall_identity`) and asks (2-4 requests, independent of how much
+:func:`rlm.tiering.converge.incarnations.recall_identity`) and asks (2-4 requests, independent of how much
 was tiered) only when there are none for this topic id and root.
 """
 
@@ -31,21 +31,22 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.tiering import keys, snapshot
-from rlm.tiering.identity import read_dir_token, resolve_root
-from rlm.tiering.idle import forget_mark, load_mark
-from rlm.tiering.incarnations import (
+from rlm.tiering.converge.identity import read_dir_token, resolve_root
+from rlm.tiering.converge.incarnations import (
     OldIncarnation,
     find_old_incarnations,
     recall_identity,
     remember_identity,
 )
-from rlm.tiering.lineage import StoreView, resolve_chain
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.recovery import recover
+from rlm.tiering.converge.recovery import recover
+from rlm.tiering.idle import forget_mark, load_mark
+from rlm.tiering.local import snapshot
+from rlm.tiering.local.snapshot import SnapshotHeader
+from rlm.tiering.local.state import PartitionContext, PendingManifests, Progress
 from rlm.tiering.roles import Roles
-from rlm.tiering.snapshot import SnapshotHeader
-from rlm.tiering.state import PartitionContext, PendingManifests, Progress
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import StoreView, resolve_chain
+from rlm.tiering.store.manifest import SegmentManifest
 
 __all__ = ["clear_staging", "load_state", "part_has_id_root", "resume"]
 
@@ -130,7 +131,7 @@ def _read_local(ctx: PartitionContext) -> _Trusted | None:
 def resume(ctx: PartitionContext) -> bool:
     """Take the partition's state from its local files; False when recovery must run instead.
 
-    Sets what :func:`~rlm.tiering.recovery.recover` sets (root, progress, directory token, the
+    Sets what :func:`~rlm.tiering.converge.recovery.recover` sets (root, progress, directory token, the
     manifests — pending until first use) and marks the context recovered. The local reads run one
     partition at a time (``SharedResources.local_load``); store requests never hold that lock.
     """

@@ -24,9 +24,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlm.cluster.leadership import Leadership, LeadershipSource
-from rlm.tiering.recovery import progress_after
-from rlm.tiering.state import PartitionContext
-from rlm.tiering.sync import SyncResult, note_divergence, note_log_start, sync
+from rlm.tiering.converge.recovery import progress_after
+from rlm.tiering.converge.sync import SyncResult, note_divergence, note_log_start, sync
+from rlm.tiering.local.state import PartitionContext
 
 __all__ = ["Roles"]
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from rlm.errors import RlmError
 from rlm.logdir.scan import PartitionDir, list_segments
-from rlm.tiering.deadline_watch import deadline_fields, estimate
-from rlm.tiering.policy import TopicPolicy
+from rlm.tiering.expire.deadline_watch import deadline_fields, estimate
+from rlm.tiering.expire.policy import TopicPolicy
+from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 from rlm.tiering.policy_report import excluded_row
-from rlm.tiering.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
+from rlm.tiering.read.visibility import partition_offsets
 from rlm.tiering.status import partition_row
-from rlm.tiering.visibility import partition_offsets
 
 if TYPE_CHECKING:
     from rlm.tiering.manager import RemoteLogManager

@@ -17,7 +17,7 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.daemon.lock import LOCK_NAME
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon, wait_healthy
-from rlm.tiering.state import default_state_dir
+from rlm.tiering.local.state import default_state_dir
 from tests.tiering.helpers import REPO
 
 

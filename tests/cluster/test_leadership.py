@@ -19,7 +19,7 @@ from rlm.formats.naming import parse_partition_dir
 from rlm.formats.records import RecordSpec
 from rlm.logdir.kraft import METADATA_LOG_DIR
 from rlm.testing.kraft import MetadataLogBuilder
-from rlm.tiering.policy import TopicPolicyResolver
+from rlm.tiering.expire.policy import TopicPolicyResolver
 
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"

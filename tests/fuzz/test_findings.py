@@ -21,12 +21,12 @@ from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_ba
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.storage.memory import MemoryBackend
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering.index_family import RemoteIndexFamily
-from rlm.tiering.journal import Journal, JournalEvent
-from rlm.tiering.manifest import SegmentManifest, StoredObject
-from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.remote_state import RemoteState
-from rlm.tiering.state import Progress
+from rlm.tiering.expire.policy import TopicPolicyResolver
+from rlm.tiering.local.index_family import RemoteIndexFamily
+from rlm.tiering.local.journal import Journal, JournalEvent
+from rlm.tiering.local.state import Progress
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
+from rlm.tiering.store.remote_state import RemoteState
 from tests.formats.test_records import legacy_message
 from tests.fuzz.bombs import BOMBS
 from tests.fuzz.harness import fix_crcs

@@ -32,7 +32,7 @@ from rlm.formats.remote_index_derived import (
     find_entry_for_timestamp,
 )
 from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
-from rlm.tiering.index_family import RemoteIndexFamily
+from rlm.tiering.local.index_family import RemoteIndexFamily
 from tests.fuzz.harness import INTERESTING, expect_clean, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
 

@@ -21,7 +21,7 @@ from rlm.formats import metadata as md
 from rlm.formats.records import decode_records, iter_batches
 from rlm.logdir.kraft import KraftMetadataLog, MetadataImage
 from rlm.testing.kraft import encode_metadata_record, metadata_writer, write_records
-from rlm.tiering.policy import TopicPolicyResolver
+from rlm.tiering.expire.policy import TopicPolicyResolver
 from tests.fuzz.harness import expect_clean, fix_crcs, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
 

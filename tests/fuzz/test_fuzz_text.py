@@ -31,10 +31,10 @@ from rlm.formats.partition_metadata import (
     validate_topic_id,
 )
 from rlm.logdir.scan import read_topic_id
-from rlm.tiering.journal import Journal
-from rlm.tiering.manifest import SegmentManifest, StoredObject
-from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.state import Progress
+from rlm.tiering.expire.policy import TopicPolicyResolver
+from rlm.tiering.local.journal import Journal
+from rlm.tiering.local.state import Progress
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 from tests.fuzz.harness import expect_clean, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files
 

@@ -22,9 +22,9 @@ from rlm.logdir.scan import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.cache import RemoteRangeCache
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.cache import RemoteRangeCache
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
 
 TOKEN = "stream-token"

@@ -17,7 +17,7 @@ from rlm.logdir.scan import (
     list_segments,
 )
 from rlm.storage.registry import open_backend
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import CODECS, kafka_python_records, tier, write_generated
 

@@ -23,8 +23,8 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.store import keys
 from tests.jobs.helpers import corrupt_one_object
 from tests.jobs.restore_helpers import (
     SEGMENT_SUFFIXES,

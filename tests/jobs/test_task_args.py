@@ -23,7 +23,7 @@ from rlm.jobs.verify_store import check_partition
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.remote_state import RemoteState
+from rlm.tiering.store.remote_state import RemoteState
 
 TOPIC = "args"
 

@@ -23,7 +23,7 @@ from rlm.kafka.api import KafkaApi
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_wire import fetch_request
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
 from tests.kafka.helpers import toml_config
 
 T0 = 1_760_000_000_000

@@ -30,8 +30,8 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_wire import fetch_request
 from rlm.testing.secrets import write_secret
-from rlm.tiering.lookup import PartitionReader
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.lookup import PartitionReader
+from rlm.tiering.read.readers import TieredReaders
 from tests.kafka.helpers import call, closed_by_server, connect, read_frame, toml_config
 
 T0 = 1_760_000_000_000

@@ -23,11 +23,11 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import Record, Sidecar, consume, run_sidecar, segment_bases
 from rlm.testing.store_check import local_batches
-from rlm.tiering.journal import Journal, JournalEvent
-from rlm.tiering.lineage import Chain
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.remote_state import RemoteState
-from rlm.tiering.state import default_state_dir, state_dir_name
+from rlm.tiering.local.journal import Journal, JournalEvent
+from rlm.tiering.local.state import default_state_dir, state_dir_name
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store.lineage import Chain
+from rlm.tiering.store.remote_state import RemoteState
 from tests.live.helpers import broker_end, partition_row
 
 MiB = 1024 * 1024

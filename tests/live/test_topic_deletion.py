@@ -16,7 +16,7 @@ import pytest
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import run_sidecar, segment_bases
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 from tests.live.helpers import produce, wait_tiered
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]

@@ -16,10 +16,10 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import create_backend
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.cache import RemoteRangeCache
-from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.cache import RemoteRangeCache
+from rlm.tiering.read.lookup import PartitionReader
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,

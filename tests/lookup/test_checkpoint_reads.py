@@ -22,7 +22,7 @@ from rlm.logdir.scan import (
     read_checkpoints,
 )
 from rlm.storage.local import LocalBackend
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import settings_for, write_generated
 
 
@@ -95,8 +95,8 @@ def test_offsets_for_times_over_many_partitions_parses_the_checkpoints_once(
 def test_a_plan_over_many_partitions_without_a_cache_parses_the_checkpoints_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlm.tiering.state import Progress
-    from rlm.tiering.visibility import partition_offsets
+    from rlm.tiering.local.state import Progress
+    from rlm.tiering.read.visibility import partition_offsets
 
     logs, readers, parsed, settled = _settled_readers_counting_parses(tmp_path, monkeypatch, 5, hw=90)
     parts = readers.partitions()

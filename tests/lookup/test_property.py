@@ -25,9 +25,9 @@ from rlm.formats.records import Record, decode_records, iter_batches
 from rlm.logdir.scan import discover_partitions, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.memory import MemoryBackend
-from rlm.tiering.lookup import PartitionReader
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.lookup import PartitionReader
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import BruteLog, BruteRecord, delete_local_segments, expected_fetch, settings_for
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]

@@ -30,10 +30,10 @@ from rlm.http.server import ApiServer
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering import keys
+from rlm.tiering.local.state import Progress, default_state_dir
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.state import Progress, default_state_dir
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
 from tests.lookup.edges import HOT_TS, EdgeLogs, build_edge_logs
 from tests.lookup.helpers import write_config
 

@@ -13,8 +13,8 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import clean_env, free_port, run_daemon, stop
-from rlm.tiering.history import TieringHistory
-from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.local.history import TieringHistory
+from rlm.tiering.local.metrics import TieringMetrics
 from tests.tiering.helpers import REPO
 
 

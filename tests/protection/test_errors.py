@@ -19,7 +19,7 @@ from rlm.jobs.verify_store import check_partition
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import TOPIC, key_file, settings, write_secrets, write_toml
 

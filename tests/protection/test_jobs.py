@@ -15,7 +15,7 @@ from rlm.jobs import export_local
 from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
 from tests.jobs.helpers import read_export
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import TOPIC, key_file, plaintext_found, settings, stored_objects, write_secrets

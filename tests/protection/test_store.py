@@ -15,10 +15,10 @@ from rlm.formats.remote_index import STORED_ENTRY_MAGIC, TRANSFORM_AES_GCM, TRAN
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.rewrap import rewrap_store
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store.keyring import KeyRing
+from rlm.tiering.store.rewrap import rewrap_store
 from tests.lookup.helpers import BruteLog, delete_local_segments
 from tests.protection.helpers import (
     TOPIC,

@@ -11,7 +11,7 @@ import pytest
 
 from rlm.jobs import plan_read, read_tiered, verify
 from rlm.logdir.scan import discover_partitions
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 from tests.spark.conftest import (
     CODECS,
     arrow_records,

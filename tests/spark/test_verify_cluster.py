@@ -17,12 +17,12 @@ from rlm.formats.records import iter_batches
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.tiering import keys
-from rlm.tiering.lineage import LineageMarker
+from rlm.tiering.converge.sync import sync
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.remote_state import of_context
-from rlm.tiering.sync import sync
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import LineageMarker
 
 pytestmark = pytest.mark.spark
 

@@ -13,9 +13,9 @@ from rlm.cli.main import main
 from rlm.formats.records import iter_batches
 from rlm.jobs import offsets_for_times, rebuild_index, verify
 from rlm.testing.configs import write_config
-from rlm.tiering import keys
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.remote_state import RemoteState
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
+from rlm.tiering.store.remote_state import RemoteState
 from tests.spark.conftest import BASE_TS, Env, generated_env
 from tests.tiering.helpers import local_index_files
 
@@ -169,8 +169,8 @@ def test_spark_rebuild_index_leaves_what_the_in_process_rebuild_leaves(spark: An
     from dataclasses import replace
 
     from rlm.logdir.scan import discover_partitions
+    from rlm.tiering.local.state import PROGRESS_FILE, Progress, state_dir
     from rlm.tiering.manager import RemoteLogManager
-    from rlm.tiering.state import PROGRESS_FILE, Progress, state_dir
 
     env = generated_env(tmp_path)
     paths = [state_dir(env.settings.tiering, p) / PROGRESS_FILE for p in discover_partitions(env.log_dirs)]
@@ -188,7 +188,7 @@ def test_spark_rebuild_index_leaves_what_the_in_process_rebuild_leaves(spark: An
 
 
 def _progress_fields(paths: list[Path]) -> dict[Path, tuple[int, int, int]]:
-    from rlm.tiering.state import Progress
+    from rlm.tiering.local.state import Progress
 
     return {
         p: (g.highest_tiered_offset, g.remote_log_start_offset, g.delete_records_offset)

@@ -1,4 +1,4 @@
-"""rlm.tiering.remote_state against real stores: the in-memory backend and moto's S3 server.
+"""rlm.tiering.store.remote_state against real stores: the in-memory backend and moto's S3 server.
 
 The store is filled by the real copy protocol (a generated log dir tiered by RemoteLogManager), then
 stray attempts are added the way a crashed copier would leave them; the queries are checked
@@ -26,12 +26,12 @@ from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
-from rlm.tiering import keys
-from rlm.tiering.lineage import Chain
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import ENTRIES_OBJECT
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.remote_state import RemoteState, attempt_age_ms
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import Chain
+from rlm.tiering.store.manifest import ENTRIES_OBJECT
+from rlm.tiering.store.remote_state import RemoteState, attempt_age_ms
 from tests.storage.conftest import BUCKET
 
 TOPIC = "rs"

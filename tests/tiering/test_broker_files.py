@@ -30,9 +30,9 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments
 
 T0 = 1_700_000_000_000

@@ -18,7 +18,7 @@ from rlm.errors import OffsetOutOfRangeError
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import delete_local_segments, settings_for, write_generated
 
 Key = tuple[str, int]

@@ -4,7 +4,7 @@ would evict it (bench/catchup_bench.py measured the hot-key hit rate dropping to
 
 from __future__ import annotations
 
-from rlm.tiering.cache import RemoteRangeCache
+from rlm.tiering.read.cache import RemoteRangeCache
 
 MIB = 1 << 20
 

@@ -14,11 +14,11 @@ from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.tiering.compaction import find_rewrites
+from rlm.tiering.converge.compaction import find_rewrites
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest, StoredObject
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 
 TOPIC = "state"
 TS = 1_700_000_000_000

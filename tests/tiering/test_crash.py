@@ -17,7 +17,7 @@ from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
-from rlm.tiering import crash
+from rlm.tiering.local import crash
 from tests.s3servers import S3Target
 from tests.tiering.helpers import local_index_files
 

@@ -23,8 +23,8 @@ from rlm.logdir.timestamps import largest_timestamp
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ObjectInfo
 from rlm.storage.local import LocalBackend
-from rlm.tiering.deadline_watch import forget_deadline, note_deadline
-from rlm.tiering.deadlines import (
+from rlm.tiering.expire.deadline_watch import forget_deadline, note_deadline
+from rlm.tiering.expire.deadlines import (
     Deadline,
     LocalRetention,
     LocalSegment,
@@ -32,8 +32,8 @@ from rlm.tiering.deadlines import (
     by_deadline,
     margin_ms,
 )
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
 from tests.lookup.helpers import settings_for
 
 H = 3_600_000
@@ -211,7 +211,7 @@ def test_a_pass_publishes_the_margin_and_warns_once_per_episode(
     pending = manager.pending(ctx, segments)
     assert len(pending) == len(segments) - 1
     policy, state = manager.policy_for(part), manager.state_of(ctx)
-    caplog.set_level(logging.WARNING, "rlm.tiering.deadline_watch")
+    caplog.set_level(logging.WARNING, "rlm.tiering.expire.deadline_watch")
 
     def note(now: int) -> Deadline | None:
         logs.now = now

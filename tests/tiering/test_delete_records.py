@@ -14,10 +14,10 @@ from rlm.config import settings_from_mapping
 from rlm.errors import NotLeaderError, OffsetOutOfRangeError
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
-from rlm.tiering import keys
 from rlm.tiering.delete_records import delete_records
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
 
 

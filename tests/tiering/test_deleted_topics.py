@@ -21,10 +21,10 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.kraft import MetadataLogBuilder
-from rlm.tiering import keys
-from rlm.tiering.incarnations import DELETED_REASON, OldIncarnation
+from rlm.tiering.converge.incarnations import DELETED_REASON, OldIncarnation
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.store import keys
 
 TOPIC = "gone.t"
 NAME = f"{TOPIC}-0"

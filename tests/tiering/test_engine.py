@@ -21,9 +21,9 @@ from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.store_check import check_store
-from rlm.tiering import prepare
+from rlm.tiering.copy import prepare
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
 from tests.tiering.helpers import local_index_files
 
 TOPIC = "eng"

@@ -21,10 +21,10 @@ from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
-from rlm.tiering import crash
+from rlm.tiering.local import crash
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.snapshot import SNAPSHOT_FILE
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.snapshot import SNAPSHOT_FILE
 
 TOPIC = "fz"
 FAULTS = {

@@ -15,11 +15,11 @@ from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering.gaps import DELETED_BEFORE_TIERED, MISSING_IN_STORE
+from rlm.tiering.local.gaps import DELETED_BEFORE_TIERED, MISSING_IN_STORE
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.state import PROGRESS_FILE
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.state import PROGRESS_FILE
+from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.edges import _unlink_segments, delete_records
 from tests.lookup.helpers import settings_for, write_config, write_generated
 

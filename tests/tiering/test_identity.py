@@ -26,11 +26,11 @@ from rlm.storage.spread import LAYOUT_KEY, open_spread
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering import keys
-from rlm.tiering.incarnations import IDENTITY_FILE, OldIncarnation
+from rlm.tiering.converge.incarnations import IDENTITY_FILE, OldIncarnation
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
 
 TOPIC = "re-made.t"
 NAME = f"{TOPIC}-0"

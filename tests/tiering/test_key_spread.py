@@ -19,7 +19,7 @@ from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon, stop
 from rlm.testing.store_check import check_store
-from rlm.tiering import keys
+from rlm.tiering.store import keys
 from tests.jobs.helpers import read_export
 from tests.lookup.helpers import delete_local_segments
 from tests.s3servers import S3Target
@@ -183,7 +183,7 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     merge over every hash prefix, paged through the health and metering wrappers as the CLI has it."""
     from rlm.storage.health import HealthTrackingBackend, StoreHealth
     from rlm.storage.metering import MeteringBackend, RequestMeter
-    from rlm.tiering.rewrap import manifest_keys
+    from rlm.tiering.store.rewrap import manifest_keys
 
     logs = tmp_path / "logs"
     summaries = generate_log_dir(logs, seed=2, records=300, segment_bytes=8 * 1024)

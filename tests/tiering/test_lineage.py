@@ -1,4 +1,4 @@
-"""The chain of served offsets (rlm/tiering/lineage.py): Kafka's epoch rule, overlaps, markers."""
+"""The chain of served offsets (rlm/tiering/store/lineage.py): Kafka's epoch rule, overlaps, markers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from rlm.errors import FormatError
-from rlm.tiering.lineage import (
+from rlm.tiering.store.lineage import (
     LineageMarker,
     epoch_end,
     epoch_ranges,
@@ -15,7 +15,7 @@ from rlm.tiering.lineage import (
     replica_diverged,
     resolve_chain,
 )
-from rlm.tiering.manifest import SegmentManifest, StoredObject
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 
 
 def manifest(

@@ -11,11 +11,11 @@ import pytest
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
-from rlm.tiering import keys
+from rlm.tiering.expire.retention import plan_retention
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest, StoredObject
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.retention import plan_retention
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 from tests.lookup.edges import write_log_start_checkpoint
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
 

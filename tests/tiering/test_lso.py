@@ -25,11 +25,11 @@ from rlm.formats import naming
 from rlm.kafka import reads
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
-from rlm.tiering import isolation as txn
-from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read import isolation as txn
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import (
     Oracle,
@@ -259,7 +259,7 @@ def test_a_damaged_snapshot_is_not_trusted(tmp_path: Path, caplog: pytest.LogCap
     data = bytearray(snapshot_bytes({FAKE_PID: 3}))
     data[-1] ^= 0xFF  # the CRC no longer matches: its claim must not lower the LSO
     local.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.producer_state"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.store.producer_state"):
         got, end = read_in_process(lay)
     assert end == lay.oracle.last_stable_offset
     assert got == [(r.offset, r.key, r.value) for r in lay.oracle.committed]
@@ -285,7 +285,7 @@ def test_a_damaged_snapshot_is_not_recorded_by_the_copy(
             "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")},
         }
     )
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.txn_capture"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.copy.txn_capture"):
         results = RemoteLogManager(s, LocalBackend(root=str(tmp_path / "store"))).run_once()
     assert all(r.error is None for r in results)
     assert any("producer snapshot unusable" in m for m in caplog.messages)
@@ -297,7 +297,7 @@ def test_without_any_known_state_the_full_replay_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     lay = layout(tmp_path, 1, True, snapshots=False, recorded=False)
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.partition_txns"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.read.partition_txns"):
         assert lso(lay) == lay.oracle.last_stable_offset
     assert any(
         "no producer snapshot" in m and f"{len(lay.bases) - 1} tiered segment" in m for m in caplog.messages

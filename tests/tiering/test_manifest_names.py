@@ -1,5 +1,5 @@
 """A manifest's object names are a stored contract (docs/formats.md §6.3): the role constants of
-rlm/tiering/manifest.py are the only keying, a manifest an earlier rlm wrote reads through them and
+rlm/tiering/store/manifest.py are the only keying, a manifest an earlier rlm wrote reads through them and
 writes back byte for byte, and a copy stores each object under its keys.py file name."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlm.storage.local import LocalBackend
-from rlm.tiering import keys
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import (
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import (
     ENTRIES_OBJECT,
     INDEX_OBJECT,
     LEADER_EPOCHS_OBJECT,

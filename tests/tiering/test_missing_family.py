@@ -37,10 +37,11 @@ from rlm.logdir.scan import partition_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering.index_family import RemoteIndexFamily
+from rlm.tiering.local.index_family import RemoteIndexFamily
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.remote_root import remote_view
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.remote_state import RemoteState, remote_view
+from rlm.tiering.store.remote_state import RemoteState
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import Oracle, read_committed_in_process, write_txn_log
 

@@ -45,9 +45,9 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import check_store
+from rlm.tiering.copy.prepare import prepare_segment
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.prepare import prepare_segment
 from tests.tiering.txn_helpers import Oracle, write_broker_txn_indexes, write_snapshots, write_txn_log
 
 TOPIC = "txn"
@@ -258,7 +258,7 @@ def test_the_bound_stops_new_pins_reports_once_and_is_never_exceeded(
     manager = _manager(cfg, store)
     registry = manager.shared.metrics.registry
     label = {"log_dir": str(logs)}
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.pin_ledger"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.local.pin_ledger"):
         for _ in range(3):  # the same refusal, pass after pass
             assert manager.run_once(gc=False)[0].error is not None
             assert _pinned(tmp_path / "logs.rlm-state") == rolled[:3]  # in base-offset order
@@ -280,7 +280,7 @@ def test_the_bound_stops_new_pins_reports_once_and_is_never_exceeded(
     # The store is back: everything is tiered, the pins go and the crossing ends (one line).
     store.down = False
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.pin_ledger"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.local.pin_ledger"):
         for _ in range(2):
             assert [r.error for r in manager.run_once(gc=False)] == [None]
     assert sorted(check_store([logs], store).remote_bases(f"{TOPIC}-0")) == rolled

@@ -19,9 +19,9 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.kraft import metadata_writer, write_records
 from rlm.testing.store_check import StoreCheck, check_store
+from rlm.tiering.expire.policy import TopicPolicyResolver
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.policy import TopicPolicyResolver
 
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 IDS = {

@@ -1,4 +1,4 @@
-"""The remote read engine (rlm/tiering/readahead.py, docs/read-path.md) on real tiered logs written
+"""The remote read engine (rlm/tiering/read/readahead.py, docs/read-path.md) on real tiered logs written
 with LogWriter: sequential detection, read-ahead across objects without a second GET (requests
 counted by rlm.testing.counting), bounds, cancellation when idle, hot lookups kept cached while a
 catch-up scans, answers identical to the path without read-ahead and to a brute-force reading of
@@ -23,12 +23,12 @@ from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import create_backend
 from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.cache import RangeKey, RemoteRangeCache
-from rlm.tiering.lookup import FetchResult, PartitionReader
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.readahead import ReadAhead
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.remote_sets import chain_from
+from rlm.tiering.read.cache import RangeKey, RemoteRangeCache
+from rlm.tiering.read.lookup import FetchResult, PartitionReader
+from rlm.tiering.read.readahead import ReadAhead
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.read.remote_sets import chain_from
 from tests.lookup.helpers import (
     BruteLog,
     delete_local_segments,

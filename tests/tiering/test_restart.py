@@ -21,10 +21,10 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
 from rlm.testing.store_check import check_store
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.snapshot import SNAPSHOT_FILE
+from rlm.tiering.local.state import PROGRESS_FILE
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.snapshot import SNAPSHOT_FILE
-from rlm.tiering.state import PROGRESS_FILE
 from tests.tiering.helpers import roll_after_last
 
 TOPIC = "rs"

@@ -15,10 +15,10 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import check_store
+from rlm.tiering.expire.retention import plan_retention
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest, StoredObject
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.retention import plan_retention
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 
 TOPIC = "ret"
 

@@ -22,12 +22,12 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.kraft import metadata_writer, write_records
-from rlm.tiering import keys
+from rlm.tiering.expire.policy import TopicPolicyResolver
+from rlm.tiering.expire.retention import plan_retention
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.retention import plan_retention
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.edges import write_log_start_checkpoint
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.tiering.helpers import roll_after_last
@@ -162,7 +162,7 @@ def test_a_limit_tighter_than_before_is_logged_once(tmp_path: Path, caplog: pyte
     """The one case an upgrade could delete more (docs/topic-policy.md §5): Kafka's looser value
     used to win over rlm's. The operator is told, once, with the value to put in an override."""
     r = _resolver(tmp_path, _topic("retention.ms", str(YEAR_MS)))
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.policy"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.expire.policy"):
         assert r.policy("t").retention_ms.value == 5
         r.policy("t")
     warned = [rec.getMessage() for rec in caplog.records if "before Kafka's retention" in rec.getMessage()]
@@ -173,7 +173,7 @@ def test_a_limit_tighter_than_before_is_logged_once(tmp_path: Path, caplog: pyte
     ]
     caplog.clear()
     quiet = _resolver(tmp_path / "x", _topic("retention.ms", "1"))  # looser now: nothing to say
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.policy"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.expire.policy"):
         quiet.policy("t")
     assert not caplog.records
 

@@ -32,12 +32,12 @@ from rlm.storage.local import LocalBackend
 from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.secrets import write_secret
-from rlm.tiering import keys
-from rlm.tiering.keyring import KeyRing
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import Protection, SegmentManifest
-from rlm.tiering.manifest_trust import seal_manifest
-from rlm.tiering.rewrap import manifest_keys, rewrap_store
+from rlm.tiering.store import keys
+from rlm.tiering.store.keyring import KeyRing
+from rlm.tiering.store.manifest import Protection, SegmentManifest
+from rlm.tiering.store.manifest_trust import seal_manifest
+from rlm.tiering.store.rewrap import manifest_keys, rewrap_store
 from tests.lookup.helpers import settings_for, write_config, write_generated
 from tests.tiering.helpers import REPO
 

@@ -33,7 +33,7 @@ from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon
 from rlm.testing.secrets import write_secret
-from rlm.tiering.manifest import SegmentManifest
+from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
 from tests.s3servers import S3Target
 from tests.tiering.helpers import REPO

@@ -11,9 +11,9 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.tiering import keys
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
+from rlm.tiering.store import keys
 from tests.tiering.helpers import local_index_files
 
 TOPIC = "roles"

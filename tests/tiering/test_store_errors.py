@@ -18,8 +18,8 @@ from rlm.storage.registry import open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
 from rlm.testing.store_check import check_store
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
 from tests.s3servers import S3Target
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration]

@@ -18,8 +18,8 @@ from rlm.storage.registry import create_backend
 from rlm.storage.spread import open_spread
 from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.metrics import TieringMetrics
 from tests.s3servers import S3Target
 
 TOPIC = "econ"

@@ -36,13 +36,13 @@ from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
-from rlm.tiering.copier import copy_segment
+from rlm.tiering.converge.recovery import recover
+from rlm.tiering.copy.copier import copy_segment
+from rlm.tiering.expire.policy import TopicPolicyResolver
+from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.policy import TopicPolicyResolver
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.recovery import recover
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store.manifest import SegmentManifest
 
 TOPIC = "orders"
 TS = 1_700_000_000_000
@@ -336,7 +336,7 @@ def test_a_duplicate_upload_is_dropped_and_logged(tmp_path: Path, caplog: pytest
     late = cluster.manager(cluster.config("r2", logs[1]))
     ctx = late.context(late.discover()[0])
     ctx.family.open()  # what recovery does first; recovery itself would learn the store's state
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.copier"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.copy.copier"):
         results = [copy_segment(ctx, seg) for seg in list_segments(logs[1] / f"{TOPIC}-0")[:-1]]
     assert all(r is not None and r.adopted for r in results)
     adopted = [

@@ -1,4 +1,4 @@
-"""Store sync (rlm/tiering/sync.py): a second sidecar learns what another tiered, a lineage marker
+"""Store sync (rlm/tiering/converge/sync.py): a second sidecar learns what another tiered, a lineage marker
 cuts a segment mid-entry, the leader uncommits what is diverged, a rewind restores the index."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import open_spread
 from rlm.testing.configs import write_config
-from rlm.tiering import keys
-from rlm.tiering.lineage import LineageMarker
+from rlm.tiering.converge.sync import sync
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import ENTRIES_OBJECT
-from rlm.tiering.metrics import TieringMetrics
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.remote_state import of_context
-from rlm.tiering.sync import sync
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import LineageMarker
+from rlm.tiering.store.manifest import ENTRIES_OBJECT
 from tests.tiering.helpers import local_index_files
 
 TOPIC = "sync"

@@ -9,7 +9,7 @@ import pytest
 
 from rlm.errors import UploadAbandoned
 from rlm.storage.memory import MemoryBackend
-from rlm.tiering.throttle import ThrottledReader, TokenBucket
+from rlm.tiering.local.throttle import ThrottledReader, TokenBucket
 
 
 class FakeTime:

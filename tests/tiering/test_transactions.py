@@ -30,12 +30,12 @@ from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering import isolation as txn
-from rlm.tiering import keys
+from rlm.tiering.copy.txn_capture import capture_txn_index
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.manifest import SegmentManifest
-from rlm.tiering.readers import TieredReaders
-from rlm.tiering.txn_capture import capture_txn_index
+from rlm.tiering.read import isolation as txn
+from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, settings_for, write_config
 from tests.needs import unavailable
 from tests.tiering.txn_helpers import Oracle, kafka_txn_entry, write_broker_txn_indexes, write_txn_log
@@ -330,7 +330,7 @@ def test_old_manifests_without_txn_index_are_scanned(
         path.write_text(json.dumps(doc))
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
     o = oracle["txn-0"]
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.partition_txns"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.read.partition_txns"):
         got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 4_000), 0)
     assert got == _expected(o.committed) and stop == o.last_stable_offset
     assert "tiered before rlm captured its transaction index: scanned its control batches" in caplog.text
@@ -358,11 +358,11 @@ def test_brokers_txnindex_is_checked_then_uploaded_or_rebuilt(
     settings = settings_for([logs], options={"root": str(store)}, state_dir=str(tmp_path / "state"))
     backend = LocalBackend(root=str(store))
     manager = RemoteLogManager(settings, backend)
-    with caplog.at_level(logging.INFO, logger="rlm.tiering.txn_capture"):
+    with caplog.at_level(logging.INFO, logger="rlm.tiering.copy.txn_capture"):
         assert all(r.error is None for r in manager.run_once())
     # Local reads use the broker's files too: the disagreeing one is caught, the torn one scanned.
     readers = TieredReaders(settings, backend, progress=manager.live_progress)
-    with caplog.at_level(logging.WARNING, logger="rlm.tiering.partition_txns"):
+    with caplog.at_level(logging.WARNING, logger="rlm.tiering.read.partition_txns"):
         got, stop = _read_all(_in_process(readers, "txn-0", "read_committed", 2_000), 0)
     assert got == _expected(o.committed) and stop == o.last_stable_offset
     assert f"{wrong:020d}.txnindex: its entries do not name" in caplog.text

@@ -31,8 +31,8 @@ from rlm.jobs.plan import BackendSpec, plan_read
 from rlm.logdir.scan import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
-from rlm.tiering import isolation
-from rlm.tiering.readers import TieredReaders
+from rlm.tiering.read import isolation
+from rlm.tiering.read.readers import TieredReaders
 
 T0 = 1_700_000_000_000
 ABORT, COMMIT = 0, 1

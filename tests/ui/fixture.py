@@ -14,7 +14,7 @@ from rlm.formats.records import RecordSpec
 from rlm.http.server import ApiServer
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
-from rlm.tiering.history import TieringHistory
+from rlm.tiering.local.history import TieringHistory
 from rlm.tiering.manager import RemoteLogManager
 
 TOKEN = "page-test-token"

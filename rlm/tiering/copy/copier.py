@@ -1,0 +1,227 @@
+"""The copy protocol for one segment (docs/architecture.md §3): pin, scan, journal, upload, manifest, index.
+
+Order is what makes it crash-safe:
+
+1. **pin** — hard-link the segment's files into a private staging dir, so the log store's
+   retention (or its rename to ``.deleted``) cannot pull them away mid-copy;
+2. **scan** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
+   never uploaded (steps 1–2: :mod:`rlm.tiering.copy.prepare`); build the segment's
+   ``.remotelogindex`` entries;
+3. **journal** COPY_STARTED, then upload the data objects under attempt-unique keys, then the
+   segment's entries object, then the **manifest last** with "create only if absent" — the commit;
+4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
+
+A crash anywhere converges on restart (:mod:`rlm.tiering.converge.recovery`). Crash points
+(:mod:`rlm.tiering.local.crash`) mark each step for the crash tests.
+
+A segment that straddles the highest tiered offset (a replica that rolled elsewhere than the one
+whose sidecar tiered so far) is copied *partially*: step 2 cuts the pinned ``.log`` at the first
+batch above it and rebuilds the indexes for that tail; the copy is then named by that batch's
+base offset (docs/cluster-copy.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import FormatError, ObjectExistsError, StorageError
+from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
+from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
+from rlm.logdir.scan import SegmentFiles
+from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
+from rlm.tiering.copy.seal import Uploaded, upload_attempt
+from rlm.tiering.copy.txn_capture import state_before_copy
+from rlm.tiering.local.crash import crash_point
+from rlm.tiering.local.remote_root import of_context
+from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import SegmentManifest, StoredObject
+
+__all__ = ["CopyResult", "copy_segment"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyResult:
+    manifest: SegmentManifest
+    entries: list[RemoteLogIndexEntry]
+    adopted: bool  # an earlier attempt had already committed this segment
+
+
+def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
+    """Leader-epoch entries that apply to offsets [first, last]: the one in force at ``first``
+    and every later one starting at or before ``last``."""
+    if path is None:
+        return ()
+    try:
+        entries = parse_leader_epoch_checkpoint(path.read_text()).entries
+    except (OSError, FormatError) as err:
+        log.warning("ignoring unreadable %s: %s", path, err)
+        return ()
+    in_force = [e for e in entries if e.start_offset <= first][-1:]
+    later = [e for e in entries if first < e.start_offset <= last]
+    return tuple((e.epoch, e.start_offset) for e in in_force + later)
+
+
+def _describe(m: SegmentManifest) -> str:
+    """What a conflict message compares: offsets, size, checksum and leader epochs of a segment."""
+    epochs = ", ".join(f"{e}@{o}" for e, o in m.leader_epochs) or "none"
+    return (
+        f"offsets {m.base_offset}-{m.last_offset}, {m.size_bytes} bytes, log CRC-32C "
+        f"{m.log.crc32c:#010x}, leader epochs [{epochs}], attempt {m.attempt_id}"
+    )
+
+
+def _commit(
+    ctx: PartitionContext,
+    manifest: SegmentManifest,
+    objects: dict[str, StoredObject],
+    entries: list[RemoteLogIndexEntry],
+) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
+    """Create the manifest only if absent (the commit); ``(manifest, entries, adopted)``.
+
+    When another attempt (e.g. the sidecar of another replica) committed the same bytes first, its
+    manifest is adopted and this attempt's objects deleted; a different segment at that base is a
+    :class:`StorageError` saying what differs.
+    """
+    shared = ctx.shared
+    manifest_key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    manifest = shared.protection.seal_manifest(manifest, manifest_key)
+    try:
+        # A retried create that finds its own lost-ack manifest succeeds (rlm.storage.retry).
+        shared.backend.put(manifest_key, manifest.to_json(), if_absent=True)
+        return manifest, entries, False
+    except ObjectExistsError:
+        remote = of_context(ctx)
+        existing = remote.read_manifest(manifest_key)
+    if not existing.same_segment_as(manifest):
+        raise StorageError(
+            f"remote already holds a different segment at base offset {manifest.base_offset} "
+            f"(remote: {_describe(existing)}; local: {_describe(manifest)})",
+            file=manifest_key,
+        )
+    shared.backend.delete_many(o.key for o in objects.values())
+    log.info(
+        "%s-%d: segment %d-%d was already tiered by another sidecar (attempt %s); dropped this "
+        "node's duplicate upload (attempt %s, %d bytes)",
+        ctx.topic,
+        ctx.partition,
+        existing.base_offset,
+        existing.last_offset,
+        existing.attempt_id,
+        manifest.attempt_id,
+        sum(o.size for o in objects.values()),
+    )
+    return existing, remote.segment_entries(existing), True
+
+
+def _manifest_of(
+    ctx: PartitionContext, segment: SegmentFiles, prep: PreparedSegment, uploaded: Uploaded
+) -> SegmentManifest:
+    """The manifest committing ``prep``'s uploaded attempt (docs/formats.md §6.3): offsets and
+    timestamps of its batches, its objects and entries, the leader epochs in force over its
+    offsets, its aborted transactions and protection."""
+    scanned, pinned, base = prep.scanned, prep.pinned, prep.base_offset
+    first, last = scanned.batches[0], scanned.batches[-1]
+    partial = prep.source_position is not None
+    return SegmentManifest(
+        topic=ctx.topic,
+        partition=ctx.partition,
+        base_offset=base,
+        last_offset=last.last_offset,
+        first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+        max_timestamp=max(b.max_timestamp for b in scanned.batches),
+        size_bytes=scanned.size,
+        record_batches=len(scanned.batches),
+        index_entries=len(uploaded.entries),
+        attempt_id=prep.attempt,
+        created_ms=ctx.shared.clock_ms(),
+        objects=uploaded.objects,
+        leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset, last.last_offset),
+        source_base_offset=segment.base_offset if partial else None,
+        source_position=prep.source_position,
+        txn_index=prep.txn.manifest_field(state_before_copy(segment, pinned, base, partial, ctx.manifests))
+        if prep.txn is not None
+        else None,
+        protection=uploaded.protection,
+    )
+
+
+def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
+    """Build the segment's entries, journal COPY_STARTED (fsynced, before any upload) and upload
+    the attempt's objects under its attempt-unique keys (steps 3–5 of docs/architecture.md §3)."""
+    shared, scanned, attempt = ctx.shared, prep.scanned, prep.attempt
+    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
+    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
+    # partial copy is named by its first batch (docs/cluster-copy.md).
+    base = prep.base_offset
+
+    def key(name: str) -> str:
+        return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
+
+    entries = build_entries(
+        scanned.batches,
+        object_url=shared.backend.url(key(keys.LOG)),
+        index_entry_bytes=shared.settings.index_entry_bytes,
+    )
+    ctx.journal.append("COPY_STARTED", base, attempt)
+    ctx.in_flight.add(attempt)
+    crash_point("after_journal_start")
+    # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/copy/seal.py.
+    return upload_attempt(
+        ctx,
+        prep.pinned,
+        prep.txn.path if prep.txn is not None else None,
+        entries,
+        scanned.batches,
+        base,
+        attempt,
+        key,
+        scanned.crc32c,
+    )
+
+
+def copy_segment(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prepared: PreparedSegment | None = None,
+    from_offset: int | None = None,
+) -> CopyResult | None:
+    """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
+    it holds no batch to copy (an empty .log is quarantined by the scan instead,
+    docs/broker-files.md, so this is defensive).
+
+    ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
+    consumed (its pin dropped) either way. Raises :class:`SegmentVanished`,
+    :class:`SegmentQuarantined` or a storage error; in every case the attempt leaves nothing a
+    reader can see and recovery/GC clean up after it.
+    """
+    shared = ctx.shared
+    started = time.monotonic()
+    prep = prepared if prepared is not None else prepare_segment(ctx, segment, from_offset)
+    base, attempt = prep.base_offset, prep.attempt
+    try:
+        if not prep.scanned.batches:
+            return None
+        uploaded = _upload(ctx, prep)
+        crash_point("after_data")
+
+        manifest = _manifest_of(ctx, segment, prep, uploaded)
+        manifest, entries, adopted = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
+        shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
+        crash_point("after_manifest")
+
+        ctx.family.append_segment(entries)
+        crash_point("before_journal_finish")
+        ctx.journal.append("COPY_FINISHED", base, attempt)
+        ctx.in_flight.discard(attempt)
+        ctx.series(shared.metrics.copy_requests).inc()
+        ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
+        return CopyResult(manifest, entries, adopted)
+    finally:
+        ctx.in_flight.discard(attempt)
+        prep.discard()

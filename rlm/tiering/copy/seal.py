@@ -1,0 +1,196 @@
+"""Step 3 of a copy (rlm/tiering/copy/copier.py): upload one attempt's objects, protected when configured.
+
+Plaintext (no ``[remote.compression]`` / ``[remote.encryption]``): every file is uploaded as it
+is, as before. Protected (docs/protection.md): the ``.log`` is *sealed* into a stored form in the
+pin dir first — each remote index entry compressed (zstd, unless its batches are already
+compressed) and/or encrypted (AES-256-GCM with the segment's fresh data key), the stored entries
+back to back — and its entries become magic 1 entries naming their stored ranges. With
+encryption on, every other object is encrypted whole. The manifest's ``protection`` field
+(:class:`~rlm.tiering.store.manifest.Protection`) records how.
+
+Either way the stored ``.log`` is proven to be what was produced: the CRC-32C computed while
+uploading equals the one computed while producing it, and the plaintext read while sealing has
+the CRC-32C the scan computed (the pinned file did not change in between).
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from rlm.errors import StorageError
+from rlm.formats.protection import EntryBinding, compressible, seal_entry, seal_object
+from rlm.formats.records import RecordBatch
+from rlm.formats.remote_index import (
+    REMOTE_LOG_INDEX_MAGIC,
+    STORED_ENTRY_MAGIC,
+    RemoteDataIdentifier,
+    RemoteLogIndexEntry,
+)
+from rlm.tiering.copy.upload import upload_bytes, upload_file
+from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.store import keys
+from rlm.tiering.store.manifest import (
+    ENTRIES_OBJECT,
+    INDEX_OBJECT,
+    LEADER_EPOCHS_OBJECT,
+    LOG_OBJECT,
+    PRODUCER_SNAPSHOT_OBJECT,
+    TIME_INDEX_OBJECT,
+    TXN_INDEX_OBJECT,
+    Protection,
+    StoredObject,
+)
+from rlm.tiering.store.protect import StoreProtection
+
+__all__ = ["Uploaded", "upload_attempt"]
+
+#: Objects uploaded beside the ``.log``: pinned role → manifest name.
+_COMPANIONS = (
+    (keys.OFFSET_INDEX, INDEX_OBJECT),
+    (keys.TIME_INDEX, TIME_INDEX_OBJECT),
+    (keys.LEADER_EPOCHS, LEADER_EPOCHS_OBJECT),
+    (keys.PRODUCER_SNAPSHOT, PRODUCER_SNAPSHOT_OBJECT),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    """What one attempt stored: objects by manifest name, the entries as stored, how."""
+
+    objects: dict[str, StoredObject]
+    entries: list[RemoteLogIndexEntry]
+    protection: Protection | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Sealed:
+    path: Path
+    entries: list[RemoteLogIndexEntry]
+    crc32c: int  # of the stored bytes
+    plain_crc32c: int  # of the plaintext read while sealing
+
+
+def _seal_log(
+    src: Path,
+    dst: Path,
+    entries: Sequence[RemoteLogIndexEntry],
+    batches: Sequence[RecordBatch],
+    protection: StoreProtection,
+    data_key: bytes | None,
+    binding: EntryBinding,
+) -> _Sealed:
+    """Write the stored form of the pinned ``.log`` ``src`` to ``dst``, entry by entry."""
+    level = protection.compression.level if protection.compression.enabled else None
+    out_entries: list[RemoteLogIndexEntry] = []
+    stored_crc = plain_crc = position = 0
+    b = 0
+    with (
+        src.open("rb") as fh,
+        mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf,
+        dst.open("wb") as out,
+    ):
+        for e in entries:
+            start, end = e.byte_range
+            attrs = []
+            while b < len(batches) and batches[b].position < end:
+                attrs.append(batches[b].attributes)
+                b += 1
+            plain = buf[start:end]  # a copy: a view would pin the map open past its close
+            plain_crc = crc32c.crc32c(plain, plain_crc)
+            stored, transform = seal_entry(
+                plain,
+                compress_level=level if compressible(attrs) else None,
+                key=data_key,
+                binding=binding,
+                first_offset=e.first_offset,
+                last_offset=e.last_offset,
+                stored_position=position,
+            )
+            out.write(stored)
+            stored_crc = crc32c.crc32c(stored, stored_crc)
+            out_entries.append(
+                RemoteLogIndexEntry(
+                    e.first_offset,
+                    e.last_offset,
+                    e.first_timestamp,
+                    e.last_timestamp,
+                    e.data_length,
+                    RemoteDataIdentifier(e.rdi.url, position),
+                    STORED_ENTRY_MAGIC if transform else REMOTE_LOG_INDEX_MAGIC,
+                    transform,
+                    len(stored) if transform else 0,
+                )
+            )
+            position += len(stored)
+    return _Sealed(dst, out_entries, stored_crc, plain_crc)
+
+
+def upload_attempt(
+    ctx: PartitionContext,
+    pinned: dict[str, Path],
+    txn_path: Path | None,
+    entries: list[RemoteLogIndexEntry],
+    batches: Sequence[RecordBatch],
+    base: int,
+    attempt: str,
+    key: Callable[[str], str],
+    plain_crc32c: int,
+) -> Uploaded:
+    """Upload the attempt's objects (the ``.log`` first, the entries object last) under the shared
+    upload slots; raise :class:`StorageError` when the ``.log`` changed meanwhile."""
+    shared = ctx.shared
+    protection = shared.protection
+    objects: dict[str, StoredObject] = {}
+    files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
+    if txn_path is not None:
+        files.append((key(keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
+    if not protection.writes_protected:
+        with shared.upload_slots:
+            objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), pinned[keys.LOG], watch_half=True)
+            for object_key, name, path in files:
+                objects[name] = upload_file(ctx, object_key, path)
+            blob = b"".join(e.encode() for e in entries)
+            objects[ENTRIES_OBJECT] = upload_bytes(ctx, key(keys.SEGMENT_ENTRIES), blob)
+        _check(objects[LOG_OBJECT].crc32c, plain_crc32c, pinned[keys.LOG], base)
+        return Uploaded(objects, entries, None)
+
+    data_key, wrapped = (
+        protection.ring.new_data_key() if protection.ring and protection.encrypts else (None, None)
+    )
+    sealed = _seal_log(
+        pinned[keys.LOG],
+        pinned[keys.LOG].with_name(keys.LOG + ".stored"),
+        entries,
+        batches,
+        protection,
+        data_key,
+        EntryBinding(ctx.topic, ctx.partition, base, attempt),
+    )
+    _check(sealed.plain_crc32c, plain_crc32c, pinned[keys.LOG], base)
+
+    def put(object_key: str, data: bytes) -> StoredObject:
+        stored = data if data_key is None else seal_object(data, key=data_key, object_key=object_key)
+        return upload_bytes(ctx, object_key, stored)
+
+    with shared.upload_slots:
+        objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), sealed.path, watch_half=True)
+        for object_key, name, path in files:
+            objects[name] = (
+                put(object_key, path.read_bytes())
+                if data_key is not None
+                else upload_file(ctx, object_key, path)
+            )
+        blob = b"".join(e.encode() for e in sealed.entries)
+        objects[ENTRIES_OBJECT] = put(key(keys.SEGMENT_ENTRIES), blob)
+    _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
+    return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
+
+
+def _check(actual: int, expected: int, path: Path, base: int) -> None:
+    if actual != expected:
+        raise StorageError("segment changed while it was uploaded (CRC-32C differs)", file=path, offset=base)

@@ -1,0 +1,70 @@
+"""Uploads of one copy attempt's objects (step 3 of :mod:`rlm.tiering.copy.copier`): through the shared
+token bucket, each object's CRC-32C computed as it is streamed. Transient store errors are retried
+by the store itself (the retry layer where it was opened, docs/storage.md), which rewinds the
+stream to byte 0 before each retry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO, cast
+
+import crc32c
+
+from rlm.tiering.local.crash import crash_point
+from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.local.throttle import ThrottledReader
+from rlm.tiering.store.manifest import StoredObject
+
+__all__ = ["upload_bytes", "upload_file"]
+
+
+def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
+    """Upload through the shared token bucket (the store's retry layer resends from byte 0).
+
+    The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
+    is normally read once. Bytes read again (a retry rewinds the stream) are
+    not counted twice; only if the store read the stream out of order is the file read again.
+    """
+    shared = ctx.shared
+    size = path.stat().st_size
+    crc = 0
+    covered = 0  # the CRC covers bytes [0, covered) of the file
+    in_order = True
+    sent = 0
+    half_reached = False
+
+    def on_bytes(n: int) -> None:
+        nonlocal sent, half_reached
+        sent += n
+        ctx.series(shared.metrics.copy_bytes).inc(n)
+        if watch_half and not half_reached and sent >= size // 2:
+            half_reached = True
+            crash_point("mid_upload")
+
+    with path.open("rb") as fh:
+
+        def on_data(data: bytes | memoryview) -> None:
+            nonlocal crc, covered, in_order
+            end = fh.tell()
+            start = end - len(data)
+            if start > covered:
+                in_order = False  # a gap: someone seeked forward
+            elif end > covered:
+                crc = crc32c.crc32c(memoryview(data)[covered - start :], crc)
+                covered = end
+
+        stream = cast(
+            BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data, stop=shared.stop)
+        )
+        shared.backend.put(key, stream)
+        if not in_order or covered != size:
+            fh.seek(0)
+            crc = 0
+            while chunk := fh.read(1 << 20):
+                crc = crc32c.crc32c(chunk, crc)
+    return StoredObject(key, size, crc)
+
+
+def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
+    ctx.shared.backend.put(key, data)
+    return StoredObject(key, len(data), crc32c.crc32c(data))

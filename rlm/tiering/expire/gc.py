@@ -1,0 +1,53 @@
+"""Garbage collection of abandoned copy attempts (docs/formats.md §6.2, §6.6).
+
+An attempt's objects are garbage when no manifest names the attempt, no copy of it is in flight in
+this process, and it is older than the grace period (``gc_grace_ms``; the age rule is
+:func:`rlm.tiering.store.remote_state.attempt_age_ms`, docs/remote-state.md). Recovery already deletes
+the attempts its own journal knows; GC catches the rest (a journal lost with a disk, another
+sidecar's crash, a retention delete interrupted before it was journaled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rlm.tiering.converge.sync import refresh
+from rlm.tiering.local.remote_root import of_context
+from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store.remote_state import Orphan
+
+__all__ = ["collect_garbage", "find_orphans"]
+
+
+def find_orphans(ctx: PartitionContext) -> list[Orphan]:
+    """Abandoned attempts of the partition past the grace period (manifests re-listed first).
+
+    A partition this process recovered lists its manifests into its store view: a manifest is
+    read only when the listing shows a stamp the view (or the restart's snapshot) does not know, so
+    a GC run costs two listings per partition, not a read of every manifest."""
+
+    def listed() -> Iterable[SegmentManifest]:
+        ctx.manifests  # noqa: B018 — a trusted restart's snapshot becomes the view (resume.py)
+        refresh(ctx)
+        return [m for _s, m in ctx.store.manifests.values()]
+
+    return of_context(ctx).orphans(
+        ctx.shared.clock_ms(),
+        ctx.shared.settings.gc_grace_ms,
+        ctx.in_flight,
+        listed if ctx.recovered else None,
+    )
+
+
+def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orphan]:
+    """Delete (or with ``dry_run`` only list) the partition's orphans."""
+    orphans = find_orphans(ctx)
+    if dry_run:
+        return orphans
+    remote = of_context(ctx)
+    for orphan in orphans:
+        for key in orphan.keys:
+            remote.delete(key)
+        ctx.series(ctx.shared.metrics.orphans_deleted).inc(len(orphan.keys))
+    return orphans

@@ -1,0 +1,367 @@
+"""The remote state of one partition incarnation: the one place that queries it (docs/remote-state.md).
+
+Manifests (what is committed), a segment's uploaded entries, the highest tiered offset and remote
+log start, copy attempts and which of them are orphans, and which key root an incarnation uses.
+The daemon (copier, recovery, GC, retention, identity) and the Spark jobs (plan, verify, index)
+all ask here.
+
+A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition
+and the root's key id — so a Spark executor builds one from its :class:`~rlm.jobs.plan.BackendSpec`
+backend just as the daemon builds one from its partition context. Store calls are retried by the
+backend itself (the one retry layer where it was opened, docs/storage.md): none here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.formats.records import iter_batches
+from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
+from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.tiering.store import keys
+from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
+from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
+from rlm.tiering.store.protect import StoreProtection
+
+__all__ = ["Orphan", "RemoteState", "attempt_age_ms"]
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A copy attempt no manifest references: its objects, their total size (bytes) and its age
+    (ms, by :func:`attempt_age_ms`)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    attempt_id: str
+    keys: tuple[str, ...]
+    bytes: int
+    age_ms: int
+
+
+def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) -> int:
+    """How long ago an attempt last wrote (ms): from the latest of the creation time in its id and
+    its objects' store timestamps; with neither readable, 0.
+
+    The rule is the safe one: an attempt is as young as its newest object, so a slow copy still
+    uploading — by any sidecar on the store, not only this process — is never deleted before the
+    grace period has passed since its own last write; an attempt whose age cannot be read counts
+    as just created (docs/remote-state.md).
+    """
+    stamps = [int(i.last_modified * 1000) for i in infos if i.last_modified is not None]
+    created = keys.attempt_created_ms(attempt_id)
+    if created is not None:
+        stamps.append(created)
+    return now_ms - max(stamps) if stamps else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteState:
+    """Queries of one partition incarnation's root (``key_id`` None = the name-only root)."""
+
+    backend: StorageBackend
+    topic: str
+    partition: int
+    key_id: str | None = None
+    #: Opens protected objects and entries (docs/protection.md); plaintext passes through.
+    protection: StoreProtection = field(default_factory=StoreProtection)
+
+    def list_prefix(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix`` (one listing)."""
+        return list(self.backend.list(prefix))
+
+    def list_partition(self) -> list[ObjectInfo]:
+        """Every object under the incarnation's root (manifests, data and markers)."""
+        return self.list_prefix(keys.partition_prefix(self.topic, self.partition, self.key_id))
+
+    def is_empty(self) -> bool:
+        """Whether the incarnation's root holds no object at all: one listing of one key."""
+        prefix = keys.partition_prefix(self.topic, self.partition, self.key_id)
+        return not self.backend.list_page(prefix, limit=1).objects
+
+    def list_manifests_prefix(self) -> list[ObjectInfo]:
+        """Every object under ``manifests/`` (manifests and lineage markers): one listing."""
+        return self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
+
+    def manifest_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
+        """``(base offset, key)`` of the manifest keys in ``listing``, in key (= offset) order."""
+        found = []
+        for info in listing:
+            base = keys.parse_manifest_key(self.topic, self.partition, info.key, self.key_id)
+            if base is not None:
+                found.append((base, info.key))
+        return sorted(found)
+
+    def read_manifest(self, key: str) -> SegmentManifest:
+        """One manifest, checked as docs/protection.md §9 says (FormatError names ``key`` when it
+        does not parse); remembered, so readers of this process find its data key without a GET."""
+        return self.protection.read_manifest(self.backend.read, key)
+
+    def manifest_at(self, base_offset: int) -> SegmentManifest:
+        """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""
+        return self.read_manifest(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+
+    def list_manifests(self) -> list[SegmentManifest]:
+        """Every committed segment, in offset order (a manifest that does not parse raises)."""
+        listing = self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
+        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
+        manifests.sort(key=lambda m: m.base_offset)
+        return manifests
+
+    def chain(self, lineage: Lineage | None = None) -> Chain:
+        """What the store serves (docs/cluster.md): every manifest under the lineage markers (and
+        ``lineage``, e.g. the local leader-epoch-checkpoint), overlaps and diverged offsets left out.
+        One listing of ``manifests/`` plus one read per manifest and marker."""
+        listing = self.list_manifests_prefix()
+        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
+        lineages = [self.read_lineage_marker(key).lineage for _, key in self.lineage_marker_keys(listing)]
+        return resolve_chain(manifests, lineages + ([lineage] if lineage else []))
+
+    def entries_blob(self, manifest: SegmentManifest) -> bytes:
+        """The segment's uploaded entries object (decrypted when the segment is encrypted)."""
+        return self.protection.read_object(self.backend, manifest, ENTRIES_OBJECT)
+
+    def read_object(self, manifest: SegmentManifest, name: str) -> bytes:
+        """``manifest.objects[name]`` whole, as plaintext (one GET)."""
+        return self.protection.read_object(self.backend, manifest, name)
+
+    def entry_bytes(self, manifest: SegmentManifest, entry: RemoteLogIndexEntry) -> bytes:
+        """One entry's batches (one ranged read of its stored bytes, opened when transformed)."""
+        start, end = entry.byte_range
+        return self.protection.open_entry(manifest, entry, self.read_range(manifest.log.key, start, end))
+
+    def segment_head(self, manifest: SegmentManifest, length: int) -> bytes:
+        """Up to ``length`` plaintext bytes from the start of the segment: one ranged read, or for a
+        protected segment its entries object and its first entry (two reads)."""
+        if manifest.protection is None:
+            return self.read_range(manifest.log.key, 0, min(length, manifest.size_bytes))
+        entries = self.segment_entries(manifest)
+        return self.entry_bytes(manifest, entries[0])[:length] if entries else b""
+
+    def segment_entries(self, manifest: SegmentManifest) -> list[RemoteLogIndexEntry]:
+        """The segment's own entries, as uploaded with it, CRC-verified (FormatError names the key)."""
+        data = self.entries_blob(manifest)
+        try:
+            return [d.entry for d in iter_entries(data)]
+        except FormatError as err:
+            raise err.in_file(manifest.objects[ENTRIES_OBJECT].key) from err
+
+    def link_entries(self, link: Link) -> list[RemoteLogIndexEntry]:
+        """The entries of ``link``'s offsets (docs/cluster.md): the segment's own entries, the ones
+        at its clipped ends re-cut at a batch boundary (one ranged read of the data each)."""
+        entries = self.segment_entries(link.manifest)
+        if link.whole:
+            return entries
+        out: list[RemoteLogIndexEntry] = []
+        for entry in entries:
+            if entry.last_offset < link.first_offset or entry.first_offset > link.last_offset:
+                continue
+            if link.first_offset <= entry.first_offset and entry.last_offset <= link.last_offset:
+                out.append(entry)
+            else:
+                out.extend(self._clip_entry(link, entry))
+        return out
+
+    def _clip_entry(self, link: Link, entry: RemoteLogIndexEntry) -> list[RemoteLogIndexEntry]:
+        """The part of ``entry`` inside ``link``: its whole batches there, as one entry."""
+        key = link.manifest.log.key
+        pos = entry.rdi.position
+        if entry.transformed:
+            # A stored (compressed/encrypted) entry is one unit: its batches cannot be addressed
+            # as a byte range of the object (docs/protection.md, "Limits").
+            raise RlmError(
+                f"entry {entry.first_offset}-{entry.last_offset} is stored transformed and "
+                f"cannot be clipped to the served range {link.first_offset}-{link.last_offset}",
+                file=key,
+                position=pos,
+            )
+        data = self.read_range(key, pos, pos + entry.data_length)
+        kept = []
+        for batch in iter_batches(data):
+            inside = link.first_offset <= batch.base_offset and batch.last_offset <= link.last_offset
+            outside = batch.last_offset < link.first_offset or batch.base_offset > link.last_offset
+            if not (inside or outside):
+                raise RlmError(
+                    f"batch {batch.base_offset}-{batch.last_offset} straddles the served range "
+                    f"{link.first_offset}-{link.last_offset} of the segment: the replicas' "
+                    "batches differ (docs/cluster.md)",
+                    file=key,
+                    position=pos + batch.position,
+                )
+            if inside:
+                kept.append(batch)
+        if not kept:
+            return []
+        first, last = kept[0], kept[-1]
+        return [
+            RemoteLogIndexEntry(
+                first_offset=first.base_offset,
+                last_offset=last.last_offset,
+                first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
+                last_timestamp=max(b.max_timestamp for b in kept),
+                data_length=last.position + last.size - first.position,
+                rdi=RemoteDataIdentifier(entry.rdi.url, pos + first.position),
+            )
+        ]
+
+    # -- lineage markers (docs/cluster.md) -------------------------------------------------------
+
+    def lineage_marker_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
+        """``(epoch, key)`` of the lineage markers in a listing of the manifests prefix."""
+        found = []
+        for info in listing:
+            epoch = keys.parse_lineage_marker_key(self.topic, self.partition, info.key, self.key_id)
+            if epoch is not None:
+                found.append((epoch, info.key))
+        return sorted(found)
+
+    def read_lineage_marker(self, key: str) -> LineageMarker:
+        return LineageMarker.from_json(
+            self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="lineage marker"), key=key
+        )
+
+    def create_lineage_marker(self, marker: LineageMarker) -> LineageMarker:
+        """Write ``marker`` unless one for its epoch exists; return the one in the store."""
+        key = keys.lineage_marker_key(self.topic, self.partition, marker.epoch, self.key_id)
+        try:
+            self.backend.put(key, marker.to_json(), if_absent=True)
+        except ObjectExistsError:
+            return self.read_lineage_marker(key)
+        return marker
+
+    def log_start_marker(self, listing: Iterable[ObjectInfo]) -> int:
+        """The highest log start a marker in a listing of the manifests prefix names (rlm's
+        DeleteRecords, docs/formats.md §6.8); -1 when none. The key alone says it: no read."""
+        found = (
+            keys.parse_log_start_marker_key(self.topic, self.partition, info.key, self.key_id)
+            for info in listing
+        )
+        return max((o for o in found if o is not None), default=-1)
+
+    def create_log_start_marker(self, offset: int, doc: dict[str, object]) -> None:
+        """Write the marker raising the log start to ``offset`` (create only if absent: one
+        already there says the same)."""
+        key = keys.log_start_marker_key(self.topic, self.partition, offset, self.key_id)
+        body = json.dumps({"log_start_offset": offset, **doc}, sort_keys=True).encode()
+        with contextlib.suppress(ObjectExistsError):  # one already there says the same
+            self.backend.put(key, body, if_absent=True)
+
+    def other_id_roots(self, exclude: str | None) -> dict[str, list[ObjectInfo]]:
+        """The objects of every topic-id root of this partition but ``exclude``'s, by topic id
+        (one listing; the other incarnations, docs/topic-identity.md)."""
+        roots: dict[str, list[ObjectInfo]] = defaultdict(list)
+        for info in self.list_prefix(keys.id_roots_prefix(self.topic, self.partition)):
+            root = keys.parse_root(info.key)
+            if root is not None and root.topic_id is not None and root.topic_id != exclude:
+                roots[root.topic_id].append(info)
+        return roots
+
+    def attempts(self, listing: Iterable[ObjectInfo]) -> dict[keys.AttemptRef, list[ObjectInfo]]:
+        """The data objects of ``listing`` grouped by copy attempt."""
+        groups: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
+        for info in listing:
+            ref = keys.parse_data_key(self.topic, self.partition, info.key, self.key_id)
+            if ref is not None:
+                groups[ref].append(info)
+        return groups
+
+    def unreferenced(
+        self,
+        attempts: dict[keys.AttemptRef, list[ObjectInfo]],
+        manifests: Iterable[SegmentManifest],
+        now_ms: int,
+        in_flight: Iterable[str] = (),
+    ) -> list[Orphan]:
+        """The attempts no manifest names and none in ``in_flight`` (attempt ids), whatever their
+        age, ordered by base offset then attempt id."""
+        live = {(m.base_offset, m.attempt_id) for m in manifests}
+        busy = set(in_flight)
+        out = []
+        for ref, infos in sorted(attempts.items(), key=lambda kv: (kv[0].base_offset, kv[0].attempt_id)):
+            if (ref.base_offset, ref.attempt_id) in live or ref.attempt_id in busy:
+                continue
+            out.append(
+                Orphan(
+                    self.topic,
+                    self.partition,
+                    ref.base_offset,
+                    ref.attempt_id,
+                    tuple(i.key for i in infos),
+                    sum(i.size for i in infos),
+                    attempt_age_ms(ref.attempt_id, infos, now_ms),
+                )
+            )
+        return out
+
+    def orphans(
+        self,
+        now_ms: int,
+        grace_ms: int,
+        in_flight: Iterable[str] = (),
+        manifests: Callable[[], Iterable[SegmentManifest]] | None = None,
+    ) -> list[Orphan]:
+        """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`).
+        ``manifests`` lists the committed ones (default :meth:`list_manifests`; the daemon's
+        reuses what it read before, docs/remote-state.md)."""
+        attempts = self.attempts(self.list_prefix(keys.data_prefix(self.topic, self.partition, self.key_id)))
+        # Manifests are listed *after* the data: an attempt that commits in between is then seen live.
+        found = self.unreferenced(attempts, (manifests or self.list_manifests)(), now_ms, in_flight)
+        return [o for o in found if o.age_ms >= grace_ms]
+
+    def delete_attempt(self, base_offset: int, attempt_id: str) -> list[str]:
+        """Delete every object of one attempt (idempotent); return the keys deleted."""
+        prefix = keys.attempt_prefix(self.topic, self.partition, base_offset, attempt_id, self.key_id)
+        found = [o.key for o in self.list_prefix(prefix)]
+        for key in found:
+            self.delete(key)
+        return found
+
+    def delete_manifest(self, base_offset: int) -> None:
+        """Uncommit the segment at ``base_offset`` (idempotent): readers stop seeing it."""
+        self.delete(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+
+    def delete(self, key: str) -> None:
+        self.backend.delete(key)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of one object (one ranged read)."""
+        return self.backend.read(key, start, end)
+
+    # -- markers: small JSON objects in the root saying who owns it (docs/topic-identity.md) ----
+
+    def marker_key(self, name: str) -> str:
+        return keys.marker_key(self.topic, self.partition, name, self.key_id)
+
+    def has_marker(self, name: str) -> bool:
+        return self.backend.exists(self.marker_key(name))
+
+    def read_marker(self, name: str) -> dict[str, Any] | None:
+        """The marker object ``name`` of this root, None when absent; malformed → FormatError."""
+        key = self.marker_key(name)
+        try:
+            doc = json.loads(self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="marker object"))
+        except ObjectNotFoundError:
+            return None
+        except ValueError as err:
+            raise FormatError(f"{key}: malformed marker object: {err}") from None
+        except RecursionError:
+            raise FormatError(f"{key}: malformed marker object: JSON nested too deeply") from None
+        if not isinstance(doc, dict):
+            raise FormatError(f"{key}: malformed marker object: not a JSON object")
+        return doc
+
+    def create_marker(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """Create the marker unless it exists (conditional create); return the one in the store."""
+        data = json.dumps(doc, sort_keys=True).encode()
+        try:
+            self.backend.put(self.marker_key(name), data, if_absent=True)
+        except ObjectExistsError:
+            return self.read_marker(name) or doc
+        return doc
