@@ -60,7 +60,7 @@ def measure(partitions: int, rounds: int, work: Path) -> tuple[float, float]:
     """Best ms per ``offsets_for_times`` call: (cached, uncached)."""
     from rlm.config import settings_from_mapping
     from rlm.storage.local import LocalBackend
-    from rlm.tiering.read.readers import TieredReaders
+    from rlm.tiering.read import TieredReaders
 
     logs = work / f"logs-{partitions}"
     generate(logs, partitions)

@@ -55,7 +55,7 @@ from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.storage.registry import open_backend
 from rlm.testing.configs import write_config
-from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
 
 SECTION = "## Copy throughput"

@@ -159,7 +159,7 @@ def fetch_json(decoder: native.Decoder) -> Callable[[ReadTask, bytes], Any]:
 
     from rlm.formats.records import iter_batches
     from rlm.http.routes_records import fetch_json as render
-    from rlm.tiering.read.lookup import FetchResult
+    from rlm.tiering.read import FetchResult
 
     def run(task: ReadTask, data: bytes) -> str:
         native.set_decoder(decoder)

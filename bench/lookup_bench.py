@@ -109,8 +109,7 @@ class Rig:
 
     def readers(self) -> Any:
         """A fresh TieredReaders (empty 256 MiB range cache, no read-ahead) over the counted store."""
-        from rlm.tiering.read.cache import RemoteRangeCache
-        from rlm.tiering.read.readers import TieredReaders
+        from rlm.tiering.read import RemoteRangeCache, TieredReaders
 
         r = TieredReaders(self.settings, self.backend, cache=RemoteRangeCache(256 << 20))
         r.resources.read_ahead = False

@@ -44,7 +44,7 @@ def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: ar
     from rlm.logdir.scan import list_segments
     from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
-    from rlm.tiering.read.readers import TieredReaders
+    from rlm.tiering.read import TieredReaders
 
     tiering: dict[str, Any] = {"state_dir": str(root / "state"), "gc_grace_ms": 0}
     tiering["read_ahead_threads"] = args.threads

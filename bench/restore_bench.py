@@ -49,7 +49,7 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import open_backend
 from rlm.storage.wrapper import WrappingBackend
-from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
 
 BUCKET = "rlm-restore-bench"

@@ -32,9 +32,9 @@ from rlm.config import settings_from_mapping
 from rlm.storage.registry import create_backend
 from rlm.storage.spread import open_spread
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store.rewrap import manifest_keys
+from rlm.tiering.store import manifest_keys
 
 BUCKET = "rlm-spread-bench"
 

@@ -40,7 +40,7 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.secrets import write_secret
 from rlm.tiering.delete_records import DeletedRecords  # noqa: F401  (rlm.kafka.api's)
-from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.read import TieredReaders
 
 with atheris.instrument_imports(include=["rlm"]):
     from rlm.kafka.api import KafkaApi

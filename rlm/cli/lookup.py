@@ -14,8 +14,8 @@ import click
 from rlm.cli.common import config_option, settings_for_tool, tracked_backend
 from rlm.cli.errors import handle_errors
 from rlm.errors import InvalidArgumentError
+from rlm.tiering.read import TieredReaders
 from rlm.tiering.read import isolation as txn
-from rlm.tiering.read.readers import TieredReaders
 
 __all__ = ["fetch", "lookup", "offsets_for_times", "parse_duration_ms"]
 

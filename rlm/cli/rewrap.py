@@ -11,8 +11,7 @@ from rlm.cli.common import config_option, interactive, settings_for_tool, tracke
 from rlm.cli.errors import EXIT_FAILURE, handle_errors
 from rlm.cli.output import emit_json
 from rlm.errors import ConfigError
-from rlm.tiering.store.keyring import KeyRing
-from rlm.tiering.store.rewrap import rewrap_store
+from rlm.tiering.store import KeyRing, rewrap_store
 
 __all__ = ["rewrap"]
 

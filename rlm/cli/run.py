@@ -24,8 +24,8 @@ from rlm.config.exposure import check_exposure
 from rlm.daemon.lock import StateDirLock
 from rlm.daemon.logs import configure
 from rlm.errors import ConfigError
-from rlm.tiering.converge.incarnations import OldIncarnation
-from rlm.tiering.local.state import state_root_of
+from rlm.tiering.converge import OldIncarnation
+from rlm.tiering.local import state_root_of
 from rlm.tiering.manager import PassResult, RemoteLogManager
 
 if TYPE_CHECKING:

@@ -15,10 +15,9 @@ from rlm.config import Settings
 from rlm.http.app import create_app
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.tiering.delete_records import DeletedRecords, delete_records
-from rlm.tiering.local.history import TieringHistory
+from rlm.tiering.local import TieringHistory
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.read.cache import RemoteRangeCache
-from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.read import RemoteRangeCache, TieredReaders
 
 __all__ = ["DaemonApi", "build_api"]
 

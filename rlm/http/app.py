@@ -59,7 +59,7 @@ from rlm.http.routes_status import (
 )
 from rlm.http.status_page import install_status_page
 from rlm.http.stream import StreamMetrics
-from rlm.tiering.read.readers import TieredReaders
+from rlm.tiering.read import TieredReaders
 
 __all__ = ["create_app"]
 

@@ -10,7 +10,7 @@ from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from rlm.tiering.read.readers import TieredReaders, check_topic
+from rlm.tiering.read import TieredReaders, check_topic
 
 __all__ = ["OffsetsForTimesRequest", "install_lookup_routes"]
 

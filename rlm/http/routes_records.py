@@ -24,9 +24,8 @@ from rlm.http.stream import (
     stream_body,
     stream_headers,
 )
+from rlm.tiering.read import FetchResult, TieredReaders
 from rlm.tiering.read import isolation as txn
-from rlm.tiering.read.lookup import FetchResult
-from rlm.tiering.read.readers import TieredReaders
 
 __all__ = ["MAX_FETCH_BYTES", "fetch_json", "install_records_routes", "json_body", "reader_key"]
 

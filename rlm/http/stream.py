@@ -35,7 +35,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from rlm.errors import OffsetOutOfRangeError
-from rlm.tiering.read.lookup import FetchResult
+from rlm.tiering.read import FetchResult
 
 __all__ = [
     "CHUNK_BYTES",

@@ -21,7 +21,7 @@ from rlm.formats.remote_index import iter_entries
 from rlm.formats.transactions import committed_batches
 from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.plan import BackendSpec, ReadTask
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest
 
 __all__ = [
     "KAFKA_SCHEMA_DDL",

@@ -28,7 +28,7 @@ from rlm.jobs.decode import read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.read import ExportResult
 from rlm.jobs.sink import DataFile, ParquetSink, Sink
-from rlm.tiering.read.isolation import check_isolation
+from rlm.tiering.read import check_isolation
 
 __all__ = [
     "PoolKind",

@@ -35,8 +35,8 @@ from rlm.jobs.decode import arrow_schema
 from rlm.jobs.iceberg_files import FILE_PREFIX, file_io, write_day_files
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.sink import DataFile, Sink
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.read.isolation import check_isolation
+from rlm.tiering.local import crash_point
+from rlm.tiering.read import check_isolation
 
 __all__ = [
     "ATTEMPT_PROPERTY",

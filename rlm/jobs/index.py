@@ -9,13 +9,9 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec, select_partitions
-from rlm.tiering.converge.recovery import progress_after
-from rlm.tiering.converge.sync import index_links
-from rlm.tiering.local.remote_root import remote_view
-from rlm.tiering.local.state import PartitionContext, Progress
-from rlm.tiering.store.lineage import Chain, Link
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.converge import index_links, progress_after
+from rlm.tiering.local import PartitionContext, Progress, remote_view
+from rlm.tiering.store import Chain, Link, RemoteState, SegmentManifest
 
 __all__ = ["OFFSETS_SCHEMA_DDL", "OffsetRow", "offsets_for_times", "rebuild_index"]
 
@@ -95,7 +91,7 @@ OffsetRow = tuple[str, int, int, int | None, str | None]
 def _lookup_partitions(
     settings: Settings, spec: BackendSpec, target: int, rows: Iterator[tuple[str, int]]
 ) -> Iterator[OffsetRow]:
-    from rlm.tiering.read.readers import TieredReaders
+    from rlm.tiering.read import TieredReaders
 
     readers = TieredReaders(settings, spec.create())
     try:

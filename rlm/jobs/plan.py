@@ -56,18 +56,10 @@ from rlm.logdir.scan import (
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend
-from rlm.tiering.converge.identity import log_end_conflict, persisted_progress
-from rlm.tiering.local.remote_root import RemoteView, remote_view
-from rlm.tiering.local.state import Progress
-from rlm.tiering.read.isolation import Isolation
-from rlm.tiering.read.partition_txns import PartitionTxns
-from rlm.tiering.read.txn_sources import plan_sources
-from rlm.tiering.read.visibility import partition_offsets
-from rlm.tiering.store.keyring import KeyRing
-from rlm.tiering.store.lineage import Link
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.converge import log_end_conflict, persisted_progress
+from rlm.tiering.local import Progress, RemoteView, remote_view
+from rlm.tiering.read import Isolation, PartitionTxns, partition_offsets, plan_sources
+from rlm.tiering.store import KeyRing, Link, RemoteState, SegmentManifest, StoreProtection
 
 __all__ = [
     "DEFAULT_TARGET_BYTES",

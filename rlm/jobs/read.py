@@ -11,7 +11,7 @@ from rlm.config import Settings
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL, read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.sink import ParquetSink, local_path
-from rlm.tiering.read.isolation import check_isolation
+from rlm.tiering.read import check_isolation
 
 __all__ = ["ExportResult", "export", "read_tiered", "tasks_dataframe", "tiered_dataframe"]
 

@@ -62,16 +62,10 @@ from rlm.logdir.scan import (
 )
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
-from rlm.tiering.converge.identity import log_end_conflict, persisted_progress
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import remote_view
-from rlm.tiering.local.state import Progress
-from rlm.tiering.read.readers import check_topic
-from rlm.tiering.read.visibility import partition_offsets
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import Link
-from rlm.tiering.store.protect import StoreProtection
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.converge import log_end_conflict, persisted_progress
+from rlm.tiering.local import Progress, crash_point, remote_view
+from rlm.tiering.read import check_topic, partition_offsets
+from rlm.tiering.store import Link, RemoteState, StoreProtection, keys
 
 __all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
 

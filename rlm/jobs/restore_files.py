@@ -36,16 +36,16 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.store.manifest import (
+from rlm.tiering.local import crash_point
+from rlm.tiering.store import (
     ENTRIES_OBJECT,
     INDEX_OBJECT,
     PRODUCER_SNAPSHOT_OBJECT,
     TIME_INDEX_OBJECT,
     TXN_INDEX_OBJECT,
+    RemoteState,
     SegmentManifest,
 )
-from rlm.tiering.store.remote_state import RemoteState
 
 __all__ = [
     "CHUNK_BYTES",

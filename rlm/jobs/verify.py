@@ -31,10 +31,10 @@ from rlm.jobs.verify_index import check_local_index, recorded_gaps
 from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.jobs.verify_store import PartitionFacts, check_partition
 from rlm.logdir.scan import PartitionDir
-from rlm.tiering.converge.identity import persisted_progress
-from rlm.tiering.expire.policy import TopicPolicyResolver
-from rlm.tiering.local.remote_root import remote_view
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.converge import persisted_progress
+from rlm.tiering.expire import TopicPolicyResolver
+from rlm.tiering.local import remote_view
+from rlm.tiering.store import SegmentManifest
 
 __all__ = ["VerifyReport", "verify"]
 

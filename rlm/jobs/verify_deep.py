@@ -19,7 +19,7 @@ from rlm.jobs.byte_ranges import pack_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
 from rlm.storage.api import StorageBackend
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest
 
 __all__ = ["DEEP_CHUNK_BYTES", "deep_check_segment"]
 

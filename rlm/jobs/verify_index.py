@@ -23,9 +23,8 @@ from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_store import PartitionFacts
 from rlm.logdir.scan import PartitionDir, list_segments
-from rlm.tiering.local.gaps import Gap
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.local import Gap
+from rlm.tiering.store import SegmentManifest, keys
 
 __all__ = ["check_local_index", "recorded_gaps"]
 

@@ -33,10 +33,10 @@ from rlm.formats.records import iter_batches
 from rlm.jobs.problem import Problem
 from rlm.logdir.indexcheck import IndexKind, parse_checked
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
-from rlm.tiering.converge.compaction import rewrite_findings
-from rlm.tiering.copy.prepare import scan
-from rlm.tiering.expire.policy import TopicPolicy
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.converge import rewrite_findings
+from rlm.tiering.copy import scan
+from rlm.tiering.expire import TopicPolicy
+from rlm.tiering.store import SegmentManifest
 
 __all__ = ["check_compaction", "check_local_segments"]
 

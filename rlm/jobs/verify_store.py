@@ -21,10 +21,7 @@ from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import Chain, resolve_chain
-from rlm.tiering.store.manifest import ENTRIES_OBJECT, SegmentManifest
-from rlm.tiering.store.remote_state import Orphan, RemoteState
+from rlm.tiering.store import ENTRIES_OBJECT, Chain, Orphan, RemoteState, SegmentManifest, keys, resolve_chain
 
 __all__ = ["PartitionFacts", "check_partition"]
 

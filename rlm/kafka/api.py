@@ -35,7 +35,7 @@ from rlm.kafka.reads import (
 )
 from rlm.logdir.scan import PartitionDir
 from rlm.tiering.delete_records import DeletedRecords
-from rlm.tiering.read.readers import TieredReaders, check_topic
+from rlm.tiering.read import TieredReaders, check_topic
 
 #: ``(topic, partition, before) -> answer``: the daemon's rlm.tiering.delete_records.delete_records.
 Deleter = Callable[[str, int, int], DeletedRecords]

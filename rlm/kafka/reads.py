@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import OffsetOutOfRangeError, RlmError
 from rlm.kafka.protocol import Codes, kafka_code
-from rlm.tiering.read import isolation as txn
-from rlm.tiering.read.lookup import (
+from rlm.tiering.read import (
     EARLIEST,
     EARLIEST_LOCAL,
     LATEST,
     LATEST_TIERED,
     MAX_TIMESTAMP,
+    PartitionOffsets,
     PartitionReader,
+    TieredReaders,
+    batches_below,
 )
-from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.read.visibility import PartitionOffsets, batches_below
+from rlm.tiering.read import isolation as txn
 
 __all__ = [
     "FetchedPartition",

@@ -34,14 +34,11 @@ from rlm.errors import (
     RlmError,
 )
 from rlm.logdir.scan import PartitionDir, discover_partitions
-from rlm.tiering.expire.retention import apply_retention
+from rlm.tiering.expire import apply_retention
 from rlm.tiering.idle import forget_mark
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.manager import PASS_LOCK_WAIT_S, RemoteLogManager
-from rlm.tiering.read.readers import check_partition, check_topic
-from rlm.tiering.read.visibility import PartitionOffsets, partition_offsets
+from rlm.tiering.read import PartitionOffsets, check_partition, check_topic, partition_offsets
 from rlm.tiering.resume import load_state
 
 __all__ = ["TO_HIGH_WATERMARK", "DeletedRecords", "delete_records", "raise_log_start"]

@@ -34,8 +34,8 @@ from rlm.errors import RlmError
 from rlm.fsutil import Signature, atomic_write, settled, stat_signature
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, PartitionState
-from rlm.tiering.expire.policy import TopicPolicy
-from rlm.tiering.local.state import PartitionContext, Progress
+from rlm.tiering.expire import TopicPolicy
+from rlm.tiering.local import PartitionContext, Progress
 
 __all__ = [
     "IDLE_FILE",

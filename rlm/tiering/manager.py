@@ -34,42 +34,57 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.health import HealthTrackingBackend, StoreHealth
 from rlm.storage.metering import MeteringBackend
 from rlm.storage.retry import under_retries
-from rlm.tiering.converge import identity
-from rlm.tiering.converge.compaction import RewrittenRange, find_rewrites
-from rlm.tiering.converge.incarnations import OldIncarnation, collect_old_incarnations
-from rlm.tiering.converge.recovery import observe, rebuild_local_index
-from rlm.tiering.copy.copy_pass import PendingSegment, copy_pending, pending_segments, publish_lag
-from rlm.tiering.copy.quarantine import reexamine_quarantine
-from rlm.tiering.copy.sight import hold, hold_unloaded
-from rlm.tiering.copy.watchdog import CopyWatchdog
-from rlm.tiering.expire.deadline_watch import forget_deadline, note_deadline
-from rlm.tiering.expire.deadlines import by_deadline
-from rlm.tiering.expire.deleted_topics import DeletedTopics
-from rlm.tiering.expire.gc import collect_garbage
-from rlm.tiering.expire.policy import TopicPolicy, TopicPolicyResolver, retention_limits
-from rlm.tiering.expire.retention import retention_pass
+from rlm.tiering.converge import (
+    OldIncarnation,
+    RewrittenRange,
+    collect_old_incarnations,
+    find_rewrites,
+    identity,
+    observe,
+    rebuild_local_index,
+)
+from rlm.tiering.copy import (
+    CopyWatchdog,
+    PendingSegment,
+    copy_pending,
+    hold,
+    hold_unloaded,
+    pending_segments,
+    publish_lag,
+    reexamine_quarantine,
+)
+from rlm.tiering.expire import (
+    DeletedTopics,
+    TopicPolicy,
+    TopicPolicyResolver,
+    by_deadline,
+    collect_garbage,
+    forget_deadline,
+    note_deadline,
+    retention_limits,
+    retention_pass,
+)
 from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
-from rlm.tiering.local.gap_watch import note_gaps
-from rlm.tiering.local.index_family import RemoteIndexFamily
-from rlm.tiering.local.journal import Journal
-from rlm.tiering.local.metrics import TieringMetrics
-from rlm.tiering.local.pin_ledger import PinLedger
-from rlm.tiering.local.state import (
+from rlm.tiering.local import (
+    Journal,
     PartitionContext,
+    PinLedger,
     Progress,
+    RemoteIndexFamily,
     SharedResources,
+    TieringMetrics,
+    TokenBucket,
+    note_gaps,
     state_dir,
     state_root_of,
 )
-from rlm.tiering.local.throttle import TokenBucket
 from rlm.tiering.pass_result import PassResult
 from rlm.tiering.policy_report import PolicyMetrics
-from rlm.tiering.read.visibility import note_delete_records
+from rlm.tiering.read import note_delete_records
 from rlm.tiering.resume import load_state
 from rlm.tiering.roles import Roles
 from rlm.tiering.status_rows import excluded_status, tiered_row
-from rlm.tiering.store import protect
-from rlm.tiering.store.remote_state import Orphan
+from rlm.tiering.store import Orphan, protect
 
 __all__ = ["PASS_LOCK_WAIT_S", "PassResult", "RemoteLogManager"]
 

@@ -10,9 +10,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from rlm.logdir.scan import EligibilityPolicy, LogDirCheckpoints, PartitionDir, list_segments
-from rlm.tiering.expire.policy import Setting, TopicPolicy
-from rlm.tiering.local.state import Progress
-from rlm.tiering.read.visibility import partition_offsets
+from rlm.tiering.expire import Setting, TopicPolicy
+from rlm.tiering.local import Progress
+from rlm.tiering.read import partition_offsets
 
 __all__ = ["EXCLUDED_REASONS", "PolicyMetrics", "excluded_row"]
 

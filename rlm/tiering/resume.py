@@ -31,22 +31,19 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.tiering.converge.identity import read_dir_token, resolve_root
-from rlm.tiering.converge.incarnations import (
+from rlm.tiering.converge import (
     OldIncarnation,
     find_old_incarnations,
+    read_dir_token,
     recall_identity,
+    recover,
     remember_identity,
+    resolve_root,
 )
-from rlm.tiering.converge.recovery import recover
 from rlm.tiering.idle import forget_mark, load_mark
-from rlm.tiering.local import snapshot
-from rlm.tiering.local.snapshot import SnapshotHeader
-from rlm.tiering.local.state import PartitionContext, PendingManifests, Progress
+from rlm.tiering.local import PartitionContext, PendingManifests, Progress, SnapshotHeader, snapshot
 from rlm.tiering.roles import Roles
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import StoreView, resolve_chain
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest, StoreView, keys, resolve_chain
 
 __all__ = ["clear_staging", "load_state", "part_has_id_root", "resume"]
 

@@ -24,9 +24,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlm.cluster.leadership import Leadership, LeadershipSource
-from rlm.tiering.converge.recovery import progress_after
-from rlm.tiering.converge.sync import SyncResult, note_divergence, note_log_start, sync
-from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.converge import SyncResult, note_divergence, note_log_start, progress_after, sync_partition
+from rlm.tiering.local import PartitionContext
 
 __all__ = ["Roles"]
 
@@ -122,7 +121,7 @@ class Roles:
 
     def sync(self, ctx: PartitionContext, *, leader: bool) -> SyncResult:
         """The per-pass sync with the store (recovery already did it on a pass that recovered)."""
-        result = sync(ctx, leader=leader)
+        result = sync_partition(ctx, leader=leader)
         self.note(ctx, result)
         highest, start = progress_after(result.chain, ctx.progress)
         changed = note_divergence(ctx, result.local_diverged_from) | note_log_start(ctx)

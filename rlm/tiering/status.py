@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.read.visibility import PartitionOffsets
+from rlm.tiering.local import PartitionContext
+from rlm.tiering.read import PartitionOffsets
 from rlm.tiering.store import keys
 
 __all__ = ["eligible_end", "lag_age_ms", "partition_row", "pin_fields"]

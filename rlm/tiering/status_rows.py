@@ -3,24 +3,46 @@ partition's from its context, an excluded one's from local files and the persist
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from rlm.config import Settings
 from rlm.errors import RlmError
-from rlm.logdir.scan import PartitionDir, list_segments
-from rlm.tiering.expire.deadline_watch import deadline_fields, estimate
-from rlm.tiering.expire.policy import TopicPolicy
-from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
+from rlm.logdir.checkpoint_cache import CheckpointCache
+from rlm.logdir.scan import PartitionDir, PartitionState, SegmentFiles, list_segments
+from rlm.tiering.converge import RewrittenRange
+from rlm.tiering.copy import PendingSegment
+from rlm.tiering.expire import TopicPolicy, TopicPolicyResolver, deadline_fields, estimate
+from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.policy_report import excluded_row
-from rlm.tiering.read.visibility import partition_offsets
+from rlm.tiering.read import partition_offsets
+from rlm.tiering.roles import Roles
 from rlm.tiering.status import partition_row
 
-if TYPE_CHECKING:
-    from rlm.tiering.manager import RemoteLogManager
-
-__all__ = ["excluded_status", "tiered_row"]
+__all__ = ["StatusSource", "excluded_status", "tiered_row"]
 
 
-def excluded_status(m: RemoteLogManager, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
+class StatusSource(Protocol):
+    """What the rows read from the manager (:class:`~rlm.tiering.manager.RemoteLogManager` is
+    one): typed here so the rows need not import the manager that builds them."""
+
+    settings: Settings
+    shared: SharedResources
+    checkpoints: CheckpointCache
+    policies: TopicPolicyResolver
+    roles: Roles
+
+    def policy_for(self, part: PartitionDir) -> TopicPolicy: ...
+
+    def pending(
+        self, ctx: PartitionContext, segments: list[SegmentFiles], progress: Progress | None = None
+    ) -> list[PendingSegment]: ...
+
+    def state_of(self, ctx: PartitionContext) -> PartitionState: ...
+
+    def compaction(self, ctx: PartitionContext, segments: list[SegmentFiles]) -> list[RewrittenRange]: ...
+
+
+def excluded_status(m: StatusSource, part: PartitionDir, pol: TopicPolicy) -> dict[str, Any]:
     """A partition the topic policy leaves alone (docs/topic-policy.md §4)."""
     progress = Progress.load(state_dir(m.settings.tiering, part) / PROGRESS_FILE)
     return excluded_row(
@@ -33,7 +55,7 @@ def excluded_status(m: RemoteLogManager, part: PartitionDir, pol: TopicPolicy) -
     )
 
 
-def tiered_row(m: RemoteLogManager, ctx: PartitionContext, progress: Progress) -> dict[str, Any]:
+def tiered_row(m: StatusSource, ctx: PartitionContext, progress: Progress) -> dict[str, Any]:
     """A tiered partition's row from ``progress`` (live or persisted). For the leader it also
     re-estimates the broker's deadline, which orders the next passes (docs/topic-policy.md §8)."""
     segments = list_segments(ctx.part)

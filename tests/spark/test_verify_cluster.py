@@ -17,7 +17,7 @@ from rlm.formats.records import iter_batches
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
-from rlm.tiering.converge.sync import sync
+from rlm.tiering.converge.sync import sync_partition
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
@@ -53,7 +53,7 @@ def test_verify_follows_the_chain(spark: Any, tmp_path: Path) -> None:
     assert report.ok and [(p.check, p.severity, p.base_offset) for p in report.problems] == [
         ("overlap", "warning", first.base_offset + 1)
     ], report.summary_lines()
-    assert sync(ctx, leader=True).uncommitted == (first.base_offset + 1,)
+    assert sync_partition(ctx, leader=True).uncommitted == (first.base_offset + 1,)
     assert not leader.store.exists(extra)
 
     # An unclean election's marker cuts a segment in the middle: the follower's index is clipped
@@ -69,7 +69,7 @@ def test_verify_follows_the_chain(spark: Any, tmp_path: Path) -> None:
     cut = offsets[len(offsets) // 2]
     lineage = (*((e, s) for e, s in seg.leader_epochs if s < cut), (9, cut))
     of_context(ctx_b).create_lineage_marker(LineageMarker(9, lineage, cut, 1, 0))
-    sync(ctx_b, leader=False)
+    sync_partition(ctx_b, leader=False)
     report = verify(spark, load_settings(cfg_b), deep=True)
     diverged = [p for p in report.problems if p.check == "diverged"]
     assert report.ok and diverged and all(p.severity == "warning" for p in diverged), report.summary_lines()

@@ -21,7 +21,7 @@ from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import open_spread
 from rlm.testing.configs import write_config
-from rlm.tiering.converge.sync import sync
+from rlm.tiering.converge.sync import sync_partition
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
@@ -118,7 +118,7 @@ def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path
     head = hashlib.sha256(f"{TOPIC}-0".encode()).hexdigest()[:spread] + "/" if spread else ""
     assert (store / f"{head}{marker}").is_file()  # stored under the partition's hash prefix
 
-    result = sync(ctx_b, leader=False)
+    result = sync_partition(ctx_b, leader=False)
     assert result.chain.highest == cut - 1 and result.rebuilt_from == seg.base_offset  # that link re-indexed
     assert ctx_b.family.last_offset == cut - 1
     served = _served(b)
@@ -130,7 +130,7 @@ def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path
 
     # The leader (A) uncommits the wholly diverged segments; the cut one stays, served up to T-1.
     ctx_a = next(a.contexts())
-    result = sync(ctx_a, leader=True)
+    result = sync_partition(ctx_a, leader=True)
     later = [lk.manifest.base_offset for lk in links if lk.manifest.base_offset > seg.base_offset]
     assert sorted(result.uncommitted) == later
     remote_a = of_context(ctx_a)
@@ -202,7 +202,7 @@ def test_restart_keeps_the_local_index_of_a_partition_with_a_topic_id(tmp_path: 
     ctx = next(again.contexts())
     assert ctx.key_id == topic_id and "%3D" in ctx.family.sets[0].entries()[0].entry.rdi.url
     ctx.store.held = None  # what a restart knows of its local index: nothing but the files
-    result = sync(ctx, leader=False)
+    result = sync_partition(ctx, leader=False)
     assert (result.rebuilt_from, result.appended_links) == (None, 0)
     assert local_index_files([a_dir]) == before
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest
 
 __all__ = ["RewrittenRange", "find_rewrites", "rewrite_findings"]
 

@@ -40,10 +40,8 @@ from rlm.errors import (
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
-from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, state_dir
+from rlm.tiering.store import RemoteState, SegmentManifest, keys
 
 __all__ = [
     "DIR_MARKER",

@@ -30,12 +30,8 @@ from typing import Any
 from rlm.config import TieringSettings
 from rlm.fsutil import atomic_write
 from rlm.storage.api import ObjectInfo
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext, state_dir_name
-from rlm.tiering.local.statefiles import loads_or_none
-from rlm.tiering.store import keys
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.local import PartitionContext, crash_point, loads_or_none, of_context, state_dir_name
+from rlm.tiering.store import RemoteState, keys
 
 #: What the last identity lookup of a partition found (docs/remote-state.md "What a restart
 #: reads"): in its state dir, a cache written without fsync; anything unreadable is looked up again.

@@ -40,11 +40,8 @@ from rlm.tiering.converge.sync import (
     resolve,
     settle,
 )
-from rlm.tiering.local import snapshot
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext, Progress, Quarantine
-from rlm.tiering.store.lineage import Chain
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.local import PartitionContext, Progress, Quarantine, of_context, snapshot
+from rlm.tiering.store import Chain, SegmentManifest
 
 __all__ = ["observe", "progress_after", "rebuild_local_index", "recover"]
 

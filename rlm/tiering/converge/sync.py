@@ -35,23 +35,21 @@ from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import (
+from rlm.tiering.local import PartitionContext, crash_point, of_context
+from rlm.tiering.store import (
     Chain,
     Lineage,
     LineageMarker,
     Link,
+    RemoteState,
+    SegmentManifest,
     Stamp,
     StoreView,
+    keys,
     lineage_of,
     replica_diverged,
     resolve_chain,
 )
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.remote_state import RemoteState
 
 __all__ = [
     "SyncResult",
@@ -67,7 +65,7 @@ __all__ = [
     "refresh",
     "resolve",
     "settle",
-    "sync",
+    "sync_partition",
 ]
 
 log = logging.getLogger(__name__)
@@ -382,6 +380,6 @@ def settle(ctx: PartitionContext, *, leader: bool, read: int = 0, staged: bool =
     return SyncResult(resolved, read, rewound, appended, marker, uncommitted, diverged)
 
 
-def sync(ctx: PartitionContext, *, leader: bool) -> SyncResult:
+def sync_partition(ctx: PartitionContext, *, leader: bool) -> SyncResult:
     """One listing of the store, then :func:`settle` (a pass in cluster mode; docs/cluster.md)."""
     return settle(ctx, leader=leader, read=refresh(ctx))

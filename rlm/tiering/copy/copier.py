@@ -34,11 +34,8 @@ from rlm.logdir.scan import SegmentFiles
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import SegmentManifest, StoredObject
+from rlm.tiering.local import PartitionContext, crash_point, of_context
+from rlm.tiering.store import SegmentManifest, StoredObject, keys
 
 __all__ = ["CopyResult", "copy_segment"]
 

@@ -18,13 +18,13 @@ from typing import NamedTuple, Protocol
 
 from rlm.errors import PinRoomExhausted, RlmError, SegmentQuarantined, SegmentVanished
 from rlm.logdir.scan import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
-from rlm.tiering.converge.sync import note_committed
+from rlm.tiering.converge import note_committed
 from rlm.tiering.copy.copier import copy_segment
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.quarantine import quarantine
 from rlm.tiering.copy.sight import drop, pinned_only, release_tiered
 from rlm.tiering.copy.watchdog import CopyWatchdog
-from rlm.tiering.local.state import PartitionContext, Progress
+from rlm.tiering.local import PartitionContext, Progress
 
 log = logging.getLogger(__name__)
 

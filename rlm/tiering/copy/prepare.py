@@ -41,9 +41,7 @@ from rlm.logdir.indexcheck import (
 )
 from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.tiering.copy.txn_capture import TxnCapture, capture_txn_index
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.pin_ledger import PinClaim
-from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.local import PartitionContext, PinClaim, crash_point
 from rlm.tiering.store import keys
 
 log = logging.getLogger(__name__)

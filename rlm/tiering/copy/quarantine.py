@@ -14,7 +14,7 @@ import logging
 from rlm.errors import SegmentQuarantined
 from rlm.logdir.indexcheck import file_version
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.local.state import PartitionContext, Quarantine
+from rlm.tiering.local import PartitionContext, Quarantine
 
 __all__ = ["quarantine", "reexamine_quarantine"]
 

@@ -32,9 +32,8 @@ from rlm.formats.remote_index import (
     RemoteLogIndexEntry,
 )
 from rlm.tiering.copy.upload import upload_bytes, upload_file
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import (
+from rlm.tiering.local import PartitionContext
+from rlm.tiering.store import (
     ENTRIES_OBJECT,
     INDEX_OBJECT,
     LEADER_EPOCHS_OBJECT,
@@ -44,8 +43,9 @@ from rlm.tiering.store.manifest import (
     TXN_INDEX_OBJECT,
     Protection,
     StoredObject,
+    StoreProtection,
+    keys,
 )
-from rlm.tiering.store.protect import StoreProtection
 
 __all__ = ["Uploaded", "upload_attempt"]
 

@@ -26,8 +26,7 @@ from rlm.errors import RlmError, SegmentVanished
 from rlm.fsutil import atomic_write
 from rlm.logdir.scan import SegmentFiles, list_segments
 from rlm.tiering.copy import prepare
-from rlm.tiering.local.pin_files import PIN_FILE, SightPin, linked_files
-from rlm.tiering.local.state import PartitionContext, Progress
+from rlm.tiering.local import PIN_FILE, PartitionContext, Progress, SightPin, linked_files
 from rlm.tiering.store import keys
 
 __all__ = ["drop", "hold", "hold_unloaded", "pinned_only", "release_tiered"]

@@ -35,9 +35,7 @@ from rlm.formats.transactions import (
 )
 from rlm.formats.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
 from rlm.logdir.scan import SegmentFiles, list_segments
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.producer_state import open_at_end
+from rlm.tiering.store import SegmentManifest, keys, open_at_end
 
 __all__ = ["TxnCapture", "capture_txn_index", "state_before_copy", "summarize_file"]
 

@@ -10,10 +10,8 @@ from typing import BinaryIO, cast
 
 import crc32c
 
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.local.throttle import ThrottledReader
-from rlm.tiering.store.manifest import StoredObject
+from rlm.tiering.local import PartitionContext, ThrottledReader, crash_point
+from rlm.tiering.store import StoredObject
 
 __all__ = ["upload_bytes", "upload_file"]
 

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.local import TieringMetrics
 
 if TYPE_CHECKING:
-    from rlm.tiering.local.state import PartitionContext
+    from rlm.tiering.local import PartitionContext
 
 __all__ = ["CopyWatchdog"]
 

@@ -20,7 +20,7 @@ from rlm.logdir.scan import PartitionState, SegmentFiles
 from rlm.logdir.timestamps import largest_timestamp
 from rlm.tiering.expire.deadlines import Deadline, LocalRetention, LocalSegment, broker_deadlines, margin_ms
 from rlm.tiering.expire.policy import TopicPolicy
-from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.local import PartitionContext
 
 __all__ = ["deadline_fields", "estimate", "forget_deadline", "note_deadline"]
 

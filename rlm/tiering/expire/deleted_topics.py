@@ -35,18 +35,9 @@ from rlm.errors import RlmError
 from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import discover_partitions, read_topic_id
 from rlm.storage.api import StorageBackend
-from rlm.tiering.converge.incarnations import (
-    DELETED_REASON,
-    OldIncarnation,
-    delete_root,
-    grace_ms,
-    retired_marker,
-)
-from rlm.tiering.local.metrics import TieringMetrics
-from rlm.tiering.local.state import state_root_of
-from rlm.tiering.store import keys
-from rlm.tiering.store.protect import StoreProtection
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.converge import DELETED_REASON, OldIncarnation, delete_root, grace_ms, retired_marker
+from rlm.tiering.local import TieringMetrics, state_root_of
+from rlm.tiering.store import RemoteState, StoreProtection, keys
 
 __all__ = ["Candidate", "DeletedTopics", "collect_deleted_topics", "find_candidates", "find_deleted_topics"]
 

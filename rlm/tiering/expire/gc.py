@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rlm.tiering.converge.sync import refresh
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.remote_state import Orphan
+from rlm.tiering.converge import refresh
+from rlm.tiering.local import PartitionContext, of_context
+from rlm.tiering.store import Orphan, SegmentManifest
 
 __all__ = ["collect_garbage", "find_orphans"]
 

@@ -48,7 +48,7 @@ from rlm.tiering.expire.retention_sources import (
     looser,
     remote_retention,
 )
-from rlm.tiering.local.state import PartitionContext
+from rlm.tiering.local import PartitionContext
 
 __all__ = [
     "Setting",

@@ -18,11 +18,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlm.tiering.converge.sync import note_deleted
-from rlm.tiering.local.crash import crash_point
-from rlm.tiering.local.remote_root import of_context
-from rlm.tiering.local.state import PartitionContext
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.converge import note_deleted
+from rlm.tiering.local import PartitionContext, crash_point, of_context
+from rlm.tiering.store import SegmentManifest
 
 __all__ = [
     "RetentionPlan",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm.tiering.local.statefiles import int_field, str_field
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest
 
 __all__ = ["DELETED_BEFORE_TIERED", "MISSING_IN_STORE", "Gap", "find_gaps", "gap_at", "merge_gaps"]
 

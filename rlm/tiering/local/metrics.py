@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from rlm.logdir.indexcheck import rebuild_counts
 from rlm.storage.metering import RequestMeter
-from rlm.tiering.store.keys import parse_root
+from rlm.tiering.store import parse_root
 
 __all__ = ["TieringMetrics"]
 

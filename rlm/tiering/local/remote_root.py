@@ -10,9 +10,7 @@ from rlm.config import TieringSettings
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
-from rlm.tiering.store import keys
-from rlm.tiering.store.protect import StoreProtection
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.store import RemoteState, StoreProtection, keys
 
 __all__ = ["RemoteView", "of_context", "remote_view", "view_of"]
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from rlm.errors import FormatError
 from rlm.fsutil import atomic_write
-from rlm.tiering.store.lineage import Stamp
-from rlm.tiering.store.manifest import SegmentManifest
+from rlm.tiering.store import SegmentManifest, Stamp
 
 __all__ = [
     "SNAPSHOT_FILE",

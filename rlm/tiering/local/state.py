@@ -35,10 +35,7 @@ from rlm.tiering.local.pin_files import PINS_DIR
 from rlm.tiering.local.pin_ledger import PinLedger
 from rlm.tiering.local.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.local.throttle import TokenBucket
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import StoreView
-from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store import SegmentManifest, StoreProtection, StoreView, keys
 
 __all__ = [
     "PROGRESS_FILE",

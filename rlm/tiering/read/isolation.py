@@ -31,10 +31,14 @@ from rlm.tiering.read.lookup import FetchResult, PartitionReader
 from rlm.tiering.read.partition_txns import PartitionTxns
 from rlm.tiering.read.txn_sources import FACTS, TxnSource, local_sources
 from rlm.tiering.read.visibility import PartitionOffsets, batches_below
-from rlm.tiering.store import keys
-from rlm.tiering.store.manifest import TXN_INDEX_OBJECT, SegmentManifest
-from rlm.tiering.store.producer_state import open_at_end, snapshot_key
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store import (
+    TXN_INDEX_OBJECT,
+    SegmentManifest,
+    StoreProtection,
+    keys,
+    open_at_end,
+    snapshot_key,
+)
 
 __all__ = [
     "ISOLATION_LEVELS",

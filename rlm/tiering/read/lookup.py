@@ -31,8 +31,7 @@ from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
-from rlm.tiering.local.gaps import Gap, gap_at
-from rlm.tiering.local.state import Progress
+from rlm.tiering.local import Gap, Progress, gap_at
 from rlm.tiering.read.cache import RangeBytes
 from rlm.tiering.read.located import LocalLocation, Located, Location, Tier
 from rlm.tiering.read.lookup_local import local_fetch, local_offset, local_timestamp

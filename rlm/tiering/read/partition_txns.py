@@ -34,8 +34,7 @@ from rlm.formats.transactions import (
 from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.txn_sources import FACTS, TxnSource
-from rlm.tiering.store.producer_state import open_at_local, open_at_remote
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store import StoreProtection, open_at_local, open_at_remote
 
 __all__ = ["PartitionTxns", "TxnLookup"]
 

@@ -25,7 +25,7 @@ from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.read.served_sets import StoreSets
-from rlm.tiering.store.protect import EntryOpener, StoreProtection
+from rlm.tiering.store import EntryOpener, StoreProtection
 
 #: The largest ranged GET read-ahead makes of adjacent entries of one object (bytes).
 COALESCE_BYTES = 8 << 20

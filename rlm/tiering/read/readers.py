@@ -22,13 +22,13 @@ from rlm.fsutil import FileMemo
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
-from rlm.tiering.converge.identity import persisted_progress
-from rlm.tiering.expire.policy import TopicPolicyResolver
-from rlm.tiering.local.state import Progress
+from rlm.tiering.converge import persisted_progress
+from rlm.tiering.expire import TopicPolicyResolver
+from rlm.tiering.local import Progress
 from rlm.tiering.read.cache import RemoteRangeCache
 from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.readahead import ReadAheadLimits, ReaderResources
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store import StoreProtection
 
 __all__ = ["OffsetForTime", "ProgressSource", "TieredReaders", "check_partition", "check_topic"]
 

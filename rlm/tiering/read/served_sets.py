@@ -25,13 +25,9 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.logdir.index_sets import SetView, views_of_entries
 from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
-from rlm.tiering.converge.sync import lineage_in
-from rlm.tiering.local.remote_root import view_of
-from rlm.tiering.local.state import Progress
-from rlm.tiering.store import keys
-from rlm.tiering.store.lineage import Chain
-from rlm.tiering.store.protect import StoreProtection
-from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.converge import lineage_in
+from rlm.tiering.local import Progress, view_of
+from rlm.tiering.store import Chain, RemoteState, StoreProtection, keys
 
 __all__ = ["Claim", "StoreSets", "claim_of"]
 

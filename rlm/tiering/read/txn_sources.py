@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.store.lineage import Link
-from rlm.tiering.store.manifest import TXN_INDEX_OBJECT, SegmentManifest
-from rlm.tiering.store.producer_state import open_at_end, snapshot_key
+from rlm.tiering.store import TXN_INDEX_OBJECT, Link, SegmentManifest, open_at_end, snapshot_key
 
 __all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources"]
 

@@ -44,7 +44,7 @@ from rlm.logdir.scan import (
     partition_state,
 )
 from rlm.logdir.segment import LogSegment, log_end_offset
-from rlm.tiering.local.state import PartitionContext, Progress
+from rlm.tiering.local import PartitionContext, Progress
 
 log = logging.getLogger(__name__)
 
