@@ -18,7 +18,7 @@ from typing import Any
 
 from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
-from rlm.errors import FormatError, ProtectionError, RlmError, UploadAbandoned
+from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import (
@@ -37,7 +37,6 @@ from rlm.storage.retry import under_retries
 from rlm.tiering.converge import (
     OldIncarnation,
     RewrittenRange,
-    collect_old_incarnations,
     find_rewrites,
     identity,
     observe,
@@ -58,7 +57,7 @@ from rlm.tiering.expire import (
     TopicPolicy,
     TopicPolicyResolver,
     by_deadline,
-    collect_garbage,
+    collect_partition,
     forget_deadline,
     note_deadline,
     retention_limits,
@@ -159,12 +158,8 @@ class RemoteLogManager:
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
-        self.deleted = self._deleted_topics(settings)
-
-    def _deleted_topics(self, settings: Settings) -> DeletedTopics:
-        """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
-        sh = self.shared
-        return DeletedTopics(
+        sh = self.shared  # deleted topics' remote data, kept for their grace (docs/topic-identity.md)
+        self.deleted = DeletedTopics(
             settings, self.store, self._refreshed_image, sh.clock_ms, sh.protection, sh.metrics
         )
 
@@ -423,19 +418,12 @@ class RemoteLogManager:
         for ctx in contexts:
             if on_partition is not None:
                 on_partition(ctx.part.name)
-            lock = self._locks[(ctx.topic, ctx.partition)]
             # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
             # recovery aborts (deletes) every open attempt regardless of the grace period.
-            with lock:
-                if ctx.part.identity_error is not None or self.roles.of(ctx).role != "leader":
-                    continue  # only the leader collects garbage (docs/cluster.md)
-                try:  # a partition with a manifest it cannot parse or trust deletes nothing
-                    if not ctx.recovered:  # recovery decided the root of a recovered partition
-                        identity.resolve_root(ctx, decide=False)
-                    orphans.extend(collect_garbage(ctx, dry_run=dry_run))
-                    (old if old is not None else []).extend(collect_old_incarnations(ctx, dry_run=dry_run))
-                except (FormatError, ProtectionError) as err:  # a store outage still raises
-                    log.warning("gc: %s: skipped, nothing deleted: %s", ctx.part.name, err)
+            with self.pass_lock(ctx):
+                if ctx.part.identity_error is None and self.roles.of(ctx).role == "leader":
+                    # only the leader collects garbage (docs/cluster.md)
+                    orphans += collect_partition(ctx, dry_run=dry_run, old=old if old is not None else [])
         (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
         return orphans
 
@@ -445,7 +433,7 @@ class RemoteLogManager:
         for ctx in self.contexts():
             if on_partition is not None:
                 on_partition(ctx.part.name)
-            with self._locks[(ctx.topic, ctx.partition)]:
+            with self.pass_lock(ctx):
                 rebuilt[ctx.part.name] = rebuild_local_index(ctx, leader=self.roles.of(ctx).role == "leader")
         return rebuilt
 
@@ -488,7 +476,7 @@ class RemoteLogManager:
         return rows
 
     def _try_observe(self, ctx: PartitionContext) -> None:
-        lock = self._locks[(ctx.topic, ctx.partition)]
+        lock = self.pass_lock(ctx)
         if not lock.acquire(blocking=False):
             return
         try:

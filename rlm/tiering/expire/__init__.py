@@ -13,7 +13,7 @@ from __future__ import annotations
 from rlm.tiering.expire.deadline_watch import deadline_fields, estimate, forget_deadline, note_deadline
 from rlm.tiering.expire.deadlines import by_deadline
 from rlm.tiering.expire.deleted_topics import DeletedTopics
-from rlm.tiering.expire.gc import collect_garbage
+from rlm.tiering.expire.gc import collect_garbage, collect_partition
 from rlm.tiering.expire.policy import Setting, TopicPolicy, TopicPolicyResolver, retention_limits
 from rlm.tiering.expire.retention import apply_retention, retention_pass
 
@@ -25,6 +25,7 @@ __all__ = [
     "apply_retention",
     "by_deadline",
     "collect_garbage",
+    "collect_partition",
     "deadline_fields",
     "estimate",
     "forget_deadline",

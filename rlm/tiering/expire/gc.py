@@ -9,13 +9,17 @@ sidecar's crash, a retention delete interrupted before it was journaled).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from rlm.tiering.converge import refresh
+from rlm.errors import FormatError, ProtectionError
+from rlm.tiering.converge import OldIncarnation, collect_old_incarnations, identity, refresh
 from rlm.tiering.local import PartitionContext, of_context
 from rlm.tiering.store import Orphan, SegmentManifest
 
-__all__ = ["collect_garbage", "find_orphans"]
+__all__ = ["collect_garbage", "collect_partition", "find_orphans"]
+
+log = logging.getLogger(__name__)
 
 
 def find_orphans(ctx: PartitionContext) -> list[Orphan]:
@@ -48,4 +52,19 @@ def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orp
         for key in orphan.keys:
             remote.delete(key)
         ctx.series(ctx.shared.metrics.orphans_deleted).inc(len(orphan.keys))
+    return orphans
+
+
+def collect_partition(ctx: PartitionContext, *, dry_run: bool, old: list[OldIncarnation]) -> list[Orphan]:
+    """GC of one partition this node leads, its pass lock held: its orphans (deleted unless
+    ``dry_run``, returned) and its old incarnations past their grace (into ``old``). A partition
+    with a manifest it cannot parse or trust deletes nothing (logged); a store outage raises."""
+    try:
+        if not ctx.recovered:  # recovery decided the root of a recovered partition
+            identity.resolve_root(ctx, decide=False)
+        orphans = collect_garbage(ctx, dry_run=dry_run)
+        old.extend(collect_old_incarnations(ctx, dry_run=dry_run))
+    except (FormatError, ProtectionError) as err:
+        log.warning("gc: %s: skipped, nothing deleted: %s", ctx.part.name, err)
+        return []
     return orphans
