@@ -20,7 +20,6 @@ from rlm.cluster.leadership import leadership_source
 from rlm.config import Settings
 from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.kraft import MetadataImage
 from rlm.logdir.scan import (
     PartitionDir,
     PartitionState,
@@ -158,9 +157,13 @@ class RemoteLogManager:
         self.shared.cluster = self.roles.cluster
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
-        sh = self.shared  # deleted topics' remote data, kept for their grace (docs/topic-identity.md)
-        self.deleted = DeletedTopics(
-            settings, self.store, self._refreshed_image, sh.clock_ms, sh.protection, sh.metrics
+        self.deleted = self._deleted_topics(settings)
+
+    def _deleted_topics(self, settings: Settings) -> DeletedTopics:
+        """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
+        sh = self.shared
+        return DeletedTopics(
+            settings, self.store, self.policies.refreshed_image, sh.clock_ms, sh.protection, sh.metrics
         )
 
     # -- partitions ---------------------------------------------------------------------------
@@ -438,10 +441,6 @@ class RemoteLogManager:
         return rebuilt
 
     # -- status -------------------------------------------------------------------------------
-
-    def _refreshed_image(self) -> MetadataImage | None:
-        self.policies.refresh()
-        return self.policies.image
 
     def store_status(self) -> dict[str, Any]:
         """``GET /v1/store``: the backend's name and its health (no store I/O; docs/operations.md)."""

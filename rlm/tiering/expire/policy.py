@@ -139,6 +139,11 @@ class TopicPolicyResolver:
         self._refreshed: float | None = None
         self._lock = threading.Lock()
 
+    def refreshed_image(self) -> MetadataImage | None:
+        """The KRaft metadata image after a :meth:`refresh` (None without a metadata log)."""
+        self.refresh()
+        return self.image
+
     def refresh(self, *, max_age_s: float = 0.0) -> None:
         """Re-read what is new: the metadata log, and each log dir's cleaner checkpoint; skipped
         when the last refresh is younger than ``max_age_s`` (the read path's per-request calls)."""
