@@ -58,7 +58,7 @@ from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend
 from rlm.tiering.converge import log_end_conflict, persisted_progress
 from rlm.tiering.local import Progress, RemoteView, remote_view
-from rlm.tiering.read import Isolation, PartitionTxns, partition_offsets, plan_sources
+from rlm.tiering.read import Isolation, PartitionTxns, chain_visibility
 from rlm.tiering.store import KeyRing, Link, RemoteState, SegmentManifest, StoreProtection
 
 __all__ = [
@@ -280,23 +280,20 @@ def plan_partition(
     deleted = progress.delete_records_offset if progress is not None else -1
     # where this replica's own log left the store's lineage, as the daemon found (docs/cluster.md)
     diverged = progress.local_diverged_from if progress is not None else -1
-    served = Progress(highest, links[0].first_offset if links else -1, deleted, local_diverged_from=diverged)
-    ranges = partition_offsets(part, served, segments, policy=policy)
+    vis = chain_visibility(
+        part, links, segments, backend, remote.protection, policy=policy, deleted=deleted, diverged=diverged
+    )
+    ranges = vis.offsets
     lowest = ranges.log_start_offset if ranges.log_start_offset is not None else MAX_OFFSET
-    highest_visible = ranges.visible_end_offset - 1 if ranges.visible_end_offset is not None else -1
-    txns: PartitionTxns | None = None
-    if isolation == "read_committed" and highest_visible >= 0:
-        sources = plan_sources(links, segments, highest_visible + 1, ranges.local_log_start_offset)
-        txns = PartitionTxns(sources, backend, remote.protection, log_start=ranges.log_start_offset)
-        highest_visible = txns.last_stable_offset(highest_visible + 1) - 1
+    highest_visible = vis.end(isolation) - 1 if ranges.visible_end_offset is not None else -1
     window = _Window(max(lowest, min_offset), highest_visible, start, end, ordered_timestamps)
     plan.tasks += _remote_tasks(part, remote, links, window, plan, target_bytes)
     plan.local_min_offset = max(highest + 1, window.lowest)
     plan.local_max_offset = highest_visible
     if include_local and plan.local_max_offset >= plan.local_min_offset:
         plan.tasks += _local_tasks(part, segments, plan, start, end, target_bytes, index_interval_bytes)
-    if txns is not None:
-        plan.tasks = [_with_aborted(t, txns) for t in plan.tasks]
+    if isolation == "read_committed" and highest_visible >= 0:
+        plan.tasks = [_with_aborted(t, vis.txns()) for t in plan.tasks]
     return plan
 
 

@@ -5,7 +5,7 @@ For each partition of the topic in ``log.dirs`` (the directory may have lost eve
 
 1. **Plan** (:func:`plan_partition`) — the store's chain (``RemoteState.chain``, what every
    reader serves, docs/cluster.md) of the incarnation's root (``remote_view``, as the export
-   planner uses), clamped to what a consumer may see (``partition_offsets``: from the log start,
+   planner uses), clamped to what a consumer may see (``chain_visibility``: from the log start,
    DeleteRecords point included, up to the high watermark, docs/visibility.md), and started at the
    segment holding ``--from-offset`` or the first one with a record at or after
    ``--from-timestamp`` (whole segments).
@@ -63,8 +63,8 @@ from rlm.logdir.scan import (
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import log_end_conflict, persisted_progress
-from rlm.tiering.local import Progress, crash_point, remote_view
-from rlm.tiering.read import check_topic, partition_offsets
+from rlm.tiering.local import crash_point, remote_view
+from rlm.tiering.read import chain_visibility, check_topic
 from rlm.tiering.store import Link, RemoteState, StoreProtection, keys
 
 __all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
@@ -171,9 +171,9 @@ def plan_partition(
             raise IdentityConflictError(conflict, file=part.path)
     deleted = persisted_progress(settings.tiering, part).delete_records_offset
     highest, remote_start = (links[-1].last_offset, links[0].first_offset) if links else (-1, -1)
-    ranges = partition_offsets(
-        part, Progress(highest, remote_start, deleted), segments, policy=settings.log.eligibility
-    )
+    ranges = chain_visibility(
+        part, links, segments, backend, state.protection, policy=settings.log.eligibility, deleted=deleted
+    ).offsets
     plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
     if not links:
         root = keys.root(part.topic, part.partition, state.key_id)

@@ -29,8 +29,8 @@ from rlm.kafka.reads import (
     error_code,
     fetch_partition,
     list_offset,
+    offsets_only,
     partition_marks,
-    partition_offsets,
     served,
 )
 from rlm.logdir.scan import PartitionDir
@@ -310,7 +310,7 @@ class KafkaApi:
         """``limit``: the partition's share of the bound; ``started``: a partition before this one
         answered records, so the one-batch exception is used up."""
         if started and limit <= 0:
-            return partition_offsets(self.readers, topic, p.partition, query)
+            return offsets_only(self.readers, topic, p.partition, query)
         got = fetch_partition(
             self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key, query
         )

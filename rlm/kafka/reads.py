@@ -17,17 +17,14 @@ from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import OffsetOutOfRangeError, RlmError
 from rlm.kafka.protocol import Codes, kafka_code
 from rlm.tiering.read import (
-    EARLIEST,
     EARLIEST_LOCAL,
-    LATEST,
     LATEST_TIERED,
     MAX_TIMESTAMP,
-    PartitionOffsets,
+    Isolation,
     PartitionReader,
     TieredReaders,
     batches_below,
 )
-from rlm.tiering.read import isolation as txn
 
 __all__ = [
     "FetchedPartition",
@@ -35,8 +32,8 @@ __all__ = [
     "error_code",
     "fetch_partition",
     "list_offset",
+    "offsets_only",
     "partition_marks",
-    "partition_offsets",
     "reader_for",
     "served",
 ]
@@ -94,7 +91,7 @@ def _or(value: int | None, default: int = -1) -> int:
     return default if value is None else value
 
 
-def partition_offsets(
+def offsets_only(
     readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
 ) -> FetchedPartition:
     """An answer with no records: the partition's offsets only (the response is already full)."""
@@ -143,12 +140,12 @@ def fetch_partition(
     if not committed:
         return FetchedPartition(Codes.NONE, hw, -1, start, fetched.data)
     try:
-        txns = txn.reader_txns(reader, reader.offsets())
-        lso = txns.last_stable_offset(hw)
+        vis = fetched.visibility or reader.visibility()  # the moment the fetch saw
+        lso = vis.end("read_committed") if fetched.high_watermark is not None else hw
         kept = list(batches_below(iter(fetched.batches), lso))
         if not kept:
             return FetchedPartition(Codes.NONE, hw, lso, start, b"", [])
-        found = txns.aborted(kept[0].base_offset, kept[-1].last_offset + 1)
+        found = vis.aborted(kept[0].base_offset, kept[-1].last_offset + 1)
     except RlmError as err:
         return FetchedPartition(error_code(err))
     data = fetched.data[: kept[-1].end_position]  # a prefix: the batches are contiguous
@@ -182,19 +179,11 @@ def list_offset(
         return ListedOffset(Codes.INVALID_REQUEST)
     try:
         reader = reader_for(readers, topic, partition, query)
-        ranges = reader.offsets()
-        if timestamp in (EARLIEST, EARLIEST_LOCAL):  # as Kafka's: whatever the isolation level
-            visible = _bound(reader, ranges, False)
-            start = ranges.log_start_offset if timestamp == EARLIEST else ranges.local_log_start_offset
-            return ListedOffset(Codes.NONE, -1, min(_or(start, visible), visible))
-        end = _bound(reader, ranges, committed)
-        if timestamp == LATEST:
-            return ListedOffset(Codes.NONE, -1, end)
-        if timestamp == LATEST_TIERED:  # nothing visible tiered: -1 (docs/visibility.md, ListOffsets)
-            last = min(ranges.highest_tiered_offset, end - 1)
-            if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:
-                return ListedOffset(Codes.NONE, -1, -1)
-            return ListedOffset(Codes.NONE, -1, last)
+        vis = reader.visibility()
+        isolation: Isolation = "read_committed" if committed else "read_uncommitted"
+        if timestamp != MAX_TIMESTAMP and timestamp < 0:  # the authority's answer, as Kafka's
+            return ListedOffset(Codes.NONE, -1, vis.special_offset(timestamp, isolation))
+        end = vis.end(isolation)
         found = reader.lookup_timestamp(timestamp)
     except RlmError as err:
         return ListedOffset(error_code(err))
@@ -202,11 +191,3 @@ def list_offset(
         return ListedOffset(Codes.NONE)
     epoch = found.batch.partition_leader_epoch if found.batch is not None else -1
     return ListedOffset(Codes.NONE, _or(found.timestamp), found.offset, epoch)
-
-
-def _bound(reader: PartitionReader, ranges: PartitionOffsets, committed: bool) -> int:
-    """What a consumer may read up to: the high watermark, or the last stable offset."""
-    end = _or(ranges.visible_end_offset, _or(ranges.log_end_offset, 0))
-    if not committed or ranges.visible_end_offset is None:
-        return end
-    return txn.reader_txns(reader, ranges).last_stable_offset(end)

@@ -25,7 +25,7 @@ from rlm.http.server import ApiServer
 from rlm.jobs.plan import plan_read
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.protocol import Codes
-from rlm.kafka.reads import partition_offsets
+from rlm.kafka.reads import offsets_only
 from rlm.storage.local import LocalBackend
 from rlm.testing.kraft import metadata_writer, new_topic_id, topic_records, write_records
 from rlm.tiering.manager import RemoteLogManager
@@ -141,8 +141,8 @@ def test_the_kafka_listener_hides_them_alike(served: Served) -> None:
     )
     assert [t.error_code for t in asked.topics] == [Codes.UNKNOWN_TOPIC_OR_PARTITION]
     readers = served.api.readers
-    assert partition_offsets(readers, METADATA, 0).error == Codes.UNKNOWN_TOPIC_OR_PARTITION
-    assert partition_offsets(readers, OFFSETS, 0).error == (
+    assert offsets_only(readers, METADATA, 0).error == Codes.UNKNOWN_TOPIC_OR_PARTITION
+    assert offsets_only(readers, OFFSETS, 0).error == (
         Codes.NONE if allowed else Codes.UNKNOWN_TOPIC_OR_PARTITION
     )
 

@@ -26,7 +26,6 @@ from rlm.kafka import reads
 from rlm.logdir.scan import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.read import isolation as txn
 from rlm.tiering.read.readers import TieredReaders
 from rlm.tiering.store import keys
 from rlm.tiering.store.manifest import SegmentManifest
@@ -129,9 +128,9 @@ def read_planned(lay: Layout) -> list[Row]:
 
 def lso(lay: Layout, backend: LocalBackend | None = None) -> int:
     reader = TieredReaders(lay.settings, backend or LocalBackend(root=str(lay.store))).reader("txn", 0)
-    ranges = reader.offsets()
-    assert ranges.visible_end_offset is not None
-    return txn.reader_txns(reader, ranges).last_stable_offset(ranges.visible_end_offset)
+    found = reader.visibility().last_stable_offset()
+    assert found is not None
+    return found
 
 
 # How the state before the replay is known: the copies' recorded open transactions (rlm's LogWriter
@@ -338,7 +337,7 @@ def test_the_last_stable_offset_is_never_below_the_log_start(tmp_path: Path) -> 
     ranges = reader.offsets()
     assert ranges.log_start_offset == bases[-1] and ranges.visible_end_offset is not None
     assert ranges.visible_end_offset > bases[-1]  # the checkpointed high watermark
-    assert txn.reader_txns(reader, ranges).last_stable_offset(ranges.visible_end_offset) == bases[-1]
+    assert reader.visibility().last_stable_offset() == bases[-1]
 
 
 def test_latest_tiered_under_read_committed_is_never_below_the_remote_start(tmp_path: Path) -> None:

@@ -13,21 +13,22 @@ from __future__ import annotations
 
 from rlm.tiering.read.cache import RemoteRangeCache
 from rlm.tiering.read.isolation import Isolation, check_isolation
-from rlm.tiering.read.lookup import (
+from rlm.tiering.read.lookup import FetchResult, PartitionReader
+from rlm.tiering.read.partition_txns import PartitionTxns
+from rlm.tiering.read.readers import TieredReaders, check_partition, check_topic
+from rlm.tiering.read.txn_sources import plan_sources
+from rlm.tiering.read.visibility import (
     EARLIEST,
     EARLIEST_LOCAL,
     LATEST,
     LATEST_TIERED,
     MAX_TIMESTAMP,
-    FetchResult,
-    PartitionReader,
-)
-from rlm.tiering.read.partition_txns import PartitionTxns
-from rlm.tiering.read.readers import TieredReaders, check_partition, check_topic
-from rlm.tiering.read.txn_sources import plan_sources
-from rlm.tiering.read.visibility import (
+    SPECIAL_TIMESTAMPS,
     PartitionOffsets,
+    TieredExtent,
+    Visibility,
     batches_below,
+    chain_visibility,
     note_delete_records,
     partition_offsets,
 )
@@ -38,14 +39,18 @@ __all__ = [
     "LATEST",
     "LATEST_TIERED",
     "MAX_TIMESTAMP",
+    "SPECIAL_TIMESTAMPS",
     "FetchResult",
     "Isolation",
     "PartitionOffsets",
     "PartitionReader",
     "PartitionTxns",
     "RemoteRangeCache",
+    "TieredExtent",
     "TieredReaders",
+    "Visibility",
     "batches_below",
+    "chain_visibility",
     "check_isolation",
     "check_partition",
     "check_topic",

@@ -20,9 +20,10 @@ while those files hold less than the progress says was tiered, the store's sets 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.cluster.log_starts import LogStartQuery
@@ -36,27 +37,26 @@ from rlm.tiering.read.cache import RangeBytes
 from rlm.tiering.read.located import LocalLocation, Located, Location, Tier
 from rlm.tiering.read.lookup_local import local_fetch, local_offset, local_timestamp
 from rlm.tiering.read.lookup_remote import remote_offset, remote_timestamp
+from rlm.tiering.read.max_timestamp import local_max_timestamp
+from rlm.tiering.read.partition_txns import PartitionTxns
 from rlm.tiering.read.readahead import ReaderResources
 from rlm.tiering.read.remote_fetch import EntrySource, FetchBytes, remote_fetch
 from rlm.tiering.read.remote_sets import remote_max_timestamp
 from rlm.tiering.read.served_sets import Claim, claim_of
+from rlm.tiering.read.txn_sources import reader_sources
 from rlm.tiering.read.visibility import (
+    EARLIEST_LOCAL,
+    LATEST,
+    LATEST_TIERED,
+    MAX_TIMESTAMP,
+    SPECIAL_TIMESTAMPS,
     PartitionOffsets,
+    Visibility,
     invisible_reason,
-    local_max_timestamp,
     partition_offsets,
 )
 
 log = logging.getLogger(__name__)
-
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-SPECIAL_TIMESTAMPS = {
-    LATEST: "latest",
-    EARLIEST: "earliest",
-    MAX_TIMESTAMP: "max-timestamp",
-    EARLIEST_LOCAL: "earliest-local",
-    LATEST_TIERED: "latest-tiered",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +118,9 @@ class FetchResult:
     aborted_transactions: tuple[Any, ...] = ()
     resume_offset: int | None = None
     txn_scanned: tuple[str, ...] = ()
+    #: What the fetch saw (its visible end came from it): a read_committed answer asks it for the
+    #: last stable offset and the aborted transactions of the same moment.
+    visibility: Visibility | None = field(default=None, compare=False, repr=False)
 
     @property
     def next_offset(self) -> int | None:
@@ -198,6 +201,30 @@ class PartitionReader:
             self.part, self.progress, list_segments(self.part), checkpoints, self.res.eligibility, start
         )
 
+    def visibility(
+        self, segments: Sequence[SegmentFiles] | None = None, *, at: int | None = None
+    ) -> Visibility:
+        """What a consumer may see now (:class:`~rlm.tiering.read.visibility.Visibility`): the
+        offsets (:meth:`offsets`, ``at`` as there) and, when asked, the transactions of the
+        same listing."""
+        segments = list_segments(self.part) if segments is None else segments
+        return Visibility(self.offsets(segments, at=at), functools.partial(self._txns, segments))
+
+    def _txns(self, segments: Sequence[SegmentFiles], offsets: PartitionOffsets) -> PartitionTxns:
+        """The transaction knowledge of what this reader serves, up to the visible end."""
+        res = self.res
+        end = offsets.visible_end_offset if offsets.visible_end_offset is not None else 0
+        sources = reader_sources(
+            str(self.part.path),
+            self._sets(),
+            segments,
+            end,
+            offsets.local_log_start_offset,
+            res.backend,
+            res.protection,
+        )
+        return PartitionTxns(sources, res.backend, res.protection, log_start=offsets.log_start_offset)
+
     def _not_found(self, ranges: PartitionOffsets, reason: str) -> LookupResult:
         return LookupResult(self.part.topic, self.part.partition, False, ranges, reason=reason)
 
@@ -221,7 +248,19 @@ class PartitionReader:
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
         segments = list_segments(self.part)
-        ranges = self.offsets(segments, at=offset)
+        return self._lookup(self.visibility(segments, at=offset), segments, offset, tier, source, timestamp)
+
+    def _lookup(
+        self,
+        vis: Visibility,
+        segments: Sequence[SegmentFiles],
+        offset: int,
+        tier: Tier | None = None,
+        source: EntrySource | None = None,
+        timestamp: bool = True,
+    ) -> LookupResult:
+        """:meth:`lookup_offset` at the moment of ``vis`` (``segments``: its listing)."""
+        ranges = vis.offsets
         if not ranges.visible(offset):
             return self._not_found(ranges, invisible_reason(offset, ranges))
         gap = gap_at(self.progress.gaps, offset)
@@ -296,10 +335,10 @@ class PartitionReader:
                 field="timestamp",
             )
         segments = list_segments(self.part)
-        ranges = self.offsets(segments)
-        end = ranges.visible_end_offset
+        vis = self.visibility(segments)
+        ranges, end = vis.offsets, vis.offsets.visible_end_offset
         if timestamp in SPECIAL_TIMESTAMPS and timestamp != MAX_TIMESTAMP:
-            return self._special(timestamp, ranges)
+            return self._special(timestamp, vis)
         if timestamp == MAX_TIMESTAMP:
             max_ts = self._max_timestamp(segments, ranges)
             if max_ts is None:
@@ -314,26 +353,21 @@ class PartitionReader:
             found, f"no record below the high watermark {end} has a timestamp >= {timestamp}"
         )
 
-    def _special(self, timestamp: int, ranges: PartitionOffsets) -> LookupResult:
-        """−1, −2, −4, −5: offsets clamped to the visible range (docs/visibility.md)."""
-        end = ranges.visible_end_offset
-        if end is None or ranges.log_start_offset is None:
+    def _special(self, timestamp: int, vis: Visibility) -> LookupResult:
+        """−1, −2, −4, −5: the authority's offset (docs/visibility.md "ListOffsets specs"), with
+        the record there when there is one."""
+        ranges = vis.offsets
+        if vis.empty:
             return self._not_found(ranges, "the partition is empty in both tiers")
+        offset = vis.special_offset(timestamp)
         if timestamp == LATEST:
-            return self._offset_only(ranges, end, "local")
-        if timestamp == EARLIEST:
-            start = ranges.log_start_offset
-            return self._or_offset(self.lookup_offset(start), ranges, start, None)
-        if timestamp == EARLIEST_LOCAL:
-            if ranges.local_log_start_offset is None:
-                return self._not_found(ranges, "no local segments")
-            start = min(ranges.local_log_start_offset, end)
-            return self._or_offset(self.lookup_offset(start, tier="local"), ranges, start, "local")
-        # LATEST_TIERED: the highest tiered offset a consumer may see
-        last = min(ranges.highest_tiered_offset, end - 1)
-        if ranges.remote_log_start_offset is None or last < ranges.remote_log_start_offset:
+            return self._offset_only(ranges, offset, "local")
+        if offset < 0:
             return self._not_found(ranges, "nothing visible is tiered")
-        return self._or_offset(self.lookup_offset(last, tier="remote"), ranges, last, "remote")
+        tier: Tier | None = (
+            "local" if timestamp == EARLIEST_LOCAL else "remote" if timestamp == LATEST_TIERED else None
+        )
+        return self._or_offset(self.lookup_offset(offset, tier=tier), ranges, offset, tier)
 
     def _or_offset(
         self, found: LookupResult, ranges: PartitionOffsets, offset: int, tier: Tier | None
@@ -386,62 +420,44 @@ class PartitionReader:
         rid = None if reader_key is None else (reader_key, self.part.topic, self.part.partition)
         source = EntrySource(self.res, rid, verify=verify)
         source.begin(offset)
-        found = self.lookup_offset(offset, source=source, timestamp=False)
-        ranges = found.ranges
-        end = ranges.visible_end_offset
+        if offset < 0:
+            raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
+        segments = list_segments(self.part)
+        vis = self.visibility(segments, at=offset)
+        found = self._lookup(vis, segments, offset, source=source, timestamp=False)
+        ranges, end = vis.offsets, vis.offsets.visible_end_offset
         _refuse_gap(found, offset)
         if not found.found or found.batch is None:
             held = ranges.visible(offset) and any(_tiers_holding(offset, ranges))
             if end is not None and (offset == end or held):
-                return self._empty(offset, ranges)
+                return self._empty(offset, vis)
             raise OffsetOutOfRangeError(f"offset {offset} is out of range: {ranges.to_json()}", offset=offset)
         assert end is not None
         if found.tier == "local":
             assert isinstance(found.location, LocalLocation)
+            data: FetchBytes
             data, batches = local_fetch(found.location.file, found.batch.position, end, max_bytes)
-            if not batches:
-                return self._empty(offset, ranges)
-            return FetchResult(
-                self.part.topic,
-                self.part.partition,
-                "local",
-                data,
-                batches,
-                end,
-                offset,
-                ranges.log_start_offset,
+            at: int | None = offset
+        else:
+            data, batches = remote_fetch(
+                source.views or self._sets(), source, found.batch.base_offset, max_bytes, end
             )
-        answer, taken = remote_fetch(
-            source.views or self._sets(), source, found.batch.base_offset, max_bytes, end
-        )
-        if not taken:
-            return self._empty(found.batch.base_offset, ranges)
+            at = found.offset
+        if not batches:
+            return self._empty(offset if found.tier == "local" else found.batch.base_offset, vis)
+        start = ranges.log_start_offset
+        assert found.tier is not None
         return FetchResult(
-            self.part.topic,
-            self.part.partition,
-            "remote",
-            answer,
-            taken,
-            end,
-            found.offset,
-            ranges.log_start_offset,
+            self.part.topic, self.part.partition, found.tier, data, batches, end, at, start, visibility=vis
         )
 
-    def _empty(self, offset: int, ranges: PartitionOffsets) -> FetchResult:
-        tier: Tier = (
-            "remote"
-            if ranges.local_log_start_offset is None or offset < ranges.local_log_start_offset
-            else "local"
-        )
+    def _empty(self, offset: int, vis: Visibility) -> FetchResult:
+        ranges = vis.offsets
+        local = ranges.local_log_start_offset
+        tier: Tier = "remote" if local is None or offset < local else "local"
+        end, start = ranges.visible_end_offset, ranges.log_start_offset
         return FetchResult(
-            self.part.topic,
-            self.part.partition,
-            tier,
-            b"",
-            [],
-            ranges.visible_end_offset,
-            offset,
-            ranges.log_start_offset,
+            self.part.topic, self.part.partition, tier, b"", [], end, offset, start, visibility=vis
         )
 
 

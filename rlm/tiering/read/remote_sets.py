@@ -1,5 +1,6 @@
 """Walks over a partition's local remote-index sets as lookups read them (docs/formats.md §8): the
-store's chain across sets (:func:`chain_from`) and the max timestamp of a range. The sets
+store's chain across sets (:func:`chain_from`), the remote objects they index
+(:func:`object_ranges`) and the max timestamp of a range. The sets
 themselves are read by rlm/logdir/index_sets.py (``SetCache`` → ``SetView``)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from rlm.formats.records import Buffer, RecordBatch
 from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset
 from rlm.logdir.index_sets import SetView
-from rlm.tiering.read.visibility import batches_max_timestamp
+from rlm.tiering.read.max_timestamp import batches_max_timestamp
 
 
 def chain_from(views: Sequence[SetView], offset: int) -> Iterator[DecodedEntry]:
@@ -67,4 +68,20 @@ def remote_max_timestamp(
     return best
 
 
-__all__ = ["chain_from", "remote_max_timestamp"]
+def object_ranges(views: Sequence[SetView]) -> list[tuple[str, int, int]]:
+    """``(object url, first offset, last offset)`` of every remote log object the sets index, in
+    their order (consecutive entries of one object merged)."""
+    out: list[tuple[str, int, int]] = []
+    for view in views:
+        current = view.first
+        while current is not None:
+            e = current.entry
+            if out and out[-1][0] == e.rdi.url:
+                out[-1] = (e.rdi.url, out[-1][1], e.last_offset)
+            else:
+                out.append((e.rdi.url, e.first_offset, e.last_offset))
+            current = view.entry_after(current)
+    return out
+
+
+__all__ = ["chain_from", "object_ranges", "remote_max_timestamp"]

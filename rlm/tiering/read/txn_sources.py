@@ -5,16 +5,30 @@ immutable bytes. :mod:`rlm.tiering.read.isolation` reads them.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from rlm.errors import ObjectNotFoundError
+from rlm.logdir.index_sets import SetView
 from rlm.logdir.scan import SegmentFiles
-from rlm.tiering.store import TXN_INDEX_OBJECT, Link, SegmentManifest, open_at_end, snapshot_key
+from rlm.storage.api import StorageBackend
+from rlm.tiering.read.remote_sets import object_ranges
+from rlm.tiering.store import (
+    TXN_INDEX_OBJECT,
+    Link,
+    RemoteState,
+    SegmentManifest,
+    StoreProtection,
+    keys,
+    open_at_end,
+    snapshot_key,
+)
 
-__all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources"]
+__all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources", "reader_sources", "remote_source"]
 
 _CACHE_ENTRIES = 4096
 
@@ -109,32 +123,108 @@ def local_sources(
     return out
 
 
+def remote_source(
+    first: int,
+    last: int,
+    key: str,
+    identity: tuple[Any, ...],
+    manifest: SegmentManifest | None,
+    committed: bool = True,
+) -> TxnSource:
+    """The source of the remote log object ``key`` with offsets ``[first, last]``, from the
+    segment's manifest (None: gone). ``committed`` False: the manifest commits another attempt,
+    so nothing is known of this object but its bytes (scanned; opened with the manifest when
+    it is protected)."""
+    if manifest is None or not committed:
+        protected = manifest if manifest is not None and manifest.protection is not None else None
+        return TxnSource(first, last, "remote", key, identity=identity, manifest=protected)
+    stored = manifest.objects.get(TXN_INDEX_OBJECT)
+    return TxnSource(
+        first,
+        last,
+        "remote",
+        key,
+        stored.key if stored is not None else None,
+        manifest.txn_index is not None,
+        identity,
+        manifest if manifest.protection is not None else None,
+        snapshot_key(manifest, first),
+        open_at_end(manifest) if last == manifest.last_offset else None,
+    )
+
+
 def plan_sources(
     links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int, local_start: int | None
 ) -> list[TxnSource]:
     """The sources of a read plan (rlm.jobs.plan): the chain's links below the local log start
     (their manifests say what was captured), then the local segments — the same split as a
-    reader's, so the last stable offset is replayed over the same local batches."""
-    sources: list[TxnSource] = []
+    reader's (:func:`reader_sources`), so the last stable offset is replayed over the same batches."""
     below = min(visible_end, local_start if local_start is not None else visible_end)
-    for link in links:
-        m = link.manifest
-        if link.first_offset >= below:
-            continue
-        stored = m.objects.get(TXN_INDEX_OBJECT)
-        last = min(link.last_offset, below - 1)
-        sources.append(
-            TxnSource(
-                link.first_offset,
-                last,
-                "remote",
-                m.log.key,
-                stored.key if stored is not None else None,
-                m.txn_index is not None,
-                (m.log.key,),
-                m if m.protection is not None else None,
-                snapshot_key(m, link.first_offset),
-                open_at_end(m) if last == m.last_offset else None,
-            )
+    sources = [
+        remote_source(
+            lk.first_offset,
+            min(lk.last_offset, below - 1),
+            lk.manifest.log.key,
+            (lk.manifest.log.key,),
+            lk.manifest,
         )
+        for lk in links
+        if lk.first_offset < below
+    ]
     return sources + local_sources(segments, visible_end, local_start or 0)
+
+
+def reader_sources(
+    where: str,
+    views: Sequence[SetView],
+    segments: Sequence[SegmentFiles],
+    end: int,
+    local_start: int | None,
+    backend: StorageBackend,
+    protection: StoreProtection,
+) -> list[TxnSource]:
+    """The sources a partition reader serves up to the visible ``end``: the remote objects of its
+    index sets below the local log start ``local_start`` (each with the segment's manifest, read
+    once per process), then the local ``segments`` (the listing its offsets came from). ``where``:
+    the partition directory, naming its sets in the per-process cache of their walks."""
+    below = min(end, local_start if local_start is not None else end)
+    sources: list[TxnSource] = []
+    for url, first, last in _objects(where, views):
+        if first >= below:
+            continue
+        key = backend.key_for_url(url)
+        manifest, committed = FACTS.get(
+            ("manifest", url), functools.partial(_manifest_of, backend, protection, key)
+        )
+        sources.append(remote_source(first, min(last, below - 1), key, (url,), manifest, committed))
+    return sources + local_sources(segments, end, local_start or 0)
+
+
+def _manifest_of(
+    backend: StorageBackend, protection: StoreProtection, key: str
+) -> tuple[SegmentManifest | None, bool]:
+    """The manifest of the segment holding the log object ``key``, read through the store's one
+    reader (None when gone: deleted by retention meanwhile, what is still readable is scanned),
+    and whether it commits that object's attempt. A manifest not to be trusted raises
+    (docs/protection.md §9)."""
+    root = keys.parse_root(key)
+    ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
+    if root is None or ref is None:
+        return None, False
+    state = RemoteState(backend, root.topic, root.partition, root.topic_id, protection)
+    try:
+        manifest = state.manifest_at(ref.base_offset)
+    except ObjectNotFoundError:
+        return None, False
+    return manifest, manifest.attempt_id == ref.attempt_id
+
+
+def _objects(where: str, views: Sequence[SetView]) -> list[tuple[str, int, int]]:
+    """:func:`object_ranges` of ``views``, each set's walk remembered while it is unchanged (its
+    entries only grow: the entry count and the last object tell a version)."""
+    out: list[tuple[str, int, int]] = []
+    for view in views:
+        last = view.last.entry.rdi.url if view.last is not None else ""
+        version = ("objects", where, view.base_offset, len(view.log_index), last)
+        out += FACTS.get(version, functools.partial(object_ranges, [view]))
+    return out

@@ -1,7 +1,10 @@
-"""What a reader may see of one partition: Kafka's visibility rule (docs/visibility.md).
+"""What a reader may see of one partition: Kafka's visibility rule (docs/visibility.md), and
+:class:`Visibility`, the one authority every read surface asks — the HTTP API, the CLI, the Kafka
+listener, lookups, the jobs' planner (export, Iceberg, verify) and restore. No other module
+computes a log start, a DeleteRecords point, a local log start, a visible end, a last stable
+offset or a ListOffsets special answer.
 
-Every read surface (lookups, fetch, offsets-for-times, the Spark reader and export) serves only
-offsets in ``[log_start_offset, visible_end_offset)``:
+Every read surface serves only offsets in ``[log_start_offset, visible_end_offset)``:
 
 * **visible end** — the high watermark from ``replication-offset-checkpoint`` when the log dir
   records one (source ``"checkpoint"``). Without one, what is assumed depends on
@@ -22,17 +25,21 @@ offsets in ``[log_start_offset, visible_end_offset)``:
   (``broker_log_start``, asked by rlm/cluster/log_starts.py) when it can only be one.
 * a checkpointed high watermark above the local log's end is not this log's (the topic was
   deleted and created again since the broker last wrote the file): it is not used.
+* **last stable offset** (read_committed) — the first offset of the oldest transaction still open
+  below the visible end, never below the log start (docs/transactions.md), from the partition's
+  transaction knowledge (:class:`~rlm.tiering.read.partition_txns.PartitionTxns`), asked only when
+  a read_committed answer needs it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from rlm.formats.records import RecordBatch, decode_records
+from rlm.formats.records import RecordBatch
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.scan import (
     EligibilityPolicy,
@@ -43,16 +50,66 @@ from rlm.logdir.scan import (
     list_segments,
     partition_state,
 )
-from rlm.logdir.segment import LogSegment, log_end_offset
-from rlm.tiering.local import PartitionContext, Progress
+from rlm.logdir.segment import log_end_offset
+from rlm.storage.api import StorageBackend
+from rlm.tiering.local import PartitionContext
+from rlm.tiering.read.partition_txns import PartitionTxns, TxnLookup
+from rlm.tiering.read.txn_sources import plan_sources
+from rlm.tiering.store import Link, StoreProtection
 
 log = logging.getLogger(__name__)
+
+#: Kafka's ListOffsets special timestamps (KIP-734, KIP-1005), and their names in rlm's answers.
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+SPECIAL_TIMESTAMPS = {
+    LATEST: "latest",
+    EARLIEST: "earliest",
+    MAX_TIMESTAMP: "max-timestamp",
+    EARLIEST_LOCAL: "earliest-local",
+    LATEST_TIERED: "latest-tiered",
+}
+
+Isolation = Literal["read_uncommitted", "read_committed"]
 
 #: The checkpoints of callers that keep no cache of their own (the jobs' planners, restore):
 #: validated per use like any CheckpointCache, so a broker's rewrite is seen at once.
 _SHARED_CHECKPOINTS = CheckpointCache()
 
 HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered", "diverged"]
+
+
+class Extent(Protocol):
+    """What a reader knows of the remote tier and of the points it must remember: the daemon's
+    :class:`~rlm.tiering.local.state.Progress`, or :class:`TieredExtent` built from the store's
+    chain. Offsets are Kafka's; -1 = nothing tiered / none seen."""
+
+    @property
+    def highest_tiered_offset(self) -> int: ...
+    @property
+    def remote_log_start_offset(self) -> int: ...
+    @property
+    def delete_records_offset(self) -> int: ...
+    @property
+    def local_diverged_from(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TieredExtent:
+    """An :class:`Extent` of a reader outside the daemon (the jobs' planner, restore): the store's
+    chain says what is tiered, the daemon's persisted progress the DeleteRecords point and where
+    this replica's log diverged (-1 = none)."""
+
+    highest_tiered_offset: int = -1
+    remote_log_start_offset: int = -1
+    delete_records_offset: int = -1
+    local_diverged_from: int = -1
+
+    @classmethod
+    def of_chain(cls, links: Sequence[Link], deleted: int = -1, diverged: int = -1) -> TieredExtent:
+        """The extent of the chain's ``links`` (what the store serves, docs/cluster.md)."""
+        if not links:
+            return cls(-1, -1, deleted, diverged)
+        return cls(links[-1].last_offset, links[0].first_offset, deleted, diverged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +265,7 @@ def visible_end(
 
 def partition_offsets(
     part: PartitionDir,
-    progress: Progress,
+    progress: Extent,
     segments: Sequence[SegmentFiles] | None = None,
     checkpoints: LogDirCheckpoints | None = None,
     policy: EligibilityPolicy = "high-watermark",
@@ -264,80 +321,123 @@ def partition_offsets(
     )
 
 
-def batches_max_timestamp(
-    data: bytes | Any, batches: Iterable[RecordBatch], start: int, end: int
-) -> int | None:
-    """The max record timestamp (ms) of ``batches`` (decoded from ``data``) among the offsets in
-    ``[start, end)``: a batch wholly inside counts by its max timestamp, a boundary batch record
-    by record, so a deleted or invisible record never contributes."""
-    best: int | None = None
-    for batch in batches:
-        if batch.base_offset >= end:
-            break  # offsets only grow within a segment or an entry
-        if batch.last_offset < start:
-            continue
-        if batch.base_offset >= start and batch.last_offset < end:
-            candidates = [batch.max_timestamp]
-        else:
-            candidates = [r.timestamp for r in decode_records(data, batch) if start <= r.offset < end]
-        for ts in candidates:
-            best = ts if best is None else max(best, ts)
-    return best
+class Visibility:
+    """What a consumer may see of one partition at one moment: the one authority (module doc).
 
-
-def local_max_timestamp(segments: Sequence[SegmentFiles], start: int, end: int) -> int | None:
-    """The max record timestamp among the local offsets in ``[start, end)`` (None: no record).
-
-    A segment starting inside the range answers from its ``.timeindex`` up to the last entry
-    below ``end`` (an entry bounds every record up to its offset) plus a scan of the batch
-    headers after it, up to ``end``; the segment holding ``start`` is scanned from ``start``.
-    Batches straddling either bound are decoded record by record.
+    Built from one listing of the partition and one read of its checkpoints (:attr:`offsets`);
+    the transaction knowledge (``txns``, called at most once, only when a read_committed answer
+    needs it) covers the same moment. Offsets are Kafka's; an answer of -1 means "no such offset",
+    as Kafka's ListOffsets answers it.
     """
-    best: int | None = None
-    for i, files in enumerate(segments):
-        seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        if (seg_end is not None and seg_end <= start) or files.base_offset >= end:
-            continue
-        try:
-            with LogSegment.open(files) as seg:
-                found = _segment_max(seg, files.base_offset >= start, start, end)
-        except FileNotFoundError:
-            continue  # deleted by the log store meanwhile
-        if found is not None:
-            best = found if best is None else max(best, found)
-    return best
+
+    def __init__(self, offsets: PartitionOffsets, txns: Callable[[PartitionOffsets], PartitionTxns]) -> None:
+        self.offsets = offsets
+        self._txns_of = txns
+        self._txns: PartitionTxns | None = None
+        self._lso: int | None = None
+
+    def txns(self) -> PartitionTxns:
+        """The partition's transaction knowledge up to the visible end (built once)."""
+        if self._txns is None:
+            self._txns = self._txns_of(self.offsets)
+        return self._txns
+
+    @property
+    def empty(self) -> bool:
+        """Whether neither tier holds anything visible or not (no log start, no visible end)."""
+        return self.offsets.log_start_offset is None or self.offsets.visible_end_offset is None
+
+    def last_stable_offset(self) -> int | None:
+        """The last stable offset (module doc); None when the visible end is unknown."""
+        end = self.offsets.visible_end_offset
+        if end is None:
+            return None
+        if self._lso is None:
+            self._lso = self.txns().last_stable_offset(end)
+        return self._lso
+
+    def end(self, isolation: Isolation = "read_uncommitted") -> int:
+        """The exclusive end a consumer under ``isolation`` may read to: the visible end (the high
+        watermark), or the last stable offset; with no visible end known, the local log's end,
+        else 0, as a broker's empty log answers."""
+        visible_end = self.offsets.visible_end_offset
+        if visible_end is None:
+            return self.offsets.log_end_offset or 0
+        lso = self.last_stable_offset() if isolation == "read_committed" else None
+        return visible_end if lso is None else lso
+
+    def aborted(self, fetch_offset: int, upper_bound: int) -> TxnLookup:
+        """The aborted transactions a read_committed fetch of ``[fetch_offset, upper_bound)``
+        lists (:meth:`PartitionTxns.aborted`)."""
+        return self.txns().aborted(fetch_offset, upper_bound)
+
+    def special_offset(self, timestamp: int, isolation: Isolation = "read_uncommitted") -> int:
+        """Kafka's ListOffsets answer to ``-1``, ``-2``, ``-4`` or ``-5`` (docs/visibility.md
+        "ListOffsets specs", docs/kafka-listener.md §4), clamped to the visible range: -1 the end
+        under ``isolation``; -2 the log start and -4 the local log start, whatever the isolation
+        level, never past the visible end; -5 the highest tiered offset below the end under
+        ``isolation``, or -1 when nothing visible is tiered. ``-3`` and timestamps ≥ 0 need records:
+        the readers look them up and keep them below :meth:`end`."""
+        if timestamp == LATEST:
+            return self.end(isolation)
+        o = self.offsets
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            visible = self.end()
+            start = o.log_start_offset if timestamp == EARLIEST else o.local_log_start_offset
+            return min(visible if start is None else start, visible)
+        if timestamp != LATEST_TIERED:
+            raise ValueError(f"timestamp {timestamp} is not a special offset")
+        last = min(o.highest_tiered_offset, self.end(isolation) - 1)
+        if o.remote_log_start_offset is None or last < o.remote_log_start_offset:
+            return -1
+        return last
 
 
-def _segment_max(seg: LogSegment, starts_inside: bool, start: int, end: int) -> int | None:
-    best: int | None = None
-    times = seg.time_index if starts_inside else None
-    lo, hi = 0, len(times) if times else 0
-    while lo < hi:  # the number of time index entries whose offset is below end
-        mid = (lo + hi) // 2
-        assert times is not None
-        lo, hi = (mid + 1, hi) if times[mid].offset < end else (lo, mid)
-    if times and lo:
-        entry = times[lo - 1]
-        best = entry.timestamp
-        at = seg.find_batch(entry.offset)
-    else:
-        at = seg.find_batch(start)
-    position = at.position if at is not None else seg.size
-    found = batches_max_timestamp(seg.buffer, seg.batches(position, verify_crc=False), start, end)
-    if found is not None:
-        best = found if best is None else max(best, found)
-    return best
+def chain_visibility(
+    part: PartitionDir,
+    links: Sequence[Link],
+    segments: Sequence[SegmentFiles],
+    backend: StorageBackend,
+    protection: StoreProtection,
+    *,
+    policy: EligibilityPolicy,
+    deleted: int = -1,
+    diverged: int = -1,
+) -> Visibility:
+    """What a reader outside the daemon (the jobs' planner, restore) may see of ``part``: the
+    store's chain ``links`` as its remote tier, ``segments`` its local listing, ``deleted`` and
+    ``diverged`` the DeleteRecords point and divergence the daemon persisted (-1 = none); the
+    transactions from the chain's manifests and the local segments, the split a reader makes."""
+    offsets = partition_offsets(
+        part, TieredExtent.of_chain(links, deleted, diverged), segments, policy=policy
+    )
+
+    def txns(o: PartitionOffsets) -> PartitionTxns:
+        end = o.visible_end_offset if o.visible_end_offset is not None else 0
+        sources = plan_sources(links, segments, end, o.local_log_start_offset)
+        return PartitionTxns(sources, backend, protection, log_start=o.log_start_offset)
+
+    return Visibility(offsets, txns)
 
 
 __all__ = [
+    "EARLIEST",
+    "EARLIEST_LOCAL",
+    "LATEST",
+    "LATEST_TIERED",
+    "MAX_TIMESTAMP",
+    "SPECIAL_TIMESTAMPS",
+    "Extent",
     "HighWatermarkSource",
+    "Isolation",
     "PartitionOffsets",
+    "TieredExtent",
+    "Visibility",
     "batches_below",
-    "batches_max_timestamp",
     "broker_delete_point",
+    "chain_visibility",
     "delete_records_point",
     "invisible_reason",
-    "local_max_timestamp",
     "partition_offsets",
     "visible_end",
 ]
