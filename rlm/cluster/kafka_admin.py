@@ -26,7 +26,7 @@ from typing import Any
 
 from rlm.cluster.leadership import Leadership, from_leader
 from rlm.config.brokers import ClusterSettings
-from rlm.config.exposure import check_secret_file
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = ["KafkaAdminSource", "admin_client_config", "close_quietly", "parse_metadata"]

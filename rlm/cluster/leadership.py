@@ -2,7 +2,8 @@
 
 Only the leader's sidecar copies a partition, applies retention and collects garbage; every other
 sidecar only follows the store. The manager asks a :class:`LeadershipSource` before each pass and
-each segment, built once at startup by :func:`leadership_source` from ``[cluster]``:
+each segment, built once at startup by :func:`rlm.cluster.factory.leadership_source` from
+``[cluster]``:
 
 * ``always`` — every partition is led here (a single broker, rlm's behaviour before cluster mode);
 * ``static`` — ``[cluster.leaders]`` maps ``"<topic>-<partition>"`` to a node id; unlisted
@@ -39,7 +40,6 @@ __all__ = [
     "Role",
     "StaticSource",
     "leadership_mode",
-    "leadership_source",
     "metadata_log_dir",
     "resolve_node_id",
 ]
@@ -259,32 +259,3 @@ def resolve_node_id(settings: Settings, *, required: bool) -> int | None:
         f"config key cluster.node_id is unset and {found}: leadership = "
         f"{leadership_mode(settings)!r} needs this broker's node id"
     )
-
-
-def leadership_source(
-    settings: Settings,
-    *,
-    image: Callable[[], MetadataImage | None] | None = None,
-    refresh_image: Callable[[], None] | None = None,
-) -> LeadershipSource:
-    """The source ``[cluster]`` asks for. ``image`` / ``refresh_image``: the KRaft reader already
-    polled elsewhere (the manager passes the topic-policy resolver's); used by ``kraft`` only.
-    Raises :class:`ConfigError` (naming the key) when the source cannot work at all."""
-    mode = leadership_mode(settings)
-    node_id = resolve_node_id(settings, required=mode != "always")
-    if mode == "always":
-        return AlwaysSource(node_id)
-    assert node_id is not None
-    if mode == "static":
-        return StaticSource(node_id, settings.cluster.leaders)
-    if mode == "kraft":
-        directory = metadata_log_dir(settings)
-        if directory is None:
-            raise ConfigError(
-                'config key cluster.leadership = "kraft": no __cluster_metadata-0 directory '
-                "in log.dirs; set topics.metadata_log_dir (Kafka's metadata.log.dir)"
-            )
-        return KraftSource(node_id, directory, image=image, refresh_image=refresh_image)
-    from rlm.cluster.kafka_admin import KafkaAdminSource  # kafka-python is an optional extra
-
-    return KafkaAdminSource(settings.cluster, node_id)

@@ -6,32 +6,24 @@
   wire as they are. A configuration that breaks a rule is refused with one line naming the key,
   unless ``[server] allow_insecure_exposure = true``, which logs the same line as a WARNING at
   every start.
-* **Secret files** (:func:`check_secret_file`, called by every reader of one — the token file, the
-  TLS private keys, the SASL/PLAIN users file, the master key files — so one-shot commands check
-  the files they read too): a file whose mode lets group or others read or write it is refused with
-  the key, the path and the mode. Where file modes mean nothing (Windows) it is a warning.
+* **Secret files** (:func:`~rlm.config.secret_files.check_secret_file`, re-exported here; called by
+  every reader of one) live in the leaf :mod:`rlm.config.secret_files`: the settings' own readers
+  (``[server]``, ``[remote.encryption]``) run while :mod:`rlm.config` is built, and this module
+  needs the whole :class:`~rlm.config.Settings`, so they must not import it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-import os
-import stat
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from rlm.config import Settings
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
-if TYPE_CHECKING:  # rlm.config imports this module's users; the type is only needed by mypy
-    from rlm.config import Settings
-
-__all__ = ["check_exposure", "check_secret_file", "is_loopback"]
+__all__ = ["check_exposure", "check_secret_file", "is_loopback"]  # check_secret_file: re-exported
 
 log = logging.getLogger(__name__)
-
-#: Permission bits of a secret file that group or others hold: any of them is refused.
-_SHARED_BITS = stat.S_IRWXG | stat.S_IRWXO
 
 
 def is_loopback(host: str) -> bool:
@@ -97,22 +89,3 @@ def check_exposure(settings: Settings) -> None:
         )
     for problem in problems:
         log.warning("INSECURE EXPOSURE (server.allow_insecure_exposure = true): %s", problem)
-
-
-def check_secret_file(key: str, path: Path) -> None:
-    """Refuse ``path`` (named by config ``key``) when group or others have any permission on it:
-    a secret must be the owner's alone (mode 0600 or 0400). A file that cannot be stat'ed is left
-    to its reader, which names the error; on a platform without POSIX modes, a warning."""
-    if os.name != "posix":
-        log.warning("config key %s = '%s': file permissions cannot be checked on this platform", key, path)
-        return
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISREG(st.st_mode) and mode & _SHARED_BITS:  # not a file: its reader says why
-        raise ConfigError(
-            f"config key {key} = '{path}': mode {mode:04o} lets group or others access a secret; "
-            f"chmod 0600 (or 0400) it (docs/security.md §6)"
-        )

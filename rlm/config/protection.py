@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config import validators as v
-from rlm.config.exposure import check_secret_file
 from rlm.config.keys import key
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = [

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.config import validators as v
-from rlm.config.exposure import check_secret_file
 from rlm.config.keys import key
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = ["MAX_TOKEN_FILE_BYTES", "ServerSettings", "bearer_token", "check_server"]

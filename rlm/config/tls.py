@@ -12,7 +12,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from rlm.config.exposure import check_secret_file
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = ["client_context", "server_context"]

@@ -24,10 +24,8 @@ from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.records import native
 from rlm.jobs import decode
-from rlm.jobs.decode import read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.read import ExportResult
-from rlm.jobs.sink import DataFile, ParquetSink, Sink
+from rlm.jobs.sink import DataFile, ExportResult, ParquetSink, Sink, run_task
 from rlm.tiering.read import check_isolation
 
 __all__ = [
@@ -72,11 +70,6 @@ def gil_light() -> bool:
     ``local`` vs ``local_processes``, BENCHMARKS.md). The pure-Python decoder holds the
     GIL for most of a task: processes."""
     return bool(getattr(decode, "RELEASES_GIL", False)) or native.active_decoder() == "native"
-
-
-def run_task(sink: Sink, spec: BackendSpec, index: int, task: ReadTask) -> list[DataFile]:
-    """One task on a worker: read its bytes, decode, write through ``sink``."""
-    return sink.write_task(index, task, task_to_arrow(task, read_task_bytes(task, spec)))
 
 
 def _executor(kind: PoolKind, workers: int) -> Executor:

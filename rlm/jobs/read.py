@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rlm.config import Settings
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL, read_task_bytes, task_to_arrow
 from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.sink import ParquetSink, local_path
+from rlm.jobs.sink import ExportResult, ParquetSink, local_path
+from rlm.jobs.spark_sink import run_sink_spark
 from rlm.tiering.read import check_isolation
 
 __all__ = ["ExportResult", "export", "read_tiered", "tasks_dataframe", "tiered_dataframe"]
@@ -85,33 +85,6 @@ def read_tiered(
     return tiered_dataframe(spark, settings, plan)
 
 
-@dataclass(frozen=True, slots=True)
-class ExportResult:
-    out: str
-    partitions: int
-    tasks: int
-    bytes_planned: int
-    records: int
-    engine: str = "spark"
-
-    @classmethod
-    def of_plan(cls, out: str, plan: ReadPlan, records: int, engine: str = "spark") -> ExportResult:
-        """The summary of an export of ``plan`` that wrote ``records`` under ``out``."""
-        return cls(
-            out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks), records, engine
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "out": self.out,
-            "partitions": self.partitions,
-            "tasks": self.tasks,
-            "bytes_planned": self.bytes_planned,
-            "records": self.records,
-            "engine": self.engine,
-        }
-
-
 #: Save modes written through the staged ParquetSink for a local ``out`` (docs/export.md), and
 #: whether they replace an existing ``out``.
 _STAGED_MODES = {"error": False, "errorifexists": False, "overwrite": True}
@@ -158,8 +131,6 @@ def export(
         # Executors write each task's Arrow batches with pyarrow (the sink seam): no Arrow → JVM
         # row conversion, no sort by the partition columns, no JVM Parquet encoding — that was
         # most of a Spark export's time (BENCHMARKS.md, export).
-        from rlm.jobs.spark_sink import run_sink_spark  # here: it imports export_local, which imports us
-
         sink = ParquetSink.begin(path, overwrite=_STAGED_MODES[mode.lower()], compression=compression)
         spec = BackendSpec.from_settings(settings)
         records = sum(f.records for f in run_sink_spark(spark, plan, spec, sink))

@@ -1,14 +1,15 @@
 """Export sinks: where the Arrow batches of each planned read task go (docs/export.md).
 
 The seam between the export *engines* and the output *formats*. An engine (the local engine of
-:mod:`rlm.jobs.export_local`; a Spark job can do the same inside ``mapInArrow``) calls
-:meth:`Sink.write_task` once per :class:`~rlm.jobs.plan.ReadTask`, wherever the task runs (a
-worker thread or process, an executor), with the task's Arrow batches from
-:func:`rlm.jobs.decode.task_to_arrow`; it returns what it wrote as :class:`DataFile` values
-(plain, picklable). The driver then calls :meth:`Sink.commit` once with every task's files, or
-:meth:`Sink.abort` when anything failed. A sink is shipped to the workers, so it must pickle and
-``write_task`` must not depend on driver state; nothing a sink writes may be visible at the
-destination before ``commit``.
+:mod:`rlm.jobs.export_local`, the Spark one of :mod:`rlm.jobs.spark_sink`) runs :func:`run_task`
+once per :class:`~rlm.jobs.plan.ReadTask`, wherever the task runs (a worker thread or process, an
+executor): it calls :meth:`Sink.write_task` with the task's Arrow batches from
+:func:`rlm.jobs.decode.task_to_arrow`, and ``write_task`` returns what it wrote as
+:class:`DataFile` values (plain, picklable). The driver then calls :meth:`Sink.commit` once with
+every task's files, or :meth:`Sink.abort` when anything failed. A sink is shipped to the workers,
+so it must pickle and ``write_task`` must not depend on driver state; nothing a sink writes may be
+visible at the destination before ``commit``. Both engines summarise an export as
+:class:`ExportResult`.
 
 :class:`ParquetSink` writes Spark's ``partitionBy("topic", "partition")`` layout into a staging
 directory next to ``out`` (:class:`StagedDir`) and renames it to ``out`` on commit.
@@ -31,7 +32,8 @@ from urllib.parse import urlparse
 
 from rlm.errors import ExportOutputExistsError, InvalidArgumentError
 from rlm.fsutil import fsync_dir, fsync_file
-from rlm.jobs.plan import ReadTask
+from rlm.jobs.decode import read_task_bytes, task_to_arrow
+from rlm.jobs.plan import BackendSpec, ReadPlan, ReadTask
 
 __all__ = [
     "ABORT_SETTLE_S",
@@ -39,11 +41,13 @@ __all__ = [
     "PARQUET_CODECS",
     "ROW_GROUP_BYTES",
     "DataFile",
+    "ExportResult",
     "ParquetSink",
     "Sink",
     "StagedDir",
     "local_path",
     "parquet_codec",
+    "run_task",
     "sweep_stale",
 ]
 
@@ -100,6 +104,42 @@ class Sink(Protocol):
     def abort(self) -> None:
         """Drop what was written (best effort). Runs on the driver after a failure."""
         ...
+
+
+def run_task(sink: Sink, spec: BackendSpec, index: int, task: ReadTask) -> list[DataFile]:
+    """One task on a worker: read its bytes, decode, write through ``sink``."""
+    return sink.write_task(index, task, task_to_arrow(task, read_task_bytes(task, spec)))
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """What an export did: ``partitions`` and ``tasks`` planned, ``bytes_planned`` (bytes of the
+    planned byte ranges), ``records`` written under ``out``, by ``engine`` (``spark`` or ``local``).
+    Both engines build it here, beside the sink they write through."""
+
+    out: str
+    partitions: int
+    tasks: int
+    bytes_planned: int
+    records: int
+    engine: str = "spark"
+
+    @classmethod
+    def of_plan(cls, out: str, plan: ReadPlan, records: int, engine: str = "spark") -> ExportResult:
+        """The summary of an export of ``plan`` that wrote ``records`` under ``out``."""
+        return cls(
+            out, len(plan.partitions), len(plan.tasks), sum(t.size for t in plan.tasks), records, engine
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": self.out,
+            "partitions": self.partitions,
+            "tasks": self.tasks,
+            "bytes_planned": self.bytes_planned,
+            "records": self.records,
+            "engine": self.engine,
+        }
 
 
 def local_path(out: str | os.PathLike[str]) -> Path | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 from pathlib import Path
 
-from rlm.config.exposure import check_secret_file
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 from rlm.fsutil import FileMemo
 

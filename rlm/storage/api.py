@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self
 from rlm.storage.options import Option, parse_options, redact
 
 if TYPE_CHECKING:
-    from rlm.storage.retry import RetryPolicy
+    from rlm.storage.retry_policy import RetryPolicy
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -203,7 +203,7 @@ class StorageBackend(ABC):
         return (_rebuild, (type(self), dict(self.options)))
 
     def retry_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~rlm.storage.retry.RetryPolicy` for this store (e.g.
+        """Keyword arguments of :class:`~rlm.storage.retry_policy.RetryPolicy` for this store (e.g.
         ``max_attempts``, ``base_delay``/``max_delay`` in seconds); ``{}`` = the policy's defaults."""
         return {}
 

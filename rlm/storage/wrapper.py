@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from rlm.storage.api import Capabilities, ListPage, ObjectInfo, StorageBackend
 
 if TYPE_CHECKING:
-    from rlm.storage.retry import RetryPolicy
+    from rlm.storage.retry_policy import RetryPolicy
 
 __all__ = ["WrappingBackend"]
 
