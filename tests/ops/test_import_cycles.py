@@ -4,11 +4,11 @@ that import it. Measured with grimp (the graph lint-imports checks), counting ev
 top, inside a function, under ``TYPE_CHECKING`` (a circle only mypy sees still makes two modules
 that cannot be understood apart).
 
-Modules of ``rlm.tiering`` are left out while that package is reorganised into rooms (issue #32;
-its own contract will cover it): a cycle is reported when one of its modules is outside
-``rlm.tiering``. grimp reads ``.py`` files only, so ``from pkg import _ext`` of a compiled
-extension (a ``.pyi`` stub with no ``.py``) looks like an import of ``pkg`` itself; such imports are
-pointed at the extension before cycles are counted."""
+The tiering engine is covered too: its rooms (docs/architecture.md §1.1) import each other one
+way by their own contract, and no two modules inside a room import each other. grimp reads ``.py``
+files only, so ``from pkg import _ext`` of a compiled extension (a ``.pyi`` stub with no ``.py``)
+looks like an import of ``pkg`` itself; such imports are pointed at the extension before cycles
+are counted."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import grimp
 
 REPO = Path(__file__).resolve().parents[2]
-LEFT_OUT = "rlm.tiering"  # reorganised in another branch (issue #32); its own contract checks it
 
 
 def _extension_modules() -> set[str]:
@@ -66,7 +65,7 @@ def point_at_extensions(graph: grimp.ImportGraph, extensions: set[str]) -> None:
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     """The groups of modules that import each other (strongly connected, more than one module),
-    each sorted, skipping groups wholly inside :data:`LEFT_OUT`."""
+    each sorted."""
     found: list[list[str]] = []
     seen: set[str] = set()
     for module in sorted(graph.modules):
@@ -75,9 +74,7 @@ def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
         group = graph.find_upstream_modules(module) & graph.find_downstream_modules(module)
         if group:
             seen |= group | {module}
-            members = sorted(group | {module})
-            if not all(m == LEFT_OUT or m.startswith(LEFT_OUT + ".") for m in members):
-                found.append(members)
+            found.append(sorted(group | {module}))
     return found
 
 
@@ -113,7 +110,7 @@ def test_the_check_reads_this_tree() -> None:
     assert {"rlm.formats.records._columns", "rlm.formats.records._scan"} <= _extension_modules()
 
 
-def test_no_import_cycles_outside_tiering() -> None:
+def test_no_import_cycles() -> None:
     graph = _rlm_graph()
     found = [chain(graph, group) for group in cycles(graph)]
     assert not found, (
@@ -141,15 +138,14 @@ def test_a_cycle_is_reported_with_its_chain() -> None:
         ("rlm.tiering.b", "rlm.tiering.a", 2, "from rlm.tiering.a import y"),
         ("rlm.jobs.j", "rlm.tiering.a", 3, "from rlm.tiering.a import y"),
     )
-    assert cycles(graph) == [["rlm.s.api", "rlm.s.retry", "rlm.s.wrapper"]]  # tiering's own is left out
+    assert cycles(graph) == [
+        ["rlm.s.api", "rlm.s.retry", "rlm.s.wrapper"],
+        ["rlm.tiering.a", "rlm.tiering.b"],
+    ]
     assert (
         chain(graph, ["rlm.s.api", "rlm.s.retry", "rlm.s.wrapper"])
         == "rlm.s.api:50 → rlm.s.retry:34 → rlm.s.api"
     )
-    graph.add_import(
-        importer="rlm.tiering.a", imported="rlm.jobs.j", line_number=4, line_contents="import rlm.jobs.j"
-    )
-    assert ["rlm.jobs.j", "rlm.tiering.a", "rlm.tiering.b"] in cycles(graph)  # one that leaves tiering counts
 
 
 def test_an_import_of_a_compiled_extension_is_not_one_of_its_package() -> None:
