@@ -184,7 +184,7 @@ def list_offset(
         if timestamp != MAX_TIMESTAMP and timestamp < 0:  # the authority's answer, as Kafka's
             return ListedOffset(Codes.NONE, -1, vis.special_offset(timestamp, isolation))
         end = vis.end(isolation)
-        found = reader.lookup_timestamp(timestamp)
+        found = reader.lookup_timestamp(timestamp, seen=vis)
     except RlmError as err:
         return ListedOffset(error_code(err))
     if not found.found or found.offset is None or found.offset >= end:

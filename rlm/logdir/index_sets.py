@@ -48,20 +48,23 @@ SET_SUFFIXES = (naming.REMOTE_LOG_INDEX, naming.REMOTE_OFFSET_INDEX, naming.REMO
 _SUFFIX_SET = frozenset(SET_SUFFIXES)
 
 
-def find_sets(directory: Path) -> dict[int, set[str]]:
+def find_sets(directory: Path, names: Iterable[str] | None = None) -> dict[int, set[str]]:
     """The sets in ``directory``: base offset → the suffixes of :data:`SET_SUFFIXES` present.
-    Names whose base does not parse are not sets and are left out."""
+    Names whose base does not parse are not sets and are left out. ``names``: the directory's
+    listing when the caller has one (rlm/logdir/scan.py ``list_names``)."""
+    if names is None:
+        with os.scandir(directory) as it:
+            names = [entry.name for entry in it]
     bases: dict[int, set[str]] = {}
-    with os.scandir(directory) as it:
-        for entry in it:  # a partition dir holds 3+ files per segment: one set lookup each
-            dot = entry.name.rfind(".")
-            suffix = entry.name[dot:] if dot >= 0 else ""
-            if suffix in _SUFFIX_SET:
-                try:
-                    base = naming.parse_base_offset(entry.name)
-                except RlmError:
-                    continue
-                bases.setdefault(base, set()).add(suffix)
+    for name in names:  # a partition dir holds 3+ files per segment: one set lookup each
+        dot = name.rfind(".")
+        suffix = name[dot:] if dot >= 0 else ""
+        if suffix in _SUFFIX_SET:
+            try:
+                base = naming.parse_base_offset(name)
+            except RlmError:
+                continue
+            bases.setdefault(base, set()).add(suffix)
     return bases
 
 
@@ -221,9 +224,10 @@ class SetCache:
         self._lock = threading.Lock()
         self.max_sets = max_sets
 
-    def sets(self, directory: Path) -> list[SetView]:
-        """Every set of the partition ``directory`` with an indexed entry, oldest first."""
-        found = find_sets(directory)
+    def sets(self, directory: Path, names: Iterable[str] | None = None) -> list[SetView]:
+        """Every set of the partition ``directory`` with an indexed entry, oldest first
+        (``names``: its listing, as :func:`find_sets`)."""
+        found = find_sets(directory, names)
         views = [self.get(directory, b) for b in sorted(found) if naming.REMOTE_OFFSET_INDEX in found[b]]
         return [v for v in views if v is not None]
 

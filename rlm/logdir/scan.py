@@ -283,23 +283,36 @@ def _files_by_suffix(directory: Path, names: list[str], skip: SkipCallback) -> d
     return by_suffix
 
 
+def list_names(partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None) -> list[str]:
+    """The names in one partition directory (one listing); a directory that vanished lists
+    nothing, reported through ``on_skip``. What :func:`list_segments` and the remote-index sets
+    (rlm/logdir/index_sets.py) are derived from, so one request lists the directory once."""
+    directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        (on_skip or _log_skip)(directory, "partition directory vanished")
+        return []
+
+
 def list_segments(
-    partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None
+    partition: PartitionDir | Path,
+    *,
+    on_skip: SkipCallback | None = None,
+    names: list[str] | None = None,
 ) -> list[SegmentFiles]:
     """The segments of one partition directory in base-offset order (the last one is active).
 
     Files named ``<base>.log`` define segments; ``.index``/``.timeindex``/``.txnindex``/``.snapshot``
     with the same base name are attached when listed. Transient files are ignored. A ``.log`` that
     vanishes before it can be ``stat``-ed (renamed to ``.deleted`` by retention) is skipped and
-    reported through ``on_skip``. A partition dir that vanished entirely yields ``[]``.
+    reported through ``on_skip``. A partition dir that vanished entirely yields ``[]``. ``names``:
+    the directory's listing when the caller has one (:func:`list_names`).
     """
     skip = on_skip or _log_skip
     directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        skip(directory, "partition directory vanished")
-        return []
+    if names is None:
+        names = list_names(directory, on_skip=skip)
     by_suffix = _files_by_suffix(directory, names, skip)
 
     def companion(suffix: str, base: int) -> Path | None:

@@ -31,7 +31,7 @@ from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeE
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.index_sets import SetView
-from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
+from rlm.logdir.scan import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.tiering.local import Gap, Progress, gap_at
 from rlm.tiering.read.cache import RangeBytes
 from rlm.tiering.read.located import LocalLocation, Located, Location, Tier
@@ -167,6 +167,7 @@ class PartitionReader:
         self._views: tuple[Claim | None, list[SetView]] | None = None
         self.log_starts = log_starts
         self._asked: tuple[int | None] | None = None  # the broker's answer, asked once per reader
+        self._names: list[str] | None = None  # the directory as last listed: segments and sets alike
 
     # -- what is where ------------------------------------------------------------------------
 
@@ -176,7 +177,7 @@ class PartitionReader:
         holds, so a fetch and its read_committed sources see the same sets."""
         claim = claim_of(self.progress)
         if self._views is None or self._views[0] != claim:
-            local = self.res.sets.sets(self.part.path)
+            local = self.res.sets.sets(self.part.path, self._names)
             self._views = (claim, self.res.store_sets.served(self.part, self.progress, local))
         return self._views[1]
 
@@ -207,8 +208,10 @@ class PartitionReader:
         """What a consumer may see now (:class:`~rlm.tiering.read.visibility.Visibility`): the
         offsets (:meth:`offsets`, ``at`` as there) and, when asked, the transactions of the
         same listing."""
-        segments = list_segments(self.part) if segments is None else segments
-        return Visibility(self.offsets(segments, at=at), functools.partial(self._txns, segments))
+        if segments is None:
+            self._names = list_names(self.part)
+            segments = list_segments(self.part, names=self._names)
+        return Visibility(self.offsets(segments, at=at), segments, functools.partial(self._txns, segments))
 
     def _txns(self, segments: Sequence[SegmentFiles], offsets: PartitionOffsets) -> PartitionTxns:
         """The transaction knowledge of what this reader serves, up to the visible end."""
@@ -247,8 +250,8 @@ class PartitionReader:
         """
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
-        segments = list_segments(self.part)
-        return self._lookup(self.visibility(segments, at=offset), segments, offset, tier, source, timestamp)
+        vis = self.visibility(at=offset)
+        return self._lookup(vis, vis.segments, offset, tier, source, timestamp)
 
     def _lookup(
         self,
@@ -325,18 +328,18 @@ class PartitionReader:
 
     # -- timestamp ----------------------------------------------------------------------------
 
-    def lookup_timestamp(self, timestamp: int) -> LookupResult:
+    def lookup_timestamp(self, timestamp: int, *, seen: Visibility | None = None) -> LookupResult:
         """Kafka ListOffsets semantics, incl. the special values −1…−5, over visible records only
-        (docs/visibility.md): −1 is the visible end (the high watermark), −2 the log start."""
+        (docs/visibility.md): −1 is the visible end (the high watermark), −2 the log start.
+        ``seen``: the moment the caller already asked about (its listing is reused)."""
         if timestamp < LATEST_TIERED:
             raise InvalidArgumentError(
                 f"timestamp {timestamp} is invalid: use ms since the epoch or "
                 "-1 latest, -2 earliest, -3 max, -4 earliest local, -5 latest tiered",
                 field="timestamp",
             )
-        segments = list_segments(self.part)
-        vis = self.visibility(segments)
-        ranges, end = vis.offsets, vis.offsets.visible_end_offset
+        vis = seen or self.visibility()
+        segments, ranges, end = vis.segments, vis.offsets, vis.offsets.visible_end_offset
         if timestamp in SPECIAL_TIMESTAMPS and timestamp != MAX_TIMESTAMP:
             return self._special(timestamp, vis)
         if timestamp == MAX_TIMESTAMP:
@@ -367,7 +370,7 @@ class PartitionReader:
         tier: Tier | None = (
             "local" if timestamp == EARLIEST_LOCAL else "remote" if timestamp == LATEST_TIERED else None
         )
-        return self._or_offset(self.lookup_offset(offset, tier=tier), ranges, offset, tier)
+        return self._or_offset(self._lookup(vis, vis.segments, offset, tier), ranges, offset, tier)
 
     def _or_offset(
         self, found: LookupResult, ranges: PartitionOffsets, offset: int, tier: Tier | None
@@ -422,9 +425,8 @@ class PartitionReader:
         source.begin(offset)
         if offset < 0:
             raise InvalidArgumentError(f"offset {offset} is negative", field="offset")
-        segments = list_segments(self.part)
-        vis = self.visibility(segments, at=offset)
-        found = self._lookup(vis, segments, offset, source=source, timestamp=False)
+        vis = self.visibility(at=offset)
+        found = self._lookup(vis, vis.segments, offset, source=source, timestamp=False)
         ranges, end = vis.offsets, vis.offsets.visible_end_offset
         _refuse_gap(found, offset)
         if not found.found or found.batch is None:

@@ -324,14 +324,21 @@ def partition_offsets(
 class Visibility:
     """What a consumer may see of one partition at one moment: the one authority (module doc).
 
-    Built from one listing of the partition and one read of its checkpoints (:attr:`offsets`);
+    Built from one listing of the partition (:attr:`segments`, which the reads of that moment use
+    too: a request lists the directory once) and one read of its checkpoints (:attr:`offsets`);
     the transaction knowledge (``txns``, called at most once, only when a read_committed answer
     needs it) covers the same moment. Offsets are Kafka's; an answer of -1 means "no such offset",
     as Kafka's ListOffsets answers it.
     """
 
-    def __init__(self, offsets: PartitionOffsets, txns: Callable[[PartitionOffsets], PartitionTxns]) -> None:
+    def __init__(
+        self,
+        offsets: PartitionOffsets,
+        segments: Sequence[SegmentFiles],
+        txns: Callable[[PartitionOffsets], PartitionTxns],
+    ) -> None:
         self.offsets = offsets
+        self.segments = segments
         self._txns_of = txns
         self._txns: PartitionTxns | None = None
         self._lso: int | None = None
@@ -417,7 +424,7 @@ def chain_visibility(
         sources = plan_sources(links, segments, end, o.local_log_start_offset)
         return PartitionTxns(sources, backend, protection, log_start=o.log_start_offset)
 
-    return Visibility(offsets, txns)
+    return Visibility(offsets, segments, txns)
 
 
 __all__ = [
