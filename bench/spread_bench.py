@@ -6,7 +6,7 @@ a fresh store per setting (SeaweedFS by default, ``--store local`` for a folder)
 requests counted *below* the spread mapping (:class:`rlm.testing.counting.CountingBackend` under
 :class:`rlm.storage.spread.SpreadBackend`: every physical request). Reported per setting: the
 layout check when the store is opened, the first (copy) pass, an idle pass, and a whole-store
-listing as ``rlm rewrap`` makes (``rewrap.manifest_keys``) — requests, requests per segment, and
+listing as ``rlm rewrap`` makes (``remote_state.store_manifest_keys``) — requests, requests per segment, and
 wall time as a ratio to spread 0.
 
     .venv/bin/python bench/spread_bench.py                       # SeaweedFS, spreads 0 1 2
@@ -34,7 +34,7 @@ from rlm.storage.spread import open_spread
 from rlm.testing.counting import CountingBackend
 from rlm.tiering.local import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import manifest_keys
+from rlm.tiering.store import store_manifest_keys
 
 BUCKET = "rlm-spread-bench"
 
@@ -74,7 +74,7 @@ def run_one(spread: int, logs: Path, name: str, options: dict[str, Any]) -> dict
     row["idle"], row["idle_s"] = _measure(counting, manager.run_once)
     found: list[int] = []
     row["list_all"], row["list_all_s"] = _measure(
-        counting, lambda: found.append(sum(1 for _ in manifest_keys(store, None)))
+        counting, lambda: found.append(sum(1 for _ in store_manifest_keys(store, None)))
     )
     assert found[0] == row["segments"], (found, row)
     store.close()

@@ -179,11 +179,11 @@ def test_a_config_disagreeing_with_the_store_is_refused_with_exit_code_2(tmp_pat
 
 
 def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(tmp_path: Path) -> None:
-    """`rlm rewrap` lists the whole store (rewrap.manifest_keys): on a spread store that is the
+    """`rlm rewrap` lists the whole store (remote_state.store_manifest_keys): on a spread store that is the
     merge over every hash prefix, paged through the health and metering wrappers as the CLI has it."""
     from rlm.storage.health import HealthTrackingBackend, StoreHealth
     from rlm.storage.metering import MeteringBackend, RequestMeter
-    from rlm.tiering.store.rewrap import manifest_keys
+    from rlm.tiering.store import store_manifest_keys
 
     logs = tmp_path / "logs"
     summaries = generate_log_dir(logs, seed=2, records=300, segment_bytes=8 * 1024)
@@ -195,10 +195,10 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     assert len(want) > len(summaries)
     meter = RequestMeter()
     wrapped = HealthTrackingBackend(MeteringBackend(store, meter), StoreHealth())
-    found = [k for k, _ in manifest_keys(wrapped, None)]
+    found = [k for k, _ in store_manifest_keys(wrapped, None)]
     assert sorted(found) == sorted(want) and len(found) == len(want)
     topic = summaries[0].topic
-    only = {k for k, _ in manifest_keys(wrapped, frozenset({topic}))}
+    only = {k for k, _ in store_manifest_keys(wrapped, frozenset({topic}))}
     assert only == {k for k in want if keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
 
 

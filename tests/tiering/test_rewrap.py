@@ -37,7 +37,8 @@ from rlm.tiering.store import keys
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import Protection, SegmentManifest
 from rlm.tiering.store.manifest_trust import seal_manifest
-from rlm.tiering.store.rewrap import manifest_keys, rewrap_store
+from rlm.tiering.store.remote_state import store_manifest_keys
+from rlm.tiering.store.rewrap import rewrap_store
 from tests.lookup.helpers import settings_for, write_config, write_generated
 from tests.tiering.helpers import REPO
 
@@ -73,7 +74,9 @@ class Store:
 
 
 def _manifests(backend: StorageBackend) -> dict[str, SegmentManifest]:
-    return {k: SegmentManifest.from_json(backend.read(k), key=k) for k, _ in manifest_keys(backend, None)}
+    return {
+        k: SegmentManifest.from_json(backend.read(k), key=k) for k, _ in store_manifest_keys(backend, None)
+    }
 
 
 @pytest.fixture
@@ -262,9 +265,9 @@ def test_cli_refuses_a_target_the_ring_lacks(store: Store, case: str) -> None:
 
 
 def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
-    listed = [k for k, _ in manifest_keys(store.backend, None)]
+    listed = [k for k, _ in store_manifest_keys(store.backend, None)]
     assert sorted(listed) == sorted(store.data_keys)
-    paged = [k for k, _ in manifest_keys(store.backend, None, page_size=3)]
+    paged = [k for k, _ in store_manifest_keys(store.backend, None, page_size=3)]
     assert paged == listed  # many pages: the same keys, in the same (key) order
     assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
 

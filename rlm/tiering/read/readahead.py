@@ -342,7 +342,7 @@ class ReaderResources:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
         #: The store's sets, for partitions whose local index falls short (docs/read-path.md).
         self.store_sets = StoreSets(self.backend, self.protection)
-        self.opener = EntryOpener(self.protection, self.backend.read)
+        self.opener = EntryOpener(self.protection, self.backend)
         self._keys: dict[str, str] = {}  # url -> object key: parsing URLs showed in the profile
 
     def read(self, key: RangeKey) -> bytes:

@@ -23,7 +23,6 @@ from rlm.tiering.store import (
     RemoteState,
     SegmentManifest,
     StoreProtection,
-    keys,
     open_at_end,
     snapshot_key,
 )
@@ -207,11 +206,10 @@ def _manifest_of(
     reader (None when gone: deleted by retention meanwhile, what is still readable is scanned),
     and whether it commits that object's attempt. A manifest not to be trusted raises
     (docs/protection.md §9)."""
-    root = keys.parse_root(key)
-    ref = keys.parse_data_key(root.topic, root.partition, key, root.topic_id) if root else None
-    if root is None or ref is None:
+    found = RemoteState.of_data_key(backend, key, protection)
+    if found is None:
         return None, False
-    state = RemoteState(backend, root.topic, root.partition, root.topic_id, protection)
+    state, ref = found
     try:
         manifest = state.manifest_at(ref.base_offset)
     except ObjectNotFoundError:

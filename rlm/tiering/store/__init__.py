@@ -2,7 +2,9 @@
 the key layout (`keys`), segment manifests (`manifest`) and their trust check (`manifest_trust`),
 lineage markers (`lineage`), the keyring and protection of stored objects (`keyring`, `protect`),
 Kafka's producer snapshots stored beside segments (`producer_state`), the one reader of a
-partition's store state (`remote_state`, docs/remote-state.md) and key rotation (`rewrap`).
+partition's store state — every manifest and lineage marker read goes through it —
+(`remote_state`, docs/remote-state.md), the readers' entry opener over it (`entry_opener`) and key
+rotation (`rewrap`).
 
 It knows nothing of local state: every other room may import it; it imports no other room.
 
@@ -12,6 +14,7 @@ its modules (tests/ops/test_rooms.py).
 
 from __future__ import annotations
 
+from rlm.tiering.store.entry_opener import EntryOpener
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.keys import parse_root
 from rlm.tiering.store.lineage import (
@@ -38,9 +41,9 @@ from rlm.tiering.store.manifest import (
     StoredObject,
 )
 from rlm.tiering.store.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
-from rlm.tiering.store.protect import EntryOpener, StoreProtection
-from rlm.tiering.store.remote_state import Orphan, RemoteState
-from rlm.tiering.store.rewrap import manifest_keys, rewrap_store
+from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store.remote_state import Orphan, RemoteState, Unreadable, store_manifest_keys
+from rlm.tiering.store.rewrap import rewrap_store
 
 __all__ = [
     "ENTRIES_OBJECT",
@@ -64,8 +67,8 @@ __all__ = [
     "StoreProtection",
     "StoreView",
     "StoredObject",
+    "Unreadable",
     "lineage_of",
-    "manifest_keys",
     "open_at_end",
     "open_at_local",
     "open_at_remote",
@@ -74,4 +77,5 @@ __all__ = [
     "resolve_chain",
     "rewrap_store",
     "snapshot_key",
+    "store_manifest_keys",
 ]

@@ -60,7 +60,6 @@ __all__ = [
     "lineage_marker_key",
     "log_start_marker_key",
     "manifest_key",
-    "manifest_key_of_data_key",
     "manifests_prefix",
     "marker_key",
     "new_attempt_id",
@@ -251,16 +250,3 @@ def parse_manifest_key(topic: str, partition: int, key: str, topic_id: str | Non
     if ext != "json" or not dot or len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
-
-
-def manifest_key_of_data_key(key: str) -> str | None:
-    """The manifest key of the segment a data key (``…/data/<base>-<attempt>/<name>``) belongs to,
-    or None for a key outside that layout. Readers holding only an entry's object key find the
-    segment's manifest (its wrapped data key, docs/protection.md) with it."""
-    found = parse_root(key)
-    if found is None:
-        return None
-    ref = parse_data_key(found.topic, found.partition, key, found.topic_id)
-    if ref is None:
-        return None
-    return manifest_key(found.topic, found.partition, ref.base_offset, found.topic_id)

@@ -1,9 +1,14 @@
 """The one place stored bytes become plaintext (docs/protection.md).
 
 Every reader of rlm's stored objects goes through :class:`StoreProtection` (whole objects, with
-the segment's manifest at hand) or :class:`EntryOpener` (remote index entries, with only the
-entry's object key at hand: lookups, fetches, read-ahead). A segment without a manifest
-``protection`` field, and a magic 0 entry, pass through unchanged, so plaintext stores cost nothing.
+the segment's manifest at hand), directly or through
+:class:`~rlm.tiering.store.entry_opener.EntryOpener` (remote index entries, with only the entry's
+object key at hand: lookups, fetches, read-ahead). A segment without a manifest ``protection``
+field, and a magic 0 entry, pass through unchanged, so plaintext stores cost nothing.
+
+Its :meth:`StoreProtection.read_manifest` / :meth:`~StoreProtection.load_manifest` are the one
+parse-and-trust mechanism of manifests; the one module that calls it is
+rlm/tiering/store/remote_state.py (docs/remote-state.md), which every reader of manifests asks.
 
 Errors name the object, the partition and offset where known, and the key id, on one line:
 :class:`KeyNotFoundError`, :class:`WrongKeyError`, :class:`TamperedObjectError` (rlm/errors.py).
@@ -18,19 +23,18 @@ from typing import Any
 
 from rlm.config import RemoteSettings
 from rlm.config.protection import CompressionSettings
-from rlm.errors import FormatError, KeyNotFoundError, ProtectionError, StorageError, WrongKeyError
+from rlm.errors import FormatError, KeyNotFoundError, ProtectionError, WrongKeyError
 from rlm.formats.protection import EntryBinding, open_entry, open_object
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, iter_entries
 from rlm.storage.api import StorageBackend
-from rlm.tiering.store import keys
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.store.manifest_trust import check_manifest, seal_manifest
 
-__all__ = ["EntryOpener", "StoreProtection"]
+__all__ = ["StoreProtection"]
 
-#: Segments whose manifest an :class:`EntryOpener` keeps (a manifest is ~1 KiB): the data keys of
-#: the segments readers touched recently are unwrapped once, not per entry.
+#: Encrypted segments' manifests a :class:`StoreProtection` keeps (a manifest is ~1 KiB): the data
+#: keys of the segments readers touched recently are unwrapped once, not per entry.
 _SEGMENTS_KEPT = 4096
 
 
@@ -206,48 +210,3 @@ def _named(err: Exception, m: SegmentManifest, key: str, offset: int | None) -> 
     if isinstance(clone, ProtectionError) and clone.key_id is None:
         clone.key_id = key_id
     return clone
-
-
-class EntryOpener:
-    """Readers' side: stored entry bytes → the entry's batches, knowing only the entry's object key.
-
-    An encrypted entry needs its segment's manifest (the wrapped data key, the attempt bound into
-    the entry): the one :class:`StoreProtection` remembers (the daemon's copier and sync feed it),
-    else read once per segment per process (``manifest_for``) from the key layout of
-    rlm/tiering/store/keys.py. Plain and compressed-only entries need nothing but the entry.
-    """
-
-    def __init__(self, protection: StoreProtection, read: Callable[[str, int, int], bytes]) -> None:
-        self.protection = protection
-        self._read = read  # ``read(key, start, end)`` (with retries): the manifest
-
-    def manifest_for(self, log_key: str) -> SegmentManifest:
-        hit = self.protection.known(log_key)
-        if hit is not None:
-            return hit
-        manifest_key = keys.manifest_key_of_data_key(log_key)
-        if manifest_key is None:
-            raise StorageError(
-                "an encrypted entry's object key is not a segment data key: its "
-                "manifest (and data key) cannot be found",
-                file=log_key,
-            )
-        m = self.protection.read_manifest(self._read, manifest_key)
-        if m.log.key != log_key:
-            raise StorageError(
-                f"the segment's manifest names log object {m.log.key}, not this one "
-                "(an uncommitted attempt's entry)",
-                file=log_key,
-            )
-        return m
-
-    def open(self, entry: RemoteLogIndexEntry, stored: bytes, *, log_key: str) -> bytes:
-        """The entry's batches; its stored bytes as they are when it is a magic 0 entry."""
-        if not entry.transformed:
-            return stored
-        if entry.transform & TRANSFORM_AES_GCM:
-            return self.protection.open_entry(self.manifest_for(log_key), entry, stored)
-        try:
-            return open_entry(stored, entry, key=None, binding=None)
-        except FormatError as err:
-            raise err.in_file(log_key) from err

@@ -2,8 +2,9 @@
 
 Manifests (what is committed), a segment's uploaded entries, the highest tiered offset and remote
 log start, copy attempts and which of them are orphans, and which key root an incarnation uses.
-The daemon (copier, recovery, GC, retention, identity) and the Spark jobs (plan, verify, index)
-all ask here.
+The daemon (copier, recovery, GC, retention, identity, readers opening encrypted entries), the
+Spark jobs (plan, verify, index) and ``rlm rewrap`` all ask here: no other module reads a manifest
+or a lineage marker (tests/tiering/test_store_reader.py), so none can trust what the daemon refuses.
 
 A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition
 and the root's key id — so a Spark executor builds one from its :class:`~rlm.jobs.plan.BackendSpec`
@@ -16,20 +17,22 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, RlmError
+from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, ProtectionError, RlmError
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
-from rlm.storage.api import ObjectInfo, StorageBackend
+from rlm.storage.api import MAX_LIST_LIMIT, ObjectInfo, StorageBackend
 from rlm.tiering.store import keys
 from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.store.protect import StoreProtection
 
-__all__ = ["Orphan", "RemoteState", "attempt_age_ms"]
+__all__ = ["Orphan", "RemoteState", "Unreadable", "attempt_age_ms", "store_manifest_keys"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,48 @@ class Orphan:
     keys: tuple[str, ...]
     bytes: int
     age_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A manifest or lineage marker of a listing that no reader may use, and why.
+
+    ``at`` is what its key says: the manifest's base offset or the marker's leader epoch.
+    ``error`` is what reading it raised: a :class:`FormatError` (it does not parse, is larger than
+    rlm writes) or a :class:`ProtectionError` (moved or forged, its MAC key not in the ring:
+    docs/protection.md §9); ``error.reason`` says it in one line.
+    """
+
+    kind: Literal["manifest", "lineage_marker"]
+    key: str
+    at: int
+    error: FormatError | ProtectionError
+
+
+def store_manifest_keys(
+    backend: StorageBackend,
+    topics: frozenset[str] | None,
+    *,
+    page_size: int = MAX_LIST_LIMIT,
+) -> Iterator[tuple[str, str | None]]:
+    """``(manifest key, etag)`` of every segment manifest in the store (every root, every
+    incarnation, retired ones too: their data is as readable as any), in key order; only
+    ``topics`` when given. One listing of the whole store: roots are the key's first component,
+    and a topic's name is no safe listing prefix (``t-0`` is a prefix of ``t-0x-1``). Page by
+    page, each page retried on its own (by the store): only manifest keys are kept, never the whole
+    listing. ``rlm rewrap`` walks the store with it (its etags guard the overwrite)."""
+    token: str | None = None
+    while True:
+        page = backend.list_page("", token=token, limit=page_size)
+        for info in page.objects:
+            root = keys.parse_root(info.key)
+            if root is None or (topics is not None and root.topic not in topics):
+                continue
+            if keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id) is not None:
+                yield info.key, info.etag
+        if page.next_token is None:
+            return
+        token = page.next_token
 
 
 def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) -> int:
@@ -73,6 +118,24 @@ class RemoteState:
     #: Opens protected objects and entries (docs/protection.md); plaintext passes through.
     protection: StoreProtection = field(default_factory=StoreProtection)
 
+    @classmethod
+    def of_root(cls, backend: StorageBackend, key: str, protection: StoreProtection) -> RemoteState | None:
+        """The state of the root ``key`` lies under (any key of it: a manifest, a data object),
+        None when its first component is no root (docs/topic-identity.md)."""
+        root = keys.parse_root(key)
+        return None if root is None else cls(backend, root.topic, root.partition, root.topic_id, protection)
+
+    @classmethod
+    def of_data_key(
+        cls, backend: StorageBackend, key: str, protection: StoreProtection
+    ) -> tuple[RemoteState, keys.AttemptRef] | None:
+        """The state of the root a segment data key (``…/data/<base>-<attempt>/<name>``) lies under
+        and the attempt it belongs to, None for a key outside that layout: readers holding only an
+        entry's object key find its segment's manifest with ``manifest_at(ref.base_offset)``."""
+        state = cls.of_root(backend, key, protection)
+        ref = None if state is None else keys.parse_data_key(state.topic, state.partition, key, state.key_id)
+        return None if state is None or ref is None else (state, ref)
+
     def list_prefix(self, prefix: str) -> list[ObjectInfo]:
         """Every object under ``prefix`` (one listing)."""
         return list(self.backend.list(prefix))
@@ -99,10 +162,14 @@ class RemoteState:
                 found.append((base, info.key))
         return sorted(found)
 
-    def read_manifest(self, key: str) -> SegmentManifest:
+    def read_manifest(self, key: str, *, trust_unauthenticated: bool = False) -> SegmentManifest:
         """One manifest, checked as docs/protection.md §9 says (FormatError names ``key`` when it
-        does not parse); remembered, so readers of this process find its data key without a GET."""
-        return self.protection.read_manifest(self.backend.read, key)
+        does not parse); remembered, so readers of this process find its data key without a GET.
+        ``trust_unauthenticated``: a manifest without a MAC is trusted once (``rlm rewrap
+        --authenticate`` only, docs/security.md §5). The one mechanism: StoreProtection's."""
+        return self.protection.read_manifest(
+            self.backend.read, key, trust_unauthenticated=trust_unauthenticated
+        )
 
     def manifest_at(self, base_offset: int) -> SegmentManifest:
         """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""
@@ -110,19 +177,58 @@ class RemoteState:
 
     def list_manifests(self) -> list[SegmentManifest]:
         """Every committed segment, in offset order (a manifest that does not parse raises)."""
-        listing = self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
-        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
-        manifests.sort(key=lambda m: m.base_offset)
-        return manifests
+        return self.manifests_of(self.list_manifests_prefix())[0]
+
+    def manifests_of(
+        self, listing: Iterable[ObjectInfo], *, report: bool = False
+    ) -> tuple[list[SegmentManifest], list[Unreadable]]:
+        """The manifests of ``listing`` (of ``manifests/`` or the whole root), each read by
+        :meth:`read_manifest`, in offset order, and the ones no reader may use. One that does not
+        parse or may not be trusted raises — the daemon's and the readers' way — or, with
+        ``report`` (``rlm verify``: report, don't raise), is left out and named with its error.
+        One read per manifest; a manifest gone since the listing raises ObjectNotFoundError."""
+        found, unreadable = self._read_each(
+            "manifest", self.manifest_keys(listing), self.read_manifest, report
+        )
+        found.sort(key=lambda m: m.base_offset)
+        return found, unreadable
+
+    def lineages_of(
+        self, listing: Iterable[ObjectInfo], *, report: bool = False
+    ) -> tuple[list[Lineage], list[Unreadable]]:
+        """The lineages the markers of ``listing`` record, in epoch order, as :meth:`manifests_of`
+        reads manifests (``report``: a marker that does not parse is named, not raised)."""
+        found, unreadable = self._read_each(
+            "lineage_marker", self.lineage_marker_keys(listing), self.read_lineage_marker, report
+        )
+        return [m.lineage for m in found], unreadable
+
+    def _read_each(
+        self,
+        kind: Literal["manifest", "lineage_marker"],
+        at_keys: Iterable[tuple[int, str]],
+        read: Callable[[str], _T],
+        report: bool,
+    ) -> tuple[list[_T], list[Unreadable]]:
+        found: list[_T] = []
+        unreadable: list[Unreadable] = []
+        for at, key in at_keys:
+            try:
+                found.append(read(key))
+            except (FormatError, ProtectionError) as err:
+                if not report:
+                    raise
+                unreadable.append(Unreadable(kind, key, at, err))
+        return found, unreadable
 
     def chain(self, lineage: Lineage | None = None) -> Chain:
         """What the store serves (docs/cluster.md): every manifest under the lineage markers (and
         ``lineage``, e.g. the local leader-epoch-checkpoint), overlaps and diverged offsets left out.
         One listing of ``manifests/`` plus one read per manifest and marker."""
         listing = self.list_manifests_prefix()
-        manifests = [self.read_manifest(key) for _, key in self.manifest_keys(listing)]
-        lineages = [self.read_lineage_marker(key).lineage for _, key in self.lineage_marker_keys(listing)]
-        return resolve_chain(manifests, lineages + ([lineage] if lineage else []))
+        manifests = self.manifests_of(listing)[0]
+        lineages = self.lineages_of(listing)[0] + ([lineage] if lineage else [])
+        return resolve_chain(manifests, lineages)
 
     def entries_blob(self, manifest: SegmentManifest) -> bytes:
         """The segment's uploaded entries object (decrypted when the segment is encrypted)."""
@@ -223,6 +329,7 @@ class RemoteState:
         return sorted(found)
 
     def read_lineage_marker(self, key: str) -> LineageMarker:
+        """One lineage marker (FormatError names ``key`` when it does not parse or is too large)."""
         return LineageMarker.from_json(
             self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="lineage marker"), key=key
         )

@@ -27,7 +27,10 @@ crash at any point leaves each manifest old or new, and a second run skips what 
 - **another rewrap or a copier**: a changed ETag means someone else wrote; the manifest is read
   again and judged afresh (at most :data:`_ATTEMPTS` times).
 
-Every rewritten manifest is read back and its new wrap opened before it counts as done.
+Every rewritten manifest is read back and its new wrap opened before it counts as done. Every
+read and the listing go through :class:`~rlm.tiering.store.remote_state.RemoteState` (the store's
+one reader of manifests: ``store_manifest_keys``, ``read_manifest``), so a rewrap trusts exactly
+what the daemon trusts — plus, with ``authenticate``, a manifest without a MAC.
 """
 
 from __future__ import annotations
@@ -35,20 +38,20 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.errors import KeyNotFoundError, ObjectNotFoundError, RlmError
-from rlm.storage.api import MAX_LIST_LIMIT, StorageBackend
-from rlm.tiering.store import keys
+from rlm.storage.api import StorageBackend
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import SegmentManifest
 from rlm.tiering.store.manifest_trust import seal_manifest
 from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store.remote_state import RemoteState, store_manifest_keys
 
-__all__ = ["RewrapResult", "manifest_keys", "rewrap_store"]
+__all__ = ["RewrapResult", "rewrap_store"]
 
 #: Tries per manifest when its ETag changes under us (another writer): then it is left as it is.
 _ATTEMPTS = 3
@@ -90,32 +93,6 @@ class RewrapResult:
         }
 
 
-def manifest_keys(
-    backend: StorageBackend,
-    topics: frozenset[str] | None,
-    *,
-    page_size: int = MAX_LIST_LIMIT,
-) -> Iterator[tuple[str, str | None]]:
-    """``(manifest key, etag)`` of every segment manifest in the store (every root, every
-    incarnation, retired ones too: their data is as readable as any), in key order; only
-    ``topics`` when given. One listing of the whole store: roots are the key's first component,
-    and a topic's name is no safe listing prefix (``t-0`` is a prefix of ``t-0x-1``). Page by
-    page, each page retried on its own (by the store): only manifest keys are kept, never the whole
-    listing."""
-    token: str | None = None
-    while True:
-        page = backend.list_page("", token=token, limit=page_size)
-        for info in page.objects:
-            root = keys.parse_root(info.key)
-            if root is None or (topics is not None and root.topic not in topics):
-                continue
-            if keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id) is not None:
-                yield info.key, info.etag
-        if page.next_token is None:
-            return
-        token = page.next_token
-
-
 class _Rewrapper:
     def __init__(
         self, backend: StorageBackend, ring: KeyRing, to: str, *, dry_run: bool, authenticate: bool
@@ -140,12 +117,16 @@ class _Rewrapper:
             with self._lock:
                 self.result.errors.append(" ".join(str(err).split()))
 
+    def _read(self, key: str, *, trust_unauthenticated: bool = False) -> SegmentManifest:
+        """The manifest at ``key`` as RemoteState reads it (placement and MAC checked)."""
+        state = RemoteState.of_root(self.backend, key, self.protection)
+        assert state is not None  # store_manifest_keys lists only keys under a root
+        return state.read_manifest(key, trust_unauthenticated=trust_unauthenticated)
+
     def _one(self, key: str, etag: str | None) -> None:
         for _ in range(_ATTEMPTS):
             try:
-                m = self.protection.read_manifest(
-                    self.backend.read, key, trust_unauthenticated=self.authenticate
-                )
+                m = self._read(key, trust_unauthenticated=self.authenticate)
             except ObjectNotFoundError:
                 return self._count("gone")
             wrapped = m.protection.encryption if m.protection is not None else None
@@ -187,7 +168,7 @@ class _Rewrapper:
         except ObjectNotFoundError:  # retention deleted the segment meanwhile: do not revive it
             self.backend.delete(key)
             return "gone"
-        back = self.protection.read_manifest(self.backend.read, key)  # its MAC checked
+        back = self._read(key)  # its MAC checked
         wrap = back.protection.encryption if back.protection is not None else None
         if back.attempt_id != old.attempt_id or back.encrypted != old.encrypted:
             return "changed"  # another writer's manifest replaced ours: judged again
@@ -219,7 +200,7 @@ def rewrap_store(
             key_id=to,
         )
     worker = _Rewrapper(backend, ring, to, dry_run=dry_run, authenticate=authenticate)
-    found = list(manifest_keys(backend, topics))
+    found = list(store_manifest_keys(backend, topics))
     worker.result.manifests = len(found)
 
     def task(item: tuple[str, str | None]) -> None:
