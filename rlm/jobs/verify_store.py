@@ -21,7 +21,16 @@ from rlm.formats.remote_index import iter_entries
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.problem import Problem
 from rlm.storage.api import ObjectInfo, StorageBackend
-from rlm.tiering.store import ENTRIES_OBJECT, Chain, Orphan, RemoteState, SegmentManifest, keys, resolve_chain
+from rlm.tiering.store import (
+    ENTRIES_OBJECT,
+    Chain,
+    Orphan,
+    RemoteState,
+    SegmentManifest,
+    Unreadable,
+    keys,
+    resolve_chain,
+)
 
 __all__ = ["PartitionFacts", "check_partition"]
 
@@ -104,30 +113,16 @@ def _check_entries(
     return out
 
 
-def _read_manifests(
-    remote: RemoteState, listing: Iterable[ObjectInfo], problems: list[Problem], untrusted: set[int]
-) -> list[SegmentManifest]:
-    """The listed manifests that parse and that this reader may trust (docs/protection.md §9), in
-    offset order; a problem for each other one, whose base offset joins ``untrusted`` (its
-    attempts are not called orphans: a manifest names them, unreadable or not)."""
-    topic, partition = remote.topic, remote.partition
-    manifests: list[SegmentManifest] = []
-    for base, key in remote.manifest_keys(listing):
-        try:
-            m = remote.read_manifest(key)  # placement and MAC checked (docs/protection.md §9)
-        except FormatError as err:
-            problems.append(
-                Problem("manifest_unreadable", topic, partition, err.reason, base_offset=base, key=key)
-            )
-            untrusted.add(base)
-            continue
-        except ProtectionError as err:  # moved, forged, or its MAC key is not in the ring
-            check = "manifest_key" if isinstance(err, TamperedObjectError) else "protection"
-            problems.append(Problem(check, topic, partition, err.reason, base_offset=base, key=key))
-            untrusted.add(base)
-            continue
-        manifests.append(m)
-    return manifests
+def _unreadable_problem(topic: str, partition: int, u: Unreadable) -> Problem:
+    """The report line of a manifest or lineage marker RemoteState found no reader may use
+    (docs/protection.md §9): unparsable, moved or forged, or its MAC key not in the ring."""
+    if u.kind == "lineage_marker":
+        return Problem("lineage_marker", topic, partition, u.error.reason, key=u.key, offset=u.at)
+    if isinstance(u.error, FormatError):
+        check = "manifest_unreadable"
+    else:
+        check = "manifest_key" if isinstance(u.error, TamperedObjectError) else "protection"
+    return Problem(check, topic, partition, u.error.reason, base_offset=u.at, key=u.key)
 
 
 def check_partition(
@@ -138,8 +133,12 @@ def check_partition(
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     problems: list[Problem] = []
     listing: dict[str, ObjectInfo] = {i.key: i for i in remote.list_partition()}
-    untrusted: set[int] = set()
-    manifests = _read_manifests(remote, listing.values(), problems, untrusted)
+    # What a manifest says is what RemoteState reads for the daemon too; its report mode names
+    # the ones no reader may use instead of raising (docs/remote-state.md).
+    manifests, unreadable = remote.manifests_of(listing.values(), report=True)
+    problems += [_unreadable_problem(topic, partition, u) for u in unreadable]
+    # A manifest names its attempt, readable or not: that attempt is not called an orphan.
+    untrusted = {u.at for u in unreadable}
     chain = _resolve(remote, listing.values(), manifests, problems)  # only what is served is checked
     entries: dict[int, bytes] = {}
     objects = 0
@@ -262,12 +261,8 @@ def _resolve(
     """The store's chain under its lineage markers (docs/cluster.md). What it leaves out is a
     warning: the partition's leader uncommits such segments on its next pass."""
     topic, partition = remote.topic, remote.partition
-    lineages = []
-    for epoch, key in remote.lineage_marker_keys(listing):
-        try:
-            lineages.append(remote.read_lineage_marker(key).lineage)
-        except FormatError as err:
-            problems.append(Problem("lineage_marker", topic, partition, err.reason, key=key, offset=epoch))
+    lineages, unreadable = remote.lineages_of(listing, report=True)
+    problems += [_unreadable_problem(topic, partition, u) for u in unreadable]
     chain = resolve_chain(manifests, lineages)
     for m in chain.superseded:
         problems.append(

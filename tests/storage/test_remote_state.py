@@ -18,7 +18,7 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
-from rlm.errors import FormatError, ObjectNotFoundError, TransientStorageError
+from rlm.errors import FormatError, ObjectNotFoundError, TamperedObjectError, TransientStorageError
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.verify_store import check_partition
 from rlm.storage.api import ObjectInfo, StorageBackend
@@ -121,6 +121,57 @@ def test_corrupt_entries_object_names_its_key(
     with pytest.raises(FormatError) as err:
         remote.segment_entries(m)
     assert key in str(err.value)
+
+
+def test_verify_reports_what_the_daemon_refuses(
+    tiered: tuple[StorageBackend, BackendSpec, RemoteLogManager],
+) -> None:
+    """One reading of manifests and lineage markers (docs/remote-state.md, "One reader"): the
+    daemon's chain raises on one no reader may use; the report mode names each one instead, with
+    the same error; and ``rlm verify``'s stage 1 reports exactly those keys."""
+    backend, spec, _ = tiered
+    remote = RemoteState(backend, TOPIC, 0)
+    first, second, *rest = remote.list_manifests()
+    garbled = keys.manifest_key(TOPIC, 0, first.base_offset)
+    backend.put(garbled, b"{not a manifest")
+    moved_to = rest[-1].last_offset + 1  # a genuine manifest copied to another key
+    moved = keys.manifest_key(TOPIC, 0, moved_to)
+    backend.put(moved, backend.read(keys.manifest_key(TOPIC, 0, second.base_offset)))
+    marker = keys.lineage_marker_key(TOPIC, 0, 7)
+    backend.put(marker, b"[]")
+    listing = remote.list_manifests_prefix()
+
+    with pytest.raises(FormatError, match=garbled):
+        remote.chain()
+    with pytest.raises(TamperedObjectError, match="moved or forged"):
+        remote.manifests_of([i for i in listing if i.key != garbled])
+    with pytest.raises(FormatError, match="malformed lineage marker"):
+        remote.lineages_of(listing)
+
+    manifests, unreadable = remote.manifests_of(listing, report=True)
+    assert [m.base_offset for m in manifests] == [m.base_offset for m in [second, *rest]]
+    assert [(u.kind, u.key, u.at) for u in unreadable] == [
+        ("manifest", garbled, first.base_offset),
+        ("manifest", moved, moved_to),
+    ]
+    assert isinstance(unreadable[0].error, FormatError) and isinstance(
+        unreadable[1].error, TamperedObjectError
+    )
+    lineages, bad = remote.lineages_of(listing, report=True)
+    assert lineages == [] and [(u.kind, u.key, u.at) for u in bad] == [("lineage_marker", marker, 7)]
+
+    facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=int(time.time() * 1000))
+    reported = {
+        (p.check, p.key, p.base_offset if p.check != "lineage_marker" else p.offset, p.message)
+        for p in facts.problems
+        if p.check in ("manifest_unreadable", "manifest_key", "lineage_marker")
+    }
+    assert reported == {
+        ("manifest_unreadable", garbled, first.base_offset, unreadable[0].error.reason),
+        ("manifest_key", moved, moved_to, unreadable[1].error.reason),
+        ("lineage_marker", marker, 7, bad[0].error.reason),
+    }
+    assert first.base_offset not in facts.orphan_bases  # a manifest names its attempt, unreadable or not
 
 
 def test_orphans_by_age_grace_and_in_flight(
