@@ -93,7 +93,7 @@ def generate(logs: Path, segments: int, segment_mib: int) -> int:
 def tier(tmp: Path, weed: Any, args: argparse.Namespace) -> Rig:
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
-    from rlm.logdir.scan import list_segments
+    from rlm.logdir.discovery import list_segments
     from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.benchlib import command_line, machine, record  # noqa: E402
 from rlm.logdir.checkpoint_cache import CheckpointCache  # noqa: E402
-from rlm.logdir.scan import LogDirCheckpoints, read_checkpoints  # noqa: E402
+from rlm.logdir.discovery import LogDirCheckpoints, read_checkpoints  # noqa: E402
 
 SECTION = "## Checkpoint cache: offsets-for-times over P partitions"
 T0 = 1_700_000_000_000

@@ -118,7 +118,7 @@ class Rig:
 
 def _generated_records(logs: Path, args: argparse.Namespace) -> tuple[list[Any], list[tuple[int, int]]]:
     from rlm.formats.records import decode_records, iter_batches
-    from rlm.logdir.scan import list_segments
+    from rlm.logdir.discovery import list_segments
 
     t = time.perf_counter()
     generate(logs, args.batches, int(args.segment_mib * (1 << 20)))
@@ -141,7 +141,7 @@ def setup(tmp: Path, endpoint: str, args: argparse.Namespace) -> Rig:
     of its local segments so those offsets are remote only."""
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
-    from rlm.logdir.scan import list_segments
+    from rlm.logdir.discovery import list_segments
     from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
 

@@ -158,7 +158,7 @@ def copy_pass(mode: Mode, s3: Any, segments: int, log_bytes: int) -> Result:
 
 def drop_local(mode: Mode) -> None:
     from rlm.formats import naming
-    from rlm.logdir.scan import list_segments
+    from rlm.logdir.discovery import list_segments
 
     part = mode.logs / f"{TOPIC}-0"
     for seg in list_segments(part)[:-1]:  # every byte now comes from the store

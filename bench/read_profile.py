@@ -41,7 +41,7 @@ def build(root: Path, mib: int, segment_mib: int = 16) -> Path:
 def tier(root: Path, part: Path, backend: str, options: dict[str, Any], args: argparse.Namespace) -> Any:
     from rlm.config import settings_from_mapping
     from rlm.formats import naming
-    from rlm.logdir.scan import list_segments
+    from rlm.logdir.discovery import list_segments
     from rlm.storage.registry import open_backend
     from rlm.tiering.manager import RemoteLogManager
     from rlm.tiering.read import TieredReaders

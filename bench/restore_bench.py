@@ -45,7 +45,7 @@ from bench.benchlib import (
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.jobs.restore import restore
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import open_backend
 from rlm.storage.wrapper import WrappingBackend

@@ -49,7 +49,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 from bench.benchlib import OUT, machine, record, template_batch, write_checkpoint, write_segment
 from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
-from rlm.logdir.scan import PARTITION_METADATA
+from rlm.logdir.discovery import PARTITION_METADATA
 from rlm.testing.daemon import free_port, run_daemon
 from rlm.testing.toml import toml_value
 

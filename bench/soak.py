@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import OUT, machine, record
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, decode_records, iter_batches
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     discover_partitions,
     eligible_segments,
     list_segments,

@@ -21,7 +21,7 @@ from rlm.errors import InvalidArgumentError, LogDirError
 from rlm.formats.compression import Compression
 from rlm.formats.naming import validate_topic
 from rlm.formats.records import Header, RecordSpec
-from rlm.logdir.scan import PartitionState, eligible_segments, list_segments
+from rlm.logdir.discovery import PartitionState, eligible_segments, list_segments
 from rlm.logdir.writer import LogWriter
 
 __all__ = ["DEFAULT_TOPICS", "EPOCH_MS", "PartitionSummary", "generate", "generate_log_dir", "parse_topic"]

@@ -35,7 +35,7 @@ from rlm.config.protection import CompressionSettings, EncryptionSettings, check
 from rlm.config.server import ServerSettings, check_server
 from rlm.errors import ConfigError
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
-from rlm.logdir.scan import EligibilityPolicy
+from rlm.logdir.discovery import EligibilityPolicy
 
 __all__ = [
     "IcebergSettings",

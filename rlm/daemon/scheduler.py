@@ -36,7 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from rlm.formats.records.choice import active_decoder
 from rlm.formats.records.scan import SCAN_IMPL
-from rlm.logdir.scan import PartitionDir
+from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.manager import RemoteLogManager
 
 __all__ = ["TieringDaemon", "tune_gc"]

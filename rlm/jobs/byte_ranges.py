@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from rlm.errors import RlmError
 from rlm.formats.remote_index import RemoteLogIndexEntry
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.segment import LogSegment
 
 __all__ = ["local_ranges", "pack_entries"]

@@ -45,14 +45,14 @@ from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.jobs.byte_ranges import local_ranges, pack_entries
 from rlm.jobs.ship import check_build, rlm_build
-from rlm.logdir.index_sets import read_local_entries
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     EligibilityPolicy,
     PartitionDir,
     SegmentFiles,
     discover_partitions,
     list_segments,
 )
+from rlm.logdir.index_sets import read_local_entries
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import backend_class, open_backend

@@ -49,8 +49,7 @@ from rlm.jobs.restore_files import (
     restore_segment,
 )
 from rlm.jobs.sink import StagedDir
-from rlm.logdir.kraft import KraftMetadataLog
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
@@ -60,6 +59,7 @@ from rlm.logdir.scan import (
     list_segments,
     read_topic_id,
 )
+from rlm.logdir.kraft import KraftMetadataLog
 from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import log_end_conflict, persisted_progress

@@ -35,7 +35,7 @@ from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import rebuild_indexes
 from rlm.formats.txn_index import encode_txn_index, parse_txn_index
-from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from rlm.tiering.local import crash_point
 from rlm.tiering.store import (
     ENTRIES_OBJECT,

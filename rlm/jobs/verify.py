@@ -30,7 +30,7 @@ from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_index import check_local_index, recorded_gaps
 from rlm.jobs.verify_local import check_compaction, check_local_segments
 from rlm.jobs.verify_store import PartitionFacts, check_partition
-from rlm.logdir.scan import PartitionDir
+from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver
 from rlm.tiering.local import remote_view

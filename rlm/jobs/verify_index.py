@@ -22,7 +22,7 @@ from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_store import PartitionFacts
-from rlm.logdir.scan import PartitionDir, list_segments
+from rlm.logdir.discovery import PartitionDir, list_segments
 from rlm.tiering.local import Gap
 from rlm.tiering.store import SegmentManifest, keys
 

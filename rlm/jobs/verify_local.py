@@ -31,10 +31,10 @@ import crc32c
 from rlm.errors import CorruptIndexError, RlmError, SegmentQuarantined
 from rlm.formats.records import iter_batches
 from rlm.jobs.problem import Problem
+from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.indexcheck import IndexKind, parse_checked
-from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
 from rlm.tiering.converge import rewrite_findings
-from rlm.tiering.copy import scan
+from rlm.tiering.copy import checksum_segment
 from rlm.tiering.expire import TopicPolicy
 from rlm.tiering.store import SegmentManifest
 
@@ -134,7 +134,7 @@ def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[
     problems: list[Problem] = []
     for seg in list_segments(part)[:-1]:
         try:
-            scanned = scan(seg.log)
+            checksummed = checksum_segment(seg.log)
         except FileNotFoundError:
             continue  # deleted by the broker meanwhile
         except SegmentQuarantined as err:
@@ -160,7 +160,7 @@ def check_local_segments(part: PartitionDir, index_interval_bytes: int) -> list[
             if file is None:
                 continue
             try:
-                parse_checked(kind, seg.base_offset, file.read_bytes(), scanned.batches)
+                parse_checked(kind, seg.base_offset, file.read_bytes(), checksummed.batches)
             except FileNotFoundError:
                 continue
             except CorruptIndexError as err:

@@ -33,7 +33,7 @@ from rlm.kafka.reads import (
     partition_marks,
     served,
 )
-from rlm.logdir.scan import PartitionDir
+from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.delete_records import DeletedRecords
 from rlm.tiering.read import TieredReaders, check_topic
 

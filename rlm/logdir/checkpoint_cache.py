@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from rlm.fsutil import Signature, settled, stat_signature
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,

@@ -51,7 +51,7 @@ _SUFFIX_SET = frozenset(SET_SUFFIXES)
 def find_sets(directory: Path, names: Iterable[str] | None = None) -> dict[int, set[str]]:
     """The sets in ``directory``: base offset → the suffixes of :data:`SET_SUFFIXES` present.
     Names whose base does not parse are not sets and are left out. ``names``: the directory's
-    listing when the caller has one (rlm/logdir/scan.py ``list_names``)."""
+    listing when the caller has one (rlm/logdir/discovery.py ``list_names``)."""
     if names is None:
         with os.scandir(directory) as it:
             names = [entry.name for entry in it]

@@ -35,7 +35,7 @@ from pathlib import Path
 from rlm.errors import CorruptRecordError, LogDirError, RlmError
 from rlm.formats import metadata as md
 from rlm.formats.records import Buffer, ControlRecordType, decode_records, iter_batches, parse_control_record
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 
 __all__ = [
     "METADATA_LOG_DIR",

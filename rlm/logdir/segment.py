@@ -33,6 +33,7 @@ from rlm.formats.records import Record, RecordBatch, decode_records, iter_batche
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
 from rlm.formats.time_index import TimeIndex
 from rlm.fsutil import SETTLE_NS
+from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.indexcheck import (
     IndexKind,
     cached_rebuild,
@@ -42,7 +43,6 @@ from rlm.logdir.indexcheck import (
     parse_checked,
     read_index_file,
 )
-from rlm.logdir.scan import SegmentFiles
 
 __all__ = ["LogSegment", "TimestampLookupResult"]
 
@@ -105,7 +105,7 @@ class LogSegment:
     def open(
         cls, files: SegmentFiles, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     ) -> LogSegment:
-        """Open a segment found by :func:`rlm.logdir.scan.list_segments` (only its listed indexes)."""
+        """Open a segment found by :func:`rlm.logdir.discovery.list_segments` (only its listed indexes)."""
         segment = cls(
             files.log,
             index_path=files.index,

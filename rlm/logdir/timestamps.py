@@ -15,7 +15,7 @@ import os
 
 from rlm.errors import RlmError
 from rlm.formats.time_index import NO_TIMESTAMP, TimeIndex
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 
 __all__ = ["largest_timestamp"]
 

@@ -49,7 +49,7 @@ from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import Record, RecordBatch, RecordSpec, TimestampType, build_batch, iter_batches
 from rlm.formats.segment_index import SegmentIndexer
 from rlm.formats.time_index import TimeIndexBuilder
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,

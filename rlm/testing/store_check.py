@@ -18,7 +18,7 @@ from rlm.formats import naming
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.formats.remote_index_derived import derive_remote_indexes
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     EligibilityPolicy,
     PartitionDir,
     SegmentFiles,

@@ -33,7 +33,7 @@ from rlm.errors import (
     PartitionNotFoundError,
     RlmError,
 )
-from rlm.logdir.scan import PartitionDir, discover_partitions
+from rlm.logdir.discovery import PartitionDir, discover_partitions
 from rlm.tiering.expire import apply_retention
 from rlm.tiering.idle import forget_mark
 from rlm.tiering.local import PartitionContext, crash_point, of_context

@@ -33,7 +33,7 @@ from typing import Any
 from rlm.errors import RlmError
 from rlm.fsutil import Signature, atomic_write, settled, stat_signature
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import PARTITION_METADATA, PartitionDir, PartitionState
+from rlm.logdir.discovery import PARTITION_METADATA, PartitionDir, PartitionState
 from rlm.tiering.expire import TopicPolicy
 from rlm.tiering.local import PartitionContext, Progress
 

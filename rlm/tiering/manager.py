@@ -20,7 +20,7 @@ from rlm.cluster import leadership_source
 from rlm.config import Settings
 from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     PartitionDir,
     PartitionState,
     SegmentFiles,

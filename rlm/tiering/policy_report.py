@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from rlm.logdir.scan import EligibilityPolicy, LogDirCheckpoints, PartitionDir, list_segments
+from rlm.logdir.discovery import EligibilityPolicy, LogDirCheckpoints, PartitionDir, list_segments
 from rlm.tiering.expire import Setting, TopicPolicy
 from rlm.tiering.local import Progress
 from rlm.tiering.read import partition_offsets

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.read import PartitionOffsets
 from rlm.tiering.store import keys

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from rlm.config import Settings
 from rlm.errors import RlmError
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import PartitionDir, PartitionState, SegmentFiles, list_segments
+from rlm.logdir.discovery import PartitionDir, PartitionState, SegmentFiles, list_segments
 from rlm.tiering.converge import RewrittenRange
 from rlm.tiering.copy import PendingSegment
 from rlm.tiering.expire import TopicPolicy, TopicPolicyResolver, deadline_fields, estimate

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from rlm.cli.generate import generate_log_dir
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon

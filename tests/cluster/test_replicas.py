@@ -18,8 +18,8 @@ from rlm.formats.checkpoint import (
     parse_offset_checkpoint,
 )
 from rlm.formats.partition_metadata import parse_partition_metadata
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.kraft import KraftMetadataLog, read_node_id
-from rlm.logdir.scan import list_segments
 from rlm.testing.replicas import ReplicaSet, read_batches
 
 

@@ -17,7 +17,7 @@ from rlm.formats.partition_metadata import (
     parse_partition_metadata,
     validate_topic_id,
 )
-from rlm.logdir.scan import discover_partitions, read_topic_id
+from rlm.logdir.discovery import discover_partitions, read_topic_id
 
 GOOD = b"version: 0\ntopic_id: h21Hd1FxRjC-20k1lF5oYA"
 

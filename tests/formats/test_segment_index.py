@@ -14,7 +14,7 @@ from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordBatch, RecordSpec, iter_batches
 from rlm.formats.segment_index import check_offset_index, check_time_index, rebuild_indexes
 from rlm.formats.time_index import TimeIndex
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.logdir.writer import LogWriter
 

@@ -30,7 +30,7 @@ from rlm.formats.partition_metadata import (
     parse_partition_metadata,
     validate_topic_id,
 )
-from rlm.logdir.scan import read_topic_id
+from rlm.logdir.discovery import read_topic_id
 from rlm.tiering.expire.policy import TopicPolicyResolver
 from rlm.tiering.local.journal import Journal
 from rlm.tiering.local.state import Progress

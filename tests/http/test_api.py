@@ -21,7 +21,7 @@ from rlm.errors import RlmHttpError
 from rlm.formats.records import decode_records, iter_batches
 from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager

@@ -18,7 +18,7 @@ from rlm.formats.records import RecordSpec, iter_batches
 from rlm.http.app import create_app
 from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.counting import CountingBackend

@@ -11,11 +11,11 @@ from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.formats.records import iter_batches
-from rlm.logdir.indexcheck import parse_checked
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     discover_partitions,
     list_segments,
 )
+from rlm.logdir.indexcheck import parse_checked
 from rlm.storage.registry import open_backend
 from rlm.tiering.store import keys
 from tests.lookup.helpers import delete_local_segments

@@ -20,7 +20,7 @@ import pytest
 from rlm.errors import ExportOutputExistsError, InvalidArgumentError, RlmError
 from rlm.jobs import export_local, plan_read
 from rlm.jobs.export_local import _process_context, pool_kind
-from rlm.logdir.scan import discover_partitions
+from rlm.logdir.discovery import discover_partitions
 from rlm.testing.configs import write_config
 from tests.jobs.helpers import corrupt_one_object, layout, read_export, sorted_rows
 from tests.spark.conftest import Env, arrow_records, generated_env, kafka_python_records

@@ -17,7 +17,7 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.records import iter_batches
 from rlm.jobs.restore import restore
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,

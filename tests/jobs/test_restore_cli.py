@@ -18,7 +18,7 @@ from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.jobs.restore import restore
-from rlm.logdir.scan import PARTITION_METADATA
+from rlm.logdir.discovery import PARTITION_METADATA
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config

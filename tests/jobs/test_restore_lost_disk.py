@@ -16,7 +16,7 @@ from rlm.errors import ExportOutputExistsError, PartitionNotFoundError
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordSpec
 from rlm.jobs.restore import restore
-from rlm.logdir.scan import PARTITION_METADATA
+from rlm.logdir.discovery import PARTITION_METADATA
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend
 from rlm.testing.kraft import MetadataLogBuilder, new_topic_id

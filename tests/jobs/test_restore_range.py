@@ -18,7 +18,7 @@ from rlm.formats.checkpoint import (
 )
 from rlm.formats.records import RecordSpec
 from rlm.jobs.restore import StartAt, restore
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm.cli.generate import generate_log_dir
-from rlm.logdir.scan import discover_partitions
+from rlm.logdir.discovery import discover_partitions
 from tests.kafka.helpers import (
     Daemon,
     Expected,

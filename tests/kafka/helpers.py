@@ -27,7 +27,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from rlm.formats import naming
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.testing.daemon import rlm_cli
 

@@ -15,7 +15,7 @@ from kafka.admin import OffsetSpec
 from kafka.errors import TopicAuthorizationFailedError
 
 from rlm.cli.generate import generate_log_dir
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.testing.secrets import write_secret
 from tests.kafka.helpers import Daemon, rlm, toml_config
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlm.config import load_settings
 from rlm.formats.records import Record as Decoded
-from rlm.logdir.scan import list_segments, partition_dir
+from rlm.logdir.discovery import list_segments, partition_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import Record, Sidecar, consume, run_sidecar, segment_bases

@@ -11,7 +11,7 @@ from pathlib import Path
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.fsutil import SETTLE_NS
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT
+from rlm.logdir.discovery import REPLICATION_OFFSET_CHECKPOINT
 from rlm.logdir.segment import log_end_offset
 
 
@@ -44,7 +44,7 @@ def test_a_settled_checkpoint_is_cached_until_it_changes(tmp_path: Path) -> None
 
 def test_log_end_offset_of_a_segment_rewritten_in_the_same_tick(tmp_path: Path) -> None:
     from rlm.formats.records import RecordSpec, build_batch
-    from rlm.logdir.scan import SegmentFiles
+    from rlm.logdir.discovery import SegmentFiles
 
     log = tmp_path / "00000000000000000000.log"
     one = build_batch([RecordSpec(1, b"k", b"v")], base_offset=0)

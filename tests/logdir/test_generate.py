@@ -1,4 +1,4 @@
-"""``rlm generate``: a demo log dir that rlm's own scanner and readers accept entirely."""
+"""``rlm generate``: a demo log dir that rlm's own discovery and readers accept entirely."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from rlm.cli.main import main
 from rlm.formats.compression import Compression
-from rlm.logdir.scan import discover_partitions, eligible_segments, list_segments, partition_state
+from rlm.logdir.discovery import discover_partitions, eligible_segments, list_segments, partition_state
 from rlm.logdir.segment import LogSegment
 from tests.logdir.test_writer import assert_kafka_index_invariants
 

@@ -15,8 +15,8 @@ import pytest
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import RecordSpec
 from rlm.formats.time_index import TimeIndex
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.indexcheck import read_index_file
-from rlm.logdir.scan import list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.logdir.writer import LogWriter
 

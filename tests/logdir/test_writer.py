@@ -19,7 +19,7 @@ from rlm.formats.compression import Compression
 from rlm.formats.offset_index import OffsetIndex
 from rlm.formats.records import Header, Record, RecordBatch, RecordSpec, TimestampType, build_batch
 from rlm.formats.time_index import TimeIndex
-from rlm.logdir.scan import discover_partitions, list_segments, read_checkpoints
+from rlm.logdir.discovery import discover_partitions, list_segments, read_checkpoints
 from rlm.logdir.segment import LogSegment
 from rlm.logdir.writer import LogWriter
 
@@ -284,7 +284,7 @@ def test_checkpoints_parse_back_and_merge(tmp_path: Path) -> None:
     epochs = parse_leader_epoch_checkpoint((tmp_path / "b-c.d-1" / "leader-epoch-checkpoint").read_text())
     assert [(e.epoch, e.start_offset) for e in epochs.entries] == [(0, 0), (3, 10)]
     assert "topic_id: h21Hd1FxRjC-20k1lF5oYA" in (tmp_path / "b-c.d-1" / "partition.metadata").read_text()
-    # And the scanner sees the same state.
+    # And discovery sees the same state.
     cps = read_checkpoints(tmp_path)
     parts = {p.name: p for p in discover_partitions([tmp_path])}
     assert set(parts) == {"a-0", "b-c.d-1"}

@@ -16,7 +16,7 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec
-from rlm.logdir.scan import LOG_START_OFFSET_CHECKPOINT, list_segments
+from rlm.logdir.discovery import LOG_START_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import AppendInfo, LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import PassResult, RemoteLogManager

@@ -18,7 +18,7 @@ from typing import Any
 from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 
 REPO = Path(__file__).resolve().parents[2]
 ARTHUR = "ArthurArutunyan04__Backend_labs"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import create_backend

@@ -14,7 +14,7 @@ import pytest
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.fsutil import SETTLE_NS
 from rlm.logdir import checkpoint_cache
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from rlm.cli.main import main
 from rlm.formats import naming
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.testing.daemon import rlm_cli
 from tests.lookup.helpers import (
     ARTHUR,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.located import LocalLocation, RemoteLocation

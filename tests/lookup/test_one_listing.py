@@ -22,7 +22,7 @@ from rlm.config import settings_from_mapping
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.kafka import reads
 from rlm.kafka.protocol import Codes
-from rlm.logdir.scan import PARTITION_METADATA
+from rlm.logdir.discovery import PARTITION_METADATA
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP, TieredReaders

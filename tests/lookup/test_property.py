@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from rlm.formats.compression import Compression
 from rlm.formats.records import Record, decode_records, iter_batches
-from rlm.logdir.scan import discover_partitions, list_segments
+from rlm.logdir.discovery import discover_partitions, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.memory import MemoryBackend
 from rlm.tiering.manager import RemoteLogManager

@@ -27,7 +27,7 @@ import pytest
 from rlm.formats.records import decode_records, iter_batches
 from rlm.http.app import create_app
 from rlm.http.server import ApiServer
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.local.state import Progress, default_state_dir

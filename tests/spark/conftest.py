@@ -23,7 +23,7 @@ from rlm.formats.records import (
     encode_control_key,
     encode_end_txn_marker,
 )
-from rlm.logdir.scan import discover_partitions, list_segments, partition_state, read_checkpoints
+from rlm.logdir.discovery import discover_partitions, list_segments, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering.manager import RemoteLogManager

@@ -31,7 +31,7 @@ from rlm.jobs.iceberg import (
 )
 from rlm.jobs.iceberg_files import FILE_PREFIX
 from rlm.jobs.iceberg_read import spark_read_table
-from rlm.logdir.scan import discover_partitions, partition_state, read_checkpoints
+from rlm.logdir.discovery import discover_partitions, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli

@@ -13,7 +13,7 @@ import pytest
 
 from rlm.jobs import export, plan_read, read_tiered
 from rlm.jobs.decode import KAFKA_SCHEMA_DDL
-from rlm.logdir.scan import discover_partitions
+from rlm.logdir.discovery import discover_partitions
 from tests.spark.conftest import Env, arrow_records, kafka_python_records
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlm.jobs import plan_read, read_tiered, verify
-from rlm.logdir.scan import discover_partitions
+from rlm.logdir.discovery import discover_partitions
 from rlm.tiering.store import keys
 from tests.spark.conftest import (
     CODECS,

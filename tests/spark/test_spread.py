@@ -12,7 +12,7 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.jobs import plan_read, read_tiered, verify
-from rlm.logdir.scan import discover_partitions
+from rlm.logdir.discovery import discover_partitions
 from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering.manager import RemoteLogManager
 from tests.s3servers import S3Target

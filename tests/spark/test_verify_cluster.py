@@ -14,7 +14,7 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.formats.records import iter_batches
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.tiering.converge.sync import sync_partition

@@ -31,7 +31,7 @@ def test_verify_clean_fixtures_and_generated(spark: Any, fixture_env: Env, gen_e
 
 
 def _all_manifests(env: Env) -> list[Any]:
-    from rlm.logdir.scan import discover_partitions
+    from rlm.logdir.discovery import discover_partitions
 
     return [
         m
@@ -168,7 +168,7 @@ def test_spark_rebuild_index_leaves_what_the_in_process_rebuild_leaves(spark: An
     start, the DeleteRecords point kept."""
     from dataclasses import replace
 
-    from rlm.logdir.scan import discover_partitions
+    from rlm.logdir.discovery import discover_partitions
     from rlm.tiering.local.state import PROGRESS_FILE, Progress, state_dir
     from rlm.tiering.manager import RemoteLogManager
 

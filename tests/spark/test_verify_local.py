@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rlm.cli.main import main
 from rlm.jobs import verify
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.testing.configs import write_config
 from tests.tiering.test_broker_files import TOPIC, _damage_index, _damage_log, _manager, _settings, _write
 

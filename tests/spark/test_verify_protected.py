@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rlm.jobs import read_tiered, verify
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from tests.lookup.helpers import delete_local_segments

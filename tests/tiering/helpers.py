@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlm.formats import naming
 from rlm.formats.records import iter_batches
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 
 REPO = Path(__file__).resolve().parents[2]
 

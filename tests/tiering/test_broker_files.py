@@ -25,7 +25,7 @@ from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.http.app import create_app
 from rlm.http.server import ApiServer
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
@@ -310,7 +310,7 @@ def test_quarantine_in_the_http_status_api(tmp_path: Path) -> None:
 
 def test_verify_reports_broken_indexes_and_quarantine_worthy_logs(tmp_path: Path) -> None:
     from rlm.jobs.verify_local import check_local_segments
-    from rlm.logdir.scan import discover_partitions
+    from rlm.logdir.discovery import discover_partitions
 
     logs = tmp_path / "logs"
     _write(logs, TOPIC, 0, seed=1)
@@ -343,7 +343,7 @@ def test_spark_planner_cuts_local_segments_only_at_real_batch_starts(tmp_path: P
     import struct
 
     from rlm.jobs.plan import plan_partition
-    from rlm.logdir.scan import discover_partitions
+    from rlm.logdir.discovery import discover_partitions
 
     clean, broken = tmp_path / "clean", tmp_path / "broken"
     _write(clean, TOPIC, 0, seed=6)

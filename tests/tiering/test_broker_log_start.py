@@ -15,7 +15,7 @@ from kafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from rlm.cluster.log_starts import RETRY_S, BrokerLogStarts
 from rlm.config.brokers import ClusterSettings
 from rlm.errors import OffsetOutOfRangeError
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders

@@ -10,7 +10,7 @@ from typing import Any
 from rlm.config import load_settings
 from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.formats.records import RecordSpec, decode_records, iter_batches
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config

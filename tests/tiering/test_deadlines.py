@@ -18,7 +18,7 @@ import pytest
 from rlm.daemon.scheduler import TieringDaemon
 from rlm.errors import TransientStorageError
 from rlm.formats.records import RecordSpec, iter_batches
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.timestamps import largest_timestamp
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ObjectInfo

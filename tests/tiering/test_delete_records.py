@@ -12,7 +12,7 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.errors import NotLeaderError, OffsetOutOfRangeError
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.delete_records import delete_records
 from rlm.tiering.manager import RemoteLogManager

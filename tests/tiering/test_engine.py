@@ -16,7 +16,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.formats.remote_index import iter_entries
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config

@@ -14,7 +14,7 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.errors import TransientStorageError
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.retry import RetryingBackend, RetryPolicy

@@ -12,7 +12,7 @@ import pytest
 
 from rlm.errors import OffsetInGapError
 from rlm.formats.checkpoint import format_offset_checkpoint
-from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
+from rlm.logdir.discovery import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.local.gaps import DELETED_BEFORE_TIERED, MISSING_IN_STORE

@@ -19,7 +19,7 @@ from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordSpec, decode_records
 from rlm.jobs.plan import plan_read
-from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
+from rlm.logdir.discovery import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import LAYOUT_KEY, open_spread

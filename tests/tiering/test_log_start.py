@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlm.formats.checkpoint import format_offset_checkpoint
-from rlm.logdir.scan import REPLICATION_OFFSET_CHECKPOINT, list_segments
+from rlm.logdir.discovery import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.expire.retention import plan_retention
 from rlm.tiering.manager import RemoteLogManager

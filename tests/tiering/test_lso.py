@@ -23,7 +23,7 @@ from rlm.config import Settings, settings_from_mapping
 from rlm.errors import FormatError
 from rlm.formats import naming
 from rlm.kafka import reads
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders

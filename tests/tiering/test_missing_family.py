@@ -32,8 +32,8 @@ from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.server import KafkaListener
+from rlm.logdir.discovery import partition_dir
 from rlm.logdir.index_sets import SetCache
-from rlm.logdir.scan import partition_dir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli

@@ -38,7 +38,7 @@ from rlm.formats.checkpoint import (
 )
 from rlm.formats.records import RecordSpec
 from rlm.formats.remote_index import iter_entries
-from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, list_segments
+from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend

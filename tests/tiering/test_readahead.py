@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from rlm.errors import CorruptRecordError
 from rlm.formats.records import iter_batches
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.api import StorageBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.registry import create_backend

@@ -16,7 +16,7 @@ import pytest
 
 from rlm.config import load_settings, settings_from_mapping
 from rlm.formats import metadata as md
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config

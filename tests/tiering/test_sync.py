@@ -17,7 +17,7 @@ from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import iter_entries
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import open_spread
 from rlm.testing.configs import write_config

@@ -27,7 +27,7 @@ from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
 from rlm.jobs.decode import iter_task_records, read_task_bytes
 from rlm.jobs.plan import BackendSpec, plan_read
-from rlm.logdir.scan import list_segments
+from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.copy.txn_capture import capture_txn_index

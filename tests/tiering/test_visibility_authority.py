@@ -16,7 +16,7 @@ import pytest
 
 from rlm.kafka import reads
 from rlm.kafka.protocol import Codes
-from rlm.logdir.scan import list_segments, partition_dir
+from rlm.logdir.discovery import list_segments, partition_dir
 from rlm.storage.local import LocalBackend
 from rlm.tiering.local import remote_view
 from rlm.tiering.read import (

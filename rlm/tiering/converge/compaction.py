@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.store import SegmentManifest
 
 __all__ = ["RewrittenRange", "find_rewrites", "rewrite_findings"]

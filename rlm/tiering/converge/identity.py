@@ -38,7 +38,7 @@ from rlm.errors import (
     RlmError,
 )
 from rlm.fsutil import atomic_write
-from rlm.logdir.scan import PartitionDir, SegmentFiles, list_segments
+from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, state_dir
 from rlm.tiering.store import RemoteState, SegmentManifest, keys

@@ -1,10 +1,11 @@
-"""The copy protocol for one segment (docs/architecture.md §3): pin, scan, journal, upload, manifest, index.
+"""The copy protocol for one segment (docs/architecture.md §3): pin, checksum, journal, upload, manifest,
+index.
 
 Order is what makes it crash-safe:
 
 1. **pin** — hard-link the segment's files into a private staging dir, so the log store's
    retention (or its rename to ``.deleted``) cannot pull them away mid-copy;
-2. **scan** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
+2. **checksum** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
    never uploaded (steps 1–2: :mod:`rlm.tiering.copy.prepare`); build the segment's
    ``.remotelogindex`` entries;
 3. **journal** COPY_STARTED, then upload the data objects under attempt-unique keys, then the
@@ -30,7 +31,7 @@ from pathlib import Path
 from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
@@ -122,8 +123,8 @@ def _manifest_of(
     """The manifest committing ``prep``'s uploaded attempt (docs/formats.md §6.3): offsets and
     timestamps of its batches, its objects and entries, the leader epochs in force over its
     offsets, its aborted transactions and protection."""
-    scanned, pinned, base = prep.scanned, prep.pinned, prep.base_offset
-    first, last = scanned.batches[0], scanned.batches[-1]
+    checksummed, pinned, base = prep.checksummed, prep.pinned, prep.base_offset
+    first, last = checksummed.batches[0], checksummed.batches[-1]
     partial = prep.source_position is not None
     return SegmentManifest(
         topic=ctx.topic,
@@ -131,9 +132,9 @@ def _manifest_of(
         base_offset=base,
         last_offset=last.last_offset,
         first_timestamp=first.base_timestamp if first.magic >= 2 else -1,
-        max_timestamp=max(b.max_timestamp for b in scanned.batches),
-        size_bytes=scanned.size,
-        record_batches=len(scanned.batches),
+        max_timestamp=max(b.max_timestamp for b in checksummed.batches),
+        size_bytes=checksummed.size,
+        record_batches=len(checksummed.batches),
         index_entries=len(uploaded.entries),
         attempt_id=prep.attempt,
         created_ms=ctx.shared.clock_ms(),
@@ -151,7 +152,7 @@ def _manifest_of(
 def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
     """Build the segment's entries, journal COPY_STARTED (fsynced, before any upload) and upload
     the attempt's objects under its attempt-unique keys (steps 3–5 of docs/architecture.md §3)."""
-    shared, scanned, attempt = ctx.shared, prep.scanned, prep.attempt
+    shared, checksummed, attempt = ctx.shared, prep.checksummed, prep.attempt
     # The segment's base (its file name) for a whole segment, not its first batch's: they differ
     # after compaction, and keys, journal, retention and GC all name a segment by this base. A
     # partial copy is named by its first batch (docs/cluster-copy.md).
@@ -161,7 +162,7 @@ def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
         return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
     entries = build_entries(
-        scanned.batches,
+        checksummed.batches,
         object_url=shared.backend.url(key(keys.LOG)),
         index_entry_bytes=shared.settings.index_entry_bytes,
     )
@@ -174,11 +175,11 @@ def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
         prep.pinned,
         prep.txn.path if prep.txn is not None else None,
         entries,
-        scanned.batches,
+        checksummed.batches,
         base,
         attempt,
         key,
-        scanned.crc32c,
+        checksummed.crc32c,
     )
 
 
@@ -189,7 +190,7 @@ def copy_segment(
     from_offset: int | None = None,
 ) -> CopyResult | None:
     """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
-    it holds no batch to copy (an empty .log is quarantined by the scan instead,
+    it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
     docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
@@ -202,7 +203,7 @@ def copy_segment(
     prep = prepared if prepared is not None else prepare_segment(ctx, segment, from_offset)
     base, attempt = prep.base_offset, prep.attempt
     try:
-        if not prep.scanned.batches:
+        if not prep.checksummed.batches:
             return None
         uploaded = _upload(ctx, prep)
         crash_point("after_data")

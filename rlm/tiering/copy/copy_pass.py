@@ -1,6 +1,6 @@
 """The copy step of a pass (docs/architecture.md §2, step 4): which eligible segments are not yet
 tiered (:func:`pending_segments`), and copying them oldest first (:func:`copy_pending`) with the
-next one pinned and scanned on a helper thread while the current one uploads.
+next one pinned and checksummed on a helper thread while the current one uploads.
 
 A quarantined segment stops the partition's copies (tiering past it would leave a gap); a segment
 the log store deleted first is skipped and counted; leadership moving away stops after the
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from rlm.errors import PinRoomExhausted, RlmError, SegmentQuarantined, SegmentVanished
-from rlm.logdir.scan import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
+from rlm.logdir.discovery import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
 from rlm.tiering.converge import note_committed
 from rlm.tiering.copy.copier import copy_segment
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
@@ -106,10 +106,12 @@ def copy_pending(
     """Copy ``pending`` oldest first until done, stopped (shutdown), a quarantine, or
     ``still_leads`` says this node no longer leads the partition."""
     _note_gap(ctx, pending)
-    # The next segment is pinned and scanned (CRC-verified) on a helper thread while the
-    # current one uploads: the scan overlaps the network instead of adding to it.
-    scanner = (
-        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-scan") if len(pending) > 1 else None
+    # The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
+    # current one uploads: the checksum walk overlaps the network instead of adding to it.
+    preparer = (
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-prepare")
+        if len(pending) > 1
+        else None
     )
     ahead: concurrent.futures.Future[PreparedSegment] | None = None
     try:
@@ -120,10 +122,10 @@ def copy_pending(
             if index > 0 and not still_leads(ctx):
                 break  # leadership moved: the new leader continues from what is committed
             current, ahead = ahead, None
-            if current is None and scanner is not None:  # FIFO: pinned before the next one
-                current = scanner.submit(prepare_segment, ctx, seg, from_offset)
-            if scanner is not None and index + 1 < len(pending):
-                ahead = scanner.submit(
+            if current is None and preparer is not None:  # FIFO: pinned before the next one
+                current = preparer.submit(prepare_segment, ctx, seg, from_offset)
+            if preparer is not None and index + 1 < len(pending):
+                ahead = preparer.submit(
                     prepare_segment, ctx, pending[index + 1].segment, pending[index + 1].from_offset
                 )
             if not _copy_one(ctx, tally, seg, current, from_offset, watchdog):
@@ -133,8 +135,8 @@ def copy_pending(
         if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
             with contextlib.suppress(Exception):
                 ahead.result().discard()
-        if scanner is not None:
-            scanner.shutdown(wait=True)
+        if preparer is not None:
+            preparer.shutdown(wait=True)
 
 
 def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:

@@ -1,10 +1,11 @@
-"""Steps 1–2 of a copy (docs/architecture.md §3): pin a rolled segment, CRC-scan it, check or
-rebuild its indexes, and for a partial copy cut it to its tail — everything before the first
-durable step. :func:`prepare_segment` does them all; :mod:`rlm.tiering.copy.copier` uploads the result.
+"""Steps 1–2 of a copy (docs/architecture.md §3): pin a rolled segment, checksum it (every
+batch's CRC and the file's CRC-32C), check or rebuild its indexes, and for a partial copy cut it to
+its tail — everything before the first durable step. :func:`prepare_segment` does them all;
+:mod:`rlm.tiering.copy.copier` uploads the result.
 
 Nothing here writes outside the pin dir: the broker's files are hard-linked and only read, and
 every replacement (a rebuilt index, a cut tail) is a new inode in the pin dir. A segment that fails
-its scan is :class:`SegmentQuarantined` (docs/broker-files.md); one the log store deleted first
+its checksum walk is :class:`SegmentQuarantined` (docs/broker-files.md); one the log store deleted first
 is :class:`SegmentVanished`.
 """
 
@@ -31,6 +32,7 @@ from rlm.errors import (
 )
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.segment_index import rebuild_indexes
+from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.logdir.indexcheck import (
     FileVersion,
     IndexKind,
@@ -39,7 +41,6 @@ from rlm.logdir.indexcheck import (
     note_rebuilt,
     parse_checked,
 )
-from rlm.logdir.scan import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.tiering.copy.txn_capture import TxnCapture, capture_txn_index
 from rlm.tiering.local import PartitionContext, PinClaim, crash_point
 from rlm.tiering.store import keys
@@ -47,14 +48,14 @@ from rlm.tiering.store import keys
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ChecksummedSegment",
     "PreparedSegment",
-    "ScannedSegment",
     "SegmentQuarantined",
     "SegmentVanished",
     "check_indexes",
+    "checksum_segment",
     "pin",
     "prepare_segment",
-    "scan",
 ]
 
 
@@ -125,13 +126,13 @@ def _corrupt(err: FormatError, log_path: Path, version: FileVersion) -> SegmentQ
 
 
 @dataclass(frozen=True, slots=True)
-class ScannedSegment:
+class ChecksummedSegment:
     batches: list[RecordBatch]
     size: int
     crc32c: int
 
 
-def scan(log_path: Path) -> ScannedSegment:
+def checksum_segment(log_path: Path) -> ChecksummedSegment:
     """CRC-verify every batch; a rolled segment that is empty, ends with a torn tail or has a bad
     CRC is corrupt (:class:`SegmentQuarantined`, naming the byte position)."""
     with log_path.open("rb") as fh:
@@ -154,7 +155,7 @@ def scan(log_path: Path) -> ScannedSegment:
                     version=version,
                 )
             checksum = crc32c.crc32c(buf)
-    return ScannedSegment(batches, size, checksum)
+    return ChecksummedSegment(batches, size, checksum)
 
 
 _INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
@@ -164,9 +165,9 @@ _INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
 
 
 def check_indexes(
-    ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path], scanned: ScannedSegment
+    ctx: PartitionContext, segment: SegmentFiles, pinned: dict[str, Path], checksummed: ChecksummedSegment
 ) -> None:
-    """Check the pinned ``.index`` / ``.timeindex`` against the scanned batches (docs/broker-files.md);
+    """Check the pinned ``.index`` / ``.timeindex`` against the checksummed batches (docs/broker-files.md);
     a failed or missing one is replaced in the pin dir by the index Kafka's ``recover`` would
     build, so the rebuild is what gets uploaded. The broker's own files are never written."""
     rebuilt: tuple[bytes, bytes] | None = None
@@ -178,18 +179,18 @@ def check_indexes(
             if path is None:
                 raise FileNotFoundError(role)
             raw = path.read_bytes()
-            index = parse_checked(kind, segment.base_offset, raw, scanned.batches)
+            index = parse_checked(kind, segment.base_offset, raw, checksummed.batches)
             if index.valid_bytes == len(raw):
                 continue
             data = raw[: index.valid_bytes]  # a rolled index is trimmed (Kafka's trimToValidSize)
         except FileNotFoundError:
             log.info("%s: no %s file; uploading one rebuilt from the .log", segment.log, kind)
-            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
+            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, checksummed.batches, interval)
             data = rebuilt[n]
         except CorruptIndexError as err:
             assert path is not None
             note_rebuilt(original or path, err, file_version(path))
-            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, scanned.batches, interval)
+            rebuilt = rebuilt or rebuild_indexes(segment.base_offset, checksummed.batches, interval)
             data = rebuilt[n]
         target = path or pinned[keys.LOG].with_name(role)
         tmp = target.with_name(target.name + ".rebuilt")
@@ -200,18 +201,18 @@ def check_indexes(
 
 @dataclass(slots=True)
 class PreparedSegment:
-    """A pinned and scanned segment, ready to upload (steps 1–2 of the protocol; nothing durable
+    """A pinned and checksummed segment, ready to upload (steps 1–2 of the protocol; nothing durable
     yet besides the pin, which recovery drops). :func:`prepare_segment` makes one.
 
     ``source_position`` is set for a partial copy (docs/cluster-copy.md): the pinned ``.log`` is
-    then the tail of the segment file from that byte, and ``scanned`` describes the tail only.
+    then the tail of the segment file from that byte, and ``checksummed`` describes the tail only.
     """
 
     segment: SegmentFiles
     attempt: str
     pin_dir: Path
     pinned: dict[str, Path]
-    scanned: ScannedSegment
+    checksummed: ChecksummedSegment
     source_position: int | None = None
     txn: TxnCapture | None = None  # the aborted transactions to upload (docs/transactions.md)
     claim: PinClaim | None = None  # the pin's bytes in the log dir's account (rlm.tiering.local.pin_ledger)
@@ -221,9 +222,9 @@ class PreparedSegment:
         """The base offset the copy is named by: the segment file's, or for a partial copy the
         first uploaded batch's (a whole segment keeps its file base even when compaction left its
         first batch above it)."""
-        if self.source_position is None or not self.scanned.batches:
+        if self.source_position is None or not self.checksummed.batches:
             return self.segment.base_offset
-        return self.scanned.batches[0].base_offset
+        return self.checksummed.batches[0].base_offset
 
     def discard(self) -> None:
         shutil.rmtree(self.pin_dir, ignore_errors=True)
@@ -273,12 +274,14 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
     return position, version
 
 
-def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], scanned: ScannedSegment) -> None:
+def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], checksummed: ChecksummedSegment) -> None:
     """``.index`` / ``.timeindex`` for the uploaded tail, rebuilt as Kafka's ``recover`` would for a
     segment holding exactly those batches (the broker's indexes describe the whole file)."""
-    if not scanned.batches:
+    if not checksummed.batches:
         return
-    built = rebuild_indexes(scanned.batches[0].base_offset, scanned.batches, ctx.shared.index_interval_bytes)
+    built = rebuild_indexes(
+        checksummed.batches[0].base_offset, checksummed.batches, ctx.shared.index_interval_bytes
+    )
     for (role, _), data in zip(_INDEX_ROLES, built, strict=True):
         target = pinned[keys.LOG].with_name(role)
         tmp = target.with_name(target.name + ".rebuilt")
@@ -290,11 +293,11 @@ def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], scanned: Scann
 def prepare_segment(
     ctx: PartitionContext, segment: SegmentFiles, from_offset: int | None = None
 ) -> PreparedSegment:
-    """Pin and scan one segment. The manager runs this for the next segment while the current one
-    uploads, so the CRC-verifying scan overlaps the network instead of adding to it.
+    """Pin and checksum one segment. The manager runs this for the next segment while the current one
+    uploads, so the CRC-verifying walk overlaps the network instead of adding to it.
 
     ``from_offset`` above the segment's base makes a partial copy (docs/cluster-copy.md): only the
-    batches from the first one with base offset ≥ ``from_offset`` are scanned and uploaded, with
+    batches from the first one with base offset ≥ ``from_offset`` are checksummed and uploaded, with
     indexes rebuilt for them. Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or
     :class:`LogDirError` (a batch straddles ``from_offset``); the pin is then dropped.
     """
@@ -309,24 +312,28 @@ def prepare_segment(
             position, version = _cut_tail(segment, pinned, from_offset)
         try:
             if position is not None and pinned[keys.LOG].stat().st_size == 0:
-                scanned = ScannedSegment([], 0, 0)  # no batch at or above from_offset: nothing to copy
+                checksummed = ChecksummedSegment(
+                    [], 0, 0
+                )  # no batch at or above from_offset: nothing to copy
             else:
-                scanned = scan(pinned[keys.LOG])
+                checksummed = checksum_segment(pinned[keys.LOG])
         except SegmentQuarantined as err:
             named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
             if version is not None:
                 cast(SegmentQuarantined, named).version = version  # the quarantine follows the broker's file
             raise named from err
         if position is None:
-            check_indexes(ctx, segment, pinned, scanned)
+            check_indexes(ctx, segment, pinned, checksummed)
         else:
-            _tail_indexes(ctx, pinned, scanned)
-        txn = capture_txn_index(segment, pinned, scanned.batches, position) if scanned.batches else None
+            _tail_indexes(ctx, pinned, checksummed)
+        txn = (
+            capture_txn_index(segment, pinned, checksummed.batches, position) if checksummed.batches else None
+        )
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
         claim.release()
         raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, scanned, position, txn, claim)
+    return PreparedSegment(segment, attempt, pin_dir, pinned, checksummed, position, txn, claim)
 
 
 def _pin_for_copy(

@@ -4,7 +4,7 @@ A quarantined segment is never uploaded and stops its partition's tiering there 
 would leave a gap). The quarantine is recorded with the ``.log``'s version (device, inode, size,
 mtime) and persisted beside the partition's progress, so ``rlm status`` in another process shows
 it; every pass re-examines it and lifts it once the file changed (the broker replaced it: it is
-scanned again) or is gone (the broker removed it: the later segments go on).
+checksummed again) or is gone (the broker removed it: the later segments go on).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from rlm.errors import SegmentQuarantined
+from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.indexcheck import file_version
-from rlm.logdir.scan import SegmentFiles
 from rlm.tiering.local import PartitionContext, Quarantine
 
 __all__ = ["quarantine", "reexamine_quarantine"]

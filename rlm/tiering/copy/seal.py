@@ -10,7 +10,7 @@ encryption on, every other object is encrypted whole. The manifest's ``protectio
 
 Either way the stored ``.log`` is proven to be what was produced: the CRC-32C computed while
 uploading equals the one computed while producing it, and the plaintext read while sealing has
-the CRC-32C the scan computed (the pinned file did not change in between).
+the CRC-32C the checksum walk computed (the pinned file did not change in between).
 """
 
 from __future__ import annotations

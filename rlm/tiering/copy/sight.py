@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rlm.errors import RlmError, SegmentVanished
 from rlm.fsutil import atomic_write
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.tiering.copy import prepare
 from rlm.tiering.local import PIN_FILE, PartitionContext, Progress, SightPin, linked_files
 from rlm.tiering.store import keys

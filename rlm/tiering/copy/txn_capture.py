@@ -34,7 +34,7 @@ from rlm.formats.transactions import (
     summarize,
 )
 from rlm.formats.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
-from rlm.logdir.scan import SegmentFiles, list_segments
+from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.tiering.store import SegmentManifest, keys, open_at_end
 
 __all__ = ["TxnCapture", "capture_txn_index", "state_before_copy", "summarize_file"]

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rlm.logdir.scan import PartitionState, SegmentFiles
+from rlm.logdir.discovery import PartitionState, SegmentFiles
 from rlm.logdir.timestamps import largest_timestamp
 from rlm.tiering.expire.deadlines import Deadline, LocalRetention, LocalSegment, broker_deadlines, margin_ms
 from rlm.tiering.expire.policy import TopicPolicy

@@ -32,8 +32,8 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import RlmError
+from rlm.logdir.discovery import discover_partitions, read_topic_id
 from rlm.logdir.kraft import MetadataImage
-from rlm.logdir.scan import discover_partitions, read_topic_id
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import DELETED_REASON, OldIncarnation, delete_root, grace_ms, retired_marker
 from rlm.tiering.local import TieringMetrics, state_root_of

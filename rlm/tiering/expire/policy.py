@@ -27,6 +27,7 @@ from typing import Any
 from rlm.config import Settings, TopicOverride
 from rlm.errors import RlmError
 from rlm.formats import naming
+from rlm.logdir.discovery import PartitionDir, cleaned_partitions, list_segments
 from rlm.logdir.kraft import (
     METADATA_LOG_DIR,
     KraftMetadataLog,
@@ -34,7 +35,6 @@ from rlm.logdir.kraft import (
     find_metadata_log,
     read_node_id,
 )
-from rlm.logdir.scan import PartitionDir, cleaned_partitions, list_segments
 from rlm.tiering.expire.retention_sources import (
     BYTES,
     DEFAULT,

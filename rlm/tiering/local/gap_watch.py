@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.local.gaps import find_gaps, merge_gaps
 from rlm.tiering.local.state import PartitionContext
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlm.formats import naming
 from rlm.fsutil import atomic_write
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.local.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.store import keys
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlm.config import TieringSettings
-from rlm.logdir.scan import PartitionDir
+from rlm.logdir.discovery import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
 from rlm.tiering.store import RemoteState, StoreProtection, keys

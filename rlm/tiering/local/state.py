@@ -24,7 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from rlm.config import TieringSettings
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
-from rlm.logdir.scan import PartitionDir
+from rlm.logdir.discovery import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.local import snapshot
 from rlm.tiering.local.gaps import Gap

@@ -30,8 +30,8 @@ from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
 from rlm.formats.records import Record, RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
+from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.logdir.index_sets import SetView
-from rlm.logdir.scan import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.tiering.local import Gap, Progress, gap_at
 from rlm.tiering.read.cache import RangeBytes
 from rlm.tiering.read.located import LocalLocation, Located, Location, Tier

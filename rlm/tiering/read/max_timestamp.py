@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rlm.formats.records import RecordBatch, decode_records
-from rlm.logdir.scan import SegmentFiles
+from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.segment import LogSegment
 
 __all__ = ["batches_max_timestamp", "local_max_timestamp"]

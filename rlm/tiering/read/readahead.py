@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from rlm.config import TieringSettings
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.checkpoint_cache import CheckpointCache
+from rlm.logdir.discovery import EligibilityPolicy
 from rlm.logdir.index_sets import SetCache
-from rlm.logdir.scan import EligibilityPolicy
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.read.served_sets import StoreSets

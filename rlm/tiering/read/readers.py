@@ -20,7 +20,7 @@ from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
 from rlm.formats.naming import is_served_topic, validate_topic
 from rlm.fsutil import FileMemo
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import PartitionDir, discover_partitions, partition_dir
+from rlm.logdir.discovery import PartitionDir, discover_partitions, partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver

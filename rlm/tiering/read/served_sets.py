@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from rlm.errors import RlmError
 from rlm.formats.remote_index import RemoteLogIndexEntry
+from rlm.logdir.discovery import PartitionDir
 from rlm.logdir.index_sets import SetView, views_of_entries
-from rlm.logdir.scan import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import lineage_in
 from rlm.tiering.local import Progress, view_of

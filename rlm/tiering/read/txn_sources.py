@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from rlm.errors import ObjectNotFoundError
+from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.index_sets import SetView
-from rlm.logdir.scan import SegmentFiles
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.remote_sets import object_ranges
 from rlm.tiering.store import (

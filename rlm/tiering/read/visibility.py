@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol
 
 from rlm.formats.records import RecordBatch
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.scan import (
+from rlm.logdir.discovery import (
     EligibilityPolicy,
     LogDirCheckpoints,
     PartitionDir,

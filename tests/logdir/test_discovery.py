@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import CheckpointError, InvalidArgumentError, LogDirError
-from rlm.logdir import scan
-from rlm.logdir.scan import (
+from rlm.logdir import discovery
+from rlm.logdir.discovery import (
     PartitionState,
     SegmentFiles,
     discover_partitions,
@@ -58,7 +58,7 @@ def test_segments_in_offset_order_with_companions(fixtures_dir: Path) -> None:
     assert first.index is not None and first.index.name == "00000000000000000000.index"
     assert first.time_index is not None and first.snapshot is None
     assert second.snapshot is not None and second.snapshot.name == "00000000000000005151.snapshot"
-    assert scan.active_segment(segments) == second
+    assert discovery.active_segment(segments) == second
 
 
 def test_partition_without_logs_and_without_indexes(fixtures_dir: Path) -> None:
@@ -195,7 +195,7 @@ def test_vanishing_segment_between_listdir_and_stat(tmp_path: Path, monkeypatch:
     for base in (0, 100, 200):
         _touch(part / f"{base:020d}.log", b"x" * 10)
         _touch(part / f"{base:020d}.index")
-    real_listdir = scan.os.listdir
+    real_listdir = discovery.os.listdir
 
     def listdir_then_retention(path: str | Path) -> list[str]:
         names = real_listdir(path)
@@ -204,13 +204,13 @@ def test_vanishing_segment_between_listdir_and_stat(tmp_path: Path, monkeypatch:
             victim.rename(victim.with_name(victim.name + ".deleted"))
         return names
 
-    monkeypatch.setattr(scan.os, "listdir", listdir_then_retention)
+    monkeypatch.setattr(discovery.os, "listdir", listdir_then_retention)
     skipped: list[tuple[str, str]] = []
     segments = list_segments(part, on_skip=lambda p, why: skipped.append((p.name, why)))
     assert [s.base_offset for s in segments] == [100, 200]
     assert skipped and skipped[0][0] == f"{0:020d}.log" and "vanished" in skipped[0][1]
-    # The next scan sees the renamed file as transient and no longer reports it.
-    monkeypatch.setattr(scan.os, "listdir", real_listdir)
+    # The next listing sees the renamed file as transient and no longer reports it.
+    monkeypatch.setattr(discovery.os, "listdir", real_listdir)
     assert [s.base_offset for s in list_segments(part)] == [100, 200]
 
 
@@ -219,7 +219,7 @@ def test_vanished_partition_dir(tmp_path: Path) -> None:
 
 
 def test_checkpoint_edge_cases(tmp_path: Path) -> None:
-    assert read_checkpoints(tmp_path) == scan.LogDirCheckpoints()  # all absent
+    assert read_checkpoints(tmp_path) == discovery.LogDirCheckpoints()  # all absent
     _touch(tmp_path / "replication-offset-checkpoint", b"")  # Kafka creates them empty
     _touch(tmp_path / "recovery-point-offset-checkpoint", b"0\n1\nweird.topic-x 3 17\n")
     cps = read_checkpoints(tmp_path)

@@ -9,7 +9,7 @@ Contracts:
 * A segment is a ``<20-digit base>.log`` file; its companions are picked from the same listing.
   Transient files (``.deleted``, ``.cleaned``, ``.swap``) are ignored. The log store may rename a
   ``.log`` to ``.log.deleted`` at any moment, so a file that vanishes between ``listdir`` and
-  ``stat`` drops its segment from the result instead of failing the scan.
+  ``stat`` drops its segment from the result instead of failing the listing.
 * The **active** segment is the one with the highest base offset; it is never eligible. A rolled
   segment is eligible under policy ``"high-watermark"`` when the next segment's base offset is
   ≤ the partition's high watermark (from ``replication-offset-checkpoint``), and under ``"rolled"``
@@ -73,7 +73,7 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 NON_PARTITION_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
 EligibilityPolicy: TypeAlias = Literal["high-watermark", "rolled"]
-#: Called with (path, reason) for every directory entry or segment that a scan skips.
+#: Called with (path, reason) for every directory entry or segment that discovery skips.
 SkipCallback: TypeAlias = Callable[[Path, str], None]
 
 TopicPartition: TypeAlias = tuple[str, int]
@@ -139,7 +139,7 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class LogDirCheckpoints:
-    """The three per-log-dir offset checkpoints, parsed once per scan (``{(topic, partition): offset}``).
+    """The three per-log-dir offset checkpoints, parsed once per discovery (``{(topic, partition): offset}``).
 
     A checkpoint file that is absent or empty yields an empty mapping (Kafka creates them empty).
     """
@@ -325,7 +325,7 @@ def list_segments(
         try:
             size = log_path.stat().st_size
         except FileNotFoundError:
-            skip(log_path, "segment vanished during the scan (renamed to .deleted by the log store?)")
+            skip(log_path, "segment vanished during the listing (renamed to .deleted by the log store?)")
             continue
         segments.append(
             SegmentFiles(
