@@ -65,7 +65,7 @@ from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import log_end_conflict, persisted_progress
 from rlm.tiering.local import crash_point, remote_view
 from rlm.tiering.read import chain_visibility, check_topic
-from rlm.tiering.store import Link, RemoteState, StoreProtection, keys
+from rlm.tiering.store import Link, RemoteState, StoreProtection, object_keys
 
 __all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
 
@@ -176,7 +176,7 @@ def plan_partition(
     ).offsets
     plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
     if not links:
-        root = keys.root(part.topic, part.partition, state.key_id)
+        root = object_keys.root(part.topic, part.partition, state.key_id)
         return plan, f"nothing of it is tiered under {root}" + _other_incarnations(state, part)
     if ranges.log_start_offset is None or ranges.visible_end_offset is None:
         return plan, "nothing tiered is visible"

@@ -24,7 +24,7 @@ from rlm.jobs.problem import Problem, Severity
 from rlm.jobs.verify_store import PartitionFacts
 from rlm.logdir.discovery import PartitionDir, list_segments
 from rlm.tiering.local import Gap
-from rlm.tiering.store import SegmentManifest, keys
+from rlm.tiering.store import SegmentManifest, object_keys
 
 __all__ = ["check_local_index", "recorded_gaps"]
 
@@ -282,7 +282,7 @@ def _gaps(
                 ),
                 severity="error" if evidence else "warning",
                 base_offset=b.base_offset,
-                key=keys.manifest_key(part.topic, part.partition, b.base_offset, facts.key_id),
+                key=object_keys.manifest_key(part.topic, part.partition, b.base_offset, facts.key_id),
                 offset=lo,
             )
         )

@@ -28,7 +28,7 @@ from rlm.tiering.store import (
     RemoteState,
     SegmentManifest,
     Unreadable,
-    keys,
+    object_keys,
     resolve_chain,
 )
 
@@ -174,7 +174,7 @@ def _check_objects(remote: RemoteState, m: SegmentManifest, listing: dict[str, O
     topic, partition = remote.topic, remote.partition
     problems: list[Problem] = []
     for name, stored in sorted(m.objects.items()):
-        ref = keys.parse_data_key(topic, partition, stored.key, remote.key_id)
+        ref = object_keys.parse_data_key(topic, partition, stored.key, remote.key_id)
         if ref is None or (ref.base_offset, ref.attempt_id) != (m.base_offset, m.attempt_id):
             problems.append(
                 Problem(
@@ -307,5 +307,5 @@ def _orphan_problem(o: Orphan, grace_ms: int, key_id: str | None) -> Problem:
         + ("" if old else "; younger than tiering.gc_grace_ms, the copy may be in flight"),
         severity="error" if old else "warning",
         base_offset=o.base_offset,
-        key=keys.attempt_prefix(o.topic, o.partition, o.base_offset, o.attempt_id, key_id),
+        key=object_keys.attempt_prefix(o.topic, o.partition, o.base_offset, o.attempt_id, key_id),
     )

@@ -11,7 +11,7 @@ key is stored under ``<bucket>/`` where ``<bucket>`` is the first N hex digits o
 For rlm's keys the name is ``<topic>-<partition>`` — the partition's name, not its topic id — so
 every incarnation of a partition (``t-0/`` and ``t-0=<id>/`` roots, docs/topic-identity.md) shares
 one bucket and one listing still finds them all. :class:`SpreadBackend` maps transparently, so
-every caller above it (rlm/tiering/store/keys.py, remote_state, metering, the jobs) keeps using logical
+every caller above it (rlm/tiering/store/object_keys.py, remote_state, metering, the jobs) keeps using logical
 keys; ``url`` gives the physical object's URL (what RDIs record) and ``key_for_url`` maps it back.
 
 Listings: a prefix that names the partition (it contains ``/`` or ``=``, as every listing rlm makes

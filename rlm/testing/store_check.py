@@ -29,7 +29,7 @@ from rlm.logdir.discovery import (
     read_checkpoints,
 )
 from rlm.storage.api import StorageBackend
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 __all__ = ["PartitionCheck", "StoreCheck", "assert_manifests_complete", "check_store", "local_batches"]
 
@@ -137,7 +137,7 @@ def _check_remote(
     remote_entries: list[RemoteLogIndexEntry] = []
     previous_last = -1
     # The incarnation's root: name-only, or <name>=<topic id>/ (docs/topic-identity.md).
-    root = keys.root(part.topic, part.partition, part.topic_id)
+    root = object_keys.root(part.topic, part.partition, part.topic_id)
     for info in backend.list(f"{root}manifests/"):
         key = info.key
         doc = json.loads(backend.read(key))

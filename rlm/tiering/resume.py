@@ -43,7 +43,7 @@ from rlm.tiering.converge import (
 from rlm.tiering.idle import forget_mark, load_mark
 from rlm.tiering.local import PartitionContext, PendingManifests, Progress, SnapshotHeader, snapshot
 from rlm.tiering.roles import Roles
-from rlm.tiering.store import SegmentManifest, StoreView, keys, resolve_chain
+from rlm.tiering.store import SegmentManifest, StoreView, object_keys, resolve_chain
 
 __all__ = ["clear_staging", "load_state", "part_has_id_root", "resume"]
 
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 def _root_key_id(ctx: PartitionContext, saved: Progress) -> tuple[bool, str | None]:
     """(usable, key id) of the root the progress names: this partition's own root or, for a
     partition with a topic id, the name-only root it adopted."""
-    root = keys.parse_root(saved.remote_root) if saved.remote_root else None
+    root = object_keys.parse_root(saved.remote_root) if saved.remote_root else None
     if root is None or (root.topic, root.partition) != (ctx.topic, ctx.partition):
         return False, None
     if root.topic_id is not None and root.topic_id != ctx.part.topic_id:
@@ -167,7 +167,7 @@ def _load(ctx: PartitionContext) -> list[SegmentManifest]:
     rows = snapshot.load(ctx.snapshot_path)
     view = ctx.store
     found = {
-        key or keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)
+        key or object_keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)
         for key, stamp, m in rows
     }
     view.manifests = {**view.manifests, **found}  # replaced, never mutated: status may be iterating it

@@ -10,7 +10,7 @@ from typing import Any
 from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.read import PartitionOffsets
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 __all__ = ["eligible_end", "lag_age_ms", "partition_row", "pin_fields"]
 
@@ -91,7 +91,7 @@ def pin_fields(ctx: PartitionContext) -> dict[str, Any]:
 
 
 def _pinned_logs(ctx: PartitionContext) -> dict[int, Path]:
-    return {base: pin.path / keys.LOG for base, pin in ctx.shared.pins.pins_of(ctx.state_dir).items()}
+    return {base: pin.path / object_keys.LOG for base, pin in ctx.shared.pins.pins_of(ctx.state_dir).items()}
 
 
 def eligible_end(highest_tiered: int, local_start: int | None, pending: Pending) -> int | None:

@@ -17,7 +17,7 @@ from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 pytestmark = pytest.mark.integration
 
@@ -89,8 +89,8 @@ def test_the_command_alone_raises_the_log_start(tmp_path: Path) -> None:
     assert code == 2 and "rlm: error:" in str(err) and "high watermark" in str(err)
     proc = rlm_cli("delete-records", "--config", cfg, "--topic", "nope", "--partition", 0, "--before", 1)
     assert proc.returncode == 1 and "not in log.dirs" in proc.stderr
-    manifests = LocalBackend(root=str(store)).list(keys.manifests_prefix(TOPIC, 0))
-    assert min(keys.parse_manifest_key(TOPIC, 0, i.key) or 1 << 62 for i in manifests) == bases[2]
+    manifests = LocalBackend(root=str(store)).list(object_keys.manifests_prefix(TOPIC, 0))
+    assert min(object_keys.parse_manifest_key(TOPIC, 0, i.key) or 1 << 62 for i in manifests) == bases[2]
 
 
 def test_beside_a_daemon_the_command_and_the_route_ask_the_daemon(tmp_path: Path) -> None:
@@ -142,8 +142,8 @@ def test_a_crash_after_the_store_marker_converges(tmp_path: Path) -> None:
         env={"RLM_CRASH_AT": "after_log_start_marker"},
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    listing = LocalBackend(root=str(store)).list(keys.manifests_prefix(TOPIC, 0))
-    assert keys.log_start_marker_key(TOPIC, 0, point) in {i.key for i in listing}
+    listing = LocalBackend(root=str(store)).list(object_keys.manifests_prefix(TOPIC, 0))
+    assert object_keys.log_start_marker_key(TOPIC, 0, point) in {i.key for i in listing}
     (state,) = (tmp_path / "logs.rlm-state").glob(f"{TOPIC}-0*")
     assert json.loads((state / "progress.json").read_text())["delete_records_offset"] == -1
 

@@ -17,7 +17,7 @@ from rlm.logdir.discovery import (
 )
 from rlm.logdir.indexcheck import parse_checked
 from rlm.storage.registry import open_backend
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.lookup.helpers import delete_local_segments
 from tests.spark.conftest import CODECS, kafka_python_records, tier, write_generated
 
@@ -41,7 +41,7 @@ def tiered_partitions(settings: Settings) -> set[str]:
     """The partition dir names the store holds data of (any root)."""
     remote = settings.remote
     backend = open_backend(remote.backend, remote.options, remote.prefix_spread)
-    roots = (keys.parse_root(info.key) for info in backend.list(""))
+    roots = (object_keys.parse_root(info.key) for info in backend.list(""))
     return {f"{r.topic}-{r.partition}" for r in roots if r is not None}
 
 

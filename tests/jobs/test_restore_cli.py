@@ -24,7 +24,7 @@ from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.jobs.helpers import corrupt_one_object
 from tests.jobs.restore_helpers import (
     SEGMENT_SUFFIXES,
@@ -57,7 +57,7 @@ def test_recreated_topic_restores_the_current_incarnation(tmp_path: Path) -> Non
             for i in range(60 if tag == "A" else 40):
                 w.append([RecordSpec(1_700_000_000_000 + i, b"k", f"{tag}-{i:04d}".encode() * 4)])
         RemoteLogManager(settings, backend).run_once()
-    assert {keys.parse_root(i.key).topic_id for i in backend.list("")} == set(ids.values())  # type: ignore[union-attr]
+    assert {object_keys.parse_root(i.key).topic_id for i in backend.list("")} == set(ids.values())  # type: ignore[union-attr]
     want = kafka_python_records(logs / "re.t-0")
     delete_local_segments(logs / "re.t-0", keep_last=1)
     restore(settings, backend, "re.t", tmp_path / "out")
@@ -240,7 +240,7 @@ def test_key_prefix_spread_store(tmp_path: Path) -> None:
     backend = open_backend("local", opts, 2)
     assert all(r.error is None for r in RemoteLogManager(settings, backend).run_once())
     raw = [i.key for i in create_backend("local", opts).list("") if "manifests/" in i.key]
-    assert raw and all(keys.parse_root(k) is None for k in raw)  # every key under a hash prefix
+    assert raw and all(object_keys.parse_root(k) is None for k in raw)  # every key under a hash prefix
     originals, records = original_segments([logs], {"gen-0", "gen-1"}), records_by_partition([logs])
     delete_local_logs([logs])
     result = restore(settings, backend, "gen", tmp_path / "out").to_json()

@@ -16,7 +16,7 @@ import pytest
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import run_sidecar, segment_bases
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.live.helpers import produce, wait_tiered
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
@@ -50,8 +50,8 @@ def test_deleted_topic_data_goes_after_the_grace_not_before(
     part = node.log_dir / f"{topic}-0"
     topic_id = _topic_id(part)
     store = LocalBackend(root=str(tmp_path / "store"))
-    root = keys.root(topic, 0, topic_id)
-    marker = keys.marker_key(topic, 0, keys.RETIRED_MARKER, topic_id)
+    root = object_keys.root(topic, 0, topic_id)
+    marker = object_keys.marker_key(topic, 0, object_keys.RETIRED_MARKER, topic_id)
     with run_sidecar(
         node,
         tmp_path / "store",

@@ -33,7 +33,7 @@ from rlm.testing.daemon import rlm_cli
 from rlm.tiering.local.state import Progress, default_state_dir
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.lookup.edges import HOT_TS, EdgeLogs, build_edge_logs
 from tests.lookup.helpers import write_config
 
@@ -231,13 +231,13 @@ def test_delete_records_removes_wholly_deleted_remote_segments(edge: Edge) -> No
     backend = edge.manager.shared.backend
     remaining = sorted(
         b
-        for info in backend.list(keys.manifests_prefix("del", 0))
-        if (b := keys.parse_manifest_key("del", 0, info.key)) is not None
+        for info in backend.list(object_keys.manifests_prefix("del", 0))
+        if (b := object_keys.parse_manifest_key("del", 0, info.key)) is not None
     )
     assert remaining and not set(remaining) & set(edge.records_deleted)
     assert remaining[0] < edge.point  # the boundary segment stays (its earlier records unserved)
     for base in edge.records_deleted:  # data objects too
-        assert not list(backend.list(f"{keys.data_prefix('del', 0)}{base:020d}-"))
+        assert not list(backend.list(f"{object_keys.data_prefix('del', 0)}{base:020d}-"))
     ctx = edge.manager.context(_part(edge.manager, "del-0"))  # the manager that ran the passes
     finished = [e.base_offset for e in ctx.journal.events() if e.type == "DELETE_FINISHED"]
     assert finished == edge.records_deleted

@@ -1,7 +1,7 @@
 """The tiering engine's rooms keep their faces (docs/architecture.md §1.1).
 
 Code outside a room imports it through the room's package (``from rlm.tiering.read import
-TieredReaders``, or a module object: ``from rlm.tiering.store import keys``), never ``from
+TieredReaders``, or a module object: ``from rlm.tiering.store import object_keys``), never ``from
 rlm.tiering.read.readers import ...``: what a room exposes is what its ``__init__`` names, so its
 modules can be split or merged without touching other packages. Tests may reach inside. The order
 of the rooms is the import-linter contract "tiering rooms" in pyproject.toml.

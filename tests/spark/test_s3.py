@@ -11,7 +11,7 @@ import pytest
 
 from rlm.jobs import plan_read, read_tiered, verify
 from rlm.logdir.discovery import discover_partitions
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.spark.conftest import (
     CODECS,
     arrow_records,
@@ -72,4 +72,4 @@ def test_read_and_verify_over_s3(spark: Any, s3_options: dict[str, Any], tmp_pat
     assert not report.ok
     assert {(p.check, p.key) for p in report.errors} >= {("object_crc32c", victim)}
     assert any(p.check in ("batch_crc", "batch_corrupt") and p.key == victim for p in report.errors)
-    assert keys.parse_data_key("s3t", 0, victim) is not None
+    assert object_keys.parse_data_key("s3t", 0, victim) is not None

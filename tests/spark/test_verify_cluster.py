@@ -21,7 +21,7 @@ from rlm.tiering.converge.sync import sync_partition
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import LineageMarker
 
 pytestmark = pytest.mark.spark
@@ -47,7 +47,7 @@ def test_verify_follows_the_chain(spark: Any, tmp_path: Path) -> None:
     ctx = next(leader.contexts())
     first = ctx.store.chain.links[0].manifest
     doc = dataclasses.replace(first, base_offset=first.base_offset + 1).to_json()
-    extra = keys.manifest_key(TOPIC, 0, first.base_offset + 1, ctx.key_id)
+    extra = object_keys.manifest_key(TOPIC, 0, first.base_offset + 1, ctx.key_id)
     leader.store.put(extra, doc)
     report = verify(spark, load_settings(cfg_b), deep=True)
     assert report.ok and [(p.check, p.severity, p.base_offset) for p in report.problems] == [

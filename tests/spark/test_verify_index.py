@@ -14,7 +14,7 @@ from rlm.formats.records import iter_batches
 from rlm.jobs import offsets_for_times, rebuild_index, verify
 from rlm.testing.configs import write_config
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.remote_state import RemoteState
 from tests.spark.conftest import BASE_TS, Env, generated_env
 from tests.tiering.helpers import local_index_files
@@ -58,10 +58,10 @@ def test_verify_names_every_injected_problem(spark: Any, tmp_path: Path) -> None
     missing = m1[1].log.key
     (store / missing).unlink()
     # 3. a stray attempt no manifest references (old: created at ms 0)
-    stray = keys.data_key("gen", 2, 5, keys.new_attempt_id(0), keys.LOG)
+    stray = object_keys.data_key("gen", 2, 5, object_keys.new_attempt_id(0), object_keys.LOG)
     backend.put(stray, b"junk")
     # 4. a gap: gen-3's second manifest is gone
-    gone = keys.manifest_key("gen", 3, m3[1].base_offset)
+    gone = object_keys.manifest_key("gen", 3, m3[1].base_offset)
     backend.delete(gone)
 
     shallow = verify(spark, env.settings)

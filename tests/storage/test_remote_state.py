@@ -28,7 +28,7 @@ from rlm.storage.retry import RetryingBackend, RetryPolicy
 from rlm.testing.configs import write_config
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import Chain
 from rlm.tiering.store.manifest import ENTRIES_OBJECT
 from rlm.tiering.store.remote_state import RemoteState, attempt_age_ms
@@ -76,7 +76,10 @@ def tiered(
 
 def _put_attempt(backend: StorageBackend, base: int, attempt: str) -> list[str]:
     """Objects of an attempt no manifest references (a copier that died before its manifest)."""
-    put = [keys.data_key(TOPIC, 0, base, attempt, name) for name in (keys.LOG, keys.SEGMENT_ENTRIES)]
+    put = [
+        object_keys.data_key(TOPIC, 0, base, attempt, name)
+        for name in (object_keys.LOG, object_keys.SEGMENT_ENTRIES)
+    ]
     for n, key in enumerate(put):
         backend.put(key, b"x" * (10 + n))
     return put
@@ -132,12 +135,12 @@ def test_verify_reports_what_the_daemon_refuses(
     backend, spec, _ = tiered
     remote = RemoteState(backend, TOPIC, 0)
     first, second, *rest = remote.list_manifests()
-    garbled = keys.manifest_key(TOPIC, 0, first.base_offset)
+    garbled = object_keys.manifest_key(TOPIC, 0, first.base_offset)
     backend.put(garbled, b"{not a manifest")
     moved_to = rest[-1].last_offset + 1  # a genuine manifest copied to another key
-    moved = keys.manifest_key(TOPIC, 0, moved_to)
-    backend.put(moved, backend.read(keys.manifest_key(TOPIC, 0, second.base_offset)))
-    marker = keys.lineage_marker_key(TOPIC, 0, 7)
+    moved = object_keys.manifest_key(TOPIC, 0, moved_to)
+    backend.put(moved, backend.read(object_keys.manifest_key(TOPIC, 0, second.base_offset)))
+    marker = object_keys.lineage_marker_key(TOPIC, 0, 7)
     backend.put(marker, b"[]")
     listing = remote.list_manifests_prefix()
 
@@ -183,10 +186,10 @@ def test_orphans_by_age_grace_and_in_flight(
     put_ms = int(time.time() * 1000)
     # Ages run from an attempt's last write: the newest of its id's time and its objects' stamps
     # (written now). "young" carries a later id, as a sidecar writing a minute later would.
-    old_keys = _put_attempt(backend, committed[0].base_offset, keys.new_attempt_id(put_ms - 100_000))
-    young = keys.new_attempt_id(put_ms + 60_000)
+    old_keys = _put_attempt(backend, committed[0].base_offset, object_keys.new_attempt_id(put_ms - 100_000))
+    young = object_keys.new_attempt_id(put_ms + 60_000)
     _put_attempt(backend, 999_999, young)
-    busy = keys.new_attempt_id(put_ms - 200_000)
+    busy = object_keys.new_attempt_id(put_ms - 200_000)
     _put_attempt(backend, 999_998, busy)
     now = put_ms + 100_000
     assert remote.orphans(now, 0, ()) and len(remote.orphans(now, 0, ())) == 3  # committed ones never
@@ -206,7 +209,7 @@ def test_an_attempt_still_writing_is_young_whatever_its_id_says(
     """Another sidecar's slow copy: its id is old, but it wrote an object just now, so the grace
     period runs from that write (docs/remote-state.md) and GC leaves it alone."""
     backend, _spec, manager = tiered
-    slow = keys.new_attempt_id(int(time.time() * 1000) - 3_600_000)
+    slow = object_keys.new_attempt_id(int(time.time() * 1000) - 3_600_000)
     _put_attempt(backend, 7, slow)  # objects written now, id an hour old
     assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s
     now = int(time.time() * 1000) + 61_000
@@ -225,12 +228,12 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
     now = int(time.time() * 1000) + 10_000
     remote = RemoteState(backend, TOPIC, 0)
     (orphan,) = remote.unreferenced(
-        remote.attempts(backend.list(keys.data_prefix(TOPIC, 0))), remote.list_manifests(), now
+        remote.attempts(backend.list(object_keys.data_prefix(TOPIC, 0))), remote.list_manifests(), now
     )
     # S3 keeps LastModified in whole seconds: the store's time may be up to 1 s before the put.
     assert 10_000 <= orphan.age_ms <= now - int(before * 1000) + 1_000
     assert manager.collect_garbage(dry_run=True) == []  # gc_grace_ms is 60 s: GC keeps it
-    timed = keys.new_attempt_id(int(time.time() * 1000) - 100_000)
+    timed = object_keys.new_attempt_id(int(time.time() * 1000) - 100_000)
     _put_attempt(backend, 6, timed)
     assert manager.collect_garbage(dry_run=True) == []  # an old id, but its objects were just written
     facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=now)
@@ -245,11 +248,11 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
 
 
 def test_attempt_age_rule() -> None:
-    assert attempt_age_ms(keys.new_attempt_id(1_000), [], 5_000) == 4_000
+    assert attempt_age_ms(object_keys.new_attempt_id(1_000), [], 5_000) == 4_000
     stamps = [ObjectInfo("a", 1, None, 2.0), ObjectInfo("b", 1, None, 3.5), ObjectInfo("c", 1)]
     assert attempt_age_ms("manual", stamps, 10_000) == 6_500  # the newest object counts
-    assert attempt_age_ms(keys.new_attempt_id(1_000), stamps, 10_000) == 6_500  # a write after the id
-    assert attempt_age_ms(keys.new_attempt_id(4_000), stamps, 10_000) == 6_000  # the id is newer
+    assert attempt_age_ms(object_keys.new_attempt_id(1_000), stamps, 10_000) == 6_500  # a write after the id
+    assert attempt_age_ms(object_keys.new_attempt_id(4_000), stamps, 10_000) == 6_000  # the id is newer
     assert attempt_age_ms("manual", [ObjectInfo("c", 1)], 10_000) == 0  # no time at all: new
 
 
@@ -278,7 +281,7 @@ def test_the_backends_retry_layer_is_the_only_one() -> None:
     """RemoteState adds no retries of its own: over a bare backend one transient error is one
     failure; over the retry layer (as every opened store has it) the listing is retried there."""
     inner = MemoryBackend()
-    inner.put(keys.manifest_key(TOPIC, 0, 0), b"{}")
+    inner.put(object_keys.manifest_key(TOPIC, 0, 0), b"{}")
     opts: dict[str, Any] = {"error_rate": 1.0, "max_faults": 2, "operations": ["list"]}
     flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
     with pytest.raises(TransientStorageError):
@@ -287,20 +290,20 @@ def test_the_backends_retry_layer_is_the_only_one() -> None:
     flaky = FaultyBackend.wrap(inner, sleep=lambda s: None, **opts)
     retrying = RetryingBackend(flaky, RetryPolicy(max_attempts=3, sleep=lambda s: None))
     listed = RemoteState(retrying, TOPIC, 0).list_prefix("")
-    assert [i.key for i in listed] == [keys.manifest_key(TOPIC, 0, 0)]
+    assert [i.key for i in listed] == [object_keys.manifest_key(TOPIC, 0, 0)]
 
 
 def test_other_id_roots_groups_every_other_incarnation_by_topic_id() -> None:
     backend = MemoryBackend(namespace=f"roots-{uuid.uuid4().hex}")
     ids = ["AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"]
     put = {
-        keys.manifest_key(TOPIC, 0, 0): b"{}",  # the name-only root: never an id root
-        keys.manifest_key(TOPIC, 0, 0, ids[0]): b"{}",
-        keys.data_key(TOPIC, 0, 0, "a", keys.LOG, ids[1]): b"x",
-        keys.manifest_key(TOPIC, 0, 5, ids[1]): b"{}",
-        keys.manifest_key(TOPIC, 0, 0, ids[2]): b"{}",
-        keys.manifest_key(TOPIC, 1, 0, ids[1]): b"{}",  # another partition
-        keys.manifest_key(TOPIC + "x", 0, 0, ids[1]): b"{}",  # another topic
+        object_keys.manifest_key(TOPIC, 0, 0): b"{}",  # the name-only root: never an id root
+        object_keys.manifest_key(TOPIC, 0, 0, ids[0]): b"{}",
+        object_keys.data_key(TOPIC, 0, 0, "a", object_keys.LOG, ids[1]): b"x",
+        object_keys.manifest_key(TOPIC, 0, 5, ids[1]): b"{}",
+        object_keys.manifest_key(TOPIC, 0, 0, ids[2]): b"{}",
+        object_keys.manifest_key(TOPIC, 1, 0, ids[1]): b"{}",  # another partition
+        object_keys.manifest_key(TOPIC + "x", 0, 0, ids[1]): b"{}",  # another topic
     }
     for key, data in put.items():
         backend.put(key, data)
@@ -308,6 +311,9 @@ def test_other_id_roots_groups_every_other_incarnation_by_topic_id() -> None:
     found = remote.other_id_roots(ids[2])
     assert sorted(found) == ids[:2]
     assert sorted(i.key for i in found[ids[1]]) == sorted(
-        [keys.data_key(TOPIC, 0, 0, "a", keys.LOG, ids[1]), keys.manifest_key(TOPIC, 0, 5, ids[1])]
+        [
+            object_keys.data_key(TOPIC, 0, 0, "a", object_keys.LOG, ids[1]),
+            object_keys.manifest_key(TOPIC, 0, 5, ids[1]),
+        ]
     )
     assert sorted(remote.other_id_roots(None)) == ids

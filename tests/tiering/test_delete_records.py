@@ -17,7 +17,7 @@ from rlm.storage.local import LocalBackend
 from rlm.tiering.delete_records import delete_records
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
 
 
@@ -32,7 +32,7 @@ def _setup(tmp_path: Path, **settings: Any) -> tuple[Path, Path, RemoteLogManage
 
 
 def _manifests(store: Path) -> list[str]:
-    return sorted(i.key for i in LocalBackend(root=str(store)).list(keys.manifests_prefix("t", 0)))
+    return sorted(i.key for i in LocalBackend(root=str(store)).list(object_keys.manifests_prefix("t", 0)))
 
 
 def _assert_hidden_below(readers: TieredReaders, point: int, brute: BruteLog) -> None:

@@ -24,7 +24,7 @@ from rlm.testing.kraft import MetadataLogBuilder
 from rlm.tiering.converge.incarnations import DELETED_REASON, OldIncarnation
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 TOPIC = "gone.t"
 NAME = f"{TOPIC}-0"
@@ -45,7 +45,7 @@ class Env:
         self.cfg = write_config(tmp_path / "c.toml", [self.logs], root=tmp_path / "store", **tiering)
         self.backend = LocalBackend(root=str(tmp_path / "store"))
         self.now = 10_000_000
-        self.root = keys.root(TOPIC, 0, self.topic_id)
+        self.root = object_keys.root(TOPIC, 0, self.topic_id)
         self.state = self.logs.parent / "logs.rlm-state" / f"{NAME}={self.topic_id}"
         with LogWriter(self.logs, TOPIC, 0, segment_bytes=1024, topic_id=self.topic_id) as w:
             for i in range(300):
@@ -67,7 +67,9 @@ class Env:
             shutil.rmtree(gone)
 
     def marker(self) -> dict[str, Any]:
-        doc = json.loads(self.backend.read(keys.marker_key(TOPIC, 0, keys.RETIRED_MARKER, self.topic_id)))
+        doc = json.loads(
+            self.backend.read(object_keys.marker_key(TOPIC, 0, object_keys.RETIRED_MARKER, self.topic_id))
+        )
         assert isinstance(doc, dict)
         return doc
 
@@ -180,7 +182,7 @@ def test_a_crash_mid_deletion_converges(make_env: Callable[..., Env]) -> None:
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     left = env.remote_keys()
     assert 0 < len(left) < len(tiered) + 1
-    assert keys.marker_key(TOPIC, 0, keys.RETIRED_MARKER, env.topic_id) in left
+    assert object_keys.marker_key(TOPIC, 0, object_keys.RETIRED_MARKER, env.topic_id) in left
 
     proc = rlm_cli("gc", "--config", env.cfg, "--quiet")
     assert proc.returncode == 0, proc.stderr

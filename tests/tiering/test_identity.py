@@ -30,7 +30,7 @@ from rlm.tiering.converge.incarnations import IDENTITY_FILE, OldIncarnation
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 TOPIC = "re-made.t"
 NAME = f"{TOPIC}-0"
@@ -85,7 +85,11 @@ class Env:
         return [i.key for i in self.backend.list(root)]
 
     def manifests(self, topic_id: str | None) -> list[str]:
-        return [k for k in self.keys_under(keys.manifests_prefix(TOPIC, 0, topic_id)) if k.endswith(".json")]
+        return [
+            k
+            for k in self.keys_under(object_keys.manifests_prefix(TOPIC, 0, topic_id))
+            if k.endswith(".json")
+        ]
 
     def drop_tiered_local_segments(self, highest: int) -> None:
         """Local retention: delete the rolled segments wholly tiered (so reads must go remote)."""
@@ -112,14 +116,18 @@ def _values(data: bytes, batches: list[Any]) -> list[bytes]:
 
 
 def test_keys_roots_never_collide_and_parse_back() -> None:
-    legacy, own = keys.root("a-1", 2), keys.root("a-1", 2, ID_A)
+    legacy, own = object_keys.root("a-1", 2), object_keys.root("a-1", 2, ID_A)
     assert legacy == "a-1-2/" and own == f"a-1-2={ID_A}/"
     assert not own.startswith(legacy) and not legacy.startswith(own)
-    assert keys.parse_root(keys.manifest_key("a-1", 2, 7, ID_A)) == keys.Root("a-1", 2, ID_A)
-    assert keys.parse_root(keys.data_key("a-1", 2, 7, "x", keys.LOG)) == keys.Root("a-1", 2, None)
-    assert keys.parse_root(f"a-1-2=short/{keys.MANIFESTS}/x") is None
-    assert keys.parse_manifest_key("a-1", 2, keys.manifest_key("a-1", 2, 7, ID_A)) is None
-    assert keys.parse_manifest_key("a-1", 2, keys.manifest_key("a-1", 2, 7, ID_A), ID_A) == 7
+    assert object_keys.parse_root(object_keys.manifest_key("a-1", 2, 7, ID_A)) == object_keys.Root(
+        "a-1", 2, ID_A
+    )
+    assert object_keys.parse_root(
+        object_keys.data_key("a-1", 2, 7, "x", object_keys.LOG)
+    ) == object_keys.Root("a-1", 2, None)
+    assert object_keys.parse_root(f"a-1-2=short/{object_keys.MANIFESTS}/x") is None
+    assert object_keys.parse_manifest_key("a-1", 2, object_keys.manifest_key("a-1", 2, 7, ID_A)) is None
+    assert object_keys.parse_manifest_key("a-1", 2, object_keys.manifest_key("a-1", 2, 7, ID_A), ID_A) == 7
 
 
 def _assert_served_as_its_own_on_both_tiers(
@@ -143,7 +151,7 @@ def _assert_served_as_its_own_on_both_tiers(
         assert not reader.lookup_offset(offset).found
     assert reader.lookup_timestamp(TS["A"]).timestamp == TS["B"]  # the first record at or after it
     remote_tasks = [t for t in plan_read(env.settings, [TOPIC]).tasks if t.source == "remote"]
-    assert remote_tasks and all(t.location.startswith(keys.root(TOPIC, 0, ID_B)) for t in remote_tasks)
+    assert remote_tasks and all(t.location.startswith(object_keys.root(TOPIC, 0, ID_B)) for t in remote_tasks)
 
 
 @pytest.mark.parametrize("spread", [0, 2], ids=["unspread", "spread2"])
@@ -174,13 +182,13 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(
     assert row["remote_log_start_offset"] == 0 and row["log_end_offset"] == leo_b
     assert env.manifests(ID_A) == old_manifests  # untouched: not retained or copied against
     [old] = row["old_incarnations"]
-    assert old["topic_id"] == ID_A and old["prefix"] == keys.root(TOPIC, 0, ID_A)
+    assert old["topic_id"] == ID_A and old["prefix"] == object_keys.root(TOPIC, 0, ID_A)
     # Both incarnations' roots lie under the one hash prefix of the partition's name.
     heads = {i.key.split("/")[0] for i in env.raw.list("") if i.key != LAYOUT_KEY}
     want = (
         {hashlib.sha256(NAME.encode()).hexdigest()[:spread]}
         if spread
-        else {keys.root(TOPIC, 0, ID_A)[:-1], keys.root(TOPIC, 0, ID_B)[:-1]}
+        else {object_keys.root(TOPIC, 0, ID_A)[:-1], object_keys.root(TOPIC, 0, ID_B)[:-1]}
     )
     assert heads == want
     assert old["objects"] > len(old_manifests) and old["bytes"] > 0 and not old["kept"]
@@ -196,7 +204,7 @@ def test_recreated_topic_is_its_own_and_the_old_one_is_retired(
     assert not any(o.deleted for o in _old(manager))
     env.now += 1
     [gone] = _old(manager)
-    assert gone.deleted and env.keys_under(keys.root(TOPIC, 0, ID_A)) == []
+    assert gone.deleted and env.keys_under(object_keys.root(TOPIC, 0, ID_A)) == []
     assert not (env.state_root / f"{NAME}={ID_A}").exists()
     assert _row(manager)["old_incarnations"] == []
     assert env.manifests(ID_B)  # the live incarnation is untouched
@@ -237,14 +245,14 @@ def test_name_only_partition_gaining_an_id_adopts_its_data(tmp_path: Path) -> No
     manager = env.manager()
     assert [r.error for r in manager.run_once()] == [None]
 
-    owner = json.loads(env.backend.read(keys.marker_key(TOPIC, 0, keys.OWNER_MARKER)))
+    owner = json.loads(env.backend.read(object_keys.marker_key(TOPIC, 0, object_keys.OWNER_MARKER)))
     assert owner["topic_id"] == ID_A
     after = env.manifests(None)
     assert set(before) < set(after) and env.manifests(ID_A) == []  # one root, continued
     assert not (env.state_root / NAME).exists()
     assert json.loads((env.state_root / f"{NAME}={ID_A}" / "progress.json").read_text())[
         "remote_root"
-    ] == keys.root(TOPIC, 0)
+    ] == object_keys.root(TOPIC, 0)
     row = _row(env.manager())
     assert row["topic_id"] == ID_A and row["old_incarnations"] == [] and row["identity_conflict"] is None
     assert row["highest_tiered_offset"] > highest_before and row["remote_segments"] == len(after)
@@ -264,19 +272,19 @@ def test_new_id_does_not_adopt_a_different_log_under_the_name(tmp_path: Path) ->
     manager = env.manager()
     assert [r.error for r in manager.run_once()] == [None]
 
-    retired = json.loads(env.backend.read(keys.marker_key(TOPIC, 0, keys.RETIRED_MARKER)))
+    retired = json.loads(env.backend.read(object_keys.marker_key(TOPIC, 0, object_keys.RETIRED_MARKER)))
     assert retired["retired_by"] == ID_B and "differs" in retired["reason"]
-    assert not env.backend.exists(keys.marker_key(TOPIC, 0, keys.OWNER_MARKER))
+    assert not env.backend.exists(object_keys.marker_key(TOPIC, 0, object_keys.OWNER_MARKER))
     assert env.manifests(None) == legacy and env.manifests(ID_B)
     row = _row(env.manager())
     assert [o["topic_id"] for o in row["old_incarnations"]] == [None]
-    assert row["old_incarnations"][0]["prefix"] == keys.root(TOPIC, 0)
+    assert row["old_incarnations"][0]["prefix"] == object_keys.root(TOPIC, 0)
     env.drop_tiered_local_segments(row["highest_tiered_offset"])
     found = env.readers().reader(TOPIC, 0).lookup_offset(0)
     assert found.found and found.tier == "remote" and found.timestamp == TS["B"]
     env.now += GRACE_MS
     _old(manager)
-    assert env.manifests(None) == [] and env.keys_under(keys.root(TOPIC, 0)) == []
+    assert env.manifests(None) == [] and env.keys_under(object_keys.root(TOPIC, 0)) == []
     assert not (env.state_root / NAME).exists() and env.manifests(ID_B)
 
 
@@ -289,14 +297,17 @@ def test_an_id_that_already_tiered_under_its_own_root_never_adopts_the_name_late
     assert [r.error for r in env.manager().run_once()] == [None]
     own = env.manifests(ID_A)
     assert own and env.manifests(None) == []
-    for key in env.keys_under(keys.root(TOPIC, 0, ID_A)):  # the same log, now under the name too
-        env.backend.put(key.replace(keys.root(TOPIC, 0, ID_A), keys.root(TOPIC, 0), 1), env.backend.read(key))
+    for key in env.keys_under(object_keys.root(TOPIC, 0, ID_A)):  # the same log, now under the name too
+        env.backend.put(
+            key.replace(object_keys.root(TOPIC, 0, ID_A), object_keys.root(TOPIC, 0), 1),
+            env.backend.read(key),
+        )
     manager = env.manager()  # a restart, then GC notices the name-only root is no longer empty
     assert [r.error for r in manager.run_once()] == [None]
     assert [r.error for r in manager.run_once()] == [None]  # so this pass recovers and decides it
-    retired = json.loads(env.backend.read(keys.marker_key(TOPIC, 0, keys.RETIRED_MARKER)))
+    retired = json.loads(env.backend.read(object_keys.marker_key(TOPIC, 0, object_keys.RETIRED_MARKER)))
     assert retired["retired_by"] == ID_A and "own root" in retired["reason"]
-    assert not env.backend.exists(keys.marker_key(TOPIC, 0, keys.OWNER_MARKER))
+    assert not env.backend.exists(object_keys.marker_key(TOPIC, 0, object_keys.OWNER_MARKER))
     assert [o["topic_id"] for o in _row(manager)["old_incarnations"]] == [None]
     env.now += GRACE_MS
     _old(manager)
@@ -392,7 +403,7 @@ def test_run_once_subprocess_across_recreation(tmp_path: Path) -> None:
         r for r in _json_lines(rlm_cli("gc", "--config", cfg, "--quiet").stdout) if "old_incarnation" in r
     ]
     assert [(r["old_incarnation"]["topic_id"], r["deleted"]) for r in done] == [(ID_A, True)]
-    assert env.keys_under(keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
+    assert env.keys_under(object_keys.root(TOPIC, 0, ID_A)) == [] and env.manifests(ID_B)
 
 
 def test_a_restart_with_a_topic_id_asks_the_store_nothing(tmp_path: Path) -> None:
@@ -433,7 +444,7 @@ def test_a_restart_with_a_topic_id_asks_the_store_nothing(tmp_path: Path) -> Non
 
     # Data appearing under the name (a replica without partition.metadata): GC sees it, and the
     # next pass recovers (asks in full) instead of trusting the record again.
-    env.backend.put(keys.partition_prefix(TOPIC, 0, None) + "manifests/x", b"{}")
+    env.backend.put(object_keys.partition_prefix(TOPIC, 0, None) + "manifests/x", b"{}")
     manager = restart()
     assert counting.total == 0
     _old(manager)

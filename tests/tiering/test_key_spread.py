@@ -19,7 +19,7 @@ from rlm.storage.registry import create_backend, open_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon, stop
 from rlm.testing.store_check import check_store
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.jobs.helpers import read_export
 from tests.lookup.helpers import delete_local_segments
 from tests.s3servers import S3Target
@@ -54,7 +54,7 @@ def _assert_stored_keys(raw: StorageBackend, spread: int) -> None:
             head, _, logical = key.partition("/")
         else:
             head, logical = "", key
-        root = keys.parse_root(logical)
+        root = object_keys.parse_root(logical)
         assert root is not None, key
         assert head == _sha(f"{root.topic}-{root.partition}", spread), key
 
@@ -81,7 +81,7 @@ def _assert_gc_deletes_an_abandoned_attempt(
     cfg: Path, store: StorageBackend, raw: StorageBackend, topic: str, partition: int, spread: int
 ) -> None:
     """GC lists the partition's data prefix and deletes an abandoned attempt (under its hash prefix)."""
-    orphan = keys.data_key(topic, partition, 0, keys.new_attempt_id(1), keys.LOG)
+    orphan = object_keys.data_key(topic, partition, 0, object_keys.new_attempt_id(1), object_keys.LOG)
     store.put(orphan, b"abandoned")
     physical = f"{_sha(f'{topic}-{partition}', spread)}/{orphan}" if spread else orphan
     assert raw.exists(physical)
@@ -191,7 +191,7 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     cfg = write_config(tmp_path / "c.toml", [logs], options=options, prefix_spread=1)
     assert rlm_cli("run", "--config", cfg, "--once").returncode == 0
     store = open_backend("local", options, 1)
-    want = {o.key for s in summaries for o in store.list(keys.manifests_prefix(s.topic, s.partition))}
+    want = {o.key for s in summaries for o in store.list(object_keys.manifests_prefix(s.topic, s.partition))}
     assert len(want) > len(summaries)
     meter = RequestMeter()
     wrapped = HealthTrackingBackend(MeteringBackend(store, meter), StoreHealth())
@@ -199,7 +199,7 @@ def test_rewrap_finds_every_manifest_of_a_spread_store_through_the_cli_wrappers(
     assert sorted(found) == sorted(want) and len(found) == len(want)
     topic = summaries[0].topic
     only = {k for k, _ in store_manifest_keys(wrapped, frozenset({topic}))}
-    assert only == {k for k in want if keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
+    assert only == {k for k in want if object_keys.parse_root(k).topic == topic}  # type: ignore[union-attr]
 
 
 def _get(url: str) -> tuple[int, bytes]:

@@ -14,7 +14,7 @@ from rlm.storage.local import LocalBackend
 from rlm.tiering.expire.retention import plan_retention
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import SegmentManifest, StoredObject
 from tests.lookup.edges import write_log_start_checkpoint
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
@@ -75,13 +75,13 @@ def test_without_a_checkpoint_high_watermark_eligibility_serves_only_what_was_ti
 def test_local_retention_is_not_a_deletion(tmp_path: Path) -> None:
     logs, manager, readers, _ = _setup(tmp_path, "high-watermark")
     assert all(r.error is None and r.copied for r in manager.run_once())
-    before = sorted(i.key for i in manager.shared.backend.list(keys.manifests_prefix("t", 0)))
+    before = sorted(i.key for i in manager.shared.backend.list(object_keys.manifests_prefix("t", 0)))
     delete_local_segments(logs / "t-0", keep_last=2)
     first = list_segments(logs / "t-0")[0].base_offset
     write_log_start_checkpoint(logs, {("t", 0): first})  # = the first local base: not DeleteRecords
     results = manager.run_once()
     assert results[0].error is None and results[0].deleted == []
-    assert sorted(i.key for i in manager.shared.backend.list(keys.manifests_prefix("t", 0))) == before
+    assert sorted(i.key for i in manager.shared.backend.list(object_keys.manifests_prefix("t", 0))) == before
     assert manager.live_progress(manager.discover()[0]).delete_records_offset == -1
     found = readers.reader("t", 0).lookup_offset(0)
     assert found.found and found.tier == "remote" and found.offset == 0

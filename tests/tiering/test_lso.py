@@ -27,7 +27,7 @@ from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import (
@@ -58,7 +58,9 @@ class CountingBackend(LocalBackend):
         return super()._read(key, start, end)
 
     def whole_log_reads(self) -> list[str]:
-        return [k for k, start, end in self.reads if k.endswith(keys.LOG) and start == 0 and end is None]
+        return [
+            k for k, start, end in self.reads if k.endswith(object_keys.LOG) and start == 0 and end is None
+        ]
 
 
 @dataclass
@@ -74,7 +76,7 @@ def manifests(store: Path) -> list[tuple[Path, dict[str, Any]]]:
     return [
         (p, json.loads(p.read_text()))
         for p in sorted(store.rglob("manifests/*.json"))
-        if not p.name.startswith(keys.LINEAGE_MARKER_PREFIX)
+        if not p.name.startswith(object_keys.LINEAGE_MARKER_PREFIX)
     ]
 
 

@@ -1,6 +1,6 @@
 """A manifest's object names are a stored contract (docs/formats.md §6.3): the role constants of
 rlm/tiering/store/manifest.py are the only keying, a manifest an earlier rlm wrote reads through them and
-writes back byte for byte, and a copy stores each object under its keys.py file name."""
+writes back byte for byte, and a copy stores each object under its object_keys.py file name."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import (
     ENTRIES_OBJECT,
     INDEX_OBJECT,
@@ -41,11 +41,11 @@ OLD_MANIFEST = (
 
 def test_an_old_manifest_reads_through_the_role_names_and_writes_back_unchanged() -> None:
     m = SegmentManifest.from_json(OLD_MANIFEST)
-    assert m.objects[ENTRIES_OBJECT].key == _ATTEMPT + keys.SEGMENT_ENTRIES
-    assert m.log is m.objects[LOG_OBJECT] and m.log.key == _ATTEMPT + keys.LOG
-    assert m.objects[INDEX_OBJECT].key == _ATTEMPT + keys.OFFSET_INDEX
-    assert m.objects[TIME_INDEX_OBJECT].key == _ATTEMPT + keys.TIME_INDEX
-    assert m.objects[LEADER_EPOCHS_OBJECT].key == _ATTEMPT + keys.LEADER_EPOCHS
+    assert m.objects[ENTRIES_OBJECT].key == _ATTEMPT + object_keys.SEGMENT_ENTRIES
+    assert m.log is m.objects[LOG_OBJECT] and m.log.key == _ATTEMPT + object_keys.LOG
+    assert m.objects[INDEX_OBJECT].key == _ATTEMPT + object_keys.OFFSET_INDEX
+    assert m.objects[TIME_INDEX_OBJECT].key == _ATTEMPT + object_keys.TIME_INDEX
+    assert m.objects[LEADER_EPOCHS_OBJECT].key == _ATTEMPT + object_keys.LEADER_EPOCHS
     assert m.to_json() == OLD_MANIFEST
 
 
@@ -58,11 +58,11 @@ def test_a_copy_names_its_objects_by_role_and_stores_them_by_file_name(tmp_path:
     manifests = sorted((store / "t-0" / "manifests").glob("*.json"))
     assert manifests
     files = {
-        LOG_OBJECT: keys.LOG,
-        INDEX_OBJECT: keys.OFFSET_INDEX,
-        TIME_INDEX_OBJECT: keys.TIME_INDEX,
-        LEADER_EPOCHS_OBJECT: keys.LEADER_EPOCHS,
-        ENTRIES_OBJECT: keys.SEGMENT_ENTRIES,
+        LOG_OBJECT: object_keys.LOG,
+        INDEX_OBJECT: object_keys.OFFSET_INDEX,
+        TIME_INDEX_OBJECT: object_keys.TIME_INDEX,
+        LEADER_EPOCHS_OBJECT: object_keys.LEADER_EPOCHS,
+        ENTRIES_OBJECT: object_keys.SEGMENT_ENTRIES,
     }
     for path in manifests:
         m = SegmentManifest.from_json(path.read_bytes())

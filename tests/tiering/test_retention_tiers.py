@@ -26,7 +26,7 @@ from rlm.tiering.expire.policy import TopicPolicyResolver
 from rlm.tiering.expire.retention import plan_retention
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.edges import write_log_start_checkpoint
 from tests.lookup.helpers import BruteLog, delete_local_segments, write_generated
@@ -198,7 +198,7 @@ def _tiered_log_dir(tmp_path: Path) -> tuple[LogWriter, Path, BruteLog]:
 
 def _manifests(store: Path) -> list[SegmentManifest]:
     backend = LocalBackend(root=str(store))
-    found = sorted(i.key for i in backend.list(keys.manifests_prefix("t", 0)))
+    found = sorted(i.key for i in backend.list(object_keys.manifests_prefix("t", 0)))
     return [SegmentManifest.from_json(backend.read(k)) for k in found]
 
 

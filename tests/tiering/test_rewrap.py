@@ -33,7 +33,7 @@ from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.secrets import write_secret
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import Protection, SegmentManifest
 from rlm.tiering.store.manifest_trust import seal_manifest
@@ -269,7 +269,7 @@ def test_manifest_keys_skip_markers_and_data(store: Store) -> None:
     assert sorted(listed) == sorted(store.data_keys)
     paged = [k for k, _ in store_manifest_keys(store.backend, None, page_size=3)]
     assert paged == listed  # many pages: the same keys, in the same (key) order
-    assert all(keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
+    assert all(object_keys.parse_root(k) is not None and "/manifests/" in k for k in listed)
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from tests.tiering.helpers import local_index_files
 
 TOPIC = "roles"
@@ -77,7 +77,9 @@ def test_only_the_leader_copies_retains_and_collects(tmp_path: Path) -> None:
     assert row["sync_lag_offsets"] == 0 and row["last_error"] is None
 
     # An abandoned attempt past the grace: the follower's GC leaves it, the leader's deletes it.
-    stray = keys.data_key(TOPIC, 0, 999_999, "0000000000001-dead", keys.LOG, next(leader.contexts()).key_id)
+    stray = object_keys.data_key(
+        TOPIC, 0, 999_999, "0000000000001-dead", object_keys.LOG, next(leader.contexts()).key_id
+    )
     leader.store.put(stray, b"x")
     assert follower.collect_garbage() == [] and leader.store.exists(stray)
     assert [o.attempt_id for o in leader.collect_garbage()] == ["0000000000001-dead"]

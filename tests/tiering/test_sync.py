@@ -26,7 +26,7 @@ from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.remote_root import of_context
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import LineageMarker
 from rlm.tiering.store.manifest import ENTRIES_OBJECT
 from tests.tiering.helpers import local_index_files
@@ -114,7 +114,7 @@ def test_a_second_sidecar_learns_everything_and_a_marker_cuts_mid_entry(tmp_path
     cut = inside[len(inside) // 2]
     lineage = (*((e, s) for e, s in seg.leader_epochs if s < cut), (7, cut))
     of_context(ctx_b).create_lineage_marker(LineageMarker(7, lineage, cut, 3, 0))
-    marker = keys.lineage_marker_key(TOPIC, 0, 7, ctx_b.key_id)
+    marker = object_keys.lineage_marker_key(TOPIC, 0, 7, ctx_b.key_id)
     head = hashlib.sha256(f"{TOPIC}-0".encode()).hexdigest()[:spread] + "/" if spread else ""
     assert (store / f"{head}{marker}").is_file()  # stored under the partition's hash prefix
 
@@ -157,7 +157,7 @@ def test_restart_checks_local_entries_and_rewinds_only_what_differs(tmp_path: Pa
         d.entry for s in ctx.family.sets for d in s.entries() if d.entry.last_offset < newest.base_offset
     ]
     remote = of_context(ctx)
-    key = keys.manifest_key(TOPIC, 0, newest.base_offset, ctx.key_id)
+    key = object_keys.manifest_key(TOPIC, 0, newest.base_offset, ctx.key_id)
     moved = newest.log.key.replace(newest.attempt_id, "0000000000000-beef")
     doc = newest.to_json().replace(newest.attempt_id.encode(), b"0000000000000-beef")
     for name, obj in newest.objects.items():

@@ -34,7 +34,7 @@ from rlm.tiering.copy.txn_capture import capture_txn_index
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read import isolation as txn
 from rlm.tiering.read.readers import TieredReaders
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import copy_fixture_logs, delete_local_segments, settings_for, write_config
 from tests.needs import unavailable
@@ -335,7 +335,7 @@ def test_old_manifests_without_txn_index_are_scanned(
     assert got == _expected(o.committed) and stop == o.last_stable_offset
     assert "tiered before rlm captured its transaction index: scanned its control batches" in caplog.text
     res = txn.fetch(readers.reader("txn", 0), 0, 4_000, "read_committed")
-    assert any(s.endswith(keys.LOG) for s in res.txn_scanned)  # remote segments, not only local ones
+    assert any(s.endswith(object_keys.LOG) for s in res.txn_scanned)  # remote segments, not only local ones
 
 
 # --- the broker's own .txnindex ---------------------------------------------------------------------
@@ -393,10 +393,10 @@ def test_partial_copy_keeps_the_slices_entries_with_their_true_first_offsets(tmp
     cut = batches[len(batches) // 2]
     pin = tmp_path / "pin"
     pin.mkdir()
-    tail = pin / keys.LOG
+    tail = pin / object_keys.LOG
     tail.write_bytes(seg.log.read_bytes()[cut.position :])
     tail_batches = list(iter_batches(tail.read_bytes()))
-    got = capture_txn_index(seg, {keys.LOG: tail}, tail_batches, cut.position)
+    got = capture_txn_index(seg, {object_keys.LOG: tail}, tail_batches, cut.position)
     end = segs[2].base_offset
     want = [t for t in o.aborted_txns if cut.base_offset <= t[2] < end]
     assert want and any(t[1] < cut.base_offset for t in want), "a transaction must begin before the slice"

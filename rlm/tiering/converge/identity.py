@@ -41,7 +41,7 @@ from rlm.fsutil import atomic_write
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, state_dir
-from rlm.tiering.store import RemoteState, SegmentManifest, keys
+from rlm.tiering.store import RemoteState, SegmentManifest, object_keys
 
 __all__ = [
     "DIR_MARKER",
@@ -213,7 +213,7 @@ def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
         ctx.key_id = None
         return
     # Decided in a local first: a store error below must not leave ctx on a half-decided root.
-    owner = _root(ctx, None).read_marker(keys.OWNER_MARKER)
+    owner = _root(ctx, None).read_marker(object_keys.OWNER_MARKER)
     if owner is None and decide:
         owner = _decide_adoption(ctx)
     adopted = owner is not None and owner.get("topic_id") == topic_id
@@ -225,7 +225,7 @@ def resolve_root(ctx: PartitionContext, *, decide: bool) -> None:
 def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     """Adopt the name-only root when it has data consistent with the local log, else retire it."""
     legacy = _root(ctx, None)
-    if legacy.has_marker(keys.RETIRED_MARKER):
+    if legacy.has_marker(object_keys.RETIRED_MARKER):
         return None
     manifests = legacy.list_manifests()
     legacy_progress = Progress.load(ctx.state_dir.parent / ctx.part.name / PROGRESS_FILE)
@@ -234,7 +234,7 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
         return None  # nothing was tiered under the name: this incarnation uses its own root
     now = ctx.shared.clock_ms()
     own = _root(ctx, ctx.part.topic_id)
-    if own.manifest_keys(own.list_prefix(keys.manifests_prefix(ctx.topic, ctx.partition, own.key_id))):
+    if own.manifest_keys(own.list_prefix(object_keys.manifests_prefix(ctx.topic, ctx.partition, own.key_id))):
         # This incarnation already tiered under its own root: adopting now would split one log
         # over two roots (and make its own root look like an old incarnation to GC).
         conflict: str | None = (
@@ -244,7 +244,9 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
     else:
         conflict = lineage_conflict(list_segments(ctx.part), manifests, highest, legacy.segment_head)
     if conflict is None:
-        owner = legacy.create_marker(keys.OWNER_MARKER, {"topic_id": ctx.part.topic_id, "adopted_ms": now})
+        owner = legacy.create_marker(
+            object_keys.OWNER_MARKER, {"topic_id": ctx.part.topic_id, "adopted_ms": now}
+        )
         log.info(
             "%s: topic id %s adopted the data tiered under the name (up to offset %d)",
             ctx.part.name,
@@ -253,7 +255,7 @@ def _decide_adoption(ctx: PartitionContext) -> dict[str, Any] | None:
         )
         return owner
     legacy.create_marker(
-        keys.RETIRED_MARKER, {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict}
+        object_keys.RETIRED_MARKER, {"retired_by": ctx.part.topic_id, "retired_ms": now, "reason": conflict}
     )
     log.warning(
         "%s: the data tiered under the name is not topic id %s's: %s",

@@ -31,7 +31,7 @@ from rlm.config import TieringSettings
 from rlm.fsutil import atomic_write
 from rlm.storage.api import ObjectInfo
 from rlm.tiering.local import PartitionContext, crash_point, loads_or_none, of_context, state_dir_name
-from rlm.tiering.store import RemoteState, keys
+from rlm.tiering.store import RemoteState, object_keys
 
 #: What the last identity lookup of a partition found (docs/remote-state.md "What a restart
 #: reads"): in its state dir, a cache written without fsync; anything unreadable is looked up again.
@@ -168,10 +168,10 @@ def _root(ctx: PartitionContext, topic_id: str | None) -> RemoteState:
 
 def _legacy_decided_old(ctx: PartitionContext) -> bool:
     legacy = _root(ctx, None)
-    owner = legacy.read_marker(keys.OWNER_MARKER)
+    owner = legacy.read_marker(object_keys.OWNER_MARKER)
     if owner is not None:
         return owner.get("topic_id") != ctx.part.topic_id
-    return legacy.has_marker(keys.RETIRED_MARKER)
+    return legacy.has_marker(object_keys.RETIRED_MARKER)
 
 
 def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
@@ -186,8 +186,8 @@ def _old_state_dirs(ctx: PartitionContext) -> dict[str | None, Path]:
         name = path.name
         if name == mine or not path.is_dir():
             continue
-        if name.startswith(keys.id_roots_prefix(ctx.topic, ctx.partition)):
-            found[name.rpartition(keys.ID_SEPARATOR)[2]] = path
+        if name.startswith(object_keys.id_roots_prefix(ctx.topic, ctx.partition)):
+            found[name.rpartition(object_keys.ID_SEPARATOR)[2]] = path
         elif name == ctx.part.name and ctx.key_id is not None and _legacy_decided_old(ctx):
             found[None] = path
     return found
@@ -212,12 +212,12 @@ def retired_marker(
     """(when the root was retired, its ``retired.json``): the marker if listed in ``infos``, else
     ``new`` created (create-only-if-absent: the grace clock starts once) when given and the root
     has objects; with only local state left, its age is the grace clock."""
-    key = root.marker_key(keys.RETIRED_MARKER)
+    key = root.marker_key(object_keys.RETIRED_MARKER)
     listed = any(i.key == key for i in infos)
-    doc = root.read_marker(keys.RETIRED_MARKER) if listed else None
+    doc = root.read_marker(object_keys.RETIRED_MARKER) if listed else None
     # Listed but gone: another process is deleting the root; never restart its grace clock.
     if doc is None and new is not None and infos and not listed:
-        doc = root.create_marker(keys.RETIRED_MARKER, new)
+        doc = root.create_marker(object_keys.RETIRED_MARKER, new)
     if doc is not None:
         value = doc.get("retired_ms")
         return (value if isinstance(value, int) else None), doc
@@ -256,7 +256,7 @@ def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncar
                 ctx.topic,
                 ctx.partition,
                 topic_id,
-                keys.root(ctx.topic, ctx.partition, topic_id),
+                object_keys.root(ctx.topic, ctx.partition, topic_id),
                 len(infos),
                 sum(i.size for i in infos),
                 retired,
@@ -272,7 +272,7 @@ def delete_root(remote: RemoteState, state_dir: str | None) -> None:
     """Delete a retired root: objects first, the ``retired.json`` last (a crash midway leaves the
     marker, so the next GC finds the root and finishes), then the local state. Idempotent: a key
     another process deleted meanwhile deletes as a no-op."""
-    marker = remote.marker_key(keys.RETIRED_MARKER)
+    marker = remote.marker_key(object_keys.RETIRED_MARKER)
     found = [i.key for i in remote.list_partition()]
     for n, key in enumerate(sorted(found, key=lambda k: k == marker)):
         if n == 1:

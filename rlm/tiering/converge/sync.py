@@ -45,8 +45,8 @@ from rlm.tiering.store import (
     SegmentManifest,
     Stamp,
     StoreView,
-    keys,
     lineage_of,
+    object_keys,
     replica_diverged,
     resolve_chain,
 )
@@ -275,7 +275,7 @@ def note_committed(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     """This node committed (or adopted) ``manifest`` and indexed all of it: extend the view's chain
     and what the local index holds (the next listing reads the manifest once to learn its stamp)."""
     view = ctx.store
-    key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     view.manifests[key] = ((-1, None, None), manifest)
     first = max(manifest.base_offset, view.chain.highest + 1)
     link = Link(manifest, first, manifest.last_offset)

@@ -36,7 +36,7 @@ from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
 from rlm.tiering.local import PartitionContext, crash_point, of_context
-from rlm.tiering.store import SegmentManifest, StoredObject, keys
+from rlm.tiering.store import SegmentManifest, StoredObject, object_keys
 
 __all__ = ["CopyResult", "copy_segment"]
 
@@ -87,7 +87,7 @@ def _commit(
     :class:`StorageError` saying what differs.
     """
     shared = ctx.shared
-    manifest_key = keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
+    manifest_key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     manifest = shared.protection.seal_manifest(manifest, manifest_key)
     try:
         # A retried create that finds its own lost-ack manifest succeeds (rlm.storage.retry).
@@ -139,7 +139,9 @@ def _manifest_of(
         attempt_id=prep.attempt,
         created_ms=ctx.shared.clock_ms(),
         objects=uploaded.objects,
-        leader_epochs=_leader_epochs(pinned.get(keys.LEADER_EPOCHS), first.base_offset, last.last_offset),
+        leader_epochs=_leader_epochs(
+            pinned.get(object_keys.LEADER_EPOCHS), first.base_offset, last.last_offset
+        ),
         source_base_offset=segment.base_offset if partial else None,
         source_position=prep.source_position,
         txn_index=prep.txn.manifest_field(state_before_copy(segment, pinned, base, partial, ctx.manifests))
@@ -159,11 +161,11 @@ def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
     base = prep.base_offset
 
     def key(name: str) -> str:
-        return keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
+        return object_keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
     entries = build_entries(
         checksummed.batches,
-        object_url=shared.backend.url(key(keys.LOG)),
+        object_url=shared.backend.url(key(object_keys.LOG)),
         index_entry_bytes=shared.settings.index_entry_bytes,
     )
     ctx.journal.append("COPY_STARTED", base, attempt)

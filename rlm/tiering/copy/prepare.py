@@ -43,7 +43,7 @@ from rlm.logdir.indexcheck import (
 )
 from rlm.tiering.copy.txn_capture import TxnCapture, capture_txn_index
 from rlm.tiering.local import PartitionContext, PinClaim, crash_point
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +77,12 @@ def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, 
     """
     pin_dir.mkdir(parents=True, exist_ok=True)
     roles = {
-        keys.LOG: segment.log,
-        keys.OFFSET_INDEX: segment.index,
-        keys.TIME_INDEX: segment.time_index,
-        keys.PRODUCER_SNAPSHOT: segment.snapshot,
-        keys.TXN_INDEX: segment.txn_index,
-        keys.LEADER_EPOCHS: partition_dir / LEADER_EPOCH_CHECKPOINT,
+        object_keys.LOG: segment.log,
+        object_keys.OFFSET_INDEX: segment.index,
+        object_keys.TIME_INDEX: segment.time_index,
+        object_keys.PRODUCER_SNAPSHOT: segment.snapshot,
+        object_keys.TXN_INDEX: segment.txn_index,
+        object_keys.LEADER_EPOCHS: partition_dir / LEADER_EPOCH_CHECKPOINT,
     }
     pinned: dict[str, Path] = {}
     for role, src in roles.items():
@@ -96,7 +96,7 @@ def pin(segment: SegmentFiles, partition_dir: Path, pin_dir: Path) -> dict[str, 
                 break
             except FileNotFoundError:
                 continue
-    if keys.LOG not in pinned:
+    if object_keys.LOG not in pinned:
         shutil.rmtree(pin_dir, ignore_errors=True)
         raise SegmentVanished(
             "segment deleted by the log store before it was copied",
@@ -159,8 +159,8 @@ def checksum_segment(log_path: Path) -> ChecksummedSegment:
 
 
 _INDEX_ROLES: tuple[tuple[str, IndexKind], ...] = (
-    (keys.OFFSET_INDEX, "index"),
-    (keys.TIME_INDEX, "timeindex"),
+    (object_keys.OFFSET_INDEX, "index"),
+    (object_keys.TIME_INDEX, "timeindex"),
 )
 
 
@@ -192,7 +192,7 @@ def check_indexes(
             note_rebuilt(original or path, err, file_version(path))
             rebuilt = rebuilt or rebuild_indexes(segment.base_offset, checksummed.batches, interval)
             data = rebuilt[n]
-        target = path or pinned[keys.LOG].with_name(role)
+        target = path or pinned[object_keys.LOG].with_name(role)
         tmp = target.with_name(target.name + ".rebuilt")
         tmp.write_bytes(data)
         os.replace(tmp, target)  # a new inode: the hard link to the broker's file is dropped, not written
@@ -242,7 +242,7 @@ def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) 
     before the cut quarantine the segment like any corrupt segment.
     """
     highest = from_offset - 1
-    src = pinned[keys.LOG]
+    src = pinned[object_keys.LOG]
     with src.open("rb") as fh:
         version = fstat_version(fh.fileno())
         size = fh.seek(0, 2)
@@ -283,7 +283,7 @@ def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], checksummed: C
         checksummed.batches[0].base_offset, checksummed.batches, ctx.shared.index_interval_bytes
     )
     for (role, _), data in zip(_INDEX_ROLES, built, strict=True):
-        target = pinned[keys.LOG].with_name(role)
+        target = pinned[object_keys.LOG].with_name(role)
         tmp = target.with_name(target.name + ".rebuilt")
         tmp.write_bytes(data)
         os.replace(tmp, target)  # replaces the pinned hard link (if any): the broker's file is untouched
@@ -301,7 +301,7 @@ def prepare_segment(
     indexes rebuilt for them. Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or
     :class:`LogDirError` (a batch straddles ``from_offset``); the pin is then dropped.
     """
-    attempt = keys.new_attempt_id(ctx.shared.clock_ms())
+    attempt = object_keys.new_attempt_id(ctx.shared.clock_ms())
     pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
     pinned, claim = _pin_for_copy(ctx, segment, pin_dir)
     crash_point("after_pin")
@@ -311,12 +311,12 @@ def prepare_segment(
         if from_offset is not None and from_offset > segment.base_offset:
             position, version = _cut_tail(segment, pinned, from_offset)
         try:
-            if position is not None and pinned[keys.LOG].stat().st_size == 0:
+            if position is not None and pinned[object_keys.LOG].stat().st_size == 0:
                 checksummed = ChecksummedSegment(
                     [], 0, 0
                 )  # no batch at or above from_offset: nothing to copy
             else:
-                checksummed = checksum_segment(pinned[keys.LOG])
+                checksummed = checksum_segment(pinned[object_keys.LOG])
         except SegmentQuarantined as err:
             named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
             if version is not None:
@@ -351,16 +351,16 @@ def _pin_for_copy(
             raise
         pinned = pin(held.held(), held.path, pin_dir)
         log.info("%s: segment deleted by the log store; copying it from its pin %s", segment.log, held.path)
-    epochs = held.path / keys.LEADER_EPOCHS if held is not None else None
+    epochs = held.path / object_keys.LEADER_EPOCHS if held is not None else None
     try:
         if epochs is not None and epochs.exists():
             # The leader-epoch checkpoint as it was when the segment was first seen, committed: the
             # broker's own is truncated from the start as its log start moves past the segment
             # (Kafka's truncateFromStart), which moves the first epoch's start offset up.
-            replaced = pin_dir / keys.LEADER_EPOCHS
+            replaced = pin_dir / object_keys.LEADER_EPOCHS
             replaced.unlink(missing_ok=True)
             _link_or_copy(epochs, replaced)
-            pinned[keys.LEADER_EPOCHS] = replaced
+            pinned[object_keys.LEADER_EPOCHS] = replaced
         claim = ctx.shared.pins.claim_copy(ctx.part.log_dir, pin_dir)
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)

@@ -44,17 +44,17 @@ from rlm.tiering.store import (
     Protection,
     StoredObject,
     StoreProtection,
-    keys,
+    object_keys,
 )
 
 __all__ = ["Uploaded", "upload_attempt"]
 
 #: Objects uploaded beside the ``.log``: pinned role → manifest name.
 _COMPANIONS = (
-    (keys.OFFSET_INDEX, INDEX_OBJECT),
-    (keys.TIME_INDEX, TIME_INDEX_OBJECT),
-    (keys.LEADER_EPOCHS, LEADER_EPOCHS_OBJECT),
-    (keys.PRODUCER_SNAPSHOT, PRODUCER_SNAPSHOT_OBJECT),
+    (object_keys.OFFSET_INDEX, INDEX_OBJECT),
+    (object_keys.TIME_INDEX, TIME_INDEX_OBJECT),
+    (object_keys.LEADER_EPOCHS, LEADER_EPOCHS_OBJECT),
+    (object_keys.PRODUCER_SNAPSHOT, PRODUCER_SNAPSHOT_OBJECT),
 )
 
 
@@ -146,39 +146,40 @@ def upload_attempt(
     shared = ctx.shared
     protection = shared.protection
     objects: dict[str, StoredObject] = {}
+    log_path = pinned[object_keys.LOG]
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
     if txn_path is not None:
-        files.append((key(keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
+        files.append((key(object_keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
         with shared.upload_slots:
-            objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), pinned[keys.LOG], watch_half=True)
+            objects[LOG_OBJECT] = upload_file(ctx, key(object_keys.LOG), log_path, watch_half=True)
             for object_key, name, path in files:
                 objects[name] = upload_file(ctx, object_key, path)
             blob = b"".join(e.encode() for e in entries)
-            objects[ENTRIES_OBJECT] = upload_bytes(ctx, key(keys.SEGMENT_ENTRIES), blob)
-        _check(objects[LOG_OBJECT].crc32c, plain_crc32c, pinned[keys.LOG], base)
+            objects[ENTRIES_OBJECT] = upload_bytes(ctx, key(object_keys.SEGMENT_ENTRIES), blob)
+        _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
 
     data_key, wrapped = (
         protection.ring.new_data_key() if protection.ring and protection.encrypts else (None, None)
     )
     sealed = _seal_log(
-        pinned[keys.LOG],
-        pinned[keys.LOG].with_name(keys.LOG + ".stored"),
+        log_path,
+        log_path.with_name(object_keys.LOG + ".stored"),
         entries,
         batches,
         protection,
         data_key,
         EntryBinding(ctx.topic, ctx.partition, base, attempt),
     )
-    _check(sealed.plain_crc32c, plain_crc32c, pinned[keys.LOG], base)
+    _check(sealed.plain_crc32c, plain_crc32c, log_path, base)
 
     def put(object_key: str, data: bytes) -> StoredObject:
         stored = data if data_key is None else seal_object(data, key=data_key, object_key=object_key)
         return upload_bytes(ctx, object_key, stored)
 
     with shared.upload_slots:
-        objects[LOG_OBJECT] = upload_file(ctx, key(keys.LOG), sealed.path, watch_half=True)
+        objects[LOG_OBJECT] = upload_file(ctx, key(object_keys.LOG), sealed.path, watch_half=True)
         for object_key, name, path in files:
             objects[name] = (
                 put(object_key, path.read_bytes())
@@ -186,7 +187,7 @@ def upload_attempt(
                 else upload_file(ctx, object_key, path)
             )
         blob = b"".join(e.encode() for e in sealed.entries)
-        objects[ENTRIES_OBJECT] = put(key(keys.SEGMENT_ENTRIES), blob)
+        objects[ENTRIES_OBJECT] = put(key(object_keys.SEGMENT_ENTRIES), blob)
     _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
     return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
 

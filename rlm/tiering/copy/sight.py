@@ -27,7 +27,7 @@ from rlm.fsutil import atomic_write
 from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.tiering.copy import prepare
 from rlm.tiering.local import PIN_FILE, PartitionContext, Progress, SightPin, linked_files
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 __all__ = ["drop", "hold", "hold_unloaded", "pinned_only", "release_tiered"]
 
@@ -96,7 +96,7 @@ def _pin_one(ctx: PartitionContext, seg: SegmentFiles, next_base: int) -> bool:
         pinned = prepare.pin(seg, ctx.part.path, staged)
     except SegmentVanished:
         return True
-    epochs = pinned.get(keys.LEADER_EPOCHS)
+    epochs = pinned.get(object_keys.LEADER_EPOCHS)
     if epochs is not None:  # the partition's, rewritten as the log start moves: kept as it is now
         _own_copy(epochs)
     pin = SightPin(

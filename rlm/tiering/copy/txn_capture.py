@@ -35,7 +35,7 @@ from rlm.formats.transactions import (
 )
 from rlm.formats.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
 from rlm.logdir.discovery import SegmentFiles, list_segments
-from rlm.tiering.store import SegmentManifest, keys, open_at_end
+from rlm.tiering.store import SegmentManifest, object_keys, open_at_end
 
 __all__ = ["TxnCapture", "capture_txn_index", "state_before_copy", "summarize_file"]
 
@@ -73,7 +73,7 @@ def state_before_copy(
     """The transactions open before the copy named ``base`` (producer → first offset), or None
     when not known: from the broker's pinned producer snapshot (a whole copy), from nothing below
     offset 0, or from the ``open_at_end`` the copy of the segment just below recorded."""
-    snap = pinned.get(keys.PRODUCER_SNAPSHOT)
+    snap = pinned.get(object_keys.PRODUCER_SNAPSHOT)
     if snap is not None and not partial:
         try:
             return parse_producer_snapshot(snap.read_bytes()).open_transactions()
@@ -158,10 +158,10 @@ def capture_txn_index(
 ) -> TxnCapture:
     """Check or rebuild the aborted-transaction entries of the pinned (possibly partial) ``.log``
     whose verified ``batches`` are given; writes their image to the pin dir when there are any."""
-    log_path = pinned[keys.LOG]
+    log_path = pinned[object_keys.LOG]
     tail = summarize_file(log_path)
     first = batches[0].base_offset if batches else segment.base_offset
-    broker = pinned.get(keys.TXN_INDEX)
+    broker = pinned.get(object_keys.TXN_INDEX)
     entries: list[AbortedTxn] | None = None
     source = "broker"
     why = "no .txnindex file"
@@ -189,7 +189,7 @@ def capture_txn_index(
                 why,
                 len(entries),
             )
-    target = log_path.with_name(keys.TXN_INDEX)
+    target = log_path.with_name(object_keys.TXN_INDEX)
     if not entries:
         if broker is not None:
             os.unlink(broker)

@@ -37,7 +37,7 @@ from rlm.logdir.kraft import MetadataImage
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import DELETED_REASON, OldIncarnation, delete_root, grace_ms, retired_marker
 from rlm.tiering.local import TieringMetrics, state_root_of
-from rlm.tiering.store import RemoteState, StoreProtection, keys
+from rlm.tiering.store import RemoteState, StoreProtection, object_keys
 
 __all__ = ["Candidate", "DeletedTopics", "collect_deleted_topics", "find_candidates", "find_deleted_topics"]
 
@@ -65,7 +65,7 @@ def _deleting_dirs(log_dir: Path) -> dict[tuple[str, int, str], None]:
         return found
     for path in entries:
         name, dot, _uniq = path.name[: -len(_DELETE_SUFFIX)].rpartition(".")
-        root = keys.parse_root(f"{name}/") if dot else None
+        root = object_keys.parse_root(f"{name}/") if dot else None
         try:
             topic_id = read_topic_id(path)
         except (RlmError, OSError):  # half-deleted by the broker meanwhile: the state dir remains
@@ -86,7 +86,7 @@ def find_candidates(settings: Settings) -> list[Candidate]:
         except OSError:
             continue
         for path in entries:
-            root = keys.parse_root(f"{path.name}/")
+            root = object_keys.parse_root(f"{path.name}/")
             if root is not None and root.topic_id is not None:
                 found[(root.topic, root.partition, root.topic_id)] = path
     return [Candidate(t, p, i, s) for (t, p, i), s in sorted(found.items())]
@@ -127,7 +127,7 @@ def find_deleted_topics(
         retired, marker = retired_marker(root, infos, new, local)
         kept = t.keep_old_incarnations
         due = None if kept or retired is None else retired + grace_ms(t, marker)
-        prefix = keys.root(cand.topic, cand.partition, cand.topic_id)
+        prefix = object_keys.root(cand.topic, cand.partition, cand.topic_id)
         old = OldIncarnation(
             cand.topic,
             cand.partition,

@@ -16,7 +16,7 @@ from rlm.formats import naming
 from rlm.fsutil import atomic_write
 from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.local.statefiles import int_field, loads_or_none, str_field
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 
 __all__ = [
     "PINS_DIR",
@@ -39,10 +39,10 @@ Inode = tuple[int, int]  # (st_dev, st_ino)
 
 #: The broker's name of each role's file (the leader-epoch checkpoint is the partition's).
 _SUFFIXES = {
-    keys.OFFSET_INDEX: naming.INDEX,
-    keys.TIME_INDEX: naming.TIME_INDEX,
-    keys.TXN_INDEX: naming.TXN_INDEX,
-    keys.PRODUCER_SNAPSHOT: naming.SNAPSHOT,
+    object_keys.OFFSET_INDEX: naming.INDEX,
+    object_keys.TIME_INDEX: naming.TIME_INDEX,
+    object_keys.TXN_INDEX: naming.TXN_INDEX,
+    object_keys.PRODUCER_SNAPSHOT: naming.SNAPSHOT,
 }
 
 
@@ -99,7 +99,7 @@ class SightPin:
     @property
     def log_size(self) -> int:
         try:
-            return (self.path / keys.LOG).stat().st_size
+            return (self.path / object_keys.LOG).stat().st_size
         except OSError:
             return 0
 
@@ -116,10 +116,10 @@ class SightPin:
             self.base_offset,
             directory / naming.segment_file_name(self.base_offset, naming.LOG),
             self.log_size,
-            named(keys.OFFSET_INDEX),
-            named(keys.TIME_INDEX),
-            named(keys.TXN_INDEX),
-            named(keys.PRODUCER_SNAPSHOT),
+            named(object_keys.OFFSET_INDEX),
+            named(object_keys.TIME_INDEX),
+            named(object_keys.TXN_INDEX),
+            named(object_keys.PRODUCER_SNAPSHOT),
         )
 
     def held(self) -> SegmentFiles:
@@ -132,17 +132,17 @@ class SightPin:
 
         return SegmentFiles(
             self.base_offset,
-            p / keys.LOG,
+            p / object_keys.LOG,
             self.log_size,
-            there(keys.OFFSET_INDEX),
-            there(keys.TIME_INDEX),
-            there(keys.TXN_INDEX),
-            there(keys.PRODUCER_SNAPSHOT),
+            there(object_keys.OFFSET_INDEX),
+            there(object_keys.TIME_INDEX),
+            there(object_keys.TXN_INDEX),
+            there(object_keys.PRODUCER_SNAPSHOT),
         )
 
     def broker_still_has(self) -> bool:
         """Whether the broker's ``.log`` is still the pinned file: the pin then costs no disk."""
-        pinned = _inode(self.path / keys.LOG)
+        pinned = _inode(self.path / object_keys.LOG)
         return pinned is not None and _inode(self.original().log) == pinned
 
     def to_json(self) -> bytes:
@@ -171,7 +171,7 @@ class SightPin:
         log_dir, part = str_field(doc, "log_dir"), str_field(doc, "partition_dir")
         if base is None or end is None or at is None or log_dir is None or part is None:
             return None
-        if path.name != f"{base:020d}" or not (path / keys.LOG).exists():
+        if path.name != f"{base:020d}" or not (path / object_keys.LOG).exists():
             return None
         return cls(state_dir, Path(log_dir), Path(part), base, end, at, linked_files(path))
 

@@ -10,7 +10,7 @@ from rlm.config import TieringSettings
 from rlm.logdir.discovery import PartitionDir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.local.state import PROGRESS_FILE, PartitionContext, Progress, state_dir
-from rlm.tiering.store import RemoteState, StoreProtection, keys
+from rlm.tiering.store import RemoteState, StoreProtection, object_keys
 
 __all__ = ["RemoteView", "of_context", "remote_view", "view_of"]
 
@@ -46,7 +46,7 @@ def view_of(part: PartitionDir, progress: Progress) -> RemoteView:
     """:func:`remote_view` with the progress at hand (a reader's, live in the daemon)."""
     if part.identity_error is not None or progress.lineage_conflict is not None:
         return RemoteView(False, None)
-    parsed = keys.parse_root(progress.remote_root) if progress.remote_root else None
+    parsed = object_keys.parse_root(progress.remote_root) if progress.remote_root else None
     return RemoteView(True, parsed.topic_id if parsed is not None else part.topic_id)
 
 

@@ -35,7 +35,7 @@ from rlm.tiering.local.pin_files import PINS_DIR
 from rlm.tiering.local.pin_ledger import PinLedger
 from rlm.tiering.local.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.local.throttle import TokenBucket
-from rlm.tiering.store import SegmentManifest, StoreProtection, StoreView, keys
+from rlm.tiering.store import SegmentManifest, StoreProtection, StoreView, object_keys
 
 __all__ = [
     "PROGRESS_FILE",
@@ -62,7 +62,7 @@ def default_state_dir(log_dir: Path) -> Path:
 
 def state_dir_name(part: PartitionDir) -> str:
     """``<topic>-<partition>`` without a topic id, ``<topic>-<partition>=<id>`` with one."""
-    return part.name if part.topic_id is None else f"{part.name}{keys.ID_SEPARATOR}{part.topic_id}"
+    return part.name if part.topic_id is None else f"{part.name}{object_keys.ID_SEPARATOR}{part.topic_id}"
 
 
 def state_root(settings: TieringSettings, part: PartitionDir) -> Path:
@@ -372,7 +372,7 @@ class PartitionContext:
 
     def save_progress(self) -> None:
         self.progress.topic_id = self.part.topic_id
-        self.progress.remote_root = keys.root(self.topic, self.partition, self.key_id)
+        self.progress.remote_root = object_keys.root(self.topic, self.partition, self.key_id)
         self.progress.lineage_conflict = self.identity_conflict
         self.progress.dir_token = self.dir_token
         if self.pending_manifests is None:  # before the progress: a crash between is a mismatch

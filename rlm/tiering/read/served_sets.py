@@ -27,7 +27,7 @@ from rlm.logdir.index_sets import SetView, views_of_entries
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import lineage_in
 from rlm.tiering.local import Progress, view_of
-from rlm.tiering.store import Chain, RemoteState, StoreProtection, keys
+from rlm.tiering.store import Chain, RemoteState, StoreProtection, object_keys
 
 __all__ = ["Claim", "StoreSets", "claim_of"]
 
@@ -103,7 +103,7 @@ class StoreSets:
             key = self.backend.key_for_url(entry.rdi.url)
         except RlmError:
             return None
-        ref = keys.parse_data_key(remote.topic, remote.partition, key, remote.key_id)
+        ref = object_keys.parse_data_key(remote.topic, remote.partition, key, remote.key_id)
         return None if ref is None else ref.base_offset
 
     def _no_segment_between(
@@ -118,7 +118,7 @@ class StoreSets:
         if base_a == base_b or base_b <= a.last_offset + 1:
             return True
         gap = (
-            keys.partition_prefix(remote.topic, remote.partition, remote.key_id),
+            object_keys.partition_prefix(remote.topic, remote.partition, remote.key_id),
             remote.key_id,
             a.last_offset,
             base_b,

@@ -1,5 +1,5 @@
 """The store room: what rlm keeps in the bucket and how it is named, written and trusted —
-the key layout (`keys`), segment manifests (`manifest`) and their trust check (`manifest_trust`),
+the key layout (`object_keys`), segment manifests (`manifest`) and their trust check (`manifest_trust`),
 lineage markers (`lineage`), the keyring and protection of stored objects (`keyring`, `protect`),
 Kafka's producer snapshots stored beside segments (`producer_state`), the one reader of a
 partition's store state — every manifest and lineage marker read goes through it —
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from rlm.tiering.store.entry_opener import EntryOpener
 from rlm.tiering.store.keyring import KeyRing
-from rlm.tiering.store.keys import parse_root
 from rlm.tiering.store.lineage import (
     Chain,
     Lineage,
@@ -40,6 +39,7 @@ from rlm.tiering.store.manifest import (
     SegmentManifest,
     StoredObject,
 )
+from rlm.tiering.store.object_keys import parse_root
 from rlm.tiering.store.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
 from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import Orphan, RemoteState, Unreadable, store_manifest_keys

@@ -5,7 +5,7 @@ An encrypted entry needs its segment's manifest (the wrapped data key, the attem
 entry): the one the process's :class:`~rlm.tiering.store.protect.StoreProtection` remembers (the
 daemon's copier and sync feed it), else read once per segment per process through
 :class:`~rlm.tiering.store.remote_state.RemoteState` — the one reader of manifests — at the key the
-entry's object key names (rlm/tiering/store/keys.py). Plain and compressed-only entries need
+entry's object key names (rlm/tiering/store/object_keys.py). Plain and compressed-only entries need
 nothing but the entry. It sits above remote_state (which imports protect), so protect stays the
 mechanism and knows nothing of where manifests are read.
 """

@@ -59,7 +59,7 @@ _NON_NEGATIVE = frozenset(
 _OBJECT_FIELDS = {"key": str, "size": int, "crc32c": int}
 
 # The names of a manifest's ``objects`` (docs/formats.md §6.3): the one keying of an attempt's stored
-# objects. Each names the object's role; the file it is stored as is rlm/tiering/store/keys.py's. These
+# objects. Each names the object's role; the file it is stored as is rlm/tiering/store/object_keys.py's. These
 # exact strings are in every stored manifest, so they never change — the entries object is named
 # after its file only because manifests were first written that way.
 LOG_OBJECT = "log"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from rlm.errors import ProtectionError, TamperedObjectError
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import ManifestAuth, SegmentManifest
 
@@ -34,8 +34,12 @@ __all__ = ["check_manifest", "check_placement", "seal_manifest"]
 def check_placement(m: SegmentManifest, key: str) -> None:
     """Raise :class:`TamperedObjectError` unless ``m`` names the partition and base offset of its
     store key ``key``."""
-    root = keys.parse_root(key)
-    base = None if root is None else keys.parse_manifest_key(root.topic, root.partition, key, root.topic_id)
+    root = object_keys.parse_root(key)
+    base = (
+        None
+        if root is None
+        else object_keys.parse_manifest_key(root.topic, root.partition, key, root.topic_id)
+    )
     if root is None or (root.topic, root.partition, base) != (m.topic, m.partition, m.base_offset):
         raise TamperedObjectError(
             f"the manifest names {m.topic}-{m.partition} base offset {m.base_offset}, not "

@@ -25,7 +25,7 @@ from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, Prot
 from rlm.formats.records import iter_batches
 from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
 from rlm.storage.api import MAX_LIST_LIMIT, ObjectInfo, StorageBackend
-from rlm.tiering.store import keys
+from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.store.protect import StoreProtection
@@ -81,10 +81,13 @@ def store_manifest_keys(
     while True:
         page = backend.list_page("", token=token, limit=page_size)
         for info in page.objects:
-            root = keys.parse_root(info.key)
+            root = object_keys.parse_root(info.key)
             if root is None or (topics is not None and root.topic not in topics):
                 continue
-            if keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id) is not None:
+            if (
+                object_keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id)
+                is not None
+            ):
                 yield info.key, info.etag
         if page.next_token is None:
             return
@@ -101,7 +104,7 @@ def attempt_age_ms(attempt_id: str, infos: Sequence[ObjectInfo], now_ms: int) ->
     as just created (docs/remote-state.md).
     """
     stamps = [int(i.last_modified * 1000) for i in infos if i.last_modified is not None]
-    created = keys.attempt_created_ms(attempt_id)
+    created = object_keys.attempt_created_ms(attempt_id)
     if created is not None:
         stamps.append(created)
     return now_ms - max(stamps) if stamps else 0
@@ -122,18 +125,22 @@ class RemoteState:
     def of_root(cls, backend: StorageBackend, key: str, protection: StoreProtection) -> RemoteState | None:
         """The state of the root ``key`` lies under (any key of it: a manifest, a data object),
         None when its first component is no root (docs/topic-identity.md)."""
-        root = keys.parse_root(key)
+        root = object_keys.parse_root(key)
         return None if root is None else cls(backend, root.topic, root.partition, root.topic_id, protection)
 
     @classmethod
     def of_data_key(
         cls, backend: StorageBackend, key: str, protection: StoreProtection
-    ) -> tuple[RemoteState, keys.AttemptRef] | None:
+    ) -> tuple[RemoteState, object_keys.AttemptRef] | None:
         """The state of the root a segment data key (``…/data/<base>-<attempt>/<name>``) lies under
         and the attempt it belongs to, None for a key outside that layout: readers holding only an
         entry's object key find its segment's manifest with ``manifest_at(ref.base_offset)``."""
         state = cls.of_root(backend, key, protection)
-        ref = None if state is None else keys.parse_data_key(state.topic, state.partition, key, state.key_id)
+        ref = (
+            None
+            if state is None
+            else object_keys.parse_data_key(state.topic, state.partition, key, state.key_id)
+        )
         return None if state is None or ref is None else (state, ref)
 
     def list_prefix(self, prefix: str) -> list[ObjectInfo]:
@@ -142,22 +149,22 @@ class RemoteState:
 
     def list_partition(self) -> list[ObjectInfo]:
         """Every object under the incarnation's root (manifests, data and markers)."""
-        return self.list_prefix(keys.partition_prefix(self.topic, self.partition, self.key_id))
+        return self.list_prefix(object_keys.partition_prefix(self.topic, self.partition, self.key_id))
 
     def is_empty(self) -> bool:
         """Whether the incarnation's root holds no object at all: one listing of one key."""
-        prefix = keys.partition_prefix(self.topic, self.partition, self.key_id)
+        prefix = object_keys.partition_prefix(self.topic, self.partition, self.key_id)
         return not self.backend.list_page(prefix, limit=1).objects
 
     def list_manifests_prefix(self) -> list[ObjectInfo]:
         """Every object under ``manifests/`` (manifests and lineage markers): one listing."""
-        return self.list_prefix(keys.manifests_prefix(self.topic, self.partition, self.key_id))
+        return self.list_prefix(object_keys.manifests_prefix(self.topic, self.partition, self.key_id))
 
     def manifest_keys(self, listing: Iterable[ObjectInfo]) -> list[tuple[int, str]]:
         """``(base offset, key)`` of the manifest keys in ``listing``, in key (= offset) order."""
         found = []
         for info in listing:
-            base = keys.parse_manifest_key(self.topic, self.partition, info.key, self.key_id)
+            base = object_keys.parse_manifest_key(self.topic, self.partition, info.key, self.key_id)
             if base is not None:
                 found.append((base, info.key))
         return sorted(found)
@@ -173,7 +180,9 @@ class RemoteState:
 
     def manifest_at(self, base_offset: int) -> SegmentManifest:
         """The manifest of the segment at ``base_offset`` (ObjectNotFoundError when none)."""
-        return self.read_manifest(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+        return self.read_manifest(
+            object_keys.manifest_key(self.topic, self.partition, base_offset, self.key_id)
+        )
 
     def list_manifests(self) -> list[SegmentManifest]:
         """Every committed segment, in offset order (a manifest that does not parse raises)."""
@@ -323,7 +332,7 @@ class RemoteState:
         """``(epoch, key)`` of the lineage markers in a listing of the manifests prefix."""
         found = []
         for info in listing:
-            epoch = keys.parse_lineage_marker_key(self.topic, self.partition, info.key, self.key_id)
+            epoch = object_keys.parse_lineage_marker_key(self.topic, self.partition, info.key, self.key_id)
             if epoch is not None:
                 found.append((epoch, info.key))
         return sorted(found)
@@ -336,7 +345,7 @@ class RemoteState:
 
     def create_lineage_marker(self, marker: LineageMarker) -> LineageMarker:
         """Write ``marker`` unless one for its epoch exists; return the one in the store."""
-        key = keys.lineage_marker_key(self.topic, self.partition, marker.epoch, self.key_id)
+        key = object_keys.lineage_marker_key(self.topic, self.partition, marker.epoch, self.key_id)
         try:
             self.backend.put(key, marker.to_json(), if_absent=True)
         except ObjectExistsError:
@@ -347,7 +356,7 @@ class RemoteState:
         """The highest log start a marker in a listing of the manifests prefix names (rlm's
         DeleteRecords, docs/formats.md §6.8); -1 when none. The key alone says it: no read."""
         found = (
-            keys.parse_log_start_marker_key(self.topic, self.partition, info.key, self.key_id)
+            object_keys.parse_log_start_marker_key(self.topic, self.partition, info.key, self.key_id)
             for info in listing
         )
         return max((o for o in found if o is not None), default=-1)
@@ -355,7 +364,7 @@ class RemoteState:
     def create_log_start_marker(self, offset: int, doc: dict[str, object]) -> None:
         """Write the marker raising the log start to ``offset`` (create only if absent: one
         already there says the same)."""
-        key = keys.log_start_marker_key(self.topic, self.partition, offset, self.key_id)
+        key = object_keys.log_start_marker_key(self.topic, self.partition, offset, self.key_id)
         body = json.dumps({"log_start_offset": offset, **doc}, sort_keys=True).encode()
         with contextlib.suppress(ObjectExistsError):  # one already there says the same
             self.backend.put(key, body, if_absent=True)
@@ -364,24 +373,24 @@ class RemoteState:
         """The objects of every topic-id root of this partition but ``exclude``'s, by topic id
         (one listing; the other incarnations, docs/topic-identity.md)."""
         roots: dict[str, list[ObjectInfo]] = defaultdict(list)
-        for info in self.list_prefix(keys.id_roots_prefix(self.topic, self.partition)):
-            root = keys.parse_root(info.key)
+        for info in self.list_prefix(object_keys.id_roots_prefix(self.topic, self.partition)):
+            root = object_keys.parse_root(info.key)
             if root is not None and root.topic_id is not None and root.topic_id != exclude:
                 roots[root.topic_id].append(info)
         return roots
 
-    def attempts(self, listing: Iterable[ObjectInfo]) -> dict[keys.AttemptRef, list[ObjectInfo]]:
+    def attempts(self, listing: Iterable[ObjectInfo]) -> dict[object_keys.AttemptRef, list[ObjectInfo]]:
         """The data objects of ``listing`` grouped by copy attempt."""
-        groups: dict[keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
+        groups: dict[object_keys.AttemptRef, list[ObjectInfo]] = defaultdict(list)
         for info in listing:
-            ref = keys.parse_data_key(self.topic, self.partition, info.key, self.key_id)
+            ref = object_keys.parse_data_key(self.topic, self.partition, info.key, self.key_id)
             if ref is not None:
                 groups[ref].append(info)
         return groups
 
     def unreferenced(
         self,
-        attempts: dict[keys.AttemptRef, list[ObjectInfo]],
+        attempts: dict[object_keys.AttemptRef, list[ObjectInfo]],
         manifests: Iterable[SegmentManifest],
         now_ms: int,
         in_flight: Iterable[str] = (),
@@ -417,14 +426,16 @@ class RemoteState:
         """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`).
         ``manifests`` lists the committed ones (default :meth:`list_manifests`; the daemon's
         reuses what it read before, docs/remote-state.md)."""
-        attempts = self.attempts(self.list_prefix(keys.data_prefix(self.topic, self.partition, self.key_id)))
+        attempts = self.attempts(
+            self.list_prefix(object_keys.data_prefix(self.topic, self.partition, self.key_id))
+        )
         # Manifests are listed *after* the data: an attempt that commits in between is then seen live.
         found = self.unreferenced(attempts, (manifests or self.list_manifests)(), now_ms, in_flight)
         return [o for o in found if o.age_ms >= grace_ms]
 
     def delete_attempt(self, base_offset: int, attempt_id: str) -> list[str]:
         """Delete every object of one attempt (idempotent); return the keys deleted."""
-        prefix = keys.attempt_prefix(self.topic, self.partition, base_offset, attempt_id, self.key_id)
+        prefix = object_keys.attempt_prefix(self.topic, self.partition, base_offset, attempt_id, self.key_id)
         found = [o.key for o in self.list_prefix(prefix)]
         for key in found:
             self.delete(key)
@@ -432,7 +443,7 @@ class RemoteState:
 
     def delete_manifest(self, base_offset: int) -> None:
         """Uncommit the segment at ``base_offset`` (idempotent): readers stop seeing it."""
-        self.delete(keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
+        self.delete(object_keys.manifest_key(self.topic, self.partition, base_offset, self.key_id))
 
     def delete(self, key: str) -> None:
         self.backend.delete(key)
@@ -444,7 +455,7 @@ class RemoteState:
     # -- markers: small JSON objects in the root saying who owns it (docs/topic-identity.md) ----
 
     def marker_key(self, name: str) -> str:
-        return keys.marker_key(self.topic, self.partition, name, self.key_id)
+        return object_keys.marker_key(self.topic, self.partition, name, self.key_id)
 
     def has_marker(self, name: str) -> bool:
         return self.backend.exists(self.marker_key(name))
