@@ -10,7 +10,8 @@ restart,
 * the journal has no open attempt (nothing was in flight at the crash);
 * the active remote index set opens without repair and the index ends where the progress says
   tiering ended;
-* the manifest snapshot (:mod:`rlm.tiering.local.snapshot`) is whole and was written for that progress,
+* the manifest snapshot (:mod:`rlm.tiering.local.manifest_snapshot`) is whole and was written for that
+  progress,
 
 the store can hold nothing this node does not know, and recovery's listing, manifest reads,
 first-batch probe, adoption and old-incarnation lookups would only confirm it. Any other case goes
@@ -41,7 +42,13 @@ from rlm.tiering.converge import (
     resolve_root,
 )
 from rlm.tiering.idle import forget_mark, load_mark
-from rlm.tiering.local import PartitionContext, PendingManifests, Progress, SnapshotHeader, snapshot
+from rlm.tiering.local import (
+    ManifestSnapshotHeader,
+    PartitionContext,
+    PendingManifests,
+    Progress,
+    manifest_snapshot,
+)
 from rlm.tiering.roles import Roles
 from rlm.tiering.store import SegmentManifest, StoreView, object_keys, resolve_chain
 
@@ -80,7 +87,7 @@ class _Trusted:
     """What the local files say, once they were found whole and in agreement."""
 
     saved: Progress
-    header: SnapshotHeader
+    header: ManifestSnapshotHeader
     key_id: str | None
     known: list[OldIncarnation] | None  # the identity lookups' record; None = ask the store
 
@@ -107,7 +114,7 @@ def _read_local(ctx: PartitionContext) -> _Trusted | None:
     saved = Progress.load(ctx.progress_path)
     usable, key_id = _root_key_id(ctx, saved)
     why = "progress names no usable root" if not usable else _why_not(ctx, saved)
-    header = snapshot.read_header(ctx.snapshot_path) if why is None else None
+    header = manifest_snapshot.read_header(ctx.manifest_snapshot_path) if why is None else None
     if why is None and (
         header is None
         or (header.highest, header.start) != (saved.highest_tiered_offset, saved.remote_log_start_offset)
@@ -163,8 +170,8 @@ def resume(ctx: PartitionContext) -> bool:
 
 
 def _load(ctx: PartitionContext) -> list[SegmentManifest]:
-    """The snapshot's manifests, also as the store view (what sync and status read)."""
-    rows = snapshot.load(ctx.snapshot_path)
+    """The manifest snapshot's manifests, also as the store view (what sync and status read)."""
+    rows = manifest_snapshot.load(ctx.manifest_snapshot_path)
     view = ctx.store
     found = {
         key or object_keys.manifest_key(ctx.topic, ctx.partition, m.base_offset, ctx.key_id): (stamp, m)

@@ -22,8 +22,8 @@ from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.local import crash
+from rlm.tiering.local.manifest_snapshot import MANIFEST_SNAPSHOT_FILE
 from rlm.tiering.local.metrics import TieringMetrics
-from rlm.tiering.local.snapshot import SNAPSHOT_FILE
 from rlm.tiering.manager import RemoteLogManager
 
 TOPIC = "fz"
@@ -54,7 +54,7 @@ def _round_config(tmp_path: Path, logs: Path, store: Path, round_no: int, rounds
     # after a failed pass (docs/remote-state.md).
     trust = round_no % 2 == 0
     if not trust:
-        for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{SNAPSHOT_FILE}"):
+        for snapshot in (tmp_path / "logs.rlm-state").glob(f"*/{MANIFEST_SNAPSHOT_FILE}"):
             snapshot.unlink()
     return write_config(
         tmp_path / "c.toml",

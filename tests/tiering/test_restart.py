@@ -21,8 +21,8 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
 from rlm.testing.store_check import check_store
+from rlm.tiering.local.manifest_snapshot import MANIFEST_SNAPSHOT_FILE
 from rlm.tiering.local.metrics import TieringMetrics
-from rlm.tiering.local.snapshot import SNAPSHOT_FILE
 from rlm.tiering.local.state import PROGRESS_FILE
 from rlm.tiering.manager import RemoteLogManager
 from tests.tiering.helpers import roll_after_last
@@ -128,11 +128,11 @@ def test_retention_by_time_fires_when_due_without_any_file_change(tmp_path: Path
 
 
 def _drop_snapshot(state: Path, _part: Path) -> None:
-    (state / SNAPSHOT_FILE).unlink()
+    (state / MANIFEST_SNAPSHOT_FILE).unlink()
 
 
 def _flip_snapshot_byte(state: Path, _part: Path) -> None:
-    path = state / SNAPSHOT_FILE
+    path = state / MANIFEST_SNAPSHOT_FILE
     data = bytearray(path.read_bytes())
     data[-5] ^= 0x01
     path.write_bytes(bytes(data))

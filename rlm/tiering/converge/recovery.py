@@ -40,7 +40,7 @@ from rlm.tiering.converge.sync import (
     resolve,
     settle,
 )
-from rlm.tiering.local import PartitionContext, Progress, Quarantine, of_context, snapshot
+from rlm.tiering.local import PartitionContext, Progress, Quarantine, manifest_snapshot, of_context
 from rlm.tiering.store import Chain, SegmentManifest
 
 __all__ = ["observe", "progress_after", "rebuild_local_index", "recover"]
@@ -84,11 +84,11 @@ def _seed_view(ctx: PartitionContext) -> None:
     if ctx.store.manifests:
         return
     try:
-        rows = snapshot.load(ctx.snapshot_path)
+        rows = manifest_snapshot.load(ctx.manifest_snapshot_path)
     except FormatError:
         return  # missing or damaged: read everything, as always
     ctx.store.manifests = {
-        key: (stamp, m) for key, stamp, m in rows if key and stamp != snapshot.UNKNOWN_STAMP
+        key: (stamp, m) for key, stamp, m in rows if key and stamp != manifest_snapshot.UNKNOWN_STAMP
     }
 
 
@@ -107,8 +107,8 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
     ctx.store.held = None  # what the local index holds is checked against its files again
     _seed_view(ctx)
     # Recovery changes the store (journal attempts finished or aborted) before it saves progress:
-    # until it does, no restart may trust the local state (resume.py) — it writes a new snapshot.
-    ctx.snapshot_path.unlink(missing_ok=True)
+    # until it does, no restart may trust the local state (resume.py) — it writes a new manifest snapshot.
+    ctx.manifest_snapshot_path.unlink(missing_ok=True)
     read = refresh(ctx)
     committed = {m.base_offset: m for _s, m in ctx.store.manifests.values()}
     _resolve_journal(ctx, committed)

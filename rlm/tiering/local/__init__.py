@@ -1,7 +1,7 @@
 """The local room: what rlm keeps beside the broker's log dir — a partition's context and durable
 progress (`state`, `statefiles`, `journal`), the remote index family's writer (`index_family`),
 gaps (`gaps`, `gap_watch`), pins of broker segments (`pin_files`, `pin_ledger`), the manifest
-snapshot (`snapshot`), the upload throttle (`throttle`), metrics and their history (`metrics`,
+snapshot (`manifest_snapshot`), the upload throttle (`throttle`), metrics and their history (`metrics`,
 `history`), crash points for crash tests (`crash`), and which store root a partition uses,
 decided from its progress (`remote_root`). Imports only the store room.
 
@@ -17,11 +17,11 @@ from rlm.tiering.local.gaps import Gap, gap_at
 from rlm.tiering.local.history import TieringHistory
 from rlm.tiering.local.index_family import RemoteIndexFamily
 from rlm.tiering.local.journal import Journal
+from rlm.tiering.local.manifest_snapshot import ManifestSnapshotHeader
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.pin_files import PIN_FILE, SightPin, linked_files
 from rlm.tiering.local.pin_ledger import PinClaim, PinLedger
 from rlm.tiering.local.remote_root import RemoteView, of_context, remote_view, view_of
-from rlm.tiering.local.snapshot import SnapshotHeader
 from rlm.tiering.local.state import (
     PROGRESS_FILE,
     PartitionContext,
@@ -41,6 +41,7 @@ __all__ = [
     "PROGRESS_FILE",
     "Gap",
     "Journal",
+    "ManifestSnapshotHeader",
     "PartitionContext",
     "PendingManifests",
     "PinClaim",
@@ -51,7 +52,6 @@ __all__ = [
     "RemoteView",
     "SharedResources",
     "SightPin",
-    "SnapshotHeader",
     "ThrottledReader",
     "TieringHistory",
     "TieringMetrics",

@@ -26,7 +26,7 @@ from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
 from rlm.logdir.discovery import PartitionDir
 from rlm.storage.api import StorageBackend
-from rlm.tiering.local import snapshot
+from rlm.tiering.local import manifest_snapshot
 from rlm.tiering.local.gaps import Gap
 from rlm.tiering.local.index_family import RemoteIndexFamily
 from rlm.tiering.local.journal import Journal
@@ -262,10 +262,10 @@ class Quarantine:
 
 @dataclass(frozen=True, slots=True)
 class PendingManifests:
-    """Manifests known from the local snapshot but not parsed yet (a restart that trusted the
+    """Manifests known from the local manifest snapshot but not parsed yet (a restart that trusted the
     local state, rlm.tiering.resume): their count and bytes, and how to load them."""
 
-    header: snapshot.SnapshotHeader
+    header: manifest_snapshot.ManifestSnapshotHeader
     load: Callable[[], list[SegmentManifest]]
 
 
@@ -318,7 +318,7 @@ class PartitionContext:
 
     @property
     def manifests(self) -> list[SegmentManifest]:
-        """The committed manifests, parsed from the local snapshot on first use after a restart
+        """The committed manifests, parsed from the local manifest snapshot on first use after a restart
         that trusted it (a damaged snapshot raises FormatError and stays pending)."""
         if self.pending_manifests is not None:
             self._manifests = self.pending_manifests.load()
@@ -335,7 +335,7 @@ class PartitionContext:
         pending snapshot."""
         if self.pending_manifests is not None:
             return self.pending_manifests.header.oldest
-        return snapshot.oldest_of(self._manifests)
+        return manifest_snapshot.oldest_of(self._manifests)
 
     @property
     def topic(self) -> str:
@@ -376,9 +376,9 @@ class PartitionContext:
         self.progress.lineage_conflict = self.identity_conflict
         self.progress.dir_token = self.dir_token
         if self.pending_manifests is None:  # before the progress: a crash between is a mismatch
-            stamps = snapshot.stamps_of(self.store.manifests.items())
-            snapshot.save(
-                self.snapshot_path,
+            stamps = manifest_snapshot.stamps_of(self.store.manifests.items())
+            manifest_snapshot.save(
+                self.manifest_snapshot_path,
                 self._manifests,
                 stamps,
                 self.progress.highest_tiered_offset,
@@ -387,8 +387,8 @@ class PartitionContext:
         self.progress.save(self.progress_path)
 
     @property
-    def snapshot_path(self) -> Path:
-        return self.state_dir / snapshot.SNAPSHOT_FILE
+    def manifest_snapshot_path(self) -> Path:
+        return self.state_dir / manifest_snapshot.MANIFEST_SNAPSHOT_FILE
 
     @property
     def quarantine_path(self) -> Path:

@@ -24,7 +24,7 @@ from rlm.tiering.store import (
     SegmentManifest,
     StoreProtection,
     open_at_end,
-    snapshot_key,
+    producer_snapshot_key,
 )
 
 __all__ = ["FACTS", "TxnSource", "local_sources", "plan_sources", "reader_sources", "remote_source"]
@@ -147,7 +147,7 @@ def remote_source(
         manifest.txn_index is not None,
         identity,
         manifest if manifest.protection is not None else None,
-        snapshot_key(manifest, first),
+        producer_snapshot_key(manifest, first),
         open_at_end(manifest) if last == manifest.last_offset else None,
     )
 

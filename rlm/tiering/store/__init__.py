@@ -40,7 +40,7 @@ from rlm.tiering.store.manifest import (
     StoredObject,
 )
 from rlm.tiering.store.object_keys import parse_root
-from rlm.tiering.store.producer_state import open_at_end, open_at_local, open_at_remote, snapshot_key
+from rlm.tiering.store.producer_state import open_at_end, open_at_local, open_at_remote, producer_snapshot_key
 from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import Orphan, RemoteState, Unreadable, store_manifest_keys
 from rlm.tiering.store.rewrap import rewrap_store
@@ -73,9 +73,9 @@ __all__ = [
     "open_at_local",
     "open_at_remote",
     "parse_root",
+    "producer_snapshot_key",
     "replica_diverged",
     "resolve_chain",
     "rewrap_store",
-    "snapshot_key",
     "store_manifest_keys",
 ]

@@ -19,12 +19,12 @@ from rlm.storage.api import StorageBackend
 from rlm.tiering.store.manifest import PRODUCER_SNAPSHOT_OBJECT, SegmentManifest
 from rlm.tiering.store.protect import StoreProtection
 
-__all__ = ["open_at_end", "open_at_local", "open_at_remote", "snapshot_key"]
+__all__ = ["open_at_end", "open_at_local", "open_at_remote", "producer_snapshot_key"]
 
 log = logging.getLogger(__name__)
 
 
-def snapshot_key(manifest: SegmentManifest, first_offset: int) -> str | None:
+def producer_snapshot_key(manifest: SegmentManifest, first_offset: int) -> str | None:
     """The key of the snapshot describing the state at ``first_offset`` for the segment of
     ``manifest``, or None: none uploaded, or a partial copy (its snapshot is its source file's,
     at another offset than the manifest's base), or a source starting elsewhere than the base."""

@@ -27,11 +27,11 @@ from rlm.fsutil import atomic_write
 from rlm.tiering.store import SegmentManifest, Stamp
 
 __all__ = [
-    "SNAPSHOT_FILE",
+    "MANIFEST_SNAPSHOT_FILE",
     "UNKNOWN_STAMP",
     "VERSION",
+    "ManifestSnapshotHeader",
     "Row",
-    "SnapshotHeader",
     "load",
     "oldest_of",
     "read_header",
@@ -39,7 +39,7 @@ __all__ = [
     "stamps_of",
 ]
 
-SNAPSHOT_FILE = "manifests.snapshot"
+MANIFEST_SNAPSHOT_FILE = "manifests.snapshot"
 VERSION = 1
 #: The stamp of a manifest whose listing this node has not seen (it committed it itself): the next
 #: listing, if any, reads it once to learn its stamp (rlm.tiering.converge.sync).
@@ -49,7 +49,7 @@ Row = tuple[str, Stamp, SegmentManifest]
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotHeader:
+class ManifestSnapshotHeader:
     """What a snapshot holds, without its manifests (offsets inclusive, sizes in bytes)."""
 
     highest: int
@@ -61,7 +61,7 @@ class SnapshotHeader:
 
 
 def oldest_of(manifests: list[SegmentManifest]) -> tuple[int, int, int, int] | None:
-    """``SnapshotHeader.oldest`` of a list in offset order."""
+    """``ManifestSnapshotHeader.oldest`` of a list in offset order."""
     if not manifests:
         return None
     m = manifests[0]
@@ -122,7 +122,7 @@ def _int(header: dict[str, object], name: str, path: Path) -> int:
     return value
 
 
-def read_header(path: Path) -> SnapshotHeader | None:
+def read_header(path: Path) -> ManifestSnapshotHeader | None:
     """The header of a whole, CRC-checked snapshot; None when it is missing or damaged."""
     try:
         header, _ = _split(path)
@@ -136,7 +136,7 @@ def read_header(path: Path) -> SnapshotHeader | None:
             ):
                 return None
             parsed = (oldest[0], oldest[1], oldest[2], oldest[3])
-        return SnapshotHeader(
+        return ManifestSnapshotHeader(
             _int(header, "highest", path),
             _int(header, "start", path),
             _int(header, "count", path),
