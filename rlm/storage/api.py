@@ -207,7 +207,7 @@ class StorageBackend(ABC):
         ``max_attempts``, ``base_delay``/``max_delay`` in seconds); ``{}`` = the policy's defaults."""
         return {}
 
-    def adopt_retry_policy(self, policy: RetryPolicy) -> None:  # noqa: B027 - optional hook
+    def use_retry_policy(self, policy: RetryPolicy) -> None:  # noqa: B027 - optional hook
         """Called by the retry layer wrapping this backend with its policy: a backend whose one
         call is several requests (S3 multipart) may retry those steps under that same policy
         object, never under one of its own. Default: ignored."""

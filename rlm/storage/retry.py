@@ -34,7 +34,7 @@ from rlm.storage.wrapper import WrappingBackend
 __all__ = [
     "RetryPolicy",
     "RetryingBackend",
-    "create_or_adopt",
+    "create_or_find_identical",
     "gave_up",
     "policy_for",
     "put_if_absent_idempotent",
@@ -79,10 +79,10 @@ def put_if_absent_idempotent(
     """
     policy = policy or RetryPolicy()
     validate_key(key)
-    return policy.call(create_or_adopt, backend, key, bytes(data))
+    return policy.call(create_or_find_identical, backend, key, bytes(data))
 
 
-def create_or_adopt(backend: StorageBackend, key: str, data: bytes) -> ObjectInfo:
+def create_or_find_identical(backend: StorageBackend, key: str, data: bytes) -> ObjectInfo:
     """One attempt of :func:`put_if_absent_idempotent`: create ``key``, or find ``data`` already
     there (an earlier attempt whose acknowledgement was lost) and return its info."""
     try:
@@ -111,7 +111,7 @@ class RetryingBackend(WrappingBackend):
         self.inner = inner
         self.policy = policy or RetryPolicy()
         self.options = {}
-        inner.adopt_retry_policy(self.policy)  # multipart steps: the same policy, no second one
+        inner.use_retry_policy(self.policy)  # multipart steps: the same policy, no second one
 
     def describe(self) -> dict[str, Any]:
         return {

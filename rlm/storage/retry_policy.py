@@ -6,7 +6,7 @@ with delays ``uniform(0, min(max_delay, base_delay * 2**attempt))`` ("full jitte
 instant and deterministic.
 
 A leaf below the backend contract: :class:`~rlm.storage.api.StorageBackend` names the policy it is
-handed (``adopt_retry_policy``) and :mod:`rlm.storage.retry` applies it, so both import it from here
+handed (``use_retry_policy``) and :mod:`rlm.storage.retry` applies it, so both import it from here
 and the contract never imports its retry wrapper. The one seam that applies it is still
 :func:`rlm.storage.retry.with_retries`, which also re-exports these names.
 """

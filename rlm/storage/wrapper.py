@@ -28,8 +28,8 @@ class WrappingBackend(StorageBackend):
     def retry_options(self) -> dict[str, Any]:
         return self.inner.retry_options()  # the store's policy, whatever wraps it
 
-    def adopt_retry_policy(self, policy: RetryPolicy) -> None:
-        self.inner.adopt_retry_policy(policy)
+    def use_retry_policy(self, policy: RetryPolicy) -> None:
+        self.inner.use_retry_policy(policy)
 
     def url(self, key: str) -> str:
         return self.inner.url(key)

@@ -154,7 +154,7 @@ def test_manifest_protection_field() -> None:
     assert b'"alg":"AES-256-GCM"' in m.to_json()
     plain = _manifest(None)
     assert b"protection" not in plain.to_json() and plain.content_crc32c == 7
-    # two attempts of the same bytes stored differently are the same segment (adoption)
+    # two attempts of the same bytes stored differently are the same segment (the copier keeps the first)
     assert m.same_segment_as(_manifest(Protection("none", 1234, None)))
     assert not m.same_segment_as(plain)  # plaintext CRC 7 ≠ 1234
     with pytest.raises(FormatError, match="protection"):

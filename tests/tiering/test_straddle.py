@@ -326,7 +326,7 @@ def test_a_different_segment_at_the_same_base_names_what_differs(tmp_path: Path)
 
 
 def test_a_duplicate_upload_is_dropped_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Identical replicas, both sidecars copying the same segments: the second adopts, and says so."""
+    """Identical replicas, both sidecars copying the same segments: the second keeps the first's, says so."""
     cluster = _cluster(tmp_path)
     logs = [tmp_path / "r1", tmp_path / "r2"]
     for d in logs:
@@ -338,12 +338,10 @@ def test_a_duplicate_upload_is_dropped_and_logged(tmp_path: Path, caplog: pytest
     ctx.family.open()  # what recovery does first; recovery itself would learn the store's state
     with caplog.at_level(logging.INFO, logger="rlm.tiering.copy.copier"):
         results = [copy_segment(ctx, seg) for seg in list_segments(logs[1] / f"{TOPIC}-0")[:-1]]
-    assert all(r is not None and r.adopted for r in results)
-    adopted = [
-        r.getMessage() for r in caplog.records if "already tiered by another sidecar" in r.getMessage()
-    ]
-    assert len(adopted) == 3 and f"segment {first_offset(10)}-{last_offset(19)}" in adopted[1]
-    assert "dropped this node's duplicate upload" in adopted[0]
+    assert all(r is not None and r.already_committed for r in results)
+    kept = [r.getMessage() for r in caplog.records if "already tiered by another sidecar" in r.getMessage()]
+    assert len(kept) == 3 and f"segment {first_offset(10)}-{last_offset(19)}" in kept[1]
+    assert "dropped this node's duplicate upload" in kept[0]
     assert assert_manifests_complete(cluster.backend) == set()
     for d in logs:
         check_store([d], cluster.backend, deep=True)
@@ -476,10 +474,12 @@ def test_manifest_source_fields_are_optional_and_checked() -> None:
             SegmentManifest.from_json(json.dumps(_manifest_doc(**bad)).encode(), key="m.json")
 
 
-def test_the_adopting_copy_drops_its_duplicate_through_the_retry_layer(tmp_path: Path) -> None:
+def test_a_copy_finding_its_segment_committed_drops_its_duplicate_through_the_retry_layer(
+    tmp_path: Path,
+) -> None:
     """The duplicate upload's delete (once a call no retry covered) goes through the one retry
     layer of the store like every other call: a transient failure of it is retried, the copy
-    adopts, nothing of the duplicate stays; the manager's meter counts both attempts."""
+    keeps the committed manifest, nothing of the duplicate stays; the manager's meter counts both attempts."""
     cluster = _cluster(tmp_path)
     logs = [tmp_path / "r1", tmp_path / "r2"]
     for d in logs:
@@ -492,7 +492,7 @@ def test_the_adopting_copy_drops_its_duplicate_through_the_retry_layer(tmp_path:
     ctx = late.context(late.discover()[0])
     ctx.family.open()  # what recovery does first; recovery itself would learn the store's state
     result = copy_segment(ctx, list_segments(logs[1] / f"{TOPIC}-0")[0])
-    assert result is not None and result.adopted
+    assert result is not None and result.already_committed
     assert flaky.injected["error"] == 1  # the first delete failed ...
     assert {i.key for i in cluster.backend.list("")} == committed  # ... and was retried: all gone
     deleted = late.shared.metrics.requests.totals()["delete"]

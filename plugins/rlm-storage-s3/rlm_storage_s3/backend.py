@@ -170,7 +170,7 @@ class S3Backend(StorageBackend):
             "max_delay": o["retry_max_delay"],
         }
 
-    def adopt_retry_policy(self, policy: RetryPolicy) -> None:
+    def use_retry_policy(self, policy: RetryPolicy) -> None:
         self._step_policy = policy
 
     def close(self) -> None:

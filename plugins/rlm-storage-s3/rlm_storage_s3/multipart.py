@@ -3,7 +3,7 @@
 The steps of one upload (CreateMultipartUpload, each UploadPart, CompleteMultipartUpload) are
 retried, step by step, under the policy of the retry layer the store was opened with — the same
 single :class:`~rlm.storage.retry.RetryPolicy` object, handed down by
-:class:`~rlm.storage.retry.RetryingBackend` (``S3Backend.adopt_retry_policy``) — so a 503 on one
+:class:`~rlm.storage.retry.RetryingBackend` (``S3Backend.use_retry_policy``) — so a 503 on one
 part re-sends that part, not the whole object. When a step has used up its attempts, the policy
 marks the error (``attempts``) and the retry layer above does not start the upload again: a
 persistent failure costs ``max_attempts`` requests of the failing step, never ``max_attempts``
@@ -156,11 +156,13 @@ class MultipartUpload:
                     or not status_of(e)
                 ):
                     raise
-                return self._adopt_completed(e, parts, total)
+                return self._find_earlier_completion(e, parts, total)
 
         return complete
 
-    def _adopt_completed(self, e: Exception, parts: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    def _find_earlier_completion(
+        self, e: Exception, parts: list[dict[str, Any]], total: int
+    ) -> dict[str, Any]:
         """The answer of an earlier complete whose acknowledgement was lost, or ``e`` re-raised."""
         import botocore.exceptions as bex
 

@@ -272,8 +272,9 @@ def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple
 
 
 def note_committed(ctx: PartitionContext, manifest: SegmentManifest) -> None:
-    """This node committed (or adopted) ``manifest`` and indexed all of it: extend the view's chain
-    and what the local index holds (the next listing reads the manifest once to learn its stamp)."""
+    """This node committed ``manifest`` (or found it already committed) and indexed all of it:
+    extend the view's chain and what the local index holds (the next listing reads the manifest once
+    to learn its stamp)."""
     view = ctx.store
     key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     view.manifests[key] = ((-1, None, None), manifest)

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 class CopyResult:
     manifest: SegmentManifest
     entries: list[RemoteLogIndexEntry]
-    adopted: bool  # an earlier attempt had already committed this segment
+    already_committed: bool  # an earlier attempt had committed this segment: its manifest is kept
 
 
 def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
@@ -80,10 +80,10 @@ def _commit(
     objects: dict[str, StoredObject],
     entries: list[RemoteLogIndexEntry],
 ) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
-    """Create the manifest only if absent (the commit); ``(manifest, entries, adopted)``.
+    """Create the manifest only if absent (the commit); ``(manifest, entries, already_committed)``.
 
     When another attempt (e.g. the sidecar of another replica) committed the same bytes first, its
-    manifest is adopted and this attempt's objects deleted; a different segment at that base is a
+    manifest is kept and this attempt's objects deleted; a different segment at that base is a
     :class:`StorageError` saying what differs.
     """
     shared = ctx.shared
@@ -211,7 +211,7 @@ def copy_segment(
         crash_point("after_data")
 
         manifest = _manifest_of(ctx, segment, prep, uploaded)
-        manifest, entries, adopted = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
+        manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
         shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
         crash_point("after_manifest")
 
@@ -221,7 +221,7 @@ def copy_segment(
         ctx.in_flight.discard(attempt)
         ctx.series(shared.metrics.copy_requests).inc()
         ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
-        return CopyResult(manifest, entries, adopted)
+        return CopyResult(manifest, entries, already_committed)
     finally:
         ctx.in_flight.discard(attempt)
         prep.discard()

@@ -15,7 +15,7 @@ A gap is found two ways, both from facts every sidecar of a cluster shares:
   a restarted one whose state dir was lost, finds the same hole.
 
 Neither counts offsets below the DeleteRecords point (deleted on purpose), and nothing is a gap
-before the first segment of an incarnation is tiered (rlm adopts the log from where it then starts;
+before the first segment of an incarnation is tiered (rlm tiers the log from where it then starts;
 a re-created topic is a new incarnation with its own progress). A gap stops being reported once
 it lies wholly below the log start (remote retention or DeleteRecords passed it) or a tiered
 segment covers it (a segment rlm still held, e.g. pinned, was tiered after all).

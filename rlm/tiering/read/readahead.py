@@ -232,7 +232,7 @@ class ReadAhead:
             dropped += self._clear(self._readers.pop(rid))
         self._m.prefetch_readers.set(len(self._readers))
 
-    def adopt(self, rid: Hashable, key: RangeKey, size: int, future: Future[RangeBytes]) -> bool:
+    def keep_in_window(self, rid: Hashable, key: RangeKey, size: int, future: Future[RangeBytes]) -> bool:
         """A read a fetch started but did not need after all: into ``rid``'s window (after what
         it holds) when it fits; False otherwise."""
         with self._lock:

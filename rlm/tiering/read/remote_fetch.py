@@ -81,7 +81,11 @@ class EntrySource:
         admission: Admission = "sequential" if self.sequential else "lookup"
         for key, future in self._pending.items():
             size = key[2] - key[1]
-            if self.sequential and self.rid is not None and self.res.ahead.adopt(self.rid, key, size, future):
+            if (
+                self.sequential
+                and self.rid is not None
+                and self.res.ahead.keep_in_window(self.rid, key, size, future)
+            ):
                 continue
             future.add_done_callback(partial(self._admit, key, admission))
         self._pending.clear()

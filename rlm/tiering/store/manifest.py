@@ -307,7 +307,7 @@ class SegmentManifest:
         return self.last_offset + 1
 
     def same_segment_as(self, other: SegmentManifest) -> bool:
-        """True when both describe the same bytes (a retry/adoption check, attempt ignored)."""
+        """True when both describe the same bytes (the copier's already-committed check, attempt ignored)."""
         return (self.topic, self.partition, self.base_offset, self.last_offset, self.size_bytes) == (
             other.topic,
             other.partition,
