@@ -10,7 +10,7 @@ from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from rlm.tiering.read import TieredReaders, check_topic
+from rlm.tiering.read import TieredReaders, check_topic_name
 
 __all__ = ["OffsetsForTimesRequest", "install_lookup_routes"]
 
@@ -27,7 +27,7 @@ def install_lookup_routes(app: FastAPI, readers: TieredReaders, auth: list[Depen
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/offsets/{offset}", tags=["lookup"], dependencies=auth)
     async def by_offset(topic: str, partition: int, offset: int) -> dict[str, Any]:
-        check_topic(topic)
+        check_topic_name(topic)
         reader = readers.reader(topic, partition)
         result = await run_in_threadpool(reader.lookup_offset, offset)
         return result.to_json()

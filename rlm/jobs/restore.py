@@ -64,7 +64,7 @@ from rlm.logdir.segment import log_end_offset
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import log_end_conflict, persisted_progress
 from rlm.tiering.local import crash_point, remote_view
-from rlm.tiering.read import chain_visibility, check_topic
+from rlm.tiering.read import chain_visibility, check_topic_name
 from rlm.tiering.store import Link, RemoteState, StoreProtection, object_keys
 
 __all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
@@ -213,7 +213,7 @@ def _other_incarnations(state: RemoteState, part: PartitionDir) -> str:
 def _partitions(settings: Settings, topic: str, partitions: Sequence[int] | None) -> list[PartitionDir]:
     """The partitions to restore: their directories in ``log.dirs``, and those the cluster's KRaft
     metadata log assigns to this broker that have none (a lost disk, docs/restore.md)."""
-    check_topic(topic)
+    check_topic_name(topic)
     found = [
         p
         for p in discover_partitions(settings.log.dirs)

@@ -29,7 +29,7 @@ from rlm.jobs.problem import Problem
 from rlm.jobs.verify_deep import deep_check_segment
 from rlm.jobs.verify_index import check_local_index, recorded_gaps
 from rlm.jobs.verify_local import check_compaction, check_local_segments
-from rlm.jobs.verify_store import PartitionFacts, check_partition
+from rlm.jobs.verify_store import PartitionFacts, scrub_partition
 from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver
@@ -149,7 +149,7 @@ def _store_stage(
     grace = settings.tiering.gc_grace_ms
     facts: list[PartitionFacts] = (
         spark.sparkContext.parallelize(roots, max(1, len(roots)))
-        .map(lambda r: check_partition(spec, r[0], r[1], grace, now_ms, r[2]))
+        .map(lambda r: scrub_partition(spec, r[0], r[1], grace, now_ms, r[2]))
         .collect()
     )
     return facts

@@ -32,7 +32,7 @@ from rlm.tiering.store import (
     resolve_chain,
 )
 
-__all__ = ["PartitionFacts", "check_partition"]
+__all__ = ["PartitionFacts", "scrub_partition"]
 
 
 @dataclass
@@ -125,10 +125,11 @@ def _unreadable_problem(topic: str, partition: int, u: Unreadable) -> Problem:
     return Problem(check, topic, partition, u.error.reason, base_offset=u.at, key=u.key)
 
 
-def check_partition(
+def scrub_partition(
     spec: BackendSpec, topic: str, partition: int, grace_ms: int, now_ms: int, key_id: str | None = None
 ) -> PartitionFacts:
-    """Stage 1 for one partition (runs in an executor); ``key_id``: its incarnation's root
+    """Stage 1 of ``rlm verify`` for one partition, a scrub of its store root (runs in an
+    executor): every manifest, marker, object and orphan attempt checked; ``key_id``: its incarnation's root
     (docs/topic-identity.md; None = the name-only root)."""
     remote = RemoteState(spec.create(), topic, partition, key_id, protection=spec.protection())
     problems: list[Problem] = []

@@ -35,7 +35,7 @@ from rlm.kafka.reads import (
 )
 from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.delete_records import DeletedRecords
-from rlm.tiering.read import TieredReaders, check_topic
+from rlm.tiering.read import TieredReaders, check_topic_name
 
 #: ``(topic, partition, before) -> answer``: the daemon's rlm.tiering.delete_records.delete_records.
 Deleter = Callable[[str, int, int], DeletedRecords]
@@ -117,7 +117,7 @@ class KafkaApi:
         topic = MetadataResponse.MetadataResponseTopic
         if not parts:
             try:
-                check_topic(name)
+                check_topic_name(name)
                 code = Codes.UNKNOWN_TOPIC_OR_PARTITION
             except RlmError:
                 code = Codes.INVALID_TOPIC_EXCEPTION

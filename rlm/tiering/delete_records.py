@@ -38,7 +38,7 @@ from rlm.tiering.expire import apply_retention
 from rlm.tiering.idle import forget_mark
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.manager import PASS_LOCK_WAIT_S, RemoteLogManager
-from rlm.tiering.read import PartitionOffsets, check_partition, check_topic, partition_offsets
+from rlm.tiering.read import PartitionOffsets, check_partition_number, check_topic_name, partition_offsets
 from rlm.tiering.resume import load_state
 
 __all__ = ["TO_HIGH_WATERMARK", "DeletedRecords", "delete_records", "raise_log_start"]
@@ -72,8 +72,8 @@ class DeletedRecords:
 
 
 def _partition(manager: RemoteLogManager, topic: str, partition: int) -> PartitionDir:
-    check_topic(topic)
-    check_partition(partition)
+    check_topic_name(topic)
+    check_partition_number(partition)
     tiered, _excluded = manager.classify()
     for part in tiered:
         if (part.topic, part.partition) == (topic, partition):

@@ -100,7 +100,7 @@ def manifests(store: RawStore, root: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def check_partition(
+def check_partition_chain(
     store: RawStore,
     root: str,
     part: ReplicatedPartition,

@@ -31,7 +31,7 @@ from kafka.record.memory_records import MemoryRecords
 from rlm.formats.checkpoint import EpochEntry, parse_leader_epoch_checkpoint
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.replicas import ReplicatedPartition
-from tests.cluster.chain_check import ChainReport, check_partition, split_batches
+from tests.cluster.chain_check import ChainReport, check_partition_chain, split_batches
 from tests.cluster.rig import ClusterRig, RawStore, cluster_rig
 from tests.lookup.helpers import delete_local_segments
 
@@ -90,7 +90,7 @@ def _lineage(rig: ClusterRig, p: ReplicatedPartition) -> list[EpochEntry]:
 
 def _check_store(rig: ClusterRig) -> dict[int, ChainReport]:
     return {
-        p.partition: check_partition(rig.store, _root(rig, p), p, _lineage(rig, p), _expected_end(p))
+        p.partition: check_partition_chain(rig.store, _root(rig, p), p, _lineage(rig, p), _expected_end(p))
         for p in rig.rs.partitions
     }
 

@@ -19,7 +19,7 @@ from rlm.config import Settings, load_settings
 from rlm.jobs.index import OffsetRow, _fetch_partition, _lookup_partitions
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_store import check_partition
+from rlm.jobs.verify_store import scrub_partition
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
@@ -57,15 +57,15 @@ def test_a_backend_spec_is_plain_data(settings: Settings) -> None:
 def test_verify_stage_one_in_a_spawned_process(settings: Settings, executor: ProcessPoolExecutor) -> None:
     spec = BackendSpec.from_settings(settings)
     args = (spec, TOPIC, 0, 60_000, 2_000_000_000_000, None)
-    there = executor.submit(check_partition, *args).result()
-    here = check_partition(*args)
+    there = executor.submit(scrub_partition, *args).result()
+    here = scrub_partition(*args)
     assert there == here
     assert here.problems == [] and len(here.manifests) >= 2 and len(here.entries) == len(here.manifests)
 
 
 def test_verify_stage_two_in_a_spawned_process(settings: Settings, executor: ProcessPoolExecutor) -> None:
     spec = BackendSpec.from_settings(settings)
-    facts = check_partition(spec, TOPIC, 0, 60_000, 2_000_000_000_000, None)
+    facts = scrub_partition(spec, TOPIC, 0, 60_000, 2_000_000_000_000, None)
     doc = facts.manifests[0]
     base = RemoteState(spec.create(), TOPIC, 0).list_manifests()[0].base_offset
     blob = facts.entries[base]

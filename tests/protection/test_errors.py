@@ -15,7 +15,7 @@ from rlm.cli.wiring import build_api
 from rlm.http.server import ApiServer
 from rlm.jobs.plan import BackendSpec
 from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_store import check_partition
+from rlm.jobs.verify_store import scrub_partition
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
@@ -124,7 +124,7 @@ def test_api_statuses(tmp_path: Path, tiered: tuple[Path, Path, dict[str, Path]]
 def _verify(s, store: Path) -> list[str]:  # type: ignore[no-untyped-def]
     """verify's stage 1 and 2 for the partition (the functions its Spark tasks run)."""
     spec = BackendSpec.from_settings(s)
-    facts = check_partition(spec, TOPIC, 0, 0, 0)
+    facts = scrub_partition(spec, TOPIC, 0, 0, 0)
     lines = [p.line() for p in facts.problems]
     for m in facts.manifests:
         base = SegmentManifest.from_json(m).base_offset

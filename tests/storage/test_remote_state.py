@@ -20,7 +20,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.errors import FormatError, ObjectNotFoundError, TamperedObjectError, TransientStorageError
 from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify_store import check_partition
+from rlm.jobs.verify_store import scrub_partition
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend
@@ -163,7 +163,7 @@ def test_verify_reports_what_the_daemon_refuses(
     lineages, bad = remote.lineages_of(listing, report=True)
     assert lineages == [] and [(u.kind, u.key, u.at) for u in bad] == [("lineage_marker", marker, 7)]
 
-    facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=int(time.time() * 1000))
+    facts = scrub_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=int(time.time() * 1000))
     reported = {
         (p.check, p.key, p.base_offset if p.check != "lineage_marker" else p.offset, p.message)
         for p in facts.problems
@@ -236,10 +236,10 @@ def test_foreign_attempt_id_counts_as_new_in_gc_and_verify(
     timed = object_keys.new_attempt_id(int(time.time() * 1000) - 100_000)
     _put_attempt(backend, 6, timed)
     assert manager.collect_garbage(dry_run=True) == []  # an old id, but its objects were just written
-    facts = check_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=now)
+    facts = scrub_partition(spec, TOPIC, 0, grace_ms=60_000, now_ms=now)
     problem = next(p for p in facts.problems if p.check == "orphan" and p.base_offset == 5)
     assert problem.severity == "warning" and problem.base_offset == 5
-    facts = check_partition(spec, TOPIC, 0, grace_ms=5_000, now_ms=now)
+    facts = scrub_partition(spec, TOPIC, 0, grace_ms=5_000, now_ms=now)
     assert [(p.base_offset, p.severity) for p in facts.problems if p.check == "orphan"] == [
         (5, "error"),
         (6, "error"),

@@ -15,7 +15,7 @@ from rlm.tiering.read.cache import RemoteRangeCache
 from rlm.tiering.read.isolation import Isolation, check_isolation
 from rlm.tiering.read.lookup import FetchResult, PartitionReader
 from rlm.tiering.read.partition_txns import PartitionTxns
-from rlm.tiering.read.readers import TieredReaders, check_partition, check_topic
+from rlm.tiering.read.readers import TieredReaders, check_partition_number, check_topic_name
 from rlm.tiering.read.txn_sources import plan_sources
 from rlm.tiering.read.visibility import (
     EARLIEST,
@@ -52,8 +52,8 @@ __all__ = [
     "batches_below",
     "chain_visibility",
     "check_isolation",
-    "check_partition",
-    "check_topic",
+    "check_partition_number",
+    "check_topic_name",
     "note_delete_records",
     "partition_offsets",
     "plan_sources",

@@ -30,7 +30,7 @@ from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.readahead import ReadAheadLimits, ReaderResources
 from rlm.tiering.store import StoreProtection
 
-__all__ = ["OffsetForTime", "ProgressSource", "TieredReaders", "check_partition", "check_topic"]
+__all__ = ["OffsetForTime", "ProgressSource", "TieredReaders", "check_partition_number", "check_topic_name"]
 
 ProgressSource = Callable[[PartitionDir], Progress]
 
@@ -44,14 +44,16 @@ class OffsetForTime:
     tier: str | None
 
 
-def check_topic(topic: str) -> str:
+def check_topic_name(topic: str) -> str:
+    """A topic name a client sent, if Kafka allows it (else InvalidArgumentError on ``topic``)."""
     try:
         return validate_topic(topic)
     except LogDirError as err:
         raise InvalidArgumentError(err.reason, field="topic") from None
 
 
-def check_partition(partition: int) -> int:
+def check_partition_number(partition: int) -> int:
+    """A partition number a client sent, if in [0, 2³¹−1] (else InvalidArgumentError on ``partition``)."""
     if not 0 <= partition <= 2**31 - 1:
         raise InvalidArgumentError(f"partition {partition} must be in [0, 2^31-1]", field="partition")
     return partition
@@ -126,15 +128,15 @@ class TieredReaders:
 
     def partitions(self, topics: Sequence[str] | None = None) -> list[PartitionDir]:
         """The served partitions in the log dirs (of ``topics`` when given)."""
-        wanted = {check_topic(t) for t in topics} if topics else None
+        wanted = {check_topic_name(t) for t in topics} if topics else None
         parts = discover_partitions(self.settings.log.dirs)
         return [p for p in parts if (wanted is None or p.topic in wanted) and self.serves(p.topic)]
 
     def reader(self, topic: str, partition: int, query: LogStartQuery | None = None) -> PartitionReader:
         """The partition's reader; ``query``: the request's (:meth:`log_start_query`), else its own.
         A topic that is not served is unknown here, as a missing one (404, UNKNOWN_TOPIC_OR_PARTITION)."""
-        check_topic(topic)
-        check_partition(partition)
+        check_topic_name(topic)
+        check_partition_number(partition)
         if not self.serves(topic):
             raise PartitionNotFoundError(f"partition {topic}-{partition} is not served (an internal topic)")
         for log_dir in self.settings.log.dirs:
