@@ -8,7 +8,7 @@ Environment overrides use ``__`` between levels and are parsed as TOML values wh
 (``RLM_TIERING__RETENTION_MS=86400000``, ``RLM_LOG__DIRS='["/data"]'``) and as plain strings
 otherwise (``RLM_SERVER__TOKEN=s3cret``). ``[remote.options]`` is handed to the backend verbatim;
 the backend validates it (``RLM_REMOTE__OPTIONS__BUCKET=x`` overrides one option).
-``[remote.compression]`` and ``[remote.encryption]`` sit beside it (:mod:`rlm.config.protection`).
+``[remote.compression]`` and ``[remote.encryption]`` sit beside it (:mod:`rlm.config.protection_settings`).
 
 Relative paths in ``[log] dirs`` are resolved against the current working directory.
 
@@ -31,7 +31,7 @@ from typing import Any
 from rlm.config import validators as v
 from rlm.config.brokers import ClusterSettings, KafkaSettings, check_cluster, check_kafka
 from rlm.config.keys import ENV_PREFIX, key, keys_of, table, values_of
-from rlm.config.protection import CompressionSettings, EncryptionSettings, check_encryption
+from rlm.config.protection_settings import CompressionSettings, EncryptionSettings, check_encryption
 from rlm.config.server import ServerSettings, check_server
 from rlm.errors import ConfigError
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlm.config import Settings
-from rlm.config.protection import read_key_file
+from rlm.config.protection_settings import read_key_file
 from rlm.errors import InvalidArgumentError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry

@@ -82,7 +82,7 @@ from rlm.tiering.read import note_delete_records
 from rlm.tiering.resume import load_state
 from rlm.tiering.roles import Roles
 from rlm.tiering.status_rows import excluded_status, tiered_row
-from rlm.tiering.store import Orphan, protect
+from rlm.tiering.store import Orphan, StoreProtection
 
 __all__ = ["PASS_LOCK_WAIT_S", "PassResult", "RemoteLogManager"]
 
@@ -130,7 +130,7 @@ class RemoteLogManager:
             stop=threading.Event(),
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
-            protection=protect.StoreProtection.from_settings(settings.remote),  # docs/protection.md
+            protection=StoreProtection.from_settings(settings.remote),  # docs/protection.md
         )
         self.shared.pins = PinLedger(  # pins on sight and their bound (docs/operations.md)
             t.max_pinned_bytes,

@@ -8,14 +8,6 @@ import os
 import pytest
 
 from rlm.errors import CompressionError, InvalidArgumentError, TamperedObjectError
-from rlm.formats.protection import (
-    EntryBinding,
-    compressible,
-    open_entry,
-    open_object,
-    seal_entry,
-    seal_object,
-)
 from rlm.formats.remote_index import (
     STORED_ENTRY_MAGIC,
     TRANSFORM_AES_GCM,
@@ -24,6 +16,14 @@ from rlm.formats.remote_index import (
     RemoteLogIndexEntry,
     decode_entry,
     iter_entries,
+)
+from rlm.formats.sealed import (
+    EntryBinding,
+    compressible,
+    open_entry,
+    open_object,
+    seal_entry,
+    seal_object,
 )
 
 URL = "file:///store/t-0/data/00000000000000000000-a/segment.log"

@@ -15,7 +15,7 @@ from rlm.errors import ConfigError, FormatError, KeyNotFoundError, WrongKeyError
 from rlm.testing.secrets import write_secret
 from rlm.tiering.store.keyring import KeyRing, WrappedKey
 from rlm.tiering.store.manifest import Protection, SegmentManifest, StoredObject
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store.store_protection import StoreProtection
 
 
 def key_file(tmp_path: Path, name: str, raw: bytes | None = None) -> Path:

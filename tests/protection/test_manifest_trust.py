@@ -25,8 +25,8 @@ from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.store.manifest import MAX_MANIFEST_BYTES
-from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.store.store_protection import StoreProtection
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import TOPIC, key_file, settings, write_secrets, write_toml
 

@@ -19,8 +19,8 @@ from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.partition_txns import PartitionTxns
 from rlm.tiering.read.txn_sources import plan_sources
 from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.store.store_protection import StoreProtection
 from tests.lookup.helpers import delete_local_segments
 from tests.protection.helpers import key_file
 from tests.tiering.txn_helpers import Oracle, read_committed_in_process, read_committed_planned, write_txn_log

@@ -1,7 +1,7 @@
 """One reader of the store's manifests and lineage markers (docs/remote-state.md, "One reader"):
 every module reads them through :class:`~rlm.tiering.store.remote_state.RemoteState`, whose
 ``read_manifest`` calls the one parse-and-trust mechanism, ``StoreProtection.read_manifest`` /
-``load_manifest`` (rlm/tiering/store/protect.py, docs/protection.md §9). A second reader could
+``load_manifest`` (rlm/tiering/store/store_protection.py, docs/protection.md §9). A second reader could
 trust what the daemon refuses, or refuse what it serves; ``rlm verify`` gets its "report, don't
 raise" mode from the same reads, so it and the daemon cannot disagree on what a manifest says.
 """
@@ -15,7 +15,7 @@ from tests.tiering.helpers import REPO
 
 STORE = REPO / "rlm" / "tiering" / "store"
 REMOTE_STATE = STORE / "remote_state.py"
-PROTECT = STORE / "protect.py"
+PROTECT = STORE / "store_protection.py"
 
 
 def _called(node: ast.Call) -> tuple[str | None, str | None]:

@@ -23,7 +23,6 @@ from pathlib import Path
 import crc32c
 
 from rlm.errors import StorageError
-from rlm.formats.protection import EntryBinding, compressible, seal_entry, seal_object
 from rlm.formats.records import RecordBatch
 from rlm.formats.remote_index import (
     REMOTE_LOG_INDEX_MAGIC,
@@ -31,6 +30,7 @@ from rlm.formats.remote_index import (
     RemoteDataIdentifier,
     RemoteLogIndexEntry,
 )
+from rlm.formats.sealed import EntryBinding, compressible, seal_entry, seal_object
 from rlm.tiering.copy.upload import upload_bytes, upload_file
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.store import (

@@ -65,7 +65,8 @@ class EntrySource:
         else:
             data = self.res.cache.get_or_load(key, lambda: self.res.read(key), admission)
         stored = data
-        if entry.entry.transformed:  # compressed/encrypted: rlm/tiering/store/protect.py, docs/protection.md
+        # compressed/encrypted: rlm/tiering/store/store_protection.py, docs/protection.md
+        if entry.entry.transformed:
             data = self.res.opener.open(entry.entry, bytes(data), log_key=key[0])
         try:
             batches = list(iter_batches(data, skip_crc=not self.verify))

@@ -1,6 +1,6 @@
 """The store room: what rlm keeps in the bucket and how it is named, written and trusted —
 the key layout (`object_keys`), segment manifests (`manifest`) and their trust check (`manifest_trust`),
-lineage markers (`lineage`), the keyring and protection of stored objects (`keyring`, `protect`),
+lineage markers (`lineage`), the keyring and protection of stored objects (`keyring`, `store_protection`),
 Kafka's producer snapshots stored beside segments (`producer_state`), the one reader of a
 partition's store state — every manifest and lineage marker read goes through it —
 (`remote_state`, docs/remote-state.md), the readers' entry opener over it (`entry_opener`) and key
@@ -41,9 +41,9 @@ from rlm.tiering.store.manifest import (
 )
 from rlm.tiering.store.object_keys import parse_root
 from rlm.tiering.store.producer_state import open_at_end, open_at_local, open_at_remote, producer_snapshot_key
-from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import Orphan, RemoteState, Unreadable, store_manifest_keys
 from rlm.tiering.store.rewrap import rewrap_store
+from rlm.tiering.store.store_protection import StoreProtection
 
 __all__ = [
     "ENTRIES_OBJECT",

@@ -2,23 +2,23 @@
 knowing only the entry's object key (lookups, fetches, read-ahead).
 
 An encrypted entry needs its segment's manifest (the wrapped data key, the attempt bound into the
-entry): the one the process's :class:`~rlm.tiering.store.protect.StoreProtection` remembers (the
+entry): the one the process's :class:`~rlm.tiering.store.store_protection.StoreProtection` remembers (the
 daemon's copier and sync feed it), else read once per segment per process through
 :class:`~rlm.tiering.store.remote_state.RemoteState` — the one reader of manifests — at the key the
 entry's object key names (rlm/tiering/store/object_keys.py). Plain and compressed-only entries need
-nothing but the entry. It sits above remote_state (which imports protect), so protect stays the
-mechanism and knows nothing of where manifests are read.
+nothing but the entry. It sits above remote_state (which imports store_protection), so
+store_protection stays the mechanism and knows nothing of where manifests are read.
 """
 
 from __future__ import annotations
 
 from rlm.errors import FormatError, StorageError
-from rlm.formats.protection import open_entry
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry
+from rlm.formats.sealed import open_entry
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store.manifest import SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import RemoteState
+from rlm.tiering.store.store_protection import StoreProtection
 
 __all__ = ["EntryOpener"]
 

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from rlm.config.protection import KEY_BYTES, EncryptionSettings, read_key_file
+from rlm.config.protection_settings import KEY_BYTES, EncryptionSettings, read_key_file
 from rlm.errors import FormatError, KeyNotFoundError, TamperedObjectError, WrongKeyError
 
 __all__ = ["DATA_KEY_BYTES", "MAC_BYTES", "KeyRing", "WrappedKey"]

@@ -17,7 +17,7 @@ from rlm.errors import CorruptSnapshotError, ObjectNotFoundError
 from rlm.formats.producer_snapshot import parse_producer_snapshot
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store.manifest import PRODUCER_SNAPSHOT_OBJECT, SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store.store_protection import StoreProtection
 
 __all__ = ["open_at_end", "open_at_local", "open_at_remote", "producer_snapshot_key"]
 

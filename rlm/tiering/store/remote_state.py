@@ -28,7 +28,7 @@ from rlm.storage.api import MAX_LIST_LIMIT, ObjectInfo, StorageBackend
 from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
-from rlm.tiering.store.protect import StoreProtection
+from rlm.tiering.store.store_protection import StoreProtection
 
 __all__ = ["Orphan", "RemoteState", "Unreadable", "attempt_age_ms", "store_manifest_keys"]
 

@@ -48,8 +48,8 @@ from rlm.storage.api import StorageBackend
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import SegmentManifest
 from rlm.tiering.store.manifest_trust import seal_manifest
-from rlm.tiering.store.protect import StoreProtection
 from rlm.tiering.store.remote_state import RemoteState, store_manifest_keys
+from rlm.tiering.store.store_protection import StoreProtection
 
 __all__ = ["RewrapResult", "rewrap_store"]
 

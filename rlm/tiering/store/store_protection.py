@@ -1,4 +1,5 @@
-"""The one place stored bytes become plaintext (docs/protection.md).
+"""The one place stored bytes become plaintext (docs/protection.md): the protection mechanism, under
+the settings of rlm/config/protection_settings.py, over the byte forms of rlm/formats/sealed.py.
 
 Every reader of rlm's stored objects goes through :class:`StoreProtection` (whole objects, with
 the segment's manifest at hand), directly or through
@@ -22,10 +23,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlm.config import RemoteSettings
-from rlm.config.protection import CompressionSettings
+from rlm.config.protection_settings import CompressionSettings
 from rlm.errors import FormatError, KeyNotFoundError, ProtectionError, WrongKeyError
-from rlm.formats.protection import EntryBinding, open_entry, open_object
 from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, iter_entries
+from rlm.formats.sealed import EntryBinding, open_entry, open_object
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest

@@ -1,7 +1,7 @@
 """Stored forms of protected data (docs/protection.md): one entry's batches, one whole object.
 
 Pure: buffers and keys in, bytes out. Which key and which binding to use is the caller's
-(rlm/tiering/store/protect.py); this module only defines the byte layouts.
+(rlm/tiering/store/store_protection.py); this module only defines the byte layouts.
 
 **An entry** (a magic 1 ``.remotelogindex`` entry, docs/formats.md §5.1) is stored as::
 

@@ -1,5 +1,8 @@
 """``[remote.compression]`` and ``[remote.encryption]``: how rlm protects what it stores (docs/protection.md).
 
+The settings only: the mechanism is rlm/tiering/store/store_protection.py (``StoreProtection``), the
+byte forms rlm/formats/sealed.py.
+
 Both are off by default, so existing configurations and stores are unchanged. They are sub-tables of
 ``[remote]`` beside ``[remote.options]`` (which stays the backend's, verbatim)::
 
