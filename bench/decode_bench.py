@@ -5,7 +5,7 @@ and two headers per record — the issue's export workload (docs/decoder.md). A 
 batches are repeated with rewritten base offsets (the CRC does not cover the base offset) up to
 ``--mib`` of log bytes, held in memory. Contenders, in the same run, on the same bytes:
 
-* **rlm native** — ``rlm.jobs.decode.task_to_arrow`` with the compiled decoder;
+* **rlm native** — ``rlm.jobs.reading.decode.task_to_arrow`` with the compiled decoder;
 * **rlm python** — the same with ``RLM_DECODER=python`` (the reference, today's export decoder);
 * **aiokafka C + pyarrow** — aiokafka's C record parser (``aiokafka.record._crecords``: one
   Python object per record) feeding the same columns through ``pa.array`` — the issue's baseline;
@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from bench.benchlib import machine, record  # noqa: E402
 from rlm.formats.compression import Compression  # noqa: E402
 from rlm.formats.records import Header, RecordSpec, build_batch, native  # noqa: E402
-from rlm.jobs.decode import arrow_schema, task_to_arrow  # noqa: E402
-from rlm.jobs.plan import ReadTask  # noqa: E402
+from rlm.jobs.reading.decode import arrow_schema, task_to_arrow  # noqa: E402
+from rlm.jobs.reading.plan import ReadTask  # noqa: E402
 
 SECTION = "## Decode throughput"
 T0 = 1_766_799_076_131

@@ -47,8 +47,8 @@ from rlm.config import Settings, settings_from_mapping
 from rlm.formats.compression import Compression
 from rlm.formats.records import Header, RecordSpec
 from rlm.jobs import export, export_local, plan_read, spark_session
-from rlm.jobs.decode import arrow_schema, read_task_bytes
-from rlm.jobs.plan import BackendSpec
+from rlm.jobs.reading.decode import arrow_schema, read_task_bytes
+from rlm.jobs.reading.plan import BackendSpec
 from rlm.logdir.writer import LogWriter
 from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager

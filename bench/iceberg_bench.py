@@ -27,7 +27,7 @@ from export_bench import START_TS, generate
 from rlm.config import settings_from_mapping
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.jobs import export, plan_read, spark_session
-from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
+from rlm.jobs.tables.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
 from rlm.storage.registry import open_backend
 from rlm.tiering.manager import RemoteLogManager
 

@@ -198,7 +198,7 @@ def export(
         incremental,
     )
     settings = _job_settings(config_path)
-    from rlm.jobs.plan import check_time_range
+    from rlm.jobs.reading import check_time_range
 
     check_time_range(start, end)
     emit_json(_export_iceberg(settings, opts) if fmt == "iceberg" else _export_parquet(settings, opts))
@@ -212,7 +212,7 @@ def _export_parquet(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
             "--format parquet needs --out" if opts.out is None else "--incremental is for --format iceberg"
         )
     if opts.engine == "local":
-        from rlm.jobs.export_local import export_local
+        from rlm.jobs.tables import export_local
 
         local = export_local(
             settings,
@@ -254,7 +254,7 @@ def _export_iceberg(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
         )
     if opts.overwrite:
         raise click.UsageError("--format iceberg appends to its table: drop the table to start over")
-    from rlm.jobs.iceberg import IcebergTarget, export_iceberg, local_engine, spark_engine
+    from rlm.jobs.tables import IcebergTarget, export_iceberg, local_engine, spark_engine
 
     target = IcebergTarget.from_settings(settings, opts.out)
     if opts.engine == "local":

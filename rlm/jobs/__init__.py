@@ -3,18 +3,17 @@ bulk ``offsets_for_times``; ``export_local``, the same export without Spark (doc
 
 ``import rlm.jobs`` is cheap: pyspark is imported only when a job runs (and only in this package).
 Everything shipped to executors pickles: tasks are frozen dataclasses, the store travels as a
-:class:`~rlm.jobs.plan.BackendSpec` (backend name + options) and is rebuilt once per worker, which
-first checks it runs the driver's rlm build (:mod:`rlm.jobs.ship`; docs/spark-cluster.md).
+:class:`~rlm.jobs.reading.plan.BackendSpec` (backend name + options) and is rebuilt once per worker, which
+first checks it runs the driver's rlm build (:mod:`rlm.jobs.reading.ship`; docs/spark-cluster.md).
 """
 
 from __future__ import annotations
 
-from rlm.jobs.export_local import export_local
+from rlm.jobs.checks import VerifyReport, verify
 from rlm.jobs.index import offsets_for_times, rebuild_index
-from rlm.jobs.plan import BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.read import ExportResult, export, read_tiered
+from rlm.jobs.reading import BackendSpec, ReadPlan, ReadTask, plan_read
 from rlm.jobs.session import spark_session
-from rlm.jobs.verify import VerifyReport, verify
+from rlm.jobs.tables import ExportResult, export, export_local, read_tiered
 
 __all__ = [
     "BackendSpec",

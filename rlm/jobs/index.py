@@ -8,7 +8,7 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.remote_index import iter_entries
-from rlm.jobs.plan import BackendSpec, select_partitions
+from rlm.jobs.reading import BackendSpec, select_partitions
 from rlm.tiering.converge import index_links, progress_after
 from rlm.tiering.local import PartitionContext, Progress, remote_view
 from rlm.tiering.store import Chain, Link, RemoteState, SegmentManifest

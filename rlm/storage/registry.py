@@ -94,7 +94,7 @@ def open_backend(
     (rlm/storage/spread.py, docs/key-spread.md), then every call retried under the backend's
     policy: the one retry seam (:func:`~rlm.storage.retry.with_retries`, docs/storage.md). Every
     process opening the configured store goes through here: the daemon, the CLI tools, the jobs'
-    driver and executors (:meth:`rlm.jobs.plan.BackendSpec.create`)."""
+    driver and executors (:meth:`rlm.jobs.reading.plan.BackendSpec.create`)."""
     from rlm.storage.spread import open_spread
 
     return with_retries(open_spread(create_backend(name, options), prefix_spread, wait_s=wait_s))

@@ -1,5 +1,5 @@
 """What the native-decoder test modules share (tests/formats/test_native_decoder*.py): a ReadTask
-over one local segment, running one decoder through ``rlm.jobs.decode.task_to_arrow``, and the
+over one local segment, running one decoder through ``rlm.jobs.reading.decode.task_to_arrow``, and the
 comparison of both decoders (the same Arrow batches, or the same one-line RlmError text)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, settings
 
 from rlm.errors import RlmError
 from rlm.formats.records import native
-from rlm.jobs.decode import task_to_arrow
-from rlm.jobs.plan import ReadTask
+from rlm.jobs.reading.decode import task_to_arrow
+from rlm.jobs.reading.plan import ReadTask
 
 T0 = 1_700_000_000_000
 INT64_MAX = (1 << 63) - 1

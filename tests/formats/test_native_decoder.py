@@ -1,6 +1,6 @@
 """The compiled decoder (rlm.formats.records.native, docs/decoder.md) equals the Python reference.
 
-Both decoders run through the public entry point, ``rlm.jobs.decode.task_to_arrow``: on generated
+Both decoders run through the public entry point, ``rlm.jobs.reading.decode.task_to_arrow``: on generated
 logs (every codec, headers, null keys/values, control batches, transactions with aborts, v0/v1
 messages, LogAppendTime, compacted gaps, random windows and chunk sizes), on the real broker
 fixtures; corrupt input is tests/formats/test_native_decoder_corrupt.py. Equal means: the same Arrow

@@ -22,7 +22,7 @@ from kafka.protocol.metadata import MetadataRequest
 from rlm.cli.wiring import build_api
 from rlm.config import Settings, settings_from_mapping
 from rlm.http.server import ApiServer
-from rlm.jobs.plan import plan_read
+from rlm.jobs.reading.plan import plan_read
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.protocol import Codes
 from rlm.kafka.reads import offsets_only

@@ -1,4 +1,4 @@
-"""``rlm export --engine local`` (rlm.jobs.export_local) against an independent decoder
+"""``rlm export --engine local`` (rlm.jobs.tables.export_local) against an independent decoder
 (kafka-python) of the original segments: rows, Spark's layout, worker pools, crash safety."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from rlm.errors import ExportOutputExistsError, InvalidArgumentError, RlmError
 from rlm.jobs import export_local, plan_read
-from rlm.jobs.export_local import _process_context, pool_kind
+from rlm.jobs.tables.export_local import _process_context, pool_kind
 from rlm.logdir.discovery import discover_partitions
 from rlm.testing.configs import write_config
 from tests.jobs.helpers import corrupt_one_object, layout, read_export, sorted_rows
@@ -160,13 +160,13 @@ def test_process_workers_with_other_threads_alive(env: Env, tmp_path: Path) -> N
 
 
 def _cached_backends(_: object) -> int:
-    from rlm.jobs import plan
+    from rlm.jobs.reading import plan
 
     return len(plan._BACKENDS)
 
 
 def test_forked_worker_builds_its_own_store_client(env: Env) -> None:
-    from rlm.jobs.plan import BackendSpec
+    from rlm.jobs.reading.plan import BackendSpec
 
     BackendSpec.from_settings(env.settings).create()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
@@ -219,10 +219,10 @@ def test_cli_defaults_to_the_local_engine(env: Env, tmp_path: Path) -> None:
 def test_a_retried_task_rewrites_its_own_file_and_a_failed_one_leaves_none(env: Env, tmp_path: Path) -> None:
     """What a Spark retry does to a sink: the same index again gives the same single file; a
     write that fails part-way leaves no attempt file behind."""
-    from rlm.jobs.decode import read_task_bytes, task_to_arrow
-    from rlm.jobs.export_local import run_task
-    from rlm.jobs.plan import BackendSpec
-    from rlm.jobs.sink import ParquetSink
+    from rlm.jobs.reading.decode import read_task_bytes, task_to_arrow
+    from rlm.jobs.reading.plan import BackendSpec
+    from rlm.jobs.tables.export_local import run_task
+    from rlm.jobs.tables.sink import ParquetSink
 
     task = plan_read(env.settings, ["other"]).tasks[0]
     spec = BackendSpec.from_settings(env.settings)

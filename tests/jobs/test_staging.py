@@ -8,12 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-from rlm.jobs.sink import StagedDir, sweep_stale
+from rlm.jobs.staging import StagedDir, sweep_stale
 
 _BEGIN = """
 import sys, time
 from pathlib import Path
-from rlm.jobs.sink import StagedDir
+from rlm.jobs.staging import StagedDir
 staged = StagedDir.begin(Path(sys.argv[1]), False)
 (staged.staging / "part-0.parquet").write_bytes(b"half")
 print(staged.staging, flush=True)

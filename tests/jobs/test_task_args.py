@@ -16,10 +16,10 @@ import pytest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings
+from rlm.jobs.checks.verify_deep import deep_check_segment
+from rlm.jobs.checks.verify_store import scrub_partition
 from rlm.jobs.index import OffsetRow, _fetch_partition, _lookup_partitions
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_store import scrub_partition
+from rlm.jobs.reading.plan import BackendSpec
 from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager

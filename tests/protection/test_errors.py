@@ -13,9 +13,9 @@ import pytest
 
 from rlm.cli.wiring import build_api
 from rlm.http.server import ApiServer
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_store import scrub_partition
+from rlm.jobs.checks.verify_deep import deep_check_segment
+from rlm.jobs.checks.verify_store import scrub_partition
+from rlm.jobs.reading.plan import BackendSpec
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.manager import RemoteLogManager

@@ -12,7 +12,7 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.jobs import export_local
-from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.jobs.reading.plan import BackendSpec, plan_read
 from rlm.storage.registry import create_backend, open_backend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders

@@ -216,7 +216,7 @@ def test_iceberg_export_on_the_cluster_equals_the_parquet_export(
     pytest.importorskip("pyiceberg")
     import pyarrow.parquet as pq
 
-    from rlm.jobs.iceberg import IcebergTarget, load_table
+    from rlm.jobs.tables.iceberg import IcebergTarget, load_table
 
     config = write_config(gen_env, tmp_path)
     args = [
@@ -337,8 +337,8 @@ def test_executors_with_another_rlm_than_the_driver_refuse_the_job(
 
 def test_a_local_task_off_the_sidecar_host_names_the_host(tmp_path: Path) -> None:
     from rlm.errors import LogDirError
-    from rlm.jobs.decode import read_task_bytes
-    from rlm.jobs.plan import ReadTask
+    from rlm.jobs.reading.decode import read_task_bytes
+    from rlm.jobs.reading.plan import ReadTask
 
     task = ReadTask("t", 0, "local", str(tmp_path / "t-0" / "00000000000000000000.log"), 0, 100, 0, 9)
     with pytest.raises(LogDirError, match=f"missing on host {socket.gethostname()}.*spark-cluster.md"):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from rlm.jobs import export, export_local, plan_read
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.sink import ParquetSink
-from rlm.jobs.spark_sink import run_sink_spark
+from rlm.jobs.reading.plan import BackendSpec
+from rlm.jobs.tables.sink import ParquetSink
+from rlm.jobs.tables.spark_sink import run_sink_spark
 from tests.jobs.helpers import corrupt_one_object, layout, sorted_rows
 from tests.spark.conftest import Env, generated_env, txn_env
 

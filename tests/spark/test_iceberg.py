@@ -19,7 +19,7 @@ from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkp
 from rlm.formats.compression import Compression
 from rlm.formats.records import Header, Record, RecordSpec, encode_control_key, encode_end_txn_marker
 from rlm.jobs import export
-from rlm.jobs.iceberg import (
+from rlm.jobs.tables.iceberg import (
     ATTEMPT_PROPERTY,
     OFFSET_PROPERTY,
     IcebergTarget,
@@ -29,8 +29,8 @@ from rlm.jobs.iceberg import (
     open_table,
     spark_engine,
 )
-from rlm.jobs.iceberg_files import FILE_PREFIX
-from rlm.jobs.iceberg_read import spark_read_table
+from rlm.jobs.tables.iceberg_files import FILE_PREFIX
+from rlm.jobs.tables.iceberg_read import spark_read_table
 from rlm.logdir.discovery import discover_partitions, partition_state, read_checkpoints
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
@@ -283,7 +283,7 @@ def test_crash_between_write_and_commit_then_rerun_completes(tmp_path: Path, eng
 
 
 def test_existing_table_with_another_partitioning_is_refused(tmp_path: Path) -> None:
-    from rlm.jobs.decode import arrow_schema
+    from rlm.jobs.reading.decode import arrow_schema
 
     env = Env([tmp_path], make_settings([tmp_path]), tmp_path)
     target = _target(env, tmp_path / "ice")
@@ -330,8 +330,8 @@ def test_configured_catalog_and_cli_usage_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_plan_read_start_offsets_resume_each_partition(gen_env: Env, isolation: str) -> None:
     from rlm.jobs import plan_read
-    from rlm.jobs.decode import read_task_bytes, task_to_arrow
-    from rlm.jobs.plan import BackendSpec
+    from rlm.jobs.reading.decode import read_task_bytes, task_to_arrow
+    from rlm.jobs.reading.plan import BackendSpec
 
     expected = _expected(gen_env, "gen")
     start = {("gen", 0): expected[("gen", 0)][40][0], ("gen", 1): 10**12}
@@ -366,7 +366,7 @@ def test_s3_warehouse_executors_write_and_read_through_the_catalogs_file_io(
 
     import boto3
 
-    from rlm.jobs.iceberg import remove_orphans
+    from rlm.jobs.tables.iceberg import remove_orphans
 
     prefix = f"wh-{uuid.uuid4().hex[:8]}"
     props = {
@@ -403,9 +403,9 @@ def test_commit_refuses_a_table_changed_since_the_plan_and_abort_removes_the_run
     gen_env: Env, tmp_path: Path
 ) -> None:
     from rlm.jobs import plan_read
-    from rlm.jobs.decode import read_task_bytes, task_to_arrow
-    from rlm.jobs.iceberg import IcebergSink, next_offsets
-    from rlm.jobs.plan import BackendSpec
+    from rlm.jobs.reading.decode import read_task_bytes, task_to_arrow
+    from rlm.jobs.reading.plan import BackendSpec
+    from rlm.jobs.tables.iceberg import IcebergSink, next_offsets
 
     target = _target(gen_env, tmp_path / "ice")
     table = open_table(target)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.jobs import rebuild_index, verify
-from rlm.jobs.read import read_tiered
+from rlm.jobs.tables.dataframe import read_tiered
 from tests.tiering.test_identity import ID_A, ID_B, NAME, TOPIC, TS, Env
 
 

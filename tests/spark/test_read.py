@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlm.jobs import export, plan_read, read_tiered
-from rlm.jobs.decode import KAFKA_SCHEMA_DDL
+from rlm.jobs.reading.decode import KAFKA_SCHEMA_DDL
 from rlm.logdir.discovery import discover_partitions
 from tests.spark.conftest import Env, arrow_records, kafka_python_records
 

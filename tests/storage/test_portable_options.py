@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlm.config import settings_from_mapping
-from rlm.jobs.plan import BackendSpec
+from rlm.jobs.reading.plan import BackendSpec
 from rlm.storage.fsspec_backend import FsspecBackend
 from rlm.storage.local import LocalBackend
 
@@ -58,7 +58,7 @@ def test_the_spec_shipped_to_executors_names_the_drivers_directory(
 
 def test_an_executor_with_another_rlm_refuses_the_drivers_tasks(tmp_path: Path) -> None:
     from rlm.errors import ExecutorEnvironmentError
-    from rlm.jobs.ship import rlm_build
+    from rlm.jobs.reading.ship import rlm_build
 
     settings = settings_from_mapping(
         {"log": {"dirs": [str(tmp_path / "logs")]}, "remote": {"backend": "memory", "options": {}}}

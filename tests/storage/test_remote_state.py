@@ -19,8 +19,8 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.errors import FormatError, ObjectNotFoundError, TamperedObjectError, TransientStorageError
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.verify_store import scrub_partition
+from rlm.jobs.checks.verify_store import scrub_partition
+from rlm.jobs.reading.plan import BackendSpec
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.memory import MemoryBackend

@@ -309,7 +309,7 @@ def test_quarantine_in_the_http_status_api(tmp_path: Path) -> None:
 
 
 def test_verify_reports_broken_indexes_and_quarantine_worthy_logs(tmp_path: Path) -> None:
-    from rlm.jobs.verify_local import check_local_segments
+    from rlm.jobs.checks.verify_local import check_local_segments
     from rlm.logdir.discovery import discover_partitions
 
     logs = tmp_path / "logs"
@@ -342,7 +342,7 @@ def test_spark_planner_cuts_local_segments_only_at_real_batch_starts(tmp_path: P
     structurally valid one whose middle entries point between batches) must not become a cut."""
     import struct
 
-    from rlm.jobs.plan import plan_partition
+    from rlm.jobs.reading.plan import plan_partition
     from rlm.logdir.discovery import discover_partitions
 
     clean, broken = tmp_path / "clean", tmp_path / "broken"

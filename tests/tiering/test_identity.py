@@ -18,7 +18,7 @@ from rlm.config import Settings, load_settings
 from rlm.formats import naming
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordSpec, decode_records
-from rlm.jobs.plan import plan_read
+from rlm.jobs.reading.plan import plan_read
 from rlm.logdir.discovery import REPLICATION_OFFSET_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend

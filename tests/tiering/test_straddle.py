@@ -26,7 +26,7 @@ from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.formats.records import RecordSpec, iter_batches
 from rlm.formats.remote_index import iter_entries
 from rlm.formats.segment_index import rebuild_indexes
-from rlm.jobs.verify_local import check_compaction
+from rlm.jobs.checks.verify_local import check_compaction
 from rlm.logdir.discovery import SegmentFiles, discover_partitions, list_segments
 from rlm.logdir.indexcheck import parse_checked
 from rlm.logdir.writer import LogWriter

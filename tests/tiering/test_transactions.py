@@ -25,8 +25,8 @@ from rlm.formats.txn_index import AbortedTxn, collect_aborted, encode_txn_index,
 from rlm.http.app import create_app
 from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer
-from rlm.jobs.decode import iter_task_records, read_task_bytes
-from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.jobs.reading.decode import iter_task_records, read_task_bytes
+from rlm.jobs.reading.plan import BackendSpec, plan_read
 from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import rlm_cli

@@ -26,8 +26,8 @@ from rlm.config import Settings
 from rlm.formats import naming
 from rlm.formats.compression import Compression
 from rlm.formats.records import RecordSpec, encode_control_key, encode_end_txn_marker
-from rlm.jobs.decode import iter_task_records, read_task_bytes
-from rlm.jobs.plan import BackendSpec, plan_read
+from rlm.jobs.reading.decode import iter_task_records, read_task_bytes
+from rlm.jobs.reading.plan import BackendSpec, plan_read
 from rlm.logdir.discovery import list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend

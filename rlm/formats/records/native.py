@@ -6,7 +6,7 @@ tests/formats/test_native_decoder.py.
 
 A :class:`Builder` accumulates rows; :func:`add_batch` appends the records of one batch that fall
 in a :class:`Window` (offsets ``lo ≤ offset ≤ hi``, timestamps ``ts_lo ≤ ts < ts_hi``; the row filter
-of ``rlm.jobs.decode.iter_task_records``). ``Builder.take(n)`` hands over the first ``n`` rows as
+of ``rlm.jobs.reading.decode.iter_task_records``). ``Builder.take(n)`` hands over the first ``n`` rows as
 :class:`Columns`, the Arrow buffers of Spark's Kafka schema, all in native byte order
 (little-endian on every platform rlm runs on):
 

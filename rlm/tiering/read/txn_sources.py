@@ -155,7 +155,7 @@ def remote_source(
 def plan_sources(
     links: Sequence[Link], segments: Sequence[SegmentFiles], visible_end: int, local_start: int | None
 ) -> list[TxnSource]:
-    """The sources of a read plan (rlm.jobs.plan): the chain's links below the local log start
+    """The sources of a read plan (rlm.jobs.reading.plan): the chain's links below the local log start
     (their manifests say what was captured), then the local segments — the same split as a
     reader's (:func:`reader_sources`), so the last stable offset is replayed over the same batches."""
     below = min(visible_end, local_start if local_start is not None else visible_end)

@@ -7,7 +7,7 @@ Spark jobs (plan, verify, index) and ``rlm rewrap`` all ask here: no other modul
 or a lineage marker (tests/tiering/test_store_reader.py), so none can trust what the daemon refuses.
 
 A :class:`RemoteState` is built from plain, picklable values — a backend, the topic, the partition
-and the root's key id — so a Spark executor builds one from its :class:`~rlm.jobs.plan.BackendSpec`
+and the root's key id — so a Spark executor builds one from its :class:`~rlm.jobs.reading.plan.BackendSpec`
 backend just as the daemon builds one from its partition context. Store calls are retried by the
 backend itself (the one retry layer where it was opened, docs/storage.md): none here.
 """

@@ -1,5 +1,5 @@
 """Worker side of the Iceberg export (docs/iceberg.md): write one task's records as Parquet data
-files, one file per ``(topic, day)``, and say what was written (:class:`~rlm.jobs.sink.DataFile`);
+files, one file per ``(topic, day)``, and say what was written (:class:`~rlm.jobs.tables.sink.DataFile`);
 read such files back for Spark.
 
 No pyspark and no catalog here (pyarrow and pyiceberg's FileIO only), so the same code runs in a
@@ -19,9 +19,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
-from rlm.jobs.decode import arrow_schema
-from rlm.jobs.plan import ReadTask
-from rlm.jobs.sink import DataFile
+from rlm.jobs.reading import ReadTask, arrow_schema
+from rlm.jobs.tables.sink import DataFile
 
 __all__ = ["FILE_PREFIX", "day_path", "file_io", "read_data_files", "write_day_files"]
 
@@ -79,9 +78,9 @@ def write_day_files(
 
 
 def read_data_files(io_properties: dict[str, str], paths: Iterable[str]) -> Iterator[Any]:
-    """Arrow batches (schema :func:`~rlm.jobs.decode.arrow_schema`, columns by name) of rlm data
+    """Arrow batches (schema :func:`~rlm.jobs.reading.decode.arrow_schema`, columns by name) of rlm data
     files, read through the catalog's FileIO (the read side of
-    :func:`rlm.jobs.iceberg_read.spark_read_table`)."""
+    :func:`rlm.jobs.tables.iceberg_read.spark_read_table`)."""
     import pyarrow.parquet as pq
 
     schema = arrow_schema()

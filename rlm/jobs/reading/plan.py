@@ -43,8 +43,8 @@ from rlm.errors import InvalidArgumentError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry
 from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
-from rlm.jobs.byte_ranges import local_ranges, pack_entries
-from rlm.jobs.ship import check_build, rlm_build
+from rlm.jobs.reading.byte_ranges import local_ranges, pack_entries
+from rlm.jobs.reading.ship import check_build, rlm_build
 from rlm.logdir.discovery import (
     EligibilityPolicy,
     PartitionDir,
@@ -89,7 +89,8 @@ class BackendSpec:
 
     name: str
     options: dict[str, Any]
-    #: The driver's :func:`~rlm.jobs.ship.rlm_build`, checked where the backend is created ("" = none).
+    #: The driver's :func:`~rlm.jobs.reading.ship.rlm_build`, checked where the backend is created
+    #: ("" = none).
     build: str = ""
     #: ``[remote] prefix_spread`` (docs/key-spread.md): executors map keys as the driver does.
     prefix_spread: int = 0

@@ -3,7 +3,7 @@
 
 The sets are read strictly (CRC, order, derived ``.remoteoffsetindex``/``.remotetimeindex`` match)
 and compared entry by entry with the uploaded entries of the committed segments (stage 1's
-:class:`~rlm.jobs.verify_store.PartitionFacts`); a gap between consecutive manifests is an error
+:class:`~rlm.jobs.checks.verify_store.PartitionFacts`); a gap between consecutive manifests is an error
 when anything shows a segment was there (a local index entry, a local segment or an orphan attempt
 in the gap), else a warning (a compacted topic's cleaner may leave such gaps).
 """
@@ -20,8 +20,8 @@ from rlm.errors import FormatError
 from rlm.formats import naming
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.formats.remote_index_derived import derive_remote_indexes
-from rlm.jobs.problem import Problem, Severity
-from rlm.jobs.verify_store import PartitionFacts
+from rlm.jobs.checks.problem import Problem, Severity
+from rlm.jobs.checks.verify_store import PartitionFacts
 from rlm.logdir.discovery import PartitionDir, list_segments
 from rlm.tiering.local import Gap
 from rlm.tiering.store import SegmentManifest, object_keys

@@ -15,9 +15,8 @@ import crc32c as _crc32c
 from rlm.errors import FormatError, ProtectionError, RlmError
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
-from rlm.jobs.byte_ranges import pack_entries
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.problem import Problem
+from rlm.jobs.checks.problem import Problem
+from rlm.jobs.reading import BackendSpec, pack_entries
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store import SegmentManifest
 

@@ -14,7 +14,7 @@ __all__ = ["to_record_batch"]
 
 
 def to_record_batch(cols: Columns, topic: str, partition: int, schema: Any) -> Any:
-    """One ``pa.RecordBatch`` of ``schema`` (rlm.jobs.decode.arrow_schema) holding ``cols``."""
+    """One ``pa.RecordBatch`` of ``schema`` (rlm.jobs.reading.decode.arrow_schema) holding ``cols``."""
     import pyarrow as pa
 
     n = cols.rows

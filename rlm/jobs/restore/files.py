@@ -1,7 +1,7 @@
 """The files ``rlm restore`` writes into one partition directory (docs/restore.md).
 
 :func:`restore_segment` (one segment, run in parallel) and :func:`finish_partition` turn a
-:class:`PartitionPlan` (which segments of the store's chain, cut where) into Kafka's files inside a
+:class:`RestorePlan` (which segments of the store's chain, cut where) into Kafka's files inside a
 staging directory: ``<base>.log`` byte-identical to the stored
 ``segment.log`` (or its batches inside the cut), ``.index`` / ``.timeindex`` (the stored ones, which
 the copier checked or rebuilt, else rebuilt here as Kafka's ``LogSegment.recover`` would),
@@ -49,7 +49,7 @@ from rlm.tiering.store import (
 
 __all__ = [
     "CHUNK_BYTES",
-    "PartitionPlan",
+    "RestorePlan",
     "RestoredSegment",
     "SegmentPlan",
     "finish_partition",
@@ -83,7 +83,7 @@ class SegmentPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionPlan:
+class RestorePlan:
     """What to restore of one partition: its ``segments`` in offset order, read through ``state``
     (the incarnation's root); ``log_start`` is the visible log start (DeleteRecords included);
     ``topic_id`` goes into ``partition.metadata`` (None: no file, a name-only partition)."""
@@ -348,7 +348,7 @@ def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end:
 
 
 def finish_partition(
-    plan: PartitionPlan, directory: Path, done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]
+    plan: RestorePlan, directory: Path, done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]
 ) -> list[RestoredSegment]:
     """The partition's own files beside its restored segments (``done``: each planned segment and
     what :func:`restore_segment` wrote of it, in offset order); returns the segments written."""

@@ -4,14 +4,14 @@ incrementally (docs/iceberg.md).
 The driver opens (or creates) the table through pyiceberg, plans the read from the offsets the
 table's last rlm snapshot records, has an *engine* (Spark executors, or the local engine's
 workers) run :class:`IcebergSink` — the export sink seam of docs/export.md — to write the Parquet
-data files (:mod:`rlm.jobs.iceberg_files`), and commits them all in ONE snapshot
+data files (:mod:`rlm.jobs.tables.iceberg_files`), and commits them all in ONE snapshot
 (``add_files``: one fast append) whose summary records the next offset to export per partition.
 Until that commit, nothing written is visible: a crash leaves the current snapshot unchanged and
 the files unreferenced; the next run deletes them (:func:`remove_orphans`) and writes again.
 
 There is no Iceberg Spark runtime jar here (no Maven), so Spark never talks to the table itself:
 executors write plain Parquet, the driver commits, and
-:func:`rlm.jobs.iceberg_read.spark_read_table` reads back the files pyiceberg plans for the
+:func:`rlm.jobs.tables.iceberg_read.spark_read_table` reads back the files pyiceberg plans for the
 current snapshot.
 """
 
@@ -31,10 +31,9 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError, TableError
-from rlm.jobs.decode import arrow_schema
-from rlm.jobs.iceberg_files import FILE_PREFIX, file_io, write_day_files
-from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.sink import DataFile, Sink
+from rlm.jobs.reading import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, arrow_schema, plan_read
+from rlm.jobs.tables.iceberg_files import FILE_PREFIX, file_io, write_day_files
+from rlm.jobs.tables.sink import DataFile, Sink
 from rlm.tiering.local import crash_point
 from rlm.tiering.read import check_isolation
 
@@ -75,7 +74,7 @@ ATTEMPT_PROPERTY = "rlm.attempt"
 LOCK_NAME = ".rlm-export.lock"
 
 #: An export engine: runs every task of the plan through the sink on its workers, then commits
-#: it (:func:`rlm.jobs.export_local.run_sink`, :func:`rlm.jobs.spark_sink.run_sink_spark`).
+#: it (:func:`rlm.jobs.tables.export_local.run_sink`, :func:`rlm.jobs.tables.spark_sink.run_sink_spark`).
 Engine = Callable[[ReadPlan, BackendSpec, Sink], list[DataFile]]
 Offsets = dict[tuple[str, int], int]
 
@@ -157,7 +156,7 @@ def partition_spec_fields() -> list[tuple[str, str, str]]:
 
 
 def open_table(target: IcebergTarget) -> Any:
-    """Load the table, creating namespace and table (schema :func:`~rlm.jobs.decode.arrow_schema`,
+    """Load the table, creating namespace and table (schema :func:`~rlm.jobs.reading.decode.arrow_schema`,
     partitioned by ``topic``, ``day(timestamp)``) in one commit when missing. An existing table
     must have those columns and that partitioning (:class:`TableError` otherwise)."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
@@ -346,7 +345,7 @@ class IcebergExportResult:
 
 @dataclass(frozen=True, slots=True)
 class IcebergSink:
-    """The export :class:`~rlm.jobs.sink.Sink` of one Iceberg export run (shipped to workers).
+    """The export :class:`~rlm.jobs.tables.sink.Sink` of one Iceberg export run (shipped to workers).
 
     ``write_task`` writes data files under ``data_location`` through the catalog's FileIO;
     ``commit`` (driver) registers them all in ONE snapshot carrying ``offsets``, provided the table's
@@ -470,14 +469,14 @@ def _refuse_second_full_export(target: IcebergTarget, base: Any, incremental: bo
 
 def spark_engine(spark: Any) -> Engine:
     """Spark executors write the files (one Spark task per read task), the driver commits."""
-    from rlm.jobs.spark_sink import run_sink_spark
+    from rlm.jobs.tables.spark_sink import run_sink_spark
 
     return functools.partial(run_sink_spark, spark)
 
 
 def local_engine(parallelism: int | None = None) -> Engine:
     """The local engine's workers write the files (no JVM), the driver commits."""
-    from rlm.jobs.export_local import run_sink
+    from rlm.jobs.tables.export_local import run_sink
 
     return functools.partial(run_sink, parallelism=parallelism)
 

@@ -3,7 +3,7 @@
 For each partition of the topic in ``log.dirs`` (the directory may have lost every segment; its
 ``partition.metadata`` names the incarnation to restore, docs/topic-identity.md):
 
-1. **Plan** (:func:`plan_partition`) — the store's chain (``RemoteState.chain``, what every
+1. **Plan** (:func:`plan_restore`) — the store's chain (``RemoteState.chain``, what every
    reader serves, docs/cluster.md) of the incarnation's root (``remote_view``, as the export
    planner uses), clamped to what a consumer may see (``chain_visibility``: from the log start,
    DeleteRecords point included, up to the high watermark, docs/visibility.md), and started at the
@@ -11,9 +11,9 @@ For each partition of the topic in ``log.dirs`` (the directory may have lost eve
    ``--from-timestamp`` (whole segments).
 2. **Stage** — every target ``OUT/<topic>-<partition>`` is checked first (an existing non-empty
    one is refused unless ``overwrite``), then each partition is written into a locked staging dir
-   beside it (:class:`~rlm.jobs.sink.StagedDir`): its segments by
-   :func:`rlm.jobs.restore_files.restore_segment`, ``parallelism`` at once, every object checked
-   against its manifest's CRC-32C; then its own files by :func:`~rlm.jobs.restore_files.finish_partition`.
+   beside it (:class:`~rlm.jobs.staging.StagedDir`): its segments by
+   :func:`rlm.jobs.restore.files.restore_segment`, ``parallelism`` at once, every object checked
+   against its manifest's CRC-32C; then its own files by :func:`~rlm.jobs.restore.files.finish_partition`.
 3. **Commit** — only when every partition is staged: each staging dir is fsynced and renamed into
    place, then the log dir's offset checkpoints get the restored partitions' entries (atomic
    replace; other partitions' entries kept). A failure before leaves nothing in ``OUT``; a killed
@@ -40,15 +40,15 @@ from rlm.errors import (
 )
 from rlm.formats.checkpoint import format_offset_checkpoint, parse_offset_checkpoint
 from rlm.fsutil import atomic_write
-from rlm.jobs.restore_files import (
+from rlm.jobs.restore.files import (
     OnBytes,
-    PartitionPlan,
     RestoredSegment,
+    RestorePlan,
     SegmentPlan,
     finish_partition,
     restore_segment,
 )
-from rlm.jobs.sink import StagedDir
+from rlm.jobs.staging import StagedDir
 from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -67,7 +67,7 @@ from rlm.tiering.local import crash_point, remote_view
 from rlm.tiering.read import chain_visibility, check_topic_name
 from rlm.tiering.store import Link, RemoteState, StoreProtection, object_keys
 
-__all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_partition", "restore"]
+__all__ = ["PartitionRestore", "RestoreResult", "StartAt", "plan_restore", "restore"]
 
 #: Segments restored at once by default: the work is store reads and file writes (threads).
 DEFAULT_PARALLELISM = 4
@@ -144,13 +144,13 @@ def _select(links: Sequence[Link], log_start: int, visible_end: int, start: Star
     return [SegmentPlan(lk.manifest, lk.first_offset, min(lk.last_offset, visible_end - 1)) for lk in chosen]
 
 
-def plan_partition(
+def plan_restore(
     settings: Settings,
     backend: StorageBackend,
     part: PartitionDir,
     start: StartAt,
     protection: StoreProtection | None = None,
-) -> tuple[PartitionPlan, str | None]:
+) -> tuple[RestorePlan, str | None]:
     """What to restore of ``part`` and, when it is nothing, why; ``protection`` opens protected
     segments (docs/protection.md). Raises :class:`IdentityConflictError` when the tiered data is not
     this incarnation's."""
@@ -174,7 +174,7 @@ def plan_partition(
     ranges = chain_visibility(
         part, links, segments, backend, state.protection, policy=settings.log.eligibility, deleted=deleted
     ).offsets
-    plan = PartitionPlan(part.topic, part.partition, part.topic_id, state, (), 0)
+    plan = RestorePlan(part.topic, part.partition, part.topic_id, state, (), 0)
     if not links:
         root = object_keys.root(part.topic, part.partition, state.key_id)
         return plan, f"nothing of it is tiered under {root}" + _other_incarnations(state, part)
@@ -193,7 +193,7 @@ def plan_partition(
             f"no tiered segment below the high watermark {ranges.visible_end_offset} holds "
             f"records at or after {what} (tiered: {remote_start}-{highest})"
         )
-    return PartitionPlan(
+    return RestorePlan(
         part.topic, part.partition, part.topic_id, state, tuple(chosen), ranges.log_start_offset
     ), None
 
@@ -257,7 +257,7 @@ def _from_metadata(
     ]
 
 
-def _target(out: Path, plan: PartitionPlan, overwrite: bool) -> StagedDir:
+def _target(out: Path, plan: RestorePlan, overwrite: bool) -> StagedDir:
     """The staging dir of ``out/<partition>``. An existing empty directory counts as absent (it is
     replaced at the commit, so a failed restore leaves it as it was), and so does one holding only
     the ``partition.metadata`` of the incarnation restored: the stub docs/restore.md has an
@@ -313,7 +313,7 @@ def _write_checkpoints(
 
 
 def _write_all(
-    todo: Sequence[tuple[PartitionPlan, PartitionRestore]],
+    todo: Sequence[tuple[RestorePlan, PartitionRestore]],
     staged: Sequence[StagedDir],
     interval: int,
     parallelism: int,
@@ -369,7 +369,7 @@ def restore(
     out = out.absolute()
     parts = _partitions(settings, topic, partitions)
     protection = StoreProtection.from_settings(settings.remote)  # reads the key files once
-    planned = [plan_partition(settings, backend, part, start, protection) for part in parts]
+    planned = [plan_restore(settings, backend, part, start, protection) for part in parts]
     results = [PartitionRestore(p.topic, p.partition, p.topic_id, skipped=why) for p, why in planned]
     todo = [(plan, res) for (plan, why), res in zip(planned, results, strict=True) if why is None]
     if not todo:

@@ -7,10 +7,19 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rlm.config import Settings
-from rlm.jobs.decode import KAFKA_SCHEMA_DDL, read_task_bytes, task_to_arrow
-from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.sink import ExportResult, ParquetSink, local_path
-from rlm.jobs.spark_sink import run_sink_spark
+from rlm.jobs.reading import (
+    DEFAULT_TARGET_BYTES,
+    KAFKA_SCHEMA_DDL,
+    BackendSpec,
+    ReadPlan,
+    ReadTask,
+    plan_read,
+    read_task_bytes,
+    task_to_arrow,
+)
+from rlm.jobs.staging import local_path
+from rlm.jobs.tables.sink import ExportResult, ParquetSink
+from rlm.jobs.tables.spark_sink import run_sink_spark
 from rlm.tiering.read import check_isolation
 
 __all__ = ["ExportResult", "export", "read_tiered", "tasks_dataframe", "tiered_dataframe"]
@@ -69,7 +78,7 @@ def read_tiered(
     DataFrame reads lazily, one ranged read per task, with backends rebuilt on the executors
     from ``settings.remote``. Local tasks read files of ``settings.log.dirs``: executors must run
     on the sidecar host (``local[*]``) unless ``include_local=False``. See
-    :mod:`rlm.jobs.plan` for ``target_bytes`` and ``ordered_timestamps``.
+    :mod:`rlm.jobs.reading.plan` for ``target_bytes`` and ``ordered_timestamps``.
     """
     plan = plan_read(
         settings,
@@ -112,7 +121,7 @@ def export(
     as in :func:`read_tiered`.
 
     A local ``out`` (a path or ``file:`` URI) with mode ``errorifexists`` or ``overwrite`` is
-    written by the executors through :class:`~rlm.jobs.sink.ParquetSink` (pyarrow, the local
+    written by the executors through :class:`~rlm.jobs.tables.sink.ParquetSink` (pyarrow, the local
     engine's writer and layout; ``compression`` one of its codecs) into a staging dir next to
     ``out``, renamed into place once every task succeeded: a failed job leaves ``out`` as it was
     (docs/export.md). Other filesystems and modes use Spark's own writer and commit (a failed job

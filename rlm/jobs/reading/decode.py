@@ -1,4 +1,4 @@
-"""Executor-side reading of a :class:`~rlm.jobs.plan.ReadTask`: bytes → records → Arrow batches.
+"""Executor-side reading of a :class:`~rlm.jobs.reading.plan.ReadTask`: bytes → records → Arrow batches.
 
 No pyspark here (pyarrow only), so the same code serves the Spark job and the single-process
 baseline of ``bench/export_bench.py``. Records come out as Spark's Kafka source produces them:
@@ -20,7 +20,7 @@ from rlm.formats.records import RecordBatch, decode_records, iter_batches, nativ
 from rlm.formats.remote_index import iter_entries
 from rlm.formats.transactions import committed_batches
 from rlm.formats.txn_index import AbortedTxn
-from rlm.jobs.plan import BackendSpec, ReadTask
+from rlm.jobs.reading.plan import BackendSpec, ReadTask
 from rlm.tiering.store import SegmentManifest
 
 __all__ = [
@@ -163,7 +163,7 @@ def task_to_arrow(task: ReadTask, data: bytes, rows_per_batch: int = ROWS_PER_BA
 
 
 def _native_task_to_arrow(task: ReadTask, data: bytes, rows_per_batch: int) -> Iterator[Any]:
-    from rlm.jobs.columns import to_record_batch
+    from rlm.jobs.reading.columns import to_record_batch
 
     schema = arrow_schema()
     window = native.Window(task.min_offset, task.max_offset, task.start_ts, task.end_ts)

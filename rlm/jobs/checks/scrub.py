@@ -2,14 +2,14 @@
 
 The driver (this module) runs the stages and gathers one :class:`VerifyReport`:
 
-* stage 1, one executor task per partition (:mod:`rlm.jobs.verify_store`, one listing of
+* stage 1, one executor task per partition (:mod:`rlm.jobs.checks.verify_store`, one listing of
   ``<topic>-<partition>/``): manifests, the objects they name, their uploaded entries, orphans;
 * on the driver, the local ``.remotelogindex`` sets against what stage 1 found and the gaps
-  between segments (:mod:`rlm.jobs.verify_index`), and the broker's own files
-  (:mod:`rlm.jobs.verify_local`): every rolled local segment's ``.log`` CRC-checked and its
+  between segments (:mod:`rlm.jobs.checks.verify_index`), and the broker's own files
+  (:mod:`rlm.jobs.checks.verify_local`): every rolled local segment's ``.log`` CRC-checked and its
   ``.index``/``.timeindex`` checked against it, exactly as tiering checks them before upload
   (docs/broker-files.md);
-* stage 2 (``deep``), one executor task per segment (:mod:`rlm.jobs.verify_deep`): every object
+* stage 2 (``deep``), one executor task per segment (:mod:`rlm.jobs.checks.verify_deep`): every object
   read in full, every batch CRC-checked.
 
 Every problem names what it can: topic, partition, segment base offset, object key or file,
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import Settings
-from rlm.jobs.plan import BackendSpec, select_partitions
-from rlm.jobs.problem import Problem
-from rlm.jobs.verify_deep import deep_check_segment
-from rlm.jobs.verify_index import check_local_index, recorded_gaps
-from rlm.jobs.verify_local import check_compaction, check_local_segments
-from rlm.jobs.verify_store import PartitionFacts, scrub_partition
+from rlm.jobs.checks.problem import Problem
+from rlm.jobs.checks.verify_deep import deep_check_segment
+from rlm.jobs.checks.verify_index import check_local_index, recorded_gaps
+from rlm.jobs.checks.verify_local import check_compaction, check_local_segments
+from rlm.jobs.checks.verify_store import PartitionFacts, scrub_partition
+from rlm.jobs.reading import BackendSpec, select_partitions
 from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver

@@ -7,7 +7,7 @@ back to back and agrees with the manifest. Only what the store serves is checked
 manifests under the lineage markers (docs/cluster.md); what the chain leaves out is a warning.
 Data attempts no manifest references are orphans, by the age rule of docs/remote-state.md. Every
 store query goes through :class:`~rlm.tiering.store.remote_state.RemoteState`; the task's arguments are
-plain picklable data (:class:`~rlm.jobs.plan.BackendSpec`, topic, partition, key id).
+plain picklable data (:class:`~rlm.jobs.reading.plan.BackendSpec`, topic, partition, key id).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 from rlm.errors import FormatError, ProtectionError, TamperedObjectError
 from rlm.formats.remote_index import iter_entries
-from rlm.jobs.plan import BackendSpec
-from rlm.jobs.problem import Problem
+from rlm.jobs.checks.problem import Problem
+from rlm.jobs.reading import BackendSpec
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering.store import (
     ENTRIES_OBJECT,

@@ -1,4 +1,4 @@
-"""One finding of ``rlm verify`` (:mod:`rlm.jobs.verify`, :mod:`rlm.jobs.verify_local`)."""
+"""One finding of ``rlm verify`` (:mod:`rlm.jobs.checks.scrub`, :mod:`rlm.jobs.checks.verify_local`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The local export engine (``rlm export --engine local``): the Spark job's plan, decoder and
 layout in one process with pyarrow, no JVM (docs/export.md).
 
-The tasks of :func:`rlm.jobs.plan.plan_read` run in a pool of ``parallelism`` workers; each
-reads its byte range, decodes it with :func:`rlm.jobs.decode.task_to_arrow` and hands the Arrow
-batches to the :class:`~rlm.jobs.sink.Sink` (which writes files on the worker); the driver
+The tasks of :func:`rlm.jobs.reading.plan.plan_read` run in a pool of ``parallelism`` workers; each
+reads its byte range, decodes it with :func:`rlm.jobs.reading.decode.task_to_arrow` and hands the Arrow
+batches to the :class:`~rlm.jobs.tables.sink.Sink` (which writes files on the worker); the driver
 commits once every task succeeded and aborts the sink otherwise. Workers are threads when most
 of a task runs without the GIL (:func:`gil_light`: the compiled decoder) and processes otherwise,
 so both cores work either way; a process worker writes its own files, so no record crosses a process
@@ -23,9 +23,8 @@ from typing import Literal
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
 from rlm.formats.records import native
-from rlm.jobs import decode
-from rlm.jobs.plan import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, plan_read
-from rlm.jobs.sink import DataFile, ExportResult, ParquetSink, Sink, run_task
+from rlm.jobs.reading import DEFAULT_TARGET_BYTES, BackendSpec, ReadPlan, ReadTask, decode, plan_read
+from rlm.jobs.tables.sink import DataFile, ExportResult, ParquetSink, Sink, run_task
 from rlm.tiering.read import check_isolation
 
 __all__ = [
@@ -64,7 +63,7 @@ def pool_kind(requested: PoolKind, parallelism: int, tasks: int) -> PoolKind:
 
 def gil_light() -> bool:
     """Whether a task spends most of its time without the GIL: with a decoder that releases it
-    (``rlm.jobs.decode.RELEASES_GIL``), or with the compiled decoder — its per-record work is C,
+    (``rlm.jobs.reading.decode.RELEASES_GIL``), or with the compiled decoder — its per-record work is C,
     and the rest of a task (the Parquet write, the reads, the fsyncs) releases the GIL. Threads
     then beat processes, which pay a fork and a hand-off per task (bench/export_bench.py:
     ``local`` vs ``local_processes``, BENCHMARKS.md). The pure-Python decoder holds the
@@ -83,14 +82,14 @@ def _process_context() -> multiprocessing.context.BaseContext:
     inherits; the workers start in ms and re-import nothing — the pool forks them all at the first
     submit, before its own manager thread starts), else ``forkserver`` (a clean server process
     forks the workers). Either way a child builds its own store clients: the backend cache is
-    cleared after a fork (rlm.jobs.plan)."""
+    cleared after a fork (rlm.jobs.reading.plan)."""
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     if "forkserver" not in methods:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["rlm.jobs.export_local", "pyarrow.parquet"])  # imported once
+    ctx.set_forkserver_preload(["rlm.jobs.tables.export_local", "pyarrow.parquet"])  # imported once
     return ctx
 
 

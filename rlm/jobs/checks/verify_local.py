@@ -30,7 +30,7 @@ import crc32c
 
 from rlm.errors import CorruptIndexError, RlmError, SegmentQuarantined
 from rlm.formats.records import iter_batches
-from rlm.jobs.problem import Problem
+from rlm.jobs.checks.problem import Problem
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.indexcheck import IndexKind, parse_checked
 from rlm.tiering.converge import rewrite_findings

@@ -1,7 +1,7 @@
 """Reading an exported Iceberg table back into Spark WITHOUT the Iceberg Spark runtime jar
 (docs/iceberg.md): the driver plans the current snapshot's data files with pyiceberg, executors
-read them with :func:`rlm.jobs.iceberg_files.read_data_files`. The writing side is
-:mod:`rlm.jobs.iceberg`.
+read them with :func:`rlm.jobs.tables.iceberg_files.read_data_files`. The writing side is
+:mod:`rlm.jobs.tables.iceberg`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlm.errors import TableError
-from rlm.jobs.decode import KAFKA_SCHEMA_DDL
-from rlm.jobs.iceberg_files import read_data_files
+from rlm.jobs.reading import KAFKA_SCHEMA_DDL
+from rlm.jobs.tables.iceberg_files import read_data_files
 
 __all__ = ["spark_read_table"]
 

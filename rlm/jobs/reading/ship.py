@@ -1,9 +1,10 @@
 """What every executor must share with the driver: the same build of rlm (docs/spark-cluster.md).
 
-Jobs ship data, not code — tasks are pickled rlm classes, the store a :class:`~rlm.jobs.plan.BackendSpec`
-— so an executor with another rlm would unpickle them into other code: a missing field, a changed
-rule, or a silently different result. The driver stamps its build on the ``BackendSpec``; each
-executor's Python worker compares it with its own once, before its first task touches the store.
+Jobs ship data, not code — tasks are pickled rlm classes, the store a
+:class:`~rlm.jobs.reading.plan.BackendSpec` — so an executor with another rlm would unpickle them
+into other code: a missing field, a changed rule, or a silently different result. The driver stamps
+its build on the ``BackendSpec``; each executor's Python worker compares it with its own once,
+before its first task touches the store.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Any export :class:`~rlm.jobs.sink.Sink` on Spark: executors write, the driver commits once.
+"""Any export :class:`~rlm.jobs.tables.sink.Sink` on Spark: executors write, the driver commits once.
 
-The Spark counterpart of :func:`rlm.jobs.export_local.run_sink` (docs/export.md): one Spark task
-per planned read task, each running :func:`rlm.jobs.sink.run_task` (read, decode, the
-sink's ``write_task``) on an executor; only the :class:`~rlm.jobs.sink.DataFile` descriptions
+The Spark counterpart of :func:`rlm.jobs.tables.export_local.run_sink` (docs/export.md): one Spark task
+per planned read task, each running :func:`rlm.jobs.tables.sink.run_task` (read, decode, the
+sink's ``write_task``) on an executor; only the :class:`~rlm.jobs.tables.sink.DataFile` descriptions
 (paths and counts, never rows) come back to the driver, which then calls ``commit`` once — or
 ``abort`` if the job failed. The Iceberg export uses it (docs/iceberg.md), and so does the Parquet
-export to a local ``out`` (:class:`~rlm.jobs.sink.ParquetSink`; other filesystems keep Spark's own
+export to a local ``out`` (:class:`~rlm.jobs.tables.sink.ParquetSink`; other filesystems keep Spark's own
 writer, docs/export.md). A retried Spark task runs ``write_task`` again with the same index.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm.jobs.plan import BackendSpec, ReadPlan
-from rlm.jobs.sink import DataFile, Sink, run_task
+from rlm.jobs.reading import BackendSpec, ReadPlan
+from rlm.jobs.tables.sink import DataFile, Sink, run_task
 
 __all__ = ["run_sink_spark"]
 
