@@ -140,7 +140,7 @@ def fetch_partition(
     if not committed:
         return FetchedPartition(Codes.NONE, hw, -1, start, fetched.data)
     try:
-        vis = fetched.visibility or reader.visibility()  # the moment the fetch saw
+        vis = fetched.seen  # the moment the fetch saw: its LSO and aborted transactions
         lso = vis.end("read_committed") if fetched.high_watermark is not None else hw
         kept = list(batches_below(iter(fetched.batches), lso))
         if not kept:

@@ -4,7 +4,7 @@ gaps, and decodes the records only when they may (compaction) — the answer is 
 from __future__ import annotations
 
 from rlm.formats.records import Record, RecordSpec, build_batch, decode_records, iter_batches
-from rlm.tiering.read.located import first_offset_at_least
+from rlm.tiering.read.answers import first_offset_at_least
 
 
 def _first_by_decoding(data: bytes, offset: int) -> int:

@@ -1,4 +1,4 @@
-"""A lookup says where it found its record with typed data (rlm/tiering/read/located.py): a local
+"""A lookup says where it found its record with typed data (rlm/tiering/read/answers.py): a local
 answer names the segment's ``.log`` and the batch's byte position, a remote one the entry's remote
 data identifier and length. A local fetch reads from that typed location (it used to read the file
 path back out of the JSON dict). Real partitions (LogWriter) tiered by a real manager."""
@@ -12,7 +12,7 @@ import pytest
 from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
-from rlm.tiering.read.located import LocalLocation, RemoteLocation
+from rlm.tiering.read.answers import LocalLocation, RemoteLocation
 from rlm.tiering.read.readers import TieredReaders
 from tests.lookup.helpers import BruteLog, delete_local_segments, settings_for, write_generated
 

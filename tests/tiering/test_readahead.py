@@ -24,8 +24,9 @@ from rlm.storage.registry import create_backend
 from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.counting import CountingBackend
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.read.answers import FetchResult
 from rlm.tiering.read.cache import RangeKey, RemoteRangeCache
-from rlm.tiering.read.lookup import FetchResult, PartitionReader
+from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.readahead import ReadAhead
 from rlm.tiering.read.readers import TieredReaders
 from rlm.tiering.read.remote_sets import chain_from

@@ -1,5 +1,5 @@
 """The read room: what a consumer may see and where its records are — visibility
-(`visibility`), lookups on both tiers (`lookup`, `lookup_local`, `lookup_remote`, `located`,
+(`visibility`), lookups on both tiers (`lookup`, `lookup_local`, `lookup_remote`, `answers`,
 `remote_sets`, `served_sets`), remote fetches with read-ahead and cache (`remote_fetch`,
 `readahead`, `cache`), transactions and isolation (`isolation`, `partition_txns`, `txn_sources`)
 and the readers every surface shares (`readers`) (docs/read-path.md, docs/visibility.md).
@@ -11,9 +11,10 @@ its modules (tests/ops/test_rooms.py).
 
 from __future__ import annotations
 
+from rlm.tiering.read.answers import FetchResult
 from rlm.tiering.read.cache import RemoteRangeCache
 from rlm.tiering.read.isolation import Isolation, check_isolation
-from rlm.tiering.read.lookup import FetchResult, PartitionReader
+from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.partition_txns import PartitionTxns
 from rlm.tiering.read.readers import TieredReaders, check_partition_number, check_topic_name
 from rlm.tiering.read.txn_sources import plan_sources

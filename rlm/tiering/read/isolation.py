@@ -24,7 +24,8 @@ from typing import Any
 
 from rlm.errors import InvalidArgumentError
 from rlm.formats.transactions import committed_batches
-from rlm.tiering.read.lookup import FetchResult, PartitionReader
+from rlm.tiering.read.answers import FetchResult
+from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.visibility import Isolation, Visibility, batches_below
 
 __all__ = [
@@ -54,7 +55,7 @@ def check_isolation(value: str) -> Isolation:
 
 
 def apply_isolation(fetched: Any, vis: Visibility, isolation: Isolation) -> Any:
-    """A :class:`~rlm.tiering.read.lookup.FetchResult` as ``isolation`` returns it: unchanged for
+    """A :class:`~rlm.tiering.read.answers.FetchResult` as ``isolation`` returns it: unchanged for
     read_uncommitted; for read_committed only batches below the last stable offset ``vis`` gives,
     without aborted or control batches, with the aborted transactions Kafka would list and the
     offset to resume from (after the last batch examined, kept or not)."""
@@ -113,8 +114,7 @@ def fetch(
     fetched = reader.fetch(offset, max_bytes, **options)
     if isolation == "read_uncommitted":
         return fetched
-    assert fetched.visibility is not None  # a reader's fetch carries what it saw
-    result: FetchResult = apply_isolation(fetched, fetched.visibility, isolation)
+    result: FetchResult = apply_isolation(fetched, fetched.seen, isolation)
     return result
 
 

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
-from rlm.formats.records import Record, RecordBatch, decode_records
+from rlm.formats.records import RecordBatch
 from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.logdir.index_sets import SetView
-from rlm.tiering.local import Gap, Progress, gap_at
+from rlm.tiering.local import Progress, gap_at
+from rlm.tiering.read.answers import FetchResult, LocalLocation, Located, LookupResult, Tier
 from rlm.tiering.read.cache import RangeBytes
-from rlm.tiering.read.located import LocalLocation, Located, Location, Tier
 from rlm.tiering.read.lookup_local import local_fetch, local_offset, local_timestamp
 from rlm.tiering.read.lookup_remote import remote_offset, remote_timestamp
 from rlm.tiering.read.max_timestamp import local_max_timestamp
@@ -57,86 +55,6 @@ from rlm.tiering.read.visibility import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """One answer; :meth:`to_json` is the ``rlm lookup`` / HTTP contract (docs/cli.md, docs/http-api.md)."""
-
-    topic: str
-    partition: int
-    found: bool
-    ranges: PartitionOffsets
-    tier: Tier | None = None
-    offset: int | None = None
-    timestamp: int | None = None
-    batch: RecordBatch | None = None
-    location: Location | None = None
-    reason: str | None = None
-    gap: Gap | None = None  # not found: the recorded gap holding the offset (docs/visibility.md)
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "found": self.found}
-        if not self.found:
-            doc["reason"] = self.reason
-            doc["valid_ranges"] = self.ranges.to_json()
-            if self.gap is not None:
-                doc["gap"] = self.gap.to_json()
-            return doc
-        doc.update(
-            {
-                "tier": self.tier,
-                "offset": self.offset,
-                "timestamp": self.timestamp,
-                "batch": (
-                    None
-                    if self.batch is None
-                    else {"base_offset": self.batch.base_offset, "last_offset": self.batch.last_offset}
-                ),
-                "location": None if self.location is None else self.location.to_json(),
-            }
-        )
-        return doc
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """Raw record batches (Kafka's on-disk bytes) starting at the batch holding the offset."""
-
-    topic: str
-    partition: int
-    tier: Tier
-    data: FetchBytes  # remote: a zero-copy memoryview when the answer lies in one index entry
-    batches: list[RecordBatch]
-    high_watermark: int | None  # the visible end applied (docs/visibility.md)
-    requested_offset: int | None = None
-    log_start_offset: int | None = None  # decoded views drop the boundary batch's records below it
-    # read_committed (rlm.tiering.read.isolation, docs/transactions.md): the LSO applied, the aborted
-    # transactions of the range, where to resume (after skipped batches too), segments scanned.
-    isolation: str = "read_uncommitted"
-    last_stable_offset: int | None = None
-    aborted_transactions: tuple[Any, ...] = ()
-    resume_offset: int | None = None
-    txn_scanned: tuple[str, ...] = ()
-    #: What the fetch saw (its visible end came from it): a read_committed answer asks it for the
-    #: last stable offset and the aborted transactions of the same moment.
-    visibility: Visibility | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def next_offset(self) -> int | None:
-        """Where the next fetch starts: after the last batch; the requested offset when empty."""
-        if self.resume_offset is not None:
-            return self.resume_offset
-        return self.batches[-1].last_offset + 1 if self.batches else self.requested_offset
-
-    def records(self, batch: RecordBatch, *, from_requested: bool = False) -> Iterator[Record]:
-        """The decoded records of one fetched batch a reader may see: never below the log start
-        (a raw fetch returns the boundary batch whole, as Kafka does; docs/visibility.md), and with
-        ``from_requested`` none below the requested offset either."""
-        floor = self.log_start_offset or 0
-        if from_requested and self.requested_offset is not None:
-            floor = max(floor, self.requested_offset)
-        return (r for r in decode_records(self.data, batch) if r.offset >= floor)
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,8 +407,6 @@ def _tiers_holding(offset: int, ranges: PartitionOffsets) -> tuple[bool, bool]:
 
 
 __all__ = [
-    "FetchResult",
-    "LookupResult",
     "PartitionOffsets",
     "PartitionReader",
     "ReaderResources",

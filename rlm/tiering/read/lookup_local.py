@@ -14,7 +14,7 @@ from pathlib import Path
 from rlm.formats.records import RecordBatch
 from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.segment import LogSegment
-from rlm.tiering.read.located import LocalLocation, Located, first_offset_at_least
+from rlm.tiering.read.answers import LocalLocation, Located, first_offset_at_least
 from rlm.tiering.read.visibility import batches_below
 
 

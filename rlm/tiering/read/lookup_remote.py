@@ -15,8 +15,8 @@ from rlm.formats.records import RecordBatch, decode_records
 from rlm.formats.remote_index import DecodedEntry
 from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.index_sets import SetView
+from rlm.tiering.read.answers import Located, RemoteLocation, first_offset_at_least
 from rlm.tiering.read.cache import RangeBytes
-from rlm.tiering.read.located import Located, RemoteLocation, first_offset_at_least
 from rlm.tiering.read.remote_fetch import EntrySource
 from rlm.tiering.read.remote_sets import chain_from
 
