@@ -304,7 +304,7 @@ def test_executors_with_another_rlm_than_the_driver_refuse_the_job(
 
     src = tmp_path / "driver-src"
     shutil.copytree(Path(rlm.__file__).parent, src / "rlm", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(src / "rlm" / "jobs" / "plan.py", "a") as f:
+    with open(src / "rlm" / "jobs" / "reading" / "plan.py", "a") as f:
         f.write("# a driver built from other sources\n")
     config = write_config(gen_env, tmp_path)
     path = os.pathsep.join([str(src), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])

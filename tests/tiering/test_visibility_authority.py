@@ -110,7 +110,7 @@ def test_no_module_but_the_authority_computes_a_bound() -> None:
 def test_no_reader_builds_a_progress_to_ask_for_offsets() -> None:
     """The jobs' planner and restore once built a fake daemon ``Progress`` to get a visible range;
     they ask :func:`chain_visibility` now."""
-    for name in ("plan.py", "restore.py", "export_local.py", "iceberg.py"):
+    for name in ("reading/plan.py", "restore/partitions.py", "tables/export_local.py", "tables/iceberg.py"):
         tree = ast.parse((REPO / "rlm" / "jobs" / name).read_text())
         assert not _calls(tree, "Progress"), name
 
