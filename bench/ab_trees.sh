@@ -15,7 +15,7 @@ BASE=$(mktemp -d /tmp/rlm-ab-XXXXXX)
 LOG=$(mktemp /tmp/rlm-ab-XXXXXX.log)
 trap 'git -C "$HERE" worktree remove --force "$BASE"' EXIT
 git -C "$HERE" worktree add -q --detach "$BASE" "$BASE_REV"
-if ! git -C "$HERE" diff --quiet "$BASE_REV" HEAD -- rlm/formats/records/; then
+if ! git -C "$HERE" diff --quiet "$BASE_REV" HEAD -- 'rlm/formats/records/*.c' 'rlm/formats/records/*.h'; then
   echo "the decoder's sources differ between $BASE_REV and HEAD: build the base tree's first" >&2; exit 2
 fi
 cp "$HERE"/rlm/formats/records/*.so "$BASE"/rlm/formats/records/
