@@ -4,6 +4,7 @@
 # load), then one table of each figure per side and the ratio of the means.
 #
 #   bench/ab_trees.sh 09f03af 4        # base commit, rounds (default 2)
+#   BENCHES=export EXPORT_ARGS="--partitions 4 --mib 64 --repeat 1 --no-spark" bench/ab_trees.sh 09f03af 4
 #
 # The base tree is a temporary `git worktree` of BASE sharing this checkout's venv and compiled
 # decoder (the decoder's C sources must be the same in both trees: it says so when not).
@@ -25,12 +26,12 @@ for round in $(seq 1 "$ROUNDS"); do
   for side in $order; do
     T=$BASE; [ "$side" = new ] && T=$HERE
     cd "$T"
-    for bench in lookup catchup export; do
+    for bench in ${BENCHES:-lookup catchup export}; do
       echo "=== round $round $side $bench $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)" >> "$LOG"
       case $bench in
         lookup) args="--no-record --lookups 200 --http-requests 2000" ;;
         catchup) args="--segments 4 --segment-mib 16 --rounds 1 --no-record" ;;
-        export) args="--partitions 4 --mib 16 --repeat 1 --no-spark" ;;
+        export) args=${EXPORT_ARGS:-"--partitions 4 --mib 16 --repeat 1 --no-spark"} ;;
       esac
       PYTHONPATH=$T $PY bench/${bench}_bench.py $args >> "$LOG" 2>&1
     done
