@@ -23,13 +23,13 @@ from rlm.cli.output import emit_json
 from rlm.errors import FormatError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
+from rlm.formats.indexes.time_index import TimeIndex
+from rlm.formats.indexes.txn_index import ABORTED_TXN_SIZE, parse_txn_index
 from rlm.formats.producer_snapshot import PRODUCER_SNAPSHOT_VERSION, parse_producer_snapshot
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.formats.records.as_json import record_json
-from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, scan_entries
-from rlm.formats.time_index import TimeIndex
-from rlm.formats.txn_index import ABORTED_TXN_SIZE, parse_txn_index
 
 __all__ = [
     "DumpResult",

@@ -34,7 +34,7 @@ from rlm.config.keys import ENV_PREFIX, key, keys_of, table, values_of
 from rlm.config.protection_settings import CompressionSettings, EncryptionSettings, check_encryption
 from rlm.config.server import ServerSettings, check_server
 from rlm.errors import ConfigError
-from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
+from rlm.formats.indexes.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.logdir.discovery import EligibilityPolicy
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 
 from rlm.errors import CorruptSnapshotError
-from rlm.formats.offset_index import Buffer
+from rlm.formats.indexes.offset_index import Buffer
 
 __all__ = [
     "PRODUCER_SNAPSHOT_VERSION",

@@ -39,8 +39,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rlm.errors import CompressionError, TamperedObjectError
-from rlm.formats.offset_index import Buffer
-from rlm.formats.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, RemoteLogIndexEntry
+from rlm.formats.indexes.offset_index import Buffer
+from rlm.formats.indexes.remote_index import TRANSFORM_AES_GCM, TRANSFORM_ZSTD, RemoteLogIndexEntry
 
 __all__ = [
     "OBJECT_OVERHEAD",

@@ -22,9 +22,9 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rlm.formats.offset_index import Buffer
+from rlm.formats.indexes.offset_index import Buffer
+from rlm.formats.indexes.txn_index import AbortedTxn
 from rlm.formats.records import ControlRecordType, RecordBatch, decode_records, parse_control_record
-from rlm.formats.txn_index import AbortedTxn
 
 __all__ = [
     "REBUILT_LAST_STABLE_OFFSET",

@@ -7,7 +7,7 @@ from typing import Any
 
 from rlm.config import Settings
 from rlm.errors import InvalidArgumentError
-from rlm.formats.remote_index import iter_entries
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.jobs.reading import BackendSpec, select_partitions
 from rlm.tiering.converge import index_links, progress_after
 from rlm.tiering.local import PartitionContext, Progress, remote_view

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from rlm.errors import RlmError
 from rlm.formats import naming
-from rlm.formats.offset_index import INT32_MAX, OffsetIndex
+from rlm.formats.indexes.offset_index import INT32_MAX, OffsetIndex
+from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
+from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Buffer
-from rlm.formats.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
-from rlm.formats.remote_index_derived import RemoteIndexSetBuilder
-from rlm.formats.time_index import TimeIndex
 
 __all__ = [
     "SET_SUFFIXES",

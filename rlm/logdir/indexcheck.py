@@ -3,9 +3,9 @@ failed one is rebuilt from the ``.log`` the way Kafka's ``LogSegment.recover`` d
 (docs/broker-files.md).
 
 * :func:`parse_checked` parses an index and applies Kafka's ``sanityCheck`` plus the structural
-  checks of :mod:`rlm.formats.offset_index` / :mod:`rlm.formats.time_index`; with the segment's
-  batches it also applies :func:`rlm.formats.segment_index.check_offset_index` /
-  :func:`~rlm.formats.segment_index.check_time_index`.
+  checks of :mod:`rlm.formats.indexes.offset_index` / :mod:`rlm.formats.indexes.time_index`; with
+  the segment's batches it also applies :func:`rlm.formats.indexes.segment_index.check_offset_index` /
+  :func:`~rlm.formats.indexes.segment_index.check_time_index`.
 * :func:`note_rebuilt` is the one place a rebuild is reported: a warning naming the file and the
   reason, logged once per file version (device, inode, size, mtime), and a per-partition count
   that :class:`rlm.tiering.local.metrics.TieringMetrics` exports as ``rlm_local_index_rebuilds_total``.
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from rlm.errors import RlmError
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.segment_index import check_offset_index, check_time_index
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import RecordBatch
-from rlm.formats.segment_index import check_offset_index, check_time_index
-from rlm.formats.time_index import TimeIndex
 
 __all__ = [
     "FileVersion",

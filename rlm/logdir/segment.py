@@ -28,10 +28,10 @@ from types import TracebackType
 
 from rlm.errors import CorruptIndexError, RlmError
 from rlm.formats import naming
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.segment_index import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Record, RecordBatch, decode_records, iter_batches
-from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
-from rlm.formats.time_index import TimeIndex
 from rlm.fsutil import SETTLE_NS
 from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.indexcheck import (

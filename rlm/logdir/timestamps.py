@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from rlm.errors import RlmError
-from rlm.formats.time_index import NO_TIMESTAMP, TimeIndex
+from rlm.formats.indexes.time_index import NO_TIMESTAMP, TimeIndex
 from rlm.logdir.discovery import SegmentFiles
 
 __all__ = ["largest_timestamp"]
@@ -55,7 +55,7 @@ def _from_time_index(segment: SegmentFiles, active: bool) -> int | None:
                 data = f.read()
     except OSError:
         return None
-    try:  # the one parser of the format (rlm.formats.time_index), on the tail or the whole file
+    try:  # the one parser of the format (rlm.formats.indexes.time_index), on the tail or the whole file
         return TimeIndex(segment.base_offset, data, preallocated=not trimmed).last_entry.timestamp
     except RlmError:  # a damaged index: Kafka would rebuild it; the log's mtime is the estimate
         return None

@@ -45,10 +45,10 @@ from rlm.formats.checkpoint import (
     parse_offset_checkpoint,
 )
 from rlm.formats.compression import Compression
+from rlm.formats.indexes.segment_index import SegmentIndexer
+from rlm.formats.indexes.time_index import TimeIndexBuilder
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import Record, RecordBatch, RecordSpec, TimestampType, build_batch, iter_batches
-from rlm.formats.segment_index import SegmentIndexer
-from rlm.formats.time_index import TimeIndexBuilder
 from rlm.logdir.discovery import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

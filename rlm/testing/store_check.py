@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm.formats import naming
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.formats.indexes.remote_index_derived import derive_remote_indexes
 from rlm.formats.records import iter_batches
-from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
-from rlm.formats.remote_index_derived import derive_remote_indexes
 from rlm.logdir.discovery import (
     EligibilityPolicy,
     PartitionDir,

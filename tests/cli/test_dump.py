@@ -11,9 +11,9 @@ from typing import Any
 import crc32c
 import pytest
 
+from rlm.formats.indexes.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
+from rlm.formats.indexes.txn_index import ABORTED_TXN_SIZE, AbortedTxn, encode_txn_index
 from rlm.formats.records import RecordSpec, build_batch
-from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
-from rlm.formats.txn_index import ABORTED_TXN_SIZE, AbortedTxn, encode_txn_index
 from rlm.testing.daemon import rlm_cli
 
 BATCH_FIELDS = {

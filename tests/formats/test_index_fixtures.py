@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from rlm.formats.checkpoint import EpochEntry, parse_leader_epoch_checkpoint, parse_offset_checkpoint
-from rlm.formats.naming import parse_base_offset, parse_partition_dir
-from rlm.formats.offset_index import OffsetIndex, OffsetPosition
-from rlm.formats.remote_index import build_entries
-from rlm.formats.remote_index_derived import (
+from rlm.formats.indexes.offset_index import OffsetIndex, OffsetPosition
+from rlm.formats.indexes.remote_index import build_entries
+from rlm.formats.indexes.remote_index_derived import (
     RemoteIndexSetBuilder,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )
-from rlm.formats.time_index import TimeIndex, TimestampOffset
+from rlm.formats.indexes.time_index import TimeIndex, TimestampOffset
+from rlm.formats.naming import parse_base_offset, parse_partition_dir
 
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"

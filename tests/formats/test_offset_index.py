@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.offset_index import INT32_MAX, OffsetIndex, OffsetIndexBuilder, OffsetPosition, encode_entry
+from rlm.formats.indexes.offset_index import (
+    INT32_MAX,
+    OffsetIndex,
+    OffsetIndexBuilder,
+    OffsetPosition,
+    encode_entry,
+)
 
 BASE = 1000
 

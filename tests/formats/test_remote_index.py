@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptIndexError, CorruptRemoteIndexError, InvalidArgumentError, UnsupportedMagicError
-from rlm.formats.offset_index import INT32_MAX, OffsetIndex, OffsetPosition
-from rlm.formats.remote_index import (
+from rlm.formats.indexes.offset_index import INT32_MAX, OffsetIndex, OffsetPosition
+from rlm.formats.indexes.remote_index import (
     ENTRY_HEADER_SIZE,
     RemoteDataIdentifier,
     RemoteLogIndexEntry,
@@ -20,13 +20,13 @@ from rlm.formats.remote_index import (
     iter_entries,
     scan_entries,
 )
-from rlm.formats.remote_index_derived import (
+from rlm.formats.indexes.remote_index_derived import (
     RemoteIndexSetBuilder,
     derive_remote_indexes,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )
-from rlm.formats.time_index import TimeIndex, TimestampOffset
+from rlm.formats.indexes.time_index import TimeIndex, TimestampOffset
 
 URL = "s3://bkt/pfx/orders-3/00000000000000001000-abc.log"
 

@@ -1,4 +1,4 @@
-"""Kafka's index rules in one place (rlm.formats.segment_index) and the checks of a broker index
+"""Kafka's index rules in one place (rlm.formats.indexes.segment_index) and the checks of a broker index
 against its .log; LogSegment's use of them (docs/broker-files.md)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import CorruptIndexError
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.segment_index import check_offset_index, check_time_index, rebuild_indexes
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import RecordBatch, RecordSpec, iter_batches
-from rlm.formats.segment_index import check_offset_index, check_time_index, rebuild_indexes
-from rlm.formats.time_index import TimeIndex
 from rlm.logdir.discovery import list_segments
 from rlm.logdir.segment import LogSegment
 from rlm.logdir.writer import LogWriter

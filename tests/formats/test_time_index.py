@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.time_index import TimeIndex, TimeIndexBuilder, TimestampOffset, encode_entry
+from rlm.formats.indexes.time_index import TimeIndex, TimeIndexBuilder, TimestampOffset, encode_entry
 
 BASE = 5000
 

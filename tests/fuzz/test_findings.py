@@ -17,8 +17,8 @@ from rlm.config import load_settings
 from rlm.errors import CheckpointError, CompressionError, ConfigError, CorruptRecordError, FormatError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
+from rlm.formats.indexes.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.formats.records import RecordSpec, build_batch, decode_records, iter_batches
-from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry
 from rlm.storage.memory import MemoryBackend
 from rlm.testing.daemon import rlm_cli
 from rlm.tiering.expire.policy import TopicPolicyResolver

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint, format_offset_checkpoint
-from rlm.formats.txn_index import AbortedTxn, encode_txn_index
+from rlm.formats.indexes.txn_index import AbortedTxn, encode_txn_index
 from rlm.testing.daemon import rlm_cli
 from tests.fuzz.harness import INTERESTING, fuzz_settings, mutated
 from tests.fuzz.seeds import record_seeds, writer_segment

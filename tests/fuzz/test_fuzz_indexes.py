@@ -17,21 +17,21 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlm.formats.offset_index import OffsetIndex, OffsetIndexBuilder
-from rlm.formats.remote_index import (
+from rlm.formats.indexes.offset_index import OffsetIndex, OffsetIndexBuilder
+from rlm.formats.indexes.remote_index import (
     RemoteDataIdentifier,
     RemoteLogIndexEntry,
     decode_entry,
     iter_entries,
     scan_entries,
 )
-from rlm.formats.remote_index_derived import (
+from rlm.formats.indexes.remote_index_derived import (
     RemoteIndexSetBuilder,
     derive_remote_indexes,
     find_entry_for_offset,
     find_entry_for_timestamp,
 )
-from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
+from rlm.formats.indexes.time_index import TimeIndex, TimeIndexBuilder
 from rlm.tiering.local.index_family import RemoteIndexFamily
 from tests.fuzz.harness import INTERESTING, expect_clean, fuzz_settings, mutated
 from tests.fuzz.seeds import fixture_files

@@ -252,7 +252,7 @@ def test_a_missing_stored_index_is_rebuilt_the_other_kept_as_stored(tmp_path: Pa
     ``.timeindex`` is rebuilt as Kafka's recover builds it with ``log.index_interval_bytes`` (here
     not the writer's interval, so it differs from the original), while the stored ``.index`` is
     still the broker's, byte for byte."""
-    from rlm.formats.segment_index import rebuild_indexes
+    from rlm.formats.indexes.segment_index import rebuild_indexes
 
     logs = tmp_path / "logs"
     logs.mkdir()

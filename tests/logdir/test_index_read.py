@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import RecordSpec
-from rlm.formats.time_index import TimeIndex
 from rlm.logdir.discovery import list_segments
 from rlm.logdir.indexcheck import read_index_file
 from rlm.logdir.segment import LogSegment

@@ -8,7 +8,7 @@ import itertools
 from pathlib import Path
 
 from rlm.formats import naming
-from rlm.formats.remote_index import iter_entries
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.logdir.index_sets import SET_SUFFIXES, SetCache, find_sets, read_local_entries
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager

@@ -16,9 +16,9 @@ from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from rlm.errors import InvalidArgumentError, LogDirError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from rlm.formats.compression import Compression
-from rlm.formats.offset_index import OffsetIndex
+from rlm.formats.indexes.offset_index import OffsetIndex
+from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Header, Record, RecordBatch, RecordSpec, TimestampType, build_batch
-from rlm.formats.time_index import TimeIndex
 from rlm.logdir.discovery import discover_partitions, list_segments, read_checkpoints
 from rlm.logdir.segment import LogSegment
 from rlm.logdir.writer import LogWriter

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from rlm.errors import CompressionError, InvalidArgumentError, TamperedObjectError
-from rlm.formats.remote_index import (
+from rlm.formats.indexes.remote_index import (
     STORED_ENTRY_MAGIC,
     TRANSFORM_AES_GCM,
     TRANSFORM_ZSTD,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rlm.config import Settings
-from rlm.formats.remote_index import iter_entries
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.storage.api import StorageBackend
 from rlm.storage.registry import create_backend
 from rlm.testing.daemon import free_port, rlm_cli, run_daemon

@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import KeyNotFoundError, TamperedObjectError
+from rlm.formats.indexes.remote_index import (
+    STORED_ENTRY_MAGIC,
+    TRANSFORM_AES_GCM,
+    TRANSFORM_ZSTD,
+    iter_entries,
+)
 from rlm.formats.records import iter_batches
-from rlm.formats.remote_index import STORED_ENTRY_MAGIC, TRANSFORM_AES_GCM, TRANSFORM_ZSTD, iter_entries
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.testing.counting import CountingBackend

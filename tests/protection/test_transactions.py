@@ -13,7 +13,7 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.errors import CorruptIndexError
-from rlm.formats.txn_index import parse_txn_index
+from rlm.formats.indexes.txn_index import parse_txn_index
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.partition_txns import PartitionTxns

@@ -15,7 +15,7 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.formats import naming
-from rlm.formats.remote_index import iter_entries
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.logdir.discovery import list_segments
 from rlm.storage.api import ListPage, ObjectInfo
 from rlm.storage.local import LocalBackend

@@ -36,8 +36,8 @@ from rlm.formats.checkpoint import (
     format_offset_checkpoint,
     parse_leader_epoch_checkpoint,
 )
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.formats.records import RecordSpec
-from rlm.formats.remote_index import iter_entries
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, list_segments
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ListPage, ObjectInfo

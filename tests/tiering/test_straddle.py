@@ -23,9 +23,9 @@ import pytest
 from rlm.config import Settings, load_settings
 from rlm.errors import FormatError, StorageError
 from rlm.formats.checkpoint import format_offset_checkpoint
+from rlm.formats.indexes.remote_index import iter_entries
+from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.records import RecordSpec, iter_batches
-from rlm.formats.remote_index import iter_entries
-from rlm.formats.segment_index import rebuild_indexes
 from rlm.jobs.checks.verify_local import check_compaction
 from rlm.logdir.discovery import SegmentFiles, discover_partitions, list_segments
 from rlm.logdir.indexcheck import parse_checked

@@ -14,9 +14,9 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import iter_batches
-from rlm.formats.remote_index import iter_entries
 from rlm.logdir.discovery import list_segments
 from rlm.storage.local import LocalBackend
 from rlm.storage.spread import open_spread

@@ -20,8 +20,8 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from rlm.errors import CorruptIndexError, RlmHttpError
+from rlm.formats.indexes.txn_index import AbortedTxn, collect_aborted, encode_txn_index, parse_txn_index
 from rlm.formats.records import iter_batches
-from rlm.formats.txn_index import AbortedTxn, collect_aborted, encode_txn_index, parse_txn_index
 from rlm.http.app import create_app
 from rlm.http.client import RlmClient
 from rlm.http.server import ApiServer

@@ -13,8 +13,8 @@ from typing import Any
 import crc32c as _crc32c
 
 from rlm.errors import FormatError, ProtectionError, RlmError
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
 from rlm.jobs.checks.problem import Problem
 from rlm.jobs.reading import BackendSpec, pack_entries
 from rlm.storage.api import StorageBackend

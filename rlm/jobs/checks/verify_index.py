@@ -18,8 +18,8 @@ from typing import Any
 
 from rlm.errors import FormatError
 from rlm.formats import naming
-from rlm.formats.remote_index import RemoteLogIndexEntry, iter_entries
-from rlm.formats.remote_index_derived import derive_remote_indexes
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, iter_entries
+from rlm.formats.indexes.remote_index_derived import derive_remote_indexes
 from rlm.jobs.checks.problem import Problem, Severity
 from rlm.jobs.checks.verify_store import PartitionFacts
 from rlm.logdir.discovery import PartitionDir, list_segments

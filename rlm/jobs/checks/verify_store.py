@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.errors import FormatError, ProtectionError, TamperedObjectError
-from rlm.formats.remote_index import iter_entries
+from rlm.formats.indexes.remote_index import iter_entries
 from rlm.jobs.checks.problem import Problem
 from rlm.jobs.reading import BackendSpec
 from rlm.storage.api import ObjectInfo, StorageBackend

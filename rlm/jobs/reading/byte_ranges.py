@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from rlm.errors import RlmError
-from rlm.formats.remote_index import RemoteLogIndexEntry
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import SegmentFiles
 from rlm.logdir.segment import LogSegment
 

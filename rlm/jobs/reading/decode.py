@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlm.errors import CorruptRecordError, LogDirError, RlmError
+from rlm.formats.indexes.remote_index import iter_entries
+from rlm.formats.indexes.txn_index import AbortedTxn
 from rlm.formats.records import RecordBatch, decode_records, iter_batches, native
-from rlm.formats.remote_index import iter_entries
 from rlm.formats.transactions import committed_batches
-from rlm.formats.txn_index import AbortedTxn
 from rlm.jobs.reading.plan import BackendSpec, ReadTask
 from rlm.tiering.store import SegmentManifest
 

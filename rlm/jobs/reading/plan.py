@@ -41,8 +41,8 @@ from rlm.config import Settings
 from rlm.config.protection_settings import read_key_file
 from rlm.errors import InvalidArgumentError
 from rlm.formats import naming
-from rlm.formats.remote_index import RemoteLogIndexEntry
-from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
+from rlm.formats.indexes.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.jobs.reading.byte_ranges import local_ranges, pack_entries
 from rlm.jobs.reading.ship import check_build, rlm_build
 from rlm.logdir.discovery import (

@@ -30,11 +30,11 @@ import crc32c
 from rlm.errors import CorruptObjectError, FormatError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
+from rlm.formats.indexes.segment_index import rebuild_indexes
+from rlm.formats.indexes.txn_index import encode_txn_index, parse_txn_index
 from rlm.formats.partition_metadata import format_partition_metadata
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.remote_index import RemoteLogIndexEntry
-from rlm.formats.segment_index import rebuild_indexes
-from rlm.formats.txn_index import encode_txn_index, parse_txn_index
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from rlm.tiering.local import crash_point
 from rlm.tiering.store import (

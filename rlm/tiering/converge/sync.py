@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from rlm.errors import FormatError, RlmError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
-from rlm.formats.remote_index import RemoteLogIndexEntry
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering.local import PartitionContext, crash_point, of_context

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
-from rlm.formats.remote_index import RemoteLogIndexEntry, build_entries
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.seal import Uploaded, upload_attempt

@@ -30,8 +30,8 @@ from rlm.errors import (
     SegmentQuarantined,
     SegmentVanished,
 )
+from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.segment_index import rebuild_indexes
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.logdir.indexcheck import (
     FileVersion,

@@ -23,13 +23,13 @@ from pathlib import Path
 import crc32c
 
 from rlm.errors import StorageError
-from rlm.formats.records import RecordBatch
-from rlm.formats.remote_index import (
+from rlm.formats.indexes.remote_index import (
     REMOTE_LOG_INDEX_MAGIC,
     STORED_ENTRY_MAGIC,
     RemoteDataIdentifier,
     RemoteLogIndexEntry,
 )
+from rlm.formats.records import RecordBatch
 from rlm.formats.sealed import EntryBinding, compressible, seal_entry, seal_object
 from rlm.tiering.copy.upload import upload_bytes, upload_file
 from rlm.tiering.local import PartitionContext

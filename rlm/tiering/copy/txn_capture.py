@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlm.errors import CorruptIndexError, CorruptSnapshotError, RlmError
+from rlm.formats.indexes.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
 from rlm.formats.producer_snapshot import parse_producer_snapshot
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.formats.transactions import (
@@ -33,7 +34,6 @@ from rlm.formats.transactions import (
     resolve_first,
     summarize,
 )
-from rlm.formats.txn_index import AbortedTxn, encode_txn_index, parse_txn_index
 from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.tiering.store import SegmentManifest, object_keys, open_at_end
 

@@ -1,5 +1,5 @@
 """The local remote-index family of one partition: sets of three files, appended, rotated, repaired
-(the writer; reading a set is rlm/logdir/index_sets.py, the byte format rlm/formats/remote_index.py).
+(the writer; reading a set is rlm/logdir/index_sets.py, the byte format rlm/formats/indexes/remote_index.py).
 
 Files live in the partition directory (docs/formats.md §5)::
 
@@ -36,14 +36,14 @@ from pathlib import Path
 
 from rlm.errors import FormatError
 from rlm.formats import naming
-from rlm.formats.offset_index import INT32_MAX, OffsetIndex
-from rlm.formats.remote_index import (
+from rlm.formats.indexes.offset_index import INT32_MAX, OffsetIndex
+from rlm.formats.indexes.remote_index import (
     DecodedEntry,
     RemoteLogIndexEntry,
     iter_entries,
     scan_entries,
 )
-from rlm.formats.remote_index_derived import RemoteIndexSetBuilder
+from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder
 from rlm.fsutil import atomic_write, fsync_dir, fsync_file
 from rlm.logdir.index_sets import SET_SUFFIXES, find_sets, mapped, set_bounds
 from rlm.tiering.local.crash import crash_point

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from prometheus_client.metrics import MetricWrapperBase
 
 from rlm.config import TieringSettings
-from rlm.formats.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
+from rlm.formats.indexes.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
 from rlm.logdir.discovery import PartitionDir
 from rlm.storage.api import StorageBackend

@@ -26,8 +26,8 @@ from collections.abc import Hashable, Sequence
 
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
+from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.formats.records import RecordBatch
-from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.local import Progress, gap_at

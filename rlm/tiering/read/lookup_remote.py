@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rlm.formats.indexes.remote_index import DecodedEntry
+from rlm.formats.indexes.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.formats.records import RecordBatch, decode_records
-from rlm.formats.remote_index import DecodedEntry
-from rlm.formats.remote_index_derived import find_entry_for_offset, find_entry_for_timestamp
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.read.answers import Located, RemoteLocation, first_offset_at_least
 from rlm.tiering.read.cache import RangeBytes

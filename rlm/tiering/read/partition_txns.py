@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm.errors import CorruptIndexError, ObjectNotFoundError, RlmError
-from rlm.formats.offset_index import Buffer
+from rlm.formats.indexes.offset_index import Buffer
+from rlm.formats.indexes.txn_index import AbortedTxn, collect_aborted, parse_txn_index
 from rlm.formats.records import iter_batches
 from rlm.formats.transactions import (
     REBUILT_LAST_STABLE_OFFSET,
@@ -31,7 +32,6 @@ from rlm.formats.transactions import (
     resolve_first,
     summarize,
 )
-from rlm.formats.txn_index import AbortedTxn, collect_aborted, parse_txn_index
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.txn_sources import FACTS, TxnSource
 from rlm.tiering.store import StoreProtection, open_at_local, open_at_remote

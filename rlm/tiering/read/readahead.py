@@ -18,7 +18,7 @@ from concurrent.futures import CancelledError, Future, InvalidStateError, Thread
 from dataclasses import dataclass, field
 
 from rlm.config import TieringSettings
-from rlm.formats.remote_index import DecodedEntry
+from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.discovery import EligibilityPolicy
 from rlm.logdir.index_sets import SetCache

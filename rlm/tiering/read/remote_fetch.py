@@ -19,8 +19,8 @@ from concurrent.futures import Future
 from functools import partial
 
 from rlm.errors import FormatError
+from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.remote_index import DecodedEntry
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.read.cache import Admission, RangeBytes, RangeKey
 from rlm.tiering.read.readahead import ReaderResources

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+from rlm.formats.indexes.remote_index import DecodedEntry
+from rlm.formats.indexes.remote_index_derived import find_entry_for_offset
 from rlm.formats.records import Buffer, RecordBatch
-from rlm.formats.remote_index import DecodedEntry
-from rlm.formats.remote_index_derived import find_entry_for_offset
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.read.max_timestamp import batches_max_timestamp
 

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from rlm.errors import RlmError
-from rlm.formats.remote_index import RemoteLogIndexEntry
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import PartitionDir
 from rlm.logdir.index_sets import SetView, views_of_entries
 from rlm.storage.api import StorageBackend

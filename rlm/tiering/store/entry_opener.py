@@ -13,7 +13,7 @@ store_protection stays the mechanism and knows nothing of where manifests are re
 from __future__ import annotations
 
 from rlm.errors import FormatError, StorageError
-from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry
+from rlm.formats.indexes.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry
 from rlm.formats.sealed import open_entry
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store.manifest import SegmentManifest

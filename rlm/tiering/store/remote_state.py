@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from rlm.errors import FormatError, ObjectExistsError, ObjectNotFoundError, ProtectionError, RlmError
+from rlm.formats.indexes.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
 from rlm.formats.records import iter_batches
-from rlm.formats.remote_index import RemoteDataIdentifier, RemoteLogIndexEntry, iter_entries
 from rlm.storage.api import MAX_LIST_LIMIT, ObjectInfo, StorageBackend
 from rlm.tiering.store import object_keys
 from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain

@@ -25,7 +25,7 @@ from typing import Any
 from rlm.config import RemoteSettings
 from rlm.config.protection_settings import CompressionSettings
 from rlm.errors import FormatError, KeyNotFoundError, ProtectionError, WrongKeyError
-from rlm.formats.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, iter_entries
+from rlm.formats.indexes.remote_index import TRANSFORM_AES_GCM, RemoteLogIndexEntry, iter_entries
 from rlm.formats.sealed import EntryBinding, open_entry, open_object
 from rlm.storage.api import StorageBackend
 from rlm.tiering.store.keyring import KeyRing

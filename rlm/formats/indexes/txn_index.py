@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rlm.errors import CorruptIndexError
-from rlm.formats.offset_index import Buffer
+from rlm.formats.indexes.offset_index import Buffer
 
 __all__ = [
     "ABORTED_TXN_SIZE",

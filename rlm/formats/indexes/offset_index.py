@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder, IndexView, entry_image
+from rlm.formats.indexes.index_builder import IndexBuilder, IndexView, entry_image
 
 __all__ = [
     "INT32_MAX",

@@ -24,9 +24,9 @@ import bisect
 from collections.abc import Sequence
 
 from rlm.errors import CorruptIndexError
-from rlm.formats.offset_index import OffsetIndex, OffsetIndexBuilder
+from rlm.formats.indexes.offset_index import OffsetIndex, OffsetIndexBuilder
+from rlm.formats.indexes.time_index import TimeIndex, TimeIndexBuilder
 from rlm.formats.records import RecordBatch
-from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
 
 __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",

@@ -2,8 +2,8 @@
 
 A set is three files with the same 20-digit base name (the set's base offset = first offset of its
 first entry): the ``.remotelogindex`` (entries below), a ``.remoteoffsetindex`` (Kafka ``.index``
-layout, see :class:`~rlm.formats.offset_index.OffsetIndex`) and a ``.remotetimeindex`` (Kafka
-``.timeindex`` layout, see :class:`~rlm.formats.time_index.TimeIndex`). The two small indexes are
+layout, see :class:`~rlm.formats.indexes.offset_index.OffsetIndex`) and a ``.remotetimeindex`` (Kafka
+``.timeindex`` layout, see :class:`~rlm.formats.indexes.time_index.TimeIndex`). The two small indexes are
 derivable from the ``.remotelogindex``: :func:`derive_remote_indexes` gives their exact bytes, for
 torn-tail repair and rebuild.
 
@@ -24,7 +24,7 @@ from rlm.errors import (
     InvalidArgumentError,
     UnsupportedMagicError,
 )
-from rlm.formats.offset_index import INT32_MAX, Buffer
+from rlm.formats.indexes.offset_index import INT32_MAX, Buffer
 
 __all__ = [
     "ENTRY_HEADER_SIZE",

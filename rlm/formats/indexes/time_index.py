@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlm.errors import CorruptIndexError, InvalidArgumentError
-from rlm.formats.index_builder import IndexBuilder, IndexView, entry_image
-from rlm.formats.offset_index import Buffer, check_relative
+from rlm.formats.indexes.index_builder import IndexBuilder, IndexView, entry_image
+from rlm.formats.indexes.offset_index import Buffer, check_relative
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimeIndexBuilder", "TimestampOffset", "encode_entry"]
 

@@ -1,9 +1,10 @@
 """A remote index set's files built from its entries: the appending builder, the derived
 ``.remoteoffsetindex`` / ``.remotetimeindex`` and the searches over a ``.remotelogindex``.
 
-The entry layout is :class:`rlm.formats.remote_index.RemoteLogIndexEntry`'s; the derived indexes
-are Kafka's offset/time index layouts (:mod:`rlm.formats.offset_index`, :mod:`rlm.formats.time_index`)
-with one entry per remote index entry, relative to the set's base offset.
+The entry layout is :class:`rlm.formats.indexes.remote_index.RemoteLogIndexEntry`'s; the derived
+indexes are Kafka's offset/time index layouts (:mod:`rlm.formats.indexes.offset_index`,
+:mod:`rlm.formats.indexes.time_index`) with one entry per remote index entry, relative to the set's
+base offset.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from rlm.errors import (
     CorruptIndexError,
     InvalidArgumentError,
 )
-from rlm.formats.offset_index import INT32_MAX, Buffer, OffsetIndex, OffsetIndexBuilder
-from rlm.formats.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, iter_entries
-from rlm.formats.time_index import TimeIndex, TimeIndexBuilder
+from rlm.formats.indexes.offset_index import INT32_MAX, Buffer, OffsetIndex, OffsetIndexBuilder
+from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, iter_entries
+from rlm.formats.indexes.time_index import TimeIndex, TimeIndexBuilder
 
 __all__ = [
     "AppendedEntry",
