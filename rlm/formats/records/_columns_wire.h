@@ -172,7 +172,7 @@ static Py_ssize_t legacy_walk(const uint8_t *d, Py_ssize_t n, int magic, int64_t
     return count ? count : ERR_FRAMING;
 }
 
-/* The row filter of rlm.jobs.decode.iter_task_records. */
+/* The row filter of rlm.jobs.reading.decode.iter_task_records. */
 typedef struct {
     int64_t lo, hi, ts_lo, ts_hi;
     int has_ts_lo, has_ts_hi;
