@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -207,10 +208,20 @@ class StorageBackend(ABC):
         ``max_attempts``, ``base_delay``/``max_delay`` in seconds); ``{}`` = the policy's defaults."""
         return {}
 
-    def use_retry_policy(self, policy: RetryPolicy) -> None:  # noqa: B027 - optional hook
+    def use_retry_policy(self, policy: RetryPolicy) -> None:
         """Called by the retry layer wrapping this backend with its policy: a backend whose one
         call is several requests (S3 multipart) may retry those steps under that same policy
-        object, never under one of its own. Default: ignored."""
+        object, never under one of its own. Default: ignored — unless the backend still defines
+        the hook's name before 2026-11 (``adopt_retry_policy``), which is called, with a
+        ``DeprecationWarning`` (docs/storage.md)."""
+        legacy = getattr(self, "adopt_retry_policy", None)
+        if legacy is not None:
+            warnings.warn(
+                f"{type(self).__name__}.adopt_retry_policy: the hook is use_retry_policy now",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            legacy(policy)
 
     def describe(self) -> dict[str, Any]:
         """The backend name and its options with secrets redacted — safe to log or show."""

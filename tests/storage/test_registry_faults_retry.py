@@ -201,3 +201,18 @@ def test_wrappers_name_objects_by_the_inner_stores_urls(tmp_path) -> None:  # ty
         url = wrapper.url("t-0/data/x/segment.log")
         assert url == inner.url("t-0/data/x/segment.log") and url.startswith("file://")
         assert wrapper.key_for_url(url) == inner.key_for_url(url) == "t-0/data/x/segment.log"
+
+
+def test_a_plugin_with_the_old_retry_hook_name_still_gets_the_policy() -> None:
+    """The hook was ``adopt_retry_policy`` before #32's renames; a third-party backend overriding
+    that name must still receive the retry layer's policy (and be told the new name)."""
+    got: list[RetryPolicy] = []
+
+    class OldPlugin(MemoryBackend):
+        def adopt_retry_policy(self, policy: RetryPolicy) -> None:
+            got.append(policy)
+
+    with pytest.warns(DeprecationWarning, match="use_retry_policy"):
+        wrapped = RetryingBackend(OldPlugin())
+    assert got == [wrapped.policy]
+    RetryingBackend(MemoryBackend())  # the default hook: nothing to call, no warning (filterwarnings=error)
