@@ -6,6 +6,7 @@ into ``<repo>/.cache/s3rver`` on first use (skipped when ``node`` is absent).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -86,6 +87,17 @@ def ensure_s3rver() -> tuple[str, Path]:
         if npm is None:
             unavailable("npm is not installed: cannot install s3rver@3")
         S3RVER_DIR.mkdir(parents=True, exist_ok=True)
+        # Two xdist workers may both need it first: one installs, the other waits on the lock and
+        # finds it installed (two npm installs into one prefix can leave a broken tree).
+        with open(S3RVER_DIR / ".install.lock", "wb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _npm_install_s3rver(npm)
+    return node, S3RVER_SCRIPT
+
+
+def _npm_install_s3rver(npm: str) -> None:
+    """``npm install s3rver@3`` into :data:`S3RVER_DIR` unless already there; fails the test on error."""
+    if not S3RVER_SCRIPT.is_file():
         proc = subprocess.run(
             [npm, "install", "--prefix", str(S3RVER_DIR), "--no-audit", "--no-fund", "s3rver@3"],
             capture_output=True,
@@ -95,7 +107,6 @@ def ensure_s3rver() -> tuple[str, Path]:
         )
         if proc.returncode != 0 or not S3RVER_SCRIPT.is_file():
             pytest.fail(f"npm install s3rver@3 failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return node, S3RVER_SCRIPT
 
 
 @pytest.fixture(scope="session")
