@@ -68,10 +68,17 @@ run: install
 	@test -d $(DEMO)/kafka-logs || $(BIN)/rlm generate --out $(DEMO)/kafka-logs
 	$(BIN)/rlm run --config configs/local.toml
 
+# The suite runs on RLM_TEST_WORKERS pytest-xdist workers (0: serially, in one process). Most tests
+# wait on subprocesses (brokers, S3 servers, Spark, daemons), so 2 workers keep 2 cores busy.
+# loadgroup: tests sharing an expensive fixture stay on one worker (tests/xdist_groups.py,
+# CONTRIBUTING.md "Running in parallel").
+RLM_TEST_WORKERS ?= 2
+PARALLEL := -n $(RLM_TEST_WORKERS) --dist loadgroup
+
 # RLM_REQUIRE_NATIVE: a compiled extension that did not build fails the run instead of falling
 # back quietly (docs/decoder.md, docs/scan.md); the reruns cover the pure-Python references.
 test: install lint browser kcat
-	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q --durations=25
+	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q --durations=25 $(PARALLEL)
 	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
 	RLM_SCAN=python $(BIN)/python -m pytest -q -p no:cacheprovider $(SCAN_TESTS)
 

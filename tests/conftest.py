@@ -41,6 +41,15 @@ def expected(fixtures_dir: Path) -> dict[str, Any]:
     return data
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) the tests that share an
+    expensive fixture run on one worker (tests/xdist_groups.py)."""
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests.xdist_groups import XdistGroups
+
+        config.pluginmanager.register(XdistGroups(), "rlm-xdist-groups")
+
+
 # -- the real S3 server of every S3 suite: one SeaweedFS per session (or RLM_TEST_S3_ENDPOINT) ----
 
 # Loaded here so every test package (storage, lookup, tiering, cluster, ops) can ask for them. The

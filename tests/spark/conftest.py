@@ -81,6 +81,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield cluster
 
 
+@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py groups the spark tests (tests/xdist_groups.py)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/spark/" in str(item.fspath).replace("\\", "/"):
