@@ -296,7 +296,9 @@ def test_a_stream_that_makes_progress_outlives_the_request_deadline(served: Serv
             "GET", served.slow_url + STREAM.format(t="big", p=0), params={"offset": 0}, timeout=60
         ) as resp:
             t0 = time.monotonic()
-            served.slow.delay_s = 0.3  # each chunk from here on takes 0.3 s
+            # each chunk from here on takes 0.15 s, well inside the 1 s a chunk may take (0.3 s
+            # plus a loaded machine's decode passed 1 s); the ~16 chunks left take far longer
+            served.slow.delay_s = 0.15
             for chunk in resp.iter_bytes():
                 body += chunk
             took = time.monotonic() - t0
