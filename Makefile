@@ -71,7 +71,8 @@ run: install
 # The suite runs on RLM_TEST_WORKERS pytest-xdist workers (0: serially, in one process). Most tests
 # wait on subprocesses (brokers, S3 servers, Spark, daemons), so 2 workers keep 2 cores busy.
 # loadgroup: tests sharing an expensive fixture stay on one worker (tests/xdist_groups.py,
-# CONTRIBUTING.md "Running in parallel").
+# CONTRIBUTING.md "Running in parallel"). The decoder rerun is parallel too (418 s against 541 s
+# serially, measured side by side on a loaded machine); the scan rerun (10 s) stays serial.
 RLM_TEST_WORKERS ?= 2
 PARALLEL := -n $(RLM_TEST_WORKERS) --dist loadgroup
 
@@ -79,7 +80,7 @@ PARALLEL := -n $(RLM_TEST_WORKERS) --dist loadgroup
 # back quietly (docs/decoder.md, docs/scan.md); the reruns cover the pure-Python references.
 test: install lint browser kcat
 	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q --durations=25 $(PARALLEL)
-	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(DECODE_TESTS)
+	RLM_DECODER=python $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) $(DECODE_TESTS)
 	RLM_SCAN=python $(BIN)/python -m pytest -q -p no:cacheprovider $(SCAN_TESTS)
 
 # The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites.
