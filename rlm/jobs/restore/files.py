@@ -43,6 +43,7 @@ from rlm.tiering.store import (
     PRODUCER_SNAPSHOT_OBJECT,
     TIME_INDEX_OBJECT,
     TXN_INDEX_OBJECT,
+    Link,
     RemoteState,
     SegmentManifest,
 )
@@ -51,7 +52,6 @@ __all__ = [
     "CHUNK_BYTES",
     "RestorePlan",
     "RestoredSegment",
-    "SegmentPlan",
     "finish_partition",
     "leader_epochs",
     "restore_segment",
@@ -65,24 +65,6 @@ OnBytes = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
-class SegmentPlan:
-    """One stored segment to restore: offsets ``[first_offset, last_offset]`` (inclusive) of its
-    ``manifest`` are kept. Batches starting below ``first_offset`` are an earlier link's (an
-    overlap, docs/cluster.md); batches ending above ``last_offset`` are diverged or at/above the
-    high watermark: both are cut away, at batch boundaries."""
-
-    manifest: SegmentManifest
-    first_offset: int
-    last_offset: int
-
-    @property
-    def whole(self) -> bool:
-        return (
-            self.first_offset <= self.manifest.base_offset and self.last_offset >= self.manifest.last_offset
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class RestorePlan:
     """What to restore of one partition: its ``segments`` in offset order, read through ``state``
     (the incarnation's root); ``log_start`` is the visible log start (DeleteRecords included);
@@ -92,7 +74,7 @@ class RestorePlan:
     partition: int
     topic_id: str | None
     state: RemoteState
-    segments: tuple[SegmentPlan, ...]
+    segments: tuple[Link, ...]
     log_start: int
 
     @property
@@ -207,7 +189,7 @@ def _batches(path: Path) -> list[RecordBatch]:
     return batches
 
 
-def _kept(plan: SegmentPlan, batches: Sequence[RecordBatch], key: str) -> list[RecordBatch]:
+def _kept(plan: Link, batches: Sequence[RecordBatch], key: str) -> list[RecordBatch]:
     """The batches inside the plan's offsets. A batch straddling ``first_offset`` means the two
     overlapping links hold different batches (docs/cluster.md): refused, as the read path does."""
     kept = []
@@ -249,7 +231,7 @@ def _write_txn_index(state: RemoteState, m: SegmentManifest, path: Path, below: 
 
 
 def restore_segment(
-    state: RemoteState, plan: SegmentPlan, directory: Path, interval: int, on_bytes: OnBytes
+    state: RemoteState, plan: Link, directory: Path, interval: int, on_bytes: OnBytes
 ) -> RestoredSegment | None:
     """Write one segment's files into ``directory``; None when the cut leaves no batch."""
     done = _restore_segment(state, plan, directory, interval, on_bytes)
@@ -258,7 +240,7 @@ def restore_segment(
 
 
 def _restore_segment(
-    state: RemoteState, plan: SegmentPlan, directory: Path, interval: int, on_bytes: OnBytes
+    state: RemoteState, plan: Link, directory: Path, interval: int, on_bytes: OnBytes
 ) -> RestoredSegment | None:
     m = plan.manifest
     base = m.base_offset
@@ -282,9 +264,7 @@ def _restore_segment(
     return _restore_cut(state, plan, log_path, interval)
 
 
-def _restore_cut(
-    state: RemoteState, plan: SegmentPlan, log_path: Path, interval: int
-) -> RestoredSegment | None:
+def _restore_cut(state: RemoteState, plan: Link, log_path: Path, interval: int) -> RestoredSegment | None:
     """A segment cut at batch boundaries: its kept bytes under the kept head's name, indexes
     rebuilt for them, its ``.txnindex`` truncated; no producer snapshot (it describes the state
     at another offset than the cut's)."""
@@ -348,7 +328,7 @@ def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end:
 
 
 def finish_partition(
-    plan: RestorePlan, directory: Path, done: Sequence[tuple[SegmentPlan, RestoredSegment | None]]
+    plan: RestorePlan, directory: Path, done: Sequence[tuple[Link, RestoredSegment | None]]
 ) -> list[RestoredSegment]:
     """The partition's own files beside its restored segments (``done``: each planned segment and
     what :func:`restore_segment` wrote of it, in offset order); returns the segments written."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from rlm.jobs.restore.files import (
     OnBytes,
     RestoredSegment,
     RestorePlan,
-    SegmentPlan,
     finish_partition,
     restore_segment,
 )
@@ -132,8 +131,11 @@ class RestoreResult:
         }
 
 
-def _select(links: Sequence[Link], log_start: int, visible_end: int, start: StartAt) -> list[SegmentPlan]:
-    """The chain's links to restore, each clamped below ``visible_end`` (module doc, step 1)."""
+def _select(links: Sequence[Link], log_start: int, visible_end: int, start: StartAt) -> list[Link]:
+    """The chain's links to restore, each clamped below ``visible_end`` (module doc, step 1): a
+    link's batches starting below its first offset are an earlier link's (an overlap), those
+    ending above its last offset diverged or at/above the high watermark — both are cut away, at
+    batch boundaries (restore/files.py)."""
     lowest = max(log_start, start.offset or 0)
     chosen = [lk for lk in links if lk.last_offset >= lowest and lk.first_offset < visible_end]
     if start.timestamp is not None:
@@ -141,7 +143,7 @@ def _select(links: Sequence[Link], log_start: int, visible_end: int, start: Star
             (i for i, lk in enumerate(chosen) if lk.manifest.max_timestamp >= start.timestamp), len(chosen)
         )
         chosen = chosen[at:]
-    return [SegmentPlan(lk.manifest, lk.first_offset, min(lk.last_offset, visible_end - 1)) for lk in chosen]
+    return [replace(lk, last_offset=min(lk.last_offset, visible_end - 1)) for lk in chosen]
 
 
 def plan_restore(
@@ -333,7 +335,7 @@ def _write_all(
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    by_partition: dict[int, list[tuple[SegmentPlan, RestoredSegment | None]]] = {}
+    by_partition: dict[int, list[tuple[Link, RestoredSegment | None]]] = {}
     for (n, seg), result in zip(jobs, done, strict=True):
         by_partition.setdefault(n, []).append((seg, result))
     for n, (plan, res) in enumerate(todo):
