@@ -77,6 +77,8 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     from rlm.http.tls import serving_context
 
     tls = serving_context(settings.server)  # a bad cert/key: one line, before anything starts
+    daemon = TieringDaemon(manager)
+    daemon.handle_signals()  # before the API answers: a SIGTERM from then on is a clean stop
     parts = build_api(settings, manager)
     kafka = _kafka_listener(settings, parts)  # bound, certificate and users loaded: or fail now
     history = parts.history.start()
@@ -87,7 +89,7 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
         logging.getLogger("rlm").info("Kafka listener on %s (%s)", kafka.address, kafka.security_protocol)
     tune_gc()  # after the imports and the app: they are frozen out of every collection
     try:
-        TieringDaemon(manager).run_forever()
+        daemon.run_forever()
     finally:
         if kafka is not None:
             kafka.stop()

@@ -183,13 +183,24 @@ class TieringDaemon:
             busy = sum(1 for f in self._submitted.values() if not f.done())
         log.warning("partition passes queued or running: %d of %d partitions", busy, len(self._partitions))
 
-    def run_forever(self) -> None:
-        """Run until SIGTERM/SIGINT (or :meth:`request_stop`)."""
+    def handle_signals(self) -> None:
+        """Take SIGTERM/SIGINT (a graceful stop) and SIGUSR1 (a state dump) from now on. Called
+        before anything listens: a supervisor that stops the daemon as soon as its API answers must
+        get the graceful stop (exit 0), not the default action (killed by the signal)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         # `kill -USR1 <pid>`: every thread's stack, each job's next run and each partition's pass
         # lock on stderr — what is a stuck partition waiting on?
         signal.signal(signal.SIGUSR1, self._dump_state)
+
+    def run_forever(self) -> None:
+        """Run until SIGTERM/SIGINT (or :meth:`request_stop`); at once when one came already."""
+        self.handle_signals()
+        if self.stopped.is_set():  # stopped while the API was starting: nothing was scheduled
+            self.manager.stop()
+            self.passes.shutdown(wait=True, cancel_futures=True)
+            log.info("stopped")
+            return
         self.start()
         # Wait in short slices, never in one blocking wait: the kernel may deliver SIGTERM to any
         # of the daemon's threads, and Python runs the handler only when the main thread next runs

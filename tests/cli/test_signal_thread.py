@@ -49,3 +49,30 @@ def test_sigterm_delivered_to_another_thread_stops_the_daemon(tmp_path: Path) ->
             pytest.fail(f"rlm run ignored a SIGTERM delivered to its thread {tid}")
         assert daemon.proc.returncode == 0
         assert "shutting down (SIGTERM)" in daemon.log_text()
+
+
+def test_a_stop_before_the_daemon_runs_is_a_clean_stop(tmp_path: Path) -> None:
+    """``rlm run`` takes SIGTERM before its API answers (``handle_signals``): a stop that lands while
+    the API starts is remembered, and ``run_forever`` then returns at once, nothing scheduled —
+    before, the default action killed the process (exit -15) when a supervisor stopped it the
+    moment it answered on a busy host."""
+    from rlm.cli.common import build_manager
+    from rlm.config import load_settings
+    from rlm.daemon.scheduler import TieringDaemon
+
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [("early", 1)], records=20)
+    config = write_config(tmp_path / "rlm.toml", [logs], root=tmp_path / "store")
+    daemon = TieringDaemon(build_manager(load_settings(config)))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    try:
+        daemon.handle_signals()
+        assert signal.getsignal(signal.SIGTERM) == daemon.request_stop
+        signal.raise_signal(signal.SIGTERM)  # the handler runs on this (the main) thread
+        assert daemon.stopped.is_set()
+        daemon.run_forever()  # returns: a test that hangs here fails by the suite's timeout
+        assert not daemon.scheduler.running
+        assert daemon.manager.shared.stop.is_set()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
