@@ -37,7 +37,7 @@ from rlm.logdir.index_sets import SetCache
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import faulty_local_options, write_config
 from rlm.testing.daemon import rlm_cli
-from rlm.tiering.local.index_family import RemoteIndexFamily
+from rlm.tiering.local.index_family import RemoteIndexFamily, RemoteIndexSet
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.remote_root import remote_view
 from rlm.tiering.manager import RemoteLogManager
@@ -299,3 +299,21 @@ def test_store_down_and_family_missing_is_an_error_saying_so(tmp_path: Path) -> 
 def _key_id(env: Env) -> str | None:
     part = partition_dir(env.logs, TOPIC, 0, env.part)
     return remote_view(env.settings.tiering, part).key_id
+
+
+def test_a_set_without_its_files_reads_as_empty_to_other_threads(tmp_path: Path) -> None:
+    """The status page and lookups ask the family from other threads while a pass writes: a set
+    just rotated in (no file until its first entries land) or one whose gate a staged change removed
+    reads as empty, never raises (CI saw ``GET /v1/partitions`` fail with FileNotFoundError)."""
+    env = make_env(tmp_path)
+    env.half_rebuild(2)
+    family = RemoteIndexFamily(env.part, tmp_path / "meta.json", rotate_bytes=1 << 30, rotate_ms=1 << 40)
+    family.open()
+    before = family.last_offset
+    fresh = family._new_set(before + 1)  # what append_segment does before it writes the entries
+    assert not fresh.log_index_path.exists()
+    assert fresh.first_entry is None and fresh.last_entry is None
+    assert family.last_offset == before
+    hidden = RemoteIndexSet(env.part, family.sets[0].base_offset, 0)  # as a reader builds it
+    hidden.hide()
+    assert hidden.first_entry is None and hidden.last_entry is None

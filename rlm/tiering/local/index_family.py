@@ -97,10 +97,17 @@ class RemoteIndexSet:
         return OffsetIndex(self.base_offset, raw, preallocated=False)
 
     def _load_bounds(self) -> None:
+        """Read the first and last entry from disk, once. Status and lookups ask from other threads
+        while a pass writes: a set just created (:meth:`RemoteIndexFamily._new_set`, no file until
+        its first entries) or hidden (its gate removed) reads as empty, never as an error."""
         if self._last is not None:
             return
         with mapped(self.log_index_path) as buf:
-            bounds = set_bounds(self._offset_index(), buf)
+            try:
+                offsets = self._offset_index()
+            except FileNotFoundError:
+                return
+            bounds = set_bounds(offsets, buf)
             if bounds is not None:
                 self._first, self._last = bounds[0].entry, bounds[1].entry
 
