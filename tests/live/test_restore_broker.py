@@ -224,6 +224,10 @@ def test_rlm_resumes_tiering_on_the_restored_broker(restored: Restored) -> None:
     """The sidecar's next pass on the restored log dir (its state dir lost with the disk): the
     restored segments are recognised as tiered, the one the broker appended to after the restore
     is copied from where the store ends (docs/cluster-copy.md), nothing fails."""
+    # Records into the restored active segment first, while the topic rolls as brokers do: with
+    # segment.ms already low, the broker would roll that old segment before appending to it, and
+    # nothing new would be rolled (this test then relied on the one before it having produced).
+    produce(restored.cluster.bootstrap, TOPIC, 5, value_bytes=50)
     restored.cluster.alter_topic(TOPIC, {"segment.ms": 1000})
     new_end = roll(restored.cluster.bootstrap, TOPIC, restored.node.log_dir / f"{TOPIC}-0")
     wait_until(
