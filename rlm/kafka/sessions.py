@@ -20,6 +20,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+from rlm.kafka.protocol import Codes
 
 __all__ = [
     "EVICTION_MS",
@@ -29,7 +32,9 @@ __all__ = [
     "FetchSession",
     "FetchSessionCache",
     "PartitionKey",
+    "SessionContext",
     "next_epoch",
+    "open_context",
 ]
 
 #: A fetch request's session epoch that asks for a full fetch and a new session.
@@ -193,3 +198,53 @@ class FetchSessionCache:
         del self._sessions[smallest.id]
         self.evictions += 1
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """How one Fetch request is answered (Kafka's ``FetchContext`` kinds):
+
+    * ``full`` — read every partition the request names; afterwards :meth:`FetchSessionCache.create`
+      may make a session of them (the response carries its id, or 0);
+    * ``sessionless`` — read the request's partitions, answer with session id 0 (epoch -1, or an
+      incremental request that forgot its last partition);
+    * ``incremental`` — read ``session``'s partitions in its order, answer only those that must
+      respond, with the session's id;
+    * ``error`` — answer ``error`` for the whole request, session id 0, no partitions.
+    """
+
+    kind: Literal["full", "sessionless", "incremental", "error"]
+    session: FetchSession | None = None
+    error: int = 0
+
+
+def open_context(
+    cache: FetchSessionCache,
+    session_id: int,
+    epoch: int,
+    uses_topic_ids: bool,
+    upserts: Iterable[tuple[PartitionKey, CachedPartition]] = (),
+    forgotten: Iterable[PartitionKey] = (),
+) -> SessionContext:
+    """Kafka's ``FetchManager.newContext`` for a request with ``session_id`` and ``epoch``: a full
+    request (epoch 0 or -1) drops the session it names; an incremental one (epoch > 0) must name a
+    cached session of the same topic form (``uses_topic_ids``: Fetch v13+) at its current epoch,
+    whose partitions it then updates, and the session's epoch advances."""
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id:
+            cache.remove(session_id)
+        return SessionContext("sessionless" if epoch == FINAL_EPOCH else "full")
+    session = cache.get(session_id)
+    if session is None:
+        return SessionContext("error", error=Codes.FETCH_SESSION_ID_NOT_FOUND)
+    if session.uses_topic_ids != uses_topic_ids:
+        return SessionContext("error", error=Codes.FETCH_SESSION_TOPIC_ID_ERROR)
+    if session.epoch != epoch:
+        return SessionContext("error", error=Codes.INVALID_FETCH_SESSION_EPOCH)
+    session.update(upserts, forgotten)
+    if not session.partitions:
+        cache.remove(session.id)
+        return SessionContext("sessionless")
+    cache.touch(session)
+    session.epoch = next_epoch(session.epoch)
+    return SessionContext("incremental", session)

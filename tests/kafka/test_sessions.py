@@ -3,7 +3,14 @@ answer rules, on an injected clock."""
 
 from __future__ import annotations
 
-from rlm.kafka.sessions import EVICTION_MS, CachedPartition, FetchSessionCache, next_epoch
+from rlm.kafka.protocol import Codes
+from rlm.kafka.sessions import (
+    EVICTION_MS,
+    CachedPartition,
+    FetchSessionCache,
+    next_epoch,
+    open_context,
+)
 
 
 class Clock:
@@ -98,3 +105,31 @@ def test_young_sessions_are_not_evicted_for_bigger_ones() -> None:
     assert session is not None
     cache.touch(session)
     assert cache.create(parts(100), False) == 0 and cache.get(first) is not None
+
+
+def test_a_full_request_drops_the_session_it_names() -> None:
+    cache = FetchSessionCache(10, Clock())
+    sid = cache.create(parts(2), False)
+    assert open_context(cache, sid, 0, False).kind == "full" and cache.get(sid) is None
+    sid = cache.create(parts(2), False)
+    assert open_context(cache, sid, -1, False).kind == "sessionless" and cache.get(sid) is None
+
+
+def test_incremental_requests_advance_the_epoch_and_refuse_a_wrong_one() -> None:
+    cache = FetchSessionCache(10, Clock())
+    sid = cache.create(parts(2), False)
+    ctx = open_context(cache, sid, 1, False, [(("t", 5), CachedPartition(3, 9))])
+    assert ctx.kind == "incremental" and ctx.session is not None and ctx.session.epoch == 2
+    assert ("t", 5) in ctx.session.partitions
+    assert open_context(cache, sid, 1, False).error == Codes.INVALID_FETCH_SESSION_EPOCH  # a replay
+    assert (
+        open_context(cache, sid, 2, True).error == Codes.FETCH_SESSION_TOPIC_ID_ERROR
+    )  # v13+ on a name session
+    assert open_context(cache, sid + 1, 1, False).error == Codes.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_forgetting_every_partition_closes_the_session() -> None:
+    cache = FetchSessionCache(10, Clock())
+    sid = cache.create(parts(1), False)
+    assert open_context(cache, sid, 1, False, forgotten=[("t", 0)]).kind == "sessionless"
+    assert cache.get(sid) is None
