@@ -44,6 +44,11 @@ class KafkaMetrics:
             "Partitions cached over all fetch sessions (Kafka: NumIncrementalFetchPartitionsCached)",
             registry=registry,
         )
+        self.fetch_sessions_opened = Counter(
+            "rlm_kafka_fetch_sessions_opened",
+            "Incremental fetch sessions opened by a full Fetch (docs/kafka-listener.md §5.2)",
+            registry=registry,
+        )
         self.closed = Counter(
             "rlm_kafka_connections_closed",
             "Kafka listener connections closed by the "

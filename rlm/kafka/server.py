@@ -307,7 +307,7 @@ class KafkaListener:
             read = self._fetch_pass(conn, req, plan)
             if not self._fetch_done(req, read):
                 return _Waiting(req, plan, read)
-            body = self.api.render_fetch(plan, read)
+            body = self._rendered(plan, read)
         else:
             body = self._dispatch(conn, req)
         return self._encode(req, body)
@@ -353,8 +353,15 @@ class KafkaListener:
         waits = min(max(req.body.max_wait_ms, 0), self.settings.max_wait_ms) > 0
         return read.errors or read.record_bytes >= req.body.min_bytes or not waits
 
+    def _rendered(self, plan: FetchPlan, read: FetchRead) -> Any:
+        """The Fetch answer that goes out (once per request: it opens or updates the session)."""
+        body = self.api.render_fetch(plan, read)
+        if plan.context.kind == "full" and body.session_id:
+            self.metrics.fetch_sessions_opened.inc()
+        return body
+
     def _render(self, req: RequestFrame, plan: FetchPlan, read: FetchRead) -> bytes | bytearray:
-        return self._encode(req, self.api.render_fetch(plan, read))
+        return self._encode(req, self._rendered(plan, read))
 
     async def _wait(self, conn: _Conn, waiting: _Waiting, began: float) -> bytes | bytearray:
         """Wait up to ``max_wait_ms`` (capped by ``kafka.max_wait_ms``) for ``min_bytes``:
