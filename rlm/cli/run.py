@@ -112,7 +112,12 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
             "installed: pip install 'rlm[kafka]' (kafka-python 3)"
         ) from None
 
-    api = KafkaApi(parts.readers, node_id=settings.cluster.node_id or 0, deleter=parts.delete_records)
+    api = KafkaApi(
+        parts.readers,
+        node_id=settings.cluster.node_id or 0,
+        deleter=parts.delete_records,
+        max_fetch_sessions=settings.kafka.max_fetch_sessions,
+    )
     return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics)
 
 

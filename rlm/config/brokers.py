@@ -191,3 +191,9 @@ class KafkaSettings:
         "unbounded; 1000 stays under the common 1024 file-descriptor limit, so a flood of "
         "connections cannot starve the daemon's own files (docs/kafka-listener.md §8).",
     )
+    max_fetch_sessions: int = key(
+        1000,
+        v.integer(0, 1_000_000),
+        "Kafka's `max.incremental.fetch.session.cache.slots`: incremental fetch sessions (KIP-227) "
+        "kept at most, over all clients; 0 = none, every Fetch is full (docs/kafka-listener.md §5.2).",
+    )

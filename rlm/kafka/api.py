@@ -7,7 +7,6 @@ partition with data excepted by one batch, and reads no more than that (docs/kaf
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
 from collections import defaultdict
@@ -16,23 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsResponse, DescribeConfigsResponse
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
-from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import RlmError
 from rlm.formats.naming import is_internal_topic
+from rlm.kafka.fetching import FetchPlan, FetchRead, plan_fetch, read_plan, render
 from rlm.kafka.protocol import Api, Codes, api_versions_body
-from rlm.kafka.reads import (
-    FetchedPartition,
-    error_code,
-    fetch_partition,
-    list_offset,
-    offsets_only,
-    partition_marks,
-    served,
-)
+from rlm.kafka.reads import error_code, list_offset, served
+from rlm.kafka.sessions import FetchSessionCache
+from rlm.kafka.topic_ids import TopicIds, topic_uuid
 from rlm.logdir.discovery import PartitionDir
 from rlm.tiering.delete_records import DeletedRecords
 from rlm.tiering.read import TieredReaders, check_topic_name
@@ -62,16 +55,6 @@ class FetchAnswer:
     errors: bool
 
 
-def _topic_uuid(topic_id: str | None) -> uuid.UUID:
-    """``partition.metadata``'s base64url topic id as a UUID; the zero UUID when there is none."""
-    if not topic_id:
-        return uuid.UUID(int=0)
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
-    except ValueError:
-        return uuid.UUID(int=0)
-
-
 class KafkaApi:
     def __init__(
         self,
@@ -80,9 +63,13 @@ class KafkaApi:
         node_id: int = 0,
         cluster_id: str = "rlm",
         deleter: Deleter | None = None,
+        max_fetch_sessions: int = 1000,
     ) -> None:
-        """``deleter``: what DeleteRecords does (the daemon's manager); None: refused."""
+        """``deleter``: what DeleteRecords does (the daemon's manager); None: refused.
+        ``max_fetch_sessions``: the fetch-session cache's size (``kafka.max_fetch_sessions``)."""
         self.readers = readers
+        self.sessions = FetchSessionCache(max_fetch_sessions)
+        self.topic_ids = TopicIds(readers)
         self.deleter = deleter
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -93,17 +80,25 @@ class KafkaApi:
         return api_versions_body()
 
     def metadata(self, req: Any, version: int, host: str, port: int) -> Any:
-        """Every partition rlm holds (or the ones asked for), this node their only replica."""
-        asked = None if req.topics is None else [t.name for t in req.topics]
-        if version == 0 and not asked:
-            asked = None  # v0: an empty list means every topic
+        """Every partition rlm holds (or the ones asked for, by name or from v12 by topic id),
+        this node their only replica. An id no served topic has answers UNKNOWN_TOPIC_ID with a
+        null name, as Kafka."""
         by_topic: dict[str, list[PartitionDir]] = defaultdict(list)
         for part in self.readers.partitions():
             if served(self.readers, part.topic):
                 by_topic[part.topic].append(part)
-        names = sorted(by_topic) if asked is None else list(dict.fromkeys(asked))
         cls = MetadataResponse
-        topics = [self._metadata_topic(name, by_topic.get(name, [])) for name in names]
+        if req.topics is None or (version == 0 and not req.topics):  # v0: an empty list means all
+            topics = [self._metadata_topic(name, by_topic[name]) for name in sorted(by_topic)]
+        else:
+            topics, named = [], set()
+            for t in req.topics:
+                name = t.name if t.name is not None else self.topic_ids.name_of(t.topic_id)
+                if name is None:
+                    topics.append(self._unknown_id(t.topic_id))
+                elif name not in named:
+                    named.add(name)
+                    topics.append(self._metadata_topic(name, by_topic.get(name, [])))
         broker = cls.MetadataResponseBroker(node_id=self.node_id, host=host, port=port, rack=None)
         return cls(
             throttle_time_ms=0,
@@ -111,6 +106,13 @@ class KafkaApi:
             cluster_id=self.cluster_id,
             controller_id=self.node_id,
             topics=topics,
+            error_code=Codes.NONE,
+        )
+
+    @staticmethod
+    def _unknown_id(topic_id: uuid.UUID) -> Any:
+        return MetadataResponse.MetadataResponseTopic(
+            error_code=Codes.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id, is_internal=False, partitions=[]
         )
 
     def _metadata_topic(self, name: str, parts: list[PartitionDir]) -> Any:
@@ -155,7 +157,7 @@ class KafkaApi:
         return topic(
             error_code=Codes.NONE,
             name=name,
-            topic_id=_topic_uuid(parts[0].topic_id),
+            topic_id=topic_uuid(parts[0].topic_id),
             is_internal=is_internal_topic(name),
             partitions=partitions,
         )
@@ -246,84 +248,31 @@ class KafkaApi:
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
-    def fetch(
-        self, req: Any, _version: int, reader_key: Hashable, *, fetch_max_bytes: int = FETCH_MAX_BYTES
-    ) -> FetchAnswer:
-        """One pass over the partitions in request order, as Kafka's ``ReplicaManager.readFromLog``
-        (docs/kafka-listener.md §5.1). The response bound is min(request ``max_bytes``,
-        ``fetch_max_bytes``) record bytes; each partition gets at most its ``partition_max_bytes``
-        and what is left of the bound, in whole batches — except that the first partition with
-        records gets one whole batch however large ("minOneMessage", KIP-74), so a consumer always
-        progresses. A later partition whose next batch does not fit answers no records. Every read
-        is bounded by its limit (+ that one batch) at the source."""
-        cls = FetchResponse
-        if getattr(req, "session_id", 0):  # no fetch session was ever created here
-            return FetchAnswer(
-                cls(
-                    throttle_time_ms=0,
-                    error_code=Codes.FETCH_SESSION_ID_NOT_FOUND,
-                    session_id=0,
-                    responses=[],
-                ),
-                0,
-                True,
-            )
-        committed = bool(req.isolation_level)
-        budget, total, errors = min(req.max_bytes, fetch_max_bytes), 0, False
+    def plan_fetch(self, req: Any, version: int) -> FetchPlan:
+        """The Fetch's session context and the partitions it reads (rlm/kafka/fetching.py)."""
+        return plan_fetch(req, version, self.sessions, self.topic_ids)
+
+    def read_fetch(
+        self, plan: FetchPlan, max_bytes: int, reader_key: Hashable, *, fetch_max_bytes: int = FETCH_MAX_BYTES
+    ) -> FetchRead:
+        """One pass over the plan (docs/kafka-listener.md §5.1): the response bound is
+        min(request ``max_bytes``, ``fetch_max_bytes``) record bytes, read in whole batches, the
+        first partition with records excepted by one batch (KIP-74)."""
         # one question to the broker about log starts for every partition that needs it (docs/visibility.md)
-        query = self.readers.log_start_query(
-            [(t.topic, p.partition) for t in req.topics for p in t.partitions]
-        )
-        responses = []
-        for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                limit = min(p.partition_max_bytes, budget - total)
-                got = self._fetch_one(t.topic, p, committed, limit, total > 0, reader_key, query)
-                total += len(got.records)
-                errors = errors or got.error != Codes.NONE
-                parts.append(_partition_data(p.partition, got))
-            responses.append(cls.FetchableTopicResponse(topic=t.topic, partitions=parts))
-        return FetchAnswer(
-            cls(throttle_time_ms=0, error_code=Codes.NONE, session_id=0, responses=responses), total, errors
-        )
+        query = self.readers.log_start_query([(w.name, w.partition) for w in plan.wanted if w.name])
+        return read_plan(self.readers, plan, min(max_bytes, fetch_max_bytes), reader_key, query)
 
-    def fetch_marks(self, req: Any) -> tuple[tuple[int, int], ...]:
-        """Per asked partition, ``(log start, visible end)`` now: what a waiting Fetch re-checks
-        instead of reading records again (docs/kafka-listener.md §5); no record is read."""
-        return tuple(
-            partition_marks(self.readers, t.topic, p.partition, p.fetch_offset)
-            for t in req.topics
-            for p in t.partitions
-        )
+    def render_fetch(self, plan: FetchPlan, read: FetchRead) -> Any:
+        """The body of the answer that goes out (once per request: it updates the session)."""
+        return render(plan, read, self.sessions)
 
-    def _fetch_one(
-        self,
-        topic: str,
-        p: Any,
-        committed: bool,
-        limit: int,
-        started: bool,
-        reader_key: Hashable,
-        query: LogStartQuery | None,
-    ) -> FetchedPartition:
-        """``limit``: the partition's share of the bound; ``started``: a partition before this one
-        answered records, so the one-batch exception is used up."""
-        if started and limit <= 0:
-            return offsets_only(self.readers, topic, p.partition, query)
-        got = fetch_partition(
-            self.readers, topic, p.partition, p.fetch_offset, limit, committed, reader_key, query
-        )
-        if started and len(got.records) > limit:  # its first batch does not fit: offsets only
-            return FetchedPartition(
-                got.error,
-                got.high_watermark,
-                got.last_stable_offset,
-                got.log_start_offset,
-                b"",
-                [] if committed else None,
-            )
-        return got
+    def fetch(
+        self, req: Any, version: int, reader_key: Hashable, *, fetch_max_bytes: int = FETCH_MAX_BYTES
+    ) -> FetchAnswer:
+        """Plan, one read and the answer of a Fetch that does not wait."""
+        plan = self.plan_fetch(req, version)
+        read = self.read_fetch(plan, req.max_bytes, reader_key, fetch_max_bytes=fetch_max_bytes)
+        return FetchAnswer(self.render_fetch(plan, read), read.record_bytes, read.errors)
 
     # -- what a read-only broker refuses ------------------------------------------------------
 
@@ -411,22 +360,3 @@ class KafkaApi:
             producer_id=-1,
             producer_epoch=-1,
         )
-
-
-def _partition_data(partition: int, got: FetchedPartition) -> Any:
-    data = FetchResponse.FetchableTopicResponse.PartitionData
-    aborted = (
-        None
-        if got.aborted is None
-        else [data.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in got.aborted]
-    )
-    return data(
-        partition_index=partition,
-        error_code=got.error,
-        high_watermark=got.high_watermark,
-        last_stable_offset=got.last_stable_offset,
-        log_start_offset=got.log_start_offset,
-        aborted_transactions=aborted,
-        preferred_read_replica=-1,
-        records=got.records,
-    )

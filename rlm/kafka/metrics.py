@@ -34,6 +34,21 @@ class KafkaMetrics:
         self.connections = Gauge(
             "rlm_kafka_connections_active", "Kafka listener connections open now", registry=registry
         )
+        self.fetch_sessions = Gauge(
+            "rlm_kafka_fetch_sessions",
+            "Incremental fetch sessions cached (Kafka: NumIncrementalFetchSessions)",
+            registry=registry,
+        )
+        self.fetch_session_partitions = Gauge(
+            "rlm_kafka_fetch_session_partitions",
+            "Partitions cached over all fetch sessions (Kafka: NumIncrementalFetchPartitionsCached)",
+            registry=registry,
+        )
+        self.fetch_sessions_opened = Counter(
+            "rlm_kafka_fetch_sessions_opened",
+            "Incremental fetch sessions opened by a full Fetch (docs/kafka-listener.md §5.2)",
+            registry=registry,
+        )
         self.closed = Counter(
             "rlm_kafka_connections_closed",
             "Kafka listener connections closed by the "

@@ -100,6 +100,9 @@ class Codes:
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    UNKNOWN_TOPIC_ID = 100
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
 
 
 def kafka_code(name: str) -> int:
@@ -131,16 +134,18 @@ class Api:
         return str(self.request.__name__).removesuffix("Request")
 
 
-# Versions: what each handler fills field by field (docs/kafka-listener.md "Versions"). Fetch stops
-# at 12 (13+ name topics by id only), ListOffsets at 9 (-5 latest tiered; 10+ add a timeout and
-# -6), Metadata at 12 (13 adds a top-level error and nothing a reader needs).
+# Versions: what each handler fills field by field (docs/kafka-listener.md "Versions"). Fetch 13+
+# names topics by id (rlm/kafka/topic_ids.py); 15 moves the replica id into a tagged field a
+# consumer leaves out; 16-17 add tagged fields for followers only. ListOffsets stops at 9 (-5
+# latest tiered; 10+ add a timeout and -6). Metadata 12 may ask a topic by id; 13 adds a
+# top-level error code (0 here).
 SERVED: dict[int, Api] = {
     api.key: api
     for api in (
         Api(0, ProduceRequest, ProduceResponse, 3, 9),  # refused: read-only
-        Api(1, FetchRequest, FetchResponse, 4, 12),
+        Api(1, FetchRequest, FetchResponse, 4, 17),
         Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 9),
-        Api(3, MetadataRequest, MetadataResponse, 0, 12),
+        Api(3, MetadataRequest, MetadataResponse, 0, 13),
         Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 3),  # no groups: refused
         Api(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
         Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4),

@@ -23,6 +23,7 @@ from rlm.tiering.read import (
     Isolation,
     PartitionReader,
     TieredReaders,
+    Visibility,
     batches_below,
 )
 
@@ -94,12 +95,26 @@ def _or(value: int | None, default: int = -1) -> int:
 def offsets_only(
     readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
 ) -> FetchedPartition:
-    """An answer with no records: the partition's offsets only (the response is already full)."""
+    """An answer with no records: the partition's offsets only (the response is already full),
+    the last stable offset too, as :func:`fetch_partition` gives it."""
     try:
-        ranges = reader_for(readers, topic, partition, query).offsets()
+        vis = reader_for(readers, topic, partition, query).visibility()
     except RlmError as err:
         return FetchedPartition(error_code(err))
-    return FetchedPartition(Codes.NONE, _or(ranges.visible_end_offset, 0), -1, _or(ranges.log_start_offset))
+    hw = _or(vis.offsets.visible_end_offset, 0)
+    return FetchedPartition(Codes.NONE, hw, _told_lso(vis, hw), _or(vis.offsets.log_start_offset))
+
+
+def _told_lso(vis: Visibility, hw: int) -> int:
+    """The last stable offset a read_uncommitted answer reports: the client uses it only for its
+    lag, so when it cannot be known now (its transactions' first records are in a store that
+    fails) the answer says -1 (Kafka's "unknown") instead of failing a read that does not need it."""
+    if vis.offsets.visible_end_offset is None:
+        return hw
+    try:
+        return vis.end("read_committed")
+    except RlmError:
+        return -1
 
 
 def partition_marks(readers: TieredReaders, topic: str, partition: int, at: int) -> tuple[int, int]:
@@ -127,7 +142,9 @@ def fetch_partition(
 ) -> FetchedPartition:
     """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (at least one,
     as Kafka answers a first partition with data; the caller enforces the response's budget),
-    below the high watermark — below the last stable offset under read_committed."""
+    below the high watermark — below the last stable offset under read_committed. The last stable
+    offset is answered under both isolation levels, as Kafka's broker does (a read_uncommitted
+    consumer reports its lag to it too)."""
     try:
         reader = reader_for(readers, topic, partition, query)
         fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
@@ -137,10 +154,10 @@ def fetch_partition(
         return FetchedPartition(error_code(err))
     hw = _or(fetched.high_watermark, 0)
     start = _or(fetched.log_start_offset)
+    vis = fetched.seen  # the moment the fetch saw: its LSO and aborted transactions
     if not committed:
-        return FetchedPartition(Codes.NONE, hw, -1, start, fetched.data)
+        return FetchedPartition(Codes.NONE, hw, _told_lso(vis, hw), start, fetched.data)
     try:
-        vis = fetched.seen  # the moment the fetch saw: its LSO and aborted transactions
         lso = vis.end("read_committed") if fetched.high_watermark is not None else hw
         kept = list(batches_below(iter(fetched.batches), lso))
         if not kept:

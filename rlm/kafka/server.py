@@ -33,7 +33,8 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
-from rlm.kafka.api import FetchAnswer, KafkaApi
+from rlm.kafka.api import KafkaApi
+from rlm.kafka.fetching import FetchPlan, FetchRead
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -74,20 +75,14 @@ def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
     return server_context(settings.tls_cert, settings.tls_key, section="kafka")
 
 
-def answer_marks(body: Any) -> tuple[tuple[int, int], ...]:
-    """``(log start, high watermark)`` of each partition of a Fetch answer, in request order: the
-    offsets its read saw, which a waiting Fetch compares with ``KafkaApi.fetch_marks``."""
-    return tuple((p.log_start_offset, p.high_watermark) for t in body.responses for p in t.partitions)
-
-
 @dataclass(frozen=True, slots=True)
 class _Waiting:
-    """A Fetch read once without ``min_bytes`` of records: the answer so far and the partitions'
-    ``(log start, visible end)`` that read saw."""
+    """A Fetch read once without ``min_bytes`` of records: its plan (the session context, made
+    once per request) and the read so far."""
 
     req: RequestFrame
-    answer: FetchAnswer
-    marks: tuple[tuple[int, int], ...]
+    plan: FetchPlan
+    read: FetchRead
 
 
 @dataclass(slots=True)
@@ -115,6 +110,8 @@ class KafkaListener:
         self.api = api
         self.settings = settings
         self.metrics = metrics or KafkaMetrics()  # unregistered unless the daemon's are given
+        self.metrics.fetch_sessions.set_function(lambda: len(api.sessions))
+        self.metrics.fetch_session_partitions.set_function(api.sessions.partitions)
         host, port = split_listen(settings.listen)
         self._tls = _tls(settings)
         path = settings.sasl_plain_users_file
@@ -306,10 +303,11 @@ class KafkaListener:
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
         req = parse_request(frame)
         if key == _FETCH:
-            answer = self._fetch_pass(conn, req)
-            if not self._fetch_done(req, answer):
-                return _Waiting(req, answer, answer_marks(answer.body))
-            body = answer.body
+            plan = self.api.plan_fetch(req.body, req.version)
+            read = self._fetch_pass(conn, req, plan)
+            if not self._fetch_done(req, read):
+                return _Waiting(req, plan, read)
+            body = self._rendered(plan, read)
         else:
             body = self._dispatch(conn, req)
         return self._encode(req, body)
@@ -345,13 +343,25 @@ class KafkaListener:
 
     # -- Fetch: answer at once, or wait for min_bytes -----------------------------------------
 
-    def _fetch_pass(self, conn: _Conn, req: RequestFrame) -> FetchAnswer:
-        return self.api.fetch(req.body, req.version, conn.key, fetch_max_bytes=self.settings.fetch_max_bytes)
+    def _fetch_pass(self, conn: _Conn, req: RequestFrame, plan: FetchPlan) -> FetchRead:
+        return self.api.read_fetch(
+            plan, req.body.max_bytes, conn.key, fetch_max_bytes=self.settings.fetch_max_bytes
+        )
 
-    def _fetch_done(self, req: RequestFrame, answer: FetchAnswer) -> bool:
+    def _fetch_done(self, req: RequestFrame, read: FetchRead) -> bool:
         """Whether to answer now: ``min_bytes`` of records, a partition failed, or no wait."""
         waits = min(max(req.body.max_wait_ms, 0), self.settings.max_wait_ms) > 0
-        return answer.errors or answer.record_bytes >= req.body.min_bytes or not waits
+        return read.errors or read.record_bytes >= req.body.min_bytes or not waits
+
+    def _rendered(self, plan: FetchPlan, read: FetchRead) -> Any:
+        """The Fetch answer that goes out (once per request: it opens or updates the session)."""
+        body = self.api.render_fetch(plan, read)
+        if plan.context.kind == "full" and body.session_id:
+            self.metrics.fetch_sessions_opened.inc()
+        return body
+
+    def _render(self, req: RequestFrame, plan: FetchPlan, read: FetchRead) -> bytes | bytearray:
+        return self._encode(req, self._rendered(plan, read))
 
     async def _wait(self, conn: _Conn, waiting: _Waiting, began: float) -> bytes | bytearray:
         """Wait up to ``max_wait_ms`` (capped by ``kafka.max_wait_ms``) for ``min_bytes``:
@@ -359,20 +369,21 @@ class KafkaListener:
         are read again only when a log start or visible end moved since the last read. At the end
         of the wait the last answer goes out as it is when nothing moved (docs/kafka-listener.md §5)."""
         assert self._loop is not None and self._stop is not None
-        req, answer, seen = waiting.req, waiting.answer, waiting.marks
+        req, plan, read = waiting.req, waiting.plan, waiting.read
+        seen = read.marks
         deadline = began + min(req.body.max_wait_ms, self.settings.max_wait_ms) / 1000
         pool, loop = self._pool, self._loop
         while (left := deadline - loop.time()) > 0 and not self._stop.is_set():
             with contextlib.suppress(TimeoutError):  # a shutdown wakes the wait at once
                 await asyncio.wait_for(self._stop.wait(), min(left, _POLL_S))
-            marks = await loop.run_in_executor(pool, self.api.fetch_marks, req.body)
+            marks = await loop.run_in_executor(pool, plan.marks, self.api.readers)
             if marks == seen:
                 continue
-            answer = await loop.run_in_executor(pool, self._fetch_pass, conn, req)
-            seen = answer_marks(answer.body)  # what this read saw: a change after it is seen next
-            if answer.errors or answer.record_bytes >= req.body.min_bytes:
+            read = await loop.run_in_executor(pool, self._fetch_pass, conn, req, plan)
+            seen = read.marks  # what this read saw: a change after it is seen next
+            if read.errors or read.record_bytes >= req.body.min_bytes:
                 break
-        return await loop.run_in_executor(pool, self._encode, req, answer.body)
+        return await loop.run_in_executor(pool, self._render, req, plan, read)
 
     # -- SASL/PLAIN ---------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ instead of a copy of the same eleven-field FetchRequest per test module and benc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
@@ -21,16 +22,29 @@ def fetch_request(
     max_bytes: int = 1 << 20,
     partition_max_bytes: int = 1 << 20,
     isolation_level: int = 0,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Iterable[tuple[str, int]] = (),
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
 ) -> Any:
-    """A consumer's FetchRequest (encodable at versions 4..12) asking each ``(topic, partition,
-    offset)`` of ``parts`` from that offset, with no fetch session (session id 0, epoch -1), no
-    leader epoch and no rack. ``max_wait_ms``/``min_bytes`` as Kafka's long poll; byte limits in
-    bytes (``max_bytes`` for the response, ``partition_max_bytes`` per partition);
-    ``isolation_level`` 0 = read_uncommitted, 1 = read_committed. Topics keep ``parts``' order."""
+    """A consumer's FetchRequest (encodable at versions 4..17) asking each ``(topic, partition,
+    offset)`` of ``parts`` from that offset, with no leader epoch and no rack; by default without
+    a fetch session (session id 0, epoch -1). ``max_wait_ms``/``min_bytes`` as Kafka's long poll;
+    byte limits in bytes (``max_bytes`` for the response, ``partition_max_bytes`` per partition);
+    ``isolation_level`` 0 = read_uncommitted, 1 = read_committed. Partitions keep ``parts``' order
+    (consecutive ones of a topic are one request topic).
+    ``session_id``/``session_epoch``: KIP-227's (epoch 0 opens a session, > 0 is incremental);
+    ``forgotten``: ``(topic, partition)`` the session drops; ``topic_ids``: each topic's id, for
+    versions 13+ (which name topics by id only)."""
+    ids = dict(topic_ids or {})
     topic = FetchRequest.FetchTopic
-    topics: dict[str, list[Any]] = {}
+    topics: list[
+        tuple[str, list[Any]]
+    ] = []  # consecutive partitions of a topic: one entry, as Java's builder
     for name, partition, offset in parts:
-        topics.setdefault(name, []).append(
+        if not topics or topics[-1][0] != name:
+            topics.append((name, []))
+        topics[-1][1].append(
             topic.FetchPartition(
                 partition=partition,
                 current_leader_epoch=-1,
@@ -46,9 +60,17 @@ def fetch_request(
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         isolation_level=isolation_level,
-        session_id=0,
-        session_epoch=-1,
-        topics=[topic(topic=name, partitions=ps) for name, ps in topics.items()],
-        forgotten_topics_data=[],
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=[topic(topic=name, topic_id=ids.get(name), partitions=ps) for name, ps in topics],
+        forgotten_topics_data=_forgotten(forgotten, ids),
         rack_id="",
     )
+
+
+def _forgotten(forgotten: Iterable[tuple[str, int]], ids: Mapping[str, uuid.UUID]) -> list[Any]:
+    by_topic: dict[str, list[int]] = {}
+    for name, partition in forgotten:
+        by_topic.setdefault(name, []).append(partition)
+    cls = FetchRequest.ForgottenTopic
+    return [cls(topic=name, topic_id=ids.get(name), partitions=ps) for name, ps in by_topic.items()]

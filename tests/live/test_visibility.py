@@ -27,7 +27,6 @@ asserted as documented, not skipped:
 * ListOffsets -5 (latest tiered): the broker beside rlm has no remote storage and answers -1, rlm
   its highest tiered offset;
 * leader epochs of -1, -2, -4, -5 answers are -1 (clients then skip epoch validation);
-* a read_uncommitted Fetch answers ``last_stable_offset`` -1 (clients do not use it there);
 * a read_committed Fetch lists the aborted transactions of the batches it returns; the broker's
   list may add transactions that begin after them, up to its offset index's next entry or the
   segment's end (Kafka's ``fetchUpperBoundOffset``), which a consumer ignores;
