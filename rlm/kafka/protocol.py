@@ -179,13 +179,14 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return key, version, correlation_id
 
 
-def parse_request(frame: bytes) -> RequestFrame:
+def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> RequestFrame:
     """Decode one request frame (the bytes after the size prefix). An API key the listener does
-    not serve, a version outside :data:`SERVED` or bytes that do not decode raise
+    not serve, a version outside ``served`` (default :data:`SERVED`; a listener relaying groups
+    passes its own table, rlm/kafka/coordinator.py) or bytes that do not decode raise
     :class:`KafkaProtocolError` naming the key and version (the caller closes the connection,
     except for ApiVersions: see :func:`unsupported_api_versions`)."""
     key, version, correlation_id = peek_header(frame)
-    api = SERVED.get(key)
+    api = (SERVED if served is None else served).get(key)
     if api is None:
         raise KafkaProtocolError(
             f"api_key {key} (version {version}) is not served by this read-only listener"
@@ -249,10 +250,14 @@ def unsupported_api_versions(correlation_id: int) -> bytes | bytearray:
     )
 
 
-def api_versions_body(error_code: int = Codes.NONE) -> Any:
+def api_versions_body(error_code: int = Codes.NONE, served: dict[int, Api] | None = None) -> Any:
+    """ApiVersions' answer: :data:`API_VERSIONS`, or the versions of ``served`` (a listener's own table)."""
+    versions = (
+        API_VERSIONS if served is None else [(a.key, a.min_version, a.max_version) for a in served.values()]
+    )
     key = ApiVersionsResponse.ApiVersion
     return ApiVersionsResponse(
         error_code=error_code,
         throttle_time_ms=0,
-        api_keys=[key(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in API_VERSIONS],
+        api_keys=[key(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions],
     )

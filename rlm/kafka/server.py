@@ -34,12 +34,15 @@ from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
 from rlm.kafka.api import FetchAnswer, KafkaApi
+from rlm.kafka.coordinator import RELAYED, Coordinator, RelaySession
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
     SERVED,
+    Api,
     Codes,
     RequestFrame,
+    api_versions_body,
     code_name,
     encode_response,
     parse_request,
@@ -53,7 +56,7 @@ __all__ = ["PRE_AUTH_MAX_BYTES", "KafkaListener", "split_listen"]
 log = logging.getLogger(__name__)
 
 _FETCH, _LIST_OFFSETS, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 2, 3, 17, 36
-_DELETE_RECORDS = 21
+_DELETE_RECORDS, _FIND_COORDINATOR = 21, 10
 _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
 _POLL_S = 0.25  # a waiting Fetch re-checks offsets this often (the HW checkpoint moves every ~5 s)
 #: Kafka's ``SaslServerAuthenticator`` MAX_RECEIVE_SIZE: the largest frame before authentication.
@@ -90,6 +93,15 @@ class _Waiting:
     marks: tuple[tuple[int, int], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Relay:
+    """A group request for the cluster's coordinator: relayed on the event loop (it may be held
+    for minutes), never in the pool (rlm/kafka/coordinator.py)."""
+
+    req: RequestFrame
+    frame: bytes
+
+
 @dataclass(slots=True)
 class _Conn:
     """One client connection's state."""
@@ -104,15 +116,25 @@ class _Conn:
     close_after: bool = False
     auth_failed: bool = False  # why it is closed, for the metric
     user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
+    relay: RelaySession | None = None  # its upstream connections for relayed group requests
 
 
 class KafkaListener:
     """The listener on ``kafka.listen`` (port 0 = any free port: see :attr:`port`)."""
 
     def __init__(
-        self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8, metrics: KafkaMetrics | None = None
+        self,
+        api: KafkaApi,
+        settings: KafkaSettings,
+        *,
+        threads: int = 8,
+        metrics: KafkaMetrics | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
+        """``coordinator``: relay consumer groups to the cluster (docs/kafka-listener.md §6); None:
+        refuse them."""
         self.api = api
+        self.coordinator = coordinator
         self.settings = settings
         self.metrics = metrics or KafkaMetrics()  # unregistered unless the daemon's are given
         host, port = split_listen(settings.listen)
@@ -234,6 +256,8 @@ class KafkaListener:
             self.metrics.connections.dec()
             if reason:
                 self.metrics.closed.labels(reason=reason).inc()
+            if conn.relay is not None:
+                conn.relay.close()
             writer.close()
 
     async def _loop_requests(
@@ -286,9 +310,18 @@ class KafkaListener:
         step = await self._loop.run_in_executor(self._pool, self._step, conn, frame)
         if isinstance(step, _Waiting):
             return await self._wait(conn, step, began)
+        if isinstance(step, _Relay):
+            assert self.coordinator is not None
+            self.metrics.requests.labels(api=step.req.api.name).inc()
+            conn.relay = conn.relay or RelaySession(self.coordinator)
+            return await conn.relay.relay(step.req, step.frame)
         return step
 
-    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting:
+    def _served(self) -> dict[int, Api]:
+        """The APIs and versions answered: :data:`SERVED`, plus the relayed ones when delegating."""
+        return SERVED if self.coordinator is None else self.coordinator.served(SERVED)
+
+    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting | _Relay:
         """In the pool: decode, check authentication, handle, encode — or a Fetch to wait for."""
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
@@ -304,7 +337,9 @@ class KafkaListener:
             return unsupported_api_versions(correlation_id)
         if not conn.authenticated and key not in _BEFORE_AUTH:  # from the header, before decoding
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
-        req = parse_request(frame)
+        if self.coordinator is not None and key in RELAYED:
+            return _Relay(parse_request(frame, self._served()), frame)
+        req = parse_request(frame, self._served())
         if key == _FETCH:
             answer = self._fetch_pass(conn, req)
             if not self._fetch_done(req, answer):
@@ -341,6 +376,10 @@ class KafkaListener:
             return self.api.metadata(req.body, version, conn.host, conn.port)
         if key == _DELETE_RECORDS:
             return self.api.delete_records(req.body, version, conn.user)
+        if self.coordinator is not None and key == _FIND_COORDINATOR:
+            return self.coordinator.find_coordinator(req.body, version, conn.host, conn.port)
+        if self.coordinator is not None and key == API_VERSIONS_KEY:
+            return api_versions_body(served=self._served())
         return self._handlers[key](req.body, version)
 
     # -- Fetch: answer at once, or wait for min_bytes -----------------------------------------
