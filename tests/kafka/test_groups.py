@@ -246,8 +246,8 @@ def test_which_servers_groups_are_relayed_to() -> None:
     assert coordinator_servers(*_both(_settings(mine, cluster))) == ("c:1", "d:2")
     assert coordinator_servers(*_both(_settings({**on, "groups": "refuse"}, cluster))) == ()
     assert coordinator_servers(*_both(_settings({}, cluster))) == ()  # no listener
-    sasl = {**cluster, "security_protocol": "SASL_PLAINTEXT"}
-    with pytest.raises(ConfigError, match=r'kafka\.groups = "auto" relays .* PLAINTEXT only.*SASL_PLAINTEXT'):
+    sasl = {**cluster, "security_protocol": "SSL"}
+    with pytest.raises(ConfigError, match=r'kafka\.groups = "auto" relays .* PLAINTEXT only.*SSL'):
         coordinator_servers(*_both(_settings(on, sasl)))
     assert coordinator_servers(*_both(_settings({**on, "groups": "refuse"}, sasl))) == ()
     with pytest.raises(ConfigError, match=r"kafka\.groups"):
