@@ -7,13 +7,14 @@ split the two partitions."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from rlm.testing.kafka_cluster import KafkaCluster, wait_until
+from rlm.testing.kafka_cluster import KafkaCluster, run_kafka_tool, wait_until
 from rlm.testing.sidecar import consume, run_sidecar, segment_bases
 from tests.live.helpers import broker_end, broker_log_start, produce, wait_tiered
 
@@ -196,3 +197,80 @@ def test_two_members_split_the_partitions(setup: Setup) -> None:
     finally:
         for member in members:
             member.close()
+
+
+def test_aiokafka_commits_at_the_broker_and_resumes_there(setup: Setup) -> None:
+    """aiokafka resolves the coordinator by its node id among Metadata brokers: rlm's own."""
+    group = "aiokafka-group"
+    first = asyncio.run(_aiokafka_read(setup.rlm, group, 1500, commit=True))
+    committed = _committed_at_broker(setup.broker, group)
+    assert committed == {p: 1 + max(o for q, o, _, _ in first if q == p) for p in {r[0] for r in first}}
+    total = sum(setup.ends.values())
+    rest = asyncio.run(_aiokafka_read(setup.rlm, group, total - len(first), commit=False))
+    for p in PARTS:
+        assert min(o for q, o, _, _ in rest if q == p) == committed.get(p, 0)
+    assert len(first) + len(rest) == total and set(first) | set(rest) == setup.expected
+
+
+async def _aiokafka_read(rlm: str, group: str, until: int, *, commit: bool) -> list[Row]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        TOPIC,
+        bootstrap_servers=rlm,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=200,
+    )
+    rows: list[Row] = []
+    await consumer.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while len(rows) < until:
+            assert asyncio.get_running_loop().time() < deadline, f"{len(rows)} of {until} records"
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                rows.extend((m.partition, m.offset, m.key, m.value) for m in batch)
+        if commit:
+            await consumer.commit()  # the positions after every record getmany returned
+    finally:
+        await consumer.stop()
+    return rows
+
+
+def _console_consumer(rlm: str, group: str, *limit: str) -> dict[int, list[tuple[int, bytes]]]:
+    """Kafka's own ConsoleConsumer with ``--group`` through rlm: ``(offset, value)`` per partition,
+    in the order printed."""
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        *("--bootstrap-server", rlm, "--topic", TOPIC, "--group", group, "--from-beginning"),
+        *("--property", "print.partition=true", "--property", "print.offset=true", *limit),
+        timeout=180,
+    )
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    for line in done.stdout.splitlines():
+        if not line.startswith("Partition:"):  # the tool's log lines (a --timeout-ms exit logs one)
+            continue
+        part, offset, value = line.split("\t", 2)
+        out.setdefault(int(part.removeprefix("Partition:")), []).append(
+            (int(offset.removeprefix("Offset:")), value.encode())
+        )
+    assert out, done.stderr[-2000:]
+    return out
+
+
+def test_java_console_consumer_commits_at_the_broker_and_resumes_there(setup: Setup) -> None:
+    """A clean exit after ``--max-messages`` commits the positions (auto commit on close); the
+    next run starts at exactly those, and reads on to the end."""
+    group = "java-group"
+    first = _console_consumer(setup.rlm, group, "--max-messages", "1000")
+    assert sum(len(v) for v in first.values()) == 1000
+    committed = _committed_at_broker(setup.broker, group)
+    for p, rows in first.items():  # what was printed is below the commit (a poll may hold more)
+        assert committed[p] >= rows[-1][0] + 1
+    rest = _console_consumer(setup.rlm, group, "--timeout-ms", "15000")
+    values = {(p, o): v for p, o, _, v in setup.expected}
+    for p in PARTS:
+        offsets = [o for o, _ in rest[p]]
+        assert offsets == list(range(committed.get(p, 0), setup.ends[p]))
+        assert all(values[(p, o)] == v for o, v in rest[p])
