@@ -242,12 +242,12 @@ def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> b
     return out
 
 
-def unsupported_api_versions(correlation_id: int) -> bytes | bytearray:
+def unsupported_api_versions(correlation_id: int, served: dict[int, Api] | None = None) -> bytes | bytearray:
     """Kafka's answer to an ApiVersions request of a version it does not know: a **v0** response
-    with UNSUPPORTED_VERSION and the served list, so the client retries with a version in it."""
-    return encode_response(
-        SERVED[API_VERSIONS_KEY], 0, correlation_id, api_versions_body(Codes.UNSUPPORTED_VERSION)
-    )
+    with UNSUPPORTED_VERSION and the served list (``served``, default :data:`SERVED`), so the
+    client retries with a version in it."""
+    body = api_versions_body(Codes.UNSUPPORTED_VERSION, served)
+    return encode_response(SERVED[API_VERSIONS_KEY], 0, correlation_id, body)
 
 
 def api_versions_body(error_code: int = Codes.NONE, served: dict[int, Api] | None = None) -> Any:

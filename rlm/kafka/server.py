@@ -334,7 +334,7 @@ class KafkaListener:
         key, version, correlation_id = peek_header(frame)
         api = SERVED.get(key)
         if key == API_VERSIONS_KEY and api is not None and version > api.max_version:
-            return unsupported_api_versions(correlation_id)
+            return unsupported_api_versions(correlation_id, self._served())
         if not conn.authenticated and key not in _BEFORE_AUTH:  # from the header, before decoding
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
         if self.coordinator is not None and key in RELAYED:

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
+from rlm.kafka.coordinator import Coordinator, RelaySession
+from rlm.kafka.protocol import SERVED, parse_request
+from rlm.testing.daemon import free_port
 from rlm.testing.kafka_cluster import KafkaCluster, run_kafka_tool, wait_until
 from rlm.testing.sidecar import consume, run_sidecar, segment_bases
 from tests.live.helpers import broker_end, broker_log_start, produce, wait_tiered
@@ -274,3 +278,77 @@ def test_java_console_consumer_commits_at_the_broker_and_resumes_there(setup: Se
         offsets = [o for o, _ in rest[p]]
         assert offsets == list(range(committed.get(p, 0), setup.ends[p]))
         assert all(values[(p, o)] == v for o, v in rest[p])
+
+
+def test_a_coordinator_gone_away_is_found_again(setup: Setup) -> None:
+    """The relay itself against the live broker: a cached coordinator that no longer answers makes
+    one request COORDINATOR_NOT_AVAILABLE and drops the entry; the retry asks the cluster again
+    (bootstrap servers in order, a dead one first) and reaches the real coordinator: an offset
+    committed through the relay is the broker's, and OffsetFetch through it reads it back."""
+    dead = f"127.0.0.1:{free_port()}"
+    coordinator = Coordinator((dead, setup.broker), node_id=0, timeout_s=10)
+    coordinator._where["relay-group"] = (99, "127.0.0.1", free_port())  # a coordinator gone away
+    served = coordinator.served(SERVED)
+
+    def frame(body: Any, version: int) -> bytes:
+        body.with_header(correlation_id=41, client_id="t")
+        return bytes(body.encode(version=version, header=True, framed=False))
+
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(
+        group_id="relay-group",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[
+            t(
+                name=TOPIC,
+                partitions=[
+                    t.OffsetCommitRequestPartition(
+                        partition_index=1,
+                        committed_offset=77,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    )
+                ],
+            )
+        ],
+    )
+    g = OffsetFetchRequest.OffsetFetchRequestGroup
+    fetch = OffsetFetchRequest(
+        groups=[g(group_id="relay-group", member_id=None, member_epoch=-1, topics=None)], require_stable=True
+    )
+
+    async def relay(body: Any, version: int) -> Any:
+        raw = frame(body, version)
+        req = parse_request(raw, served)
+        answer = await session.relay(req, raw)
+        assert int.from_bytes(answer[:4], "big") == len(answer) - 4
+        return req.api.response.decode(bytes(answer[4:]), version=version, header=True)
+
+    async def steps() -> tuple[Any, Any, Any]:
+        try:
+            gone = await relay(commit, 9)
+            assert "relay-group" not in coordinator._where  # dropped: the next request asks again
+            for _ in range(100):  # a new group's coordinator answers 14/15 while __consumer_offsets loads
+                done = await relay(commit, 9)
+                if done.topics[0].partitions[0].error_code not in (14, 15):
+                    break
+                await asyncio.sleep(0.2)
+            read = await relay(fetch, 9)
+        finally:
+            session.close()
+        return gone, done, read
+
+    session = RelaySession(coordinator)
+    gone, done, read = asyncio.run(steps())
+    assert gone.header.correlation_id == done.header.correlation_id == 41
+    assert [p.error_code for p in gone.topics[0].partitions] == [15]
+    assert [p.error_code for p in done.topics[0].partitions] == [0]
+    host, port = setup.broker.rsplit(":", 1)
+    assert coordinator._where["relay-group"][1:] == (host, int(port))  # the real one, cached
+    assert [(p.partition_index, p.committed_offset) for t in read.groups[0].topics for p in t.partitions] == [
+        (1, 77)
+    ]
+    assert _committed_at_broker(setup.broker, "relay-group") == {1: 77}
