@@ -88,13 +88,13 @@ def _kafka_python(rlm: str, group: str) -> Any:
     return consumer
 
 
-def _poll_kafka_python(consumer: Any, rows: list[Row], until: int) -> None:
-    """Poll until at least ``until`` rows are in ``rows``."""
+def _poll_kafka_python(consumer: Any, rows: list[Row], until: int, each: bool = False) -> None:
+    """Poll until at least ``until`` rows are in ``rows`` (``each``: and some of every partition)."""
 
     def enough() -> bool:
         for batch in consumer.poll(timeout_ms=500).values():
             rows.extend((m.partition, m.offset, m.key, m.value) for m in batch)
-        return len(rows) >= until
+        return len(rows) >= until and (not each or {p for p, _, _, _ in rows} == set(PARTS))
 
     wait_until(enough, timeout=120, what=f"{until} records through rlm")
 
@@ -104,7 +104,7 @@ def test_kafka_python_commits_at_the_broker_and_resumes_there(setup: Setup) -> N
     first: list[Row] = []
     consumer = _kafka_python(setup.rlm, group)
     try:
-        _poll_kafka_python(consumer, first, 1500)
+        _poll_kafka_python(consumer, first, 1500, each=True)
         consumer.commit()  # the positions after every record poll returned
         positions = {tp.partition: consumer.position(tp) for tp in consumer.assignment()}
     finally:
@@ -280,6 +280,54 @@ def test_java_console_consumer_commits_at_the_broker_and_resumes_there(setup: Se
         assert all(values[(p, o)] == v for o, v in rest[p])
 
 
+def _commit_request(group: str, partition: int, offset: int) -> Any:
+    """A standalone OffsetCommit (no generation: the simple-consumer form, as an admin commits)."""
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    p = t.OffsetCommitRequestPartition(
+        partition_index=partition, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=""
+    )
+    return OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[t(name=TOPIC, partitions=[p])],
+    )
+
+
+async def _relay(session: RelaySession, body: Any, version: int) -> Any:
+    """``body`` through the relay as a client's frame (correlation id 41): the decoded answer."""
+    body.with_header(correlation_id=41, client_id="t")
+    raw = bytes(body.encode(version=version, header=True, framed=False))
+    req = parse_request(raw, session.coordinator.served(SERVED))
+    answer = await session.relay(req, raw)
+    assert int.from_bytes(answer[:4], "big") == len(answer) - 4
+    return req.api.response.decode(bytes(answer[4:]), version=version, header=True)
+
+
+async def _gone_then_found(session: RelaySession, group: str) -> tuple[Any, Any, Any]:
+    """A commit to the gone coordinator, the commit retried until the real one took it, and an
+    OffsetFetch (v9, batched form) of the group."""
+    commit = _commit_request(group, 1, 77)
+    g = OffsetFetchRequest.OffsetFetchRequestGroup
+    fetch = OffsetFetchRequest(
+        groups=[g(group_id=group, member_id=None, member_epoch=-1, topics=None)], require_stable=True
+    )
+    try:
+        gone = await _relay(session, commit, 9)
+        assert group not in session.coordinator._where  # dropped: the next request asks again
+        for _ in range(100):  # a new group's coordinator answers 14/15 while __consumer_offsets loads
+            done = await _relay(session, commit, 9)
+            if done.topics[0].partitions[0].error_code not in (14, 15):
+                break
+            await asyncio.sleep(0.2)
+        read = await _relay(session, fetch, 9)
+    finally:
+        session.close()
+    return gone, done, read
+
+
 def test_a_coordinator_gone_away_is_found_again(setup: Setup) -> None:
     """The relay itself against the live broker: a cached coordinator that no longer answers makes
     one request COORDINATOR_NOT_AVAILABLE and drops the entry; the retry asks the cluster again
@@ -288,67 +336,12 @@ def test_a_coordinator_gone_away_is_found_again(setup: Setup) -> None:
     dead = f"127.0.0.1:{free_port()}"
     coordinator = Coordinator((dead, setup.broker), node_id=0, timeout_s=10)
     coordinator._where["relay-group"] = (99, "127.0.0.1", free_port())  # a coordinator gone away
-    served = coordinator.served(SERVED)
-
-    def frame(body: Any, version: int) -> bytes:
-        body.with_header(correlation_id=41, client_id="t")
-        return bytes(body.encode(version=version, header=True, framed=False))
-
-    t = OffsetCommitRequest.OffsetCommitRequestTopic
-    commit = OffsetCommitRequest(
-        group_id="relay-group",
-        generation_id_or_member_epoch=-1,
-        member_id="",
-        group_instance_id=None,
-        retention_time_ms=-1,
-        topics=[
-            t(
-                name=TOPIC,
-                partitions=[
-                    t.OffsetCommitRequestPartition(
-                        partition_index=1,
-                        committed_offset=77,
-                        committed_leader_epoch=-1,
-                        committed_metadata="",
-                    )
-                ],
-            )
-        ],
-    )
-    g = OffsetFetchRequest.OffsetFetchRequestGroup
-    fetch = OffsetFetchRequest(
-        groups=[g(group_id="relay-group", member_id=None, member_epoch=-1, topics=None)], require_stable=True
-    )
-
-    async def relay(body: Any, version: int) -> Any:
-        raw = frame(body, version)
-        req = parse_request(raw, served)
-        answer = await session.relay(req, raw)
-        assert int.from_bytes(answer[:4], "big") == len(answer) - 4
-        return req.api.response.decode(bytes(answer[4:]), version=version, header=True)
-
-    async def steps() -> tuple[Any, Any, Any]:
-        try:
-            gone = await relay(commit, 9)
-            assert "relay-group" not in coordinator._where  # dropped: the next request asks again
-            for _ in range(100):  # a new group's coordinator answers 14/15 while __consumer_offsets loads
-                done = await relay(commit, 9)
-                if done.topics[0].partitions[0].error_code not in (14, 15):
-                    break
-                await asyncio.sleep(0.2)
-            read = await relay(fetch, 9)
-        finally:
-            session.close()
-        return gone, done, read
-
-    session = RelaySession(coordinator)
-    gone, done, read = asyncio.run(steps())
+    gone, done, read = asyncio.run(_gone_then_found(RelaySession(coordinator), "relay-group"))
     assert gone.header.correlation_id == done.header.correlation_id == 41
     assert [p.error_code for p in gone.topics[0].partitions] == [15]
     assert [p.error_code for p in done.topics[0].partitions] == [0]
     host, port = setup.broker.rsplit(":", 1)
     assert coordinator._where["relay-group"][1:] == (host, int(port))  # the real one, cached
-    assert [(p.partition_index, p.committed_offset) for t in read.groups[0].topics for p in t.partitions] == [
-        (1, 77)
-    ]
+    offsets = [(p.partition_index, p.committed_offset) for t in read.groups[0].topics for p in t.partitions]
+    assert offsets == [(1, 77)]
     assert _committed_at_broker(setup.broker, "relay-group") == {1: 77}
