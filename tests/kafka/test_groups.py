@@ -275,3 +275,21 @@ def test_the_v0_fallback_lists_the_relayed_apis(listen: Listen) -> None:
         assert answer.error_code == 35 and served[10] == (0, 6) and served[8] == (2, 9)
     finally:
         sock.close()
+
+
+def test_relayed_versions_are_capped_by_the_clusters() -> None:
+    """Once the cluster's ApiVersions is known, each relayed API is advertised at the versions both
+    serve; one the cluster does not serve is not advertised."""
+    from rlm.kafka.protocol import SERVED
+
+    coordinator = Coordinator(("b:9092",), node_id=NODE, timeout_s=5)
+    before = coordinator.served(SERVED)
+    assert (before[11].min_version, before[11].max_version) == (0, 9)
+    coordinator._cluster = {11: (2, 7), 8: (0, 10), 12: (0, 4), 13: (0, 5), 14: (0, 5)}  # as learned
+    after = coordinator.served(SERVED)
+    assert {k: (after[k].min_version, after[k].max_version) for k in (8, 11, 12)} == {
+        8: (2, 9),
+        11: (2, 7),
+        12: (0, 4),
+    }
+    assert 9 not in after and after[10].max_version == 6 and SERVED[10].max_version == 3
