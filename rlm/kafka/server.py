@@ -6,6 +6,8 @@ client may pipeline; responses keep the order). The event loop only moves bytes:
 the handler and encoding the response run in a thread pool. The next request of a connection is
 read only once its last response drained to the client, so a client that stops reading holds one
 response — at most ``kafka.fetch_max_bytes`` of records + one batch (docs/kafka-listener.md §8).
+A group request relayed to the cluster's coordinator (rlm/kafka/coordinator.py) is decoded in the
+pool and then waits for its answer on the event loop, never holding a pool thread.
 A frame declaring more than ``kafka.max_request_bytes`` — more than 512 KiB before SASL
 authentication, when SASL is on — is refused from its size header, before its body is read; bytes
 that are not a request, an API or version not served, a request before SASL authentication: the
