@@ -254,6 +254,8 @@ def test_choices_come_from_the_fields_literal_type() -> None:
             "config key cluster.sasl_username is empty: security_protocol = 'SASL_SSL' needs",
         ),
         ({"kafka": {"tls_cert": "/c"}}, "config key kafka.tls_key is empty"),
+        ({"kafka": {"groups": "own"}}, "kafka.groups = 'own': must be one of 'auto', 'refuse'"),
+        ({"kafka": {"coordinator_bootstrap": ["b"]}}, "kafka.coordinator_bootstrap"),
     ],
 )
 def test_sub_tables_and_section_checks_keep_their_order_and_messages(

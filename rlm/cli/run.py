@@ -112,13 +112,22 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
             "installed: pip install 'rlm[kafka]' (kafka-python 3)"
         ) from None
 
+    from rlm.config.brokers import coordinator_servers
+    from rlm.kafka.coordinator import Coordinator
+
     api = KafkaApi(
         parts.readers,
         node_id=settings.cluster.node_id or 0,
         deleter=parts.delete_records,
         max_fetch_sessions=settings.kafka.max_fetch_sessions,
     )
-    return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics)
+    servers = coordinator_servers(settings.cluster, settings.kafka)
+    coordinator = (
+        Coordinator(servers, node_id=api.node_id, timeout_s=settings.kafka.idle_timeout_ms / 1000)
+        if servers
+        else None
+    )
+    return KafkaListener(api, settings.kafka, metrics=parts.kafka_metrics, coordinator=coordinator)
 
 
 def _once(manager: RemoteLogManager, quiet: bool) -> None:

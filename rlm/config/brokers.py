@@ -4,6 +4,7 @@ listener of ``rlm run``; docs/kafka-listener.md), with the checks across each ta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,13 @@ __all__ = [
     "asks_log_starts",
     "check_cluster",
     "check_kafka",
+    "coordinator_servers",
 ]
 
 LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+GroupsMode = Literal["auto", "refuse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,24 @@ def check_kafka(k: KafkaSettings) -> None:
         raise ConfigError(f"config key {missing} is empty: TLS needs kafka.tls_cert and kafka.tls_key")
 
 
+def coordinator_servers(c: ClusterSettings, k: KafkaSettings) -> tuple[str, ...]:
+    """The brokers whose group coordinator the listener relays to (docs/kafka-listener.md §6);
+    empty = groups refused, as before groups were relayed. Relaying speaks PLAINTEXT only: with a
+    ``[cluster]`` needing TLS or SASL, ``groups = "auto"`` keeps refusing them and says why in one
+    warning (a daemon that ran before keeps starting)."""
+    servers = k.coordinator_bootstrap or c.bootstrap_servers
+    if k.groups == "refuse" or not k.listen or not servers:
+        return ()
+    if c.security_protocol != "PLAINTEXT":
+        logging.getLogger("rlm").warning(
+            'kafka: consumer groups refused: kafka.groups = "auto" relays them over PLAINTEXT only, '
+            "and cluster.security_protocol is %r (docs/kafka-listener.md §6)",
+            c.security_protocol,
+        )
+        return ()
+    return servers
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
     """``[kafka]``: a read-only Kafka-protocol listener in ``rlm run`` (docs/kafka-listener.md)."""
@@ -160,6 +181,21 @@ class KafkaSettings:
         v.optional_file,
         "A file of `user:password` lines; when set, clients must authenticate with SASL/PLAIN before "
         "any other request.",
+    )
+    groups: GroupsMode = key(
+        "auto",
+        v.one_of(GroupsMode),
+        "Consumer groups (docs/kafka-listener.md §6). `auto`: with a bootstrap (`coordinator_bootstrap` "
+        "or `[cluster] bootstrap_servers`), FindCoordinator names this listener and it relays the group "
+        "APIs (JoinGroup … OffsetFetch) to the cluster's coordinator, over PLAINTEXT only; without one, "
+        "or with a TLS/SASL `[cluster]` (a warning at start), as `refuse`. `refuse`: FindCoordinator "
+        "and the group APIs answer GROUP_AUTHORIZATION_FAILED.",
+    )
+    coordinator_bootstrap: tuple[str, ...] = key(
+        (),
+        v.servers,
+        '`groups = "auto"`: the brokers to ask for a group\'s coordinator, `"host:port"` (a string or a '
+        "list); empty = `[cluster] bootstrap_servers`. The `[cluster]` principal's ACLs apply.",
     )
     max_request_bytes: int = key(
         104_857_600,

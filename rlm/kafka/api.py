@@ -277,8 +277,9 @@ class KafkaApi:
     # -- what a read-only broker refuses ------------------------------------------------------
 
     def find_coordinator(self, req: Any, _version: int) -> Any:
-        """No consumer groups or transactions here. No error code makes a client with a group id
-        fall back to manual assignment (kafka-python, aiokafka and librdkafka all keep asking while
+        """Groups refused (``kafka.groups = "refuse"``, or no bootstrap to delegate to; else
+        rlm/kafka/coordinator.py answers), transactions always. No error code makes a client with a
+        group id fall back to manual assignment (kafka-python, aiokafka and librdkafka all keep asking while
         the coordinator is "not available", and poll nothing): GROUP_AUTHORIZATION_FAILED is not
         retriable, so such a client fails at once with an error naming the group instead of
         hanging. Clients without a group id never ask (docs/kafka-listener.md "Groups")."""

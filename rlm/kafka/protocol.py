@@ -184,13 +184,14 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return key, version, correlation_id
 
 
-def parse_request(frame: bytes) -> RequestFrame:
+def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> RequestFrame:
     """Decode one request frame (the bytes after the size prefix). An API key the listener does
-    not serve, a version outside :data:`SERVED` or bytes that do not decode raise
+    not serve, a version outside ``served`` (default :data:`SERVED`; a listener relaying groups
+    passes its own table, rlm/kafka/coordinator.py) or bytes that do not decode raise
     :class:`KafkaProtocolError` naming the key and version (the caller closes the connection,
     except for ApiVersions: see :func:`unsupported_api_versions`)."""
     key, version, correlation_id = peek_header(frame)
-    api = SERVED.get(key)
+    api = (SERVED if served is None else served).get(key)
     if api is None:
         raise KafkaProtocolError(
             f"api_key {key} (version {version}) is not served by this read-only listener"
@@ -246,18 +247,22 @@ def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> b
     return out
 
 
-def unsupported_api_versions(correlation_id: int) -> bytes | bytearray:
+def unsupported_api_versions(correlation_id: int, served: dict[int, Api] | None = None) -> bytes | bytearray:
     """Kafka's answer to an ApiVersions request of a version it does not know: a **v0** response
-    with UNSUPPORTED_VERSION and the served list, so the client retries with a version in it."""
-    return encode_response(
-        SERVED[API_VERSIONS_KEY], 0, correlation_id, api_versions_body(Codes.UNSUPPORTED_VERSION)
+    with UNSUPPORTED_VERSION and the served list (``served``, default :data:`SERVED`), so the
+    client retries with a version in it."""
+    body = api_versions_body(Codes.UNSUPPORTED_VERSION, served)
+    return encode_response(SERVED[API_VERSIONS_KEY], 0, correlation_id, body)
+
+
+def api_versions_body(error_code: int = Codes.NONE, served: dict[int, Api] | None = None) -> Any:
+    """ApiVersions' answer: :data:`API_VERSIONS`, or the versions of ``served`` (a listener's own table)."""
+    versions = (
+        API_VERSIONS if served is None else [(a.key, a.min_version, a.max_version) for a in served.values()]
     )
-
-
-def api_versions_body(error_code: int = Codes.NONE) -> Any:
     key = ApiVersionsResponse.ApiVersion
     return ApiVersionsResponse(
         error_code=error_code,
         throttle_time_ms=0,
-        api_keys=[key(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in API_VERSIONS],
+        api_keys=[key(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions],
     )

@@ -6,6 +6,8 @@ client may pipeline; responses keep the order). The event loop only moves bytes:
 the handler and encoding the response run in a thread pool. The next request of a connection is
 read only once its last response drained to the client, so a client that stops reading holds one
 response — at most ``kafka.fetch_max_bytes`` of records + one batch (docs/kafka-listener.md §8).
+A group request relayed to the cluster's coordinator (rlm/kafka/coordinator.py) is decoded in the
+pool and then waits for its answer on the event loop, never holding a pool thread.
 A frame declaring more than ``kafka.max_request_bytes`` — more than 512 KiB before SASL
 authentication, when SASL is on — is refused from its size header, before its body is read; bytes
 that are not a request, an API or version not served, a request before SASL authentication: the
@@ -34,13 +36,16 @@ from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
 from rlm.kafka.api import KafkaApi
+from rlm.kafka.coordinator import RELAYED, Coordinator, RelaySession
 from rlm.kafka.fetching import FetchPlan, FetchRead
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
     SERVED,
+    Api,
     Codes,
     RequestFrame,
+    api_versions_body,
     code_name,
     encode_response,
     parse_request,
@@ -54,7 +59,7 @@ __all__ = ["PRE_AUTH_MAX_BYTES", "KafkaListener", "split_listen"]
 log = logging.getLogger(__name__)
 
 _FETCH, _LIST_OFFSETS, _METADATA, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 1, 2, 3, 17, 36
-_DELETE_RECORDS = 21
+_DELETE_RECORDS, _FIND_COORDINATOR = 21, 10
 _BEFORE_AUTH = {API_VERSIONS_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE}
 _POLL_S = 0.25  # a waiting Fetch re-checks offsets this often (the HW checkpoint moves every ~5 s)
 #: Kafka's ``SaslServerAuthenticator`` MAX_RECEIVE_SIZE: the largest frame before authentication.
@@ -85,6 +90,15 @@ class _Waiting:
     read: FetchRead
 
 
+@dataclass(frozen=True, slots=True)
+class _Relay:
+    """A group request for the cluster's coordinator: relayed on the event loop (it may be held
+    for minutes), never in the pool (rlm/kafka/coordinator.py)."""
+
+    req: RequestFrame
+    frame: bytes
+
+
 @dataclass(slots=True)
 class _Conn:
     """One client connection's state."""
@@ -99,15 +113,25 @@ class _Conn:
     close_after: bool = False
     auth_failed: bool = False  # why it is closed, for the metric
     user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
+    relay: RelaySession | None = None  # its upstream connections for relayed group requests
 
 
 class KafkaListener:
     """The listener on ``kafka.listen`` (port 0 = any free port: see :attr:`port`)."""
 
     def __init__(
-        self, api: KafkaApi, settings: KafkaSettings, *, threads: int = 8, metrics: KafkaMetrics | None = None
+        self,
+        api: KafkaApi,
+        settings: KafkaSettings,
+        *,
+        threads: int = 8,
+        metrics: KafkaMetrics | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
+        """``coordinator``: relay consumer groups to the cluster (docs/kafka-listener.md §6); None:
+        refuse them."""
         self.api = api
+        self.coordinator = coordinator
         self.settings = settings
         self.metrics = metrics or KafkaMetrics()  # unregistered unless the daemon's are given
         self.metrics.fetch_sessions.set_function(lambda: len(api.sessions))
@@ -231,6 +255,8 @@ class KafkaListener:
             self.metrics.connections.dec()
             if reason:
                 self.metrics.closed.labels(reason=reason).inc()
+            if conn.relay is not None:
+                conn.relay.close()
             writer.close()
 
     async def _loop_requests(
@@ -283,9 +309,18 @@ class KafkaListener:
         step = await self._loop.run_in_executor(self._pool, self._step, conn, frame)
         if isinstance(step, _Waiting):
             return await self._wait(conn, step, began)
+        if isinstance(step, _Relay):
+            assert self.coordinator is not None
+            self.metrics.requests.labels(api=step.req.api.name).inc()
+            conn.relay = conn.relay or RelaySession(self.coordinator)
+            return await conn.relay.relay(step.req, step.frame)
         return step
 
-    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting:
+    def _served(self) -> dict[int, Api]:
+        """The APIs and versions answered: :data:`SERVED`, plus the relayed ones when delegating."""
+        return SERVED if self.coordinator is None else self.coordinator.served(SERVED)
+
+    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting | _Relay:
         """In the pool: decode, check authentication, handle, encode — or a Fetch to wait for."""
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
@@ -298,10 +333,12 @@ class KafkaListener:
         key, version, correlation_id = peek_header(frame)
         api = SERVED.get(key)
         if key == API_VERSIONS_KEY and api is not None and version > api.max_version:
-            return unsupported_api_versions(correlation_id)
+            return unsupported_api_versions(correlation_id, self._served())
         if not conn.authenticated and key not in _BEFORE_AUTH:  # from the header, before decoding
             raise KafkaProtocolError(f"api_key {key} before SASL authentication")
-        req = parse_request(frame)
+        if self.coordinator is not None and key in RELAYED:
+            return _Relay(parse_request(frame, self._served()), frame)
+        req = parse_request(frame, self._served())
         if key == _FETCH:
             plan = self.api.plan_fetch(req.body, req.version)
             read = self._fetch_pass(conn, req, plan)
@@ -339,6 +376,10 @@ class KafkaListener:
             return self.api.metadata(req.body, version, conn.host, conn.port)
         if key == _DELETE_RECORDS:
             return self.api.delete_records(req.body, version, conn.user)
+        if self.coordinator is not None and key == _FIND_COORDINATOR:
+            return self.coordinator.find_coordinator(req.body, version, conn.host, conn.port)
+        if self.coordinator is not None and key == API_VERSIONS_KEY:
+            return api_versions_body(served=self._served())
         return self._handlers[key](req.body, version)
 
     # -- Fetch: answer at once, or wait for min_bytes -----------------------------------------
