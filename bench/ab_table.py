@@ -1,4 +1,4 @@
-"""The table of ``bench/ab_trees.sh``: each figure of the lookup, catch-up and export benches per
+"""The table of ``bench/ab_trees.sh``: each figure of the lookup, catch-up, export and Kafka benches per
 side (base commit, this tree) and round, and the ratio of the means (this tree / base; for
 latencies lower is better, for the rest higher)."""
 
@@ -18,6 +18,11 @@ FIGURES = {
         r"^\| (/records 1 MiB|stream|4 × /records 1 MiB|4 × stream)"
         r" \| \d+ \| [\d.]+ \| [\d.]+ \| \*\*([\d.]+)\*\*",
         " vs boto3",
+    ),
+    "kafka": (
+        r"^\| (Kafka Fetch v12 loop, raw bytes|kafka-python KafkaConsumer \(records decoded\)"
+        r"|aiokafka consumer \(records decoded\)) \| [\d.]+ \| [\d,]+ \| [\d.]+ \| \*\*([\d.]+)x\*\*",
+        " vs HTTP stream",
     ),
     "export": (
         r"^\| (rlm_1proc|local|local_processes) \| [\d.]+ \| [\d,]+ \| [\d.]+ \| \*\*([\d.]+)\*\*",

@@ -5,6 +5,7 @@
 #
 #   bench/ab_trees.sh 09f03af 4        # base commit, rounds (default 2)
 #   BENCHES=export EXPORT_ARGS="--partitions 4 --mib 64 --repeat 1 --no-spark" bench/ab_trees.sh 09f03af 4
+#   BENCHES=kafka bench/ab_trees.sh main 4     # the Kafka listener's catch-up (KAFKA_ARGS)
 #
 # The base tree is a temporary `git worktree` of BASE sharing this checkout's venv and compiled
 # decoder (the decoder's C sources must be the same in both trees: it says so when not).
@@ -32,6 +33,7 @@ for round in $(seq 1 "$ROUNDS"); do
         lookup) args="--no-record --lookups 200 --http-requests 2000" ;;
         catchup) args="--segments 4 --segment-mib 16 --rounds 1 --no-record" ;;
         export) args=${EXPORT_ARGS:-"--partitions 4 --mib 16 --repeat 1 --no-spark"} ;;
+        kafka) args=${KAFKA_ARGS:-"--segments 2 --segment-mib 16 --rounds 1 --no-record"} ;;
       esac
       PYTHONPATH=$T $PY bench/${bench}_bench.py $args >> "$LOG" 2>&1
     done
