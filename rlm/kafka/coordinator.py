@@ -17,6 +17,7 @@ shape; the client then asks FindCoordinator again (rlm) and retries.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -45,7 +46,15 @@ from rlm.errors import KafkaProtocolError
 from rlm.kafka.protocol import Api, Codes, RequestFrame, encode_response
 from rlm.kafka.upstream import Upstream, split_server
 
-__all__ = ["FIND_COORDINATOR", "RELAYED", "Coordinator", "RelaySession", "group_of", "unavailable"]
+__all__ = [
+    "FIND_COORDINATOR",
+    "MAX_GROUPS_CACHED",
+    "RELAYED",
+    "Coordinator",
+    "RelaySession",
+    "group_of",
+    "unavailable",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,9 @@ _STALE = frozenset({LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR})
 _JOIN_GROUP, _OFFSET_COMMIT, _OFFSET_FETCH = 11, 8, 9
 _JOIN_SLACK_S = 5.0  # a JoinGroup is held up to its rebalance timeout; the answer may take this longer
 _GROUP, _TRANSACTION = 0, 1  # FindCoordinator key types (2: share group, not served)
+#: Groups whose coordinator is remembered at most (a few hundred bytes each); one forgotten is
+#: asked of the cluster again.
+MAX_GROUPS_CACHED = 10_000
 
 #: FindCoordinator while delegating: v4+ batch keys (KIP-699), v6 adds key type 2 (share groups).
 FIND_COORDINATOR = Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 6)
@@ -85,7 +97,9 @@ class Coordinator:
         self.bootstrap = bootstrap
         self.node_id = node_id
         self.timeout_s = timeout_s
-        self._where: dict[str, tuple[int, str, int]] = {}  # group → (node id, host, port)
+        # group → (node id, host, port), least recently used first out: group ids come from
+        # clients, and a client inventing them must not grow this without bound
+        self._where: OrderedDict[str, tuple[int, str, int]] = OrderedDict()
         self._cluster: dict[int, tuple[int, int]] | None = None  # api key → versions, once known
 
     def served(self, base: dict[int, Api]) -> dict[int, Api]:
@@ -149,6 +163,7 @@ class Coordinator:
         the cluster answered an error (it is logged)."""
         hit = self._where.get(group)
         if hit is not None:
+            self._where.move_to_end(group)
             return hit
         for server in self.bootstrap:
             host, port = split_server(server)
@@ -166,6 +181,8 @@ class Coordinator:
                 up.close()
             if found is not None:
                 self._where[group] = found
+                while len(self._where) > MAX_GROUPS_CACHED:
+                    self._where.popitem(last=False)
             return found
         return None
 

@@ -1,8 +1,8 @@
 """One asyncio connection from rlm's Kafka listener to a broker of the live cluster, for the group
 requests rlm relays to the cluster's coordinator (docs/kafka-listener.md §6).
 
-PLAINTEXT only: ``rlm run`` refuses delegation over a ``[cluster]`` that needs TLS or SASL at
-startup (rlm/config/brokers.py ``coordinator_servers``). Requests on one connection are answered in
+PLAINTEXT only: with a ``[cluster]`` that needs TLS or SASL, groups stay refused
+(rlm/config/brokers.py ``coordinator_servers``). Requests on one connection are answered in
 order, one at a time: the caller (one client connection) never sends the next before the last
 answer came back, so a response's correlation id is always the request's.
 """

@@ -295,3 +295,38 @@ def test_relayed_versions_are_capped_by_the_clusters() -> None:
         12: (0, 4),
     }
     assert 9 not in after and after[10].max_version == 6 and SERVED[10].max_version == 3
+
+
+def test_the_group_directory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group ids come from clients: the directory of coordinators keeps the most recently used
+    ``MAX_GROUPS_CACHED`` (a client inventing ids cannot grow it without bound); a forgotten group
+    is asked of the cluster again. The cluster's FindCoordinator answer is stubbed (``_ask``): what
+    is tested is rlm's cache, over a real loopback connection."""
+    import asyncio
+
+    from rlm.kafka import coordinator as module
+
+    monkeypatch.setattr(module, "MAX_GROUPS_CACHED", 3)
+    asked: list[str] = []
+
+    async def ask(_self: Coordinator, _up: Any, group: str) -> tuple[int, str, int]:
+        asked.append(group)
+        return 1, "127.0.0.1", 9092
+
+    monkeypatch.setattr(Coordinator, "_ask", ask)
+
+    async def run() -> None:
+        server = await asyncio.start_server(lambda _r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        directory = Coordinator((f"127.0.0.1:{port}",), node_id=7, timeout_s=5)
+        try:
+            for group in ("a", "b", "c", "a", "d", "e", "a", "b"):
+                assert await directory.locate(group) == (1, "127.0.0.1", 9092)
+            assert len(directory._where) == 3
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
+    # a, b, c asked; a hit; d evicts b, e evicts c; a hit; b asked again
+    assert asked == ["a", "b", "c", "d", "e", "b"]
