@@ -28,6 +28,7 @@ __all__ = [
     "EVICTION_MS",
     "FINAL_EPOCH",
     "INITIAL_EPOCH",
+    "MAX_SESSION_PARTITIONS",
     "CachedPartition",
     "FetchSession",
     "FetchSessionCache",
@@ -45,6 +46,11 @@ FINAL_EPOCH = -1
 #: evicted first; a session younger than this (since its creation) is not evicted for a bigger one.
 EVICTION_MS = 120_000
 _MAX_EPOCH = 2**31 - 1
+#: Partitions one session holds at most. Kafka sets no such bound, but a client may be hostile: a
+#: 100 MiB request names millions of partitions, each cached for minutes. A full Fetch naming more
+#: gets no session (its client keeps sending full Fetches); an incremental one growing a session
+#: past it ends the session (FETCH_SESSION_ID_NOT_FOUND: the client starts over with a full Fetch).
+MAX_SESSION_PARTITIONS = 100_000
 
 #: ``(topic name or topic id, partition)``.
 PartitionKey = tuple[str, int]
@@ -164,7 +170,7 @@ class FetchSessionCache:
         the cache is full and nothing may be evicted for it (Kafka's ``maybeCreateSession``)."""
         now = self._clock()
         with self._lock:
-            if self.max_sessions <= 0:
+            if self.max_sessions <= 0 or len(partitions) > MAX_SESSION_PARTITIONS:
                 return 0
             if len(self._sessions) >= self.max_sessions and not self._evict_for(len(partitions), now):
                 return 0
@@ -245,6 +251,9 @@ def open_context(
     if not session.partitions:
         cache.remove(session.id)
         return SessionContext("sessionless")
+    if len(session.partitions) > MAX_SESSION_PARTITIONS:
+        cache.remove(session.id)
+        return SessionContext("error", error=Codes.FETCH_SESSION_ID_NOT_FOUND)
     cache.touch(session)
     session.epoch = next_epoch(session.epoch)
     return SessionContext("incremental", session)

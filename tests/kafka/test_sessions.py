@@ -3,6 +3,9 @@ answer rules, on an injected clock."""
 
 from __future__ import annotations
 
+import pytest
+
+from rlm.kafka import sessions
 from rlm.kafka.protocol import Codes
 from rlm.kafka.sessions import (
     EVICTION_MS,
@@ -133,3 +136,15 @@ def test_forgetting_every_partition_closes_the_session() -> None:
     sid = cache.create(parts(1), False)
     assert open_context(cache, sid, 1, False, forgotten=[("t", 0)]).kind == "sessionless"
     assert cache.get(sid) is None
+
+
+def test_a_session_holds_a_bounded_number_of_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full Fetch naming more than MAX_SESSION_PARTITIONS gets no session; an incremental one
+    growing a session past it ends the session (the client starts over with a full Fetch)."""
+    monkeypatch.setattr(sessions, "MAX_SESSION_PARTITIONS", 4)
+    cache = FetchSessionCache(10, Clock())
+    assert cache.create(parts(5), False) == 0
+    sid = cache.create(parts(4), False)
+    assert sid != 0
+    grown = open_context(cache, sid, 1, False, parts(1, topic="u"))
+    assert grown.error == Codes.FETCH_SESSION_ID_NOT_FOUND and cache.get(sid) is None
