@@ -61,17 +61,30 @@ class LeaderEpochs:
         """Epochs ascending from the one in force at ``log_start`` (moved to it). The latest
         entry is kept even when it starts past the high watermark (a new leader that has not
         written yet): Metadata, Fetch and OffsetForLeaderEpoch all name that epoch, as Kafka's do.
+        Epochs the manifests know beyond the local broker's latest (another replica's uploads this
+        broker has not caught up with) are left out: the latest epoch is the local broker's.
         A corrupt local checkpoint raises :class:`~rlm.errors.FormatError` naming the file."""
-        pairs = self._local.get(part.path / LEADER_EPOCH_CHECKPOINT)
+        local = self._local.get(part.path / LEADER_EPOCH_CHECKPOINT)
+        pairs = local
         if progress.highest_tiered_offset >= 0:
-            path = state_dir(self._settings, part) / manifest_snapshot.MANIFEST_SNAPSHOT_FILE
-            try:
-                pairs = pairs + self._remote.get(path)
-            except (FormatError, OSError) as err:  # being rewritten, or damaged: local alone is safe
-                log.debug("%s: leader epochs of the remote tier not read: %s", part.name, err)
+            remote = self._remote_pairs(part)
+            pairs = local + (tuple(p for p in remote if p[0] <= local[-1][0]) if local else remote)
         return merged_epochs(pairs, log_start, 2**63 - 1)
 
     def latest(self, part: PartitionDir, progress: Progress) -> int:
-        """The partition's current leader epoch as rlm serves it; -1 when no epoch is known."""
+        """The partition's current leader epoch as rlm serves it (:meth:`lineage`'s last, read
+        from the local checkpoint alone when it has one: Metadata asks for every partition, and
+        the manifests are parsed only when needed); -1 when no epoch is known."""
+        local = self._local.get(part.path / LEADER_EPOCH_CHECKPOINT)
+        if local:
+            return max(epoch for epoch, _ in local)
         lineage = self.lineage(part, progress, 0)
         return lineage[-1].epoch if lineage else -1
+
+    def _remote_pairs(self, part: PartitionDir) -> Pairs:
+        path = state_dir(self._settings, part) / manifest_snapshot.MANIFEST_SNAPSHOT_FILE
+        try:
+            return self._remote.get(path)
+        except (FormatError, OSError) as err:  # being rewritten, or damaged: local alone is safe
+            log.debug("%s: leader epochs of the remote tier not read: %s", part.name, err)
+            return ()
