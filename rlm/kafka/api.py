@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsResponse, DescribeConfigsResponse
-from kafka.protocol.consumer import ListOffsetsResponse
+from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
@@ -23,7 +23,15 @@ from rlm.errors import RlmError
 from rlm.formats.naming import is_internal_topic
 from rlm.kafka.fetching import FetchPlan, FetchRead, plan_fetch, read_plan, render
 from rlm.kafka.protocol import Api, Codes, api_versions_body
-from rlm.kafka.reads import error_code, list_offset, served
+from rlm.kafka.reads import (
+    EpochEnd,
+    ListedOffset,
+    epoch_end_offset,
+    epoch_fence,
+    error_code,
+    list_offset,
+    served,
+)
 from rlm.kafka.sessions import FetchSessionCache
 from rlm.kafka.topic_ids import TopicIds, topic_uuid
 from rlm.logdir.discovery import PartitionDir
@@ -126,9 +134,11 @@ class KafkaApi:
             return topic(
                 error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[]
             )
-        node, held = self.node_id, {p.partition for p in parts}
+        node, held = self.node_id, {p.partition: p for p in parts}
         entry = topic.MetadataResponsePartition
-        # Leader epoch -1: clients then skip epoch validation (OffsetForLeaderEpoch is not served).
+        # Each held partition's leader epoch as rlm serves it (docs/kafka-listener.md §5.4):
+        # clients send it back in Fetch and ListOffsets, and validate positions with
+        # OffsetForLeaderEpoch when it changes.
         # Partitions below the highest one held but not in these log dirs are listed without a
         # leader: clients index partitions by id (librdkafka ignores a partition 3 of a topic
         # said to have one partition), and a real cluster lists a partition whose broker is down so.
@@ -137,7 +147,7 @@ class KafkaApi:
                 error_code=Codes.NONE,
                 partition_index=i,
                 leader_id=node,
-                leader_epoch=-1,
+                leader_epoch=self._epoch_of(held[i]),
                 replica_nodes=[node],
                 isr_nodes=[node],
                 offline_replicas=[],
@@ -161,6 +171,12 @@ class KafkaApi:
             is_internal=is_internal_topic(name),
             partitions=partitions,
         )
+
+    def _epoch_of(self, part: PartitionDir) -> int:
+        try:
+            return self.readers.leader_epoch(part)
+        except RlmError:  # a damaged checkpoint: no epoch, the client skips validation
+            return -1
 
     def describe_configs(self, req: Any, _version: int) -> Any:
         """retention.ms, retention.bytes and cleanup.policy of a topic, as rlm's policy resolves
@@ -233,8 +249,13 @@ class KafkaApi:
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                got = list_offset(
-                    self.readers, t.name, p.partition_index, p.timestamp, committed, version, query
+                fenced = epoch_fence(self.readers, t.name, p.partition_index, p.current_leader_epoch, query)
+                got = (
+                    ListedOffset(fenced)
+                    if fenced
+                    else list_offset(
+                        self.readers, t.name, p.partition_index, p.timestamp, committed, version, query
+                    )
                 )
                 parts.append(
                     cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
@@ -247,6 +268,34 @@ class KafkaApi:
                 )
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
+
+    def offset_for_leader_epoch(self, req: Any, _version: int) -> Any:
+        """Where each asked epoch ends (docs/kafka-listener.md §5.4). Only consumers ask here: a
+        replica id ≥ 0 (a follower) answers CLUSTER_AUTHORIZATION_FAILED, as Kafka answers a
+        principal without ClusterAction."""
+        cls = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        follower = getattr(req, "replica_id", -1) >= 0
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                got = (
+                    EpochEnd(Codes.CLUSTER_AUTHORIZATION_FAILED)
+                    if follower
+                    else epoch_end_offset(
+                        self.readers, t.topic, p.partition, p.current_leader_epoch, p.leader_epoch
+                    )
+                )
+                parts.append(
+                    cls.EpochEndOffset(
+                        error_code=got.error,
+                        partition=p.partition,
+                        leader_epoch=got.leader_epoch,
+                        end_offset=got.end_offset,
+                    )
+                )
+            topics.append(cls(topic=t.topic, partitions=parts))
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
     def plan_fetch(self, req: Any, version: int) -> FetchPlan:
         """The Fetch's session context and the partitions it reads (rlm/kafka/fetching.py)."""

@@ -14,8 +14,9 @@ import bisect
 from collections.abc import Sequence
 
 from rlm.formats.checkpoint import EpochEntry
+from rlm.kafka.protocol import Codes
 
-__all__ = ["UNDEFINED", "end_offset_for"]
+__all__ = ["UNDEFINED", "end_offset_for", "fence"]
 
 #: Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET: the answer's (epoch, end offset) for an
 #: epoch nothing is known about.
@@ -38,3 +39,13 @@ def end_offset_for(lineage: Sequence[EpochEntry], requested: int, log_end: int) 
     if higher == 0:
         return requested, lineage[0].start_offset
     return lineage[higher - 1].epoch, lineage[higher].start_offset
+
+
+def fence(current: int, latest: int) -> int:
+    """Kafka's check of a request's ``current_leader_epoch`` (KIP-320) against the partition's
+    ``latest`` epoch: -1 is not checked; an older one is FENCED_LEADER_EPOCH (the client's
+    metadata is stale), a newer one UNKNOWN_LEADER_EPOCH (rlm's is: both retriable, the client
+    refreshes its metadata); the same one, or no known epoch here, NONE."""
+    if current < 0 or latest < 0 or current == latest:
+        return Codes.NONE
+    return Codes.FENCED_LEADER_EPOCH if current < latest else Codes.UNKNOWN_LEADER_EPOCH

@@ -35,6 +35,8 @@ from kafka.protocol.consumer import (
     LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -101,6 +103,8 @@ class Codes:
     SASL_AUTHENTICATION_FAILED = 58
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     UNKNOWN_TOPIC_ID = 100
     FETCH_SESSION_TOPIC_ID_ERROR = 106
 
@@ -155,6 +159,7 @@ SERVED: dict[int, Api] = {
         Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
         Api(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),  # SASL-authenticated only
         Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),  # refused: read-only
+        Api(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
         Api(36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import OffsetOutOfRangeError, RlmError
+from rlm.kafka.epochs import UNDEFINED, end_offset_for, fence
 from rlm.kafka.protocol import Codes, kafka_code
 from rlm.tiering.read import (
     EARLIEST_LOCAL,
@@ -28,8 +29,11 @@ from rlm.tiering.read import (
 )
 
 __all__ = [
+    "EpochEnd",
     "FetchedPartition",
     "ListedOffset",
+    "epoch_end_offset",
+    "epoch_fence",
     "error_code",
     "fetch_partition",
     "list_offset",
@@ -64,6 +68,15 @@ class ListedOffset:
     timestamp: int = -1
     offset: int = -1
     leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEnd:
+    """One partition of an OffsetForLeaderEpoch response: -1, -1 = nothing known of the epoch."""
+
+    error: int
+    leader_epoch: int = -1
+    end_offset: int = -1
 
 
 def error_code(err: Exception) -> int:
@@ -208,3 +221,42 @@ def list_offset(
         return ListedOffset(Codes.NONE)
     epoch = found.batch.partition_leader_epoch if found.batch is not None else -1
     return ListedOffset(Codes.NONE, _or(found.timestamp), found.offset, epoch)
+
+
+def epoch_fence(
+    readers: TieredReaders, topic: str, partition: int, current: int, query: LogStartQuery | None = None
+) -> int:
+    """The error a request's ``current_leader_epoch`` earns for this partition (Fetch, ListOffsets,
+    OffsetForLeaderEpoch; rlm/kafka/epochs.py ``fence``): NONE when it is -1 or the current one."""
+    if current < 0:
+        return Codes.NONE
+    try:
+        latest = readers.leader_epoch(reader_for(readers, topic, partition, query).part)
+    except RlmError as err:
+        return error_code(err)
+    return fence(current, latest)
+
+
+def epoch_end_offset(
+    readers: TieredReaders, topic: str, partition: int, current: int, requested: int
+) -> EpochEnd:
+    """Kafka's OffsetForLeaderEpoch for one partition (``LeaderEpochFileCache.endOffsetFor`` over
+    rlm's lineage, docs/kafka-listener.md §5.4): the latest epoch ends at the visible end (the high
+    watermark; a broker says its log end, which a consumer's position never passes either); an
+    older one where the next begins. An epoch newer than rlm's latest is UNKNOWN_LEADER_EPOCH
+    (retriable: rlm's checkpoint lags the broker's), never Kafka's UNDEFINED answer, on which a
+    Java consumer would reset its position."""
+    try:
+        reader = reader_for(readers, topic, partition)
+        vis = reader.visibility()
+        lineage = readers.leader_epochs(reader.part, _or(vis.offsets.log_start_offset, 0))
+    except RlmError as err:
+        return EpochEnd(error_code(err))
+    latest = lineage[-1].epoch if lineage else -1
+    code = fence(current, latest)
+    if code:
+        return EpochEnd(code)
+    if latest >= 0 and requested > latest:
+        return EpochEnd(Codes.UNKNOWN_LEADER_EPOCH)
+    epoch, end = end_offset_for(lineage, requested, vis.end())
+    return EpochEnd(Codes.NONE, epoch, end) if (epoch, end) != UNDEFINED else EpochEnd(Codes.NONE)

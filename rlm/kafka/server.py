@@ -164,6 +164,7 @@ class KafkaListener:
             10: api.find_coordinator,
             18: api.api_versions,
             22: api.init_producer_id,
+            23: api.offset_for_leader_epoch,
             32: api.describe_configs,
             **{k: functools.partial(api.group_error, SERVED[k]) for k in (11, 12, 13, 14)},
         }

@@ -29,7 +29,7 @@ import crc32c
 
 from rlm.errors import CorruptObjectError, FormatError, RlmError
 from rlm.formats import naming
-from rlm.formats.checkpoint import EpochEntry, format_leader_epoch_checkpoint
+from rlm.formats.checkpoint import format_leader_epoch_checkpoint
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.indexes.txn_index import encode_txn_index, parse_txn_index
@@ -46,6 +46,7 @@ from rlm.tiering.store import (
     Link,
     RemoteState,
     SegmentManifest,
+    merged_epochs,
 )
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "RestorePlan",
     "RestoredSegment",
     "finish_partition",
-    "leader_epochs",
     "restore_segment",
 ]
 
@@ -303,30 +303,6 @@ def _copy_bytes(src: BinaryIO, dst: BinaryIO, n: int) -> None:
         n -= len(chunk)
 
 
-def leader_epochs(manifests: Sequence[SegmentManifest], log_start: int, log_end: int) -> list[EpochEntry]:
-    """The restored log's leader-epoch cache: the union of the manifests' ``leader_epochs``
-    (an epoch's start is the lowest any manifest records), as Kafka trims it to a log
-    ``[log_start, log_end)``: the entry in force at the log start moved to it
-    (``truncateFromStart``), entries starting at or after the log end dropped
-    (``truncateFromEnd``)."""
-    starts: dict[int, int] = {}
-    for m in manifests:
-        for epoch, start in m.leader_epochs:
-            starts[epoch] = min(start, starts.get(epoch, start))
-    ordered = sorted(starts.items())
-    out: list[EpochEntry] = []
-    for epoch, start in ordered:
-        if start >= log_end:
-            continue
-        while out and out[-1].start_offset >= start:
-            out.pop()  # Kafka's assign: a newer epoch replaces those starting at or after it
-        out.append(EpochEntry(epoch, start))
-    below = [e for e in out if e.start_offset <= log_start]
-    if below:
-        out = [EpochEntry(below[-1].epoch, log_start)] + [e for e in out if e.start_offset > log_start]
-    return out
-
-
 def finish_partition(
     plan: RestorePlan, directory: Path, done: Sequence[tuple[Link, RestoredSegment | None]]
 ) -> list[RestoredSegment]:
@@ -336,7 +312,8 @@ def finish_partition(
     used = [seg.manifest for seg, r in done if r is not None]
     if written:
         log_start = max(plan.log_start, written[0].base_offset)
-        epochs = leader_epochs(used, log_start, written[-1].last_offset + 1)
+        pairs = (pair for m in used for pair in m.leader_epochs)
+        epochs = merged_epochs(pairs, log_start, written[-1].last_offset + 1)
         (directory / LEADER_EPOCH_CHECKPOINT).write_text(format_leader_epoch_checkpoint(epochs))
         if plan.topic_id is not None:
             (directory / PARTITION_METADATA).write_bytes(format_partition_metadata(plan.topic_id))

@@ -17,6 +17,7 @@ from rlm.cluster.log_starts import BrokerLogStarts, LogStartQuery
 from rlm.config import Settings
 from rlm.config.brokers import asks_log_starts
 from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
+from rlm.formats.checkpoint import EpochEntry
 from rlm.formats.naming import is_served_topic, validate_topic
 from rlm.fsutil import FileMemo
 from rlm.logdir.checkpoint_cache import CheckpointCache
@@ -26,6 +27,7 @@ from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver
 from rlm.tiering.local import Progress
 from rlm.tiering.read.cache import RemoteRangeCache
+from rlm.tiering.read.epochs import LeaderEpochs
 from rlm.tiering.read.lookup import PartitionReader
 from rlm.tiering.read.readahead import ReadAheadLimits, ReaderResources
 from rlm.tiering.store import StoreProtection
@@ -94,6 +96,7 @@ class TieredReaders:
         self.policies = policies or TopicPolicyResolver(settings)
         # Asked on every request: read again only when the file changed (docs/read-path.md).
         self._progress_files = FileMemo(Progress.load)
+        self._epochs = LeaderEpochs(settings.tiering)
 
     def close(self) -> None:
         """Stop the connection to the cluster, if one was opened (the read-ahead threads are daemons)."""
@@ -120,6 +123,15 @@ class TieredReaders:
         return persisted_progress(
             self.settings.tiering, part, lambda path: dataclasses.replace(self._progress_files.get(path))
         )
+
+    def leader_epochs(self, part: PartitionDir, log_start: int) -> list[EpochEntry]:
+        """The partition's leader-epoch lineage from the one in force at ``log_start``
+        (rlm/tiering/read/epochs.py)."""
+        return self._epochs.lineage(part, self._progress(part), log_start)
+
+    def leader_epoch(self, part: PartitionDir) -> int:
+        """The partition's current leader epoch as rlm serves it; -1 when none is known."""
+        return self._epochs.latest(part, self._progress(part))
 
     def serves(self, topic: str) -> bool:
         """Whether ``topic`` may be served at all: never the KRaft log, Kafka's other internal

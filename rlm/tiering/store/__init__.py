@@ -24,6 +24,7 @@ from rlm.tiering.store.lineage import (
     Stamp,
     StoreView,
     lineage_of,
+    merged_epochs,
     replica_diverged,
     resolve_chain,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "StoredObject",
     "Unreadable",
     "lineage_of",
+    "merged_epochs",
     "open_at_end",
     "open_at_local",
     "open_at_remote",

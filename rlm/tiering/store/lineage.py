@@ -44,6 +44,7 @@ __all__ = [
     "epoch_ranges",
     "first_diverged",
     "lineage_of",
+    "merged_epochs",
     "replica_diverged",
     "resolve_chain",
 ]
@@ -271,3 +272,26 @@ class StoreView:
     chain: Chain = field(default_factory=lambda: Chain(()))
     #: The highest log start a marker of rlm's DeleteRecords names (docs/formats.md §6.8); -1 none.
     log_start: int = -1
+
+
+def merged_epochs(starts: Iterable[tuple[int, int]], log_start: int, log_end: int) -> list[EpochEntry]:
+    """A leader-epoch cache as Kafka keeps it for the log ``[log_start, log_end)``, from
+    ``(epoch, start offset)`` pairs gathered anywhere (manifests' ``leader_epochs``, a
+    ``leader-epoch-checkpoint``): an epoch starts at the lowest start any pair gives it; a newer
+    epoch replaces those starting at or after it (Kafka's ``assign``); entries starting at or after
+    the log end are dropped (``truncateFromEnd``) and the one in force at the log start is moved to
+    it (``truncateFromStart``)."""
+    first: dict[int, int] = {}
+    for epoch, start in starts:
+        first[epoch] = min(start, first.get(epoch, start))
+    out: list[EpochEntry] = []
+    for epoch, start in sorted(first.items()):
+        if start >= log_end:
+            continue
+        while out and out[-1].start_offset >= start:
+            out.pop()
+        out.append(EpochEntry(epoch, start))
+    below = [e for e in out if e.start_offset <= log_start]
+    if below:
+        out = [EpochEntry(below[-1].epoch, log_start)] + [e for e in out if e.start_offset > log_start]
+    return out
