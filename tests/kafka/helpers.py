@@ -329,3 +329,22 @@ def copy_fixture_dirs(fixtures_dir: Path, dest: Path) -> list[Path]:
     for src in sorted((fixtures_dir / "kafka-logs").iterdir()):
         out.append(Path(shutil.copytree(src, dest / src.name)))
     return out
+
+
+def api_versions_of_a_future_client(port: int) -> Any:
+    """The answer to an ApiVersions request of version 77 (correlation id 9), which no listener
+    knows: Kafka's v0 fallback, decoded at v0."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    sock = connect(port)
+    try:
+        req = ApiVersionsRequest()
+        req.with_header(correlation_id=9, client_id="future-client")
+        frame = bytearray(req.encode(version=0, header=True, framed=True))
+        frame[6:8] = (77).to_bytes(2, "big")  # api_version 77
+        sock.sendall(bytes(frame))
+        body = read_frame(sock)
+        assert body is not None
+        return ApiVersionsResponse.decode(body, version=0, header=True)
+    finally:
+        sock.close()

@@ -48,7 +48,13 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import free_port
 from rlm.tiering.read.readers import TieredReaders
-from tests.kafka.helpers import call, closed_by_server, connect, read_frame, toml_config
+from tests.kafka.helpers import (
+    api_versions_of_a_future_client,
+    call,
+    closed_by_server,
+    connect,
+    toml_config,
+)
 
 T0 = 1_760_000_000_000
 GROUP_AUTHORIZATION_FAILED, TXN_AUTHORIZATION_FAILED, INVALID_REQUEST, NOT_AVAILABLE = 30, 53, 42, 15
@@ -263,20 +269,9 @@ def _both(settings: Any) -> tuple[Any, Any]:
 def test_the_v0_fallback_lists_the_relayed_apis(listen: Listen) -> None:
     """An ApiVersions of a version the listener does not know gets the v0 fallback with the
     listener's own table, relayed APIs included."""
-    sock = connect(listen(True).port)
-    try:
-        req = ApiVersionsRequest()
-        req.with_header(correlation_id=9, client_id="future-client")
-        frame = bytearray(req.encode(version=0, header=True, framed=True))
-        frame[6:8] = (77).to_bytes(2, "big")  # api_version 77
-        sock.sendall(bytes(frame))
-        body = read_frame(sock)
-        assert body is not None
-        answer = ApiVersionsResponse.decode(body, version=0, header=True)
-        served = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
-        assert answer.error_code == 35 and served[10] == (0, 6) and served[8] == (2, 9)
-    finally:
-        sock.close()
+    answer = api_versions_of_a_future_client(listen(True).port)
+    served = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    assert answer.error_code == 35 and served[10] == (0, 6) and served[8] == (2, 9)
 
 
 def test_relayed_versions_are_capped_by_the_clusters() -> None:

@@ -28,7 +28,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from rlm.testing.kafka_wire import fetch_request
 from tests.kafka.conftest import Tiered
-from tests.kafka.helpers import call, closed_by_server, connect
+from tests.kafka.helpers import api_versions_of_a_future_client, call, closed_by_server, connect
 
 pytestmark = pytest.mark.integration
 
@@ -97,22 +97,9 @@ def test_api_versions_and_the_v0_fallback(tiered: Tiered) -> None:
     assert 19 not in served  # CreateTopics: not served
     assert served[21] == (0, 2)  # DeleteRecords: rlm's own, SASL only (docs/kafka-listener.md §12)
     # A version the listener does not know: Kafka answers v0 with UNSUPPORTED_VERSION and its list.
-    sock = connect(port)
-    try:
-        req = ApiVersionsRequest()
-        req.with_header(correlation_id=9, client_id="future-client")
-        frame = bytearray(req.encode(version=0, header=True, framed=True))
-        frame[6:8] = (77).to_bytes(2, "big")  # api_version 77
-        sock.sendall(bytes(frame))
-        from tests.kafka.helpers import read_frame
-
-        body = read_frame(sock)
-        assert body is not None
-        answer = ApiVersionsResponse.decode(body, version=0, header=True)
-        assert answer.header.correlation_id == 9 and answer.error_code == UNSUPPORTED_VERSION
-        assert {k.api_key for k in answer.api_keys} == set(served)
-    finally:
-        sock.close()
+    answer = api_versions_of_a_future_client(port)
+    assert answer.header.correlation_id == 9 and answer.error_code == UNSUPPORTED_VERSION
+    assert {k.api_key for k in answer.api_keys} == set(served)
 
 
 def test_metadata_lists_partitions_and_unknown_topics(tiered: Tiered) -> None:
