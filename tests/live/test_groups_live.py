@@ -3,7 +3,7 @@ topic whose early segments exist only in rlm (tiered, then removed by the broker
 read by consumers with a group id at rlm's listener. rlm names itself the coordinator and relays
 the group APIs to the broker, so the offsets they commit are the broker's own (asked of the broker
 with an admin client), and a restarted consumer resumes exactly there. Two members of one group
-split the two partitions."""
+split the two partitions. Kafka's ConsumerPerformance with a group reads every record."""
 
 from __future__ import annotations
 
@@ -345,3 +345,22 @@ def test_a_coordinator_gone_away_is_found_again(setup: Setup) -> None:
     offsets = [(p.partition_index, p.committed_offset) for t in read.groups[0].topics for p in t.partitions]
     assert offsets == [(1, 77)]
     assert _committed_at_broker(setup.broker, "relay-group") == {1: 77}
+
+
+def test_java_consumer_performance_reads_every_record_with_a_group(setup: Setup) -> None:
+    """Kafka's ``ConsumerPerformance --group`` through rlm: it stops after ``--messages`` records
+    (or warns at ``--timeout``) and prints how many it consumed; every one of both partitions."""
+    total = sum(setup.ends.values())
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        *("--bootstrap-server", setup.rlm, "--topic", TOPIC, "--group", "perf-group"),
+        *("--messages", str(total), "--timeout", "60000"),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING: Exiting before" not in done.stdout, done.stdout
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    header = lines.index(next(line for line in lines if line.startswith("start.time")))
+    stats = dict(zip(lines[header].split(", "), lines[header + 1].split(", "), strict=False))
+    assert int(stats["data.consumed.in.nMsg"]) == total, done.stdout
+    assert _committed_at_broker(setup.broker, "perf-group") == setup.ends  # auto commit on close
