@@ -40,6 +40,7 @@ __all__ = [
     "KafkaNode",
     "kafka_libs",
     "kafka_runtime_problem",
+    "kafka_tool_command",
     "run_kafka_tool",
     "wait_until",
 ]
@@ -83,10 +84,16 @@ def _java(libs: Path, main: str, *args: str, heap: str, log4j: Path | None) -> l
     return [*cmd, "-cp", f"{libs}/*", main, *args]
 
 
+def kafka_tool_command(main: str, *args: str) -> list[str]:
+    """The command line of one of Kafka's tools on the pinned runtime (for a caller that runs it
+    itself, e.g. to kill it midway)."""
+    return _java(kafka_libs(), main, *args, heap="256m", log4j=None)
+
+
 def run_kafka_tool(main: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """One of Kafka's command-line tools (``kafka.tools.DumpLogSegments``,
     ``kafka.tools.StorageTool``, ...) on the pinned runtime; output captured, never raises on exit."""
-    cmd = _java(kafka_libs(), main, *args, heap="256m", log4j=None)
+    cmd = kafka_tool_command(main, *args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
