@@ -7,6 +7,7 @@ Its log goes to a file, never a pipe: a pipe nobody reads fills up and blocks th
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -22,8 +23,30 @@ from pathlib import Path
 __all__ = ["Daemon", "clean_env", "free_port", "rlm_cli", "run_daemon", "stop", "wait_healthy"]
 
 
+#: Where Linux takes the local ports of outgoing connections (``ip_local_port_range``).
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_LISTEN_PORT = 10_000
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it; a race with other binders is rare)."""
+    """A TCP port free on 127.0.0.1 right now, picked at random *below* the kernel's ephemeral
+    range when it can be read: every outgoing connection (a client, a broker's own links) takes
+    its local port from that range, so a port chosen there and bound later — a restarted daemon
+    keeps its port — could meanwhile be some connection's. Seen under 2 test workers: a restarted
+    sidecar's "Address already in use". Else the OS picks one."""
+    try:
+        low = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.SystemRandom()
+    for _ in range(64 if low > _LOWEST_LISTEN_PORT + 1000 else 0):
+        port = rng.randrange(_LOWEST_LISTEN_PORT, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
