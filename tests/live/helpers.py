@@ -97,3 +97,21 @@ def checkpointed_high_watermark(log_dir: Path, topic: str, partition: int) -> in
     path = log_dir / "replication-offset-checkpoint"
     entries = parse_offset_checkpoint(path.read_bytes()).entries if path.exists() else {}
     return entries.get((topic, partition), -1)
+
+
+def librdkafka_consumer(bootstrap: str, group: str, topic: str) -> Any:
+    """A confluent-kafka (librdkafka) consumer of ``topic`` in ``group``, from the earliest offset
+    when the group has no commit, committing only when told."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 200,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer

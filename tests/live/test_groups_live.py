@@ -23,7 +23,7 @@ from rlm.kafka.protocol import SERVED, parse_request
 from rlm.testing.daemon import free_port
 from rlm.testing.kafka_cluster import KafkaCluster, kafka_tool_command, run_kafka_tool, wait_until
 from rlm.testing.sidecar import consume, run_sidecar, segment_bases
-from tests.live.helpers import broker_end, broker_log_start, produce, wait_tiered
+from tests.live.helpers import broker_end, broker_log_start, librdkafka_consumer, produce, wait_tiered
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -128,19 +128,7 @@ def test_kafka_python_commits_at_the_broker_and_resumes_there(setup: Setup) -> N
 
 
 def _confluent(rlm: str, group: str) -> Any:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": rlm,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 200,
-        }
-    )
-    consumer.subscribe([TOPIC])
-    return consumer
+    return librdkafka_consumer(rlm, group, TOPIC)
 
 
 def _poll_confluent(consumers: list[Any], rows: list[Row], until: int, each: bool = False) -> None:

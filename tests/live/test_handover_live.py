@@ -25,7 +25,7 @@ import pytest
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import Record, consume, run_sidecar, segment_bases
-from tests.live.helpers import broker_end, broker_log_start, produce, wait_tiered
+from tests.live.helpers import broker_end, broker_log_start, librdkafka_consumer, produce, wait_tiered
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -95,19 +95,7 @@ def _local_log_start(setup: Setup, partition: int) -> int:
 
 
 def _consumer(bootstrap: str, group: str) -> Any:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 200,
-        }
-    )
-    consumer.subscribe([TOPIC])
-    return consumer
+    return librdkafka_consumer(bootstrap, group, TOPIC)
 
 
 def _read_until(consumer: Any, rows: list[Row], until: dict[int, int]) -> None:
