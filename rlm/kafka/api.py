@@ -25,9 +25,7 @@ from rlm.kafka.fetching import FetchPlan, FetchRead, plan_fetch, read_plan, rend
 from rlm.kafka.protocol import Api, Codes, api_versions_body
 from rlm.kafka.reads import (
     EpochEnd,
-    ListedOffset,
     epoch_end_offset,
-    epoch_fence,
     error_code,
     list_offset,
     served,
@@ -147,7 +145,7 @@ class KafkaApi:
                 error_code=Codes.NONE,
                 partition_index=i,
                 leader_id=node,
-                leader_epoch=self._epoch_of(held[i]),
+                leader_epoch=self.readers.leader_epoch(held[i]),
                 replica_nodes=[node],
                 isr_nodes=[node],
                 offline_replicas=[],
@@ -171,12 +169,6 @@ class KafkaApi:
             is_internal=is_internal_topic(name),
             partitions=partitions,
         )
-
-    def _epoch_of(self, part: PartitionDir) -> int:
-        try:
-            return self.readers.leader_epoch(part)
-        except RlmError:  # a damaged checkpoint: no epoch, the client skips validation
-            return -1
 
     def describe_configs(self, req: Any, _version: int) -> Any:
         """retention.ms, retention.bytes and cleanup.policy of a topic, as rlm's policy resolves
@@ -249,13 +241,15 @@ class KafkaApi:
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                fenced = epoch_fence(self.readers, t.name, p.partition_index, p.current_leader_epoch, query)
-                got = (
-                    ListedOffset(fenced)
-                    if fenced
-                    else list_offset(
-                        self.readers, t.name, p.partition_index, p.timestamp, committed, version, query
-                    )
+                got = list_offset(
+                    self.readers,
+                    t.name,
+                    p.partition_index,
+                    p.timestamp,
+                    committed,
+                    version,
+                    query,
+                    p.current_leader_epoch,
                 )
                 parts.append(
                     cls.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(

@@ -60,8 +60,8 @@ log = logging.getLogger(__name__)
 
 # Kafka's coordinator error codes: a relayed answer carrying one means the cached coordinator is
 # stale (moved, or loading), so the cache entry and the upstream connection are dropped.
-LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
-_STALE = frozenset({LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR})
+NOT_AVAILABLE = Codes.COORDINATOR_NOT_AVAILABLE
+_STALE = frozenset({Codes.COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, Codes.NOT_COORDINATOR})
 _JOIN_GROUP, _OFFSET_COMMIT, _OFFSET_FETCH = 11, 8, 9
 _JOIN_SLACK_S = 5.0  # a JoinGroup is held up to its rebalance timeout; the answer may take this longer
 _GROUP, _TRANSACTION = 0, 1  # FindCoordinator key types (2: share group, not served)

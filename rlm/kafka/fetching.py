@@ -20,7 +20,7 @@ from kafka.protocol.consumer import FetchResponse
 
 from rlm.cluster.log_starts import LogStartQuery
 from rlm.kafka.protocol import Codes
-from rlm.kafka.reads import FetchedPartition, epoch_fence, fetch_partition, offsets_only, partition_marks
+from rlm.kafka.reads import FetchedPartition, fetch_partition, offsets_only, partition_marks
 from rlm.kafka.sessions import CachedPartition, FetchSessionCache, PartitionKey, SessionContext, open_context
 from rlm.kafka.topic_ids import NO_TOPIC_ID, TopicIds
 from rlm.tiering.read import TieredReaders
@@ -155,13 +155,11 @@ def _read_one(
     answered records, so the one-batch exception is used up."""
     if w.name is None:
         return FetchedPartition(Codes.UNKNOWN_TOPIC_ID)
-    fenced = epoch_fence(readers, w.name, w.partition, w.ask.current_leader_epoch, query)
-    if fenced:
-        return FetchedPartition(fenced)
+    current = w.ask.current_leader_epoch  # checked where the partition's reader is made
     if started and limit <= 0:
-        return offsets_only(readers, w.name, w.partition, query)
+        return offsets_only(readers, w.name, w.partition, query, current)
     got = fetch_partition(
-        readers, w.name, w.partition, w.ask.fetch_offset, limit, committed, reader_key, query
+        readers, w.name, w.partition, w.ask.fetch_offset, limit, committed, reader_key, query, current
     )
     if started and len(got.records) > limit:  # its first batch does not fit: offsets only
         return FetchedPartition(

@@ -33,7 +33,6 @@ __all__ = [
     "FetchedPartition",
     "ListedOffset",
     "epoch_end_offset",
-    "epoch_fence",
     "error_code",
     "fetch_partition",
     "list_offset",
@@ -106,12 +105,20 @@ def _or(value: int | None, default: int = -1) -> int:
 
 
 def offsets_only(
-    readers: TieredReaders, topic: str, partition: int, query: LogStartQuery | None = None
+    readers: TieredReaders,
+    topic: str,
+    partition: int,
+    query: LogStartQuery | None = None,
+    current_epoch: int = -1,
 ) -> FetchedPartition:
     """An answer with no records: the partition's offsets only (the response is already full),
     the last stable offset too, as :func:`fetch_partition` gives it."""
     try:
-        vis = reader_for(readers, topic, partition, query).visibility()
+        reader = reader_for(readers, topic, partition, query)
+        fenced = _fenced(readers, reader, current_epoch)
+        if fenced:
+            return FetchedPartition(fenced)
+        vis = reader.visibility()
     except RlmError as err:
         return FetchedPartition(error_code(err))
     hw = _or(vis.offsets.visible_end_offset, 0)
@@ -152,14 +159,19 @@ def fetch_partition(
     committed: bool,
     reader_key: Hashable,
     query: LogStartQuery | None = None,
+    current_epoch: int = -1,
 ) -> FetchedPartition:
     """Whole batches from the one holding ``offset`` while they fit ``max_bytes`` (at least one,
     as Kafka answers a first partition with data; the caller enforces the response's budget),
     below the high watermark — below the last stable offset under read_committed. The last stable
     offset is answered under both isolation levels, as Kafka's broker does (a read_uncommitted
-    consumer reports its lag to it too)."""
+    consumer reports its lag to it too). ``current_epoch``: the request's ``current_leader_epoch``
+    (-1: not checked)."""
     try:
         reader = reader_for(readers, topic, partition, query)
+        fenced = _fenced(readers, reader, current_epoch)
+        if fenced:
+            return FetchedPartition(fenced)
         fetched = reader.fetch(offset, max(1, max_bytes), reader_key=reader_key)
     except OffsetOutOfRangeError:
         return _out_of_range()
@@ -197,6 +209,7 @@ def list_offset(
     committed: bool,
     version: int,
     query: LogStartQuery | None = None,
+    current_epoch: int = -1,
 ) -> ListedOffset:
     """Kafka's ListOffsets for one partition (docs/kafka-listener.md "ListOffsets"): -1 the high
     watermark (read_committed: the last stable offset), -2 the log start offset, -3 the first
@@ -209,6 +222,9 @@ def list_offset(
         return ListedOffset(Codes.INVALID_REQUEST)
     try:
         reader = reader_for(readers, topic, partition, query)
+        fenced = _fenced(readers, reader, current_epoch)
+        if fenced:
+            return ListedOffset(fenced)
         vis = reader.visibility()
         isolation: Isolation = "read_committed" if committed else "read_uncommitted"
         if timestamp != MAX_TIMESTAMP and timestamp < 0:  # the authority's answer, as Kafka's
@@ -223,18 +239,10 @@ def list_offset(
     return ListedOffset(Codes.NONE, _or(found.timestamp), found.offset, epoch)
 
 
-def epoch_fence(
-    readers: TieredReaders, topic: str, partition: int, current: int, query: LogStartQuery | None = None
-) -> int:
-    """The error a request's ``current_leader_epoch`` earns for this partition (Fetch, ListOffsets,
-    OffsetForLeaderEpoch; rlm/kafka/epochs.py ``fence``): NONE when it is -1 or the current one."""
-    if current < 0:
-        return Codes.NONE
-    try:
-        latest = readers.leader_epoch(reader_for(readers, topic, partition, query).part)
-    except RlmError as err:
-        return error_code(err)
-    return fence(current, latest)
+def _fenced(readers: TieredReaders, reader: PartitionReader, current: int) -> int:
+    """The error a request's ``current_leader_epoch`` earns for this partition (KIP-320;
+    rlm/kafka/epochs.py ``fence``): NONE when it is -1 or the partition's current one."""
+    return Codes.NONE if current < 0 else fence(current, readers.leader_epoch(reader.part))
 
 
 def epoch_end_offset(

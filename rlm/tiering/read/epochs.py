@@ -20,9 +20,10 @@ from pathlib import Path
 
 from rlm.config import TieringSettings
 from rlm.errors import FormatError
-from rlm.formats.checkpoint import EpochEntry, parse_leader_epoch_checkpoint
+from rlm.formats.checkpoint import EpochEntry
 from rlm.fsutil import FileMemo
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, PartitionDir
+from rlm.tiering.converge import lineage_in
 from rlm.tiering.local import Progress, manifest_snapshot, state_dir
 from rlm.tiering.store import merged_epochs
 
@@ -34,11 +35,9 @@ Pairs = tuple[tuple[int, int], ...]
 
 
 def _local_pairs(path: Path) -> Pairs:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ()
-    return tuple((e.epoch, e.start_offset) for e in parse_leader_epoch_checkpoint(text).entries)
+    """The partition's ``leader-epoch-checkpoint`` (``path``) as converge reads it
+    (:func:`~rlm.tiering.converge.lineage_in`: absent or unreadable = no entries, logged)."""
+    return lineage_in(path.parent) or ()
 
 
 def _remote_pairs(path: Path) -> Pairs:
@@ -63,7 +62,7 @@ class LeaderEpochs:
         written yet): Metadata, Fetch and OffsetForLeaderEpoch all name that epoch, as Kafka's do.
         Epochs the manifests know beyond the local broker's latest (another replica's uploads this
         broker has not caught up with) are left out: the latest epoch is the local broker's.
-        A corrupt local checkpoint raises :class:`~rlm.errors.FormatError` naming the file."""
+        An unreadable local checkpoint counts as empty (logged), as everywhere rlm reads it."""
         local = self._local.get(part.path / LEADER_EPOCH_CHECKPOINT)
         pairs = local
         if progress.highest_tiered_offset >= 0:
