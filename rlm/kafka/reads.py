@@ -266,5 +266,10 @@ def epoch_end_offset(
         return EpochEnd(code)
     if latest >= 0 and requested > latest:
         return EpochEnd(Codes.UNKNOWN_LEADER_EPOCH)
-    epoch, end = end_offset_for(lineage, requested, vis.end())
-    return EpochEnd(Codes.NONE, epoch, end) if (epoch, end) != UNDEFINED else EpochEnd(Codes.NONE)
+    visible_end = vis.end()
+    epoch, end = end_offset_for(lineage, requested, visible_end)
+    if (epoch, end) == UNDEFINED:
+        return EpochEnd(Codes.NONE)
+    # an epoch that ended where a newer one began past the high watermark: nothing there is
+    # visible, so its end is told as the visible end (a consumer's position never passes it)
+    return EpochEnd(Codes.NONE, epoch, min(end, visible_end))
