@@ -114,6 +114,7 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
 
     from rlm.config.brokers import coordinator_servers
     from rlm.kafka.coordinator import Coordinator
+    from rlm.kafka.upstream import UpstreamSecurity
 
     api = KafkaApi(
         parts.readers,
@@ -123,7 +124,12 @@ def _kafka_listener(settings: Settings, parts: DaemonApi) -> KafkaListener | Non
     )
     servers = coordinator_servers(settings.cluster, settings.kafka)
     coordinator = (
-        Coordinator(servers, node_id=api.node_id, timeout_s=settings.kafka.idle_timeout_ms / 1000)
+        Coordinator(
+            servers,
+            node_id=api.node_id,
+            timeout_s=settings.kafka.idle_timeout_ms / 1000,
+            security=UpstreamSecurity.of_cluster(settings.cluster),
+        )
         if servers
         else None
     )

@@ -25,8 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from rlm.cluster.leadership import Leadership, from_leader
-from rlm.config.brokers import ClusterSettings
-from rlm.config.secret_files import check_secret_file
+from rlm.config.brokers import ClusterSettings, sasl_password
 from rlm.errors import ConfigError
 
 __all__ = ["KafkaAdminSource", "admin_client_config", "close_quietly", "parse_metadata"]
@@ -54,24 +53,6 @@ def _kafka() -> ModuleType:
         ) from None
 
 
-def _password(cluster: ClusterSettings) -> str:
-    path = cluster.sasl_password_file
-    if path is None:
-        raise ConfigError(
-            "config key cluster.sasl_password_file is empty: "
-            f"security_protocol = {cluster.security_protocol!r} needs a password file"
-        )
-    check_secret_file("cluster.sasl_password_file", path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config key cluster.sasl_password_file = '{path}': cannot be read: {err}") from err
-    password = text.rstrip("\r\n")  # one line; a trailing newline is not part of it
-    if not password:
-        raise ConfigError(f"config key cluster.sasl_password_file = '{path}': the file is empty")
-    return password
-
-
 def admin_client_config(cluster: ClusterSettings, node_id: int, known: set[str]) -> dict[str, Any]:
     """Keyword arguments for ``KafkaAdminClient``; ``known`` = its ``DEFAULT_CONFIG`` keys (the
     bootstrap timeout is ``bootstrap_timeout_ms`` in kafka-python 3, ``api_version_auto_timeout_ms``
@@ -90,7 +71,7 @@ def admin_client_config(cluster: ClusterSettings, node_id: int, known: set[str])
         config.update(
             sasl_mechanism=cluster.sasl_mechanism,
             sasl_plain_username=cluster.sasl_username,
-            sasl_plain_password=_password(cluster),
+            sasl_plain_password=sasl_password(cluster),
         )
     if cluster.security_protocol.endswith("SSL") and cluster.ssl_cafile is not None:
         config["ssl_cafile"] = str(cluster.ssl_cafile)

@@ -4,7 +4,6 @@ listener of ``rlm run``; docs/kafka-listener.md), with the checks across each ta
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Literal
 
 from rlm.config import validators as v
 from rlm.config.keys import key
+from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "check_cluster",
     "check_kafka",
     "coordinator_servers",
+    "sasl_password",
 ]
 
 LeadershipMode = Literal["auto", "kraft", "kafka-admin", "static", "always"]
@@ -68,27 +69,28 @@ class ClusterSettings:
     security_protocol: SecurityProtocol = key(
         "PLAINTEXT",
         v.one_of(SecurityProtocol),
-        "`kafka-admin` and the log start check: Kafka's `security.protocol` for those connections.",
+        "`kafka-admin`, the log start check and relayed consumer groups (`[kafka] groups`): Kafka's "
+        "`security.protocol` for those connections.",
     )
     sasl_mechanism: SaslMechanism = key(
         "PLAIN",
         v.one_of(SaslMechanism),
-        "`kafka-admin` and the log start check, with `SASL_*`: the SASL mechanism.",
+        "With `SASL_*` (`kafka-admin`, the log start check, relayed groups): the SASL mechanism.",
     )
     sasl_username: str = key(
-        "", v.string(), "`kafka-admin` and the log start check, with `SASL_*`: the user name."
+        "", v.string(), "With `SASL_*` (`kafka-admin`, the log start check, relayed groups): the user name."
     )
     sasl_password_file: Path | None = key(
         None,
         v.optional_file,
-        "`kafka-admin` and the log start check, with `SASL_*`: a file holding the password (read "
-        "at startup, one line; the password is never in the config file).",
+        "With `SASL_*` (`kafka-admin`, the log start check, relayed groups): a file holding the "
+        "password (read at startup, one line; the password is never in the config file).",
     )
     ssl_cafile: Path | None = key(
         None,
         v.optional_file,
-        "`kafka-admin` and the log start check, with `SSL`/`SASL_SSL`: CA bundle (PEM) to verify "
-        "the brokers; unset = the system's CAs.",
+        "With `SSL`/`SASL_SSL` (`kafka-admin`, the log start check, relayed groups): CA bundle "
+        "(PEM) to verify the brokers; unset = the system's CAs.",
     )
     metadata_refresh_ms: int = key(
         30_000,
@@ -134,6 +136,27 @@ def check_cluster(c: ClusterSettings) -> None:
         )
 
 
+def sasl_password(c: ClusterSettings) -> str:
+    """The password in ``cluster.sasl_password_file`` (one line; a trailing newline is not part of
+    it), for every connection rlm makes to the cluster with ``SASL_*``. ConfigError naming the key
+    when it is unset, unreadable, too open (docs/security.md §6) or empty."""
+    path = c.sasl_password_file
+    if path is None:
+        raise ConfigError(
+            "config key cluster.sasl_password_file is empty: "
+            f"security_protocol = {c.security_protocol!r} needs a password file"
+        )
+    check_secret_file("cluster.sasl_password_file", path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config key cluster.sasl_password_file = '{path}': cannot be read: {err}") from err
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigError(f"config key cluster.sasl_password_file = '{path}': the file is empty")
+    return password
+
+
 def check_kafka(k: KafkaSettings) -> None:
     """TLS needs both files; a certificate without its key (or the reverse) is a mistake."""
     if (k.tls_cert is None) != (k.tls_key is None):
@@ -142,19 +165,10 @@ def check_kafka(k: KafkaSettings) -> None:
 
 
 def coordinator_servers(c: ClusterSettings, k: KafkaSettings) -> tuple[str, ...]:
-    """The brokers whose group coordinator the listener relays to (docs/kafka-listener.md §6);
-    empty = groups refused, as before groups were relayed. Relaying speaks PLAINTEXT only: with a
-    ``[cluster]`` needing TLS or SASL, ``groups = "auto"`` keeps refusing them and says why in one
-    warning (a daemon that ran before keeps starting)."""
+    """The brokers whose group coordinator the listener relays to (docs/kafka-listener.md §6),
+    reached with ``[cluster]``'s security settings; empty = groups refused."""
     servers = k.coordinator_bootstrap or c.bootstrap_servers
     if k.groups == "refuse" or not k.listen or not servers:
-        return ()
-    if c.security_protocol != "PLAINTEXT":
-        logging.getLogger("rlm").warning(
-            'kafka: consumer groups refused: kafka.groups = "auto" relays them over PLAINTEXT only, '
-            "and cluster.security_protocol is %r (docs/kafka-listener.md §6)",
-            c.security_protocol,
-        )
         return ()
     return servers
 
@@ -187,9 +201,9 @@ class KafkaSettings:
         v.one_of(GroupsMode),
         "Consumer groups (docs/kafka-listener.md §6). `auto`: with a bootstrap (`coordinator_bootstrap` "
         "or `[cluster] bootstrap_servers`), FindCoordinator names this listener and it relays the group "
-        "APIs (JoinGroup … OffsetFetch) to the cluster's coordinator, over PLAINTEXT only; without one, "
-        "or with a TLS/SASL `[cluster]` (a warning at start), as `refuse`. `refuse`: FindCoordinator "
-        "and the group APIs answer GROUP_AUTHORIZATION_FAILED.",
+        "APIs (JoinGroup … OffsetFetch) to the cluster's coordinator, connecting as `[cluster]` "
+        "`security_protocol`, `sasl_*` and `ssl_cafile` say; without a bootstrap, as `refuse`. "
+        "`refuse`: FindCoordinator and the group APIs answer GROUP_AUTHORIZATION_FAILED.",
     )
     coordinator_bootstrap: tuple[str, ...] = key(
         (),

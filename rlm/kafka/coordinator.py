@@ -17,6 +17,7 @@ shape; the client then asks FindCoordinator again (rlm) and retries.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -42,9 +43,9 @@ from kafka.protocol.metadata import (
     FindCoordinatorResponse,
 )
 
-from rlm.errors import KafkaProtocolError
+from rlm.errors import ConfigError, KafkaProtocolError
 from rlm.kafka.protocol import Api, Codes, RequestFrame, encode_response
-from rlm.kafka.upstream import Upstream, split_server
+from rlm.kafka.upstream import PLAINTEXT, Upstream, UpstreamSecurity, split_server
 
 __all__ = [
     "FIND_COORDINATOR",
@@ -65,6 +66,7 @@ _STALE = frozenset({Codes.COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, Codes.NOT
 _JOIN_GROUP, _OFFSET_COMMIT, _OFFSET_FETCH = 11, 8, 9
 _JOIN_SLACK_S = 5.0  # a JoinGroup is held up to its rebalance timeout; the answer may take this longer
 _GROUP, _TRANSACTION = 0, 1  # FindCoordinator key types (2: share group, not served)
+_WARN_EVERY_S = 60.0  # a refused credential is warned about once a minute, not on every heartbeat
 #: Groups whose coordinator is remembered at most (a few hundred bytes each); one forgotten is
 #: asked of the cluster again.
 MAX_GROUPS_CACHED = 10_000
@@ -89,14 +91,23 @@ RELAYED: dict[int, Api] = {
 
 class Coordinator:
     """The group → coordinator directory of one listener, over the cluster at ``bootstrap``
-    (``"host:port"`` strings, tried in order). ``timeout_s``: connecting, and every relayed request
-    but JoinGroup (whose bound is its rebalance timeout + 5 s); rlm's listener passes
-    ``kafka.idle_timeout_ms``."""
+    (``"host:port"`` strings, tried in order), reached as ``security`` says (``[cluster]``).
+    ``timeout_s``: connecting, and every relayed request but JoinGroup (whose bound is its
+    rebalance timeout + 5 s); rlm's listener passes ``kafka.idle_timeout_ms``."""
 
-    def __init__(self, bootstrap: tuple[str, ...], *, node_id: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        bootstrap: tuple[str, ...],
+        *,
+        node_id: int,
+        timeout_s: float,
+        security: UpstreamSecurity = PLAINTEXT,
+    ) -> None:
         self.bootstrap = bootstrap
         self.node_id = node_id
         self.timeout_s = timeout_s
+        self.security = security
+        self._warned_at = -_WARN_EVERY_S
         # group → (node id, host, port), least recently used first out: group ids come from
         # clients, and a client inventing them must not grow this without bound
         self._where: OrderedDict[str, tuple[int, str, int]] = OrderedDict()
@@ -157,6 +168,24 @@ class Coordinator:
     def forget(self, group: str) -> None:
         self._where.pop(group, None)
 
+    async def connect(self, host: str, port: int) -> Upstream:
+        """A connection to ``host:port`` as :attr:`security` says (the errors of
+        :meth:`Upstream.open`; a ConfigError is also logged: see :meth:`refused`)."""
+        try:
+            return await Upstream.open(host, port, self.timeout_s, self.security)
+        except ConfigError as err:
+            self.refused(err)
+            raise
+
+    def refused(self, err: ConfigError) -> None:
+        """Log a refusal of rlm's own credentials: a warning at most once a minute (every client
+        retries through FindCoordinator every few seconds), in between at INFO."""
+        now = time.monotonic()
+        level = logging.INFO
+        if now - self._warned_at >= _WARN_EVERY_S:
+            level, self._warned_at = logging.WARNING, now
+        log.log(level, "kafka: groups: %s; group requests answer COORDINATOR_NOT_AVAILABLE", err)
+
     async def locate(self, group: str) -> tuple[int, str, int] | None:
         """``(node id, host, port)`` of ``group``'s coordinator: cached, else asked of the first
         bootstrap server that answers (FindCoordinator, key type 0). None: no server answered, or
@@ -168,8 +197,10 @@ class Coordinator:
         for server in self.bootstrap:
             host, port = split_server(server)
             try:
-                up = await Upstream.open(host, port, self.timeout_s)
-            except (OSError, TimeoutError) as err:
+                up = await self.connect(host, port)
+            except ConfigError:
+                continue
+            except (OSError, TimeoutError, EOFError, KafkaProtocolError) as err:
                 log.info("kafka: groups: cannot reach %s: %s", server, err or type(err).__name__)
                 continue
             try:
@@ -223,8 +254,11 @@ class RelaySession:
         try:
             up = self._up.get(node)
             if up is None:
-                up = self._up[node] = await Upstream.open(host, port, directory.timeout_s)
+                up = self._up[node] = await directory.connect(host, port)
             answer = await up.roundtrip(frame, directory.timeout_for(req))
+        except ConfigError:
+            self._drop(node, group)
+            return encode_response(req.api, req.version, req.correlation_id, unavailable(req))
         except (OSError, TimeoutError, EOFError, KafkaProtocolError) as err:
             log.info("kafka: groups: %s of %r at %s:%d failed: %s", req.api.name, group, host, port, err)
             self._drop(node, group)

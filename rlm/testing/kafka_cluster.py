@@ -288,6 +288,8 @@ class KafkaCluster:
     broker_config: Mapping[str, object] = field(default_factory=dict)
     heap: str = "384m"
     cluster_id: str = ""
+    #: more ``StorageTool format`` arguments, e.g. ``("--add-scram", "SCRAM-SHA-256=[name=u,password=p]")``
+    format_args: tuple[str, ...] = ()
     nodes: list[KafkaNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -321,6 +323,7 @@ class KafkaCluster:
                     self.cluster_id,
                     "-c",
                     str(n.home / "server.properties"),
+                    *self.format_args,
                     heap="256m",
                     log4j=n.home / "log4j2.properties",
                 ),

@@ -9,7 +9,6 @@ sockets with kafka-python's protocol classes (the independent codec)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -44,9 +43,11 @@ from rlm.formats.records import RecordSpec
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.coordinator import Coordinator
 from rlm.kafka.server import KafkaListener
+from rlm.kafka.upstream import UpstreamSecurity
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.daemon import free_port
+from rlm.testing.secrets import write_secret
 from rlm.tiering.read.readers import TieredReaders
 from tests.kafka.helpers import (
     api_versions_of_a_future_client,
@@ -244,7 +245,7 @@ def _settings(kafka: dict[str, Any], cluster: dict[str, Any] | None = None) -> A
     return settings_from_mapping(raw)
 
 
-def test_which_servers_groups_are_relayed_to(caplog: pytest.LogCaptureFixture) -> None:
+def test_which_servers_groups_are_relayed_to() -> None:
     on = {"listen": "127.0.0.1:9092"}
     assert coordinator_servers(*_both(_settings(on))) == ()  # no bootstrap: refused
     cluster = {"bootstrap_servers": ["b:9092"]}
@@ -253,11 +254,9 @@ def test_which_servers_groups_are_relayed_to(caplog: pytest.LogCaptureFixture) -
     assert coordinator_servers(*_both(_settings(mine, cluster))) == ("c:1", "d:2")
     assert coordinator_servers(*_both(_settings({**on, "groups": "refuse"}, cluster))) == ()
     assert coordinator_servers(*_both(_settings({}, cluster))) == ()  # no listener
-    sasl = {**cluster, "security_protocol": "SSL"}
-    with caplog.at_level(logging.WARNING, logger="rlm"):
-        assert coordinator_servers(*_both(_settings(on, sasl))) == ()  # refused, the daemon starts
-    assert "relays them over PLAINTEXT only, and cluster.security_protocol is 'SSL'" in caplog.text
-    assert coordinator_servers(*_both(_settings({**on, "groups": "refuse"}, sasl))) == ()
+    tls = {**cluster, "security_protocol": "SSL"}  # relayed as [cluster] says (UpstreamSecurity)
+    assert coordinator_servers(*_both(_settings(on, tls))) == ("b:9092",)
+    assert coordinator_servers(*_both(_settings({**on, "groups": "refuse"}, tls))) == ()
     with pytest.raises(ConfigError, match=r"kafka\.groups"):
         _settings({"groups": "own"})
 
@@ -325,3 +324,34 @@ def test_the_group_directory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None
     asyncio.run(run())
     # a, b, c asked; a hit; d evicts b, e evicts c; a hit; b asked again
     assert asked == ["a", "b", "c", "d", "e", "b"]
+
+
+def test_the_clusters_credentials_are_checked_before_anything_listens(tmp_path: Path) -> None:
+    """UpstreamSecurity reads the password file and CA bundle when ``rlm run`` wires the listener:
+    each missing or bad one is one ConfigError naming its key (tests/live/test_groups_secured.py
+    relays with good ones)."""
+    on = {"listen": "127.0.0.1:9092", "coordinator_bootstrap": ["b:9092"]}
+
+    def security(cluster: dict[str, Any]) -> UpstreamSecurity:
+        return UpstreamSecurity.of_cluster(_settings(on, cluster).cluster)
+
+    with pytest.raises(ConfigError, match=r"cluster\.sasl_username is empty"):
+        security({"security_protocol": "SASL_PLAINTEXT"})
+    with pytest.raises(ConfigError, match=r"cluster\.sasl_password_file is empty"):
+        security({"security_protocol": "SASL_PLAINTEXT", "sasl_username": "rlm"})
+    password = write_secret(tmp_path / "pw", "s3cret\n")
+    got = security(
+        {"security_protocol": "SASL_SSL", "sasl_username": "rlm", "sasl_password_file": str(password)}
+    )
+    assert (got.mechanism, got.username, got.password, got.tls is not None) == (
+        "PLAIN",
+        "rlm",
+        "s3cret",
+        True,
+    )
+    assert "s3cret" not in repr(got)
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("no certificate here\n")
+    with pytest.raises(ConfigError, match=r"cluster\.ssl_cafile = .*not a PEM certificate bundle"):
+        security({"security_protocol": "SSL", "ssl_cafile": str(not_pem)})
+    assert security({}) == UpstreamSecurity()  # PLAINTEXT: nothing to read
