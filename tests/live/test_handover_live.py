@@ -7,7 +7,9 @@ beside a live broker whose retention removed the topic's first segments:
   own, docs/kafka-listener.md §6), closes, and the same group id at the broker's bootstrap starts
   exactly at that commit;
 * **offsets-for-times**: rlm's ``POST /v1/offsets-for-times`` (and ``rlm offsets-for-times``, the
-  same answer) gives the position for a timestamp, and a consumer of the broker seeks there.
+  same answer) gives the position for a timestamp, and a consumer of the broker seeks there; the
+  CLI's CSV, given to Kafka's own ``kafka-consumer-groups --reset-offsets --from-file``, sets a
+  group's position there.
 
 The broker is the oracle: every record read, on either side of the switch, is the one it served
 before its retention removed the first segments, and no offset is read twice or skipped."""
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 
 from rlm.testing.daemon import rlm_cli
-from rlm.testing.kafka_cluster import KafkaCluster, wait_until
+from rlm.testing.kafka_cluster import KafkaCluster, run_kafka_tool, wait_until
 from rlm.testing.sidecar import Record, consume, run_sidecar, segment_bases
 from tests.live.helpers import broker_end, broker_log_start, librdkafka_consumer, produce, wait_tiered
 
@@ -170,11 +172,24 @@ def _offsets_for_times_http(setup: Setup, timestamp: int) -> dict[int, int]:
     return {r["partition"]: r["offset"] for r in rows if r["topic"] == TOPIC}
 
 
-def _offsets_for_times_cli(setup: Setup, timestamp: int) -> dict[int, int]:
+def _offsets_for_times_csv(setup: Setup, timestamp: int) -> str:
     done = rlm_cli("offsets-for-times", "--config", setup.config, "--timestamp", timestamp, "--topic", TOPIC)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = [line.split(",") for line in done.stdout.splitlines() if line]
+    return done.stdout
+
+
+def _offsets_for_times_cli(setup: Setup, timestamp: int) -> dict[int, int]:
+    lines = [line.split(",") for line in _offsets_for_times_csv(setup, timestamp).splitlines() if line]
     return {int(p): int(o) for t, p, o in lines if t == TOPIC}
+
+
+def _handover_timestamp(setup: Setup) -> tuple[int, dict[int, int]]:
+    """A timestamp just after the records at the broker's log start, and each partition's first
+    offset at or after it (from the records the broker served)."""
+    ts = {p: [r.timestamp for r in setup.records[p]] for p in PARTS}
+    assert all(t == sorted(t) for t in ts.values())  # CreateTime from one producer at a time
+    when = 1 + max(ts[p][setup.starts[p]] for p in PARTS)
+    return when, {p: next(o for o, t in enumerate(ts[p]) if t >= when) for p in PARTS}
 
 
 def test_offsets_for_times_hands_over_to_the_broker(setup: Setup) -> None:
@@ -183,10 +198,7 @@ def test_offsets_for_times_hands_over_to_the_broker(setup: Setup) -> None:
     log start, so a consumer of the broker seeks there and reads on to the end."""
     from confluent_kafka import Consumer, TopicPartition
 
-    ts = {p: [r.timestamp for r in setup.records[p]] for p in PARTS}
-    assert all(t == sorted(t) for t in ts.values())  # CreateTime from one producer at a time
-    when = 1 + max(ts[p][setup.starts[p]] for p in PARTS)
-    want = {p: next(o for o, t in enumerate(ts[p]) if t >= when) for p in PARTS}
+    when, want = _handover_timestamp(setup)
     got = _offsets_for_times_http(setup, when)
     assert got == _offsets_for_times_cli(setup, when) == want
     for p in PARTS:
@@ -201,3 +213,38 @@ def test_offsets_for_times_hands_over_to_the_broker(setup: Setup) -> None:
     finally:
         consumer.close()
     assert sorted(rest) == sorted(row for p in PARTS for row in _rows(setup.records[p][got[p] :], p))
+
+
+def test_the_offsets_for_times_csv_resets_a_group_with_kafkas_own_tool(
+    setup: Setup, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``rlm offsets-for-times`` writes the file ``kafka-consumer-groups --reset-offsets
+    --from-file`` reads (docs/cli.md): Kafka's own tool sets the group there at the broker, and
+    the group's consumer at the broker starts exactly at those offsets."""
+    from kafka.admin import KafkaAdminClient
+
+    group = "oft-reset"
+    when, want = _handover_timestamp(setup)
+    csv = tmp_path_factory.mktemp("reset") / "offsets.csv"
+    csv.write_text(_offsets_for_times_csv(setup, when))
+    reset = run_kafka_tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        *("--bootstrap-server", setup.broker, "--group", group, "--reset-offsets"),
+        *("--from-file", str(csv), "--execute"),
+    )
+    assert reset.returncode == 0, reset.stdout[-2000:] + reset.stderr[-2000:]
+    admin = KafkaAdminClient(bootstrap_servers=setup.broker)
+    try:
+        at_broker = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    assert {tp.partition: m.offset for tp, m in at_broker.items() if tp.topic == TOPIC} == want
+    rest: list[Row] = []
+    consumer = _consumer(setup.broker, group)
+    try:
+        _read_to_end(consumer, rest, setup.ends)
+    finally:
+        consumer.close()
+    for p in PARTS:  # the group's committed position, not auto.offset.reset
+        assert min(o for q, o, _, _ in rest if q == p) == want[p]
+    assert sorted(rest) == sorted(row for p in PARTS for row in _rows(setup.records[p][want[p] :], p))
