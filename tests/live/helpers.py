@@ -115,3 +115,16 @@ def librdkafka_consumer(bootstrap: str, group: str, topic: str) -> Any:
     )
     consumer.subscribe([topic])
     return consumer
+
+
+def committed_at_broker(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of ``topic`` per partition, as the live broker's coordinator
+    has them (its admin API)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        got = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    return {tp.partition: meta.offset for tp, meta in got.items() if tp.topic == topic}

@@ -23,7 +23,14 @@ from rlm.kafka.protocol import SERVED, parse_request
 from rlm.testing.daemon import free_port
 from rlm.testing.kafka_cluster import KafkaCluster, kafka_tool_command, run_kafka_tool, wait_until
 from rlm.testing.sidecar import consume, run_sidecar, segment_bases
-from tests.live.helpers import broker_end, broker_log_start, librdkafka_consumer, produce, wait_tiered
+from tests.live.helpers import (
+    broker_end,
+    broker_log_start,
+    committed_at_broker,
+    librdkafka_consumer,
+    produce,
+    wait_tiered,
+)
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -64,18 +71,6 @@ def setup(kafka_single: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) 
         yield Setup(broker, rlm.kafka_bootstrap, expected, ends)
 
 
-def _committed_at_broker(broker: str, group: str) -> dict[int, int]:
-    """The group's committed offsets as the live broker's coordinator has them."""
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=broker)
-    try:
-        got = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
-    return {tp.partition: meta.offset for tp, meta in got.items() if tp.topic == TOPIC}
-
-
 def _kafka_python(rlm: str, group: str) -> Any:
     from kafka import KafkaConsumer
 
@@ -112,7 +107,7 @@ def test_kafka_python_commits_at_the_broker_and_resumes_there(setup: Setup) -> N
         positions = {tp.partition: consumer.position(tp) for tp in consumer.assignment()}
     finally:
         consumer.close(autocommit=False)
-    committed = _committed_at_broker(setup.broker, group)
+    committed = committed_at_broker(setup.broker, group, TOPIC)
     assert committed == positions and set(committed) == set(PARTS)
     assert committed == {p: 1 + max(o for q, o, _, _ in first if q == p) for p in PARTS}
     total = sum(setup.ends.values())
@@ -154,7 +149,7 @@ def test_confluent_kafka_commits_at_the_broker_and_resumes_there(setup: Setup) -
         positions = {tp.partition: tp.offset for tp in done}
     finally:
         consumer.close()
-    committed = _committed_at_broker(setup.broker, group)
+    committed = committed_at_broker(setup.broker, group, TOPIC)
     assert committed == positions == {p: 1 + max(o for q, o, _, _ in first if q == p) for p in PARTS}
     total = sum(setup.ends.values())
     rest: list[Row] = []
@@ -198,7 +193,7 @@ def test_aiokafka_commits_at_the_broker_and_resumes_there(setup: Setup) -> None:
     """aiokafka resolves the coordinator by its node id among Metadata brokers: rlm's own."""
     group = "aiokafka-group"
     first = asyncio.run(_aiokafka_read(setup.rlm, group, 1500, commit=True))
-    committed = _committed_at_broker(setup.broker, group)
+    committed = committed_at_broker(setup.broker, group, TOPIC)
     assert committed == {p: 1 + max(o for q, o, _, _ in first if q == p) for p in PARTS}
     total = sum(setup.ends.values())
     rest = asyncio.run(_aiokafka_read(setup.rlm, group, total - len(first), commit=False))
@@ -260,7 +255,7 @@ def test_java_console_consumer_commits_at_the_broker_and_resumes_there(setup: Se
     group = "java-group"
     first = _console_consumer(setup.rlm, group, "--max-messages", "1000")
     assert sum(len(v) for v in first.values()) == 1000
-    committed = _committed_at_broker(setup.broker, group)
+    committed = committed_at_broker(setup.broker, group, TOPIC)
     for p, rows in first.items():  # what was printed is below the commit (a poll may hold more)
         assert committed[p] >= rows[-1][0] + 1
     rest = _console_consumer(setup.rlm, group, "--timeout-ms", "15000")
@@ -335,7 +330,7 @@ def test_a_coordinator_gone_away_is_found_again(setup: Setup) -> None:
     assert coordinator._where["relay-group"][1:] == (host, int(port))  # the real one, cached
     offsets = [(p.partition_index, p.committed_offset) for t in read.groups[0].topics for p in t.partitions]
     assert offsets == [(1, 77)]
-    assert _committed_at_broker(setup.broker, "relay-group") == {1: 77}
+    assert committed_at_broker(setup.broker, "relay-group", TOPIC) == {1: 77}
 
 
 def test_java_consumer_performance_reads_every_record_with_a_group(setup: Setup) -> None:
@@ -354,7 +349,7 @@ def test_java_consumer_performance_reads_every_record_with_a_group(setup: Setup)
     header = lines.index(next(line for line in lines if line.startswith("start.time")))
     stats = dict(zip(lines[header].split(", "), lines[header + 1].split(", "), strict=False))
     assert int(stats["data.consumed.in.nMsg"]) == total, done.stdout
-    assert _committed_at_broker(setup.broker, "perf-group") == setup.ends  # auto commit on close
+    assert committed_at_broker(setup.broker, "perf-group", TOPIC) == setup.ends  # auto commit on close
 
 
 def test_a_killed_java_consumer_resumes_at_its_last_commit(setup: Setup) -> None:
@@ -398,7 +393,7 @@ def test_a_killed_java_consumer_resumes_at_its_last_commit(setup: Setup) -> None
         )  # a line the kill cut short was not printed whole: not counted as read
     ]
     assert len(first) >= 1500
-    committed = _committed_at_broker(setup.broker, group)
+    committed = committed_at_broker(setup.broker, group, TOPIC)
     assert sum(committed.values()) > 0 and all(0 <= committed[p] <= setup.ends[p] for p in committed)
     # the next member joins once the killed one's session timed out (6 s), then reads to the end
     rest = _console_consumer(setup.rlm, group, "--timeout-ms", "30000")

@@ -28,7 +28,7 @@ from rlm.testing.sidecar import Sidecar, run_sidecar
 from tests.http.certs import make_pki
 from tests.kafka.helpers import call
 from tests.kafkaservers import BROKER_CONFIG, require_kafka
-from tests.live.helpers import broker_end, produce
+from tests.live.helpers import broker_end, committed_at_broker, produce
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -127,17 +127,6 @@ def _cluster_keys(
     return keys
 
 
-def _committed_at_broker(bootstrap: str, group: str) -> dict[int, int]:
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        got = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
-    return {tp.partition: meta.offset for tp, meta in got.items() if tp.topic == TOPIC}
-
-
 def _consume_and_commit(rlm: Sidecar, group: str, end: int) -> list[int]:
     from kafka import KafkaConsumer
 
@@ -182,7 +171,7 @@ def test_groups_are_relayed_over_the_secured_listener(
         offsets = _consume_and_commit(rlm, group, secured.end)
         log = rlm.daemon.log_text()
     assert offsets == list(range(secured.end))
-    assert _committed_at_broker(secured.cluster.bootstrap, group) == {0: secured.end}
+    assert committed_at_broker(secured.cluster.bootstrap, group, TOPIC) == {0: secured.end}
     for trouble in ("refused rlm", "does not verify", "cannot reach", "did not answer"):
         assert trouble not in log, log  # (the cluster's own 15 while it creates its offsets topic is fine)
 

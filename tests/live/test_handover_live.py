@@ -27,7 +27,14 @@ import pytest
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.kafka_cluster import KafkaCluster, run_kafka_tool, wait_until
 from rlm.testing.sidecar import Record, consume, run_sidecar, segment_bases
-from tests.live.helpers import broker_end, broker_log_start, librdkafka_consumer, produce, wait_tiered
+from tests.live.helpers import (
+    broker_end,
+    broker_log_start,
+    committed_at_broker,
+    librdkafka_consumer,
+    produce,
+    wait_tiered,
+)
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -130,8 +137,6 @@ def _read_to_end(consumer: Any, rows: list[Row], ends: dict[int, int]) -> None:
 def test_the_group_hands_over_from_rlm_to_the_broker(setup: Setup) -> None:
     """Through rlm until the position reaches rlm's local log start (= the broker's log start),
     commit, close; the same group at the broker starts exactly at the commit, reads to the end."""
-    from kafka.admin import KafkaAdminClient
-
     group = "handover-group"
     local = {p: _local_log_start(setup, p) for p in PARTS}
     assert local == setup.starts and all(s > 0 for s in local.values())  # the switch point
@@ -142,12 +147,7 @@ def test_the_group_hands_over_from_rlm_to_the_broker(setup: Setup) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.commit(asynchronous=False)}
     finally:
         consumer.close()
-    admin = KafkaAdminClient(bootstrap_servers=setup.broker)
-    try:
-        at_broker = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
-    assert {tp.partition: m.offset for tp, m in at_broker.items()} == committed
+    assert committed_at_broker(setup.broker, group, TOPIC) == committed
     for p in PARTS:  # at or above the broker's log start, and something left to read there
         assert setup.starts[p] <= committed[p] < setup.ends[p]
         assert committed[p] == 1 + max(o for q, o, _, _ in first if q == p)
@@ -221,8 +221,6 @@ def test_the_offsets_for_times_csv_resets_a_group_with_kafkas_own_tool(
     """``rlm offsets-for-times`` writes the file ``kafka-consumer-groups --reset-offsets
     --from-file`` reads (docs/cli.md): Kafka's own tool sets the group there at the broker, and
     the group's consumer at the broker starts exactly at those offsets."""
-    from kafka.admin import KafkaAdminClient
-
     group = "oft-reset"
     when, want = _handover_timestamp(setup)
     csv = tmp_path_factory.mktemp("reset") / "offsets.csv"
@@ -233,12 +231,7 @@ def test_the_offsets_for_times_csv_resets_a_group_with_kafkas_own_tool(
         *("--from-file", str(csv), "--execute"),
     )
     assert reset.returncode == 0, reset.stdout[-2000:] + reset.stderr[-2000:]
-    admin = KafkaAdminClient(bootstrap_servers=setup.broker)
-    try:
-        at_broker = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
-    assert {tp.partition: m.offset for tp, m in at_broker.items() if tp.topic == TOPIC} == want
+    assert committed_at_broker(setup.broker, group, TOPIC) == want
     rest: list[Row] = []
     consumer = _consumer(setup.broker, group)
     try:
