@@ -82,11 +82,11 @@ def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     parts = build_api(settings, manager)
     kafka = _kafka_listener(settings, parts)  # bound, certificate and users loaded: or fail now
     history = parts.history.start()
-    api = ApiServer.for_settings(parts.app, settings.server, tls).start()
-    logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
-    if kafka is not None:
+    if kafka is not None:  # accepting before /healthz answers: a healthy daemon serves both
         kafka.start()
         logging.getLogger("rlm").info("Kafka listener on %s (%s)", kafka.address, kafka.security_protocol)
+    api = ApiServer.for_settings(parts.app, settings.server, tls).start()
+    logging.getLogger("rlm").info("HTTP API on %s (status page at /, docs at /docs)", api.url)
     tune_gc()  # after the imports and the app: they are frozen out of every collection
     try:
         daemon.run_forever()
