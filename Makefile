@@ -18,14 +18,17 @@ STAMP  := $(VENV)/.installed
 # The pinned Kafka runtime of the live-broker suites, benches and `make demo-kafka` (tools/kafka/pom.xml).
 KAFKA_VERSION := 4.1.1
 KAFKA_LIBS    := .cache/kafka-$(KAFKA_VERSION)/libs
+# The pinned HDFS of the HDFS suites and benches (tools/hdfs/pom.xml).
+HADOOP_VERSION := 3.4.2
+HDFS_LIBS      := .cache/hadoop-$(HADOOP_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
+.PHONY: kafka hdfs demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
 # branch, a git clean): importing rlm.formats.records with RLM_REQUIRE_NATIVE=1 fails then.
-install: $(STAMP) kafka
+install: $(STAMP) kafka hdfs
 	@RLM_REQUIRE_NATIVE=1 $(BIN)/python -c "import rlm.formats.records" 2>/dev/null \
 	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
@@ -37,26 +40,38 @@ $(STAMP): pyproject.toml constraints.txt $(PLUGINS) $(NATIVE)
 		$(foreach p,$(dir $(PLUGINS)),-e $(p))
 	@touch $(STAMP)
 
-# Kafka's runtime jars from Maven Central, once (a no-op while tools/kafka/pom.xml is unchanged).
-# Maven is installed with apt-get when missing and we are root; without Java or Maven this says so
-# in one line and install goes on: `make run` needs no Kafka, and the live-broker suites then fail
-# in CI (skip elsewhere) naming what is missing.
-kafka: $(KAFKA_LIBS)/.complete
-
-$(KAFKA_LIBS)/.complete: tools/kafka/pom.xml
+# A pinned Java runtime from Maven Central, once (a no-op while its pom is unchanged): $(1) what it
+# is, $(2) the pom, $(3) the folder its runtime jars are copied to. Maven is installed with apt-get
+# when missing and we are root; without Java or Maven this says so in one line and install goes
+# on: `make run` needs neither, and the suites needing one fail in CI (skip elsewhere) naming
+# what is missing.
+define fetch_runtime
 	@if ! command -v java >/dev/null 2>&1; then \
-	    echo "no java on PATH: the live Kafka broker of the tests cannot run (install Java 17+)"; exit 0; fi; \
+	    echo "no java on PATH: the $(1) of the tests cannot run (install Java 17+)"; exit 0; fi; \
 	if ! command -v mvn >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing maven to fetch the Kafka runtime (apt-get)"; \
+	    echo "installing maven to fetch the $(1) (apt-get)"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends maven >/dev/null \
 	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
 	         apt-get install -y -q --no-install-recommends maven >/dev/null; } || true; fi; \
 	if ! command -v mvn >/dev/null 2>&1; then \
-	    echo "no mvn on PATH: cannot fetch the Kafka $(KAFKA_VERSION) runtime for the live-broker tests"; exit 0; fi; \
-	echo "fetching the Kafka $(KAFKA_VERSION) runtime into $(KAFKA_LIBS) (Maven, once)"; \
-	rm -rf $(KAFKA_LIBS) && mkdir -p $(KAFKA_LIBS) && mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies \
-	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) >.cache/kafka-fetch.log 2>&1 \
-	    && touch $@ || { echo "fetching the Kafka runtime failed: see .cache/kafka-fetch.log"; rm -rf $(KAFKA_LIBS); }
+	    echo "no mvn on PATH: cannot fetch the $(1) for the tests"; exit 0; fi; \
+	echo "fetching the $(1) into $(3) (Maven, once)"; \
+	rm -rf $(3) && mkdir -p $(3) && mvn -q -B -f $(2) dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(3) >$(3)/../fetch.log 2>&1 \
+	    && touch $(3)/.complete || { echo "fetching the $(1) failed: see $(3)/../fetch.log"; rm -rf $(3); }
+endef
+
+# Kafka's runtime jars: the live brokers of tests/live, the benches and `make demo-kafka`.
+kafka: $(KAFKA_LIBS)/.complete
+
+$(KAFKA_LIBS)/.complete: tools/kafka/pom.xml
+	$(call fetch_runtime,Kafka $(KAFKA_VERSION) runtime,tools/kafka/pom.xml,$(KAFKA_LIBS))
+
+# Hadoop's MiniDFSCluster (hadoop-minicluster): the live HDFS of the HDFS suites (rlm/testing/hdfs_cluster.py).
+hdfs: $(HDFS_LIBS)/.complete
+
+$(HDFS_LIBS)/.complete: tools/hdfs/pom.xml
+	$(call fetch_runtime,HDFS $(HADOOP_VERSION) runtime,tools/hdfs/pom.xml,$(HDFS_LIBS))
 
 # A single-node Kafka, a producer and rlm beside it (rlm/testing/demo_kafka.py): watch segments roll
 # and get tiered on the status page (http://127.0.0.1:9464/). Ctrl-C stops all three. `make run` stays
@@ -86,7 +101,7 @@ test: install lint browser kcat
 # The fast loop while developing: no lint, no browser, no Spark/S3-server/subprocess suites. On the
 # workers too: 571 s against 784 s serially, back to back on a machine others were loading.
 test-fast: install
-	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q -x $(PARALLEL) -m "not integration and not spark and not s3 and not slow"
+	RLM_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q -x $(PARALLEL) -m "not integration and not spark and not s3 and not hdfs and not slow"
 
 # The compiled extensions need a C compiler and Python's headers. Installs Debian's gcc (and the
 # headers of a Debian python) when missing and we are root with apt-get; otherwise says why —

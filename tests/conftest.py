@@ -55,4 +55,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # Loaded here so every test package (storage, lookup, tiering, cluster, ops) can ask for them. The
 # live Kafka brokers (tests/kafkaservers.py) are loaded by tests/live/conftest.py: only those suites
 # use them, and the shared broker stops when they end instead of idling through the rest.
+# -- the live HDFS of every HDFS suite: one MiniDFSCluster per session (or RLM_TEST_HDFS_URL) --------
+from tests.hdfsservers import hdfs_server, hdfs_target  # noqa: E402,F401 - pytest fixtures
 from tests.s3servers import s3_target, seaweed_server  # noqa: E402,F401 - pytest fixtures
