@@ -10,22 +10,29 @@ Options (``[remote.options]``)::
     replication = 3                   # hdfs://: replication of new files (unset = cluster default)
     connect_timeout = 10.0  read_timeout = 60.0   # seconds, per request (WebHDFS) / Hadoop client
 
-HDFS renames never replace an existing file, so "create only if absent" (manifests) is atomic: write
-a temp file, rename it to the key, and a failed rename onto an existing key is ObjectExistsError.
-A plain overwrite deletes the old file first (a reader may briefly see no object — rlm never
-overwrites keys a reader trusts: data keys are unique per copy attempt).
+Every object is written to a temp file and renamed to its key, so a reader never sees a partial
+object. Over WebHDFS (``rlm_storage_hdfs.webhdfs``) a write is one CREATE streamed to a DataNode,
+and the rename is HDFS ``rename2``: "create only if absent" (manifests) refuses an existing key
+atomically (ObjectExistsError), an overwrite replaces it in one step; a read is one OPEN of the
+range. Over libhdfs a rename never replaces: an overwrite deletes the old file first (a reader may
+briefly see no object — rlm never overwrites keys a reader trusts: data keys are unique per copy
+attempt).
 
 The file system is created on first use, so construction and option validation need no cluster.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import contextlib
+import uuid
+from typing import Any, BinaryIO, ClassVar
 from urllib.parse import urlsplit
 
-from rlm.errors import ConfigError
-from rlm.storage.fsspec_backend import FsspecBackend
+from rlm.errors import ConfigError, StorageError
+from rlm.storage.api import ObjectInfo
+from rlm.storage.fsspec_backend import TMP_DIR, FsspecBackend
 from rlm.storage.options import Option, at_least
+from rlm_storage_hdfs.webhdfs import WebHdfsRest
 
 __all__ = ["DEFAULT_PORTS", "HdfsBackend"]
 
@@ -109,14 +116,54 @@ class HdfsBackend(FsspecBackend):
             return status == 429 or status >= 500
         return super()._is_transient(e)
 
+    @property
+    def _webhdfs(self) -> bool:
+        return self.scheme in ("webhdfs", "swebhdfs")
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        if not self._webhdfs:
+            return super()._put(key, stream, if_absent)
+        rest = WebHdfsRest(self.fs)
+        final = self._path(key)
+        tmp = f"{self.root.rstrip('/')}/{TMP_DIR}/{uuid.uuid4().hex}"
+        try:
+            rest.create(tmp, stream)
+            try:
+                rest.rename(tmp, final, overwrite=not if_absent)
+            except FileNotFoundError:  # the key's directory does not exist yet
+                self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+                rest.rename(tmp, final, overwrite=not if_absent)
+            return self._info(key, self.fs.info(final))
+        except Exception as e:
+            with contextlib.suppress(Exception):  # a stray temp file is garbage, never an object
+                self.fs.rm_file(tmp)
+            raise self._translate("put", key, e) from e
+
+    def _info(self, key: str, info: dict[str, Any]) -> ObjectInfo:
+        """WebHDFS's ``modificationTime`` is in milliseconds; ObjectInfo's ``last_modified`` in
+        seconds (garbage collection's grace compares it with the clock)."""
+        found = super()._info(key, info)
+        if self._webhdfs and found.last_modified is not None and "modificationTime" in info:
+            return ObjectInfo(found.key, found.size, found.etag, found.last_modified / 1000)
+        return found
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        if not self._webhdfs or (end is not None and end <= start):
+            return super()._read(key, start, end)
+        try:
+            return WebHdfsRest(self.fs).open(self._path(key), start, None if end is None else end - start)
+        except Exception as e:
+            error = self._translate("read", key, e)
+            # HDFS refuses an offset at or past the end (the NameNode's IOException "out of the
+            # range", the DataNode's EOFException for an empty file): the range is empty if the
+            # object exists, which only a GETFILESTATUS tells
+            if type(error) is StorageError and start >= self._head(key).size:
+                return b""
+            raise error from e
+
     def _publish_if_absent(self, tmp: str, final: str) -> None:
-        """HDFS rename refuses an existing destination: atomic create-only-if-absent."""
+        """libhdfs: HDFS rename refuses an existing destination: atomic create-only-if-absent."""
         fs = self.fs
-        if self.scheme in ("webhdfs", "swebhdfs"):
-            out = fs._call("RENAME", method="put", path=tmp, destination=final)
-            if not out.json().get("boolean", False):
-                raise FileExistsError(final) if fs.exists(final) else OSError(f"RENAME {tmp} failed")
-            return
         try:
             fs.mv(tmp, final)
         except OSError:
