@@ -28,6 +28,7 @@ import io
 import pickle
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -141,6 +142,14 @@ class BackendSuite:
         assert info.size == 1000
         assert backend.read(ns + "a.log") == data
         assert backend.head(ns + "a.log").size == 1000
+
+    def test_last_modified_is_epoch_seconds(self, backend: StorageBackend, ns: str) -> None:
+        """When a store tells an object's age, in seconds since the epoch (garbage collection's
+        grace compares it with the clock; a store's milliseconds would make every object young)."""
+        put = backend.put(ns + "dated", b"x")
+        for info in (put, backend.head(ns + "dated"), *backend.list(ns + "dated")):
+            if info.last_modified is not None:
+                assert abs(info.last_modified - time.time()) < 24 * 3600, info
 
     def test_empty_object(self, backend: StorageBackend, ns: str) -> None:
         backend.put(ns + "empty", b"")

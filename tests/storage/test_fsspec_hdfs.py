@@ -1,14 +1,11 @@
 """The generic fsspec backend (the HDFS plugin's base) and the ``hdfs`` plugin.
 
-No HDFS/WebHDFS/libhdfs can run here: the HDFS conformance suite runs only when RLM_TEST_HDFS_URL
-is set (e.g. ``webhdfs://localhost:9870`` with ``docker compose up namenode datanode``). Without it,
-option validation and construction are tested; the rename/publish code path is shared with
-FsspecBackend, which passes the suite on fsspec's memory and local file systems.
+The HDFS conformance suite runs against a live HDFS: the session's MiniDFSCluster
+(tests/hdfsservers.py), or the cluster ``RLM_TEST_HDFS_URL`` names.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +17,8 @@ from rlm.storage import create_backend
 from rlm.storage.api import StorageBackend
 from rlm.storage.fsspec_backend import FsspecBackend
 from rlm.testing.backend_suite import BackendSuite, TransientFault, call_fault
+from rlm.testing.faultproxy import FaultProxy
+from tests.hdfsservers import HdfsTarget
 
 HdfsBackend = pytest.importorskip("rlm_storage_hdfs").HdfsBackend
 
@@ -53,17 +52,18 @@ class TestHdfsCluster(BackendSuite):
     large_size = 9 * 1024 * 1024
 
     @pytest.fixture
-    def backend(self) -> Iterator[StorageBackend]:
-        url = os.environ.get("RLM_TEST_HDFS_URL")
-        if not url:
-            pytest.skip("RLM_TEST_HDFS_URL is not set (no HDFS cluster)")
-        opts = {
-            "url": url,
-            "root": f"/rlm-test-{uuid.uuid4().hex[:8]}",
-            "user": os.environ.get("RLM_TEST_HDFS_USER") or None,
-        }
-        with create_backend("hdfs", opts) as b:
+    def backend(self, hdfs_target: HdfsTarget) -> Iterator[StorageBackend]:
+        with create_backend("hdfs", hdfs_target.options()) as b:
             yield b
+
+    @pytest.fixture
+    def transient_fault(self, hdfs_target: HdfsTarget) -> Iterator[TransientFault | None]:
+        """The NameNode answering 503 (as in safe mode or a failover) through a fault proxy in
+        front of WebHDFS; the DataNodes it redirects to are reached directly."""
+        with FaultProxy(hdfs_target.url.replace("webhdfs://", "http://")) as proxy:
+            url = proxy.endpoint.replace("http://", "webhdfs://")
+            with HdfsBackend(**hdfs_target.options(url=url)) as view:
+                yield TransientFault(view, lambda n: proxy.fail("get", "503", n), lambda: proxy.seen["get"])
 
 
 @pytest.mark.hdfs
