@@ -19,6 +19,7 @@ from rlm.config import Settings, settings_from_mapping
 from rlm.formats import naming
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.logdir.discovery import list_segments
+from rlm.testing.toml import toml_value
 
 REPO = Path(__file__).resolve().parents[2]
 ARTHUR = "ArthurArutunyan04__Backend_labs"
@@ -94,6 +95,7 @@ def write_config(
     follow_kafka_configs: bool = False,
     leadership: str = "always",
     serve_internal_topics: bool = False,
+    remote: tuple[str, dict[str, Any]] | None = None,
     **tiering: Any,
 ) -> Path:
     """A TOML config with the local backend rooted at ``store``. Kafka's topic configs in the
@@ -101,16 +103,21 @@ def write_config(
     topic policy (their retention.ms is the broker's local retention and deletes nothing remote,
     docs/topic-policy.md §1; tests/tiering/test_retention_tiers.py follows one). Every partition is led
     here by default (``[cluster] leadership``): the fixtures come from three clusters whose
-    brokers were stopped (no leaders in their metadata logs)."""
+    brokers were stopped (no leaders in their metadata logs). ``remote``: another backend and
+    its options instead of the local one (``store`` unused then)."""
     tiering.setdefault("gc_grace_ms", 0)
     lines = [
         "[log]",
         f"dirs = {json.dumps([str(d) for d in log_dirs])}",
         f"eligibility = {json.dumps(eligibility)}",
         "[remote]",
-        'backend = "local"',
+        f"backend = {json.dumps(remote[0] if remote else 'local')}",
         "[remote.options]",
-        f"root = {json.dumps(str(store))}",
+        *(
+            [f"{k} = {toml_value(v)}" for k, v in remote[1].items() if v is not None]
+            if remote
+            else [f"root = {json.dumps(str(store))}"]
+        ),
         "[topics]",
         f"follow_kafka_configs = {json.dumps(follow_kafka_configs)}",
         "[cluster]",

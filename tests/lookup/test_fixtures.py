@@ -19,6 +19,7 @@ from rlm.cli.main import main
 from rlm.formats import naming
 from rlm.logdir.discovery import list_segments
 from rlm.testing.daemon import rlm_cli
+from tests.hdfsservers import HdfsTarget
 from tests.lookup.helpers import (
     ARTHUR,
     BruteLog,
@@ -48,11 +49,15 @@ SUBPROCESS_QUERIES = [
 
 
 class Env:
-    def __init__(self, fixtures_dir: Path, tmp: Path) -> None:
+    def __init__(
+        self, fixtures_dir: Path, tmp: Path, remote: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
         self.dirs = copy_fixture_logs(fixtures_dir, tmp / "logs")
         self.store = tmp / "store"
         # __consumer_offsets is looked up too (the compacted cases); __cluster_metadata never is
-        self.config = write_config(tmp / "rlm.toml", self.dirs, store=self.store, serve_internal_topics=True)
+        self.config = write_config(
+            tmp / "rlm.toml", self.dirs, store=self.store, serve_internal_topics=True, remote=remote
+        )
         self.brute = {
             f"{d.name}/{p.name}": BruteLog.scan(p) for d in self.dirs for p in d.iterdir() if p.is_dir()
         }
@@ -193,7 +198,18 @@ def test_every_expected_answer_from_the_local_tier(
 def test_every_expected_answer_from_the_remote_tier(
     fixtures_dir: Path, expected: dict[str, Any], tmp_path: Path
 ) -> None:
-    env = Env(fixtures_dir, tmp_path)
+    _every_answer_from_the_remote_tier(Env(fixtures_dir, tmp_path), expected)
+
+
+@pytest.mark.hdfs
+def test_every_expected_answer_from_hdfs(
+    fixtures_dir: Path, expected: dict[str, Any], tmp_path: Path, hdfs_target: HdfsTarget
+) -> None:
+    """The same answers with the remote tier on a live HDFS (WebHDFS)."""
+    _every_answer_from_the_remote_tier(Env(fixtures_dir, tmp_path, ("hdfs", hdfs_target.options())), expected)
+
+
+def _every_answer_from_the_remote_tier(env: Env, expected: dict[str, Any]) -> None:
     proc = rlm_cli("run", "--config", env.config, "--once", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["errors"] == {}

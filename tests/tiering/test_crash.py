@@ -18,6 +18,7 @@ from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.local import crash
+from tests.hdfsservers import HdfsTarget
 from tests.s3servers import S3Target
 from tests.tiering.helpers import local_index_files
 
@@ -30,18 +31,24 @@ SPECS["after_delete_manifest"] = "after_delete_manifest:2"
 RETENTION_BYTES = 40_000
 
 
-def _setup(tmp_path: Path, point: str, s3: S3Target | None = None) -> tuple[Path, Path, StorageBackend]:
-    """Log dir, config and a checker's view of the store: a local dir, or ``s3`` (SeaweedFS)."""
+def _setup(
+    tmp_path: Path, point: str, remote: S3Target | HdfsTarget | None = None
+) -> tuple[Path, Path, StorageBackend]:
+    """Log dir, config and a checker's view of the store: a local dir, ``s3`` (SeaweedFS) or
+    ``hdfs`` (a MiniDFSCluster)."""
     logs = tmp_path / "logs"
     generate_log_dir(logs, [("crash.t-x", 2)], seed=11, records=500, segment_bytes=12 * 1024)
     store = tmp_path / "store"
     extra = {"retention_bytes": RETENTION_BYTES} if point == "after_delete_manifest" else {}
-    where: dict[str, Any] = {"root": store} if s3 is None else {"backend": "s3", "options": s3.options()}
+    name = "s3" if isinstance(remote, S3Target) else "hdfs"
+    where: dict[str, Any] = {"root": store}
+    if remote is not None:
+        where = {"backend": name, "options": remote.options()}
     # Small entries and rotation: a segment's append spans several entries and sometimes two sets.
     cfg = write_config(
         tmp_path / "c.toml", [logs], index_entry_bytes=2048, index_rotate_bytes=3000, **where, **extra
     )
-    backend = LocalBackend(root=str(store)) if s3 is None else create_backend("s3", s3.options())
+    backend = LocalBackend(root=str(store)) if remote is None else create_backend(name, remote.options())
     return logs, cfg, backend
 
 
@@ -68,6 +75,13 @@ def test_crash_point_converges(tmp_path: Path, point: str) -> None:
 @pytest.mark.parametrize("point", ["mid_upload", "after_data", "after_manifest", "after_delete_manifest"])
 def test_crash_point_converges_on_s3(tmp_path: Path, point: str, s3_target: S3Target) -> None:
     _crash_and_converge(tmp_path, point, *_setup(tmp_path, point, s3_target))
+
+
+# The same on HDFS: a CREATE streamed to a DataNode cut short, the temp-and-rename publish.
+@pytest.mark.hdfs
+@pytest.mark.parametrize("point", ["mid_upload", "after_data", "after_manifest", "after_delete_manifest"])
+def test_crash_point_converges_on_hdfs(tmp_path: Path, point: str, hdfs_target: HdfsTarget) -> None:
+    _crash_and_converge(tmp_path, point, *_setup(tmp_path, point, hdfs_target))
 
 
 def _crash_and_converge(tmp_path: Path, point: str, logs: Path, cfg: Path, backend: StorageBackend) -> None:
