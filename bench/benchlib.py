@@ -244,6 +244,21 @@ def write_rolled_partition(
     return base
 
 
+def rolled_segments(logs: Path, topic: str, segments: int, segment_mib: int) -> list[Path]:
+    """The ``.log`` files of :func:`write_rolled_partition`'s partition of ~16 KiB batches
+    (Kafka's default ``batch.size``), written once per shape (a marker file keeps it for the next
+    run)."""
+    import shutil
+
+    part = logs / f"{topic}-0"
+    marker = part / f".generated-{segments}x{segment_mib}"
+    if not marker.exists():
+        shutil.rmtree(logs, ignore_errors=True)
+        write_rolled_partition(logs, topic, segments, segment_mib, template_batch(100, 150))
+        marker.touch()
+    return sorted(part.glob("*.log"))[:-1]
+
+
 def write_checkpoint(log_dir: Path, name: str, entries: dict[tuple[str, int], int]) -> None:
     lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
     tmp = log_dir / (name + ".tmp")

@@ -47,9 +47,8 @@ from bench.benchlib import (
     empty_prefix,
     machine,
     record,
+    rolled_segments,
     s3_server,
-    template_batch,
-    write_rolled_partition,
 )
 from rlm.config import load_settings
 from rlm.formats import naming
@@ -94,18 +93,6 @@ class Timed:
     def __exit__(self, *exc: object) -> None:
         c1, s1 = cpu()
         self.wall, self.client, self.server = time.perf_counter() - self.start, c1 - self.c0, s1 - self.s0
-
-
-def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
-    part = logs / f"{TOPIC}-0"
-    marker = part / f".generated-{segments}x{segment_mib}"
-    if marker.exists():
-        return sorted(part.glob("*.log"))[:-1]
-    shutil.rmtree(logs, ignore_errors=True)
-    # ~16 KiB batches: Kafka's default batch.size
-    write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(100, 150))
-    marker.touch()
-    return sorted(part.glob("*.log"))[:-1]
 
 
 def s3_options(endpoint: str, prefix: str, part_mib: int, concurrency: int) -> dict[str, Any]:
@@ -294,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     work = OUT / "copy"
     logs = work / "logs"
     t = time.perf_counter()
-    files = generate(logs, args.segments, args.segment_mib)
+    files = rolled_segments(logs, TOPIC, args.segments, args.segment_mib)
     size = sum(f.stat().st_size for f in files)
     print(f"{len(files)} segments, {size / 2**20:.0f} MiB ({time.perf_counter() - t:.1f} s to prepare)")
     with s3_server(args.server, work, BUCKET) as (endpoint, pid):

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import OUT, command_line, machine, record, template_batch, write_rolled_partition
+from bench.benchlib import OUT, command_line, machine, record, rolled_segments
 from rlm.config import load_settings
 from rlm.formats import naming
 from rlm.storage.registry import open_backend
@@ -48,17 +48,6 @@ INTRO = (
     "`.log`s vs fsspec `cat_file`, to one live MiniDFSCluster (one DataNode) in its own JVM; "
     "alternating, best of each. Target: rlm's copy ≥ 0.8 × fsspec's write."
 )
-
-
-def generate(logs: Path, segments: int, segment_mib: int) -> list[Path]:
-    part = logs / f"{TOPIC}-0"
-    marker = part / f".generated-{segments}x{segment_mib}"
-    if marker.exists():
-        return sorted(part.glob("*.log"))[:-1]
-    shutil.rmtree(logs, ignore_errors=True)
-    write_rolled_partition(logs, TOPIC, segments, segment_mib, template_batch(100, 150))
-    marker.touch()
-    return sorted(part.glob("*.log"))[:-1]
 
 
 def reset_local(logs: Path, state: Path) -> None:
@@ -165,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = OUT / "hdfs"
     logs = work / "logs"
-    files = generate(logs, args.segments, args.segment_mib)
+    files = rolled_segments(logs, TOPIC, args.segments, args.segment_mib)
     size = sum(f.stat().st_size for f in files)
     print(f"{len(files)} segments, {size / 2**20:.0f} MiB")
     shutil.rmtree(work / "hdfs", ignore_errors=True)
