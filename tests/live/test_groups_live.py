@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -166,24 +166,38 @@ def test_confluent_kafka_commits_at_the_broker_and_resumes_there(setup: Setup) -
 def test_two_members_split_the_partitions(setup: Setup) -> None:
     group = "split-group"
     members = [_confluent(setup.rlm, group) for _ in range(2)]
-    rows: list[list[Row]] = [[], []]
+    # Until the group settles, the first member may own both partitions and read from either; with
+    # no commit, a partition's next owner starts again at the earliest offset. So records count once
+    # by (partition, offset), a member's reads of a partition it gave up are dropped, and only the
+    # settled assignment is held to "each reads its own partition only".
+    seen: list[set[Row]] = [set(), set()]
     try:
 
         def split() -> bool:
-            for member, got in zip(members, rows, strict=True):
+            for member, got in zip(members, seen, strict=True):
                 msg = member.poll(0.2)  # serves the rebalance; a record may come once assigned
                 if msg is not None and msg.error() is None:
-                    got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+                    got.add((msg.partition(), msg.offset(), msg.key(), msg.value()))
             owned = [{tp.partition for tp in m.assignment()} for m in members]
             return all(len(o) == 1 for o in owned) and owned[0] | owned[1] == set(PARTS)
 
         wait_until(split, timeout=120, what="two members with one partition each")
         owned = [{tp.partition for tp in m.assignment()} for m in members]
-        for member, got in zip(members, rows, strict=True):
-            _poll_confluent([member], got, setup.ends[min({tp.partition for tp in member.assignment()})])
-        for got, mine in zip(rows, owned, strict=True):  # each read its own partition only, all of it
-            assert {p for p, _, _, _ in got} == mine
-        assert sorted(rows[0] + rows[1]) == sorted(setup.expected)
+        for i, mine in enumerate(owned):
+            seen[i] = {row for row in seen[i] if row[0] in mine}
+        wanted = [{row for row in setup.expected if row[0] in mine} for mine in owned]
+
+        def read_all() -> bool:
+            for member, got, mine in zip(members, seen, owned, strict=True):
+                for msg in member.consume(num_messages=500, timeout=0.5):
+                    assert msg.error() is None, msg.error()
+                    assert msg.partition() in mine, f"read partition {msg.partition()}, owns {mine}"
+                    got.add((msg.partition(), msg.offset(), msg.key(), msg.value()))
+            return seen == wanted
+
+        wait_until(read_all, timeout=120, what="each member's whole partition through rlm")
+        assert [{tp.partition for tp in m.assignment()} for m in members] == owned  # still settled
+        assert seen[0] | seen[1] == setup.expected
     finally:
         for member in members:
             member.close()
@@ -372,19 +386,23 @@ def test_a_killed_java_consumer_resumes_at_its_last_commit(setup: Setup) -> None
     )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[str] = []
+    # Drained all along: a full pipe blocks its printing, so it would stop polling and committing.
+    drain = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    drain.start()
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if len(lines) >= 1500:  # the records it printed (its log goes to stderr)
-                break
-        time.sleep(1.0)  # a few auto-commit intervals: a commit below what was printed exists
+        wait_until(lambda: len(lines) >= 1500, timeout=120, what="1500 records printed")
+        # auto-commit runs in poll every 200 ms: wait until the broker holds one, then kill
+        wait_until(
+            lambda: sum(committed_at_broker(setup.broker, group, TOPIC).values()) > 0,
+            timeout=60,
+            what="a commit of the group at the broker",
+        )
     finally:
         proc.kill()  # SIGKILL: no close, no final commit
-        if proc.stdout is not None:
-            lines += proc.stdout.readlines()  # printed before the kill
-            proc.stdout.close()
         proc.wait(timeout=30)
+        drain.join(timeout=30)  # what it printed before the kill
+        if proc.stdout is not None:
+            proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
     first = [
         (int(part.removeprefix("Partition:")), int(offset.removeprefix("Offset:")))
