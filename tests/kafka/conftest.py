@@ -22,7 +22,7 @@ from tests.kafka.helpers import (
     toml_config,
     write_kafka_python_topic,
 )
-from tests.lookup.helpers import roll_after_last
+from tests.tiering.helpers import roll_after_last
 from tests.tiering.txn_helpers import Oracle, write_txn_log
 
 

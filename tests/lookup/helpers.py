@@ -20,6 +20,7 @@ from rlm.formats import naming
 from rlm.formats.records import RecordBatch, decode_records, iter_batches
 from rlm.logdir.discovery import list_segments
 from rlm.testing.toml import toml_value
+from tests.tiering.helpers import roll_after_last
 
 REPO = Path(__file__).resolve().parents[2]
 ARTHUR = "ArthurArutunyan04__Backend_labs"
@@ -29,17 +30,6 @@ ARTHUR = "ArthurArutunyan04__Backend_labs"
 
 
 # --- log dirs ---------------------------------------------------------------------------------------
-
-
-def roll_after_last(partition_dir: Path) -> int:
-    """Add the empty next segment a broker roll leaves, ``<last offset + 1>.log``; return its base."""
-    last = None
-    for batch in iter_batches(list_segments(partition_dir)[-1].log.read_bytes()):
-        last = batch
-    assert last is not None, partition_dir
-    base = last.last_offset + 1
-    (partition_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(b"")
-    return base
 
 
 def copy_fixture_logs(fixtures_dir: Path, dest: Path) -> list[Path]:

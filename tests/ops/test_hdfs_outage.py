@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from rlm.errors import TransientStorageError
-from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import clean_env, free_port, run_daemon
@@ -33,7 +32,7 @@ from rlm.testing.hdfs_cluster import HdfsCluster
 from rlm.testing.kafka_cluster import wait_until
 from rlm.testing.store_check import check_store
 from tests.hdfsservers import require_hdfs
-from tests.tiering.helpers import REPO
+from tests.tiering.helpers import REPO, append_rolled
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.integration, pytest.mark.slow]
 
@@ -106,14 +105,8 @@ class Rig:
     ts: int = 1_700_000_000_000
 
     def produce(self, segments: int) -> None:
-        """``segments`` rolled segments (5 batches of 4 records) per partition, the HW at the end."""
-        for w in self.writers:
-            for _ in range(segments):
-                for _ in range(5):
-                    self.ts += 10
-                    w.append([RecordSpec(self.ts, f"k{i}".encode(), os.urandom(512)) for i in range(4)])
-                w.roll()
-            w.write_checkpoints()
+        """Append ``segments`` rolled segments to every partition, the HW at the end (append_rolled)."""
+        self.ts = append_rolled(self.writers, segments, self.ts, value_bytes=512)
 
     def tiered(self) -> bool:
         assert self.daemon.poll() is None, self.stderr.read_text()[-4000:]

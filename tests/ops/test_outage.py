@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import signal
 import subprocess
 import time
@@ -26,7 +25,6 @@ from typing import Any
 import httpx
 import pytest
 
-from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import clean_env, free_port, rlm_cli, run_daemon
@@ -34,7 +32,7 @@ from rlm.testing.seaweed import SeaweedServer, weed_binary
 from rlm.testing.store_check import check_store
 from tests.lookup.helpers import delete_local_segments
 from tests.needs import unavailable
-from tests.tiering.helpers import REPO
+from tests.tiering.helpers import REPO, append_rolled
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration, pytest.mark.slow]
 
@@ -56,15 +54,8 @@ class Rig:
     slowest: float = 0.0  # the longest answer seen (printed; docs/operations.md quotes it)
 
     def produce(self, segments: int) -> None:
-        """Append ``segments`` rolled segments (5 batches of 4 records each) to every partition and
-        move the high watermark to the log end, as a broker does."""
-        for w in self.writers:
-            for _ in range(segments):
-                for _ in range(5):
-                    self.ts += 10
-                    w.append([RecordSpec(self.ts, f"k{i}".encode(), os.urandom(64)) for i in range(4)])
-                w.roll()
-            w.write_checkpoints()
+        """Append ``segments`` rolled segments to every partition, the HW at the end (append_rolled)."""
+        self.ts = append_rolled(self.writers, segments, self.ts, value_bytes=64)
 
     def get(self, path: str) -> httpx.Response:
         """GET ``path``; asserts it answered within :data:`BOUND_S`."""

@@ -5,12 +5,15 @@ use too, are :mod:`rlm.testing.configs` and :mod:`rlm.testing.store_check`.
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from rlm.formats import naming
-from rlm.formats.records import iter_batches
+from rlm.formats.records import RecordSpec, iter_batches
 from rlm.logdir.discovery import list_segments
+from rlm.logdir.writer import LogWriter
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +29,20 @@ def roll_after_last(partition_dir: Path) -> int:
     base = last.last_offset + 1
     (partition_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(b"")
     return base
+
+
+def append_rolled(writers: Iterable[LogWriter], segments: int, ts: int, value_bytes: int) -> int:
+    """Append ``segments`` rolled segments (5 batches of 4 random records of ``value_bytes`` each,
+    timestamps 10 ms apart after ``ts``) to every partition and move its high watermark to the log
+    end, as a broker does; return the last timestamp used."""
+    for w in writers:
+        for _ in range(segments):
+            for _ in range(5):
+                ts += 10
+                w.append([RecordSpec(ts, f"k{i}".encode(), os.urandom(value_bytes)) for i in range(4)])
+            w.roll()
+        w.write_checkpoints()
+    return ts
 
 
 def copy_partition_as(log_dir: Path, source: str, target: str) -> Path:
