@@ -15,6 +15,7 @@ the CRC-32C the checksum walk computed (the pinned file did not change in betwee
 
 from __future__ import annotations
 
+import functools
 import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from rlm.formats.indexes.remote_index import (
 )
 from rlm.formats.records import RecordBatch
 from rlm.formats.sealed import EntryBinding, compressible, seal_entry, seal_object
-from rlm.tiering.copy.upload import upload_bytes, upload_file
+from rlm.tiering.copy.upload import upload_bytes, upload_file, upload_together
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.store import (
     ENTRIES_OBJECT,
@@ -141,8 +142,9 @@ def upload_attempt(
     key: Callable[[str], str],
     plain_crc32c: int,
 ) -> Uploaded:
-    """Upload the attempt's objects (the ``.log`` first, the entries object last) under the shared
-    upload slots; raise :class:`StorageError` when the ``.log`` changed meanwhile."""
+    """Upload the attempt's objects (the ``.log`` on this thread, its companions and the entries
+    object beside it: :func:`upload_together`) under the shared upload slots; raise
+    :class:`StorageError` when the ``.log`` changed meanwhile."""
     shared = ctx.shared
     protection = shared.protection
     objects: dict[str, StoredObject] = {}
@@ -151,12 +153,16 @@ def upload_attempt(
     if txn_path is not None:
         files.append((key(object_keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
+        blob = b"".join(e.encode() for e in entries)
+        rest: dict[str, Callable[[], StoredObject]] = {
+            name: functools.partial(upload_file, ctx, object_key, path) for object_key, name, path in files
+        }
+        rest[ENTRIES_OBJECT] = functools.partial(upload_bytes, ctx, key(object_keys.SEGMENT_ENTRIES), blob)
         with shared.upload_slots:
-            objects[LOG_OBJECT] = upload_file(ctx, key(object_keys.LOG), log_path, watch_half=True)
-            for object_key, name, path in files:
-                objects[name] = upload_file(ctx, object_key, path)
-            blob = b"".join(e.encode() for e in entries)
-            objects[ENTRIES_OBJECT] = upload_bytes(ctx, key(object_keys.SEGMENT_ENTRIES), blob)
+            objects[LOG_OBJECT], more = upload_together(
+                functools.partial(upload_file, ctx, key(object_keys.LOG), log_path, watch_half=True), rest
+            )
+        objects.update(more)
         _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
 
@@ -178,16 +184,19 @@ def upload_attempt(
         stored = data if data_key is None else seal_object(data, key=data_key, object_key=object_key)
         return upload_bytes(ctx, object_key, stored)
 
+    def put_file(object_key: str, path: Path) -> StoredObject:
+        if data_key is None:
+            return upload_file(ctx, object_key, path)
+        return put(object_key, path.read_bytes())
+
+    blob = b"".join(e.encode() for e in sealed.entries)
+    rest = {name: functools.partial(put_file, object_key, path) for object_key, name, path in files}
+    rest[ENTRIES_OBJECT] = functools.partial(put, key(object_keys.SEGMENT_ENTRIES), blob)
     with shared.upload_slots:
-        objects[LOG_OBJECT] = upload_file(ctx, key(object_keys.LOG), sealed.path, watch_half=True)
-        for object_key, name, path in files:
-            objects[name] = (
-                put(object_key, path.read_bytes())
-                if data_key is not None
-                else upload_file(ctx, object_key, path)
-            )
-        blob = b"".join(e.encode() for e in sealed.entries)
-        objects[ENTRIES_OBJECT] = put(key(object_keys.SEGMENT_ENTRIES), blob)
+        objects[LOG_OBJECT], more = upload_together(
+            functools.partial(upload_file, ctx, key(object_keys.LOG), sealed.path, watch_half=True), rest
+        )
+    objects.update(more)
     _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
     return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
 
