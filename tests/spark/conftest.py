@@ -286,3 +286,35 @@ def arrow_records(table: Any) -> dict[tuple[str, int], list[Rec]]:
     for recs in out.values():
         recs.sort()
     return out
+
+
+def check_jobs_on_store(spark: Any, log_dir: Path, topic: str, backend: str, options: dict[str, Any]) -> str:
+    """Three partitions of ``topic`` (three codecs) tiered to ``backend``: ``read_tiered`` returns
+    every record from both tiers as kafka-python decodes them, deep ``verify`` is clean, and after
+    one byte of a remote ``.log`` is flipped through the backend, verify names that object, whose
+    key is returned."""
+    from rlm.jobs import plan_read, read_tiered, verify
+
+    log_dir.mkdir()
+    for p, codec in enumerate(CODECS[1:4]):
+        write_generated(log_dir, topic, p, codec, seed=10 + p, batches=32)
+    settings = make_settings([log_dir], backend=backend, options=options, index_entry_bytes=8192)
+    tier(settings)
+    plan = plan_read(settings, [topic], target_bytes=20_000)
+    assert {t.source for t in plan.tasks} == {"remote", "local"}
+
+    got = arrow_records(read_tiered(spark, settings, [topic], target_bytes=20_000).toArrow())
+    expected = {(p.topic, p.partition): kafka_python_records(p.path) for p in discover_partitions([log_dir])}
+    assert got == expected
+    assert verify(spark, settings, deep=True).ok
+
+    victim = plan.partitions[0].manifests[0].log.key
+    store = create_backend(backend, options)
+    data = bytearray(store.read(victim))
+    data[100] ^= 0x01
+    store.put(victim, bytes(data))
+    report = verify(spark, settings, deep=True)
+    assert not report.ok
+    assert {(p.check, p.key) for p in report.errors} >= {("object_crc32c", victim)}
+    assert any(p.check in ("batch_crc", "batch_corrupt") and p.key == victim for p in report.errors)
+    return victim
