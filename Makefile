@@ -21,14 +21,18 @@ KAFKA_LIBS    := .cache/kafka-$(KAFKA_VERSION)/libs
 # The pinned HDFS of the HDFS suites and benches (tools/hdfs/pom.xml).
 HADOOP_VERSION := 3.4.2
 HDFS_LIBS      := .cache/hadoop-$(HADOOP_VERSION)/libs
+# Spark 4.1 with the pinned Iceberg Spark runtime and sqlite-jdbc: the suite where Spark's Iceberg
+# reads and maintains rlm's tables (tools/iceberg-spark/pom.xml says why not the installed pyspark).
+ICEBERG_VERSION    := 1.12.0
+ICEBERG_SPARK_LIBS := .cache/iceberg-spark-$(ICEBERG_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka hdfs demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
+.PHONY: kafka hdfs iceberg-spark demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
 # branch, a git clean): importing rlm.formats.records with RLM_REQUIRE_NATIVE=1 fails then.
-install: $(STAMP) kafka hdfs
+install: $(STAMP) kafka hdfs iceberg-spark
 	@RLM_REQUIRE_NATIVE=1 $(BIN)/python -c "import rlm.formats.records" 2>/dev/null \
 	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
@@ -72,6 +76,13 @@ hdfs: $(HDFS_LIBS)/.complete
 
 $(HDFS_LIBS)/.complete: tools/hdfs/pom.xml
 	$(call fetch_runtime,HDFS $(HADOOP_VERSION) runtime,tools/hdfs/pom.xml,$(HDFS_LIBS))
+
+# Spark 4.1 + iceberg-spark-runtime + sqlite-jdbc (rlm/testing/iceberg_spark.py): Spark's own Iceberg
+# reading and maintaining an rlm table (tests/spark/test_iceberg_spark_runtime.py). No test-fast test needs it.
+iceberg-spark: $(ICEBERG_SPARK_LIBS)/.complete
+
+$(ICEBERG_SPARK_LIBS)/.complete: tools/iceberg-spark/pom.xml
+	$(call fetch_runtime,Iceberg $(ICEBERG_VERSION) Spark runtime,tools/iceberg-spark/pom.xml,$(ICEBERG_SPARK_LIBS))
 
 # A single-node Kafka, a producer and rlm beside it (rlm/testing/demo_kafka.py): watch segments roll
 # and get tiered on the status page (http://127.0.0.1:9464/). Ctrl-C stops all three. `make run` stays

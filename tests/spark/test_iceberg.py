@@ -1,7 +1,7 @@
 """``rlm export --format iceberg`` (docs/iceberg.md): one snapshot per run, partitioned by topic and
 day, incremental by the offsets the snapshots record, crash-safe between write and commit; read
-back with pyiceberg and with Spark (no Iceberg runtime jar), against kafka-python's decoding of
-the original segments and against the Parquet export."""
+back with pyiceberg and with Spark (no Iceberg runtime jar; with it: test_iceberg_spark_runtime.py),
+against kafka-python's decoding of the original segments and against the Parquet export."""
 
 from __future__ import annotations
 
@@ -217,6 +217,24 @@ def test_incremental_appends_only_new_offsets_and_a_repeat_appends_nothing(
     assert second.records == sum(len(v) for v in expected.values()) - first.records
     assert _table_records(table) == expected
     assert arrow_records(spark_read_table(spark, table).toArrow()) == expected
+
+
+def test_a_rollback_rewinds_the_offsets_with_the_data(tmp_path: Path) -> None:
+    """The table properties carry the last rlm commit's offsets (for when its snapshots are
+    expired), but the newest rlm snapshot of the current ancestry wins: rolled back to the first
+    export, the table lacks the second one's records, and the next run exports them again."""
+    env, ends = multi_day_env(tmp_path)
+    target = _target(env, tmp_path / "ice")
+    first = export_iceberg(env.settings, [TOPIC], target, local_engine(1))
+    raise_high_watermarks(env, ends)
+    tier(env.settings)
+    export_iceberg(env.settings, [TOPIC], target, local_engine(1), incremental=True)
+    table = load_table(target)
+    assert table.properties[f"{OFFSET_PROPERTY}{TOPIC}-0"] == str(ends[0])
+    table.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
+    again = export_iceberg(env.settings, [TOPIC], target, local_engine(1), incremental=True)
+    assert again.records > 0 and again.offsets == {(TOPIC, p): end for p, end in ends.items()}
+    assert _table_records(load_table(target)) == _expected(env, TOPIC)
 
 
 def _orphans(out: Path) -> list[Path]:

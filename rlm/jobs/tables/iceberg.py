@@ -9,10 +9,11 @@ data files (:mod:`rlm.jobs.tables.iceberg_files`), and commits them all in ONE s
 Until that commit, nothing written is visible: a crash leaves the current snapshot unchanged and
 the files unreferenced; the next run deletes them (:func:`remove_orphans`) and writes again.
 
-There is no Iceberg Spark runtime jar here (no Maven), so Spark never talks to the table itself:
-executors write plain Parquet, the driver commits, and
-:func:`rlm.jobs.tables.iceberg_read.spark_read_table` reads back the files pyiceberg plans for the
-current snapshot.
+rlm's Spark jobs never load Iceberg's Spark runtime — no release of it loads in Spark 4.3, the
+pyspark rlm installs, and the local engine has no JVM: executors write plain Parquet, the driver
+commits, and :func:`rlm.jobs.tables.iceberg_read.spark_read_table` reads back the files pyiceberg
+plans. A Spark that has the runtime reads and maintains the table through the same catalog
+(:func:`~rlm.jobs.tables.iceberg_read.spark_catalog_conf`; tested with Spark 4.1, Iceberg 1.12).
 """
 
 from __future__ import annotations
@@ -211,15 +212,21 @@ def _check_table(table: Any, identifier: str) -> None:
 
 
 def _rlm_summary(table: Any) -> dict[str, str]:
-    """The summary properties of the newest rlm snapshot of the current snapshot's ancestry
-    (snapshots other writers add on top are skipped); empty for a new table."""
+    """What rlm's last commit recorded (``rlm.*`` keys): the summary of the newest rlm snapshot of
+    the current snapshot's ancestry — snapshots other writers add on top (a compaction) are
+    skipped, and a rollback rewinds the offsets with the data. When that ancestry holds no rlm
+    snapshot any more (another engine's maintenance expired them: Spark's ``rewrite_data_files``
+    then ``expire_snapshots``), the table properties every rlm commit sets to the same values.
+    Empty for a new table (no current snapshot)."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+    current = table.current_snapshot()
+    for snapshot in ancestors_of(current, table.metadata):
         summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
         if ATTEMPT_PROPERTY in summary:
             return summary
-    return {}
+    properties = dict(table.properties)
+    return properties if current is not None and ATTEMPT_PROPERTY in properties else {}
 
 
 def exported_offsets(table: Any) -> Offsets:
@@ -348,9 +355,10 @@ class IcebergSink:
     """The export :class:`~rlm.jobs.tables.sink.Sink` of one Iceberg export run (shipped to workers).
 
     ``write_task`` writes data files under ``data_location`` through the catalog's FileIO;
-    ``commit`` (driver) registers them all in ONE snapshot carrying ``offsets``, provided the table's
-    current snapshot is still ``base_snapshot_id`` (what the run planned from); ``abort`` removes
-    this run's files (best effort: the next run removes what is left)."""
+    ``commit`` (driver) registers them all in ONE snapshot carrying ``offsets`` (set as table
+    properties in the same commit), provided the table's current snapshot is still
+    ``base_snapshot_id`` (what the run planned from); ``abort`` removes this run's files (best
+    effort: the next run removes what is left)."""
 
     target: IcebergTarget
     io_properties: dict[str, str]
@@ -383,8 +391,12 @@ class IcebergSink:
         props.update({f"{TOPIC_ID_PROPERTY}{t}": i for t, i in self.topic_ids})
         crash_point("export_before_commit")
         try:
-            # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
-            table.add_files([f.path for f in files], snapshot_properties=props, check_duplicate_files=False)
+            # One commit: the snapshot and, in the table properties, the same values — these
+            # outlive the snapshot when another engine's maintenance expires it (_rlm_summary).
+            with table.transaction() as tx:
+                # Fresh file names (the attempt id): no need to scan every manifest for duplicates.
+                tx.add_files([f.path for f in files], snapshot_properties=props, check_duplicate_files=False)
+                tx.set_properties(props)
         except CommitFailedException as err:
             raise TableError(
                 f"table {self.target.identifier} changed while exporting ({err}); run again"
