@@ -1,6 +1,7 @@
 """``rlm export --engine spark --out hdfs://… | s3a://…``: Spark's own Hadoop connectors write the
 export, as docs/export.md ("HDFS and S3 outputs") tells users to run it, and Spark reads it back
-through the same connector with every row and every file name the local engine writes.
+through the same connector with every row and file (``part-<task index>`` per partition directory)
+the local engine writes.
 
 * ``hdfs://``: the session's MiniDFSCluster over its NameNode RPC, from the shared ``local[2]``
   session — pyspark's own Hadoop client (3.5.0) speaks it, no extra jar. The CLI (in-process, so
@@ -31,7 +32,14 @@ from rlm.testing.configs import write_config
 from tests.jobs.helpers import corrupt_one_object, layout, sorted_rows, table_rows
 from tests.needs import unavailable
 from tests.spark.conftest import Env, generated_env
-from tests.spark.hadoop_paths import hadoop_layout, spark_rows
+from tests.spark.hadoop_paths import (
+    hadoop_files,
+    hadoop_layout,
+    layout_of,
+    local_files,
+    part_files,
+    spark_rows,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 #: tools/spark-s3a/pom.xml's hadoop.version: the Hadoop client pyspark ships, which hadoop-aws must match.
@@ -76,7 +84,9 @@ def test_cli_export_to_hdfs_equals_local_engine(
     assert doc == {**local.to_json(), "out": f"{base}/out", "engine": "spark"}
     rows = sorted_rows(tmp_path / "local")
     assert len(rows) > 1000 and spark_rows(spark, f"{base}/out") == rows
-    assert hadoop_layout(spark, f"{base}/out") == layout(tmp_path / "local")
+    files = hadoop_files(spark, f"{base}/out")
+    assert layout_of(files) == layout(tmp_path / "local")
+    assert part_files(files) == part_files(local_files(tmp_path / "local"))
 
     empty = export(spark, gen_env.settings, ["gen"], f"{base}/empty", start=10**15)
     assert empty.records == 0 and empty.tasks > 0
@@ -153,10 +163,11 @@ def test_cli_export_to_s3a_equals_local_engine(gen_env: Env, s3_target: Any, tmp
 
     rows = sorted_rows(tmp_path / "local")
     assert len(rows) > 100 and table_rows(pq.read_table(tmp_path / "rows.parquet")) == rows
-    files = layout(tmp_path / "local")
-    assert json.loads((tmp_path / "layout.json").read_text()) == files
+    files = json.loads((tmp_path / "files.json").read_text())
+    assert layout_of(files) == layout(tmp_path / "local")
+    assert part_files(files) == part_files(local_files(tmp_path / "local"))
     # The objects themselves, listed past Spark: the part files and _SUCCESS, nothing staged.
     keys = s3_target.client().list_objects_v2(Bucket=s3_target.bucket, Prefix=f"{s3_target.prefix}/")
     names = [o["Key"].removeprefix(f"{s3_target.prefix}/export/") for o in keys.get("Contents", [])]
-    assert sum(n.endswith(".parquet") for n in names) == sum(files.values()) > 1
-    assert "_SUCCESS" in names and not any("_temporary" in n for n in names)
+    assert sorted(n for n in names if not n.endswith("/")) == files  # (a "dir/" key: a marker)
+    assert "_SUCCESS" in files and len(files) > 2
