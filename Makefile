@@ -25,14 +25,17 @@ HDFS_LIBS      := .cache/hadoop-$(HADOOP_VERSION)/libs
 # reads and maintains rlm's tables (tools/iceberg-spark/pom.xml says why not the installed pyspark).
 ICEBERG_VERSION    := 1.12.0
 ICEBERG_SPARK_LIBS := .cache/iceberg-spark-$(ICEBERG_VERSION)/libs
+# Hadoop's S3A connector for pyspark's own Hadoop client (tools/spark-s3a/pom.xml): the s3a:// exports.
+SPARK_HADOOP_VERSION := 3.5.0
+SPARK_S3A_LIBS       := .cache/spark-s3a-$(SPARK_HADOOP_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka hdfs iceberg-spark demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
+.PHONY: kafka hdfs iceberg-spark spark-s3a demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
 # branch, a git clean): importing rlm.formats.records with RLM_REQUIRE_NATIVE=1 fails then.
-install: $(STAMP) kafka hdfs iceberg-spark
+install: $(STAMP) kafka hdfs iceberg-spark spark-s3a
 	@RLM_REQUIRE_NATIVE=1 $(BIN)/python -c "import rlm.formats.records" 2>/dev/null \
 	    || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt -e .
 
@@ -83,6 +86,13 @@ iceberg-spark: $(ICEBERG_SPARK_LIBS)/.complete
 
 $(ICEBERG_SPARK_LIBS)/.complete: tools/iceberg-spark/pom.xml
 	$(call fetch_runtime,Iceberg $(ICEBERG_VERSION) Spark runtime,tools/iceberg-spark/pom.xml,$(ICEBERG_SPARK_LIBS))
+
+# hadoop-aws and the AWS SDK modules it calls (14 MB, not the SDK's 686 MB bundle): the jars a Spark
+# job needs for s3a:// paths (docs/export.md), used by tests/spark/test_export_connectors.py.
+spark-s3a: $(SPARK_S3A_LIBS)/.complete
+
+$(SPARK_S3A_LIBS)/.complete: tools/spark-s3a/pom.xml
+	$(call fetch_runtime,Spark S3A connector (Hadoop $(SPARK_HADOOP_VERSION)),tools/spark-s3a/pom.xml,$(SPARK_S3A_LIBS))
 
 # A single-node Kafka, a producer and rlm beside it (rlm/testing/demo_kafka.py): watch segments roll
 # and get tiered on the status page (http://127.0.0.1:9464/). Ctrl-C stops all three. `make run` stays

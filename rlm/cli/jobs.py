@@ -68,7 +68,7 @@ class ExportOptions:
     partitions: list[int] | None
     start: int | None
     end: int | None
-    out: Path | None
+    out: str | None  # as typed: a URI (hdfs://, s3a://) must not go through Path (hdfs:/h:8020/x)
     engine: str
     spark_master: str | None
     overwrite: bool
@@ -115,9 +115,10 @@ def _export_engine(engine: str | None, spark_master: str | None, parallelism: in
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=str),
     default=None,
-    help="Output directory (Parquet); iceberg: the embedded catalog's directory (docs/iceberg.md).",
+    help="Output directory (Parquet; --engine spark: also hdfs://, s3a://… URIs); iceberg: the "
+    "embedded catalog's directory (docs/iceberg.md).",
 )
 @click.option("--engine", type=click.Choice(["local", "spark"]), default=None, help=_ENGINE_HELP)
 @click.option(
@@ -166,7 +167,7 @@ def export(
     partitions: tuple[int, ...],
     start: int | None,
     end: int | None,
-    out: Path | None,
+    out: str | None,
     engine: str | None,
     spark_master: str | None,
     overwrite: bool,
@@ -233,7 +234,7 @@ def _export_parquet(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
         _spark(opts.spark_master, "rlm export"),
         settings,
         opts.topics,
-        str(opts.out),
+        opts.out,
         partitions=opts.partitions,
         start=opts.start,
         end=opts.end,
@@ -256,7 +257,7 @@ def _export_iceberg(settings: Settings, opts: ExportOptions) -> dict[str, Any]:
         raise click.UsageError("--format iceberg appends to its table: drop the table to start over")
     from rlm.jobs.tables import IcebergTarget, export_iceberg, local_engine, spark_engine
 
-    target = IcebergTarget.from_settings(settings, opts.out)
+    target = IcebergTarget.from_settings(settings, None if opts.out is None else Path(opts.out))
     if opts.engine == "local":
         run = local_engine(opts.parallelism)
     else:

@@ -32,8 +32,11 @@ def read_export(out: Path) -> Any:
 def sorted_rows(out: Path) -> list[tuple[Any, ...]]:
     """Every exported row as a tuple (all eight columns), sorted."""
     table = read_export(out)
-    if table is None:
-        return []
+    return [] if table is None else table_rows(table)
+
+
+def table_rows(table: Any) -> list[tuple[Any, ...]]:
+    """An Arrow table of the export's columns (any order) as :func:`sorted_rows` gives them."""
     cols = ["topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers"]
     data = [table.column(c).to_pylist() for c in cols]
     rows = []

@@ -124,8 +124,10 @@ def export(
     written by the executors through :class:`~rlm.jobs.tables.sink.ParquetSink` (pyarrow, the local
     engine's writer and layout; ``compression`` one of its codecs) into a staging dir next to
     ``out``, renamed into place once every task succeeded: a failed job leaves ``out`` as it was
-    (docs/export.md). Other filesystems and modes use Spark's own writer and commit (a failed job
-    may leave ``_temporary`` files there)."""
+    (docs/export.md). Other filesystems (``hdfs://``, ``s3a://``…) and modes use Spark's own
+    writer and commit: a failed job leaves no data file and no ``_SUCCESS``, but may leave ``out``
+    behind as an empty directory (HDFS) or ``_temporary`` markers (S3A), and ``overwrite`` deletes
+    the previous ``out`` before the job runs (docs/export.md, "HDFS and S3 outputs")."""
     plan = plan_read(
         settings,
         topics,
@@ -152,5 +154,7 @@ def export(
             .partitionBy("topic", "partition")
             .parquet(out)
         )
-        records = spark.read.parquet(out).count()
+        # Counted from the footers. The schema is given: an export without rows is only
+        # `_SUCCESS`, from which Spark cannot infer one (UNABLE_TO_INFER_SCHEMA).
+        records = spark.read.schema(KAFKA_SCHEMA_DDL).parquet(out).count()
     return ExportResult.of_plan(out, plan, records)
