@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -154,19 +154,33 @@ def _once(manager: RemoteLogManager, quiet: bool) -> None:
             )
             bar.update(1)
 
-        results = manager.run_once(on_result=done)
+        results = manager.run_once(on_result=done, gc=False)
     failed = [r for r in results if r.error]
     summary = {
         "partitions": len(results),
         "segments_copied": sum(len(r.copied) for r in results),
         "segments_deleted": sum(len(r.deleted) for r in results),
         "errors": {f"{r.topic}-{r.partition}": r.error for r in failed},
+        "gc": _gc_if_due(manager, failed=bool(failed)),
     }
     emit_json(summary)
     if failed:
         for r in failed:
             click.echo(f"rlm: error: {r.topic}-{r.partition}: {r.error}", err=True)
         raise SystemExit(EXIT_FAILURE)
+
+
+def _gc_if_due(manager: RemoteLogManager, *, failed: bool) -> dict[str, Any]:
+    """GC after the passes only when due (docs/operations.md "GC"): it lists every partition in
+    the store, most of an idle ``--once``'s cost. Its summary entry says whether it ran and why."""
+    due, why = manager.gc_schedule.due(manager.shared.clock_ms())
+    if failed and not due:
+        due, why = True, "a pass failed and may have left an attempt behind"
+    if not due or manager.shared.stop.is_set():
+        return {"ran": False, "why": why}
+    logging.getLogger(__name__).info("gc: %s", why)
+    manager.collect_garbage()
+    return {"ran": True, "why": why}
 
 
 @click.command("status")

@@ -144,10 +144,7 @@ class TieringDaemon:
             self.discover, "interval", id="discover", seconds=self.interval_s, next_run_time=_now()
         )
         self.scheduler.add_job(self.sweep, "interval", id="sweep", seconds=self.interval_s)
-        t = self.manager.settings.tiering
-        # A quarter of the shortest grace: nothing waits much past its grace (docs/topic-identity.md).
-        graces = (t.gc_grace_ms, t.old_incarnation_grace_ms, t.deleted_topic_grace_ms)
-        gc_every = max(self.interval_s, min(graces) / 4000)
+        gc_every = self.manager.gc_schedule.interval_s  # rlm run --once keeps to it too
         self.scheduler.add_job(self._gc, "interval", id="gc", seconds=gc_every)
         # From now on only this timer probes an unreachable store: API requests fail fast.
         self.manager.health.timer_probes = True

@@ -53,11 +53,13 @@ from rlm.tiering.copy import (
 )
 from rlm.tiering.expire import (
     DeletedTopics,
+    GcSchedule,
     TopicPolicy,
     TopicPolicyResolver,
     by_deadline,
     collect_partition,
     forget_deadline,
+    gc_interval_s,
     note_deadline,
     retention_limits,
     retention_pass,
@@ -158,6 +160,8 @@ class RemoteLogManager:
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
         self.deleted = self._deleted_topics(settings)
+        roots = tuple(dict.fromkeys(state_root_of(t, Path(d)) for d in settings.log.dirs))
+        self.gc_schedule = GcSchedule(roots, gc_interval_s(t))  # docs/operations.md "GC"
 
     def _deleted_topics(self, settings: Settings) -> DeletedTopics:
         """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
@@ -428,6 +432,8 @@ class RemoteLogManager:
                     # only the leader collects garbage (docs/cluster.md)
                     orphans += collect_partition(ctx, dry_run=dry_run, old=old if old is not None else [])
         (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
+        if not dry_run:
+            self.gc_schedule.record(self.shared.clock_ms())
         return orphans
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:

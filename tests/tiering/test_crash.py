@@ -17,6 +17,7 @@ from rlm.storage.registry import create_backend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
+from rlm.tiering.expire.gc_schedule import GC_FILE
 from rlm.tiering.local import crash
 from tests.hdfsservers import HdfsTarget
 from tests.s3servers import S3Target
@@ -145,3 +146,42 @@ def test_crash_with_lost_journal_gc_collects_orphans(tmp_path: Path, point: str)
     assert {k for o in deleted for k in o["objects"]} == orphans
     check = check_store([logs], backend, deep=True)
     assert not check.unreferenced
+
+
+def test_once_collects_garbage_only_when_due(tmp_path: Path) -> None:
+    """`rlm run --once` keeps to the daemon's GC interval (docs/operations.md "GC"): GC lists every
+    partition in the store, so a --once from cron must not pay for it on every run. Orphans of a
+    crash whose journal was lost wait for the next due GC, which then collects them."""
+    logs, cfg, backend = _setup(tmp_path, "after_data")
+    _crash(cfg, SPECS["after_data"])
+    state = tmp_path / "logs.rlm-state"
+    for journal in state.glob("*/journal.jsonl"):
+        journal.unlink()
+    orphans = assert_manifests_complete(backend)
+    assert orphans
+
+    def once(**env: str) -> dict[str, Any]:
+        proc = rlm_cli("run", "--config", cfg, "--once", env=env)
+        assert proc.returncode == 0, proc.stderr
+        gc: dict[str, Any] = json.loads(proc.stdout)["gc"]
+        return gc
+
+    # No GC ever finished on this state root: it runs (a long grace: the young orphans stay).
+    first = once(RLM_TIERING__GC_GRACE_MS="3600000")
+    assert first["ran"] and "no finished GC recorded" in first["why"], first
+    assert check_store([logs], backend).unreferenced == orphans
+    # Grace 0 now, but the interval (max(task interval, grace / 4) = 1 h) has not passed: no GC.
+    hourly = {"RLM_TIERING__GC_GRACE_MS": "0", "RLM_TIERING__TASK_INTERVAL_MS": "3600000"}
+    second = once(**hourly)
+    assert not second["ran"] and "next due in" in second["why"], second
+    assert check_store([logs], backend).unreferenced == orphans
+    # An hour later (the recorded time moved back): due, and it collects them.
+    record = state / GC_FILE
+    finished = json.loads(record.read_text())["finished_ms"]
+    record.write_text(json.dumps({"finished_ms": finished - 3_700_000}))
+    third = once(**hourly)
+    assert third["ran"] and "every 3600 s" in third["why"], third
+    assert not check_store([logs], backend, deep=True).unreferenced
+    # `rlm gc` runs whenever asked, and counts as the last GC.
+    assert _gc_lines(cfg) == []
+    assert json.loads(record.read_text())["finished_ms"] > finished
