@@ -59,7 +59,6 @@ from rlm.tiering.expire import (
     by_deadline,
     collect_partition,
     forget_deadline,
-    gc_interval_s,
     note_deadline,
     retention_limits,
     retention_pass,
@@ -160,8 +159,7 @@ class RemoteLogManager:
         self.shared.node_id = self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
         self.deleted = self._deleted_topics(settings)
-        roots = tuple(dict.fromkeys(state_root_of(t, Path(d)) for d in settings.log.dirs))
-        self.gc_schedule = GcSchedule(roots, gc_interval_s(t))  # docs/operations.md "GC"
+        self.gc_schedule = GcSchedule.of(settings)  # docs/operations.md "GC"
 
     def _deleted_topics(self, settings: Settings) -> DeletedTopics:
         """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""

@@ -91,6 +91,24 @@ def spark_rows(spark: IcebergSpark, target: IcebergTarget, out: Path) -> list[tu
     return got
 
 
+def _compact_and_expire(spark: IcebergSpark, target: IcebergTarget) -> None:
+    """Spark's ``rewrite_data_files`` over every partition, then ``expire_snapshots`` of all but
+    the newest: rlm's own snapshot is gone afterwards."""
+    (rewrite,) = spark.sql(
+        f"CALL {target.catalog_name}.system.rewrite_data_files(table => '{target.identifier}', "
+        "options => map('min-input-files', '2'))"
+    )
+    assert 0 < rewrite["added_data_files_count"] < rewrite["rewritten_data_files_count"]
+    cutoff = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=1)).strftime(
+        "%Y-%m-%d %H:%M:%S"
+    )
+    (expired,) = spark.sql(
+        f"CALL {target.catalog_name}.system.expire_snapshots(table => '{target.identifier}', "
+        f"older_than => TIMESTAMP '{cutoff}', retain_last => 1)"
+    )
+    assert expired["deleted_data_files_count"] > 0
+
+
 def test_spark_reads_compacts_and_expires_and_rlm_appends_on_top(
     iceberg_spark: IcebergSpark, tmp_path: Path
 ) -> None:
@@ -118,19 +136,7 @@ def test_spark_reads_compacts_and_expires_and_rlm_appends_on_top(
     assert sum(p["file_count"] for p in parts) == first.files
 
     # Maintenance as users run it: compact every partition's files, expire rlm's snapshot.
-    (rewrite,) = iceberg_spark.sql(
-        f"CALL {target.catalog_name}.system.rewrite_data_files(table => '{target.identifier}', "
-        "options => map('min-input-files', '2'))"
-    )
-    assert 0 < rewrite["added_data_files_count"] < rewrite["rewritten_data_files_count"]
-    cutoff = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=1)).strftime(
-        "%Y-%m-%d %H:%M:%S"
-    )
-    (expired,) = iceberg_spark.sql(
-        f"CALL {target.catalog_name}.system.expire_snapshots(table => '{target.identifier}', "
-        f"older_than => TIMESTAMP '{cutoff}', retain_last => 1)"
-    )
-    assert expired["deleted_data_files_count"] > 0
+    _compact_and_expire(iceberg_spark, target)
     table = load_table(target)
     (only,) = table.snapshots()  # rlm's snapshot is gone: the current one is Spark's compaction
     assert (

@@ -145,24 +145,16 @@ def upload_attempt(
     """Upload the attempt's objects (the ``.log`` on this thread, its companions and the entries
     object beside it: :func:`upload_together`) under the shared upload slots; raise
     :class:`StorageError` when the ``.log`` changed meanwhile."""
-    shared = ctx.shared
-    protection = shared.protection
-    objects: dict[str, StoredObject] = {}
+    protection = ctx.shared.protection
     log_path = pinned[object_keys.LOG]
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
     if txn_path is not None:
         files.append((key(object_keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
         blob = b"".join(e.encode() for e in entries)
-        rest: dict[str, Callable[[], StoredObject]] = {
-            name: functools.partial(upload_file, ctx, object_key, path) for object_key, name, path in files
-        }
-        rest[ENTRIES_OBJECT] = functools.partial(upload_bytes, ctx, key(object_keys.SEGMENT_ENTRIES), blob)
-        with shared.upload_slots:
-            objects[LOG_OBJECT], more = upload_together(
-                functools.partial(upload_file, ctx, key(object_keys.LOG), log_path, watch_half=True), rest
-            )
-        objects.update(more)
+        objects = _upload_objects(
+            ctx, (key(object_keys.LOG), log_path), files, key(object_keys.SEGMENT_ENTRIES), blob, None
+        )
         _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
 
@@ -179,6 +171,25 @@ def upload_attempt(
         EntryBinding(ctx.topic, ctx.partition, base, attempt),
     )
     _check(sealed.plain_crc32c, plain_crc32c, log_path, base)
+    blob = b"".join(e.encode() for e in sealed.entries)
+    objects = _upload_objects(
+        ctx, (key(object_keys.LOG), sealed.path), files, key(object_keys.SEGMENT_ENTRIES), blob, data_key
+    )
+    _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
+    return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
+
+
+def _upload_objects(
+    ctx: PartitionContext,
+    log: tuple[str, Path],
+    files: list[tuple[str, str, Path]],
+    entries_key: str,
+    entries_blob: bytes,
+    data_key: bytes | None,
+) -> dict[str, StoredObject]:
+    """The stored ``.log`` (key, file) on this thread and the companion ``files`` (key, manifest
+    name, file) and entries object beside it (:func:`upload_together`), under one upload slot;
+    each object but the ``.log`` encrypted whole with ``data_key`` when given."""
 
     def put(object_key: str, data: bytes) -> StoredObject:
         stored = data if data_key is None else seal_object(data, key=data_key, object_key=object_key)
@@ -189,16 +200,13 @@ def upload_attempt(
             return upload_file(ctx, object_key, path)
         return put(object_key, path.read_bytes())
 
-    blob = b"".join(e.encode() for e in sealed.entries)
     rest = {name: functools.partial(put_file, object_key, path) for object_key, name, path in files}
-    rest[ENTRIES_OBJECT] = functools.partial(put, key(object_keys.SEGMENT_ENTRIES), blob)
-    with shared.upload_slots:
-        objects[LOG_OBJECT], more = upload_together(
-            functools.partial(upload_file, ctx, key(object_keys.LOG), sealed.path, watch_half=True), rest
+    rest[ENTRIES_OBJECT] = functools.partial(put, entries_key, entries_blob)
+    with ctx.shared.upload_slots:
+        stored_log, more = upload_together(
+            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True), rest
         )
-    objects.update(more)
-    _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
-    return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
+    return {LOG_OBJECT: stored_log, **more}
 
 
 def _check(actual: int, expected: int, path: Path, base: int) -> None:

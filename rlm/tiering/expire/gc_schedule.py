@@ -19,8 +19,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.config import TieringSettings
+from rlm.config import Settings, TieringSettings
 from rlm.fsutil import atomic_write
+from rlm.tiering.local import state_root_of
 
 __all__ = ["GC_FILE", "GcSchedule", "gc_interval_s"]
 
@@ -40,6 +41,13 @@ class GcSchedule:
 
     roots: tuple[Path, ...]
     interval_s: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> GcSchedule:
+        """The schedule of the state roots ``settings``' log dirs use, at :func:`gc_interval_s`."""
+        t = settings.tiering
+        roots = tuple(dict.fromkeys(state_root_of(t, Path(d)) for d in settings.log.dirs))
+        return cls(roots, gc_interval_s(t))
 
     def last_ms(self) -> int | None:
         """Epoch ms of the oldest root's last finished GC; None when a root has none."""
