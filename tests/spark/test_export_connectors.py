@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from rlm.cli.main import main
+from rlm.errors import ExportOutputExistsError
 from rlm.jobs import export, export_local
 from rlm.testing.configs import write_config
 from tests.jobs.helpers import corrupt_one_object, layout, sorted_rows, table_rows
@@ -94,23 +95,33 @@ def test_cli_export_to_hdfs_equals_local_engine(
 
 
 @pytest.mark.hdfs
-def test_failed_export_to_hdfs_leaves_no_file(spark: Any, hdfs_server: Any, tmp_path: Path) -> None:
-    """Spark's own commit, as docs/export.md says: a failed job leaves no part file and no
-    ``_SUCCESS`` (its ``_temporary`` is removed), but an empty ``out`` that refuses the next export
-    without ``--overwrite``; a failed ``--overwrite`` has already deleted the previous export."""
+def test_failed_export_to_hdfs_leaves_out_as_it_was(spark: Any, hdfs_server: Any, tmp_path: Path) -> None:
+    """Staged beside ``out`` and renamed into place (docs/export.md, "HDFS and S3 outputs"): a
+    failed export leaves nothing at ``out`` and nothing beside it, so the next export is not
+    refused; a failed ``--overwrite`` keeps the previous export, a successful one replaces it."""
     base = hdfs_base(hdfs_server)
     env = generated_env(tmp_path / "env")
     good = export(spark, env.settings, ["other"], f"{base}/previous")
-    assert good.records > 0 and "_SUCCESS" in hadoop_layout(spark, f"{base}/previous")
+    before = hadoop_files(spark, f"{base}/previous")
+    assert good.records > 0 and "_SUCCESS" in before
+    rows = spark_rows(spark, f"{base}/previous")
+    with pytest.raises(ExportOutputExistsError, match="already exists"):  # before any work
+        export(spark, env.settings, ["other"], f"{base}/previous")
     corrupt_one_object(env.root / "store")
     with pytest.raises(Exception, match="CRC"):
         export(spark, env.settings, ["gen"], f"{base}/out")
-    assert hadoop_layout(spark, f"{base}/out") == {}
-    with pytest.raises(Exception, match="already exists"):
-        export(spark, env.settings, ["other"], f"{base}/out")
+    assert hadoop_files(spark, f"{base}/out") == []
     with pytest.raises(Exception, match="CRC"):
         export(spark, env.settings, ["gen"], f"{base}/previous", mode="overwrite")
-    assert hadoop_layout(spark, f"{base}/previous") == {}
+    assert hadoop_files(spark, f"{base}/previous") == before
+    assert spark_rows(spark, f"{base}/previous") == rows
+    # Nothing staged or set aside is left, and out takes an export again.
+    assert {f.split("/")[0] for f in hadoop_files(spark, base)} == {"previous"}
+    again = export(spark, env.settings, ["other"], f"{base}/out")
+    assert again.records == good.records and spark_rows(spark, f"{base}/out") == rows
+    replaced = export(spark, env.settings, ["other"], f"{base}/previous", mode="overwrite", start=10**15)
+    assert replaced.records == 0 and hadoop_layout(spark, f"{base}/previous") == {"_SUCCESS": 0}
+    assert {f.split("/")[0] for f in hadoop_files(spark, base)} == {"previous", "out"}
 
 
 def s3a_submit_args(jars: list[Path], target: Any) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rlm.config import Settings
+from rlm.jobs.hadoop_staging import HadoopStagedDir
 from rlm.jobs.reading import (
     DEFAULT_TARGET_BYTES,
     KAFKA_SCHEMA_DDL,
@@ -124,10 +125,10 @@ def export(
     written by the executors through :class:`~rlm.jobs.tables.sink.ParquetSink` (pyarrow, the local
     engine's writer and layout; ``compression`` one of its codecs) into a staging dir next to
     ``out``, renamed into place once every task succeeded: a failed job leaves ``out`` as it was
-    (docs/export.md). Other filesystems (``hdfs://``, ``s3a://``…) and modes use Spark's own
-    writer and commit: a failed job leaves no data file and no ``_SUCCESS``, but may leave ``out``
-    behind as an empty directory (HDFS) or ``_temporary`` markers (S3A), and ``overwrite`` deletes
-    the previous ``out`` before the job runs (docs/export.md, "HDFS and S3 outputs")."""
+    (docs/export.md). Another filesystem's ``out`` (``hdfs://``, ``s3a://``…) is written by Spark's
+    own writer into a hidden sibling renamed into place the same way
+    (:class:`~rlm.jobs.hadoop_staging.HadoopStagedDir`; docs/export.md, "HDFS and S3 outputs").
+    Other modes (``append``, ``ignore``) write ``out`` itself with Spark's writer and commit."""
     plan = plan_read(
         settings,
         topics,
@@ -145,16 +146,27 @@ def export(
         sink = ParquetSink.begin(path, overwrite=_STAGED_MODES[mode.lower()], compression=compression)
         spec = BackendSpec.from_settings(settings)
         records = sum(f.records for f in run_sink_spark(spark, plan, spec, sink))
+    elif path is None and mode.lower() in _STAGED_MODES:
+        staged = HadoopStagedDir.begin(spark, out, overwrite=_STAGED_MODES[mode.lower()])
+        try:
+            records = _spark_write(spark, settings, plan, staged.staging_uri, "errorifexists", compression)
+        except BaseException:
+            staged.abort()
+            raise
+        staged.commit()
     else:
-        df = tiered_dataframe(spark, settings, plan)
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # not legacy INT96
-        (
-            df.write.mode(mode)
-            .option("compression", compression)
-            .partitionBy("topic", "partition")
-            .parquet(out)
-        )
-        # Counted from the footers. The schema is given: an export without rows is only
-        # `_SUCCESS`, from which Spark cannot infer one (UNABLE_TO_INFER_SCHEMA).
-        records = spark.read.schema(KAFKA_SCHEMA_DDL).parquet(out).count()
+        records = _spark_write(spark, settings, plan, out, mode, compression)
     return ExportResult.of_plan(out, plan, records)
+
+
+def _spark_write(
+    spark: Any, settings: Settings, plan: ReadPlan, out: str, mode: str, compression: str
+) -> int:
+    """Spark's own Parquet writer and commit into ``out``; the records written."""
+    df = tiered_dataframe(spark, settings, plan)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # not legacy INT96
+    df.write.mode(mode).option("compression", compression).partitionBy("topic", "partition").parquet(out)
+    # Counted from the footers. The schema is given: an export without rows is only `_SUCCESS`,
+    # from which Spark cannot infer one (UNABLE_TO_INFER_SCHEMA).
+    records: int = spark.read.schema(KAFKA_SCHEMA_DDL).parquet(out).count()
+    return records
