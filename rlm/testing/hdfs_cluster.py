@@ -18,19 +18,13 @@ stdin (:meth:`HdfsCluster.stop_datanode`, :meth:`~HdfsCluster.start_datanode`,
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import shutil
-import signal
-import subprocess
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from rlm.testing.daemon import free_port
+from rlm.testing.line_jvm import LineJvm
 
 __all__ = ["HADOOP_VERSION", "HdfsCluster", "hdfs_libs", "hdfs_runtime_problem"]
 
@@ -84,9 +78,10 @@ class HdfsCluster:
     heap: str = "512m"
     rpc_port: int = field(default_factory=free_port)
     http_port: int = field(default_factory=free_port)
-    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
-    _lines: queue.Queue[str | None] = field(default_factory=queue.Queue, init=False, repr=False)
-    _stderr: IO[bytes] | None = field(default=None, init=False, repr=False)
+    _jvm: LineJvm = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._jvm = LineJvm("HDFS", self.log)
 
     @property
     def url(self) -> str:
@@ -104,7 +99,7 @@ class HdfsCluster:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        return self._jvm.pid
 
     def start(self, timeout: float = 180.0) -> HdfsCluster:
         """Start the JVM and wait for ``ready`` (RuntimeError naming the log when it exits or
@@ -128,51 +123,13 @@ class HdfsCluster:
             str(self.http_port),
             str(self.datanodes),
         ]
-        self._lines = queue.Queue()
-        self._stderr = open(self.home / "hdfs.stderr", "ab")  # noqa: SIM115 - closed by close()
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump, args=(self._proc.stdout,), daemon=True).start()
-        self._answer("ready", timeout)
+        self._jvm.start(cmd, self.home / "hdfs.stderr")
+        self._jvm.answer("ready", timeout)
         return self
-
-    def _pump(self, out: IO[str] | None) -> None:
-        assert out is not None
-        for line in out:
-            self._lines.put(line.strip())
-        self._lines.put(None)
-
-    def _answer(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"HDFS: no {prefix!r} within {timeout:.0f} s; see {self.log}")
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self._proc.wait() if self._proc is not None else None
-                raise RuntimeError(f"HDFS exited with {code} before {prefix!r}; see {self.log}, hdfs.stderr")
-            if line.startswith("error "):
-                raise RuntimeError(f"HDFS: {line[6:]}")
-            if line.startswith(prefix):
-                return line
 
     def command(self, line: str, timeout: float = 120.0) -> None:
         """Send one launcher command and wait for its ``ok`` (RuntimeError on ``error``)."""
-        if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
-            raise RuntimeError("HDFS is not running")
-        self._proc.stdin.write(line + "\n")
-        self._proc.stdin.flush()
-        self._answer(f"ok {line}", timeout)
+        self._jvm.command(line, f"ok {line}", timeout)
 
     def stop_datanode(self, index: int = 0) -> None:
         """Stop DataNode ``index`` (its blocks stay on disk)."""
@@ -189,22 +146,7 @@ class HdfsCluster:
 
     def close(self, timeout: float = 30.0) -> None:
         """Shut down cleanly (``stop``), else SIGKILL the JVM by pid."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None and proc.stdin is not None:
-            try:
-                proc.stdin.write("stop\n")
-                proc.stdin.flush()
-                proc.wait(timeout)
-            except (OSError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-        for pipe in (proc.stdin, proc.stdout, self._stderr):
-            with contextlib.suppress(OSError):
-                if pipe is not None:
-                    pipe.close()
-        self._stderr = None
+        self._jvm.close(timeout)
 
     def __enter__(self) -> HdfsCluster:
         return self.start()

@@ -17,19 +17,15 @@ channel.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
 import shutil
-import signal
-import subprocess
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from rlm.testing.line_jvm import LineJvm
 
 __all__ = ["ICEBERG_VERSION", "SPARK_VERSION", "IcebergSpark", "iceberg_spark_libs", "iceberg_spark_problem"]
 
@@ -112,9 +108,10 @@ class IcebergSpark:
     home: Path
     conf: Mapping[str, str] = field(default_factory=dict)
     heap: str = "768m"
-    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
-    _lines: queue.Queue[str | None] = field(default_factory=queue.Queue, init=False, repr=False)
-    _stderr: IO[bytes] | None = field(default=None, init=False, repr=False)
+    _jvm: LineJvm = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._jvm = LineJvm("Spark", self.log)
 
     @property
     def log(self) -> Path:
@@ -148,56 +145,13 @@ class IcebergSpark:
             str(_LAUNCHER),
         ]
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-        self._lines = queue.Queue()
-        self._stderr = open(self.home / "spark.stderr", "ab")  # noqa: SIM115 - closed by close()
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump, args=(self._proc.stdout,), daemon=True).start()
-        self._answer("ready ", timeout)
+        self._jvm.start(cmd, self.home / "spark.stderr", env)
+        self._jvm.answer("ready ", timeout)
         return self
-
-    def _pump(self, out: IO[str] | None) -> None:
-        assert out is not None
-        for line in out:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def _answer(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"Spark: no {prefix!r} within {timeout:.0f} s; see {self.log}")
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self._proc.wait() if self._proc is not None else None
-                raise RuntimeError(
-                    f"Spark exited with {code} before {prefix!r}; see {self.log}, spark.stderr"
-                )
-            if line.startswith("error "):
-                raise RuntimeError(f"Spark: {line[6:]}")
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
 
     def command(self, line: str, timeout: float = 300.0) -> str:
         """Send one launcher command; what follows its ``ok`` (RuntimeError on ``error``)."""
-        if "\n" in line:
-            raise ValueError("one command is one line")
-        if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
-            raise RuntimeError("Spark is not running")
-        self._proc.stdin.write(line + "\n")
-        self._proc.stdin.flush()
-        return self._answer("ok ", timeout)
+        return self._jvm.command(line, "ok ", timeout)
 
     def new_session(self, conf: Mapping[str, str] | None = None) -> None:
         """Continue in a new session (its own SQL conf and catalog instances) with ``conf`` set:
@@ -224,22 +178,7 @@ class IcebergSpark:
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop Spark cleanly (``stop``), else SIGKILL the JVM by pid."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None and proc.stdin is not None:
-            try:
-                proc.stdin.write("stop\n")
-                proc.stdin.flush()
-                proc.wait(timeout)
-            except (OSError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-        for pipe in (proc.stdin, proc.stdout, self._stderr):
-            with contextlib.suppress(OSError):
-                if pipe is not None:
-                    pipe.close()
-        self._stderr = None
+        self._jvm.close(timeout)
 
     def __enter__(self) -> IcebergSpark:
         return self.start()
