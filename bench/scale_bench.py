@@ -15,6 +15,10 @@ each step in a fresh process with the store wrapped in a request counter
   process (ms per partition, requests) and the process's RSS;
 * **restart, every partition changed** — the same after every idle mark was deleted: each first
   pass is a full local one (lists the partition directory, checks the log end, retention);
+* **``rlm run --once``** — a new process running the CLI's ``--once`` (every partition's pass, GC
+  only when due: docs/operations.md "GC") over the steady state, twice: first with no GC recorded
+  on the state root (it runs: two listings per partition), then again (not due): wall time from
+  the spawn and store requests;
 * **daemon** — ``rlm run`` (subprocess) over the steady state: process start → ``/healthz``, →
   every partition's first pass done (its "startup: every partition passed once" log line), and
   its RSS then.
@@ -169,6 +173,31 @@ def child_restart(cfg: str, started: float) -> None:
     )
 
 
+def child_once(cfg: str, started: float) -> None:
+    """Fresh process: what ``rlm run --once`` does (the CLI's own ``_once``: every partition's
+    pass, then GC only when due), its wall time from the spawn and its store requests."""
+    import contextlib as _contextlib
+    import io
+
+    from rlm.cli.run import _once
+
+    manager, counting = _counted_manager(cfg)
+    summary = io.StringIO()
+    with _contextlib.redirect_stdout(summary):
+        _once(manager, quiet=True)
+    done = json.loads(summary.getvalue().strip().splitlines()[-1])
+    print(
+        json.dumps(
+            {
+                "once_s": time.time() - started,
+                "requests": dict(counting.calls),
+                "gc": done["gc"],
+                "errors": list(done["errors"].values())[:3],
+            }
+        )
+    )
+
+
 def rlm_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
 
@@ -255,6 +284,10 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         assert copy["copied"] == partitions * segments, copy
         restart = _run_child("restart", cfg, work)  # over the steady state the copy process left
         assert restart["partitions"] == partitions and restart["first_idle"] == partitions, restart
+        # `rlm run --once` twice: no GC recorded on the state root yet (it runs), then not due.
+        once_gc = _run_child("once", cfg, work)
+        once = _run_child("once", cfg, work)
+        assert once_gc["gc"]["ran"] and not once["gc"]["ran"], (once_gc, once)
         d = daemon(cfg, port, partitions)
         _forget_idle_marks(logs.parent / "state")
         changed = _run_child("restart", cfg, work)  # every partition re-examined (local files only)
@@ -273,6 +306,10 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         "restart_requests": restart["restart_requests"],
         "changed_s": changed["restart_s"],
         "changed_requests": changed["restart_requests"],
+        "once_gc_s": once_gc["once_s"],
+        "once_gc_requests": once_gc["requests"],
+        "once_s": once["once_s"],
+        "once_requests": once["requests"],
         "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
         "steady_requests": restart["steady_requests"],
         "idle": restart["idle"],
@@ -291,9 +328,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
         "first idle pass (of which the pass) [CPU] | its store requests | "
         "restart, every partition changed | its store requests | "
+        "`run --once`, GC due | its store requests | `run --once`, GC not due | its store requests | "
         "steady idle pass: ms / partition | its store requests | "
         "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     for r in rows:
         out += (
@@ -301,7 +339,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['copy_requests_per_segment']:.1f} | "
             f"{r['restart_s']:.2f} s ({r['first_pass_s']:.2f} s) [{r['restart_cpu_s']:.2f} s] | "
             f"{sum(r['restart_requests'].values())} | {r['changed_s']:.2f} s | "
-            f"{sum(r['changed_requests'].values())} | {r['steady_ms_per_partition']:.3f} | "
+            f"{sum(r['changed_requests'].values())} | "
+            f"{r['once_gc_s']:.2f} s | {sum(r['once_gc_requests'].values())} | "
+            f"{r['once_s']:.2f} s | {sum(r['once_requests'].values())} | "
+            f"{r['steady_ms_per_partition']:.3f} | "
             f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
             f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n"
         )
@@ -312,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 4 and sys.argv[1].startswith("--child-"):
         if sys.argv[1] == "--child-copy":
             child_copy(sys.argv[2])
+        elif sys.argv[1] == "--child-once":
+            child_once(sys.argv[2], float(sys.argv[3]))
         else:
             child_restart(sys.argv[2], float(sys.argv[3]))
         return 0
@@ -342,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             "- requests by operation: "
             + "; ".join(
                 f"{r['P']}×{r['S']}: copy {r['copy_requests']}, restart "
-                f"{r['restart_requests']}, steady {r['steady_requests']}"
+                f"{r['restart_requests']}, --once with GC {r['once_gc_requests']}, --once "
+                f"{r['once_requests']}, steady {r['steady_requests']}"
                 for r in rows
             )
             + "\n\n"
