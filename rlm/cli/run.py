@@ -179,7 +179,7 @@ def _gc_if_due(manager: RemoteLogManager, *, failed: bool) -> dict[str, Any]:
     if not due or manager.shared.stop.is_set():
         return {"ran": False, "why": why}
     logging.getLogger(__name__).info("gc: %s", why)
-    manager.collect_garbage()
+    manager.collect_garbage(save_stamps=True)  # `run` holds the state-dir lock
     return {"ran": True, "why": why}
 
 

@@ -131,7 +131,7 @@ class TieringDaemon:
         self._submit(new)  # a new partition's first pass does not wait for the next sweep
 
     def _gc(self) -> None:
-        orphans = self.manager.collect_garbage()
+        orphans = self.manager.collect_garbage(save_stamps=True)  # the daemon holds the state-dir lock
         if orphans:
             log.info("gc deleted %d abandoned attempts", len(orphans))
 

@@ -413,9 +413,10 @@ class RemoteLogManager:
         on_partition: Callable[[str], None] | None = None,
         old: list[OldIncarnation] | None = None,
         deleted: list[OldIncarnation] | None = None,
+        save_stamps: bool = False,
     ) -> list[Orphan]:
-        """Orphans, old incarnations (into ``old``) and deleted topics (into ``deleted``;
-        docs/topic-identity.md) past their grace."""
+        """Orphans, old incarnations (into ``old``) and deleted topics (into ``deleted``) past their
+        grace (docs/topic-identity.md); ``save_stamps``: this process owns the state dirs (gc.py)."""
         orphans: list[Orphan] = []
         contexts = list(self.contexts())
         # Pins of partitions no longer tiered: local files, dropped even while the store is down.
@@ -428,10 +429,9 @@ class RemoteLogManager:
             with self.pass_lock(ctx):
                 if ctx.part.identity_error is None and self.roles.of(ctx).role == "leader":
                     # only the leader collects garbage (docs/cluster.md)
-                    orphans += collect_partition(ctx, dry_run=dry_run, old=old if old is not None else [])
+                    orphans += collect_partition(ctx, dry_run=dry_run, old=old, save_stamps=save_stamps)
         (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
-        if not dry_run:
-            self.gc_schedule.record(self.shared.clock_ms())
+        self.gc_schedule.record(self.shared.clock_ms(), dry_run=dry_run)  # when the next is due
         return orphans
 
     def rebuild_index(self, *, on_partition: Callable[[str], None] | None = None) -> dict[str, int]:

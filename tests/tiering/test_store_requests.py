@@ -12,11 +12,13 @@ from prometheus_client import generate_latest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
+from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.metering import MeteringBackend, RequestMeter, attributed
 from rlm.storage.registry import create_backend
 from rlm.storage.spread import open_spread
 from rlm.testing.configs import write_config
+from rlm.testing.counting import CountingBackend
 from rlm.testing.faultproxy import FaultProxy
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
@@ -117,3 +119,31 @@ def test_bytes_and_attribution() -> None:
     kb.put("t-3/manifests/00000000000000000000.json", b"12345")
     kb.read("t-3/manifests/00000000000000000000.json")
     assert keyed.row("t", 3)["put"] == 1 and keyed.row("t", 3)["bytes_received"] == 5
+
+
+def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(tmp_path: Path) -> None:
+    """A manifest this node uploaded is in its snapshot without a stamp (a PUT answers none): the
+    first GC after a restart reads it to learn one. With ``save_stamps`` (``rlm run --once`` and the
+    daemon, which own the state dir) the stamps go into the snapshot, so the next process's GC
+    lists and reads no manifest again (docs/operations.md "GC")."""
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [(TOPIC, 2)], seed=3, records=300, segment_bytes=8 * 1024)
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store")
+    settings = load_settings(cfg)
+    copied = RemoteLogManager(settings, LocalBackend(root=str(tmp_path / "store"))).run_once(gc=False)
+    assert sum(len(r.copied) for r in copied) > 2
+
+    def gc_in_a_new_process(save_stamps: bool) -> set[str]:
+        counting = CountingBackend(LocalBackend(root=str(tmp_path / "store")))
+        manager = RemoteLogManager(settings, counting)
+        assert all(r.idle or not r.copied for r in manager.run_once(gc=False))
+        counting.ranges.clear()
+        manager.collect_garbage(save_stamps=save_stamps)
+        return {key for key, _s, _e in counting.ranges if "/manifests/" in key}
+
+    every = {i.key for i in LocalBackend(root=str(tmp_path / "store")).list("") if "/manifests/" in i.key}
+    assert len(every) > 2
+    assert gc_in_a_new_process(save_stamps=False) == every  # `rlm gc` beside a daemon: saves nothing
+    assert gc_in_a_new_process(save_stamps=True) == every  # learns the stamps, saves them
+    assert gc_in_a_new_process(save_stamps=True) == set()
+    assert gc_in_a_new_process(save_stamps=False) == set()

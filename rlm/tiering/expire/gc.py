@@ -22,29 +22,40 @@ __all__ = ["collect_garbage", "collect_partition", "find_orphans"]
 log = logging.getLogger(__name__)
 
 
-def find_orphans(ctx: PartitionContext) -> list[Orphan]:
+def find_orphans(ctx: PartitionContext, *, save_stamps: bool = False) -> list[Orphan]:
     """Abandoned attempts of the partition past the grace period (manifests re-listed first).
 
     A partition this process recovered lists its manifests into its store view: a manifest is
     read only when the listing shows a stamp the view (or the restart's snapshot) does not know, so
-    a GC run costs two listings per partition, not a read of every manifest."""
+    a GC run costs two listings per partition, not a read of every manifest. A manifest this node
+    uploaded is in the snapshot without a stamp (a PUT answers none), so the first GC after a
+    restart reads those; ``save_stamps`` (the caller owns the state dir) then saves the stamps it
+    learned into the snapshot, and the next process's GC reads none of them again."""
+    read = 0
 
     def listed() -> Iterable[SegmentManifest]:
+        nonlocal read
         ctx.manifests  # noqa: B018 — a trusted restart's snapshot becomes the view (resume.py)
-        refresh(ctx)
+        read = refresh(ctx)
         return [m for _s, m in ctx.store.manifests.values()]
 
-    return of_context(ctx).orphans(
+    orphans = of_context(ctx).orphans(
         ctx.shared.clock_ms(),
         ctx.shared.settings.gc_grace_ms,
         ctx.in_flight,
         listed if ctx.recovered else None,
     )
+    if read and save_stamps:
+        ctx.save_progress()  # the same progress and manifests, now with the listing's stamps
+    return orphans
 
 
-def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orphan]:
-    """Delete (or with ``dry_run`` only list) the partition's orphans."""
-    orphans = find_orphans(ctx)
+def collect_garbage(
+    ctx: PartitionContext, *, dry_run: bool = False, save_stamps: bool = False
+) -> list[Orphan]:
+    """Delete (or with ``dry_run`` only list) the partition's orphans (``save_stamps``:
+    :func:`find_orphans`)."""
+    orphans = find_orphans(ctx, save_stamps=save_stamps and not dry_run)
     if dry_run:
         return orphans
     remote = of_context(ctx)
@@ -55,15 +66,19 @@ def collect_garbage(ctx: PartitionContext, *, dry_run: bool = False) -> list[Orp
     return orphans
 
 
-def collect_partition(ctx: PartitionContext, *, dry_run: bool, old: list[OldIncarnation]) -> list[Orphan]:
+def collect_partition(
+    ctx: PartitionContext, *, dry_run: bool, old: list[OldIncarnation] | None, save_stamps: bool = False
+) -> list[Orphan]:
     """GC of one partition this node leads, its pass lock held: its orphans (deleted unless
     ``dry_run``, returned) and its old incarnations past their grace (into ``old``). A partition
     with a manifest it cannot parse or trust deletes nothing (logged); a store outage raises."""
     try:
         if not ctx.recovered:  # recovery decided the root of a recovered partition
             identity.resolve_root(ctx, decide=False)
-        orphans = collect_garbage(ctx, dry_run=dry_run)
-        old.extend(collect_old_incarnations(ctx, dry_run=dry_run))
+        orphans = collect_garbage(ctx, dry_run=dry_run, save_stamps=save_stamps)
+        found = collect_old_incarnations(ctx, dry_run=dry_run)
+        if old is not None:
+            old.extend(found)
     except (FormatError, ProtectionError) as err:
         log.warning("gc: %s: skipped, nothing deleted: %s", ctx.part.name, err)
         return []

@@ -70,8 +70,10 @@ class GcSchedule:
             return True, f"last GC finished {ago:.0f} s ago ({every})"
         return False, f"last GC finished {ago:.0f} s ago; next due in {self.interval_s - ago:.0f} s ({every})"
 
-    def record(self, now_ms: int) -> None:
-        """A GC over every root finished at ``now_ms``."""
+    def record(self, now_ms: int, *, dry_run: bool = False) -> None:
+        """A GC over every root finished at ``now_ms`` (a ``dry_run`` deleted nothing: not one)."""
+        if dry_run:
+            return
         data = json.dumps({"finished_ms": now_ms}).encode()
         for root in self.roots:
             root.mkdir(parents=True, exist_ok=True)
