@@ -17,8 +17,9 @@ each step in a fresh process with the store wrapped in a request counter
   pass is a full local one (lists the partition directory, checks the log end, retention);
 * **``rlm run --once``** — a new process running the CLI's ``--once`` (every partition's pass, GC
   only when due: docs/operations.md "GC") over the steady state, twice: first with no GC recorded
-  on the state root (it runs: two listings per partition), then again (not due): wall time from
-  the spawn and store requests;
+  on the state root (it runs, and learns the manifests' stamps), then again (not due), then once
+  more with the recorded GC aged a day (due, stamps known): wall time from the spawn and store
+  requests;
 * **daemon** — ``rlm run`` (subprocess) over the steady state: process start → ``/healthz``, →
   every partition's first pass done (its "startup: every partition passed once" log line), and
   its RSS then.
@@ -264,6 +265,15 @@ def _run_child(mode: str, cfg: Path, work: Path) -> dict[str, Any]:
     return result
 
 
+def _age_last_gc(state: Path) -> None:
+    """The last finished GC recorded a day earlier: the next ``--once`` finds it due."""
+    from rlm.tiering.expire.gc_schedule import GC_FILE
+
+    record = state / GC_FILE
+    finished = json.loads(record.read_text())["finished_ms"]
+    record.write_text(json.dumps({"finished_ms": finished - 86_400_000}))
+
+
 def _forget_idle_marks(state: Path) -> None:
     """Every partition changed since its last pass: its persisted idle mark is gone."""
     from rlm.tiering.idle import IDLE_FILE
@@ -288,6 +298,9 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         once_gc = _run_child("once", cfg, work)
         once = _run_child("once", cfg, work)
         assert once_gc["gc"]["ran"] and not once["gc"]["ran"], (once_gc, once)
+        _age_last_gc(logs.parent / "state")  # due again, with the manifests' stamps now known
+        once_gc_again = _run_child("once", cfg, work)
+        assert once_gc_again["gc"]["ran"], once_gc_again
         d = daemon(cfg, port, partitions)
         _forget_idle_marks(logs.parent / "state")
         changed = _run_child("restart", cfg, work)  # every partition re-examined (local files only)
@@ -308,6 +321,8 @@ def measure(kind: str, partitions: int, segments: int) -> dict[str, Any]:
         "changed_requests": changed["restart_requests"],
         "once_gc_s": once_gc["once_s"],
         "once_gc_requests": once_gc["requests"],
+        "once_gc_again_s": once_gc_again["once_s"],
+        "once_gc_again_requests": once_gc_again["requests"],
         "once_s": once["once_s"],
         "once_requests": once["requests"],
         "steady_ms_per_partition": restart["steady_s"] / partitions * 1000,
@@ -328,10 +343,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| store | partitions × segments | first copy: ms / segment | requests / segment | restart + "
         "first idle pass (of which the pass) [CPU] | its store requests | "
         "restart, every partition changed | its store requests | "
-        "`run --once`, GC due | its store requests | `run --once`, GC not due | its store requests | "
+        "`run --once`, first GC | its store requests | `run --once`, GC not due | its store requests | "
+        "`run --once`, GC due again | its store requests | "
         "steady idle pass: ms / partition | its store requests | "
         "RSS | daemon start → /healthz | daemon start → all passed | daemon RSS |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     for r in rows:
         out += (
@@ -342,6 +358,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{sum(r['changed_requests'].values())} | "
             f"{r['once_gc_s']:.2f} s | {sum(r['once_gc_requests'].values())} | "
             f"{r['once_s']:.2f} s | {sum(r['once_requests'].values())} | "
+            f"{r['once_gc_again_s']:.2f} s | {sum(r['once_gc_again_requests'].values())} | "
             f"{r['steady_ms_per_partition']:.3f} | "
             f"{sum(r['steady_requests'].values())} | {r['rss_mib']:.0f} MiB | {r['d_health']:.2f} s | "
             f"{r['d_first']:.2f} s | {r['d_rss_mib']:.0f} MiB |\n"
@@ -386,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             + "; ".join(
                 f"{r['P']}×{r['S']}: copy {r['copy_requests']}, restart "
                 f"{r['restart_requests']}, --once with GC {r['once_gc_requests']}, --once "
-                f"{r['once_requests']}, steady {r['steady_requests']}"
+                f"{r['once_requests']}, --once with GC again {r['once_gc_again_requests']}, "
+                f"steady {r['steady_requests']}"
                 for r in rows
             )
             + "\n\n"
