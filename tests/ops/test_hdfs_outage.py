@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from rlm_storage_hdfs import HdfsBackend  # the repo's plugin, installed by `make install`
 
 from rlm.errors import TransientStorageError
 from rlm.logdir.writer import LogWriter
@@ -36,7 +37,6 @@ from tests.tiering.helpers import REPO, append_rolled
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.integration, pytest.mark.slow]
 
-HdfsBackend = pytest.importorskip("rlm_storage_hdfs").HdfsBackend
 
 TOPIC, PARTITIONS = "hdfs.outage", 2
 #: Short network timeouts: a DataNode that went away is seen in about a second.

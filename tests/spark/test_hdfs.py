@@ -13,7 +13,6 @@ from tests.hdfsservers import HdfsTarget
 from tests.spark.conftest import check_jobs_on_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.hdfs]
-pytest.importorskip("rlm_storage_hdfs")
 
 
 def test_read_and_verify_over_hdfs(spark: Any, hdfs_target: HdfsTarget, tmp_path: Path) -> None:

@@ -36,7 +36,6 @@ from tests.spark.conftest import arrow_records, tier
 from tests.spark.test_iceberg import TOPIC, _expected, multi_day_env, raise_high_watermarks
 
 pytestmark = pytest.mark.spark
-pytest.importorskip("pyiceberg")
 
 NAMES = [f.name for f in arrow_schema()]
 TS, HEADERS = NAMES.index("timestamp"), NAMES.index("headers")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rlm_storage_hdfs import HdfsBackend  # the repo's plugin, installed by `make install`
 
 from rlm.errors import ConfigError, StorageError
 from rlm.storage import create_backend
@@ -19,8 +20,6 @@ from rlm.storage.fsspec_backend import FsspecBackend
 from rlm.testing.backend_suite import BackendSuite, TransientFault, call_fault
 from rlm.testing.faultproxy import FaultProxy
 from tests.hdfsservers import HdfsTarget
-
-HdfsBackend = pytest.importorskip("rlm_storage_hdfs").HdfsBackend
 
 
 class TestFsspecMemory(BackendSuite):

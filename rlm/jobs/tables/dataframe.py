@@ -150,10 +150,10 @@ def export(
         staged = HadoopStagedDir.begin(spark, out, overwrite=_STAGED_MODES[mode.lower()])
         try:
             records = _spark_write(spark, settings, plan, staged.staging_uri, "errorifexists", compression)
+            staged.commit()
         except BaseException:
-            staged.abort()
+            staged.abort()  # also when the commit refused: an out created meanwhile keeps it
             raise
-        staged.commit()
     else:
         records = _spark_write(spark, settings, plan, out, mode, compression)
     return ExportResult.of_plan(out, plan, records)

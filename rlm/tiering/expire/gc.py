@@ -27,7 +27,7 @@ def find_orphans(ctx: PartitionContext, *, save_stamps: bool = False) -> list[Or
 
     A partition this process recovered lists its manifests into its store view: a manifest is
     read only when the listing shows a stamp the view (or the restart's snapshot) does not know, so
-    a GC run costs two listings per partition, not a read of every manifest. A manifest this node
+    a GC run lists the attempts and the manifests, not a read of every manifest. A manifest this node
     uploaded is in the snapshot without a stamp (a PUT answers none), so the first GC after a
     restart reads those; ``save_stamps`` (the caller owns the state dir) then saves the stamps it
     learned into the snapshot, and the next process's GC reads none of them again."""

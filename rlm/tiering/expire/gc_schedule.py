@@ -1,11 +1,12 @@
 """When GC is due: the daemon's interval, remembered across processes (docs/operations.md, "GC").
 
-A GC run lists every partition this node leads in the store (two listings each) and the deleted
-topics' prefixes: on 1000 partitions it was nearly all of an idle ``rlm run --once`` (87 s on
-SeaweedFS, issue #35). The daemon runs it every :func:`gc_interval_s`; a ``rlm run --once`` (cron,
-scripts) runs it only when that long has passed since the last GC any rlm process finished on the
-same state roots, when none ever did, or when one of its own passes failed (an attempt it may
-have left behind). ``rlm gc`` always runs it.
+A GC run costs every partition this node leads 4 LISTs, a HEAD and a GET in the store (more the
+first time, docs/operations.md "GC"), and lists the deleted topics' prefixes: on 1000 partitions
+it was nearly all of an idle ``rlm run --once`` (87 s on SeaweedFS, issue #35). The daemon runs
+it every :func:`gc_interval_s`; a ``rlm run --once`` (cron, scripts) runs it only when that long
+has passed since the last GC any rlm process finished on the same state roots, when none ever did,
+or when one of its own passes failed (an attempt it may have left behind). ``rlm gc`` always runs
+it.
 
 The time of the last finished GC is ``<state root>/gc-last.json`` (``{"finished_ms": <epoch ms>}``)
 in every state root the node writes; the oldest of them counts, and a missing or unreadable file
