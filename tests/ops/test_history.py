@@ -101,3 +101,32 @@ def test_rlm_run_serves_the_page_and_history(tmp_path: Path) -> None:
     assert daemon.proc.returncode == 0 and "Traceback" not in err, err
     assert "record scan: native (CRC-32C: " in err, err  # which walk serves it (docs/scan.md)
     assert "record decoder: native (C extension" in err, err  # and which decoder (docs/decoder.md)
+
+
+def test_totals_are_walked_again_only_after_a_partition_series_was_updated(tmp_path: Path) -> None:
+    """At 10 000 partitions a walk of every series costs ~0.4 s of CPU every 10 s while nothing
+    changes: the totals are walked again only after a partition's series was handed out to be
+    updated (``PartitionContext.series`` moves ``totals_version``), and twice after each move."""
+    from rlm.config import load_settings
+    from rlm.storage.local import LocalBackend
+    from rlm.tiering.manager import RemoteLogManager
+
+    log_dir = tmp_path / "logs"
+    generate_log_dir(log_dir, [("h", 1)], seed=2, records=50, segment_bytes=4096)
+    cfg = write_config(tmp_path / "rlm.toml", [log_dir], root=tmp_path / "store")
+    metrics = TieringMetrics()
+    mgr = RemoteLogManager(load_settings(cfg), LocalBackend(root=str(tmp_path / "store")), metrics=metrics)
+    (ctx,) = mgr.contexts()
+    hist = TieringHistory(metrics, clock=time.time)
+    hist.sample(), hist.sample()  # two walks that agree: the totals now stand
+
+    metrics.copy_bytes.labels(topic="h", partition="0").inc(10)  # not through a series: no walk
+    assert hist.sample()["copied_bytes"] == 0
+    ctx.series(metrics.copy_bytes).inc(5)
+    assert hist.sample()["copied_bytes"] == 15
+
+    lag = ctx.series(metrics.copy_lag_bytes)  # handed out: the version moves before the update
+    assert hist.sample()["lag_bytes"] == 0
+    lag.set(99)  # lands after that walk: the walk after it still sees it
+    assert hist.sample()["lag_bytes"] == 99
+    assert hist.sample()["lag_bytes"] == 99

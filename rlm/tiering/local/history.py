@@ -53,27 +53,39 @@ class TieringHistory:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last: tuple[int, dict[str, int]] | None = None  # the version before the last walk, totals
+        self._steady = False
+
+    def _totals(self) -> dict[str, int]:
+        """The totals over every partition; walked again only when a series of them may have been
+        updated since (``TieringMetrics.totals_version``). Kept only once two walks in a row saw the
+        same version: the update a version names lands just after the version moves."""
+        m = self.metrics
+        version = m.totals_version
+        if self._steady and self._last is not None and self._last[0] == version:
+            return self._last[1]
+        totals = {
+            "copied_bytes": int(_total(m.copy_bytes)),
+            "copied_segments": int(_total(m.copy_requests)),
+            "copy_errors": int(_total(m.copy_errors)),
+            "lag_bytes": int(_total(m.copy_lag_bytes)),
+            "lag_segments": int(_total(m.copy_lag_segments)),
+            "remote_bytes": int(_total(m.remote_log_size)),
+        }
+        self._steady = self._last is not None and self._last[0] == version  # two walks agree
+        self._last = (version, totals)
+        return totals
 
     def sample(self) -> dict[str, Any]:
         """Record the current totals now; returns the sample."""
-        m = self.metrics
         now_ms = int(self._clock() * 1000)
-        copied = _total(m.copy_bytes)
         with self._lock:
+            totals = self._totals()
             prev = self._samples[-1] if self._samples else None
             rate: float | None = None
             if prev is not None and now_ms > prev["t"]:
-                rate = max(0.0, copied - prev["copied_bytes"]) * 1000 / (now_ms - prev["t"])
-            doc = {
-                "t": now_ms,
-                "copied_bytes": int(copied),
-                "copy_bytes_per_sec": rate,
-                "copied_segments": int(_total(m.copy_requests)),
-                "copy_errors": int(_total(m.copy_errors)),
-                "lag_bytes": int(_total(m.copy_lag_bytes)),
-                "lag_segments": int(_total(m.copy_lag_segments)),
-                "remote_bytes": int(_total(m.remote_log_size)),
-            }
+                rate = max(0.0, totals["copied_bytes"] - prev["copied_bytes"]) * 1000 / (now_ms - prev["t"])
+            doc = {"t": now_ms, "copy_bytes_per_sec": rate, **totals}
             self._samples.append(doc)
             return doc
 

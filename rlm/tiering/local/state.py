@@ -355,6 +355,8 @@ class PartitionContext:
         child = self._series.get(metric)
         if child is None:
             child = self._series[metric] = metric.labels(**self.labels)
+        if metric in self.shared.metrics.totalled:  # the totals may change (history.py)
+            self.shared.metrics.totals_version += 1
         return child
 
     @property
