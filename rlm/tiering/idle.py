@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlm.cluster.leadership import Leadership
 from rlm.errors import RlmError
 from rlm.fsutil import Signature, atomic_write, settled, stat_signature
 from rlm.logdir.checkpoint_cache import CheckpointCache
@@ -69,17 +70,22 @@ class Fingerprint:
     metadata: Signature
     state: tuple[int | None, int | None, int | None]  # high watermark, log start, recovery point
     policy: str  # policy_key()
+    leader: tuple[int | None, int | None] = (None, None)  # leader node id, leader epoch (cluster mode)
 
 
-def fingerprint(part: PartitionDir, state: PartitionState, policy: TopicPolicy) -> Fingerprint:
-    """The fingerprint of ``part`` now (two ``stat`` calls)."""
+def fingerprint(
+    part: PartitionDir, state: PartitionState, policy: TopicPolicy, leads: Leadership | None = None
+) -> Fingerprint:
+    """The fingerprint of ``part`` now (two ``stat`` calls); ``leads``: this node's leadership of
+    it in cluster mode (a new leader or epoch is not the pass that was marked)."""
     meta = stat_signature(part.path / PARTITION_METADATA)
     values = (state.high_watermark, state.log_start_offset, state.recovery_point)
-    return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy))
+    leader = (None, None) if leads is None else (leads.leader, leads.leader_epoch)
+    return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy), leader)
 
 
 def fingerprint_of(
-    part: PartitionDir, checkpoints: CheckpointCache, policy: TopicPolicy
+    part: PartitionDir, checkpoints: CheckpointCache, policy: TopicPolicy, leads: Leadership | None = None
 ) -> Fingerprint | None:
     """:func:`fingerprint` with the log dir's cached checkpoints; None when they cannot be read
     (the pass reports that)."""
@@ -87,7 +93,7 @@ def fingerprint_of(
         state = checkpoints.get(part.log_dir).state_for(part.topic, part.partition)
     except RlmError:
         return None
-    return fingerprint(part, state, policy)
+    return fingerprint(part, state, policy, leads)
 
 
 def still_idle(ctx: PartitionContext | None, fp: Fingerprint | None, now_ms: int) -> bool:
@@ -161,6 +167,7 @@ class IdleMark:
             "metadata": fp.metadata,
             "state": fp.state,
             "policy": fp.policy,
+            "leader": fp.leader,
             "progress": self.progress,
             "due_ms": self.due_ms,
         }
@@ -176,6 +183,7 @@ class IdleMark:
                 _sig(doc["metadata"]),
                 _ints(doc["state"], 3, True),
                 _text(doc["policy"]),
+                _ints(doc.get("leader", [None, None]), 2, True),  # absent: written before cluster marks
             )
             progress = _ints(doc["progress"], 3, False)
             due = doc["due_ms"]

@@ -239,9 +239,9 @@ class RemoteLogManager:
 
     def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
         started_ns = time.time_ns()  # before anything is read: the fingerprint's settle point
-        # Cluster mode: every pass syncs from the store, to learn the leader's uploads (docs/cluster.md).
-        fp = None if self.roles.cluster else fingerprint_of(part, self.checkpoints, self.policy_for(part))
-        if still_idle(self._contexts.get(_key(part)), fp, self.shared.clock_ms()):
+        leads = self.roles.idle_leadership(known := self._contexts.get(_key(part)))  # None: a follower
+        fp = None if leads is None else fingerprint_of(part, self.checkpoints, self.policy_for(part), leads)
+        if still_idle(known, fp, self.shared.clock_ms()):
             self.shared.metrics.idle_passes.inc()
             return PassResult(part.topic, part.partition, idle=True)
         # The directory may have been re-created (new topic id) since it was discovered.
@@ -323,7 +323,7 @@ class RemoteLogManager:
             if fp is not None and not (
                 pending or result.copied or result.deleted or ctx.quarantined or result.error
             ):
-                set_mark(ctx, fp, started_ns, due_ms)
+                set_mark(ctx, fp, started_ns, self.roles.idle_due(due_ms, self.shared.clock_ms()))
         if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
             note_gaps(ctx, segments, compacted=compacted, leader=leader)
 

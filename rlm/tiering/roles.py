@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 _TP = ("topic", "partition")
 _LEADS = Leadership(role="leader", leader=None, leader_epoch=None, source="always")
+#: The longest an idle leader in cluster mode goes without listing its store (ms): the issue's
+#: "a fallback listing at most once per partition per hour" (docs/cluster.md "Idle partitions").
+RESYNC_MS = 3_600_000
 
 
 class Roles:
@@ -99,6 +102,27 @@ class Roles:
         ctx.series(self.leader).set(-1 if found.leader is None else found.leader)
         ctx.series(self.is_leader).set(1 if found.role == "leader" else 0)
         return found
+
+    def idle_leadership(self, ctx: PartitionContext | None) -> Leadership | None:
+        """What an idle mark of ``ctx`` depends on from leadership (idle.py); None when its pass
+        may not be skipped: in cluster mode a follower (or a partition not passed yet) learns the
+        leader's commits only from the store's listing. A leader's store changes only by its own
+        hand while its leader epoch stands (docs/cluster.md "Idle partitions")."""
+        if not self.cluster:
+            return _LEADS
+        if ctx is None:
+            return None
+        self.refresh(max_age_s=1.0)
+        found = self.of(ctx)
+        return found if found.role == "leader" else None
+
+    def idle_due(self, due_ms: int | None, now_ms: int) -> int | None:
+        """When an idle mark made now ends: ``due_ms`` (retention by time), and in cluster mode
+        no later than :data:`RESYNC_MS` from now — a leader lists its store again at least that
+        often, to learn what an earlier leader's last upload committed after the hand-over."""
+        if not self.cluster:
+            return due_ms
+        return min(due_ms, now_ms + RESYNC_MS) if due_ms is not None else now_ms + RESYNC_MS
 
     def still_leads(self, ctx: PartitionContext) -> bool:
         """Re-check before copying another segment: a node that lost leadership stops."""

@@ -1,0 +1,115 @@
+"""Idle partitions in cluster mode (docs/cluster.md "Idle partitions"): a leader whose partition
+did not change skips its pass and asks the store nothing — its store changes only by its own hand
+while its leader epoch stands — until a new leader epoch or the hourly re-listing
+(``roles.RESYNC_MS``); a follower still lists every pass, to learn the leader's commits."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm.cli.generate import generate_log_dir
+from rlm.cluster.leadership import Leadership
+from rlm.config import load_settings
+from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
+from rlm.testing.counting import CountingBackend
+from rlm.tiering.local.metrics import TieringMetrics
+from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.roles import RESYNC_MS
+
+TOPIC = "calm"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class _EpochSource:
+    """A KRaft-like source: this node (1) leads in ``epoch``, which a test moves."""
+
+    name = "kraft"
+    node_id: int | None = 1
+
+    def __init__(self) -> None:
+        self.epoch = 5
+
+    def refresh(self) -> None:
+        return None
+
+    def leadership(self, topic: str, partition: int) -> Leadership:
+        return Leadership("leader", 1, self.epoch, self.name)
+
+    def describe(self) -> dict[str, object]:
+        return {"source": self.name, "node_id": 1, "error": None}
+
+
+def _manager(tmp_path: Path, *, node: int, leader: int) -> tuple[RemoteLogManager, CountingBackend, _Clock]:
+    log_dir, store = tmp_path / "logs", tmp_path / "store"
+    if not log_dir.exists():
+        generate_log_dir(log_dir, [(TOPIC, 1)], seed=5, records=400, segment_bytes=8 * 1024)
+    cfg = write_config(tmp_path / f"node-{node}.toml", [log_dir], root=store, gc_grace_ms=3_600_000)
+    with cfg.open("a") as fh:
+        fh.write(
+            f'[cluster]\nnode_id = {node}\nleadership = "static"\n[cluster.leaders]\n"{TOPIC}-0" = {leader}\n'
+        )
+    counting, clock = CountingBackend(LocalBackend(root=str(store))), _Clock()
+    mgr = RemoteLogManager(load_settings(cfg), counting, metrics=TieringMetrics(), clock_ms=clock)
+    return mgr, counting, clock
+
+
+def _pass(mgr: RemoteLogManager, counting: CountingBackend) -> tuple[bool, int]:
+    """One pass (no GC): whether it was idle, and the store requests it made."""
+    time.sleep(0.15)  # past the settle time of what the previous pass left (idle.py)
+    before = counting.total
+    (result,) = mgr.run_once(gc=False)
+    assert result.error is None, result.error
+    return result.idle, counting.total - before
+
+
+def _settle(mgr: RemoteLogManager, counting: CountingBackend) -> None:
+    for _ in range(4):
+        if _pass(mgr, counting)[0]:
+            return
+    pytest.fail("the leader's partition never went idle")
+
+
+def test_an_idle_leader_asks_the_store_nothing_until_the_hourly_listing(tmp_path: Path) -> None:
+    mgr, counting, clock = _manager(tmp_path, node=1, leader=1)
+    _settle(mgr, counting)
+    assert [_pass(mgr, counting) for _ in range(3)] == [(True, 0)] * 3
+
+    clock.ms += RESYNC_MS  # an hour on: the leader lists its store again, once
+    idle, requests = _pass(mgr, counting)
+    assert not idle and counting.calls["list"] >= 1 and requests >= 1
+    assert _pass(mgr, counting) == (True, 0)
+
+
+def test_a_new_leader_epoch_is_not_the_pass_that_was_marked(tmp_path: Path) -> None:
+    mgr, counting, _clock = _manager(tmp_path, node=1, leader=1)
+    source = _EpochSource()
+    mgr.roles.source = source
+    _settle(mgr, counting)
+    assert _pass(mgr, counting) == (True, 0)
+
+    source.epoch += 1  # another replica led in between: what it committed is learned from the store
+    lists = counting.calls["list"]
+    idle, _ = _pass(mgr, counting)
+    assert not idle and counting.calls["list"] > lists
+    assert _pass(mgr, counting) == (True, 0)
+
+
+def test_a_follower_lists_the_store_every_pass(tmp_path: Path) -> None:
+    leader, leader_store, _ = _manager(tmp_path, node=1, leader=1)
+    _settle(leader, leader_store)
+    follower, counting, _ = _manager(tmp_path, node=2, leader=1)
+    for _ in range(3):
+        lists = counting.calls["list"]
+        idle, requests = _pass(follower, counting)
+        assert not idle and requests >= 1 and counting.calls["list"] == lists + 1
