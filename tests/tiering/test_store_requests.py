@@ -147,3 +147,24 @@ def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(tmp_pa
     assert gc_in_a_new_process(save_stamps=True) == every  # learns the stamps, saves them
     assert gc_in_a_new_process(save_stamps=True) == set()
     assert gc_in_a_new_process(save_stamps=False) == set()
+
+
+def test_gc_lists_a_partition_with_a_topic_id_three_times(tmp_path: Path) -> None:
+    """GC of a partition with a topic id (docs/operations.md "GC"): one listing of its id roots
+    serves both its abandoned attempts and the other incarnations, then its manifests, then the
+    name-only root — 3 LISTs (it was 4: the attempts were listed apart from the id roots)."""
+    from rlm.formats.partition_metadata import format_partition_metadata
+
+    logs = tmp_path / "logs"
+    generate_log_dir(logs, [(TOPIC, 1)], seed=4, records=300, segment_bytes=8 * 1024)
+    (logs / f"{TOPIC}-0" / "partition.metadata").write_bytes(
+        format_partition_metadata("AAAAAAAAAAAAAAAAAAAAAQ")
+    )
+    settings = load_settings(write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store"))
+    counting = CountingBackend(LocalBackend(root=str(tmp_path / "store")))
+    manager = RemoteLogManager(settings, counting)
+    copied = manager.run_once(gc=False)
+    assert [r.error for r in copied] == [None] and copied[0].copied
+    counting.calls.clear()
+    manager.collect_garbage()
+    assert counting.calls["list"] == 3, counting.calls

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -149,12 +150,15 @@ def recall_identity(ctx: PartitionContext, key_id: str | None) -> list[OldIncarn
         return None
 
 
-def _list_roots(ctx: PartitionContext) -> dict[str | None, list[ObjectInfo]]:
-    """Objects of every root of this partition that is not this incarnation's."""
+def _list_roots(
+    ctx: PartitionContext, listing: Sequence[ObjectInfo] | None = None
+) -> dict[str | None, list[ObjectInfo]]:
+    """Objects of every root of this partition that is not this incarnation's (``listing``: of
+    its id roots, taken now; default one listing)."""
     remote = of_context(ctx)
     # Never the partition's own id root, even when its data lives under the adopted name.
     roots: dict[str | None, list[ObjectInfo]] = {
-        k: v for k, v in remote.other_id_roots(ctx.part.topic_id).items()
+        k: v for k, v in remote.other_id_roots(ctx.part.topic_id, listing).items()
     }
     if ctx.key_id is not None and _legacy_decided_old(ctx):
         legacy = replace(remote, key_id=None).list_partition()
@@ -253,13 +257,16 @@ def _retired_ms(
     return retired_marker(_root(ctx, topic_id), infos, new, local)
 
 
-def find_old_incarnations(ctx: PartitionContext, *, mark: bool) -> list[OldIncarnation]:
+def find_old_incarnations(
+    ctx: PartitionContext, *, mark: bool, listing: Sequence[ObjectInfo] | None = None
+) -> list[OldIncarnation]:
     """Every old incarnation of the partition (empty without a topic id); ``mark`` writes the
-    ``retired.json`` of a root seen for the first time (recovery and GC, never status)."""
+    ``retired.json`` of a root seen for the first time (recovery and GC, never status);
+    ``listing``: of the partition's id roots, taken now (default: one listing)."""
     if ctx.part.topic_id is None:
         return []
     settings = ctx.shared.settings
-    roots = _list_roots(ctx)
+    roots = _list_roots(ctx, listing)
     states = _old_state_dirs(ctx)
     out = []
     for topic_id in sorted(set(roots) | set(states), key=lambda t: (t is not None, t or "")):
@@ -303,11 +310,14 @@ def _delete(ctx: PartitionContext, old: OldIncarnation) -> None:
     delete_root(replace(of_context(ctx), key_id=old.topic_id), old.state_dir)  # old.prefix is that root
 
 
-def collect_old_incarnations(ctx: PartitionContext, *, dry_run: bool = False) -> list[OldIncarnation]:
+def collect_old_incarnations(
+    ctx: PartitionContext, *, dry_run: bool = False, listing: Sequence[ObjectInfo] | None = None
+) -> list[OldIncarnation]:
     """Delete the old incarnations whose grace period passed (``dry_run``: only list them);
-    return every old incarnation, ``deleted`` set on those removed now."""
+    return every old incarnation, ``deleted`` set on those removed now (``listing``: of the
+    partition's id roots, :func:`find_old_incarnations`)."""
     now = ctx.shared.clock_ms()
-    olds = find_old_incarnations(ctx, mark=not dry_run)
+    olds = find_old_incarnations(ctx, mark=not dry_run, listing=listing)
     result = []
     for old in olds:
         if not dry_run and old.delete_after_ms is not None and now >= old.delete_after_ms:

@@ -10,9 +10,10 @@ sidecar's crash, a retention delete interrupted before it was journaled).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rlm.errors import FormatError, ProtectionError
+from rlm.storage.api import ObjectInfo
 from rlm.tiering.converge import OldIncarnation, collect_old_incarnations, identity, refresh
 from rlm.tiering.local import PartitionContext, of_context
 from rlm.tiering.store import Orphan, SegmentManifest
@@ -22,7 +23,9 @@ __all__ = ["collect_garbage", "collect_partition", "find_orphans"]
 log = logging.getLogger(__name__)
 
 
-def find_orphans(ctx: PartitionContext, *, save_stamps: bool = False) -> list[Orphan]:
+def find_orphans(
+    ctx: PartitionContext, *, save_stamps: bool = False, listing: Sequence[ObjectInfo] | None = None
+) -> list[Orphan]:
     """Abandoned attempts of the partition past the grace period (manifests re-listed first).
 
     A partition this process recovered lists its manifests into its store view: a manifest is
@@ -44,6 +47,7 @@ def find_orphans(ctx: PartitionContext, *, save_stamps: bool = False) -> list[Or
         ctx.shared.settings.gc_grace_ms,
         ctx.in_flight,
         listed if ctx.recovered else None,
+        listing,
     )
     if read and save_stamps:
         ctx.save_progress()  # the same progress and manifests, now with the listing's stamps
@@ -51,11 +55,15 @@ def find_orphans(ctx: PartitionContext, *, save_stamps: bool = False) -> list[Or
 
 
 def collect_garbage(
-    ctx: PartitionContext, *, dry_run: bool = False, save_stamps: bool = False
+    ctx: PartitionContext,
+    *,
+    dry_run: bool = False,
+    save_stamps: bool = False,
+    listing: Sequence[ObjectInfo] | None = None,
 ) -> list[Orphan]:
-    """Delete (or with ``dry_run`` only list) the partition's orphans (``save_stamps``:
-    :func:`find_orphans`)."""
-    orphans = find_orphans(ctx, save_stamps=save_stamps and not dry_run)
+    """Delete (or with ``dry_run`` only list) the partition's orphans (``save_stamps``,
+    ``listing``: :func:`find_orphans`)."""
+    orphans = find_orphans(ctx, save_stamps=save_stamps and not dry_run, listing=listing)
     if dry_run:
         return orphans
     remote = of_context(ctx)
@@ -75,8 +83,12 @@ def collect_partition(
     try:
         if not ctx.recovered:  # recovery decided the root of a recovered partition
             identity.resolve_root(ctx, decide=False)
-        orphans = collect_garbage(ctx, dry_run=dry_run, save_stamps=save_stamps)
-        found = collect_old_incarnations(ctx, dry_run=dry_run)
+        # One listing of the partition's id roots holds this root's attempts and every other
+        # incarnation's objects: GC lists it once for both (its manifests are listed after it).
+        own_id = ctx.part.topic_id is not None and ctx.key_id == ctx.part.topic_id
+        ids = of_context(ctx).list_id_roots() if own_id else None
+        orphans = collect_garbage(ctx, dry_run=dry_run, save_stamps=save_stamps, listing=ids)
+        found = collect_old_incarnations(ctx, dry_run=dry_run, listing=ids)
         if old is not None:
             old.extend(found)
     except (FormatError, ProtectionError) as err:

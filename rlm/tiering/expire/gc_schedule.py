@@ -1,6 +1,6 @@
 """When GC is due: the daemon's interval, remembered across processes (docs/operations.md, "GC").
 
-A GC run costs every partition this node leads 4 LISTs, a HEAD and a GET in the store (more the
+A GC run costs every partition this node leads 3 LISTs, a HEAD and a GET in the store (more the
 first time, docs/operations.md "GC"), and lists the deleted topics' prefixes: on 1000 partitions
 it was nearly all of an idle ``rlm run --once`` (87 s on SeaweedFS, issue #35). The daemon runs
 it every :func:`gc_interval_s`; a ``rlm run --once`` (cron, scripts) runs it only when that long

@@ -369,11 +369,18 @@ class RemoteState:
         with contextlib.suppress(ObjectExistsError):  # one already there says the same
             self.backend.put(key, body, if_absent=True)
 
-    def other_id_roots(self, exclude: str | None) -> dict[str, list[ObjectInfo]]:
+    def list_id_roots(self) -> list[ObjectInfo]:
+        """Every object of every topic-id root of this partition (one listing)."""
+        return self.list_prefix(object_keys.id_roots_prefix(self.topic, self.partition))
+
+    def other_id_roots(
+        self, exclude: str | None, listing: Iterable[ObjectInfo] | None = None
+    ) -> dict[str, list[ObjectInfo]]:
         """The objects of every topic-id root of this partition but ``exclude``'s, by topic id
-        (one listing; the other incarnations, docs/topic-identity.md)."""
+        (the other incarnations, docs/topic-identity.md), from ``listing`` (default: one
+        :meth:`list_id_roots`)."""
         roots: dict[str, list[ObjectInfo]] = defaultdict(list)
-        for info in self.list_prefix(object_keys.id_roots_prefix(self.topic, self.partition)):
+        for info in self.list_id_roots() if listing is None else listing:
             root = object_keys.parse_root(info.key)
             if root is not None and root.topic_id is not None and root.topic_id != exclude:
                 roots[root.topic_id].append(info)
@@ -422,13 +429,15 @@ class RemoteState:
         grace_ms: int,
         in_flight: Iterable[str] = (),
         manifests: Callable[[], Iterable[SegmentManifest]] | None = None,
+        listing: Iterable[ObjectInfo] | None = None,
     ) -> list[Orphan]:
         """Unreferenced attempts at least ``grace_ms`` old (see :func:`attempt_age_ms`).
         ``manifests`` lists the committed ones (default :meth:`list_manifests`; the daemon's
-        reuses what it read before, docs/remote-state.md)."""
-        attempts = self.attempts(
-            self.list_prefix(object_keys.data_prefix(self.topic, self.partition, self.key_id))
-        )
+        reuses what it read before, docs/remote-state.md); ``listing``, a listing that holds
+        the root's data objects, taken now (default: one listing of them)."""
+        if listing is None:
+            listing = self.list_prefix(object_keys.data_prefix(self.topic, self.partition, self.key_id))
+        attempts = self.attempts(listing)
         # Manifests are listed *after* the data: an attempt that commits in between is then seen live.
         found = self.unreferenced(attempts, (manifests or self.list_manifests)(), now_ms, in_flight)
         return [o for o in found if o.age_ms >= grace_ms]
