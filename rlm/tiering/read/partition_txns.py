@@ -253,9 +253,11 @@ class PartitionTxns:
         they were tiered) may hold the markers that closed what the copy recorded as open: that
         record is the state at the gap, not after it (docs/transactions.md)."""
         before = self.sources[i - 1] if i > 0 else None
-        if before is not None and before.open_at_end is not None:
-            if i == len(self.sources) or before.last_offset + 1 == self.sources[i].first_offset:
-                return dict(before.open_at_end)
+        adjacent = i == len(self.sources) or (
+            before is not None and before.last_offset + 1 == self.sources[i].first_offset
+        )
+        if before is not None and before.open_at_end is not None and adjacent:
+            return dict(before.open_at_end)
         if i < len(self.sources):
             if self.sources[i].first_offset == 0:
                 return {}  # nothing lies below offset 0
