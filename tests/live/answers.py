@@ -78,10 +78,16 @@ def fingerprint(wire: Wire, topic: str, partition: int, part_dir: Path) -> Finge
 
 @dataclass
 class Moment:
-    """The two sides' answers at one broker state, and what the broker's own answers say of it."""
+    """The two sides' answers at one broker state, and what the broker's own answers say of it.
+
+    ``tiered``: rlm's highest tiered offset asked before its Fetch answers (its -5; it only grows);
+    ``gaps``: the gaps rlm recorded (inclusive ranges, docs/visibility.md "Gaps"), asked after them.
+    Together they say which offsets the broker deleted rlm holds (:meth:`rlm_holds`)."""
 
     broker: Answers
     rlm: Answers
+    tiered: int = -1
+    gaps: tuple[tuple[int, int], ...] = ()
 
     @property
     def hw(self) -> int:
@@ -99,6 +105,16 @@ class Moment:
     def rlm_start(self) -> int:
         return self.rlm.offset(EARLIEST)
 
+    def in_gap(self, offset: int) -> bool:
+        return any(first <= offset <= last for first, last in self.gaps)
+
+    def rlm_holds(self, offset: int) -> bool:
+        """Whether rlm held ``offset``, one the broker deleted, when its Fetch answers were asked:
+        tiered by then and in no gap. Its log start is no promise of that: an offset the broker
+        deleted before rlm tiered it is held by no tier (a gap, recorded at rlm's next pass, or a
+        pin waiting for its copy, which is no read tier: docs/architecture.md §5.1)."""
+        return self.rlm_start <= offset <= self.tiered and not self.in_gap(offset)
+
 
 def lso_as_broker(m: Moment, broker_lso: int, rlm_lso: int) -> bool:
     """rlm's last stable offset against the broker's: equal, except that a transaction still open
@@ -112,11 +128,9 @@ def lso_as_broker(m: Moment, broker_lso: int, rlm_lso: int) -> bool:
 def fetch_differences(m: Moment) -> Iterator[str]:
     for q, b in m.broker.fetched.items():
         r = m.rlm.fetched[q]
-        start, iso, _ = q
+        start = q[0]
         if start < m.broker_start and b.error == OUT_OF_RANGE and m.rlm_start <= start < m.hw:
-            served = r.batches or (iso == COMMITTED and start >= r.last_stable_offset)
-            if r.error != 0 or not served:  # rlm holds what the broker deleted (on purpose)
-                yield f"fetch {q}: rlm does not serve an offset it holds (error {r.error})"
+            yield from _deleted_by_broker(m, q, r)
             continue
         want_lso = b.last_stable_offset  # answered under both isolation levels, as the broker does
         got_lso = r.last_stable_offset
@@ -131,6 +145,32 @@ def fetch_differences(m: Moment) -> Iterator[str]:
             yield f"fetch {q}: log start broker {b.log_start_offset}, rlm {rlm_start} (-2: {m.rlm_start})"
         if b.error == 0 and _relevant(b) != r.aborted:
             yield f"fetch {q}: aborted transactions broker {b.aborted}, rlm {r.aborted}"
+
+
+def _deleted_by_broker(m: Moment, q: Question, r: Fetched) -> Iterator[str]:
+    """rlm's answer for an offset the broker deleted, inside rlm's ``[log start, HW)``: served when
+    rlm holds it (on purpose: its remote tier); OFFSET_OUT_OF_RANGE inside a recorded gap, as a
+    broker answers an offset it does not have (docs/visibility.md "Gaps"); above what was tiered
+    before the question, either: the copy may have landed since."""
+    start, iso, _ = q
+    served = r.error == 0 and bool(r.batches or (iso == COMMITTED and start >= r.last_stable_offset))
+    if m.rlm_holds(start):
+        if not served:
+            yield f"fetch {q}: rlm does not serve an offset it holds (error {r.error}, tiered {m.tiered})"
+    elif m.in_gap(start):
+        if r.error != OUT_OF_RANGE:
+            yield f"fetch {q}: inside rlm's gaps {m.gaps}: rlm {_short(r)}, not OFFSET_OUT_OF_RANGE"
+    elif not served and r.error != OUT_OF_RANGE:
+        yield f"fetch {q}: not tiered by {m.tiered}: rlm {_short(r)}, neither records nor OUT_OF_RANGE"
+
+
+def recorded_gaps(http: Http, topic: str, partition: int) -> tuple[tuple[int, int], ...]:
+    """The gaps rlm recorded for the partition (``GET /v1/partitions``, docs/visibility.md "Gaps")."""
+    status, _, body = http.get("/v1/partitions")
+    assert status == 200, (status, body[:300])
+    rows = [r for r in json.loads(body) if (r.get("topic"), r.get("partition")) == (topic, partition)]
+    assert len(rows) == 1, f"{topic}-{partition}: {len(rows)} rows in /v1/partitions"
+    return tuple((g["first_offset"], g["last_offset"]) for g in rows[0]["gaps"])
 
 
 def _relevant(b: Fetched) -> tuple[tuple[int, int], ...] | None:

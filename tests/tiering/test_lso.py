@@ -22,8 +22,10 @@ from kafka.record.memory_records import MemoryRecords
 from rlm.config import Settings, settings_from_mapping
 from rlm.errors import FormatError
 from rlm.formats import naming
+from rlm.formats.records import RecordSpec, encode_control_key, encode_end_txn_marker
 from rlm.kafka import reads
 from rlm.logdir.discovery import list_segments
+from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.read.readers import TieredReaders
@@ -31,6 +33,8 @@ from rlm.tiering.store import object_keys
 from rlm.tiering.store.manifest import SegmentManifest
 from tests.lookup.helpers import delete_local_segments
 from tests.tiering.txn_helpers import (
+    COMMIT,
+    T0,
     Oracle,
     Row,
     open_at,
@@ -379,3 +383,52 @@ def test_earliest_local_ignores_the_isolation_level(tmp_path: Path) -> None:
         assert reads.list_offset(readers, "txn", 0, -4, committed, 9).offset == lay.bases[-1]
         assert reads.list_offset(readers, "txn", 0, -2, committed, 9).offset == 0
     assert reads.list_offset(readers, "txn", 0, -1, True, 9).offset == first_open
+
+
+def test_what_a_copy_recorded_open_before_a_gap_is_not_taken_as_open_after_it(tmp_path: Path) -> None:
+    """A transaction open at the end of the last tiered segment whose COMMIT lies in a gap (the
+    broker deleted that segment before rlm tiered it) is closed for the broker. Seen beside a live
+    broker under load: rlm seeded the first local segment with the tiered segment's
+    ``open_at_end`` across the gap, so its last stable offset stayed at that transaction's first
+    offset and a read_committed consumer could never pass it; Kafka's snapshot at the first local
+    segment (nothing open) is the state there."""
+    logs, store, aside, pid = tmp_path / "logs", tmp_path / "store", tmp_path / "aside", 1001
+    part = logs / "txn-0"
+    with LogWriter(logs, "txn", 0, clock=lambda: T0) as w:
+        # offset 0 (tiered): the transaction opens; offset 1 (the gap): its COMMIT; 2, 3: local
+        w.append(
+            [RecordSpec(T0, b"k", b"v")],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        w.roll()
+        commit = RecordSpec(T0, encode_control_key(COMMIT), encode_end_txn_marker(3))
+        w.append([commit], producer_id=pid, producer_epoch=0, is_transactional=True, is_control=True)
+        after_gap = w.roll()
+        w.append([RecordSpec(T0, b"k", b"v")])
+        w.roll()
+        w.append([RecordSpec(T0, b"k", b"v")])
+        end = w.log_end_offset
+    write_snapshots(part)  # Kafka's, at every roll
+    aside.mkdir()
+    later = [f for f in part.iterdir() if f.stem.isdigit() and int(f.stem) >= after_gap]
+    for f in later:  # not there yet: the first segment is tiered, the COMMIT's is the active one
+        f.rename(aside / f.name)
+    s = settings_from_mapping(
+        {
+            "log": {"dirs": [str(logs)], "eligibility": "rolled"},
+            "remote": {"backend": "local", "options": {"root": str(store)}},
+            "tiering": {"gc_grace_ms": 0, "state_dir": str(tmp_path / "state")},
+        }
+    )
+    assert all(r.error is None for r in RemoteLogManager(s, LocalBackend(root=str(store))).run_once())
+    [(_, doc)] = manifests(store)
+    assert doc["txn_index"]["open_at_end"] == [[pid, 0]]
+    for f in later:
+        (aside / f.name).rename(f)
+    delete_local_segments(part, keep_last=2)  # the COMMIT's segment deleted untiered: the gap
+    reader = TieredReaders(s, LocalBackend(root=str(store))).reader("txn", 0)
+    assert reader.offsets().local_log_start_offset == after_gap
+    assert reader.visibility().last_stable_offset() == end

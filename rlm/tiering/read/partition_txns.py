@@ -248,9 +248,16 @@ class PartitionTxns:
 
     def _state_before(self, i: int) -> dict[int, int] | None:
         """The transactions open before ``sources[i]`` (``i == len``: after the last), if known:
-        recorded by the copy of the source before it, or by a producer snapshot at its start."""
-        if i > 0 and self.sources[i - 1].open_at_end is not None:
-            return dict(self.sources[i - 1].open_at_end or ())
+        recorded by the copy of the source before it when nothing lies between the two, or by a
+        producer snapshot at its start. Offsets between them (a gap: the broker deleted them before
+        they were tiered) may hold the markers that closed what the copy recorded as open: that
+        record is the state at the gap, not after it (docs/transactions.md)."""
+        before = self.sources[i - 1] if i > 0 else None
+        adjacent = i == len(self.sources) or (
+            before is not None and before.last_offset + 1 == self.sources[i].first_offset
+        )
+        if before is not None and before.open_at_end is not None and adjacent:
+            return dict(before.open_at_end)
         if i < len(self.sources):
             if self.sources[i].first_offset == 0:
                 return {}  # nothing lies below offset 0
