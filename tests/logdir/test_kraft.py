@@ -291,3 +291,27 @@ def test_expected_json_snapshot_counts(fixtures_dir: Path, expected: dict[str, A
     assert json.dumps(snaps)  # the README's inventory: 3 snapshots, 165/165/171 records
     directory = fixtures_dir / "kafka-logs" / ITUMELENG / METADATA_LOG_DIR
     assert len(list_snapshots(directory)) == len(snaps)
+
+
+def test_records_that_change_nothing_held_do_not_copy_the_image(tmp_path: Path) -> None:
+    """The controller appends a NoOpRecord (type 20) every 500 ms and brokers' registrations change
+    too: a poll that read only such records advances the image's offset on a shallow copy (the
+    image handed out before keeps its offset); a deep copy per poll of a 10 000-partition image
+    was most of an idle sidecar's CPU. A record that changes what is held still copies."""
+    writer = metadata_writer(tmp_path)
+    reader = KraftMetadataLog(tmp_path / METADATA_LOG_DIR)
+    write_records(writer, [_create("orders", T1)])
+    first = reader.poll()
+    noop = md.UnknownMetadataRecord(20, 0)
+    write_records(writer, [[noop, noop], [noop]])
+    quiet = reader.poll()
+    assert quiet.offset == writer.log_end_offset - 1 and first.offset < quiet.offset
+    assert quiet.topics_by_id is first.topics_by_id  # nothing was copied
+    assert reader.poll() is quiet  # nothing new: the same image
+
+    write_records(writer, [[md.PartitionChangeRecord(T1, 0, leader=2, isr=(2,)), noop]])
+    moved = reader.poll()
+    assert moved.offset == writer.log_end_offset - 1
+    assert moved.topics_by_name["orders"].partitions[0].leader == 2
+    assert quiet.topics_by_name["orders"].partitions[0].leader != 2  # handed-out images never change
+    writer.close()
