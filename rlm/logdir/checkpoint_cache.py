@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlm.fsutil import Signature, settled, stat_signature
+from rlm.fsutil import SETTLE_NS, Signature, settled, stat_signature
 from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -34,30 +34,53 @@ class CheckpointCache:
     pass over P partitions cost O(P²). The cache is validated per use by ``stat`` of the three
     files (inode, size, mtime in ns). Brokers replace them by rename, and a new version can still
     carry its predecessor's signature (a reused inode, the same size, the same timestamp tick), so
-    a parse is kept only when the files had settled before it was read (:func:`settled`).
+    a parse is kept for good only when the files had settled before it was read (:func:`settled`).
+
+    A caller that only needs a hint (``hint=True``: the idle fingerprint of a partition pass,
+    rlm/tiering/idle.py, where a stale value costs at most one pass's delay) is also served a
+    parse of files that had not settled, while they keep its signature and until
+    :data:`~rlm.fsutil.SETTLE_NS` after the newest file's mtime. A broker rewrites
+    ``replication-offset-checkpoint`` every 5 s: before, every partition pass in the following
+    100 ms parsed the whole file again (10 000 partitions: a fifth of an idle sidecar's CPU,
+    bench/idle_bench.py). Misses are parsed one at a time.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[Path, tuple[tuple[Signature, ...], LogDirCheckpoints]] = {}
+        self._parse_lock = threading.Lock()
+        #: log dir → (signature, checkpoints, ns until which an unsettled parse is served; 0: settled)
+        self._cache: dict[Path, tuple[tuple[Signature, ...], LogDirCheckpoints, int]] = {}
 
     @staticmethod
     def _signature(log_dir: Path) -> tuple[Signature, ...]:
         return tuple(stat_signature(log_dir / name) for name in _CHECKPOINT_FILES)
 
-    def get(self, log_dir: Path) -> LogDirCheckpoints:
-        """The checkpoints of ``log_dir`` as they are now: one ``stat`` per file on a hit, a parse
-        otherwise. Raises what :func:`read_checkpoints` raises for an unreadable file (not cached)."""
-        sig = self._signature(log_dir)
+    def _hit(self, log_dir: Path, sig: tuple[Signature, ...], hint: bool) -> LogDirCheckpoints | None:
         with self._lock:
             hit = self._cache.get(log_dir)
-        if hit is not None and hit[0] == sig:
+        if hit is not None and hit[0] == sig and (hit[2] == 0 or (hint and time.time_ns() < hit[2])):
             return hit[1]
-        started_ns = time.time_ns()
-        checkpoints = read_checkpoints(log_dir)
-        if self._signature(log_dir) == sig and settled(sig, started_ns):
-            with self._lock:
-                if len(self._cache) >= _MAX_LOG_DIRS and log_dir not in self._cache:
-                    self._cache.clear()  # a bound, not an LRU: a process names few log dirs
-                self._cache[log_dir] = (sig, checkpoints)
+        return None
+
+    def get(self, log_dir: Path, *, hint: bool = False) -> LogDirCheckpoints:
+        """The checkpoints of ``log_dir`` as they are now: one ``stat`` per file on a hit, a parse
+        otherwise (``hint``: see the class). Raises what :func:`read_checkpoints` raises for an
+        unreadable file (not cached)."""
+        sig = self._signature(log_dir)
+        found = self._hit(log_dir, sig, hint)
+        if found is not None:
+            return found
+        with self._parse_lock:  # one parse at a time: a hint waiting for it takes its result
+            found = self._hit(log_dir, sig, hint)
+            if found is not None:
+                return found
+            started_ns = time.time_ns()
+            checkpoints = read_checkpoints(log_dir)
+            if self._signature(log_dir) == sig:
+                newest = max((s[2] for s in sig if s is not None), default=0)
+                until = 0 if settled(sig, started_ns) else newest + SETTLE_NS
+                with self._lock:
+                    if len(self._cache) >= _MAX_LOG_DIRS and log_dir not in self._cache:
+                        self._cache.clear()  # a bound, not an LRU: a process names few log dirs
+                    self._cache[log_dir] = (sig, checkpoints, until)
         return checkpoints

@@ -90,7 +90,7 @@ def fingerprint_of(
     """:func:`fingerprint` with the log dir's cached checkpoints; None when they cannot be read
     (the pass reports that)."""
     try:
-        state = checkpoints.get(part.log_dir).state_for(part.topic, part.partition)
+        state = checkpoints.get(part.log_dir, hint=True).state_for(part.topic, part.partition)
     except RlmError:
         return None
     return fingerprint(part, state, policy, leads)

@@ -31,6 +31,27 @@ def test_a_fresh_checkpoint_is_not_cached_so_a_same_signature_successor_is_read(
     assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 200
 
 
+def test_a_hint_takes_an_unsettled_parse_only_within_the_settle_window(tmp_path: Path) -> None:
+    """The idle fingerprint asks for a hint: while the files keep their signature, a parse of
+    files that had not settled serves it until SETTLE_NS after their mtime (not a parse per
+    partition pass), then the file is read again; strict callers never take that parse."""
+    cache = CheckpointCache()
+    later = time.time_ns() + 60 * 10**9  # unsettled for a minute: no slow host ends the window early
+    _write_hw(tmp_path, 100, later)
+    first = cache.get(tmp_path, hint=True)
+    assert cache.get(tmp_path, hint=True) is first  # the same moment: no second parse
+    _write_hw(tmp_path, 200, later)  # a same-signature successor
+    assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 200  # strict: read again
+    cache = CheckpointCache()
+    soon = time.time_ns() + 2 * 10**9  # unsettled for 2 s, then the window ends
+    _write_hw(tmp_path, 300, soon)
+    assert cache.get(tmp_path, hint=True).high_watermarks[("orders", 0)] == 300
+    _write_hw(tmp_path, 400, soon)
+    while time.time_ns() < soon + SETTLE_NS:
+        time.sleep(0.1)
+    assert cache.get(tmp_path, hint=True).high_watermarks[("orders", 0)] == 400  # window over
+
+
 def test_a_settled_checkpoint_is_cached_until_it_changes(tmp_path: Path) -> None:
     cache = CheckpointCache()
     old = time.time_ns() - 10 * SETTLE_NS
