@@ -185,8 +185,24 @@ def reader_sources(
     """The sources a partition reader serves up to the visible ``end``: the remote objects of its
     index sets below the local log start ``local_start`` (each with the segment's manifest, read
     once per process), then the local ``segments`` (the listing its offsets came from). ``where``:
-    the partition directory, naming its sets in the per-process cache of their walks."""
+    the partition directory, naming its sets in the per-process cache of their walks.
+
+    The remote part is remembered per version of the sets and ``below``: every Fetch of a
+    read_uncommitted consumer asks for the last stable offset, and building one source per tiered
+    segment each time made a catch-up's fetches cost O(tiered segments) (0.9 of 2 ms per 1 MiB
+    fetch over 48 segments); each source's manifest was remembered already (``("manifest", url)``),
+    so a version's list is what those facts build, once."""
     below = min(end, local_start if local_start is not None else end)
+    version = ("sources", where, tuple(_version(where, view) for view in views), below)
+    remote: list[TxnSource] = FACTS.get(
+        version, functools.partial(_remote_sources, where, views, below, backend, protection)
+    )
+    return remote + local_sources(segments, end, local_start or 0)
+
+
+def _remote_sources(
+    where: str, views: Sequence[SetView], below: int, backend: StorageBackend, protection: StoreProtection
+) -> list[TxnSource]:
     sources: list[TxnSource] = []
     for url, first, last in _objects(where, views):
         if first >= below:
@@ -196,7 +212,7 @@ def reader_sources(
             ("manifest", url), functools.partial(_manifest_of, backend, protection, key)
         )
         sources.append(remote_source(first, min(last, below - 1), key, (url,), manifest, committed))
-    return sources + local_sources(segments, end, local_start or 0)
+    return sources
 
 
 def _manifest_of(
@@ -222,7 +238,12 @@ def _objects(where: str, views: Sequence[SetView]) -> list[tuple[str, int, int]]
     entries only grow: the entry count and the last object tell a version)."""
     out: list[tuple[str, int, int]] = []
     for view in views:
-        last = view.last.entry.rdi.url if view.last is not None else ""
-        version = ("objects", where, view.base_offset, len(view.log_index), last)
-        out += FACTS.get(version, functools.partial(object_ranges, [view]))
+        out += FACTS.get(_version(where, view), functools.partial(object_ranges, [view]))
     return out
+
+
+def _version(where: str, view: SetView) -> tuple[str, str, int, int, str]:
+    """Which version of a set ``view`` is: its entries only grow, so the entry count and the last
+    object tell one from another."""
+    last = view.last.entry.rdi.url if view.last is not None else ""
+    return ("objects", where, view.base_offset, len(view.log_index), last)
