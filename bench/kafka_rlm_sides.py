@@ -292,4 +292,43 @@ def read_kafka_python(bootstrap: str, topic: str, end: int, fetch_bytes: int) ->
     return Read(took, count, digest.hexdigest())
 
 
-READERS = {"confluent-kafka": read_confluent, "kafka-python": read_kafka_python}
+def read_raw_fetch(bootstrap: str, topic: str, end: int, fetch_bytes: int) -> Read:
+    """Fetch v12 requests one after the other on one connection, each from the offset after the
+    last batch answered, ``fetch_bytes`` per partition, records not decoded (batch headers walked
+    for the next offset): the server's time per request plus one round trip, without a client's
+    record decoding. No digest (the bytes are not decoded); ``count`` = offsets covered."""
+    from kafka.protocol.consumer import FetchResponse
+
+    from rlm.testing.kafka_wire import fetch_request
+    from tests.kafka.helpers import call
+
+    port = int(bootstrap.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    offset = 0
+    start = time.monotonic()
+    try:
+        while offset < end:
+            req = fetch_request([(topic, 0, offset)], max_wait_ms=500, partition_max_bytes=fetch_bytes)
+            answer = call(port, req, 12, FetchResponse, sock=sock).responses[0].partitions[0]
+            assert answer.error_code == 0, answer
+            offset = _after_last_batch(memoryview(answer.records or b""), offset)
+    finally:
+        took = time.monotonic() - start
+        sock.close()
+    return Read(took, offset, "")
+
+
+def _after_last_batch(records: memoryview, offset: int) -> int:
+    """The offset after the last whole batch of ``records`` (``offset`` when there is none)."""
+    pos = 0
+    while pos + 61 <= len(records):  # a v2 batch header is 61 bytes
+        length = int.from_bytes(records[pos + 8 : pos + 12], "big")
+        if pos + 12 + length > len(records):
+            break
+        base = int.from_bytes(records[pos : pos + 8], "big")
+        offset = base + int.from_bytes(records[pos + 23 : pos + 27], "big") + 1
+        pos += 12 + length
+    return offset
+
+
+READERS = {"confluent-kafka": read_confluent, "kafka-python": read_kafka_python, "raw Fetch": read_raw_fetch}
