@@ -32,8 +32,11 @@ per topic), the sides' order alternating by round, and measures:
   (the server's time per request plus a round trip, no client decoding). Reported: MB/s (10^6
   bytes of record values over the time from ``assign`` to the last record) and the serving side's
   CPU per MB. Every decoded read of a round must see the same records (sha256 of the values).
-  Each reader's ceiling on this host comes last: the same reads of the backlog topic (the same
-  records, never cut) from the plain broker's own disk.
+  Before them, every reader reads the first quarter through each side, not timed: on a fresh
+  broker the JVM compiles its remote read path during the first reads (a third of the broker's
+  CPU went to its JIT compiler threads in the first catch-up of a trial run). Each reader's
+  ceiling on this host comes last: the same reads of the backlog topic (the same records, never
+  cut) from the plain broker's own disk.
 
 Figures are medians over the rounds (min–max beside them); ratios are rlm / Kafka of the medians.
 
@@ -104,11 +107,13 @@ def _last_rolled(side: Side, topic: str) -> int:
 def live(side: Side, topic: str, args: argparse.Namespace, out: Figures) -> None:
     side.create(topic, tiered=True, segment=args.segment_mib * MiB)
     _known(side, topic)
-    cpu0, t0 = side.cpu(), time.monotonic()
+    each0, t0 = side.cpu_each(), time.monotonic()
     acked = produce(side.bootstrap, topic, args.records, args.values)
     target = _last_rolled(side, topic)
     done = _wait_tiered(side, topic, target)
-    cpu = side.cpu() - cpu0
+    each = [b - a for a, b in zip(each0, side.cpu_each(), strict=True)]
+    cpu = sum(each)
+    out[f"{side.name}:live broker cpu s"].append(each[0])
     out[f"{side.name}:produce MB/s"].append(args.records * RECORD / 1e6 / (acked - t0))
     out[f"{side.name}:lag s"].append(done - acked)
     out[f"{side.name}:live cpu s"].append(cpu)
@@ -150,6 +155,9 @@ def catch_up(order: list[Side], topic: str, local: str, args: argparse.Namespace
     for side in order:
         side.cut_local(topic, args.segment_mib * MiB)
         out[f"{side.name}:remote share"].append(segment_bases(side.log_dir / f"{topic}-0")[0] / end)
+    for read in READERS.values():  # not timed: the broker's JIT compiles its remote path here
+        for side in order:
+            read(side.read_bootstrap, topic, end // 4, args.fetch_mib * MiB)
     for client, read in READERS.items():
         for side in order:
             cpu0 = side.cpu()
@@ -215,6 +223,7 @@ ROWS = [
     ("lag s", "**tiered after the last ack**, s", "{:.2f}"),
     ("live cpu s", "CPU s, produce + tier (broker [+ rlm])", "{:.1f}"),
     ("live cpu s/MB", "CPU ms per MB, produce + tier", "{:.1f}"),
+    ("live broker cpu s", "of it the broker process, CPU s", "{:.1f}"),
     ("copy MB/s", "**copy** of a backlog, MB/s", "{:.0f}"),
     ("copy cpu s/MB", "CPU ms per MB copied", "{:.2f}"),
     ("stored MB", "bytes stored for the live topic, MB", "{:.1f}"),

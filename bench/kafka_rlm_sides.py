@@ -143,7 +143,11 @@ class Side:
         return self.kafka.nodes[0].log_dir
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(p) for p in self.pids)
+        return sum(self.cpu_each())
+
+    def cpu_each(self) -> list[float]:
+        """CPU seconds of each of :attr:`pids` (the broker first)."""
+        return [cpu_seconds(p) for p in self.pids]
 
     def create(self, topic: str, *, tiered: bool, segment: int) -> None:
         """A one-partition topic of ``segment``-byte segments; ``tiered`` False: its tiering off
