@@ -215,7 +215,8 @@ def main() -> None:
     entry = _report(out, args, load)
     print(entry)
     if args.record:
-        record(SECTION, entry, intro=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0])
+        intro = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+        record(SECTION, entry, intro=intro.replace("``", "`"))  # Markdown there
 
 
 ROWS = [
