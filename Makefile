@@ -30,7 +30,7 @@ SPARK_HADOOP_VERSION := 3.5.0
 SPARK_S3A_LIBS       := .cache/spark-s3a-$(SPARK_HADOOP_VERSION)/libs
 DEMO   ?= demo
 
-.PHONY: kafka hdfs iceberg-spark spark-s3a demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
+.PHONY: kafka hdfs iceberg-spark spark-s3a demo-kafka install run test test-fast lint bench bench-copy bench-scale bench-kafka kafka-tiered bench-kafka-rlm soak fuzz fuzz-parsers fuzz-kafka fuzz-http clean browser toolchain kcat
 
 # Idempotent: the venv is rebuilt only when a dependency declaration or a C source changed; the
 # compiled extensions (setup.py) are rebuilt too when the scan's is missing (a fresh checkout of a
@@ -73,6 +73,15 @@ kafka: $(KAFKA_LIBS)/.complete
 
 $(KAFKA_LIBS)/.complete: tools/kafka/pom.xml
 	$(call fetch_runtime,Kafka $(KAFKA_VERSION) runtime,tools/kafka/pom.xml,$(KAFKA_LIBS))
+
+# Kafka's own tiered storage (the kafka-storage test-jar holding LocalTieredStorage), for
+# bench/kafka_rlm_bench.py's second broker only: a folder of its own, so the live-broker suites'
+# runtime above stays Kafka's release jars (tools/kafka-tiered/pom.xml says why).
+KAFKA_TIERED_LIBS := .cache/kafka-tiered-$(KAFKA_VERSION)/libs
+kafka-tiered: $(KAFKA_TIERED_LIBS)/.complete
+
+$(KAFKA_TIERED_LIBS)/.complete: tools/kafka-tiered/pom.xml
+	$(call fetch_runtime,Kafka $(KAFKA_VERSION) LocalTieredStorage test-jar,tools/kafka-tiered/pom.xml,$(KAFKA_TIERED_LIBS))
 
 # Hadoop's MiniDFSCluster (hadoop-minicluster): the live HDFS of the HDFS suites (rlm/testing/hdfs_cluster.py).
 hdfs: $(HDFS_LIBS)/.complete
@@ -188,6 +197,10 @@ bench-scale: install
 # Consumer catch-up through the Kafka listener vs the HTTP stream (docs/kafka-listener.md).
 bench-kafka: install
 	$(BIN)/python bench/kafka_bench.py
+
+# rlm (plain broker + rlm run) beside Kafka's own tiered storage on the same records (#35 item 3).
+bench-kafka-rlm: install kafka-tiered
+	$(BIN)/python bench/kafka_rlm_bench.py
 
 # Minutes of produce + tier through faults + SIGKILL/restart, then invariant checks (not in CI).
 SOAK_MINUTES ?= 10

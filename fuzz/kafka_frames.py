@@ -121,8 +121,12 @@ def check(listener: KafkaListener, data: bytes) -> None:
         return
     if isinstance(out, _Waiting):  # max_wait_ms 0 in the settings: no wait, but the type is allowed
         out = listener._encode(out.req, out.answer.body)
-    assert isinstance(out, bytes | bytearray), type(out)
-    assert len(out) <= FETCH_MAX + BATCH_MAX + OVERHEAD + 8 * len(frame), (len(out), len(frame))
+    # a Fetch answer is parts (its records as read, rlm/kafka/protocol.py encode_fetch_response)
+    parts = (out,) if isinstance(out, bytes | bytearray) else out
+    assert isinstance(parts, tuple) and all(isinstance(p, bytes | bytearray | memoryview) for p in parts), out
+    size = sum(len(p) for p in parts)
+    assert int.from_bytes(bytes(parts[0][:4]), "big") == size - 4, "the frame's size prefix"
+    assert size <= FETCH_MAX + BATCH_MAX + OVERHEAD + 8 * len(frame), (size, len(frame))
 
 
 def main(argv: list[str]) -> None:

@@ -14,6 +14,7 @@ decides which versions it *answers exactly* (:data:`SERVED`) and fills the field
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -68,8 +69,10 @@ __all__ = [
     "SERVED",
     "Api",
     "Codes",
+    "Frame",
     "RequestFrame",
     "code_name",
+    "encode_fetch_response",
     "encode_response",
     "kafka_code",
     "parse_request",
@@ -247,12 +250,69 @@ def _null_field(struct: Any, value: Any, version: int) -> str | None:
 
 
 def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes | bytearray:
-    """The framed response: size, header (flexible as the version says), body. Record bytes are
-    copied once, into this buffer (the transport takes it as it is)."""
+    """The framed response: size, header (flexible as the version says), body, in one buffer
+    (record bytes copied into it; a Fetch answer goes out by :func:`encode_fetch_response`)."""
     body.API_VERSION = version  # before the header: the setter would write it into a request header
     body.with_header(correlation_id=correlation_id)
     out: bytearray = body.encode(header=True, framed=True)
     return out
+
+
+#: A framed response as the transport takes it: one buffer, or parts sent in order.
+Frame = bytes | bytearray | tuple[bytes | bytearray | memoryview, ...]
+
+_FETCH_FLEXIBLE = 12  # Kafka's FetchResponse.json, "flexibleVersions": "12+"
+#: Stands in for a partition's records while the rest is encoded (with its index): 16 random
+#: bytes a process draws once, so no offset, name or id in a response holds it by chance.
+_MARK = os.urandom(12)
+
+
+def encode_fetch_response(api: Api, version: int, correlation_id: int, body: Any) -> Frame:
+    """A Fetch response as parts: the encoded fields, and each partition's records as the read
+    left them, so record bytes are never copied into a frame (encoding a 1 MiB answer in one
+    buffer cost 5x a plain copy of it: 0.3 ms, two copies into fresh buffers). ``body``'s
+    records are swapped for 16-byte stand-ins while its fields are encoded, then spliced back
+    behind their real length. Answers without records are one buffer, as :func:`encode_response`
+    makes them."""
+    held: list[Any] = []
+    for topic in body.responses:
+        for p in topic.partitions:
+            if p.records is not None and len(p.records):
+                held.append((p, p.records))
+                p.records = _MARK + len(held).to_bytes(4, "big")
+    out = encode_response(api, version, correlation_id, body)
+    if not held:
+        return out
+    parts: list[bytes | bytearray | memoryview] = []
+    cursor = 0
+    for n, (p, records) in enumerate(held, 1):
+        p.records = records
+        mark = _MARK + n.to_bytes(4, "big")
+        head = _records_length(version, len(mark))
+        at = out.find(mark, cursor)
+        if at < cursor + len(head) or out[at - len(head) : at] != head:  # never seen: be safe
+            for q, kept in held:
+                q.records = kept
+            return encode_response(api, version, correlation_id, body)
+        parts += [out[cursor : at - len(head)], _records_length(version, len(records)), records]
+        cursor = at + len(mark)
+    parts.append(out[cursor:])
+    size = sum(len(part) for part in parts) - 4
+    parts[0] = size.to_bytes(4, "big") + bytes(parts[0][4:])
+    return tuple(parts)
+
+
+def _records_length(version: int, size: int) -> bytes:
+    """The length prefix of a records field: an unsigned varint of size + 1 in flexible versions
+    (COMPACT_RECORDS), else an INT32."""
+    if version < _FETCH_FLEXIBLE:
+        return size.to_bytes(4, "big", signed=True)
+    value, out = size + 1, bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def unsupported_api_versions(correlation_id: int, served: dict[int, Api] | None = None) -> bytes | bytearray:

@@ -55,7 +55,7 @@ class FetchedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""  # a zero-copy view of the read when remote: copied once, on encode
+    records: bytes | memoryview = b""  # a zero-copy view of the read when remote, sent as it is
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
 
 

@@ -44,9 +44,11 @@ from rlm.kafka.protocol import (
     SERVED,
     Api,
     Codes,
+    Frame,
     RequestFrame,
     api_versions_body,
     code_name,
+    encode_fetch_response,
     encode_response,
     parse_request,
     peek_header,
@@ -292,17 +294,18 @@ class KafkaListener:
             )
         return size
 
-    async def _send(self, writer: asyncio.StreamWriter, out: bytes | bytearray) -> None:
-        """Hand the response to the transport a chunk at a time, draining in between (with the idle
-        timeout): the transport queues a copy of what the socket does not take at once, so this
-        keeps that copy to one chunk instead of a second whole response."""
-        view = memoryview(out)
-        for start in range(0, len(view), _CHUNK):
-            writer.write(view[start : start + _CHUNK])
-            if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait
-                await asyncio.wait_for(writer.drain(), self._idle_s)
+    async def _send(self, writer: asyncio.StreamWriter, out: Frame) -> None:
+        """Hand the response (its parts in order) to the transport a chunk at a time, draining in
+        between (with the idle timeout): the transport queues a copy of what the socket does not
+        take at once, so this keeps that copy to one chunk instead of a second whole response."""
+        for part in (out,) if isinstance(out, bytes | bytearray) else out:
+            view = memoryview(part)
+            for start in range(0, len(view), _CHUNK):
+                writer.write(view[start : start + _CHUNK])
+                if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait
+                    await asyncio.wait_for(writer.drain(), self._idle_s)
 
-    async def _answer(self, conn: _Conn, frame: bytes) -> bytes | bytearray:
+    async def _answer(self, conn: _Conn, frame: bytes) -> Frame:
         """The framed response. Decoding, the handler and encoding run in the thread pool, never
         on the event loop; only a Fetch that waits for ``min_bytes`` comes back here to wait."""
         assert self._loop is not None
@@ -321,7 +324,7 @@ class KafkaListener:
         """The APIs and versions answered: :data:`SERVED`, plus the relayed ones when delegating."""
         return SERVED if self.coordinator is None else self.coordinator.served(SERVED)
 
-    def _step(self, conn: _Conn, frame: bytes) -> bytes | bytearray | _Waiting | _Relay:
+    def _step(self, conn: _Conn, frame: bytes) -> Frame | _Waiting | _Relay:
         """In the pool: decode, check authentication, handle, encode — or a Fetch to wait for."""
         if conn.raw_token_next:  # SaslHandshake v0: the next frame is the bare PLAIN token
             conn.raw_token_next = False
@@ -350,8 +353,10 @@ class KafkaListener:
             body = self._dispatch(conn, req)
         return self._encode(req, body)
 
-    def _encode(self, req: RequestFrame, body: Any) -> bytes | bytearray:
+    def _encode(self, req: RequestFrame, body: Any) -> Frame:
         self._observe(req, body)
+        if req.api.key == _FETCH:  # the records go out as read, never copied into the frame
+            return encode_fetch_response(req.api, req.version, req.correlation_id, body)
         return encode_response(req.api, req.version, req.correlation_id, body)
 
     def _observe(self, req: RequestFrame, body: Any) -> None:
@@ -402,10 +407,10 @@ class KafkaListener:
             self.metrics.fetch_sessions_opened.inc()
         return body
 
-    def _render(self, req: RequestFrame, plan: FetchPlan, read: FetchRead) -> bytes | bytearray:
+    def _render(self, req: RequestFrame, plan: FetchPlan, read: FetchRead) -> Frame:
         return self._encode(req, self._rendered(plan, read))
 
-    async def _wait(self, conn: _Conn, waiting: _Waiting, began: float) -> bytes | bytearray:
+    async def _wait(self, conn: _Conn, waiting: _Waiting, began: float) -> Frame:
         """Wait up to ``max_wait_ms`` (capped by ``kafka.max_wait_ms``) for ``min_bytes``:
         every :data:`_POLL_S` the partitions' offsets are re-checked (no record read); records
         are read again only when a log start or visible end moved since the last read. At the end

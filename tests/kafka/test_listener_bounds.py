@@ -151,9 +151,10 @@ def _eventually_served(port: int) -> None:
 def test_decoding_and_encoding_run_in_the_thread_pool(
     listen: Listen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Fails before #31: frames were decoded and responses encoded on the event loop's thread."""
+    """Fails before #31: frames were decoded and responses encoded on the event loop's thread.
+    (A Fetch answer is encoded by ``encode_fetch_response``: its records go out as read.)"""
     threads: list[str] = []
-    for name in ("parse_request", "encode_response"):
+    for name in ("parse_request", "encode_response", "encode_fetch_response"):
         real = getattr(kafka_server, name)
 
         def traced(*args: Any, _real: Any = real) -> Any:

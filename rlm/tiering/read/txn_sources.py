@@ -60,6 +60,35 @@ class _Lru:
 FACTS = _Lru(_CACHE_ENTRIES)
 
 
+class _Newest:
+    """One value per key — the newest version asked for — for at most ``size`` keys (LRU): a
+    partition's remote sources, of which only the current version is asked for again."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.size = size
+
+    def get(self, key: str, version: Any, load: Callable[[], _T]) -> _T:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and hit[0] == version:
+                self._items.move_to_end(key)
+                found: _T = hit[1]
+                return found
+        value = load()
+        with self._lock:
+            self._items[key] = (version, value)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+
+#: Each partition's remote transaction sources (:func:`reader_sources`), by partition directory.
+_REMOTE_SOURCES = _Newest(_CACHE_ENTRIES)
+
+
 @dataclass(frozen=True, slots=True)
 class TxnSource:
     """One segment's batches with offsets in ``[first_offset, last_offset]`` (inclusive).
@@ -185,8 +214,25 @@ def reader_sources(
     """The sources a partition reader serves up to the visible ``end``: the remote objects of its
     index sets below the local log start ``local_start`` (each with the segment's manifest, read
     once per process), then the local ``segments`` (the listing its offsets came from). ``where``:
-    the partition directory, naming its sets in the per-process cache of their walks."""
+    the partition directory, naming its sets in the per-process cache of their walks.
+
+    The remote part is remembered per partition for the current version of its sets and
+    ``below`` (only that one is asked for again): every Fetch of a read_uncommitted consumer asks
+    for the last stable offset, and building one source per tiered segment each time made a
+    catch-up's fetches cost O(tiered segments) (0.9 of 2 ms per 1 MiB fetch over 48 segments);
+    each source's manifest was remembered already (``("manifest", url)``), so a version's list is
+    what those facts build, once."""
     below = min(end, local_start if local_start is not None else end)
+    version = (tuple(_version(where, view) for view in views), below)
+    remote: list[TxnSource] = _REMOTE_SOURCES.get(
+        where, version, functools.partial(_remote_sources, where, views, below, backend, protection)
+    )
+    return remote + local_sources(segments, end, local_start or 0)
+
+
+def _remote_sources(
+    where: str, views: Sequence[SetView], below: int, backend: StorageBackend, protection: StoreProtection
+) -> list[TxnSource]:
     sources: list[TxnSource] = []
     for url, first, last in _objects(where, views):
         if first >= below:
@@ -196,7 +242,7 @@ def reader_sources(
             ("manifest", url), functools.partial(_manifest_of, backend, protection, key)
         )
         sources.append(remote_source(first, min(last, below - 1), key, (url,), manifest, committed))
-    return sources + local_sources(segments, end, local_start or 0)
+    return sources
 
 
 def _manifest_of(
@@ -222,7 +268,12 @@ def _objects(where: str, views: Sequence[SetView]) -> list[tuple[str, int, int]]
     entries only grow: the entry count and the last object tell a version)."""
     out: list[tuple[str, int, int]] = []
     for view in views:
-        last = view.last.entry.rdi.url if view.last is not None else ""
-        version = ("objects", where, view.base_offset, len(view.log_index), last)
-        out += FACTS.get(version, functools.partial(object_ranges, [view]))
+        out += FACTS.get(_version(where, view), functools.partial(object_ranges, [view]))
     return out
+
+
+def _version(where: str, view: SetView) -> tuple[str, str, int, int, str]:
+    """Which version of a set ``view`` is: its entries only grow, so the entry count and the last
+    object tell one from another."""
+    last = view.last.entry.rdi.url if view.last is not None else ""
+    return ("objects", where, view.base_offset, len(view.log_index), last)
