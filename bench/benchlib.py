@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +265,30 @@ def write_checkpoint(log_dir: Path, name: str, entries: dict[tuple[str, int], in
     tmp = log_dir / (name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(log_dir / name)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and of every live process below it, plus its reaped children's."""
+    total = 0
+    for p in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if p == pid else 0)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):  # gone meanwhile
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
+        out += kids
+        todo += kids
+    return out

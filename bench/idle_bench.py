@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record
+from bench.benchlib import command_line, machine, process_cpu_seconds, record
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import run_sidecar
 
@@ -44,11 +43,6 @@ PER_TOPIC = 1000
 #: 15 minutes, not every pass (rlm/tiering/expire/gc_schedule.py)
 _DEFAULTS = {"gc_grace_ms": 3_600_000}
 GC_INTERVAL_S = 900  # the daemon's GC interval at the default graces (gc_grace_ms / 4)
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float:
@@ -124,11 +118,11 @@ def run(partitions: int, seconds: float, interval_ms: int, max_rolled: int) -> d
                 tiered_s = time.monotonic() - started
                 time.sleep(interval_ms / 1000 + 5)  # one more pass: the first idle one
                 pids = {"broker": broker.proc.pid, "rlm": rlm.daemon.proc.pid}
-                cpu0 = {k: _cpu_seconds(p) for k, p in pids.items()}
+                cpu0 = {k: process_cpu_seconds(p) for k, p in pids.items()}
                 t0 = time.monotonic()
                 time.sleep(seconds)
                 elapsed = time.monotonic() - t0
-                cpu = {k: (_cpu_seconds(p) - cpu0[k]) / elapsed for k, p in pids.items()}
+                cpu = {k: (process_cpu_seconds(p) - cpu0[k]) / elapsed for k, p in pids.items()}
                 rss = {k: _rss_mib(p) for k, p in pids.items()}
                 gc_cpu = _gc_cpu_seconds(rlm.config)
     return {

@@ -18,16 +18,16 @@ and ``/proc/<pid>/stat`` of its processes.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.benchlib import process_cpu_seconds
 from rlm.testing.kafka_cluster import KAFKA_VERSION, KafkaCluster, kafka_libs, wait_until
 from rlm.testing.sidecar import run_sidecar, segment_bases
 
@@ -68,33 +68,6 @@ def tiered_libs(work: Path) -> Path:
     out.mkdir(parents=True)
     for jar in [*kafka_libs().glob("*.jar"), TIERED_JAR]:
         (out / jar.name).symlink_to(jar)
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` and of every live process below it, plus its reaped children's."""
-    total = 0
-    for p in [pid, *_descendants(pid)]:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if p == pid else 0)
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with suppress(OSError, IndexError, ValueError):  # gone meanwhile
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    out, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        kids = [c for c, p in parents.items() if p == parent]
-        out += kids
-        todo += kids
     return out
 
 
@@ -147,7 +120,7 @@ class Side:
 
     def cpu_each(self) -> list[float]:
         """CPU seconds of each of :attr:`pids` (the broker first)."""
-        return [cpu_seconds(p) for p in self.pids]
+        return [process_cpu_seconds(p) for p in self.pids]
 
     def create(self, topic: str, *, tiered: bool, segment: int) -> None:
         """A one-partition topic of ``segment``-byte segments; ``tiered`` False: its tiering off

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record
+from bench.benchlib import command_line, machine, process_cpu_seconds, record
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import Sidecar, run_sidecar
 
@@ -62,11 +62,6 @@ class LagRun:
     per_segment: int
     drain_s: float
     cpu_s_per_mb: float
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _tiered(url: str, topic: str) -> int:
@@ -123,7 +118,7 @@ def copy_lag(kafka: KafkaCluster, rlm: Sidecar, topic: str, rate: float, seconds
     producer = threading.Thread(
         target=lambda: result.append(_produce(kafka.bootstrap, topic, rate, seconds, done))
     )
-    cpu0, t0, tiered0 = _cpu_seconds(pid), time.monotonic(), _tiered(url, topic)
+    cpu0, t0, tiered0 = process_cpu_seconds(pid), time.monotonic(), _tiered(url, topic)
     producer.start()
     behind: list[int] = []
     while not done.is_set():
@@ -138,7 +133,7 @@ def copy_lag(kafka: KafkaCluster, rlm: Sidecar, topic: str, rate: float, seconds
     wait_until(lambda: _tiered(url, topic) >= hw - per_segment - 2, timeout=300, what="rlm draining")
     drained = time.monotonic()
     tiered_mb = (_tiered(url, topic) - tiered0) * RECORD / 1e6
-    cpu = _cpu_seconds(pid) - cpu0
+    cpu = process_cpu_seconds(pid) - cpu0
     return LagRun(
         rate,
         result[0],
