@@ -163,17 +163,15 @@ class RemoteLogManager:
 
     def _deleted_topics(self, settings: Settings) -> DeletedTopics:
         """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
-        sh = self.shared
-        return DeletedTopics(
-            settings, self.store, self.policies.refreshed_image, sh.clock_ms, sh.protection, sh.metrics
-        )
+        sh, image = self.shared, self.policies.refreshed_image
+        return DeletedTopics(settings, self.store, image, sh.clock_ms, sh.protection, sh.metrics)
 
     # -- partitions ---------------------------------------------------------------------------
 
     def classify(self) -> tuple[list[PartitionDir], list[tuple[PartitionDir, TopicPolicy]]]:
         """Every live partition dir, split by the topic policy (docs/topic-policy.md) into the ones
-        rlm tiers and the ones it leaves alone (with the policy saying why). Re-reads what is new
-        in the KRaft metadata log first and publishes the policy metrics."""
+        rlm tiers and the ones it leaves alone (with why), after reading what is new in the KRaft
+        metadata log; publishes the policy metrics."""
         self.policies.refresh()
         if self.roles.cluster:
             self.roles.refresh()  # who leads what: re-read with the pass (docs/cluster.md)
@@ -184,8 +182,7 @@ class RemoteLogManager:
         return tiered, excluded
 
     def discover(self) -> list[PartitionDir]:
-        """The partitions rlm tiers: what the topic policy selects (never Kafka's internal logs
-        unless named explicitly; see :meth:`classify`)."""
+        """The partitions rlm tiers (never Kafka's internal logs unless named; :meth:`classify`)."""
         return self.classify()[0]
 
     def policy_for(self, part: PartitionDir) -> TopicPolicy:
@@ -237,12 +234,18 @@ class RemoteLogManager:
 
     # -- one pass -----------------------------------------------------------------------------
 
-    def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
-        started_ns = time.time_ns()  # before anything is read: the fingerprint's settle point
+    def idle_check(self, part: PartitionDir) -> tuple[bool, Fingerprint | None]:
+        """Whether a pass over ``part`` now finds nothing to do (idle.py; counted), and its fingerprint."""
         leads = self.roles.idle_leadership(known := self._contexts.get(_key(part)))  # None: a follower
         fp = None if leads is None else fingerprint_of(part, self.checkpoints, self.policy_for(part), leads)
-        if still_idle(known, fp, self.shared.clock_ms()):
+        if idle := still_idle(known, fp, self.shared.clock_ms()):
             self.shared.metrics.idle_passes.inc()
+        return idle, fp
+
+    def run_partition(self, part: PartitionDir, *, retention: bool = True) -> PassResult:
+        started_ns = time.time_ns()  # before anything is read: the fingerprint's settle point
+        idle, fp = self.idle_check(part)
+        if idle:
             return PassResult(part.topic, part.partition, idle=True)
         # The directory may have been re-created (new topic id) since it was discovered.
         part = partition_dir(part.log_dir, part.topic, part.partition, part.path)
@@ -355,8 +358,7 @@ class RemoteLogManager:
 
     def copy_order(self, parts: list[PartitionDir]) -> list[PartitionDir]:
         """``parts`` in the order their passes should run: nearest the broker's deadline of their
-        oldest untiered segment first, as last estimated (docs/topic-policy.md §8); within a
-        partition the copy stays in offset order."""
+        oldest untiered segment first, as last estimated (docs/topic-policy.md §8)."""
         with self._registry_lock:
             deadlines = [(k[:2], c.deadline) for k, c in self._contexts.items() if c.deadline is not None]
         known = {tp: d.deadline_ms for tp, d in deadlines if d.deadline_ms is not None}
@@ -367,9 +369,8 @@ class RemoteLogManager:
     def _copy_eligible(
         self, ctx: PartitionContext, result: PassResult, segments: list[SegmentFiles], *, leader: bool
     ) -> int:
-        """Pin on sight and copy what is eligible of ``segments`` (the pass's listing); return how
-        many segments were pending at the start. A follower only drops the pins of what the
-        leader tiered and publishes its lag."""
+        """Pin on sight and copy what is eligible of ``segments``; return how many were pending at
+        the start. A follower only drops the pins of what the leader tiered and publishes its lag."""
         if not leader:
             forget_deadline(ctx)  # the leader's to watch (docs/topic-policy.md §8)
             waiting = self.pending(ctx, segments)
@@ -396,8 +397,7 @@ class RemoteLogManager:
         for part in self.copy_order(self.discover()):
             if self.shared.stop.is_set():
                 break
-            res = self.run_partition(part)
-            results.append(res)
+            results.append(res := self.run_partition(part))
             if on_result is not None:
                 on_result(res)
         if gc and not self.shared.stop.is_set():

@@ -13,11 +13,13 @@ import pytest
 from rlm.cli.generate import generate_log_dir
 from rlm.cluster.leadership import Leadership
 from rlm.config import load_settings
+from rlm.logdir.discovery import PartitionDir
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.pass_result import PassResult
 from rlm.tiering.roles import RESYNC_MS
 
 TOPIC = "calm"
@@ -113,3 +115,35 @@ def test_a_follower_lists_the_store_every_pass(tmp_path: Path) -> None:
         lists = counting.calls["list"]
         idle, requests = _pass(follower, counting)
         assert not idle and requests >= 1 and counting.calls["list"] == lists + 1
+
+
+def test_the_daemon_sweep_hands_only_partitions_that_are_not_idle_to_its_pass_threads(tmp_path: Path) -> None:
+    """At 10 000 partitions, handing each idle one to a pass thread every sweep cost more than its
+    idle check: the sweep checks on its own thread and submits only the others."""
+    from rlm.daemon.scheduler import TieringDaemon
+
+    mgr, counting, _clock = _manager(tmp_path, node=1, leader=1)
+    _settle(mgr, counting)
+    passes: list[str] = []
+    run = mgr.run_partition
+
+    def counted(part: PartitionDir, **kw: bool) -> PassResult:
+        passes.append(part.name)
+        return run(part, **kw)
+
+    mgr.run_partition = counted  # type: ignore[method-assign]
+    daemon = TieringDaemon(mgr)
+    try:
+        idle_before = mgr.shared.metrics.registry.get_sample_value("rlm_partition_passes_idle_total") or 0
+        daemon.discover()  # a new partition to the daemon, idle to the manager: checked, not passed
+        daemon.sweep()
+        assert passes == [] and daemon._submitted == {}
+        idle_after = mgr.shared.metrics.registry.get_sample_value("rlm_partition_passes_idle_total") or 0
+        assert idle_after == idle_before + 2
+
+        (tmp_path / "logs" / f"{TOPIC}-0" / "new.file").write_bytes(b"")  # the directory changed
+        daemon.sweep()
+        daemon._submitted[f"{TOPIC}-0"].result(timeout=60)
+        assert passes == [f"{TOPIC}-0"]
+    finally:
+        daemon.passes.shutdown()
