@@ -63,6 +63,7 @@ from kafka.protocol.sasl import (
 )
 
 from rlm.errors import KafkaProtocolError
+from rlm.formats.varint import encode_uvarint
 
 __all__ = [
     "API_VERSIONS",
@@ -262,8 +263,8 @@ def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> b
 Frame = bytes | bytearray | tuple[bytes | bytearray | memoryview, ...]
 
 _FETCH_FLEXIBLE = 12  # Kafka's FetchResponse.json, "flexibleVersions": "12+"
-#: Stands in for a partition's records while the rest is encoded (with its index): 16 random
-#: bytes a process draws once, so no offset, name or id in a response holds it by chance.
+#: Stands in for a partition's records while the rest is encoded (followed by its 4-byte index):
+#: 12 random bytes a process draws once, so no offset, name or id in a response holds it by chance.
 _MARK = os.urandom(12)
 
 
@@ -305,14 +306,7 @@ def encode_fetch_response(api: Api, version: int, correlation_id: int, body: Any
 def _records_length(version: int, size: int) -> bytes:
     """The length prefix of a records field: an unsigned varint of size + 1 in flexible versions
     (COMPACT_RECORDS), else an INT32."""
-    if version < _FETCH_FLEXIBLE:
-        return size.to_bytes(4, "big", signed=True)
-    value, out = size + 1, bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return size.to_bytes(4, "big", signed=True) if version < _FETCH_FLEXIBLE else encode_uvarint(size + 1)
 
 
 def unsupported_api_versions(correlation_id: int, served: dict[int, Api] | None = None) -> bytes | bytearray:
