@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from rlm.errors import FormatError, RlmError
+from rlm.errors import FormatError, ObjectNotFoundError, RlmError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT
@@ -38,6 +38,7 @@ from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.store import (
     Chain,
+    IdleNote,
     Lineage,
     LineageMarker,
     Link,
@@ -136,7 +137,26 @@ def _refresh(remote: RemoteState, view: StoreView, listing: Sequence[ObjectInfo]
         (k for _, k in remote.lineage_marker_keys(listing)), infos, view.markers, remote.read_lineage_marker
     )
     view.log_start = max(view.log_start, remote.log_start_marker(listing))
+    note = infos.get(object_keys.idle_note_key(remote.topic, remote.partition, remote.key_id))
+    view.idle_note = None if note is None else _idle_note(remote, note, view.idle_note)
     return read
+
+
+def _idle_note(
+    remote: RemoteState, info: ObjectInfo, known: tuple[Stamp, IdleNote | None] | None
+) -> tuple[Stamp, IdleNote | None]:
+    """The idle note a listing shows, read when its stamp is new. One that does not parse is
+    named once (per stamp) and counts as none: it is advisory (docs/cluster.md)."""
+    stamp = _stamp(info)
+    if known is not None and known[0] == stamp:
+        return known
+    try:
+        return stamp, remote.read_idle_note(info.key)
+    except ObjectNotFoundError:  # replaced since the listing: the next listing reads the new one
+        return stamp, None
+    except FormatError as err:
+        log.warning("%s (ignored: followers list the partition every pass)", err)
+        return stamp, None
 
 
 def _lineages(view: StoreView) -> list[Lineage]:

@@ -15,6 +15,7 @@ its modules (tests/ops/test_rooms.py).
 from __future__ import annotations
 
 from rlm.tiering.store.entry_opener import EntryOpener
+from rlm.tiering.store.idle_note import IdleNote
 from rlm.tiering.store.keyring import KeyRing
 from rlm.tiering.store.lineage import (
     Chain,
@@ -56,6 +57,7 @@ __all__ = [
     "TXN_INDEX_OBJECT",
     "Chain",
     "EntryOpener",
+    "IdleNote",
     "KeyRing",
     "Lineage",
     "LineageMarker",

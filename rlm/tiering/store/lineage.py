@@ -31,6 +31,7 @@ from typing import Any
 
 from rlm.errors import FormatError
 from rlm.formats.checkpoint import EpochEntry
+from rlm.tiering.store.idle_note import IdleNote
 from rlm.tiering.store.manifest import SegmentManifest
 
 __all__ = [
@@ -272,6 +273,9 @@ class StoreView:
     chain: Chain = field(default_factory=lambda: Chain(()))
     #: The highest log start a marker of rlm's DeleteRecords names (docs/formats.md §6.8); -1 none.
     log_start: int = -1
+    #: The leader's idle note as last listed (docs/cluster.md "Idle partitions"): its stamp and the
+    #: note, None for one that does not parse; None when the listing had none.
+    idle_note: tuple[Stamp, IdleNote | None] | None = None
 
 
 def merged_epochs(starts: Iterable[tuple[int, int]], log_start: int, log_end: int) -> list[EpochEntry]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DATA",
+    "IDLE_NOTE",
     "ID_SEPARATOR",
     "LEADER_EPOCHS",
     "LINEAGE_MARKER_PREFIX",
@@ -57,6 +58,7 @@ __all__ = [
     "data_key",
     "data_prefix",
     "id_roots_prefix",
+    "idle_note_key",
     "lineage_marker_key",
     "log_start_marker_key",
     "manifest_key",
@@ -150,6 +152,15 @@ def _numbered_marker(prefix: str, digits: int, key: str) -> int | None:
     if ext != "json" or not dot or len(stem) != digits or not stem.isdigit():
         return None
     return int(stem)
+
+
+#: The leader's idle note (docs/cluster.md "Idle partitions") lives beside the manifests too, so a
+#: follower's one listing finds it: ``manifests/idle-note.json``, overwritten in place.
+IDLE_NOTE = "idle-note.json"
+
+
+def idle_note_key(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return f"{manifests_prefix(topic, partition, topic_id)}{IDLE_NOTE}"
 
 
 #: Log start markers (rlm's DeleteRecords, docs/formats.md §6.8) live beside the manifests too:

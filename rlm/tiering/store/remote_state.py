@@ -26,6 +26,7 @@ from rlm.formats.indexes.remote_index import RemoteDataIdentifier, RemoteLogInde
 from rlm.formats.records import iter_batches
 from rlm.storage.api import MAX_LIST_LIMIT, ObjectInfo, StorageBackend
 from rlm.tiering.store import object_keys
+from rlm.tiering.store.idle_note import IdleNote
 from rlm.tiering.store.lineage import Chain, Lineage, LineageMarker, Link, resolve_chain
 from rlm.tiering.store.manifest import ENTRIES_OBJECT, MAX_MANIFEST_BYTES, SegmentManifest
 from rlm.tiering.store.store_protection import StoreProtection
@@ -84,10 +85,8 @@ def store_manifest_keys(
             root = object_keys.parse_root(info.key)
             if root is None or (topics is not None and root.topic not in topics):
                 continue
-            if (
-                object_keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id)
-                is not None
-            ):
+            base = object_keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id)
+            if base is not None:
                 yield info.key, info.etag
         if page.next_token is None:
             return
@@ -368,6 +367,13 @@ class RemoteState:
         body = json.dumps({"log_start_offset": offset, **doc}, sort_keys=True).encode()
         with contextlib.suppress(ObjectExistsError):  # one already there says the same
             self.backend.put(key, body, if_absent=True)
+
+    def read_idle_note(self, key: str) -> IdleNote:
+        """One idle note (FormatError names ``key`` when it does not parse or is too large)."""
+        return IdleNote.from_json(self.backend.read_at_most(key, MAX_MANIFEST_BYTES, what="note"), key=key)
+
+    def write_idle_note(self, note: IdleNote) -> None:
+        self.backend.put(object_keys.idle_note_key(self.topic, self.partition, self.key_id), note.to_json())
 
     def list_id_roots(self) -> list[ObjectInfo]:
         """Every object of every topic-id root of this partition (one listing)."""
