@@ -59,6 +59,7 @@ class Leadership:
     leader_epoch: int | None  # from KRaft / admin metadata; None when the source has none
     source: str  # "always" | "static" | "kraft" | "kafka-admin"
     detail: str | None = None  # why unknown (or why there is no leader)
+    sole: bool = False  # this node holds the partition's only replica (no other sidecar follows it)
 
     @property
     def is_leader(self) -> bool:
@@ -102,10 +103,16 @@ def from_leader(
     if leader < 0:
         if node_id is not None and replicas == (node_id,):
             return Leadership(
-                "leader", None, epoch, source, "the partition has no leader; this node holds its only replica"
+                "leader",
+                None,
+                epoch,
+                source,
+                "the partition has no leader; this node holds its only replica",
+                True,
             )
         return Leadership("follower", None, epoch, source, "the partition has no leader (offline)")
-    return Leadership("leader" if leader == node_id else "follower", leader, epoch, source)
+    sole = node_id is not None and replicas == (node_id,)
+    return Leadership("leader" if leader == node_id else "follower", leader, epoch, source, sole=sole)
 
 
 class AlwaysSource:

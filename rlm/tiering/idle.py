@@ -16,6 +16,11 @@ a change within the same timestamp tick could otherwise hide behind an equal sig
 Checkpoint values come from :class:`~rlm.logdir.checkpoint_cache.CheckpointCache`, which applies
 the same rule to its files.
 
+In cluster mode the leader and leader epoch are part of the fingerprint and a mark lasts at most
+an hour. A leader's first mark asks for one more pass (``announce``), which writes the idle note
+its followers idle on; a follower is marked only when that note covers its replica (roles.py,
+docs/cluster.md "Idle partitions").
+
 The mark is also kept in ``<state dir>/idle.json`` (with the progress it was made for), so a
 restart that trusted the local state (rlm.tiering.resume) starts idle too: the first pass after a
 restart costs what an idle pass costs. Every pass that is not idle deletes the file first, so it
@@ -114,18 +119,28 @@ def load_mark(ctx: PartitionContext) -> None:
     ctx.idle_saved = ctx.idle is not None
 
 
-def forget_mark(ctx: PartitionContext) -> None:
-    """A full pass starts: it may change what a persisted mark describes."""
-    ctx.idle = None
+def forget_mark(ctx: PartitionContext) -> IdleMark | None:
+    """A full pass starts: it may change what a persisted mark describes. Returns the mark it
+    dropped (a cluster leader compares it with the mark this pass makes: roles.py)."""
+    prior, ctx.idle = ctx.idle, None
     if ctx.idle_saved is not False:
         IdleMark.forget(ctx.state_dir)
         ctx.idle_saved = False
+    return prior if isinstance(prior, IdleMark) else None
 
 
-def set_mark(ctx: PartitionContext, fp: Fingerprint, read_started_ns: int, due_ms: int | None) -> None:
-    """A full pass found nothing to do: mark ``ctx`` idle (and persist it) when ``fp`` is trusted."""
+def set_mark(
+    ctx: PartitionContext,
+    fp: Fingerprint,
+    read_started_ns: int,
+    due_ms: int | None,
+    *,
+    announce: bool = False,
+) -> None:
+    """A full pass found nothing to do: mark ``ctx`` idle (and persist it) when ``fp`` is trusted.
+    ``announce``: a cluster leader's first mark — one more pass is due, to write the idle note."""
     if trusted(fp, read_started_ns):
-        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms)
+        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms, announce)
         ctx.idle.save(ctx.state_dir)
         ctx.idle_saved = True
 
@@ -143,21 +158,28 @@ def _progress_key(progress: Progress) -> tuple[int, int, int]:
 @dataclass(frozen=True, slots=True)
 class IdleMark:
     """A clean pass that found nothing to do: its fingerprint, the progress it left, and when (ms)
-    retention by time deletes the oldest remote segment (None: never, by time)."""
+    retention by time deletes the oldest remote segment (None: never, by time). ``announce``: a
+    cluster leader's mark whose idle note is not written yet — not idle, so the next sweep passes
+    the partition once more (docs/cluster.md "Idle partitions")."""
 
     fingerprint: Fingerprint
     progress: tuple[int, int, int]
     due_ms: int | None
+    announce: bool = False
 
     @classmethod
-    def of(cls, fp: Fingerprint, progress: Progress, due_ms: int | None) -> IdleMark:
-        return cls(fp, _progress_key(progress), due_ms)
+    def of(cls, fp: Fingerprint, progress: Progress, due_ms: int | None, announce: bool = False) -> IdleMark:
+        return cls(fp, _progress_key(progress), due_ms, announce)
+
+    def describes(self, fp: Fingerprint, progress: Progress) -> bool:
+        """Whether this mark was made for ``fp`` and ``progress`` (its time and note aside)."""
+        return fp == self.fingerprint and _progress_key(progress) == self.progress
 
     def still_idle(self, fp: Fingerprint, progress: Progress, now_ms: int) -> bool:
         return (
-            fp == self.fingerprint
+            not self.announce
+            and self.describes(fp, progress)
             and (self.due_ms is None or now_ms < self.due_ms)
-            and _progress_key(progress) == self.progress
         )
 
     def save(self, state_dir: Path) -> None:
@@ -170,6 +192,7 @@ class IdleMark:
             "leader": fp.leader,
             "progress": self.progress,
             "due_ms": self.due_ms,
+            "announce": self.announce,
         }
         atomic_write(state_dir / IDLE_FILE, json.dumps(doc).encode(), durable=False)
 
@@ -189,7 +212,12 @@ class IdleMark:
             due = doc["due_ms"]
             if due is not None and (not isinstance(due, int) or isinstance(due, bool)):
                 return None
-            return cls(fp, (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0)), due)
+            announce = doc.get("announce", False)  # absent: written before idle notes
+            if not isinstance(announce, bool):
+                return None
+            return cls(
+                fp, (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0)), due, announce
+            )
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return None
 

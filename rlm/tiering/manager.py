@@ -63,7 +63,7 @@ from rlm.tiering.expire import (
     retention_limits,
     retention_pass,
 )
-from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, set_mark, still_idle
+from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, still_idle
 from rlm.tiering.local import (
     Journal,
     PartitionContext,
@@ -155,16 +155,11 @@ class RemoteLogManager:
             refresh_image=self.policies.refresh if shared else None,
         )
         self.roles = Roles(source, self.shared.metrics.registry)
-        self.shared.cluster = self.roles.cluster
-        self.shared.node_id = self.roles.source.node_id
+        self.shared.cluster, self.shared.node_id = self.roles.cluster, self.roles.source.node_id
         self._policy: dict[tuple[str, int], TopicPolicy] = {}
-        self.deleted = self._deleted_topics(settings)
+        sh, image = self.shared, self.policies.refreshed_image  # deleted topics' data, kept for their grace
+        self.deleted = DeletedTopics(settings, self.store, image, sh.clock_ms, sh.protection, sh.metrics)
         self.gc_schedule = GcSchedule.of(settings)  # docs/operations.md "GC"
-
-    def _deleted_topics(self, settings: Settings) -> DeletedTopics:
-        """Deleted topics' remote data, kept for their grace (docs/topic-identity.md)."""
-        sh, image = self.shared, self.policies.refreshed_image
-        return DeletedTopics(settings, self.store, image, sh.clock_ms, sh.protection, sh.metrics)
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -310,7 +305,7 @@ class RemoteLogManager:
             if still_idle(ctx, fp, self.shared.clock_ms()):  # idle before the restart and since
                 result.idle = True
                 return
-        forget_mark(ctx)
+        prior = forget_mark(ctx)
         if self.roles.cluster and not loaded:  # other sidecars may have changed the store (docs/cluster.md)
             self.roles.sync(ctx, leader=leader)
         segments = list_segments(ctx.part)  # one listing per pass
@@ -326,7 +321,9 @@ class RemoteLogManager:
             if fp is not None and not (
                 pending or result.copied or result.deleted or ctx.quarantined or result.error
             ):
-                set_mark(ctx, fp, started_ns, self.roles.idle_due(due_ms, self.shared.clock_ms()))
+                self.roles.mark_leader_idle(ctx, fp, prior, started_ns, due_ms)
+        elif fp is not None and not (leader or ctx.quarantined or result.error):
+            self.roles.mark_follower_idle(ctx, fp, started_ns, self.policy_for(ctx.part))
         if result.copied or result.deleted:  # a hole the copy left; a gap retention passed
             note_gaps(ctx, segments, compacted=compacted, leader=leader)
 

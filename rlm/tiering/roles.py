@@ -12,6 +12,7 @@ pass and again before every segment a leader copies, remembers the answer on the
 ``rlm_remote_sync_lag_offsets``         that minus the local index's highest offset (0 when in step)
 ``rlm_lineage_uncommitted_segments``    segments the leader uncommitted: diverged or overlapped
 ``rlm_leadership_lost_total``           passes that stopped copying because leadership moved
+``rlm_idle_notes_written_total``        idle notes this leader wrote for its followers
 ======================================  ==========================================================
 """
 
@@ -25,7 +26,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlm.cluster.leadership import Leadership, LeadershipSource
 from rlm.tiering.converge import SyncResult, note_divergence, note_log_start, progress_after, sync_partition
-from rlm.tiering.local import PartitionContext
+from rlm.tiering.expire import TopicPolicy, retention_due, retention_limits
+from rlm.tiering.idle import Fingerprint, IdleMark, set_mark
+from rlm.tiering.local import PartitionContext, of_context
+from rlm.tiering.store import IdleNote
 
 __all__ = ["Roles"]
 
@@ -74,6 +78,12 @@ class Roles:
             (*_TP, "reason"),
             registry=r,
         )
+        self.notes = Counter(
+            "rlm_idle_notes_written",
+            "Idle notes this leader wrote for its followers (docs/cluster.md)",
+            _TP,
+            registry=r,
+        )
         self.lost = Counter(
             "rlm_leadership_lost",
             "Passes that stopped copying because leadership moved away",
@@ -105,16 +115,69 @@ class Roles:
 
     def idle_leadership(self, ctx: PartitionContext | None) -> Leadership | None:
         """What an idle mark of ``ctx`` depends on from leadership (idle.py); None when its pass
-        may not be skipped: in cluster mode a follower (or a partition not passed yet) learns the
-        leader's commits only from the store's listing. A leader's store changes only by its own
-        hand while its leader epoch stands (docs/cluster.md "Idle partitions")."""
+        may not be skipped: a partition not passed yet, an unknown role, a follower of no known
+        leader. A leader's store changes only by its own hand while its leader epoch stands; a
+        follower idles on its leader's idle note (docs/cluster.md "Idle partitions")."""
         if not self.cluster:
             return _LEADS
         if ctx is None:
             return None
         self.refresh(max_age_s=1.0)
         found = self.of(ctx)
-        return found if found.role == "leader" else None
+        known_leader = found.role == "follower" and found.leader is not None
+        return found if found.role == "leader" or known_leader else None
+
+    def mark_leader_idle(
+        self,
+        ctx: PartitionContext,
+        fp: Fingerprint,
+        prior: IdleMark | None,
+        started_ns: int,
+        due_ms: int | None,
+    ) -> None:
+        """A leader's pass found nothing to do: mark it idle (idle.py). In cluster mode, when other
+        replicas follow, the first such mark asks for one more pass; that pass — the partition idle a
+        whole interval, so not one pass between two rolls of a busy log — writes the idle note its
+        followers idle on (docs/cluster.md "Idle partitions")."""
+        now_ms = ctx.shared.clock_ms()
+        lead = ctx.leadership if isinstance(ctx.leadership, Leadership) else None
+        announce = False
+        if self.cluster and lead is not None and lead.leader is not None and not lead.sole:
+            if prior is not None and prior.describes(fp, ctx.progress):
+                self._write_note(ctx, fp, lead.leader, lead.leader_epoch, now_ms)
+            else:
+                announce = True
+        set_mark(ctx, fp, started_ns, self.idle_due(due_ms, now_ms), announce=announce)
+
+    def _write_note(
+        self, ctx: PartitionContext, fp: Fingerprint, leader: int, epoch: int | None, now_ms: int
+    ) -> None:
+        hw, log_start = fp.state[0], fp.state[1]
+        if hw is None:
+            return
+        note = IdleNote(epoch, leader, ctx.store.chain.highest, hw, log_start or 0, now_ms)
+        known = ctx.store.idle_note
+        if note.says_same(known[1] if known is not None else None):
+            return
+        of_context(ctx).write_idle_note(note)
+        ctx.store.idle_note = ((-1, None, None), note)  # the next listing reads it once for its stamp
+        ctx.series(self.notes).inc()
+
+    def mark_follower_idle(
+        self, ctx: PartitionContext, fp: Fingerprint, started_ns: int, policy: TopicPolicy
+    ) -> None:
+        """A follower's pass: mark it idle when the idle note its listing found covers what its own
+        replica holds (:meth:`IdleNote.covers`) and the leader's retention has nothing to delete
+        now (by ``policy``, the topic's, as the leader applies it)."""
+        known, lead = ctx.store.idle_note, ctx.leadership
+        note = known[1] if known is not None else None
+        if note is None or not isinstance(lead, Leadership):
+            return
+        if not note.covers(lead.leader, lead.leader_epoch, ctx.store.chain.highest, fp.state):
+            return
+        due_now, due_ms = retention_due(ctx, **retention_limits(policy, ctx))
+        if not due_now:
+            set_mark(ctx, fp, started_ns, self.idle_due(due_ms, ctx.shared.clock_ms()))
 
     def idle_due(self, due_ms: int | None, now_ms: int) -> int | None:
         """When an idle mark made now ends: ``due_ms`` (retention by time), and in cluster mode

@@ -17,7 +17,7 @@ from rlm.tiering.expire.deleted_topics import DeletedTopics
 from rlm.tiering.expire.gc import collect_garbage, collect_partition
 from rlm.tiering.expire.gc_schedule import GcSchedule, gc_interval_s
 from rlm.tiering.expire.policy import Setting, TopicPolicy, TopicPolicyResolver, retention_limits
-from rlm.tiering.expire.retention import apply_retention, retention_pass
+from rlm.tiering.expire.retention import apply_retention, retention_due, retention_pass
 
 __all__ = [
     "DeletedTopics",
@@ -34,6 +34,7 @@ __all__ = [
     "forget_deadline",
     "gc_interval_s",
     "note_deadline",
+    "retention_due",
     "retention_limits",
     "retention_pass",
 ]

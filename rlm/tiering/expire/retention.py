@@ -28,6 +28,7 @@ __all__ = [
     "delete_segment",
     "expiry_reason",
     "plan_retention",
+    "retention_due",
     "retention_pass",
     "time_expiry_ms",
 ]
@@ -216,3 +217,16 @@ def retention_pass(
     )
     oldest = ctx.oldest_manifest()
     return plan, None if oldest is None else time_expiry_ms(oldest[2], retention_ms)
+
+
+def retention_due(
+    ctx: PartitionContext, *, retention_ms: int, retention_bytes: int, local_only_bytes: int = 0
+) -> tuple[bool, int | None]:
+    """What :func:`retention_pass` would find, deleting nothing: whether it deletes something now,
+    and when (ms) retention by time deletes next (None: never, by time). A follower asks it before
+    it idles: what the leader's retention deletes, it learns from the next listing (roles.py)."""
+    plan = _due_plan(
+        ctx, retention_ms=retention_ms, retention_bytes=retention_bytes, local_only_bytes=local_only_bytes
+    )
+    oldest = ctx.oldest_manifest()
+    return bool(plan.expired), None if oldest is None else time_expiry_ms(oldest[2], retention_ms)
