@@ -2,7 +2,7 @@
 (docs/operations.md, "What an idle pass costs").
 
 A pass reads the partition directory (segments, ``leader-epoch-checkpoint``, ``partition.metadata``),
-the log dir's checkpoints (high watermark, log start, recovery point), the topic's policy, and the
+the log dir's checkpoints (high watermark, log start), the topic's policy, and the
 clock (time-based retention). Its :class:`Fingerprint` is the stat signature of the directory and of
 ``partition.metadata`` — Kafka creates, deletes and renames files there for every roll, cleaner
 swap, deletion and checkpoint rewrite, each of which changes the directory's mtime — the
@@ -73,7 +73,9 @@ class Fingerprint:
 
     directory: Signature
     metadata: Signature
-    state: tuple[int | None, int | None, int | None]  # high watermark, log start, recovery point
+    # high watermark, log start. Not the recovery point: no pass reads it, and the broker rewrites it
+    # after a flush long after the records moved — a wake-up (a store listing in cluster mode) for nothing.
+    state: tuple[int | None, int | None]
     policy: str  # policy_key()
     leader: tuple[int | None, int | None] = (None, None)  # leader node id, leader epoch (cluster mode)
 
@@ -84,7 +86,7 @@ def fingerprint(
     """The fingerprint of ``part`` now (two ``stat`` calls); ``leads``: this node's leadership of
     it in cluster mode (a new leader or epoch is not the pass that was marked)."""
     meta = stat_signature(part.path / PARTITION_METADATA)
-    values = (state.high_watermark, state.log_start_offset, state.recovery_point)
+    values = (state.high_watermark, state.log_start_offset)
     leader = (None, None) if leads is None else (leads.leader, leads.leader_epoch)
     return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy), leader)
 
@@ -204,7 +206,7 @@ class IdleMark:
             fp = Fingerprint(
                 _sig(doc["directory"]),
                 _sig(doc["metadata"]),
-                _ints(doc["state"], 3, True),
+                _ints(doc["state"], 2, True),  # 3 values: written with the recovery point (a full pass)
                 _text(doc["policy"]),
                 _ints(doc.get("leader", [None, None]), 2, True),  # absent: written before cluster marks
             )

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from rlm.config import load_settings
 from rlm.formats.records import Record as Decoded
 from rlm.logdir.discovery import list_segments, partition_dir
@@ -299,3 +301,35 @@ def http_values(url: str, topic: str, partition: int, start: int) -> set[bytes]:
             return values
         values |= {base64.b64decode(r["value"]) for r in records if r["value"] is not None}
         offset = doc["next_offset"]
+
+
+def metric_sum(url: str, name: str, topic: str) -> float:
+    """The sum of the samples of ``name`` labelled with ``topic`` in the daemon's /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels.get("topic") == topic
+    )
+
+
+def quiet_requests(fleet: Fleet, topic: str, nodes: list[int]) -> dict[int, float]:
+    """Store requests the sidecars of ``nodes`` made for ``topic``'s partitions so far."""
+    return {n: metric_sum(fleet.sidecars[n].url, "rlm_store_requests_total", topic) for n in nodes}
+
+
+def wait_quiet(fleet: Fleet, topic: str, nodes: list[int], passes: int = 5) -> dict[int, float]:
+    """Until the sidecars of ``nodes`` asked the store nothing about ``topic`` for ``passes``
+    seconds (a pass a second); returns their counts then."""
+    seen: list[dict[int, float]] = []
+
+    def still() -> dict[int, float] | None:
+        seen.append(quiet_requests(fleet, topic, nodes))
+        return seen[-1] if len(seen) > passes and seen[-1] == seen[-1 - passes] else None
+
+    got: dict[int, float] = wait_until(
+        still, timeout=180, interval=1.0, what=f"{topic}: no sidecar asks the store"
+    )
+    return got

@@ -29,11 +29,14 @@ from tests.live.cluster_helpers import (
     chain_of,
     http_values,
     journal,
+    metric_sum,
     open_copy,
+    quiet_requests,
     send,
     store_state,
     wait_isr,
     wait_leadership_seen,
+    wait_quiet,
     wait_settled,
 )
 from tests.live.helpers import broker_end
@@ -41,6 +44,7 @@ from tests.live.helpers import broker_end
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
 TOPIC = "replicated"
+QUIET = "quiet"
 PARTITIONS = 3
 ALL = (1, 2, 3)
 
@@ -55,6 +59,27 @@ def fleet(kafka_trio: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
         yield sidecars
     finally:
         sidecars.close()
+
+
+def test_an_idle_partition_costs_its_followers_no_store_request(fleet: Fleet) -> None:
+    """#35 item 4 (docs/cluster.md "Idle partitions"): once the log stops, the leader writes its
+    idle note and the followers stop asking the store about the partition; records produced later
+    wake them, and they list again until they hold the new commits. (The leader's passes are idle
+    too; what it still asks is GC's, every ``gc_interval_s`` — 15 s with this fleet's grace.)"""
+    cluster = fleet.cluster
+    cluster.create_topic(QUIET, partitions=1, configs={"segment.bytes": MiB})
+    send(cluster.bootstrap, QUIET, 0, 2500, tag="q")
+    wait_leadership_seen(fleet, QUIET)
+    first = wait_settled(fleet, QUIET, 0)
+    leader = cluster.leaders(QUIET)[0]
+    followers = [n for n in ALL if n != leader]
+    for _ in range(2):
+        counts = wait_quiet(fleet, QUIET, followers)
+        time.sleep(10)  # ten passes of every sidecar
+        assert quiet_requests(fleet, QUIET, followers) == counts, "a follower asked the store"
+        send(cluster.bootstrap, QUIET, 0, 1500, tag="r")  # the log moves: followers must learn of it
+        assert wait_settled(fleet, QUIET, 0) > first
+    assert metric_sum(fleet.sidecars[leader].url, "rlm_idle_notes_written_total", QUIET) >= 2
 
 
 @pytest.fixture(scope="module")
