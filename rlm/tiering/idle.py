@@ -29,8 +29,10 @@ only ever describes a partition that has been idle since its last full, clean pa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,11 +44,14 @@ from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.discovery import PARTITION_METADATA, PartitionDir, PartitionState
 from rlm.tiering.expire import TopicPolicy
 from rlm.tiering.local import PartitionContext, Progress
+from rlm.tiering.store import Orphan
 
 __all__ = [
     "IDLE_FILE",
+    "IDLE_GC_MS",
     "Fingerprint",
     "IdleMark",
+    "collect_unless_idle",
     "fingerprint",
     "fingerprint_of",
     "forget_mark",
@@ -59,6 +64,10 @@ __all__ = [
 
 #: The persisted mark of an idle partition, in its state dir (a cache: written without fsync).
 IDLE_FILE = "idle.json"
+#: How long GC passes over a partition that stayed idle since a GC found nothing in it (ms). Garbage
+#: appears only where a sidecar copies: here, while it stays idle, only an abandoned upload of a
+#: sidecar that wrongly believed it led. A day bounds how long such objects stay.
+IDLE_GC_MS = 86_400_000
 
 
 @functools.lru_cache(maxsize=4096)
@@ -142,9 +151,35 @@ def set_mark(
     """A full pass found nothing to do: mark ``ctx`` idle (and persist it) when ``fp`` is trusted.
     ``announce``: a cluster leader's first mark — one more pass is due, to write the idle note."""
     if trusted(fp, read_started_ns):
-        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms, announce)
+        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms, announce, ctx.shared.clock_ms())
         ctx.idle.save(ctx.state_dir)
         ctx.idle_saved = True
+
+
+def collect_unless_idle(
+    ctx: PartitionContext, dry_run: bool, collect: Callable[[], list[Orphan]]
+) -> list[Orphan]:
+    """GC of ``ctx`` (``collect`` it, return what it deleted) unless it has stayed idle — its mark
+    stands: no pass of this node did anything since — since a GC found nothing to collect in it,
+    less than :data:`IDLE_GC_MS` ago. A GC that finds nothing (no orphan, no old incarnation) after
+    the mark stood for the grace period (every attempt begun before the partition went idle was
+    then old enough to judge) records it on the mark. A report (``dry_run``) looks everywhere."""
+    mark, now = ctx.idle, ctx.shared.clock_ms()
+    idle = not dry_run and isinstance(mark, IdleMark) and not mark.announce
+    if idle and mark.gc_clean_ms is not None and now - mark.gc_clean_ms < IDLE_GC_MS:
+        return []
+    deleted = collect()
+    if (
+        idle
+        and not deleted
+        and not ctx.old_incarnations
+        and ctx.idle is mark
+        and now - mark.made_ms >= ctx.shared.settings.gc_grace_ms
+    ):
+        ctx.idle = dataclasses.replace(mark, gc_clean_ms=now)
+        ctx.idle.save(ctx.state_dir)
+        ctx.idle_saved = True
+    return deleted
 
 
 def trusted(fp: Fingerprint, read_started_ns: int) -> bool:
@@ -168,10 +203,14 @@ class IdleMark:
     progress: tuple[int, int, int]
     due_ms: int | None
     announce: bool = False
+    made_ms: int = 0  # when the pass marked it (ms since the Unix epoch; 0: not known)
+    gc_clean_ms: int | None = None  # when a GC found nothing to collect while it stood (gc_skips)
 
     @classmethod
-    def of(cls, fp: Fingerprint, progress: Progress, due_ms: int | None, announce: bool = False) -> IdleMark:
-        return cls(fp, _progress_key(progress), due_ms, announce)
+    def of(
+        cls, fp: Fingerprint, progress: Progress, due_ms: int | None, announce: bool = False, made_ms: int = 0
+    ) -> IdleMark:
+        return cls(fp, _progress_key(progress), due_ms, announce, made_ms)
 
     def describes(self, fp: Fingerprint, progress: Progress) -> bool:
         """Whether this mark was made for ``fp`` and ``progress`` (its time and note aside)."""
@@ -195,6 +234,8 @@ class IdleMark:
             "progress": self.progress,
             "due_ms": self.due_ms,
             "announce": self.announce,
+            "made_ms": self.made_ms,
+            "gc_clean_ms": self.gc_clean_ms,
         }
         atomic_write(state_dir / IDLE_FILE, json.dumps(doc).encode(), durable=False)
 
@@ -217,9 +258,9 @@ class IdleMark:
             announce = doc.get("announce", False)  # absent: written before idle notes
             if not isinstance(announce, bool):
                 return None
-            return cls(
-                fp, (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0)), due, announce
-            )
+            made, gc_clean = _ints([doc.get("made_ms", 0), doc.get("gc_clean_ms")], 2, True)
+            key = (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0))
+            return cls(fp, key, due, announce, int(made or 0), gc_clean)
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return None
 

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ from rlm.tiering.expire import (
     retention_limits,
     retention_pass,
 )
-from rlm.tiering.idle import Fingerprint, fingerprint_of, forget_mark, still_idle
+from rlm.tiering.idle import Fingerprint, collect_unless_idle, fingerprint_of, forget_mark, still_idle
 from rlm.tiering.local import (
     Journal,
     PartitionContext,
@@ -422,11 +423,12 @@ class RemoteLogManager:
             if on_partition is not None:
                 on_partition(ctx.part.name)
             # No recover() here: `rlm gc` may run beside a daemon that owns the partition, and
-            # recovery aborts (deletes) every open attempt regardless of the grace period.
+            # recovery aborts (deletes) every open attempt regardless of the grace period. Only the
+            # leader collects garbage (docs/cluster.md), and not again in an idle partition (idle.py).
             with self.pass_lock(ctx):
                 if ctx.part.identity_error is None and self.roles.of(ctx).role == "leader":
-                    # only the leader collects garbage (docs/cluster.md)
-                    orphans += collect_partition(ctx, dry_run=dry_run, old=old, save_stamps=save_stamps)
+                    work = partial(collect_partition, ctx, dry_run=dry_run, old=old, save_stamps=save_stamps)
+                    orphans += collect_unless_idle(ctx, dry_run, work)
         (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
         self.gc_schedule.record(self.shared.clock_ms(), dry_run=dry_run)  # when the next is due
         return orphans

@@ -23,6 +23,7 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
+from rlm.tiering.idle import IDLE_GC_MS
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
 from rlm.tiering.pass_result import PassResult
@@ -205,6 +206,33 @@ def test_a_follower_lists_again_when_its_replica_moves_and_sees_the_next_commit_
         assert _pass(follower, counting) == (True, 0)
     finally:
         writer.close()
+
+
+def test_gc_passes_over_a_partition_idle_since_a_gc_found_nothing_in_it(tmp_path: Path) -> None:
+    """#35 items 4-5: GC (3 LISTs, a HEAD and a GET per partition, every 15 minutes by default)
+    was what an idle leader still asked the store; now once a day (idle.IDLE_GC_MS)."""
+    mgr, counting, clock = _manager(tmp_path, node=1, leader=1)
+    _settle(mgr, counting)
+
+    def gc() -> int:
+        before = counting.total
+        assert mgr.collect_garbage() == []
+        return counting.total - before
+
+    gc()  # the first reads the manifests' stamps too
+    baseline = gc()  # the mark is younger than the grace: an attempt begun before it may be young
+    assert baseline >= 2 and gc() == baseline
+    clock.ms += 3_600_000  # the grace (gc_grace_ms) since the mark: this GC judges everything
+    assert gc() == baseline
+    skipped = gc()
+    assert skipped < baseline and [gc() for _ in range(2)] == [skipped] * 2
+    assert mgr.collect_garbage(dry_run=True) == [] and counting.total > 0  # a report looks anyway
+
+    clock.ms += IDLE_GC_MS  # a day on: once more, then passed over again
+    assert gc() == baseline and gc() == skipped
+    (tmp_path / "logs" / f"{TOPIC}-0" / "moved").write_bytes(b"")
+    assert _pass(mgr, counting)[0] is False  # the partition moved: a new mark, GC looks again
+    assert gc() == baseline
 
 
 def _produce(writer: LogWriter) -> None:
