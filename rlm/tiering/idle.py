@@ -147,11 +147,18 @@ def set_mark(
     due_ms: int | None,
     *,
     announce: bool = False,
+    prior: IdleMark | None = None,
 ) -> None:
     """A full pass found nothing to do: mark ``ctx`` idle (and persist it) when ``fp`` is trusted.
-    ``announce``: a cluster leader's first mark — one more pass is due, to write the idle note."""
+    ``announce``: a cluster leader's first mark — one more pass is due, to write the idle note.
+    ``prior``: the mark this pass dropped; when it describes the same, the partition has been idle
+    all along (a pass an expired mark asked for, such as the hourly listing): its age and GC's
+    finding carry over."""
     if trusted(fp, read_started_ns):
-        ctx.idle = IdleMark.of(fp, ctx.progress, due_ms, announce, ctx.shared.clock_ms())
+        mark = IdleMark.of(fp, ctx.progress, due_ms, announce, ctx.shared.clock_ms())
+        if prior is not None and prior.describes(fp, ctx.progress):
+            mark = dataclasses.replace(mark, made_ms=prior.made_ms, gc_clean_ms=prior.gc_clean_ms)
+        ctx.idle = mark
         ctx.idle.save(ctx.state_dir)
         ctx.idle_saved = True
 

@@ -147,7 +147,7 @@ class Roles:
                 self._write_note(ctx, fp, lead.leader, lead.leader_epoch, now_ms)
             else:
                 announce = True
-        set_mark(ctx, fp, started_ns, self.idle_due(due_ms, now_ms), announce=announce)
+        set_mark(ctx, fp, started_ns, self.idle_due(due_ms, now_ms), announce=announce, prior=prior)
 
     def _write_note(
         self, ctx: PartitionContext, fp: Fingerprint, leader: int, epoch: int | None, now_ms: int

@@ -65,7 +65,13 @@ def _manager(tmp_path: Path, *, node: int, leader: int) -> tuple[RemoteLogManage
     log_dir, store = tmp_path / "logs", tmp_path / "store"
     if not log_dir.exists():
         generate_log_dir(log_dir, [(TOPIC, 1)], seed=5, records=400, segment_bytes=8 * 1024)
-    cfg = write_config(tmp_path / f"node-{node}.toml", [log_dir], root=store, gc_grace_ms=3_600_000)
+    cfg = write_config(  # each node its own state dir, as on two brokers
+        tmp_path / f"node-{node}.toml",
+        [log_dir],
+        root=store,
+        gc_grace_ms=3_600_000,
+        state_dir=str(tmp_path / f"state-{node}"),
+    )
     with cfg.open("a") as fh:
         fh.write(
             f'[cluster]\nnode_id = {node}\nleadership = "static"\n[cluster.leaders]\n"{TOPIC}-0" = {leader}\n'
