@@ -233,6 +233,9 @@ def test_gc_passes_over_a_partition_idle_since_a_gc_found_nothing_in_it(tmp_path
     skipped = gc()
     assert skipped < baseline and [gc() for _ in range(2)] == [skipped] * 2
     assert mgr.collect_garbage(dry_run=True) == [] and counting.total > 0  # a report looks anyway
+    clock.ms += RESYNC_MS  # the hourly listing finds the same: the partition stayed idle all along
+    assert _pass(mgr, counting)[0] is False
+    assert gc() == skipped
 
     clock.ms += IDLE_GC_MS  # a day on: once more, then passed over again
     assert gc() == baseline and gc() == skipped
