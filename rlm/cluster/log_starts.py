@@ -1,4 +1,5 @@
-"""The broker's live log start offsets, asked through ``[cluster] bootstrap_servers`` (docs/visibility.md).
+"""The broker's live log start offsets and high watermarks, asked through ``[cluster] bootstrap_servers``
+(docs/visibility.md, docs/operations.md "The high watermark").
 
 Kafka promises that once DeleteRecords returns no consumer reads below the new log start, but it
 writes the new start to ``log-start-offset-checkpoint`` only every
@@ -19,6 +20,12 @@ than ``since - max age`` (``[cluster] log_start_max_age_ms``; 0 = asked after th
 What an answer means is the reader's business (rlm/tiering/read/visibility.py ``broker_delete_point``):
 the broker's log start also moves when its local retention deletes segments, and that is not a
 deletion for rlm.
+
+:class:`BrokerHighWatermarks` asks the same way for the high watermark (ListOffsets latest,
+read_uncommitted). The broker writes it to ``replication-offset-checkpoint`` only every
+``replica.high.watermark.checkpoint.interval.ms`` (5 s by default), so a segment rolled just now
+waits that long for the file to say it is committed; a leader's copy asks instead
+(rlm/tiering/copy/copy_pass.py). :class:`BrokerOffsets` is the machinery both share.
 """
 
 from __future__ import annotations
@@ -29,13 +36,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rlm.cluster.kafka_admin import admin_client_config, close_quietly
 from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
 
-__all__ = ["RETRY_S", "BrokerLogStarts", "LogStartQuery"]
+__all__ = [
+    "RETRY_S",
+    "BrokerHighWatermarks",
+    "BrokerLogStarts",
+    "BrokerOffsets",
+    "LogStartQuery",
+    "high_watermarks_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +59,9 @@ ASK_TIMEOUT_MS = 3_000
 RETRY_S = 5.0
 
 Key = tuple[str, int]
-#: Asks the cluster for the log start of each partition: ``{(topic, partition): offset}``.
+#: Asks the cluster for an offset of each partition: ``{(topic, partition): offset}``.
 Lister = Callable[[list[Key]], Mapping[Key, int]]
+Spec = Literal["earliest", "latest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +71,27 @@ class _Answer:
     retry_at: float  # a None answer stands until then
 
 
-class BrokerLogStarts:
-    """Log start offsets from the cluster (module doc). ``lister``: how to ask (tests); by default
-    kafka-python's ``KafkaAdminClient.list_partition_offsets`` with the ``[cluster]`` connection
-    settings, created on first use and re-created after a failure."""
+class BrokerOffsets:
+    """One kind of offset (``spec``: ListOffsets earliest or latest) from the cluster, answers at
+    most ``max_age_s`` old (module doc). ``lister``: how to ask (tests); by default kafka-python's
+    ``KafkaAdminClient.list_partition_offsets`` with the ``[cluster]`` connection settings,
+    created on first use and re-created after a failure. ``what`` names the offset in the log, and
+    ``unanswered`` says there what the files deciding means."""
+
+    what = "offset"
+    unanswered = ""
 
     def __init__(
         self,
         cluster: ClusterSettings,
         *,
+        spec: Spec,
+        max_age_s: float,
         lister: Lister | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.max_age_s = max(cluster.log_start_max_age_ms, 0) / 1000
+        self.max_age_s = max_age_s
+        self.spec = spec
         self._cluster = cluster
         self._lister = lister
         self._kafka: Any = _kafka() if lister is None else None  # fails at startup, not at a read
@@ -84,8 +107,8 @@ class BrokerLogStarts:
         """The clock answers are stamped with: a read's ``since``."""
         return self._clock()
 
-    def log_start(self, key: Key, since: float, batch: Iterable[Key] = ()) -> int | None:
-        """The broker's log start of ``key`` = (topic, partition), asked no earlier than ``since``
+    def offset(self, key: Key, since: float, batch: Iterable[Key] = ()) -> int | None:
+        """The broker's offset of ``key`` = (topic, partition), asked no earlier than ``since``
         minus the max age; None when the broker cannot tell now (the files decide). Asks, with
         ``batch``'s partitions that have no fresh answer either, when there is none."""
         found = self._fresh(key, since)
@@ -123,7 +146,9 @@ class BrokerLogStarts:
             return
         if self.error is not None:
             log.info(
-                "broker log start: the cluster answers again (%s)", ",".join(self._cluster.bootstrap_servers)
+                "broker %s: the cluster answers again (%s)",
+                self.what,
+                ",".join(self._cluster.bootstrap_servers),
             )
             self.error = None
         for key in keys:
@@ -133,16 +158,17 @@ class BrokerLogStarts:
         self.failures += 1
         text = f"{type(err).__name__}: {err}".rstrip(": ")
         if self._refused(err):  # about these partitions only (a deleted topic, no leader)
-            log.info("broker log start of %s: %s; the log dir's files decide", _names(keys), text)
+            log.info("broker %s of %s: %s; the log dir's files decide", self.what, _names(keys), text)
             for key in keys:
                 self._answers[key] = _Answer(None, sent, sent + RETRY_S)
             return
         if self.error != text:
             log.error(
-                "broker log start: cannot ask %s: %s; the log dir's files decide (records deleted by "
-                "DeleteRecords may be served until the broker's checkpoint reaches disk)",
+                "broker %s: cannot ask %s: %s; the log dir's files decide (%s)",
+                self.what,
                 ",".join(self._cluster.bootstrap_servers),
                 text,
+                self.unanswered,
             )
         self.error = text
         self._down_until = sent + RETRY_S
@@ -163,8 +189,9 @@ class BrokerLogStarts:
             return self._lister(keys)
         kafka = self._kafka
         if self._client is None:
-            self._client = kafka.KafkaAdminClient(**_client_config(self._cluster, kafka))
-        spec = kafka.admin.OffsetSpec.EARLIEST
+            client_id = "rlm-" + self.what.replace(" ", "-")
+            self._client = kafka.KafkaAdminClient(**_client_config(self._cluster, kafka, client_id))
+        spec = kafka.admin.OffsetSpec.EARLIEST if self.spec == "earliest" else kafka.admin.OffsetSpec.LATEST
         asked = {kafka.TopicPartition(t, p): spec for t, p in keys}
         got = self._client.list_partition_offsets(asked, timeout_ms=ASK_TIMEOUT_MS)
         return {(tp.topic, tp.partition): int(answer.offset) for tp, answer in got.items()}
@@ -186,6 +213,59 @@ class BrokerLogStarts:
         """Stop the admin client's I/O thread."""
         with self._lock:
             self._close_client()
+
+
+class BrokerLogStarts(BrokerOffsets):
+    """The broker's log start (ListOffsets earliest) for readers, at most ``[cluster]
+    log_start_max_age_ms`` old."""
+
+    what = "log start"
+    unanswered = "records deleted by DeleteRecords may be served until the broker's checkpoint reaches disk"
+
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        *,
+        lister: Lister | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        max_age_s = max(cluster.log_start_max_age_ms, 0) / 1000
+        super().__init__(cluster, spec="earliest", max_age_s=max_age_s, lister=lister, clock=clock)
+
+    def log_start(self, key: Key, since: float, batch: Iterable[Key] = ()) -> int | None:
+        return self.offset(key, since, batch)
+
+
+class BrokerHighWatermarks(BrokerOffsets):
+    """The broker's high watermark (ListOffsets latest, read_uncommitted) for a leader's copy,
+    asked anew each time (module doc)."""
+
+    what = "high watermark"
+    unanswered = "a rolled segment waits for the broker's replication-offset-checkpoint"
+
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        *,
+        lister: Lister | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(cluster, spec="latest", max_age_s=0.0, lister=lister, clock=clock)
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """Asked now; None when the broker cannot tell (the checkpoint decides)."""
+        return self.offset((topic, partition), self.now())
+
+
+def high_watermarks_of(cluster: ClusterSettings) -> BrokerHighWatermarks | None:
+    """What a leader's copy asks (module doc): None without ``bootstrap_servers``, or without
+    kafka-python (then the checkpoint alone decides, as before; nothing else needs it then)."""
+    if not cluster.bootstrap_servers:
+        return None
+    try:
+        return BrokerHighWatermarks(cluster)
+    except ConfigError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,12 +297,12 @@ def _kafka() -> Any:
     return kafka
 
 
-def _client_config(cluster: ClusterSettings, kafka: Any) -> dict[str, Any]:
+def _client_config(cluster: ClusterSettings, kafka: Any, client_id: str) -> dict[str, Any]:
     """The ``[cluster]`` connection (as the kafka-admin leadership source's), with the read-sized
     timeout :data:`ASK_TIMEOUT_MS`."""
     known = set(kafka.KafkaAdminClient.DEFAULT_CONFIG)
     config = admin_client_config(cluster, cluster.node_id or 0, known)
-    config["client_id"] = "rlm-log-start"
+    config["client_id"] = client_id
     config["request_timeout_ms"] = ASK_TIMEOUT_MS
     for key in ("bootstrap_timeout_ms", "api_version_auto_timeout_ms"):
         if key in known:

@@ -55,7 +55,8 @@ class ClusterSettings:
     bootstrap_servers: tuple[str, ...] = key(
         (),
         v.servers,
-        "`kafka-admin`, and the readers' check of the broker's log start (`log_start_max_age_ms`): "
+        "`kafka-admin`, the readers' check of the broker's log start (`log_start_max_age_ms`) and a "
+        'leader\'s check of its high watermark (docs/operations.md "The high watermark"): '
         'brokers to ask, `"host:port"` (a string or a list).',
     )
     log_start_max_age_ms: int = key(

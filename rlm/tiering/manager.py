@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from rlm.cluster import leadership_source
+from rlm.cluster.kafka_admin import close_quietly
+from rlm.cluster.log_starts import high_watermarks_of
 from rlm.config import Settings
 from rlm.errors import RlmError, UploadAbandoned
 from rlm.logdir.checkpoint_cache import CheckpointCache
@@ -112,8 +113,7 @@ class RemoteLogManager:
         self.settings = settings
         t = settings.tiering
         metrics = metrics or TieringMetrics()
-        # Every store call of the process (passes, GC, the readers built on shared.backend) goes
-        # through one health tracker: docs/operations.md.
+        # One health tracker for every store call of the process, readers too (docs/operations.md).
         self.health = StoreHealth(
             unreachable_after_ms=settings.remote.unreachable_after_ms,
             probe_interval_ms=settings.remote.probe_interval_ms,
@@ -133,6 +133,7 @@ class RemoteLogManager:
             clock_ms=clock_ms or (lambda: int(time.time() * 1000)),
             index_interval_bytes=settings.log.index_interval_bytes,
             protection=StoreProtection.from_settings(settings.remote),  # docs/protection.md
+            high_watermarks=high_watermarks_of(settings.cluster),  # docs/operations.md
         )
         self.shared.pins = PinLedger(  # pins on sight and their bound (docs/operations.md)
             t.max_pinned_bytes,
@@ -187,25 +188,22 @@ class RemoteLogManager:
             pol = self._policy.get((part.topic, part.partition))
         return pol if pol is not None else self.policies.policy(part.topic)
 
-    def _state_dir(self, part: PartitionDir) -> Path:
-        return state_dir(self.settings.tiering, part)
-
     def context(self, part: PartitionDir) -> PartitionContext:  # one per incarnation (topic id)
         key = _key(part)
         with self._registry_lock:
             ctx = self._contexts.get(key)
             if ctx is None:
-                state_dir = self._state_dir(part)
+                home = state_dir(self.settings.tiering, part)
                 t = self.settings.tiering
                 family = RemoteIndexFamily(
                     part.path,
-                    state_dir / "index-sets.json",
+                    home / "index-sets.json",
                     rotate_bytes=t.index_rotate_bytes,
                     rotate_ms=t.index_rotate_ms,
                     clock_ms=self.shared.clock_ms,
                 )
-                journal = Journal(state_dir / "journal.jsonl")
-                ctx = PartitionContext(part, state_dir, self.shared, family, journal)
+                journal = Journal(home / "journal.jsonl")
+                ctx = PartitionContext(part, home, self.shared, family, journal)
                 self._contexts[key] = ctx
                 # One lock per name: passes of two incarnations of a partition never overlap.
                 self._locks.setdefault(key[:2], threading.Lock())
@@ -227,6 +225,7 @@ class RemoteLogManager:
     def stop(self) -> None:
         """Ask in-flight uploads to abandon at the next chunk (shutdown)."""
         self.shared.stop.set()
+        close_quietly(self.shared.high_watermarks)
 
     # -- one pass -----------------------------------------------------------------------------
 

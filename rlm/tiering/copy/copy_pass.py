@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
@@ -28,7 +29,7 @@ from rlm.tiering.local import PartitionContext, Progress
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CopyTally", "PendingSegment", "copy_pending", "pending_segments", "publish_lag"]
+__all__ = ["CopyTally", "PendingSegment", "committed", "copy_pending", "pending_segments", "publish_lag"]
 
 
 class PendingSegment(NamedTuple):
@@ -65,10 +66,10 @@ def pending_segments(
     the store's lineage (an unclean election threw them away, docs/cluster.md). A segment the
     broker deleted after rlm pinned it on sight is pending as long as its pin holds it
     (rlm.tiering.copy.sight): it was committed when pinned."""
-    eligible = eligible_segments(segments, state, eligibility)
-    bases = [s.base_offset for s in segments]
     progress = progress or ctx.progress
     highest = progress.highest_tiered_offset
+    eligible = eligible_segments(segments, committed(ctx, segments, state, eligibility, highest), eligibility)
+    bases = [s.base_offset for s in segments]
     pending = []
     for seg in eligible:
         next_base = bases[bases.index(seg.base_offset) + 1]
@@ -85,6 +86,36 @@ def pending_segments(
         pending.append(PendingSegment(seg, next_base, max(seg.base_offset, highest + 1)))
     pending.sort(key=lambda p: p.segment.base_offset)
     return pending
+
+
+def committed(
+    ctx: PartitionContext,
+    segments: list[SegmentFiles],
+    state: PartitionState,
+    eligibility: EligibilityPolicy,
+    highest: int,
+) -> PartitionState:
+    """``state``, with the broker's live high watermark when the checkpoint's holds a rolled segment
+    back and this node leads the partition: the broker writes ``replication-offset-checkpoint``
+    every ``replica.high.watermark.checkpoint.interval.ms`` (5 s by default), so a segment rolled
+    just now would wait that long (docs/operations.md "The high watermark"). One ListOffsets
+    request, only then (not once every rolled segment is tiered: ``highest``). Without ``[cluster]
+    bootstrap_servers``, or when the broker does not answer, the checkpoint decides. The leader's
+    high watermark is the partition's: every offset below it is committed, on the log this node
+    holds while it leads."""
+    ask = ctx.shared.high_watermarks
+    known = -1 if state.high_watermark is None else state.high_watermark
+    if (
+        ask is None
+        or eligibility != "high-watermark"
+        or len(segments) < 2
+        or segments[-1].base_offset <= known  # every rolled segment is committed by the checkpoint
+        or segments[-1].base_offset <= highest + 1  # or tiered already
+        or not getattr(ctx.leadership, "is_leader", False)
+    ):
+        return state
+    live = ask.high_watermark(ctx.topic, ctx.partition)
+    return state if live is None or live <= known else dataclasses.replace(state, high_watermark=live)
 
 
 def publish_lag(ctx: PartitionContext, pending: list[PendingSegment]) -> int:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.metrics import MetricWrapperBase
 
+from rlm.cluster.log_starts import BrokerHighWatermarks
 from rlm.config import TieringSettings
 from rlm.formats.indexes.segment_index import DEFAULT_INDEX_INTERVAL_BYTES
 from rlm.fsutil import atomic_write
@@ -200,6 +201,9 @@ class SharedResources:
     #: What every pass holds of the broker's files and its bound (``tiering.max_pinned_bytes``;
     #: rlm.tiering.local.pin_ledger). Default: unbounded, no pin on disk known.
     pins: PinLedger = field(default_factory=PinLedger)
+    #: Where a leader's copy asks the broker's live high watermark when the checkpoint's holds a
+    #: rolled segment back (rlm.cluster.log_starts; ``[cluster] bootstrap_servers``); None: never.
+    high_watermarks: BrokerHighWatermarks | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,99 @@
+"""A leader asks the broker's live high watermark when the checkpoint's holds a rolled segment back
+(docs/operations.md "The high watermark"): it copies that segment now, not when the broker next
+writes ``replication-offset-checkpoint``; it asks only then, and a broker that does not answer
+leaves the checkpoint to decide. The broker here is a stand-in lister: what a live broker answers
+is tests/live/test_live_hw.py's."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm.cluster.log_starts import BrokerHighWatermarks
+from rlm.config import load_settings
+from rlm.formats.records import RecordSpec
+from rlm.logdir.writer import LogWriter
+from rlm.storage.local import LocalBackend
+from rlm.testing.configs import write_config
+from rlm.tiering.manager import RemoteLogManager
+
+TOPIC = "hw"
+
+
+class _Broker:
+    """Answers ListOffsets latest with ``hw`` (or raises ``error``), counting the partitions asked."""
+
+    def __init__(self, hw: int | None) -> None:
+        self.hw = hw
+        self.error: Exception | None = None
+        self.asked: list[tuple[str, int]] = []
+
+    def __call__(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.asked += keys
+        if self.error is not None:
+            raise self.error
+        return {} if self.hw is None else {k: self.hw for k in keys}
+
+
+def _setup(tmp_path: Path, *, cluster: dict[str, object] | None = None) -> tuple[RemoteLogManager, LogWriter]:
+    writer = LogWriter(tmp_path / "logs", TOPIC, 0, segment_bytes=4096)
+    for b in range(40):
+        writer.append([RecordSpec(1_700_000_000_000 + b, b"k", bytes(300)) for _ in range(3)])
+    bases = writer.segment_base_offsets
+    writer.high_watermark = bases[1]  # the checkpoint commits the first segment only
+    writer.write_checkpoints()
+    writer.roll()  # the last one rolls now: the checkpoint has not caught up
+    time.sleep(0.15)
+    cfg = write_config(tmp_path / "c.toml", [tmp_path / "logs"], root=tmp_path / "store", cluster=cluster)
+    return RemoteLogManager(load_settings(cfg), LocalBackend(root=str(tmp_path / "store"))), writer
+
+
+def _asking(mgr: RemoteLogManager, broker: _Broker) -> None:
+    mgr.shared.high_watermarks = BrokerHighWatermarks(mgr.settings.cluster, lister=broker)
+
+
+def _tiered(mgr: RemoteLogManager) -> int:
+    (result,) = mgr.run_once(gc=False)
+    assert result.error is None, result.error
+    (ctx,) = mgr.contexts()
+    return ctx.progress.highest_tiered_offset
+
+
+def test_a_segment_the_checkpoint_holds_back_is_copied_on_the_brokers_word(tmp_path: Path) -> None:
+    mgr, writer = _setup(tmp_path)
+    broker = _Broker(writer.log_end_offset)
+    _asking(mgr, broker)
+    assert _tiered(mgr) == writer.log_end_offset - 1  # every rolled segment, the last included
+    assert broker.asked == [(TOPIC, 0)]
+    assert _tiered(mgr) == writer.log_end_offset - 1 and broker.asked == [(TOPIC, 0)]  # nothing held back
+    writer.close()
+
+
+def test_without_an_answer_the_checkpoint_decides(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mgr, writer = _setup(tmp_path)
+    committed = writer.segment_base_offsets[1] - 1
+    broker = _Broker(None)  # a partition the broker will not tell about
+    _asking(mgr, broker)
+    assert _tiered(mgr) == committed
+    broker.hw, broker.error = writer.log_end_offset, ConnectionError("no broker")
+    mgr.shared.high_watermarks = BrokerHighWatermarks(mgr.settings.cluster, lister=broker)
+    with caplog.at_level(logging.ERROR):
+        assert _tiered(mgr) == committed
+        assert _tiered(mgr) == committed  # not asked again for a while: one line
+    assert sum("cannot ask" in r.getMessage() for r in caplog.records) == 1
+    lower = _Broker(committed - 5)  # an answer below the checkpoint's never lowers it
+    _asking(mgr, lower)
+    assert _tiered(mgr) == committed
+    writer.close()
+
+
+def test_a_follower_does_not_ask(tmp_path: Path) -> None:
+    cluster = {"node_id": 2, "leadership": "static", "leaders": {f"{TOPIC}-0": 1}}
+    mgr, writer = _setup(tmp_path, cluster=cluster)
+    broker = _Broker(writer.log_end_offset)
+    _asking(mgr, broker)
+    assert _tiered(mgr) == -1 and broker.asked == []
+    writer.close()
