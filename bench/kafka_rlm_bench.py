@@ -5,9 +5,10 @@ is set up): **rlm** = a plain broker + ``rlm run`` (``local`` store, Kafka liste
 broker with ``remote.log.storage.system.enable`` and ``LocalTieredStorage`` writing into a folder.
 Both tier on the same ``--task-interval-ms`` (rlm's ``task_interval_ms``, Kafka's
 ``remote.log.manager.task.interval.ms``), both brokers write their high-watermark checkpoint every
-``--hw-checkpoint-ms`` (``replica.high.watermark.checkpoint.interval.ms``; rlm copies a segment once
-that checkpoint passes the next segment's base, Kafka's RLM once its in-memory last stable offset
-does). Every round produces the same records into each broker (a confluent-kafka producer,
+``--hw-checkpoint-ms`` (``replica.high.watermark.checkpoint.interval.ms``; Kafka's RLM copies a
+segment once its in-memory last stable offset passes the next segment's base, rlm once the
+checkpoint does or — with ``[cluster] bootstrap_servers``, set here — once the broker answers that
+its high watermark does: docs/operations.md "The high watermark"). Every round produces the same records into each broker (a confluent-kafka producer,
 acks=all, 16 KiB values from a fixed seed, one partition, ``--segment-mib`` segments, ``--mb`` MB
 per topic), the sides' order alternating by round, and measures:
 

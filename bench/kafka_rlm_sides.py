@@ -170,8 +170,11 @@ def sides(work: Path, task_interval_ms: int, broker: dict[str, object]) -> Itera
         plain.start()
         native.start()
         tiering = {"task_interval_ms": task_interval_ms}
+        # bootstrap_servers: a leader asks the broker's high watermark when the checkpoint's holds a
+        # rolled segment back (docs/operations.md "The high watermark"), as Kafka's RLM reads it in memory
+        cluster = {"bootstrap_servers": [plain.bootstrap]}
         rlm = stack.enter_context(
-            run_sidecar(plain.nodes[0], work / "a-remote", work / "a-rlm", tiering=tiering)
+            run_sidecar(plain.nodes[0], work / "a-remote", work / "a-rlm", tiering=tiering, cluster=cluster)
         )
         a_pids = [plain.nodes[0].proc.pid, rlm.daemon.proc.pid]  # type: ignore[union-attr]
         b_pids = [native.nodes[0].proc.pid]  # type: ignore[union-attr]
