@@ -8,9 +8,10 @@ Both tier on the same ``--task-interval-ms`` (rlm's ``task_interval_ms``, Kafka'
 ``--hw-checkpoint-ms`` (``replica.high.watermark.checkpoint.interval.ms``; Kafka's RLM copies a
 segment once its in-memory last stable offset passes the next segment's base, rlm once the
 checkpoint does or — with ``[cluster] bootstrap_servers``, set here — once the broker answers that
-its high watermark does: docs/operations.md "The high watermark"). Every round produces the same records into each broker (a confluent-kafka producer,
-acks=all, 16 KiB values from a fixed seed, one partition, ``--segment-mib`` segments, ``--mb`` MB
-per topic), the sides' order alternating by round, and measures:
+its high watermark does: docs/operations.md "The high watermark"). Every round produces the same
+records into each broker (a confluent-kafka producer, acks=all, 16 KiB values from a fixed seed,
+one partition, ``--segment-mib`` segments, ``--mb`` MB per topic), the sides' order alternating by
+round, and measures:
 
 * **Live tiering** (topic tiered from creation): the time from the producer's last ack until every
   segment rolled by then is tiered — each side's ListOffsets v9 ``-5`` (KIP-1005 latest tiered: the
