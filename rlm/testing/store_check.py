@@ -140,6 +140,8 @@ def _check_remote(
     root = object_keys.root(part.topic, part.partition, part.topic_id)
     for info in backend.list(f"{root}manifests/"):
         key = info.key
+        if object_keys.parse_manifest_key(part.topic, part.partition, key, part.topic_id) is None:
+            continue  # a lineage or log start marker, the leader's idle note (docs/formats.md §6)
         doc = json.loads(backend.read(key))
         assert key == f"{root}manifests/{doc['base_offset']:020d}.json", key
         assert doc["format_version"] == 1
@@ -248,7 +250,12 @@ def assert_manifests_complete(backend: StorageBackend) -> set[str]:
     Returns the data keys no manifest references."""
     referenced: set[str] = set()
     for info in backend.list(""):
-        if "/manifests/" in info.key:
+        root = object_keys.parse_root(info.key)
+        if (
+            root is not None
+            and object_keys.parse_manifest_key(root.topic, root.partition, info.key, root.topic_id)
+            is not None
+        ):
             doc = json.loads(backend.read(info.key))
             for obj in doc["objects"].values():
                 assert backend.head(obj["key"]).size == obj["size"], f"{info.key}: {obj['key']} missing"

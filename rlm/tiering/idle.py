@@ -157,7 +157,9 @@ def set_mark(
     if trusted(fp, read_started_ns):
         mark = IdleMark.of(fp, ctx.progress, due_ms, announce, ctx.shared.clock_ms())
         if prior is not None and prior.describes(fp, ctx.progress):
-            mark = dataclasses.replace(mark, made_ms=prior.made_ms, gc_clean_ms=prior.gc_clean_ms)
+            mark = dataclasses.replace(
+                mark, made_ms=prior.made_ms, gc_clean_ms=prior.gc_clean_ms, gc_manifests=prior.gc_manifests
+            )
         ctx.idle = mark
         ctx.idle.save(ctx.state_dir)
         ctx.idle_saved = True
@@ -168,12 +170,19 @@ def collect_unless_idle(
 ) -> list[Orphan]:
     """GC of ``ctx`` (``collect`` it, return what it deleted) unless it has stayed idle — its mark
     stands: no pass of this node did anything since — since a GC found nothing to collect in it,
-    less than :data:`IDLE_GC_MS` ago. A GC that finds nothing (no orphan, no old incarnation) after
-    the mark stood for the grace period (every attempt begun before the partition went idle was
-    then old enough to judge) records it on the mark. A report (``dry_run``) looks everywhere."""
+    less than :data:`IDLE_GC_MS` ago, with the store view holding as many manifests as then (a
+    sync that uncommitted one left its objects to GC). A GC that finds nothing (no orphan, no old
+    incarnation) after the mark stood for the grace period (every attempt begun before the
+    partition went idle was then old enough to judge) records it on the mark. A report
+    (``dry_run``) looks everywhere."""
     mark, now = ctx.idle, ctx.shared.clock_ms()
     idle = not dry_run and isinstance(mark, IdleMark) and not mark.announce
-    if idle and mark.gc_clean_ms is not None and now - mark.gc_clean_ms < IDLE_GC_MS:
+    if (
+        idle
+        and mark.gc_clean_ms is not None
+        and now - mark.gc_clean_ms < IDLE_GC_MS
+        and len(ctx.store.manifests) == mark.gc_manifests
+    ):
         return []
     deleted = collect()
     if (
@@ -183,9 +192,7 @@ def collect_unless_idle(
         and ctx.idle is mark
         and now - mark.made_ms >= ctx.shared.settings.gc_grace_ms
     ):
-        ctx.idle = dataclasses.replace(mark, gc_clean_ms=now)
-        ctx.idle.save(ctx.state_dir)
-        ctx.idle_saved = True
+        ctx.idle = dataclasses.replace(mark, gc_clean_ms=now, gc_manifests=len(ctx.store.manifests))
     return deleted
 
 
@@ -211,7 +218,10 @@ class IdleMark:
     due_ms: int | None
     announce: bool = False
     made_ms: int = 0  # when the pass marked it (ms since the Unix epoch; 0: not known)
-    gc_clean_ms: int | None = None  # when a GC found nothing to collect while it stood (gc_skips)
+    # When a GC found nothing to collect while it stood, and how many manifests the store view held
+    # then (collect_unless_idle). Not persisted: a restart's recovery may uncommit manifests.
+    gc_clean_ms: int | None = None
+    gc_manifests: int = -1
 
     @classmethod
     def of(
@@ -242,7 +252,6 @@ class IdleMark:
             "due_ms": self.due_ms,
             "announce": self.announce,
             "made_ms": self.made_ms,
-            "gc_clean_ms": self.gc_clean_ms,
         }
         atomic_write(state_dir / IDLE_FILE, json.dumps(doc).encode(), durable=False)
 
@@ -265,9 +274,9 @@ class IdleMark:
             announce = doc.get("announce", False)  # absent: written before idle notes
             if not isinstance(announce, bool):
                 return None
-            made, gc_clean = _ints([doc.get("made_ms", 0), doc.get("gc_clean_ms")], 2, True)
+            (made,) = _ints([doc.get("made_ms", 0)], 1, False)
             key = (int(progress[0] or 0), int(progress[1] or 0), int(progress[2] or 0))
-            return cls(fp, key, due, announce, int(made or 0), gc_clean)
+            return cls(fp, key, due, announce, int(made))
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return None
 

