@@ -15,9 +15,13 @@ and a ``replication-offset-checkpoint`` committing everything.
   file at a time, with a ``TransferConfig`` of the same part size / threshold / concurrency as the
   s3 backend's options.
 
-The contenders alternate (``--repeat`` rounds, best of each kept); objects are deleted after every
-run (moto keeps them in memory, SeaweedFS on disk). MB/s = ``.log`` bytes / seconds.
-Target: rlm ≥ 0.95 × boto3.
+The contenders alternate (``--repeat`` rounds); the table shows the best and the median of each
+side and both ratios — the target is on the median (#35: one lucky run does not meet it). Objects
+are deleted after every run (moto keeps them in memory, SeaweedFS on disk). MB/s = ``.log`` bytes
+/ seconds. Target: rlm ≥ 0.95 × boto3 (median).
+
+The s3 plugin is imported from this tree (``plugins/rlm-storage-s3``), not from wherever the
+venv's editable install points, so the bench measures the checkout it is run from.
 
     .venv/bin/python bench/copy_bench.py                       # 4 × 256 MiB
     .venv/bin/python bench/copy_bench.py --segments 2 --segment-mib 64 --no-record
@@ -32,11 +36,13 @@ import datetime as dt
 import os
 import pstats
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins" / "rlm-storage-s3"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.benchlib import (
@@ -66,7 +72,7 @@ INTRO = (
     "backend: pin, CRC-verifying scan, multipart upload, index objects, manifest, local index) vs "
     "boto3 `upload_file` of the same `.log`/`.index`/`.timeindex` files with the same part size and "
     "concurrency, to the same S3 server (SeaweedFS unless `--server moto`) in its own process; "
-    "alternating, best of each. Target: rlm ≥ 0.95 × boto3."
+    "alternating, best and median of each. Target: rlm ≥ 0.95 × boto3 (median of the alternated runs)."
 )
 
 
@@ -173,7 +179,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--segment-mib", type=int, default=256)
     ap.add_argument("--part-mib", type=int, default=8, help="multipart part size, both sides (default 8)")
     ap.add_argument("--concurrency", type=int, default=8, help="parallel parts, both sides (default 8)")
-    ap.add_argument("--repeat", type=int, default=3, help="alternating rounds; the best of each is kept")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="alternating rounds; best and median of each are reported"
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile one rlm pass and print the top")
     ap.add_argument("--no-record", action="store_true", help="do not write BENCHMARKS.md")
     ap.add_argument("--label", default="", help="a note for the BENCHMARKS.md entry")
@@ -238,19 +246,26 @@ def _cpu_cols(ts: list[Timed]) -> str:
 
 
 def table(size: int, rlm_t: list[Timed], boto_t: list[Timed]) -> str:
-    """The Markdown result: best wall time and MB/s of each side (``size`` bytes), and their ratio."""
+    """The Markdown result: best and median wall time of each side, MB/s of each (``size``
+    bytes), and the rlm / boto3 ratios of the best and of the median runs (the target's)."""
     rlm_s = [t.wall for t in rlm_t]
     boto_s = [t.wall for t in boto_t]
-    rlm_mbs = size / min(rlm_s) / 1e6
-    boto_mbs = size / min(boto_s) / 1e6
+    rlm_med, boto_med = statistics.median(rlm_s), statistics.median(boto_s)
+
+    def row(name: str, runs: list[float], med: float, ts: list[Timed]) -> str:
+        return (
+            f"| {name} | {min(runs):.2f} | {med:.2f} | {size / min(runs) / 1e6:,.0f} | "
+            f"{size / med / 1e6:,.0f} | {', '.join(f'{s:.2f}' for s in runs)} | {_cpu_cols(ts)} |\n"
+        )
+
     return (
-        "| measurement | best s | MB/s | all runs (s) | client CPU s (best run) | S3 server CPU s |\n"
-        "|---|---|---|---|---|---|\n"
-        f"| boto3 `upload_file` (.log/.index/.timeindex) | {min(boto_s):.2f} | {boto_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in boto_s)} | {_cpu_cols(boto_t)} |\n"
-        f"| rlm pass (scan + upload + index + manifest) | {min(rlm_s):.2f} | {rlm_mbs:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in rlm_s)} | {_cpu_cols(rlm_t)} |\n"
-        f"| **ratio** (rlm / boto3, target ≥ {TARGET}) | | **{rlm_mbs / boto_mbs:.2f}** | | | |\n"
+        "| measurement | best s | median s | MB/s (best) | MB/s (median) | all runs (s) | "
+        "client CPU s (best run) | S3 server CPU s |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+        + row("boto3 `upload_file` (.log/.index/.timeindex)", boto_s, boto_med, boto_t)
+        + row("rlm pass (scan + upload + index + manifest)", rlm_s, rlm_med, rlm_t)
+        + f"| **ratio** (rlm / boto3, target ≥ {TARGET} on the median) | | | "
+        f"{min(boto_s) / min(rlm_s):.2f} | **{boto_med / rlm_med:.2f}** | | | |\n"
     )
 
 
@@ -269,7 +284,7 @@ def report(args: argparse.Namespace, argv: list[str] | None, result: str) -> Non
         f"{' — ' + args.label if args.label else ''}\n\n"
         f"- machine: {machine()}\n"
         f"- command: `{cmd}` ({args.server} server in its own process; "
-        f"alternating, best of {args.repeat})\n\n" + result
+        f"alternating, {args.repeat} rounds: best and median)\n\n" + result
     )
     record(SECTION, entry, intro=INTRO)
     print("recorded in BENCHMARKS.md")
