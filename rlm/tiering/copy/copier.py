@@ -6,8 +6,10 @@ Order is what makes it crash-safe:
 1. **pin** — hard-link the segment's files into a private staging dir, so the log store's
    retention (or its rename to ``.deleted``) cannot pull them away mid-copy;
 2. **checksum** — CRC-verify every batch of the pinned ``.log``; a corrupt segment is quarantined and
-   never uploaded (steps 1–2: :mod:`rlm.tiering.copy.prepare`); build the segment's
-   ``.remotelogindex`` entries;
+   never committed (steps 1–2: :mod:`rlm.tiering.copy.prepare`); build the segment's
+   ``.remotelogindex`` entries. Done ahead for the next segment during the current copy; for a
+   segment nothing prepared (the first of a pass), while its ``.log`` already uploads (step 3
+   for the ``.log`` alone, :func:`_copy_overlapped`): a failed walk deletes what was uploaded;
 3. **journal** COPY_STARTED, then upload the data objects under attempt-unique keys, then the
    segment's entries object, then the **manifest last** with "create only if absent" — the commit;
 4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
@@ -23,18 +25,23 @@ base offset (docs/cluster-copy.md).
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
-from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, build_entries
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import SegmentFiles
-from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
+from rlm.tiering.copy.prepare import PinnedSegment, PreparedSegment, data_key, pin_segment, verify_pinned
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
+from rlm.tiering.copy.upload import upload_file
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.store import SegmentManifest, StoredObject, object_keys
 
@@ -151,38 +158,105 @@ def _manifest_of(
     )
 
 
-def _upload(ctx: PartitionContext, prep: PreparedSegment) -> Uploaded:
-    """Build the segment's entries, journal COPY_STARTED (fsynced, before any upload) and upload
-    the attempt's objects under its attempt-unique keys (steps 3–5 of docs/architecture.md §3)."""
-    shared, checksummed, attempt = ctx.shared, prep.checksummed, prep.attempt
-    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
-    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
-    # partial copy is named by its first batch (docs/cluster-copy.md).
-    base = prep.base_offset
-
-    def key(name: str) -> str:
-        return object_keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
-
-    entries = build_entries(
-        checksummed.batches,
-        object_url=shared.backend.url(key(object_keys.LOG)),
-        index_entry_bytes=shared.settings.index_entry_bytes,
-    )
+def _journal_start(ctx: PartitionContext, base: int, attempt: str) -> None:
+    """Journal COPY_STARTED (fsynced, before any upload) and mark the attempt in flight (GC
+    leaves its objects alone)."""
     ctx.journal.append("COPY_STARTED", base, attempt)
     ctx.in_flight.add(attempt)
     crash_point("after_journal_start")
+
+
+def _upload(
+    ctx: PartitionContext, prep: PreparedSegment, log_upload: Callable[[], StoredObject] | None = None
+) -> Uploaded:
+    """Upload the attempt's objects under its attempt-unique keys (steps 3–5 of
+    docs/architecture.md §3); COPY_STARTED is journaled already. ``log_upload``: the ``.log``'s
+    upload, already running (:func:`_copy_overlapped`)."""
+    # The segment's base (its file name) for a whole segment, not its first batch's: they differ
+    # after compaction, and keys, journal, retention and GC all name a segment by this base. A
+    # partial copy is named by its first batch (docs/cluster-copy.md).
+    base, attempt = prep.base_offset, prep.attempt
     # Plaintext or sealed (compressed/encrypted, docs/protection.md): rlm/tiering/copy/seal.py.
     return upload_attempt(
         ctx,
         prep.pinned,
         prep.txn.path if prep.txn is not None else None,
-        entries,
-        checksummed.batches,
+        prep.entries,
+        prep.checksummed.batches,
         base,
         attempt,
-        key,
-        checksummed.crc32c,
+        functools.partial(data_key, ctx, base, attempt),
+        prep.checksummed.crc32c,
+        log_upload,
     )
+
+
+def _finish(
+    ctx: PartitionContext, segment: SegmentFiles, prep: PreparedSegment, uploaded: Uploaded, started: float
+) -> CopyResult:
+    """Commit the uploaded attempt (the manifest), then record it locally (steps 4–6)."""
+    shared, base, attempt = ctx.shared, prep.base_offset, prep.attempt
+    crash_point("after_data")
+    manifest = _manifest_of(ctx, segment, prep, uploaded)
+    manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
+    shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
+    crash_point("after_manifest")
+
+    ctx.family.append_segment(entries)
+    crash_point("before_journal_finish")
+    ctx.journal.append("COPY_FINISHED", base, attempt)
+    ctx.in_flight.discard(attempt)
+    ctx.series(shared.metrics.copy_requests).inc()
+    ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
+    return CopyResult(manifest, entries, already_committed)
+
+
+def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
+    """Delete what an attempt that must not commit uploaded, and journal it aborted; when the
+    store refuses, the attempt stays open for recovery (and its objects for GC) to remove."""
+    try:
+        deleted = of_context(ctx).delete_attempt(base, attempt)
+    except StorageError as err:
+        log.warning("%s-%d: could not delete attempt %s yet: %s", ctx.topic, ctx.partition, attempt, err)
+        return
+    ctx.journal.append("COPY_ABORTED", base, attempt)
+    log.info(
+        "%s-%d: dropped attempt %s (%d objects deleted)", ctx.topic, ctx.partition, attempt, len(deleted)
+    )
+
+
+def _copy_overlapped(ctx: PartitionContext, pin: PinnedSegment, started: float) -> CopyResult | None:
+    """Copy a pinned whole plaintext segment whose checksum walk was not done ahead: its ``.log``
+    uploads (on a helper thread) while this thread CRC-verifies it, so the walk and the upload
+    read the file at the same time instead of one after the other.
+
+    Verification still decides: a walk that fails cancels the upload, deletes what it stored
+    (an attempt key nothing names) and raises, before any manifest — the segment is quarantined
+    as when it was checked first. The companions and entries object follow the walk."""
+    base, attempt = pin.segment.base_offset, pin.attempt
+    cancel = threading.Event()
+    _journal_start(ctx, base, attempt)
+    with (
+        ctx.shared.upload_slots,
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-copy-log") as pool,
+    ):
+        log_up = pool.submit(
+            upload_file,
+            ctx,
+            data_key(ctx, base, attempt, object_keys.LOG),
+            pin.pinned[object_keys.LOG],
+            watch_half=True,
+            cancel=cancel,
+        )
+        try:
+            prep = verify_pinned(ctx, pin)
+        except BaseException:
+            cancel.set()
+            concurrent.futures.wait([log_up])
+            _drop_attempt(ctx, base, attempt)
+            raise
+        uploaded = _upload(ctx, prep, log_up.result)
+    return _finish(ctx, pin.segment, prep, uploaded, started)
 
 
 def copy_segment(
@@ -190,38 +264,41 @@ def copy_segment(
     segment: SegmentFiles,
     prepared: PreparedSegment | None = None,
     from_offset: int | None = None,
+    on_pinned: Callable[[], object] | None = None,
 ) -> CopyResult | None:
     """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
     it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
     docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
-    consumed (its pin dropped) either way. Raises :class:`SegmentVanished`,
-    :class:`SegmentQuarantined` or a storage error; in every case the attempt leaves nothing a
-    reader can see and recovery/GC clean up after it.
+    consumed (its pin dropped) either way. Without it the segment is pinned here (then
+    ``on_pinned`` is called: the caller may pin the next one) and, for a whole plaintext
+    segment, checksummed while its ``.log`` uploads (:func:`_copy_overlapped`). Raises
+    :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case the
+    attempt leaves nothing a reader can see and recovery/GC clean up after it.
     """
-    shared = ctx.shared
     started = time.monotonic()
-    prep = prepared if prepared is not None else prepare_segment(ctx, segment, from_offset)
-    base, attempt = prep.base_offset, prep.attempt
+    if prepared is None:
+        pin = pin_segment(ctx, segment, from_offset)
+        try:
+            if on_pinned is not None:
+                on_pinned()
+            if pin.source_position is None and not ctx.shared.protection.writes_protected:
+                try:
+                    return _copy_overlapped(ctx, pin, started)
+                finally:
+                    ctx.in_flight.discard(pin.attempt)
+                    pin.discard()
+            prepared = verify_pinned(ctx, pin)
+        except BaseException:
+            pin.discard()  # idempotent: the overlapped copy may have dropped it already
+            raise
+    prep = prepared
     try:
         if not prep.checksummed.batches:
             return None
-        uploaded = _upload(ctx, prep)
-        crash_point("after_data")
-
-        manifest = _manifest_of(ctx, segment, prep, uploaded)
-        manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
-        shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
-        crash_point("after_manifest")
-
-        ctx.family.append_segment(entries)
-        crash_point("before_journal_finish")
-        ctx.journal.append("COPY_FINISHED", base, attempt)
-        ctx.in_flight.discard(attempt)
-        ctx.series(shared.metrics.copy_requests).inc()
-        ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
-        return CopyResult(manifest, entries, already_committed)
+        _journal_start(ctx, prep.base_offset, prep.attempt)
+        return _finish(ctx, segment, prep, _upload(ctx, prep), started)
     finally:
-        ctx.in_flight.discard(attempt)
+        ctx.in_flight.discard(prep.attempt)
         prep.discard()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
@@ -138,13 +139,22 @@ def copy_pending(
     ``still_leads`` says this node no longer leads the partition."""
     _note_gap(ctx, pending)
     # The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
-    # current one uploads: the checksum walk overlaps the network instead of adding to it.
+    # current one uploads: the checksum walk overlaps the network instead of adding to it. A
+    # segment with nothing done ahead (the first) is checksummed while its own .log uploads
+    # (copy_segment), and the next one is pinned once it is: pins are taken oldest first.
     preparer = (
         concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-prepare")
         if len(pending) > 1
         else None
     )
     ahead: concurrent.futures.Future[PreparedSegment] | None = None
+
+    def prepare_next(index: int) -> None:
+        nonlocal ahead
+        if preparer is not None and index + 1 < len(pending):
+            nxt = pending[index + 1]
+            ahead = preparer.submit(prepare_segment, ctx, nxt.segment, nxt.from_offset)
+
     try:
         for index, (seg, _next_base, from_offset) in enumerate(pending):
             # A quarantined segment stops its partition: tiering past it would leave a gap.
@@ -153,13 +163,10 @@ def copy_pending(
             if index > 0 and not still_leads(ctx):
                 break  # leadership moved: the new leader continues from what is committed
             current, ahead = ahead, None
-            if current is None and preparer is not None:  # FIFO: pinned before the next one
-                current = preparer.submit(prepare_segment, ctx, seg, from_offset)
-            if preparer is not None and index + 1 < len(pending):
-                ahead = preparer.submit(
-                    prepare_segment, ctx, pending[index + 1].segment, pending[index + 1].from_offset
-                )
-            if not _copy_one(ctx, tally, seg, current, from_offset, watchdog):
+            if current is not None:
+                prepare_next(index)
+            pinned = functools.partial(prepare_next, index) if current is None else None
+            if not _copy_one(ctx, tally, seg, current, from_offset, watchdog, pinned):
                 break
             publish_lag(ctx, pending[index + 1 :])
     finally:
@@ -191,13 +198,17 @@ def _copy_one(
     prepared: concurrent.futures.Future[PreparedSegment] | None,
     from_offset: int,
     watchdog: CopyWatchdog,
+    on_pinned: Callable[[], object] | None = None,
 ) -> bool:
     """Copy one segment from ``from_offset`` and record it in the partition's progress; False
-    when it was quarantined (the partition's pass stops there)."""
+    when it was quarantined (the partition's pass stops there). Without ``prepared`` the copy
+    pins it and calls ``on_pinned`` (:func:`copy_segment`)."""
     m = ctx.shared.metrics
     try:
         with watchdog.watch(ctx, seg):
-            copied = copy_segment(ctx, seg, prepared.result() if prepared is not None else None, from_offset)
+            copied = copy_segment(
+                ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_pinned
+            )
     except SegmentVanished as err:
         log.warning("%s", err)
         ctx.series(m.skipped_deleted).inc()

@@ -16,7 +16,7 @@ import logging
 import mmap
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -30,6 +30,7 @@ from rlm.errors import (
     SegmentQuarantined,
     SegmentVanished,
 )
+from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, SegmentFiles
@@ -49,13 +50,17 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ChecksummedSegment",
+    "PinnedSegment",
     "PreparedSegment",
     "SegmentQuarantined",
     "SegmentVanished",
     "check_indexes",
     "checksum_segment",
+    "data_key",
     "pin",
+    "pin_segment",
     "prepare_segment",
+    "verify_pinned",
 ]
 
 
@@ -200,12 +205,36 @@ def check_indexes(
 
 
 @dataclass(slots=True)
+class PinnedSegment:
+    """A segment pinned for its copy (step 1; nothing durable yet besides the pin, which recovery
+    drops): :func:`pin_segment` makes one, :func:`verify_pinned` checksums it.
+
+    ``source_position`` is set for a partial copy (docs/cluster-copy.md): the pinned ``.log`` is
+    then the tail of the segment file from that byte.
+    """
+
+    segment: SegmentFiles
+    attempt: str
+    pin_dir: Path
+    pinned: dict[str, Path]
+    claim: PinClaim
+    source_position: int | None = None
+    version: FileVersion | None = None  # of the broker's file, when the pinned .log is a cut tail
+
+    def discard(self) -> None:
+        shutil.rmtree(self.pin_dir, ignore_errors=True)
+        self.claim.release()
+
+
+@dataclass(slots=True)
 class PreparedSegment:
     """A pinned and checksummed segment, ready to upload (steps 1–2 of the protocol; nothing durable
     yet besides the pin, which recovery drops). :func:`prepare_segment` makes one.
 
     ``source_position`` is set for a partial copy (docs/cluster-copy.md): the pinned ``.log`` is
     then the tail of the segment file from that byte, and ``checksummed`` describes the tail only.
+    ``entries`` are the copy's remote index entries, naming the attempt's ``.log`` object (built
+    here, ahead of the upload, off the copy's critical path); empty when there is no batch.
     """
 
     segment: SegmentFiles
@@ -216,6 +245,7 @@ class PreparedSegment:
     source_position: int | None = None
     txn: TxnCapture | None = None  # the aborted transactions to upload (docs/transactions.md)
     claim: PinClaim | None = None  # the pin's bytes in the log dir's account (rlm.tiering.local.pin_ledger)
+    entries: list[RemoteLogIndexEntry] = field(default_factory=list)
 
     @property
     def base_offset(self) -> int:
@@ -230,6 +260,12 @@ class PreparedSegment:
         shutil.rmtree(self.pin_dir, ignore_errors=True)
         if self.claim is not None:
             self.claim.release()
+
+
+def data_key(ctx: PartitionContext, base: int, attempt: str, name: str) -> str:
+    """The store key of object ``name`` (an ``object_keys`` role) of copy attempt ``attempt`` of
+    the segment named by ``base``."""
+    return object_keys.data_key(ctx.topic, ctx.partition, base, attempt, name, ctx.key_id)
 
 
 def _cut_tail(segment: SegmentFiles, pinned: dict[str, Path], from_offset: int) -> tuple[int, FileVersion]:
@@ -293,47 +329,72 @@ def _tail_indexes(ctx: PartitionContext, pinned: dict[str, Path], checksummed: C
 def prepare_segment(
     ctx: PartitionContext, segment: SegmentFiles, from_offset: int | None = None
 ) -> PreparedSegment:
-    """Pin and checksum one segment. The manager runs this for the next segment while the current one
-    uploads, so the CRC-verifying walk overlaps the network instead of adding to it.
+    """Pin and checksum one segment (:func:`pin_segment`, then :func:`verify_pinned`). The manager
+    runs this for the next segment while the current one uploads, so the CRC-verifying walk
+    overlaps the network instead of adding to it. Raises as those two do; the pin is then dropped.
+    """
+    pinned = pin_segment(ctx, segment, from_offset)
+    try:
+        return verify_pinned(ctx, pinned)
+    except BaseException:
+        pinned.discard()
+        raise
 
-    ``from_offset`` above the segment's base makes a partial copy (docs/cluster-copy.md): only the
-    batches from the first one with base offset ≥ ``from_offset`` are checksummed and uploaded, with
-    indexes rebuilt for them. Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or
-    :class:`LogDirError` (a batch straddles ``from_offset``); the pin is then dropped.
+
+def pin_segment(
+    ctx: PartitionContext, segment: SegmentFiles, from_offset: int | None = None
+) -> PinnedSegment:
+    """Pin one segment for a new copy attempt (step 1).
+
+    ``from_offset`` above the segment's base makes a partial copy (docs/cluster-copy.md): the
+    pinned ``.log`` is cut to the batches from the first one with base offset ≥ ``from_offset``.
+    Raises :class:`SegmentVanished`, :class:`PinRoomExhausted`, or :class:`SegmentQuarantined` /
+    :class:`LogDirError` from the cut; the pin is then dropped.
     """
     attempt = object_keys.new_attempt_id(ctx.shared.clock_ms())
     pin_dir = ctx.staging_dir / f"{segment.base_offset:020d}-{attempt}"
     pinned, claim = _pin_for_copy(ctx, segment, pin_dir)
     crash_point("after_pin")
-    position: int | None = None
     try:
-        version = None
         if from_offset is not None and from_offset > segment.base_offset:
             position, version = _cut_tail(segment, pinned, from_offset)
-        try:
-            if position is not None and pinned[object_keys.LOG].stat().st_size == 0:
-                checksummed = ChecksummedSegment(
-                    [], 0, 0
-                )  # no batch at or above from_offset: nothing to copy
-            else:
-                checksummed = checksum_segment(pinned[object_keys.LOG])
-        except SegmentQuarantined as err:
-            named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
-            if version is not None:
-                cast(SegmentQuarantined, named).version = version  # the quarantine follows the broker's file
-            raise named from err
-        if position is None:
-            check_indexes(ctx, segment, pinned, checksummed)
-        else:
-            _tail_indexes(ctx, pinned, checksummed)
-        txn = (
-            capture_txn_index(segment, pinned, checksummed.batches, position) if checksummed.batches else None
-        )
+            return PinnedSegment(segment, attempt, pin_dir, pinned, claim, position, version)
     except BaseException:
         shutil.rmtree(pin_dir, ignore_errors=True)
         claim.release()
         raise
-    return PreparedSegment(segment, attempt, pin_dir, pinned, checksummed, position, txn, claim)
+    return PinnedSegment(segment, attempt, pin_dir, pinned, claim)
+
+
+def verify_pinned(ctx: PartitionContext, pin: PinnedSegment) -> PreparedSegment:
+    """Checksum a pinned segment (step 2): CRC-verify every batch, check or rebuild its indexes
+    (for a partial copy: build them for the tail), capture its aborted transactions, build its
+    remote index entries. Raises :class:`SegmentQuarantined` naming the broker's file; the pin
+    is left to the caller (the ``.log`` may still be uploading from it)."""
+    segment, pinned, position = pin.segment, pin.pinned, pin.source_position
+    try:
+        if position is not None and pinned[object_keys.LOG].stat().st_size == 0:
+            checksummed = ChecksummedSegment([], 0, 0)  # no batch at or above from_offset: nothing to copy
+        else:
+            checksummed = checksum_segment(pinned[object_keys.LOG])
+    except SegmentQuarantined as err:
+        named = err.in_file(segment.log, base_position=position or 0)  # the broker's file, not the pin
+        if pin.version is not None:
+            cast(SegmentQuarantined, named).version = pin.version  # the quarantine follows the broker's file
+        raise named from err
+    if position is None:
+        check_indexes(ctx, segment, pinned, checksummed)
+    else:
+        _tail_indexes(ctx, pinned, checksummed)
+    prep = PreparedSegment(segment, pin.attempt, pin.pin_dir, pinned, checksummed, position, None, pin.claim)
+    if checksummed.batches:
+        prep.txn = capture_txn_index(segment, pinned, checksummed.batches, position)
+        prep.entries = build_entries(
+            checksummed.batches,
+            object_url=ctx.shared.backend.url(data_key(ctx, prep.base_offset, pin.attempt, object_keys.LOG)),
+            index_entry_bytes=ctx.shared.settings.index_entry_bytes,
+        )
+    return prep
 
 
 def _pin_for_copy(

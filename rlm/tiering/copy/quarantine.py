@@ -1,10 +1,11 @@
 """Quarantine of a rolled segment whose ``.log`` is damaged, and its lifting (docs/broker-files.md).
 
-A quarantined segment is never uploaded and stops its partition's tiering there (tiering past it
-would leave a gap). The quarantine is recorded with the ``.log``'s version (device, inode, size,
-mtime) and persisted beside the partition's progress, so ``rlm status`` in another process shows
-it; every pass re-examines it and lifts it once the file changed (the broker replaced it: it is
-checksummed again) or is gone (the broker removed it: the later segments go on).
+A quarantined segment is never committed (nothing of it stays in the store) and stops its
+partition's tiering there (tiering past it would leave a gap). The quarantine is recorded with the
+``.log``'s version (device, inode, size, mtime) and persisted beside the partition's progress, so
+``rlm status`` in another process shows it; every pass re-examines it and lifts it once the file
+changed (the broker replaced it: it is checksummed again) or is gone (the broker removed it: the
+later segments go on).
 """
 
 from __future__ import annotations

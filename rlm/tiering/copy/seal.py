@@ -141,10 +141,14 @@ def upload_attempt(
     attempt: str,
     key: Callable[[str], str],
     plain_crc32c: int,
+    log_upload: Callable[[], StoredObject] | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects (the ``.log`` on this thread, its companions and the entries
     object beside it: :func:`upload_together`) under the shared upload slots; raise
-    :class:`StorageError` when the ``.log`` changed meanwhile."""
+    :class:`StorageError` when the ``.log`` changed meanwhile.
+
+    ``log_upload`` (plaintext only) is the result of a ``.log`` upload the caller already started,
+    under an upload slot it holds: the companions go beside it and this waits for it."""
     protection = ctx.shared.protection
     log_path = pinned[object_keys.LOG]
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
@@ -153,10 +157,18 @@ def upload_attempt(
     if not protection.writes_protected:
         blob = b"".join(e.encode() for e in entries)
         objects = _upload_objects(
-            ctx, (key(object_keys.LOG), log_path), files, key(object_keys.SEGMENT_ENTRIES), blob, None
+            ctx,
+            (key(object_keys.LOG), log_path),
+            files,
+            key(object_keys.SEGMENT_ENTRIES),
+            blob,
+            None,
+            log_upload,
         )
         _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
+    if log_upload is not None:
+        raise ValueError("a protected .log is sealed before its upload: it cannot have started")
 
     data_key, wrapped = (
         protection.ring.new_data_key() if protection.ring and protection.encrypts else (None, None)
@@ -186,10 +198,12 @@ def _upload_objects(
     entries_key: str,
     entries_blob: bytes,
     data_key: bytes | None,
+    log_upload: Callable[[], StoredObject] | None = None,
 ) -> dict[str, StoredObject]:
     """The stored ``.log`` (key, file) on this thread and the companion ``files`` (key, manifest
     name, file) and entries object beside it (:func:`upload_together`), under one upload slot;
-    each object but the ``.log`` encrypted whole with ``data_key`` when given."""
+    each object but the ``.log`` encrypted whole with ``data_key`` when given. With ``log_upload``
+    (a ``.log`` upload already running under the caller's slot) this thread waits for that one."""
 
     def put(object_key: str, data: bytes) -> StoredObject:
         stored = data if data_key is None else seal_object(data, key=data_key, object_key=object_key)
@@ -202,6 +216,9 @@ def _upload_objects(
 
     rest = {name: functools.partial(put_file, object_key, path) for object_key, name, path in files}
     rest[ENTRIES_OBJECT] = functools.partial(put, entries_key, entries_blob)
+    if log_upload is not None:
+        stored_log, more = upload_together(log_upload, rest)
+        return {LOG_OBJECT: stored_log, **more}
     with ctx.shared.upload_slots:
         stored_log, more = upload_together(
             functools.partial(upload_file, ctx, log[0], log[1], watch_half=True), rest

@@ -6,12 +6,14 @@ stream to byte 0 before each retry."""
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO, cast
 
 import crc32c
 
+from rlm.errors import UploadAbandoned
 from rlm.tiering.local import PartitionContext, ThrottledReader, crash_point
 from rlm.tiering.store import StoredObject
 
@@ -21,12 +23,21 @@ __all__ = ["COMPANION_THREADS", "upload_bytes", "upload_file", "upload_together"
 COMPANION_THREADS = 4
 
 
-def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool = False) -> StoredObject:
+def upload_file(
+    ctx: PartitionContext,
+    key: str,
+    path: Path,
+    *,
+    watch_half: bool = False,
+    cancel: threading.Event | None = None,
+) -> StoredObject:
     """Upload through the shared token bucket (the store's retry layer resends from byte 0).
 
     The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
     is normally read once. Bytes read again (a retry rewinds the stream) are
     not counted twice; only if the store read the stream out of order is the file read again.
+    ``cancel`` set stops the upload at its next read with :class:`UploadAbandoned` (the store
+    aborts a multipart upload then).
     """
     shared = ctx.shared
     size = path.stat().st_size
@@ -38,6 +49,8 @@ def upload_file(ctx: PartitionContext, key: str, path: Path, *, watch_half: bool
 
     def on_bytes(n: int) -> None:
         nonlocal sent, half_reached
+        if cancel is not None and cancel.is_set():
+            raise UploadAbandoned("upload cancelled: its segment failed the checksum walk")
         sent += n
         ctx.series(shared.metrics.copy_bytes).inc(n)
         if watch_half and not half_reached and sent >= size // 2:
