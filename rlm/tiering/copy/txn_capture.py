@@ -103,6 +103,15 @@ def summarize_file(path: Path, start: int = 0, end: int | None = None) -> TxnSum
             return summarize(buf, iter_batches(buf, start, end=end, verify_crc=False))
 
 
+def _summarize_verified(path: Path, batches: Sequence[RecordBatch]) -> TxnSummary:
+    """:func:`summarize` of ``path``'s already walked ``batches`` (all of the file's): the file is
+    only read for its control batches' records, not walked a second time."""
+    if not batches:
+        return TxnSummary()
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return summarize(buf, batches)
+
+
 def _earlier(segment: SegmentFiles, head_end: int | None) -> Iterator[TxnSummary]:
     """Summaries of the batches before the copied ones, newest first, read lazily."""
     older = [s.log for s in list_segments(segment.log.parent) if s.base_offset < segment.base_offset]
@@ -159,7 +168,7 @@ def capture_txn_index(
     """Check or rebuild the aborted-transaction entries of the pinned (possibly partial) ``.log``
     whose verified ``batches`` are given; writes their image to the pin dir when there are any."""
     log_path = pinned[object_keys.LOG]
-    tail = summarize_file(log_path)
+    tail = _summarize_verified(log_path, batches)
     first = batches[0].base_offset if batches else segment.base_offset
     broker = pinned.get(object_keys.TXN_INDEX)
     entries: list[AbortedTxn] | None = None
