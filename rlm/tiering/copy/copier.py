@@ -225,7 +225,9 @@ def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
     )
 
 
-def _copy_overlapped(ctx: PartitionContext, pin: PinnedSegment, started: float) -> CopyResult | None:
+def _copy_overlapped(
+    ctx: PartitionContext, pin: PinnedSegment, started: float, on_started: Callable[[], object] | None
+) -> CopyResult | None:
     """Copy a pinned whole plaintext segment whose checksum walk was not done ahead: its ``.log``
     uploads (on a helper thread) while this thread CRC-verifies it, so the walk and the upload
     read the file at the same time instead of one after the other.
@@ -249,6 +251,8 @@ def _copy_overlapped(ctx: PartitionContext, pin: PinnedSegment, started: float) 
             cancel=cancel,
         )
         try:
+            if on_started is not None:
+                on_started()
             prep = verify_pinned(ctx, pin)
         except BaseException:
             cancel.set()
@@ -264,16 +268,18 @@ def copy_segment(
     segment: SegmentFiles,
     prepared: PreparedSegment | None = None,
     from_offset: int | None = None,
-    on_pinned: Callable[[], object] | None = None,
+    on_started: Callable[[], object] | None = None,
 ) -> CopyResult | None:
     """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
     it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
     docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
-    consumed (its pin dropped) either way. Without it the segment is pinned here (then
-    ``on_pinned`` is called: the caller may pin the next one) and, for a whole plaintext
-    segment, checksummed while its ``.log`` uploads (:func:`_copy_overlapped`). Raises
+    consumed (its pin dropped) either way. Without it the segment is pinned here and, for a whole
+    plaintext segment, checksummed while its ``.log`` uploads (:func:`_copy_overlapped`).
+    ``on_started`` is called once the segment is pinned and its upload is starting: the caller
+    may then prepare the next one (its pin comes after this one's, and its checksum walk, which
+    holds the GIL, does not delay this copy's journal and first requests). Raises
     :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case the
     attempt leaves nothing a reader can see and recovery/GC clean up after it.
     """
@@ -281,11 +287,9 @@ def copy_segment(
     if prepared is None:
         pin = pin_segment(ctx, segment, from_offset)
         try:
-            if on_pinned is not None:
-                on_pinned()
             if pin.source_position is None and not ctx.shared.protection.writes_protected:
                 try:
-                    return _copy_overlapped(ctx, pin, started)
+                    return _copy_overlapped(ctx, pin, started, on_started)
                 finally:
                     ctx.in_flight.discard(pin.attempt)
                     pin.discard()
@@ -298,6 +302,8 @@ def copy_segment(
         if not prep.checksummed.batches:
             return None
         _journal_start(ctx, prep.base_offset, prep.attempt)
+        if on_started is not None:
+            on_started()
         return _finish(ctx, segment, prep, _upload(ctx, prep), started)
     finally:
         ctx.in_flight.discard(prep.attempt)

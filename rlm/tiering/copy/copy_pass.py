@@ -139,9 +139,10 @@ def copy_pending(
     ``still_leads`` says this node no longer leads the partition."""
     _note_gap(ctx, pending)
     # The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
-    # current one uploads: the checksum walk overlaps the network instead of adding to it. A
-    # segment with nothing done ahead (the first) is checksummed while its own .log uploads
-    # (copy_segment), and the next one is pinned once it is: pins are taken oldest first.
+    # current one uploads: the checksum walk overlaps the network instead of adding to it. It is
+    # started once the current copy has pinned its segment (pins are taken oldest first) and
+    # begun uploading (copy_segment's on_started). A segment with nothing done ahead (the first)
+    # is checksummed while its own .log uploads.
     preparer = (
         concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-prepare")
         if len(pending) > 1
@@ -163,10 +164,9 @@ def copy_pending(
             if index > 0 and not still_leads(ctx):
                 break  # leadership moved: the new leader continues from what is committed
             current, ahead = ahead, None
-            if current is not None:
-                prepare_next(index)
-            pinned = functools.partial(prepare_next, index) if current is None else None
-            if not _copy_one(ctx, tally, seg, current, from_offset, watchdog, pinned):
+            if not _copy_one(
+                ctx, tally, seg, current, from_offset, watchdog, functools.partial(prepare_next, index)
+            ):
                 break
             publish_lag(ctx, pending[index + 1 :])
     finally:
@@ -198,16 +198,16 @@ def _copy_one(
     prepared: concurrent.futures.Future[PreparedSegment] | None,
     from_offset: int,
     watchdog: CopyWatchdog,
-    on_pinned: Callable[[], object] | None = None,
+    on_started: Callable[[], object] | None = None,
 ) -> bool:
     """Copy one segment from ``from_offset`` and record it in the partition's progress; False
-    when it was quarantined (the partition's pass stops there). Without ``prepared`` the copy
-    pins it and calls ``on_pinned`` (:func:`copy_segment`)."""
+    when it was quarantined (the partition's pass stops there). ``on_started``: see
+    :func:`copy_segment`."""
     m = ctx.shared.metrics
     try:
         with watchdog.watch(ctx, seg):
             copied = copy_segment(
-                ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_pinned
+                ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_started
             )
     except SegmentVanished as err:
         log.warning("%s", err)
