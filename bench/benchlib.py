@@ -191,37 +191,53 @@ def write_segment(
 ) -> int:
     """Write ``<base>.log`` of ``count`` batches — copies of ``template``, or of a list of
     templates in turn (distinct bytes, so a compressor sees no repeats; each with the same record
-    count) — bases rewritten (the CRC does not cover them), plus a sparse ``.index`` and a
-    ``.timeindex``; return the next base offset."""
+    count) — bases rewritten (the CRC does not cover them), plus the sparse ``.index`` and the
+    ``.timeindex`` Kafka's ``LogSegment.append`` writes for those appends (one batch each) and its
+    roll adds; return the next base offset.
+
+    The indexes follow Kafka's rules so rlm finds them valid, as it would a broker's: an offset
+    entry (the batch's last offset, its position) once more than ``index_interval`` bytes were
+    appended since the last one; a time entry (the running max timestamp, the last offset of the
+    batch that first reached it) with it — and on roll — when that timestamp went up."""
     from rlm.formats import naming
 
     templates = [template] if isinstance(template, bytes | bytearray) else list(template)
     per = struct.unpack_from(">i", templates[0], 23)[0] + 1  # lastOffsetDelta + 1
     assert all(struct.unpack_from(">i", t, 23)[0] + 1 == per for t in templates), "same record count"
-    max_ts = max(struct.unpack_from(">q", t, 35)[0] for t in templates)
+    stamps = [struct.unpack_from(">q", t, 35)[0] for t in templates]  # maxTimestamp
     if len(templates) == 1:
         buf = bytearray(templates[0] * count)
     else:
         buf = bytearray(b"".join(templates[i % len(templates)] for i in range(count)))
     idx = bytearray()
     tidx = bytearray()
-    since = index_interval
+    since = 0
     pos = 0
+    max_ts, max_at, last_ts = -1, -1, -1  # running max timestamp, its batch's last offset, last entry's
+
+    def time_entry() -> None:
+        nonlocal last_ts
+        if max_ts > last_ts:
+            tidx.extend(struct.pack(">qi", max_ts, max_at - base))
+            last_ts = max_ts
+
     for i in range(count):
         offset = base + i * per
         struct.pack_into(">q", buf, pos, offset)
-        if since >= index_interval and i > 0:
-            idx += struct.pack(">ii", offset - base, pos)
+        if stamps[i % len(stamps)] > max_ts:
+            max_ts, max_at = stamps[i % len(stamps)], offset + per - 1
+        if since > index_interval:
+            idx += struct.pack(">ii", offset + per - 1 - base, pos)
+            time_entry()
             since = 0
         size = len(templates[i % len(templates)])
         since += size
         pos += size
-    last = base + count * per - 1
-    tidx += struct.pack(">qi", max_ts, last - base)
+    time_entry()  # the roll
     (part_dir / naming.segment_file_name(base, naming.LOG)).write_bytes(buf)
     (part_dir / naming.segment_file_name(base, naming.INDEX)).write_bytes(idx)
     (part_dir / naming.segment_file_name(base, naming.TIME_INDEX)).write_bytes(tidx)
-    return last + 1
+    return base + count * per
 
 
 def write_rolled_partition(
@@ -252,7 +268,7 @@ def rolled_segments(logs: Path, topic: str, segments: int, segment_mib: int) -> 
     import shutil
 
     part = logs / f"{topic}-0"
-    marker = part / f".generated-{segments}x{segment_mib}"
+    marker = part / f".generated-v2-{segments}x{segment_mib}"  # v2: Kafka-valid indexes
     if not marker.exists():
         shutil.rmtree(logs, ignore_errors=True)
         write_rolled_partition(logs, topic, segments, segment_mib, template_batch(100, 150))
