@@ -420,3 +420,25 @@ def test_throttling_and_5xx_are_retried_once_level_at_the_seam(flaky_endpoint: F
     with pytest.raises(TransientStorageError, match=r"HTTP 50[03]"):
         for _ in range(3):
             raw.head("k0")
+
+
+def test_part_body_view_reads_like_the_bytes_without_copying_them() -> None:
+    """A part goes to botocore as a BodyView (rlm_storage_s3/parts.py): its checksum, payload hash
+    and send loops read it piece by piece, seek back and measure it — as they would a BytesIO,
+    but every piece is a view of the part itself."""
+    from rlm_storage_s3.parts import BodyView
+
+    data = os.urandom(3 * 1024 + 17)
+    body = BodyView(data)
+    assert body.seek(0, 2) == len(data) and body.tell() == len(data)
+    body.seek(0)
+    pieces = list(iter(lambda: body.read(1024), b""))  # botocore's loop: ends on an empty read
+    assert [len(p) for p in pieces] == [1024, 1024, 1024, 17]
+    assert all(isinstance(p, memoryview) and p.obj is data for p in pieces)  # views, not copies
+    assert b"".join(pieces) == data and body.read() == b""
+    body.seek(-17, 2)
+    assert bytes(body.read()) == data[-17:]
+    body.seek(5)
+    assert bytes(body.read(-1)) == data[5:]
+    with pytest.raises(ValueError):
+        body.seek(-1)

@@ -24,7 +24,7 @@ from rlm.storage.api import ObjectInfo
 from rlm.storage.redaction import scrub
 from rlm.storage.retry import RetryPolicy
 from rlm_storage_s3.errors import code_of, status_of
-from rlm_storage_s3.parts import multipart_etag
+from rlm_storage_s3.parts import BodyView, multipart_etag
 
 __all__ = ["MAX_PARTS", "Caller", "MultipartUpload"]
 
@@ -102,14 +102,18 @@ class MultipartUpload:
         return total
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+        def send(**kwargs: Any) -> Any:
+            # A fresh view per attempt, so a retry sends the part from byte 0; views, not the bytes
+            # (which botocore would copy piece by piece): rlm_storage_s3.parts.BodyView.
+            return self.client.upload_part(Body=BodyView(body), **kwargs)
+
         r = self._step(
             "upload_part",
-            self.client.upload_part,
+            send,
             Bucket=self.bucket,
             Key=self.full,
             UploadId=self.upload_id,
             PartNumber=number,
-            Body=body,
             **self.algo,
         )
         part = {"PartNumber": number, "ETag": r["ETag"]}

@@ -1,14 +1,53 @@
-"""Multipart helpers of the ``s3`` backend: exact-size part reads, part splitting, S3's multipart ETag."""
+"""Multipart helpers of the ``s3`` backend: exact-size part reads, part splitting, S3's multipart
+ETag, and :class:`BodyView`, a request body that botocore reads without copying."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from rlm.storage.api import read_fully
 
-__all__ = ["multipart_etag", "read_exact", "split_parts"]
+__all__ = ["BodyView", "multipart_etag", "read_exact", "split_parts"]
+
+
+class BodyView:
+    """A seekable, read-only request body over ``data`` whose reads are views, not copies.
+
+    botocore wraps a ``bytes`` body in :class:`io.BytesIO`, and every read of that copies: the
+    request checksum (CRC32), the SigV4 payload hash (SHA-256, always on a plain-HTTP endpoint)
+    and the socket send each read the whole body in 1 MiB / 16 KiB pieces — three copies of every
+    byte into fresh buffers, made while holding the GIL, on each part thread. Views of the one
+    part buffer cost none of that. A view is only valid while ``data`` is alive and unchanged.
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._view = memoryview(data).cast("B")
+        self._pos = 0
+
+    def read(self, size: int | None = -1) -> memoryview:
+        """Up to ``size`` bytes from the current position (all that is left when negative)."""
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        start, self._pos = self._pos, max(self._pos, end)
+        return self._view[start : self._pos]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
 
 
 def multipart_etag(parts: list[dict[str, Any]]) -> str:
