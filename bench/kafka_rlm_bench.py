@@ -8,7 +8,8 @@ Both tier on the same ``--task-interval-ms`` (rlm's ``task_interval_ms``, Kafka'
 ``--hw-checkpoint-ms`` (``replica.high.watermark.checkpoint.interval.ms``; Kafka's RLM copies a
 segment once its in-memory last stable offset passes the next segment's base, rlm once the
 checkpoint does or — with ``[cluster] bootstrap_servers``, set here — once the broker answers that
-its high watermark does: docs/operations.md "The high watermark"). Every round produces the same
+its high watermark does: docs/operations.md "The high watermark"; the readers' per-read check of
+the broker's log start stays off, ``log_start_max_age_ms = -1``, as before). Every round produces the same
 records into each broker (a confluent-kafka producer, acks=all, 16 KiB values from a fixed seed,
 one partition, ``--segment-mib`` segments, ``--mb`` MB per topic), the sides' order alternating by
 round, and measures:
