@@ -73,25 +73,23 @@ class _Answer:
 
 class BrokerOffsets:
     """One kind of offset (``spec``: ListOffsets earliest or latest) from the cluster, answers at
-    most ``max_age_s`` old (module doc). ``lister``: how to ask (tests); by default kafka-python's
+    most :meth:`max_age` old (module doc). ``lister``: how to ask (tests); by default kafka-python's
     ``KafkaAdminClient.list_partition_offsets`` with the ``[cluster]`` connection settings,
     created on first use and re-created after a failure. ``what`` names the offset in the log, and
     ``unanswered`` says there what the files deciding means."""
 
     what = "offset"
     unanswered = ""
+    spec: Spec = "earliest"
 
     def __init__(
         self,
         cluster: ClusterSettings,
         *,
-        spec: Spec,
-        max_age_s: float,
         lister: Lister | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.max_age_s = max_age_s
-        self.spec = spec
+        self.max_age_s = self.max_age(cluster)
         self._cluster = cluster
         self._lister = lister
         self._kafka: Any = _kafka() if lister is None else None  # fails at startup, not at a read
@@ -102,6 +100,11 @@ class BrokerOffsets:
         self._down_until = float("-inf")
         self.error: str | None = None
         self.requests = self.failures = 0
+
+    @staticmethod
+    def max_age(cluster: ClusterSettings) -> float:
+        """How old an answer may be (s): 0, asked anew each time, unless a kind says otherwise."""
+        return 0.0
 
     def now(self) -> float:
         """The clock answers are stamped with: a read's ``since``."""
@@ -222,15 +225,9 @@ class BrokerLogStarts(BrokerOffsets):
     what = "log start"
     unanswered = "records deleted by DeleteRecords may be served until the broker's checkpoint reaches disk"
 
-    def __init__(
-        self,
-        cluster: ClusterSettings,
-        *,
-        lister: Lister | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        max_age_s = max(cluster.log_start_max_age_ms, 0) / 1000
-        super().__init__(cluster, spec="earliest", max_age_s=max_age_s, lister=lister, clock=clock)
+    @staticmethod
+    def max_age(cluster: ClusterSettings) -> float:
+        return max(cluster.log_start_max_age_ms, 0) / 1000
 
     def log_start(self, key: Key, since: float, batch: Iterable[Key] = ()) -> int | None:
         return self.offset(key, since, batch)
@@ -242,15 +239,7 @@ class BrokerHighWatermarks(BrokerOffsets):
 
     what = "high watermark"
     unanswered = "a rolled segment waits for the broker's replication-offset-checkpoint"
-
-    def __init__(
-        self,
-        cluster: ClusterSettings,
-        *,
-        lister: Lister | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(cluster, spec="latest", max_age_s=0.0, lister=lister, clock=clock)
+    spec: Spec = "latest"
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """Asked now; None when the broker cannot tell (the checkpoint decides)."""
