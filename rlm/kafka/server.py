@@ -269,12 +269,14 @@ class KafkaListener:
         client, so a client that stops reading holds one response and no more (backpressure)."""
         while True:
             try:
-                head = await asyncio.wait_for(reader.readexactly(4), self._idle_s)
+                async with asyncio.timeout(self._idle_s):  # no task per read, unlike wait_for (3.11)
+                    head = await reader.readexactly(4)
             except asyncio.IncompleteReadError as err:
                 if not err.partial:
                     return  # the client closed between requests
                 raise
-            frame = await asyncio.wait_for(reader.readexactly(self._frame_size(conn, head)), self._idle_s)
+            async with asyncio.timeout(self._idle_s):
+                frame = await reader.readexactly(self._frame_size(conn, head))
             await self._send(writer, await self._answer(conn, frame))
             if conn.close_after:
                 return
@@ -303,7 +305,8 @@ class KafkaListener:
             for start in range(0, len(view), _CHUNK):
                 writer.write(view[start : start + _CHUNK])
                 if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait
-                    await asyncio.wait_for(writer.drain(), self._idle_s)
+                    async with asyncio.timeout(self._idle_s):
+                        await writer.drain()
 
     async def _answer(self, conn: _Conn, frame: bytes) -> Frame:
         """The framed response. Decoding, the handler and encoding run in the thread pool, never
