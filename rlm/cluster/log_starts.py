@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlm.cluster.kafka_admin import admin_client_config, close_quietly
-from rlm.config.brokers import ClusterSettings, asks_log_starts
+from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
 
 __all__ = [
@@ -249,9 +249,7 @@ class BrokerHighWatermarks(BrokerOffsets):
 def high_watermarks_of(cluster: ClusterSettings) -> BrokerHighWatermarks | None:
     """What a leader's copy asks (module doc): None without ``bootstrap_servers``, or without
     kafka-python (then the checkpoint alone decides, as before; nothing else needs it then)."""
-    # Not beside the readers' log start check (log_start_max_age_ms >= 0) yet: with both on, a live
-    # suite test saw the listener serve below a DeleteRecords point twice; not understood yet.
-    if not cluster.bootstrap_servers or asks_log_starts(cluster):
+    if not cluster.bootstrap_servers:
         return None
     try:
         return BrokerHighWatermarks(cluster)

@@ -53,11 +53,14 @@ class FetchPlan:
     context: SessionContext
     wanted: list[Wanted]
 
-    def marks(self, readers: TieredReaders) -> tuple[tuple[int, int], ...]:
+    def marks(
+        self, readers: TieredReaders, query: LogStartQuery | None = None
+    ) -> tuple[tuple[int, int], ...]:
         """Per wanted partition, ``(log start, visible end)`` now, no record read (a waiting
-        Fetch's re-check, compared with :attr:`FetchRead.marks`)."""
+        Fetch's re-check, compared with :attr:`FetchRead.marks`). ``query``: the last read's
+        (:attr:`FetchRead.query`), so a re-check takes the broker's answers that read had."""
         return tuple(
-            partition_marks(readers, w.name, w.partition, w.ask.fetch_offset) if w.name else (-2, -2)
+            partition_marks(readers, w.name, w.partition, w.ask.fetch_offset, query) if w.name else (-2, -2)
             for w in self.wanted
         )
 
@@ -70,6 +73,7 @@ class FetchRead:
     results: list[FetchedPartition]
     record_bytes: int
     errors: bool
+    query: LogStartQuery | None = None  # its question to the broker about log starts
 
     @property
     def marks(self) -> tuple[tuple[int, int], ...]:
@@ -139,7 +143,7 @@ def read_plan(
         total += len(got.records)
         errors = errors or got.error != Codes.NONE
         results.append(got)
-    return FetchRead(results, total, errors)
+    return FetchRead(results, total, errors, query)
 
 
 def _read_one(

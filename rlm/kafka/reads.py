@@ -137,14 +137,17 @@ def _told_lso(vis: Visibility, hw: int) -> int:
         return -1
 
 
-def partition_marks(readers: TieredReaders, topic: str, partition: int, at: int) -> tuple[int, int]:
+def partition_marks(
+    readers: TieredReaders, topic: str, partition: int, at: int, query: LogStartQuery | None = None
+) -> tuple[int, int]:
     """``(log start, visible end)`` of the partition now, without reading records (a waiting
-    Fetch's re-check; ``at``: its fetch offset, so the broker is not asked about a log start while
-    nothing there is visible), with the defaults a Fetch answer gives them (:func:`fetch_partition`).
+    Fetch's re-check; ``at``: its fetch offset, so the broker is asked about a log start only when
+    a read there would be, ``query``: the read's, whose answers stand for its re-checks), with the
+    defaults a Fetch answer gives them (:func:`fetch_partition`).
     ``(-2, -2)`` when the partition cannot be read: it differs from every answer's, so the wait
     re-reads and answers the error."""
     try:
-        ranges = reader_for(readers, topic, partition).offsets(at=at)
+        ranges = reader_for(readers, topic, partition, query).offsets(at=at)
     except RlmError:
         return -2, -2
     return _or(ranges.log_start_offset), _or(ranges.visible_end_offset, 0)  # as a Fetch answers them

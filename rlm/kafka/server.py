@@ -426,7 +426,7 @@ class KafkaListener:
         while (left := deadline - loop.time()) > 0 and not self._stop.is_set():
             with contextlib.suppress(TimeoutError):  # a shutdown wakes the wait at once
                 await asyncio.wait_for(self._stop.wait(), min(left, _POLL_S))
-            marks = await loop.run_in_executor(pool, plan.marks, self.api.readers)
+            marks = await loop.run_in_executor(pool, plan.marks, self.api.readers, read.query)
             if marks == seen:
                 continue
             read = await loop.run_in_executor(pool, self._fetch_pass, conn, req, plan)

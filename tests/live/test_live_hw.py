@@ -45,7 +45,7 @@ def test_a_segment_rolled_just_now_is_tiered_before_the_checkpoint_says_it_is_co
     kafka, topic = slow_checkpoint, f"{TOPIC}-{asks}"
     node = kafka.nodes[0]
     kafka.create_topic(topic, configs={"segment.bytes": MiB})
-    extra = {"cluster": {"bootstrap_servers": [kafka.bootstrap], "log_start_max_age_ms": -1}} if asks else {}
+    extra = {"cluster": {"bootstrap_servers": [kafka.bootstrap]}} if asks else {}
     with run_sidecar(node, tmp_path / "store", tmp_path / "rlm", **extra) as rlm:
         send(kafka.bootstrap, topic, 0, 2500, tag="hw")  # ~2.5 MB: two segments roll
         part = node.log_dir / f"{topic}-0"

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from rlm.cluster.log_starts import BrokerHighWatermarks
+from rlm.cluster.log_starts import BrokerHighWatermarks, BrokerLogStarts
 from rlm.config import load_settings
 from rlm.formats.records import RecordSpec
+from rlm.kafka.protocol import Codes
+from rlm.kafka.reads import fetch_partition, partition_marks
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.read.readers import TieredReaders
 
 TOPIC = "hw"
 
@@ -96,4 +99,32 @@ def test_a_follower_does_not_ask(tmp_path: Path) -> None:
     broker = _Broker(writer.log_end_offset)
     _asking(mgr, broker)
     assert _tiered(mgr) == -1 and broker.asked == []
+    writer.close()
+
+
+def test_with_the_log_start_check_a_read_at_a_lagging_checkpoints_end_is_out_of_range(tmp_path: Path) -> None:
+    """Both askers on: the broker's word tiers past a checkpoint that still says 0, then DeleteRecords
+    moves the log start past that end. A Fetch at 0, the files' visible end, is out of range, as
+    the broker answers it: the listener once answered "nothing yet" with log start 0 (a
+    consumer at the end asked nothing), so a consumer at 0 was not reset."""
+    mgr, writer = _setup(tmp_path)
+    writer.high_watermark = 0  # the broker wrote its checkpoint before the records came
+    writer.write_checkpoints()
+    _asking(mgr, _Broker(writer.log_end_offset))
+    assert _tiered(mgr) == writer.log_end_offset - 1
+    point = writer.segment_base_offsets[1] + 3  # DeleteRecords inside a tiered local segment
+    starts = _Broker(point)
+    readers = TieredReaders(
+        mgr.settings,
+        LocalBackend(root=str(tmp_path / "store")),
+        progress=mgr.live_progress,
+        log_starts=BrokerLogStarts(mgr.settings.cluster, lister=starts),
+    )
+    query = readers.log_start_query([(TOPIC, 0)])
+    got = fetch_partition(readers, TOPIC, 0, 0, 1 << 20, False, "c", query)
+    assert (got.error, got.log_start_offset, got.records) == (Codes.OFFSET_OUT_OF_RANGE, -1, b"")
+    assert partition_marks(readers, TOPIC, 0, point, query) == (point, point)
+    assert starts.asked == [(TOPIC, 0)]  # a waiting Fetch's re-checks take its read's answer
+    ranges = readers.reader(TOPIC, 0).offsets(at=writer.log_end_offset)
+    assert ranges.log_start_offset == 0 and len(starts.asked) == 1  # at the log's end: not asked
     writer.close()

@@ -104,10 +104,11 @@ class PartitionReader:
     ) -> PartitionOffsets:
         """Where each tier starts and ends now (docs/visibility.md). With ``log_starts``, the
         broker's live log start is asked too — unless ``at``, the offset a read would serve, is
-        not visible by the files anyway (a consumer waiting at the end costs no request)."""
+        neither visible by the files nor held by the local log past their visible end
+        (:meth:`PartitionOffsets.asks_broker`: a consumer waiting at the log's end costs no request)."""
         checkpoints = self.res.checkpoints.get(self.part.log_dir)
         ranges = partition_offsets(self.part, self.progress, segments, checkpoints, self.res.eligibility)
-        if self.log_starts is None or (at is not None and not ranges.visible(at)):
+        if self.log_starts is None or (at is not None and not ranges.asks_broker(at)):
             return ranges
         if self._asked is None:
             self._asked = (self.log_starts.log_start(self.part.topic, self.part.partition),)

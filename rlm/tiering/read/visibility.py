@@ -140,6 +140,19 @@ class PartitionOffsets:
             and self.log_start_offset <= offset < self.visible_end_offset
         )
 
+    def asks_broker(self, offset: int) -> bool:
+        """Whether a read at ``offset`` asks the broker's live log start (docs/visibility.md "Which
+        reads ask"): ``offset`` is visible, or the local log holds it past the visible end. A
+        checkpointed high watermark lags the broker's, and DeleteRecords may have moved the log
+        start past it: by these offsets alone a read at the end answers "nothing yet" with the
+        files' log start where the broker answers out of range, and a consumer reset to the new
+        start is out of range here. At the log's own end (a consumer waiting for new records) no
+        DeleteRecords point can lie above the offset: no request."""
+        if self.visible(offset):
+            return True
+        end, log_end = self.visible_end_offset, self.log_end_offset
+        return end is not None and log_end is not None and end <= offset < log_end
+
     def to_json(self) -> dict[str, Any]:
         return {
             "log_start_offset": self.log_start_offset,
