@@ -415,7 +415,9 @@ class RemoteLogManager:
         """Orphans, old incarnations (into ``old``) and deleted topics (into ``deleted``) past their
         grace (docs/topic-identity.md); ``save_stamps``: this process owns the state dirs (gc.py)."""
         orphans: list[Orphan] = []
-        contexts = list(self.contexts())
+        tiered, excluded = self.classify()  # one listing of the log dirs per GC, deleted topics too
+        live = {(p.topic, p.partition) for p in [*tiered, *(part for part, _ in excluded)]}
+        contexts = [self.context(part) for part in tiered]
         # Pins of partitions no longer tiered: local files, dropped even while the store is down.
         self.shared.pins.release_stale({ctx.state_dir for ctx in contexts}, dry_run=dry_run)
         for ctx in contexts:
@@ -428,7 +430,7 @@ class RemoteLogManager:
                 if ctx.part.identity_error is None and self.roles.of(ctx).role == "leader":
                     work = partial(collect_partition, ctx, dry_run=dry_run, old=old, save_stamps=save_stamps)
                     orphans += collect_unless_idle(ctx, dry_run, work)
-        (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run))
+        (deleted if deleted is not None else []).extend(self.deleted.collect(dry_run=dry_run, live=live))
         self.gc_schedule.record(self.shared.clock_ms(), dry_run=dry_run)  # when the next is due
         return orphans
 

@@ -25,6 +25,7 @@ conditional create and the idempotent deletes make concurrent sidecars safe.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,14 +82,15 @@ def find_candidates(settings: Settings) -> list[Candidate]:
     for log_dir in settings.log.dirs:
         found.update(_deleting_dirs(log_dir))
     for state_root in {state_root_of(settings.tiering, d) for d in settings.log.dirs}:
-        try:
-            entries = [e for e in state_root.iterdir() if e.is_dir()]
+        try:  # scandir: the entry's type comes with the listing, no stat per partition
+            with os.scandir(state_root) as listing:
+                names = [e.name for e in listing if e.is_dir()]
         except OSError:
             continue
-        for path in entries:
-            root = object_keys.parse_root(f"{path.name}/")
+        for name in names:
+            root = object_keys.parse_root(f"{name}/")
             if root is not None and root.topic_id is not None:
-                found[(root.topic, root.partition, root.topic_id)] = path
+                found[(root.topic, root.partition, root.topic_id)] = state_root / name
     return [Candidate(t, p, i, s) for (t, p, i), s in sorted(found.items())]
 
 
@@ -106,11 +108,14 @@ def find_deleted_topics(
     *,
     mark: bool,
     protection: StoreProtection | None = None,
+    live: set[tuple[str, int]] | None = None,
 ) -> list[tuple[OldIncarnation, RemoteState]]:
     """The incarnations of deleted topics (certain, see the module doc) that still hold remote
     objects or local state, each with its root; ``mark`` writes the ``retired.json`` of one seen
-    for the first time (GC, never status). Times in ms since the epoch."""
-    live = {(p.topic, p.partition) for p in discover_partitions(settings.log.dirs)}
+    for the first time (GC, never status). Times in ms since the epoch. ``live``: every partition
+    dir in the log dirs, when the caller just listed them (a GC: one discovery per run)."""
+    if live is None:
+        live = {(p.topic, p.partition) for p in discover_partitions(settings.log.dirs)}
     t = settings.tiering
     out = []
     for cand in find_candidates(settings):
@@ -152,12 +157,13 @@ def collect_deleted_topics(
     *,
     dry_run: bool = False,
     protection: StoreProtection | None = None,
+    live: set[tuple[str, int]] | None = None,
 ) -> list[OldIncarnation]:
     """Delete the deleted topics' roots whose grace passed (``dry_run``: only list them); return
-    every one found, ``deleted`` set on those removed now."""
+    every one found, ``deleted`` set on those removed now. ``live``: as :func:`find_deleted_topics`."""
     result = []
     for old, root in find_deleted_topics(
-        settings, backend, image, now_ms, mark=not dry_run, protection=protection
+        settings, backend, image, now_ms, mark=not dry_run, protection=protection, live=live
     ):
         if not dry_run and old.delete_after_ms is not None and now_ms >= old.delete_after_ms:
             delete_root(root, old.state_dir)
@@ -197,7 +203,10 @@ class DeletedTopics:
         #: Deleted topics' roots waiting for their grace, as the last collection found them.
         self.waiting: list[OldIncarnation] = []
 
-    def collect(self, *, dry_run: bool = False) -> list[OldIncarnation]:
+    def collect(
+        self, *, dry_run: bool = False, live: set[tuple[str, int]] | None = None
+    ) -> list[OldIncarnation]:
+        """One GC's pass over deleted topics; ``live``: the partition dirs the GC just listed."""
         found = collect_deleted_topics(
             self._settings,
             self._backend,
@@ -205,6 +214,7 @@ class DeletedTopics:
             self._clock_ms(),
             dry_run=dry_run,
             protection=self._protection,
+            live=live,
         )
         self.waiting = [d for d in found if not d.deleted]
         self._publish()
