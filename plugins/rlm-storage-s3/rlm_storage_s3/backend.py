@@ -58,7 +58,7 @@ from rlm.storage.options import Option, at_least
 from rlm.storage.redaction import register_secret, scrub
 from rlm.storage.retry import RetryPolicy
 from rlm_storage_s3.errors import TRANSIENT_CODES, status_of, translate
-from rlm_storage_s3.multipart import MultipartUpload
+from rlm_storage_s3.multipart import OWN_ALGORITHM, MultipartUpload
 from rlm_storage_s3.parts import read_exact, split_parts
 
 __all__ = ["MIN_PART_SIZE", "S3Backend"]
@@ -293,13 +293,22 @@ class S3Backend(StorageBackend):
             self._executor(),
             self.options["max_concurrency"],
             self._step_policy,
-            # As s3transfer does: with request checksums on, declare CRC32 for the upload, so every
-            # part carries its CRC32 and the object gets a composite one from the part checksums;
-            # without it the store builds a full-object checksum by re-reading the whole object.
-            {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {},
+            # As s3transfer does: with request checksums on, declare a checksum for the upload, so
+            # every part carries one and the object gets a composite checksum from the parts';
+            # without it the store builds a full-object one by re-reading the object.
+            self._part_algorithm(),
             self._put_extra(),
         )
         return upload.run(split_parts(first, second, stream, self.part_size), cond)
+
+    def _part_algorithm(self) -> dict[str, Any]:
+        """The multipart upload's ``ChecksumAlgorithm``: none with request checksums off; CRC32C
+        computed by the plugin on a plain-HTTP endpoint (multipart.part_checksum); else CRC32,
+        computed by botocore as s3transfer has it (over HTTPS in a trailer, no payload SHA-256)."""
+        if not self._part_checksums:
+            return {}
+        plain_http = (self.options["endpoint_url"] or "").lower().startswith("http://")
+        return dict(OWN_ALGORITHM) if plain_http else {"ChecksumAlgorithm": "CRC32"}
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:

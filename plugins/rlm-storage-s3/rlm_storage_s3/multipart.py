@@ -13,11 +13,14 @@ On any failure the upload is aborted (best effort: a bucket lifecycle rule clean
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import crc32c
 
 from rlm.errors import StorageError
 from rlm.storage.api import ObjectInfo
@@ -26,13 +29,28 @@ from rlm.storage.retry import RetryPolicy
 from rlm_storage_s3.errors import code_of, status_of
 from rlm_storage_s3.parts import BodyView, multipart_etag
 
-__all__ = ["MAX_PARTS", "Caller", "MultipartUpload"]
+__all__ = ["MAX_PARTS", "OWN_ALGORITHM", "Caller", "MultipartUpload", "part_checksum"]
 
 log = logging.getLogger(__name__)
 
 MAX_PARTS = 10_000
 #: ``call(op, key, fn, **kwargs)``: one SDK call, its errors translated (``S3Backend._call``).
 Caller = Callable[..., Any]
+
+
+#: The upload's ``ChecksumAlgorithm`` when the plugin computes each part's checksum itself.
+OWN_ALGORITHM = {"ChecksumAlgorithm": "CRC32C"}
+
+
+def part_checksum(body: bytes) -> dict[str, str]:
+    """The ``ChecksumCRC32C`` header of one part body (hardware CRC-32C, ~20 GB/s).
+
+    Sent with the part, the store verifies the part against it, and botocore, finding a checksum
+    header set, computes none of its own (its default, CRC32, is zlib's: about 5 times the CPU
+    per byte; BENCHMARKS.md "Copy throughput", #35). Only on plain-HTTP endpoints, where botocore
+    signs every payload with SHA-256 anyway: over HTTPS botocore streams its CRC32 in a trailer and
+    signs no payload, which a checksum header set by the caller would turn back on (S3SigV4Auth)."""
+    return {"ChecksumCRC32C": base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")}
 
 
 @dataclass
@@ -102,6 +120,8 @@ class MultipartUpload:
         return total
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+        checksum = part_checksum(body) if self.algo == OWN_ALGORITHM else {}
+
         def send(**kwargs: Any) -> Any:
             # A fresh view per attempt, so a retry sends the part from byte 0; views, not the bytes
             # (which botocore would copy piece by piece): rlm_storage_s3.parts.BodyView.
@@ -115,8 +135,9 @@ class MultipartUpload:
             UploadId=self.upload_id,
             PartNumber=number,
             **self.algo,
+            **checksum,
         )
-        part = {"PartNumber": number, "ETag": r["ETag"]}
+        part = {"PartNumber": number, "ETag": r["ETag"], **checksum}
         if self.algo and r.get("ChecksumCRC32"):
             part["ChecksumCRC32"] = r["ChecksumCRC32"]
         return part
