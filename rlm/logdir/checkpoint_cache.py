@@ -7,6 +7,7 @@ neither re-parses the three files per partition.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -50,10 +51,18 @@ class CheckpointCache:
         self._parse_lock = threading.Lock()
         #: log dir → (signature, checkpoints, ns until which an unsettled parse is served; 0: settled)
         self._cache: dict[Path, tuple[tuple[Signature, ...], LogDirCheckpoints, int]] = {}
+        #: log dir → its three files' paths as strings: a sweep asks once per partition, and
+        #: building the paths anew each time was most of a hit's cost
+        self._files: dict[Path, tuple[str, ...]] = {}
 
-    @staticmethod
-    def _signature(log_dir: Path) -> tuple[Signature, ...]:
-        return tuple(stat_signature(log_dir / name) for name in _CHECKPOINT_FILES)
+    def _signature(self, log_dir: Path) -> tuple[Signature, ...]:
+        files = self._files.get(log_dir)
+        if files is None:
+            files = tuple(os.path.join(log_dir, name) for name in _CHECKPOINT_FILES)
+            if len(self._files) >= _MAX_LOG_DIRS:
+                self._files.clear()  # the same bound as the cache's
+            self._files[log_dir] = files
+        return tuple(stat_signature(f) for f in files)
 
     def _hit(self, log_dir: Path, sig: tuple[Signature, ...], hint: bool) -> LogDirCheckpoints | None:
         with self._lock:
