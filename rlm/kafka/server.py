@@ -13,7 +13,8 @@ authentication, when SASL is on — is refused from its size header, before its 
 that are not a request, an API or version not served, a request before SASL authentication: the
 connection is closed (Kafka closes it too). Connections beyond ``kafka.max_connections`` are closed
 at accept. A connection silent for ``kafka.idle_timeout_ms`` — also in the middle of a frame, or
-not reading its responses — is closed. One connection's failure is logged and ends that one only.
+not reading its responses — is closed (rlm/kafka/idle_watch.py). One connection's failure is
+logged and ends that one only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -38,6 +39,7 @@ from rlm.errors import KafkaProtocolError, RlmError
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.coordinator import RELAYED, Coordinator, RelaySession
 from rlm.kafka.fetching import FetchPlan, FetchRead
+from rlm.kafka.idle_watch import IdleWatch, Owing
 from rlm.kafka.metrics import KafkaMetrics
 from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -116,6 +118,7 @@ class _Conn:
     auth_failed: bool = False  # why it is closed, for the metric
     user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
     relay: RelaySession | None = None  # its upstream connections for relayed group requests
+    owing: Owing = field(default_factory=lambda: Owing(None))  # for the idle watch
 
 
 class KafkaListener:
@@ -154,6 +157,7 @@ class KafkaListener:
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self._idle_s = settings.idle_timeout_ms / 1000
+        self._idle = IdleWatch(self._idle_s)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rlm-kafka")
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -206,9 +210,11 @@ class KafkaListener:
             ssl=self._tls,
             ssl_handshake_timeout=self._idle_s if self._tls else None,
         )
+        watch = asyncio.create_task(self._idle.run())
         self._ready.set()
         async with server:
             await self._stop.wait()
+            watch.cancel()
             server.close()
             for writer in list(self._writers):
                 writer.close()
@@ -235,6 +241,8 @@ class KafkaListener:
             writer.close()
             return
         self._writers.add(writer)
+        conn.owing = Owing(asyncio.current_task())
+        self._idle.add(conn.owing)
         self.metrics.connections.inc()
         reason = ""
         try:
@@ -243,17 +251,19 @@ class KafkaListener:
         except KafkaProtocolError as err:
             reason = "auth" if conn.auth_failed else "protocol"
             log.info("kafka: %s: closing the connection: %s", conn.peer, err)
-        except TimeoutError:
-            reason = "idle"
-            log.info("kafka: %s: closing the connection: silent for kafka.idle_timeout_ms", conn.peer)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             log.debug("kafka: %s: connection closed by the client (or reset)", conn.peer)
-        except asyncio.CancelledError:  # the daemon stops: end quietly (asyncio would log the task)
-            log.debug("kafka: %s: connection closed at shutdown", conn.peer)
+        except asyncio.CancelledError:  # the idle watch, or the daemon stops (asyncio would log it)
+            if conn.owing.expired:
+                reason = "idle"
+                log.info("kafka: %s: closing the connection: silent for kafka.idle_timeout_ms", conn.peer)
+            else:
+                log.debug("kafka: %s: connection closed at shutdown", conn.peer)
         except Exception:  # a handler bug: this connection ends, the listener and the others go on
             reason = "error"
             log.exception("kafka: %s: request failed; closing the connection", conn.peer)
         finally:
+            self._idle.discard(conn.owing)
             self._writers.discard(writer)
             self.metrics.connections.dec()
             if reason:
@@ -266,18 +276,23 @@ class KafkaListener:
         self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """One request at a time: the next is not read before the last response drained to the
-        client, so a client that stops reading holds one response and no more (backpressure)."""
+        client, so a client that stops reading holds one response and no more (backpressure).
+        While it owes bytes (the next request, the rest of a frame, a drain) the idle watch may
+        close it (rlm/kafka/idle_watch.py)."""
+        assert self._loop is not None
+        owing, clock = conn.owing, self._loop.time
         while True:
+            owing.since = clock()
             try:
-                async with asyncio.timeout(self._idle_s):  # no task per read, unlike wait_for (3.11)
-                    head = await reader.readexactly(4)
+                head = await reader.readexactly(4)
             except asyncio.IncompleteReadError as err:
                 if not err.partial:
                     return  # the client closed between requests
                 raise
-            async with asyncio.timeout(self._idle_s):
-                frame = await reader.readexactly(self._frame_size(conn, head))
-            await self._send(writer, await self._answer(conn, frame))
+            owing.since = clock()  # the size header is progress: the frame gets a whole timeout
+            frame = await reader.readexactly(self._frame_size(conn, head))
+            owing.since = None  # answering is never idle
+            await self._send(conn, writer, await self._answer(conn, frame))
             if conn.close_after:
                 return
 
@@ -296,17 +311,19 @@ class KafkaListener:
             )
         return size
 
-    async def _send(self, writer: asyncio.StreamWriter, out: Frame) -> None:
+    async def _send(self, conn: _Conn, writer: asyncio.StreamWriter, out: Frame) -> None:
         """Hand the response (its parts in order) to the transport a chunk at a time, draining in
-        between (with the idle timeout): the transport queues a copy of what the socket does not
-        take at once, so this keeps that copy to one chunk instead of a second whole response."""
+        between (a wait the idle watch times): the transport queues a copy of what the socket does
+        not take at once, so this keeps that copy to one chunk instead of a second whole response."""
+        assert self._loop is not None
         for part in (out,) if isinstance(out, bytes | bytearray) else out:
             view = memoryview(part)
             for start in range(0, len(view), _CHUNK):
                 writer.write(view[start : start + _CHUNK])
                 if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait
-                    async with asyncio.timeout(self._idle_s):
-                        await writer.drain()
+                    conn.owing.since = self._loop.time()
+                    await writer.drain()
+                    conn.owing.since = None
 
     async def _answer(self, conn: _Conn, frame: bytes) -> Frame:
         """The framed response. Decoding, the handler and encoding run in the thread pool, never
