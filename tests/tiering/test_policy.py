@@ -14,6 +14,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings, settings_from_mapping
 from rlm.errors import ConfigError
 from rlm.formats import metadata as md
+from rlm.formats.checkpoint import format_offset_checkpoint
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
@@ -211,6 +212,23 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
         "source": "default",
         "from": "Kafka's default log.retention.hours=168 (Kafka configs are not followed)",
     }
+
+
+def test_a_policy_answered_again_follows_what_refresh_brings(tmp_path: Path) -> None:
+    """policy() is memoized per metadata image and cleaned topics (the read path asks it on every
+    Fetch): the log cleaner taking a topic on, or leaving it, shows at the next refresh."""
+    r = TopicPolicyResolver(_settings(tmp_path, follow_kafka_configs=False))
+    r.refresh()
+    assert r.policy("orders").cleanup_policy.value == "delete"
+    assert r.policy("orders") is r.policy("orders")  # one resolution while nothing changed
+    (tmp_path / "cleaner-offset-checkpoint").write_text(format_offset_checkpoint({("orders", 0): 0}))
+    assert r.policy("orders").cleanup_policy.value == "delete"  # not refreshed yet
+    r.refresh()
+    assert r.policy("orders").cleanup_policy.value == "compact"
+    assert r.policy("state").cleanup_policy.value == "delete"
+    (tmp_path / "cleaner-offset-checkpoint").write_text(format_offset_checkpoint({}))
+    r.refresh()
+    assert r.policy("orders").cleanup_policy.value == "delete"
 
 
 def test_archive_compacted_per_pattern(tmp_path: Path) -> None:

@@ -138,6 +138,12 @@ class TopicPolicyResolver:
         self._warned: set[tuple[str, str, int, int]] = set()  # upgrade warnings already logged
         self._refreshed: float | None = None
         self._lock = threading.Lock()
+        # policy() per topic, valid while the image and the cleaned topics it was resolved from are
+        # the ones in force: asked on every Fetch, resolving costs more than the read's lookup.
+        self._memo: tuple[tuple[MetadataImage | None, frozenset[str]], dict[str, TopicPolicy]] = (
+            (None, frozenset()),
+            {},
+        )
 
     def refreshed_image(self) -> MetadataImage | None:
         """The KRaft metadata image after a :meth:`refresh` (None without a metadata log)."""
@@ -211,6 +217,20 @@ class TopicPolicyResolver:
         return None
 
     def policy(self, topic: str) -> TopicPolicy:
+        """``topic``'s policy as the settings, the metadata image and the cleaned topics now
+        say. Memoized until :meth:`refresh` brings another image (a poll that changes anything
+        returns a new one: rlm/logdir/kraft.py) or other cleaned topics."""
+        image, cleaned = self.image, self.cleaned
+        (seen_image, seen_cleaned), memo = self._memo
+        if seen_image is not image or seen_cleaned != cleaned:
+            memo = {}  # a racing thread may still fill the old dict: it is dropped with it
+            self._memo = ((image, cleaned), memo)
+        found = memo.get(topic)
+        if found is None:
+            found = memo[topic] = self._resolve(topic)
+        return found
+
+    def _resolve(self, topic: str) -> TopicPolicy:
         image = self.image if self.follow else None
         cfg = image.topic_configs.get(topic, {}) if image is not None else {}
         override = self._override(topic)
