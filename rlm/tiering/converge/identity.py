@@ -37,7 +37,7 @@ from rlm.errors import (
     PartitionMetadataError,
     RlmError,
 )
-from rlm.fsutil import atomic_write
+from rlm.fsutil import FileMemo, atomic_write
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.segment import LogSegment, log_end_offset
 from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, state_dir
@@ -142,11 +142,21 @@ def lineage_conflict(
     )
 
 
-def read_dir_token(path: Path) -> str | None:
+def _token_in(marker: Path) -> str | None:
     try:
-        return (path / DIR_MARKER).read_text(encoding="ascii").strip() or None
+        return marker.read_text(encoding="ascii").strip() or None
     except (OSError, UnicodeDecodeError):
         return None
+
+
+#: The read path checks the token on every Fetch (:func:`served_progress`): the marker is read
+#: again only when its stat signature changed (a directory re-created gets a new marker file).
+_TOKENS: FileMemo[str | None] = FileMemo(_token_in)
+
+
+def read_dir_token(path: Path) -> str | None:
+    """The token rlm left in the partition directory ``path`` (None: none, or unreadable)."""
+    return _TOKENS.get(path / DIR_MARKER)
 
 
 def mark_dir(ctx: PartitionContext) -> None:
