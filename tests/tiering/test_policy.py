@@ -445,3 +445,17 @@ def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
     ]
     r = TopicPolicyResolver(settings)
     assert r.policy("orders-eu").tiered and not r.policy("orders").tiered
+
+
+def test_the_idle_key_of_a_policy_tells_a_changed_policy_from_an_equal_one(tmp_path: Path) -> None:
+    """policy_key (the idle fingerprint's) remembers the key per policy object: an equal policy
+    has the same key, a changed one (a new object, as a discovery resolves it) another."""
+    import dataclasses
+
+    from rlm.tiering.idle import policy_key
+
+    pol = TopicPolicyResolver(_settings(tmp_path)).policy("orders")
+    assert policy_key(pol) == policy_key(dataclasses.replace(pol)) == policy_key(pol)
+    changed = dataclasses.replace(pol, retention_ms=dataclasses.replace(pol.retention_ms, value=1))
+    assert policy_key(changed) != policy_key(pol)
+    assert policy_key(changed) == repr(changed)
