@@ -73,7 +73,7 @@ IDLE_GC_MS = 86_400_000
 #: id(policy) → (policy, its key): a sweep asks once per partition for the policy object of the
 #: last discovery, and hashing a policy (an lru_cache) cost more than the rest of the fingerprint
 _POLICY_KEYS: dict[int, tuple[TopicPolicy, str]] = {}
-_MAX_POLICY_KEYS = 65_536
+_MAX_POLICY_KEYS = 4096  # as many as the lru_cache it replaced: a discovery resolves one per topic
 
 
 def policy_key(policy: TopicPolicy) -> str:

@@ -14,6 +14,7 @@ from rlm.cli.generate import generate_log_dir
 from rlm.config import Settings, load_settings, settings_from_mapping
 from rlm.errors import ConfigError
 from rlm.formats import metadata as md
+from rlm.logdir.discovery import PartitionDir
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
@@ -173,6 +174,9 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
     assert r.follow is True and r.node_id == "3"
     r.refresh()
     _assert_sources_per_tier(r)
+    orders_0 = [PartitionDir(tmp_path, "orders", 0, tmp_path / "orders-0")]
+    first = r.classify(orders_0)[2][("orders", 0)]
+    assert r.classify(orders_0)[2][("orders", 0)] is first  # unchanged: the same policy object
     # Changes over time: the hint removed, orders' retention.ms is local only again; audit no
     # longer tiered by Kafka but turned off; a deleted broker key falls back to the cluster default.
     write_records(
@@ -186,6 +190,8 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
         ],
     )
     r.refresh()
+    changed = r.classify(orders_0)[2][("orders", 0)]
+    assert changed != first and (changed.retention_ms.value, changed.retention_ms.source) == (-1, "default")
     orders, audit = r.policy("orders"), r.policy("audit")
     assert (orders.retention_ms.value, orders.retention_ms.source) == (-1, "default")
     assert orders.local_retention_ms.value == 3_600_000
