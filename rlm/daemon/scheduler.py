@@ -59,7 +59,8 @@ class TieringDaemon:
         )
         self.stopped = threading.Event()
         self._partitions: dict[str, PartitionDir] = {}
-        self._submitted: dict[str, concurrent.futures.Future[None]] = {}  # name -> its latest pass
+        # name -> its latest pass, until a sweep sees it over
+        self._submitted: dict[str, concurrent.futures.Future[None]] = {}
         self._submit_lock = threading.Lock()
         # name -> (passes started, passes finished, monotonic start of the last): for the SIGUSR1 dump
         self._runs: dict[str, tuple[int, int, float]] = {}
@@ -94,8 +95,12 @@ class TieringDaemon:
             for name in names:
                 part = self._partitions.get(name)
                 running = self._submitted.get(name)
-                if part is None or self.stopped.is_set() or (running is not None and not running.done()):
+                if part is None or self.stopped.is_set():
                     continue
+                if running is not None:
+                    if not running.done():
+                        continue
+                    del self._submitted[name]  # over: the next sweep need not ask its future again
                 if self._idle(part):
                     continue
                 try:

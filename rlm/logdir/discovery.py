@@ -19,9 +19,11 @@ Contracts:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ from rlm.errors import InvalidArgumentError, LogDirError, RlmError
 from rlm.formats import naming
 from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.formats.partition_metadata import MAX_FILE_BYTES, parse_partition_metadata
-from rlm.fsutil import FileMemo
+from rlm.fsutil import FileMemo, Signature, settled, stat_signature
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
@@ -51,6 +53,7 @@ __all__ = [
     "discover_partitions",
     "eligible_segments",
     "list_segments",
+    "offset_checkpoint_entries",
     "partition_dir",
     "partition_state",
     "read_checkpoints",
@@ -158,6 +161,7 @@ class LogDirCheckpoints:
         )
 
 
+@functools.lru_cache(maxsize=65_536)
 def _classify_dir_name(name: str) -> tuple[str, int] | str:
     """Return (topic, partition) for a partition dir name, or the reason it is not one."""
     if name.startswith("."):
@@ -207,6 +211,13 @@ def partition_dir(log_dir: Path, topic: str, partition: int, path: Path | None =
         return PartitionDir(log_dir, topic, partition, path, None, str(exc))
 
 
+#: log dir → partition dir name → (its ``partition.metadata`` signature, the PartitionDir read with
+#: it), as the last discovery of that log dir found them: a daemon discovers every partition every
+#: task interval, and an unchanged one is then one ``stat``, not a read and new paths.
+_KNOWN: dict[str, dict[str, tuple[Signature, PartitionDir]]] = {}
+_MAX_KNOWN_LOG_DIRS = 64
+
+
 def discover_partitions(
     log_dirs: Sequence[Path | str], *, on_skip: SkipCallback | None = None
 ) -> list[PartitionDir]:
@@ -227,8 +238,10 @@ def discover_partitions(
             raise LogDirError("log dir does not exist", file=log_dir) from exc
         except NotADirectoryError as exc:
             raise LogDirError("log dir is not a directory", file=log_dir) from exc
+        root = os.fspath(log_dir)
+        known = _KNOWN.get(root, {})
+        seen: dict[str, tuple[Signature, PartitionDir]] = {}
         for entry in sorted(entries, key=lambda e: e.name):
-            path = log_dir / entry.name
             try:
                 is_dir = entry.is_dir()
             except OSError:  # vanished or unreadable between scandir and stat
@@ -237,15 +250,39 @@ def discover_partitions(
                 continue  # checkpoint files, meta.properties, ... are expected here: not worth a report
             parsed = _classify_dir_name(entry.name)
             if isinstance(parsed, str):
-                skip(path, parsed)
+                skip(log_dir / entry.name, parsed)
                 continue
-            topic, partition = parsed
-            key = (topic, partition)
-            if key in found:
-                skip(path, f"duplicate of {found[key].path}")
+            if parsed in found:
+                skip(log_dir / entry.name, f"duplicate of {found[parsed].path}")
                 continue
-            found[key] = partition_dir(log_dir, topic, partition, path)
+            found[parsed] = _known_partition_dir(log_dir, entry, parsed, known, seen)
+        if len(_KNOWN) >= _MAX_KNOWN_LOG_DIRS and root not in _KNOWN:
+            _KNOWN.clear()  # a bound, not an LRU: a process names few log dirs
+        _KNOWN[root] = seen  # vanished partitions are forgotten
     return [found[key] for key in sorted(found)]
+
+
+def _known_partition_dir(
+    log_dir: Path,
+    entry: os.DirEntry[str],
+    parsed: TopicPartition,
+    known: dict[str, tuple[Signature, PartitionDir]],
+    seen: dict[str, tuple[Signature, PartitionDir]],
+) -> PartitionDir:
+    """:func:`partition_dir` of a listed entry; the last discovery's when its ``partition.metadata``
+    kept the signature it was read with (kept only when the file had settled before that read:
+    :func:`~rlm.fsutil.settled`). A re-created topic's directory holds a new file: another one."""
+    meta = os.path.join(entry.path, PARTITION_METADATA)
+    started_ns = time.time_ns()
+    sig = stat_signature(meta)
+    hit = known.get(entry.name)
+    if hit is not None and hit[0] == sig:
+        seen[entry.name] = hit
+        return hit[1]
+    part = partition_dir(log_dir, parsed[0], parsed[1], log_dir / entry.name)
+    if part.identity_error is None and settled((sig,), started_ns) and stat_signature(meta) == sig:
+        seen[entry.name] = (sig, part)
+    return part
 
 
 def _base_offset_of(name: str) -> int | None:
@@ -348,9 +385,15 @@ def active_segment(segments: Sequence[SegmentFiles]) -> SegmentFiles | None:
 
 def _read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
+    return offset_checkpoint_entries(data, path)
+
+
+def offset_checkpoint_entries(data: bytes, path: Path) -> dict[TopicPartition, int]:
+    """The entries of an offset checkpoint's content ``data`` (read from ``path``, named in errors)."""
+    text = data.decode("utf-8")
     if not text.strip():
         return {}  # Kafka creates checkpoint files empty and reads an empty file as "no entries"
     try:

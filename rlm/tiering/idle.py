@@ -30,8 +30,8 @@ only ever describes a partition that has been idle since its last full, clean pa
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +70,22 @@ IDLE_FILE = "idle.json"
 IDLE_GC_MS = 86_400_000
 
 
-@functools.lru_cache(maxsize=4096)
+#: id(policy) → (policy, its key): a sweep asks once per partition for the policy object of the
+#: last discovery, and hashing a policy (an lru_cache) cost more than the rest of the fingerprint
+_POLICY_KEYS: dict[int, tuple[TopicPolicy, str]] = {}
+_MAX_POLICY_KEYS = 4096  # as many as the lru_cache it replaced: a discovery resolves one per topic
+
+
 def policy_key(policy: TopicPolicy) -> str:
     """A stable text of everything in ``policy`` (compared across restarts)."""
-    return repr(policy)
+    known = _POLICY_KEYS.get(id(policy))
+    if known is not None and known[0] is policy:  # the policy held: its id is not reused
+        return known[1]
+    key = repr(policy)
+    if len(_POLICY_KEYS) >= _MAX_POLICY_KEYS:
+        _POLICY_KEYS.clear()  # a bound, not an LRU
+    _POLICY_KEYS[id(policy)] = (policy, key)
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +106,8 @@ def fingerprint(
 ) -> Fingerprint:
     """The fingerprint of ``part`` now (two ``stat`` calls); ``leads``: this node's leadership of
     it in cluster mode (a new leader or epoch is not the pass that was marked)."""
-    meta = stat_signature(part.path / PARTITION_METADATA)
+    # os.path.join: str(part.path) is cached on the path, a pathlib join would parse it anew
+    meta = stat_signature(os.path.join(part.path, PARTITION_METADATA))
     values = (state.high_watermark, state.log_start_offset)
     leader = (None, None) if leads is None else (leads.leader, leads.leader_epoch)
     return Fingerprint(stat_signature(part.path), meta, values, policy_key(policy), leader)

@@ -108,6 +108,8 @@ class Roles:
     def of(self, ctx: PartitionContext) -> Leadership:
         """This node's role for ``ctx`` now (remembered on the context for status)."""
         found = self.source.leadership(ctx.topic, ctx.partition) if self.cluster else _LEADS
+        if found == ctx.leadership:  # the gauges hold it already (a context's series are never removed)
+            return found
         ctx.leadership = found
         ctx.series(self.leader).set(-1 if found.leader is None else found.leader)
         ctx.series(self.is_leader).set(1 if found.role == "leader" else 0)

@@ -79,3 +79,37 @@ def test_log_end_offset_of_a_segment_rewritten_in_the_same_tick(tmp_path: Path) 
     log.write_bytes(two)
     os.utime(log, ns=(now, now))
     assert log_end_offset([files]) == 6
+
+
+def _replace_hw(log_dir: Path, hw: int, mtime_ns: int) -> None:
+    """As a broker does: a temp file renamed over the checkpoint (a new inode)."""
+    tmp = log_dir / (REPLICATION_OFFSET_CHECKPOINT + ".tmp")
+    tmp.write_text(format_offset_checkpoint({("orders", 0): hw}))
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, log_dir / REPLICATION_OFFSET_CHECKPOINT)
+
+
+def test_a_rewrite_with_the_same_content_is_not_parsed_again_and_a_new_content_is(tmp_path: Path) -> None:
+    """An idle broker rewrites the same high watermarks every 5 s: the entries parsed before are
+    kept (the same object), while a rewrite with other values is parsed."""
+    cache = CheckpointCache()
+    old = time.time_ns() - 10 * SETTLE_NS
+    _replace_hw(tmp_path, 100, old)
+    first = cache.get(tmp_path).high_watermarks
+    _replace_hw(tmp_path, 100, old + 1)  # a new signature, the same content
+    assert cache.get(tmp_path).high_watermarks is first
+    _replace_hw(tmp_path, 101, old + 2)  # the same size, another value
+    assert cache.get(tmp_path).high_watermarks == {("orders", 0): 101}
+
+
+def test_a_hint_sees_a_change_once_its_restat_window_is_over(tmp_path: Path) -> None:
+    """A hint is served without a stat for HINT_RESTAT_NS only, far less than the settle window
+    that bounds how stale a hint may be: past it, the change is seen."""
+    cache = CheckpointCache()
+    old = time.time_ns() - 10 * SETTLE_NS
+    _replace_hw(tmp_path, 100, old)
+    assert cache.get(tmp_path, hint=True).high_watermarks[("orders", 0)] == 100
+    _replace_hw(tmp_path, 200, old + 1)
+    time.sleep(SETTLE_NS / 1e9)
+    assert cache.get(tmp_path, hint=True).high_watermarks[("orders", 0)] == 200
+    assert cache.get(tmp_path).high_watermarks[("orders", 0)] == 200  # strict: never the window

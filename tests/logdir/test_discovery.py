@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from rlm.errors import CheckpointError, InvalidArgumentError, LogDirError
+from rlm.fsutil import SETTLE_NS
 from rlm.logdir import discovery
 from rlm.logdir.discovery import (
     PartitionState,
@@ -21,6 +25,8 @@ from rlm.logdir.discovery import (
 ARTHUR = "ArthurArutunyan04__Backend_labs"
 ITUMELENG = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions"
 BERKAY = "berkayakcay__toy-node-log-collector"
+ID_A = "AAAAAAAAAAAAAAAAAAAAAQ"
+ID_B = "BBBBBBBBBBBBBBBBBBBBBQ"
 
 
 def _logs(fixtures_dir: Path, source: str) -> Path:
@@ -229,3 +235,41 @@ def test_checkpoint_edge_cases(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         read_checkpoints(tmp_path)
     assert "replication-offset-checkpoint" in str(info.value)
+
+
+def _write_topic_id(part_dir: Path, topic_id: str, mtime_ns: int, *, rename: bool = True) -> None:
+    from rlm.formats.partition_metadata import format_partition_metadata
+
+    target = part_dir / "partition.metadata"
+    tmp = part_dir / "partition.metadata.tmp" if rename else target
+    tmp.write_bytes(format_partition_metadata(topic_id))
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    if rename:
+        os.replace(tmp, target)
+
+
+def test_discovery_sees_a_new_topic_id_a_new_and_a_vanished_partition(tmp_path: Path) -> None:
+    """Discovery keeps the last one's partition dirs while their partition.metadata keeps its
+    signature: a re-created topic (another id), a new and a deleted partition are seen all the same."""
+    old = time.time_ns() - 10 * SETTLE_NS
+    (tmp_path / "t-0").mkdir()
+    _write_topic_id(tmp_path / "t-0", ID_A, old)
+    first = discover_partitions([tmp_path])
+    assert [(p.name, p.topic_id) for p in first] == [("t-0", ID_A)]
+    assert discover_partitions([tmp_path])[0] is first[0]  # unchanged: the same one
+    _write_topic_id(tmp_path / "t-0", ID_B, old + 1)  # the same size: only the signature tells
+    (tmp_path / "t-1").mkdir()
+    assert [(p.name, p.topic_id) for p in discover_partitions([tmp_path])] == [("t-0", ID_B), ("t-1", None)]
+    shutil.rmtree(tmp_path / "t-0")
+    assert [p.name for p in discover_partitions([tmp_path])] == ["t-1"]
+
+
+def test_discovery_reads_again_a_topic_id_written_in_the_same_tick(tmp_path: Path) -> None:
+    """A partition.metadata that had not settled when read is not kept: a successor written in
+    place in the same timestamp tick (same inode, size and mtime) is read."""
+    now = time.time_ns()
+    (tmp_path / "t-0").mkdir()
+    _write_topic_id(tmp_path / "t-0", ID_A, now, rename=False)
+    assert discover_partitions([tmp_path])[0].topic_id == ID_A
+    _write_topic_id(tmp_path / "t-0", ID_B, now, rename=False)
+    assert discover_partitions([tmp_path])[0].topic_id == ID_B

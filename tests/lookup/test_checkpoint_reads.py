@@ -18,8 +18,7 @@ from rlm.logdir.discovery import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    LogDirCheckpoints,
-    read_checkpoints,
+    offset_checkpoint_entries,
 )
 from rlm.storage.local import LocalBackend
 from rlm.tiering.read.readers import TieredReaders
@@ -51,18 +50,24 @@ def _settled_readers_counting_parses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partitions: int, *, hw: int
 ) -> tuple[Path, TieredReaders, list[Path], int]:
     """Readers over `partitions` partitions of topic t whose settled checkpoint puts every high
-    watermark at `hw`; returns (log dir, readers, the log dirs parsed since, the settled mtime in ns)."""
+    watermark at `hw`; returns (log dir, readers, the checkpoint files parsed since, the settled
+    mtime in ns)."""
     logs, readers = _readers(tmp_path, partitions)
     settled = time.time_ns() - 10 * SETTLE_NS
     _rewrite_hw(logs, {("t", p): hw for p in range(partitions)}, settled)
     parsed: list[Path] = []
 
-    def counting(log_dir: Path | str) -> LogDirCheckpoints:
-        parsed.append(Path(log_dir))
-        return read_checkpoints(log_dir)
+    def counting(data: bytes, path: Path) -> dict[tuple[str, int], int]:
+        parsed.append(path)
+        return offset_checkpoint_entries(data, path)
 
-    monkeypatch.setattr(checkpoint_cache, "read_checkpoints", counting)
+    monkeypatch.setattr(checkpoint_cache, "offset_checkpoint_entries", counting)
     return logs, readers, parsed, settled
+
+
+def _once_each(parsed: list[Path], logs: Path) -> bool:
+    """Every checkpoint file of ``logs`` parsed exactly once (the high watermark's at least)."""
+    return logs / REPLICATION_OFFSET_CHECKPOINT in parsed and len(set(parsed)) == len(parsed)
 
 
 def test_a_lookup_sees_a_high_watermark_rewritten_by_rename(tmp_path: Path) -> None:
@@ -87,9 +92,10 @@ def test_offsets_for_times_over_many_partitions_parses_the_checkpoints_once(
     logs, readers, parsed, _ = _settled_readers_counting_parses(tmp_path, monkeypatch, 6, hw=120)
     rows = readers.offsets_for_times(-1)  # latest: the visible end of every partition
     assert sorted((r.partition, r.offset) for r in rows) == [(p, 120) for p in range(6)]
-    assert parsed == [logs]
+    assert _once_each(parsed, logs)
+    before = list(parsed)
     readers.offsets_for_times(-2)
-    assert parsed == [logs]  # nothing changed: no parse at all
+    assert parsed == before  # nothing changed: no parse at all
 
 
 def test_a_plan_over_many_partitions_without_a_cache_parses_the_checkpoints_once(
@@ -102,6 +108,6 @@ def test_a_plan_over_many_partitions_without_a_cache_parses_the_checkpoints_once
     parts = readers.partitions()
     # As the jobs' planners and restore ask: one partition at a time, no cache of their own.
     assert [partition_offsets(p, Progress()).visible_end_offset for p in parts] == [90] * 5
-    assert parsed == [logs]
+    assert _once_each(parsed, logs)
     _rewrite_hw(logs, {("t", p): 95 for p in range(5)}, settled)  # a rename: seen at once
     assert partition_offsets(parts[0], Progress()).visible_end_offset == 95

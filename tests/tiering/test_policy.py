@@ -15,6 +15,7 @@ from rlm.config import Settings, load_settings, settings_from_mapping
 from rlm.errors import ConfigError
 from rlm.formats import metadata as md
 from rlm.formats.checkpoint import format_offset_checkpoint
+from rlm.logdir.discovery import PartitionDir
 from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
@@ -174,6 +175,9 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
     assert r.follow is True and r.node_id == "3"
     r.refresh()
     _assert_sources_per_tier(r)
+    orders_0 = [PartitionDir(tmp_path, "orders", 0, tmp_path / "orders-0")]
+    first = r.classify(orders_0)[2][("orders", 0)]
+    assert r.classify(orders_0)[2][("orders", 0)] is first  # unchanged: the same policy object
     # Changes over time: the hint removed, orders' retention.ms is local only again; audit no
     # longer tiered by Kafka but turned off; a deleted broker key falls back to the cluster default.
     write_records(
@@ -187,6 +191,8 @@ def test_kafka_configs_over_time(tmp_path: Path) -> None:
         ],
     )
     r.refresh()
+    changed = r.classify(orders_0)[2][("orders", 0)]
+    assert changed != first and (changed.retention_ms.value, changed.retention_ms.source) == (-1, "default")
     orders, audit = r.policy("orders"), r.policy("audit")
     assert (orders.retention_ms.value, orders.retention_ms.source) == (-1, "default")
     assert orders.local_retention_ms.value == 3_600_000
@@ -463,3 +469,17 @@ def test_topics_keys_from_the_environment(tmp_path: Path) -> None:
     ]
     r = TopicPolicyResolver(settings)
     assert r.policy("orders-eu").tiered and not r.policy("orders").tiered
+
+
+def test_the_idle_key_of_a_policy_tells_a_changed_policy_from_an_equal_one(tmp_path: Path) -> None:
+    """policy_key (the idle fingerprint's) remembers the key per policy object: an equal policy
+    has the same key, a changed one (a new object, as a discovery resolves it) another."""
+    import dataclasses
+
+    from rlm.tiering.idle import policy_key
+
+    pol = TopicPolicyResolver(_settings(tmp_path)).policy("orders")
+    assert policy_key(pol) == policy_key(dataclasses.replace(pol)) == policy_key(pol)
+    changed = dataclasses.replace(pol, retention_ms=dataclasses.replace(pol.retention_ms, value=1))
+    assert policy_key(changed) != policy_key(pol)
+    assert policy_key(changed) == repr(changed)

@@ -103,3 +103,18 @@ def test_only_the_leader_copies_retains_and_collects(tmp_path: Path) -> None:
     assert ctx.progress.remote_log_start_offset == next(leader.contexts()).progress.remote_log_start_offset
     first = ctx.family.first_offset
     assert first is None or ctx.family.last_offset >= ctx.progress.remote_log_start_offset
+
+
+def test_the_role_gauges_follow_a_leadership_change(tmp_path: Path) -> None:
+    """The gauges are set only when a partition's leadership differs from the last asked (a sweep
+    asks for every partition): a change is still published."""
+    log_dir, store = tmp_path / "a", tmp_path / "store"
+    generate_log_dir(log_dir, [(TOPIC, 1)], seed=3, records=50, segment_bytes=8 * 1024)
+    mgr = _manager(_cluster_config(tmp_path, "a", log_dir, store, node=1, leader=1), store)
+    ctx = mgr.context(mgr.discover()[0])
+    mgr.roles.of(ctx)
+    mgr.roles.of(ctx)
+    assert (_value(mgr, "rlm_partition_is_leader"), _value(mgr, "rlm_partition_leader")) == (1, 1)
+    mgr.roles.source.leaders[f"{TOPIC}-0"] = 2  # type: ignore[attr-defined]  # as a re-read source would
+    mgr.roles.of(ctx)
+    assert (_value(mgr, "rlm_partition_is_leader"), _value(mgr, "rlm_partition_leader")) == (0, 2)

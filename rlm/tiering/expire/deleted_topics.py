@@ -24,6 +24,7 @@ conditional create and the idempotent deletes make concurrent sidecars safe.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -60,15 +61,16 @@ class Candidate:
 def _deleting_dirs(log_dir: Path) -> dict[tuple[str, int, str], None]:
     """``(topic, partition, id)`` of every ``<topic>-<partition>.<uniq>-delete`` dir of ``log_dir``."""
     found: dict[tuple[str, int, str], None] = {}
-    try:
-        entries = [e for e in log_dir.iterdir() if e.name.endswith(_DELETE_SUFFIX) and e.is_dir()]
+    try:  # scandir: a path is built only for a -delete dir, not for each of thousands of partitions
+        with os.scandir(log_dir) as listing:
+            names = [e.name for e in listing if e.name.endswith(_DELETE_SUFFIX) and e.is_dir()]
     except OSError:
         return found
-    for path in entries:
-        name, dot, _uniq = path.name[: -len(_DELETE_SUFFIX)].rpartition(".")
+    for dir_name in names:
+        name, dot, _uniq = dir_name[: -len(_DELETE_SUFFIX)].rpartition(".")
         root = object_keys.parse_root(f"{name}/") if dot else None
         try:
-            topic_id = read_topic_id(path)
+            topic_id = read_topic_id(log_dir / dir_name)
         except (RlmError, OSError):  # half-deleted by the broker meanwhile: the state dir remains
             continue
         if root is not None and topic_id is not None:
@@ -76,9 +78,18 @@ def _deleting_dirs(log_dir: Path) -> dict[tuple[str, int, str], None]:
     return found
 
 
-def find_candidates(settings: Settings) -> list[Candidate]:
-    """Every id'd incarnation with a state dir or a ``-delete`` dir in this broker's log dirs."""
-    found: dict[tuple[str, int, str], Path | None] = {}
+@functools.lru_cache(maxsize=65_536)
+def _root_of_state_dir(name: str) -> object_keys.Root | None:
+    """The root a state dir's name stands for: GC lists every state dir each run."""
+    return object_keys.parse_root(f"{name}/")
+
+
+def find_candidates(
+    settings: Settings, keep: Callable[[str, int, str], bool] | None = None
+) -> list[Candidate]:
+    """Every id'd incarnation with a state dir or a ``-delete`` dir in this broker's log dirs;
+    ``keep(topic, partition, topic_id)``: only those it keeps (checked before a path is built)."""
+    found: dict[tuple[str, int, str], tuple[Path, str] | None] = {}
     for log_dir in settings.log.dirs:
         found.update(_deleting_dirs(log_dir))
     for state_root in {state_root_of(settings.tiering, d) for d in settings.log.dirs}:
@@ -88,16 +99,22 @@ def find_candidates(settings: Settings) -> list[Candidate]:
         except OSError:
             continue
         for name in names:
-            root = object_keys.parse_root(f"{name}/")
+            root = _root_of_state_dir(name)
             if root is not None and root.topic_id is not None:
-                found[(root.topic, root.partition, root.topic_id)] = state_root / name
-    return [Candidate(t, p, i, s) for (t, p, i), s in sorted(found.items())]
+                found[(root.topic, root.partition, root.topic_id)] = (state_root, name)
+    return [
+        Candidate(t, p, i, None if s is None else s[0] / s[1])
+        for (t, p, i), s in sorted(found.items())
+        if keep is None or keep(t, p, i)
+    ]
 
 
-def _certain(image: MetadataImage | None, live: set[tuple[str, int]], cand: Candidate) -> bool:
+def _certain(
+    image: MetadataImage | None, live: set[tuple[str, int]], topic: str, partition: int, topic_id: str
+) -> bool:
     if image is None or image.offset < 0 or image.gaps:
         return False
-    return cand.topic_id not in image.topics_by_id and (cand.topic, cand.partition) not in live
+    return topic_id not in image.topics_by_id and (topic, partition) not in live
 
 
 def find_deleted_topics(
@@ -118,9 +135,9 @@ def find_deleted_topics(
         live = {(p.topic, p.partition) for p in discover_partitions(settings.log.dirs)}
     t = settings.tiering
     out = []
-    for cand in find_candidates(settings):
-        if not _certain(image, live, cand):
-            continue
+    for cand in find_candidates(
+        settings, lambda topic, n, topic_id: _certain(image, live, topic, n, topic_id)
+    ):
         root = RemoteState(
             backend, cand.topic, cand.partition, cand.topic_id, protection or StoreProtection()
         )

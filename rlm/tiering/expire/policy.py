@@ -144,6 +144,10 @@ class TopicPolicyResolver:
             (None, frozenset()),
             {},
         )
+        #: topic → the policy the last classify resolved: an equal one is handed out again, so what
+        #: compares policies per partition (the metrics' publish, the idle fingerprint's policy_key)
+        #: finds the same object instead of comparing every field
+        self._last: dict[str, TopicPolicy] = {}
 
     def refreshed_image(self) -> MetadataImage | None:
         """The KRaft metadata image after a :meth:`refresh` (None without a metadata log)."""
@@ -187,14 +191,17 @@ class TopicPolicyResolver:
         policies: dict[tuple[str, int], TopicPolicy] = {}
         tiered: list[PartitionDir] = []
         excluded: list[tuple[PartitionDir, TopicPolicy]] = []
+        last = self._last
         for part in parts:
             if part.topic not in by_topic:
-                by_topic[part.topic] = self.policy(part.topic)
+                pol = self.policy(part.topic)
+                by_topic[part.topic] = last[part.topic] if last.get(part.topic) == pol else pol
             pol = policies[(part.topic, part.partition)] = by_topic[part.topic]
             if pol.tiered:
                 tiered.append(part)
             else:
                 excluded.append((part, pol))
+        self._last = by_topic  # the topics of this discovery only
         return tiered, excluded, policies
 
     def _override(self, topic: str) -> TopicOverride | None:
