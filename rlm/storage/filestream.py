@@ -33,9 +33,11 @@ from rlm.errors import StorageError
 
 __all__ = ["CHUNK", "FileRegion", "FileStream", "crc32c_combine"]
 
-#: Bytes read from the file at once by a region (small enough to stay in L2 between the passes
-#: of one request: checksum, SigV4 payload hash, send).
-CHUNK = 1 << 20
+#: Bytes read from the file at once by a region: small enough to stay in L2 between the passes
+#: of one request (checksum, SigV4 payload hash, send) with 8 part threads on 2 cores. Client CPU
+#: of a 256 MiB upload to SeaweedFS, 8 MiB parts: 0.39–0.40 s at 128–256 KiB, 0.43 s at 1 MiB,
+#: 0.48 s at 4 MiB (boto3 ``upload_file``: 0.48 s).
+CHUNK = 256 << 10
 
 _POLY = 0x82F63B78  # CRC-32C (Castagnoli), bit-reflected
 
