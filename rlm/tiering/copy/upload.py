@@ -1,7 +1,8 @@
 """Uploads of one copy attempt's objects (step 3 of :mod:`rlm.tiering.copy.copier`): through the shared
-token bucket, each object's CRC-32C computed as it is streamed. Transient store errors are retried
-by the store itself (the retry layer where it was opened, docs/storage.md), which rewinds the
-stream to byte 0 before each retry."""
+token bucket, each object's CRC-32C that of the bytes sent (a file goes up as a
+:class:`~rlm.storage.filestream.FileStream`, which the s3 store reads by parts on its part threads).
+Transient store errors are retried by the store itself (the retry layer where it was opened,
+docs/storage.md), which rewinds the stream to byte 0 before each retry, or re-sends one part."""
 
 from __future__ import annotations
 
