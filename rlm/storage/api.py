@@ -43,8 +43,9 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self, cast
 
+from rlm.storage.filestream import FileStream
 from rlm.storage.options import Option, parse_options, redact
 
 if TYPE_CHECKING:
@@ -271,10 +272,12 @@ class StorageBackend(ABC):
         return self._put(validate_key(key), as_stream(data), if_absent)
 
     def upload_file(self, key: str, path: str | os.PathLike[str], *, if_absent: bool = False) -> ObjectInfo:
-        """Upload the local file ``path`` to ``key`` (multipart when large); see :meth:`put`."""
+        """Upload the local file ``path`` to ``key`` (multipart when large); see :meth:`put`. The
+        file is sent as a :class:`~rlm.storage.filestream.FileStream` (a backend uploading parts
+        may read it by regions; a file shrinking meanwhile fails the upload)."""
         validate_key(key)
-        with open(path, "rb") as f:
-            return self._put(key, f, if_absent)
+        with FileStream(path) as f:
+            return self._put(key, cast(BinaryIO, f), if_absent)
 
     def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         """Return bytes ``[start, end)`` of ``key`` (half-open, clipped to the object's size)."""

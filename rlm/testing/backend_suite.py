@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import pickle
 import random
 import threading
@@ -35,10 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+import crc32c
 import pytest
 
-from rlm.errors import ObjectExistsError, ObjectNotFoundError, TransientStorageError
+from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
 from rlm.storage.api import StorageBackend
+from rlm.storage.filestream import FileStream
 from rlm.storage.retry import RetryingBackend, RetryPolicy
 
 __all__ = [
@@ -363,6 +366,29 @@ class BackendSuite:
             assert backend.read(key, mid - 100, mid + 100) == data[mid - 100 : mid + 100]
             assert backend.read(key, len(data) - 10, len(data) + 10) == data[-10:]
         assert backend.read(ns + "big-file") == data
+
+    def test_file_stream(self, backend: StorageBackend, ns: str, tmp_path: Path) -> None:
+        """A :class:`~rlm.storage.filestream.FileStream` is stored like any stream (a backend
+        uploading parts may read it by regions): every byte paid to ``on_chunk`` once, its CRC-32C
+        that of the file. A file that shrinks while it uploads fails with StorageError naming it,
+        and nothing is published under the key."""
+        data = payload(self.large_size, 5)
+        f = tmp_path / "seg.log"
+        f.write_bytes(data)
+        paid: list[int] = []
+        with FileStream(f, on_chunk=paid.append) as stream:
+            assert backend.put(ns + "file", cast(BinaryIO, stream)).size == len(data)
+            assert stream.crc32c() == crc32c.crc32c(data)
+        assert sum(paid) == len(data)
+        assert backend.read(ns + "file") == data
+
+        def shrink(n: int) -> None:
+            os.truncate(f, 1000)  # a broker truncating the log in place
+
+        with FileStream(f, on_chunk=shrink) as stream, pytest.raises(StorageError, match="shrank") as err:
+            backend.put(ns + "cut", cast(BinaryIO, stream))
+        assert str(f) in str(err.value)
+        assert not backend.exists(ns + "cut")
 
     def test_concurrent_writers(self, backend: StorageBackend, ns: str) -> None:
         blobs = [payload(50_000 + i, 10 + i) for i in range(self.threads)]

@@ -54,6 +54,7 @@ from rlm.errors import (
     TransientStorageError,
 )
 from rlm.storage.api import RESERVED_PREFIX, Capabilities, ListPage, ObjectInfo, StorageBackend
+from rlm.storage.filestream import FileStream
 from rlm.storage.options import Option, at_least
 from rlm.storage.redaction import register_secret, scrub
 from rlm.storage.retry import RetryPolicy
@@ -267,6 +268,18 @@ class S3Backend(StorageBackend):
         if if_absent and not native and self.exists(key):
             raise ObjectExistsError(f"s3: {self._where(key)} already exists")
         cond: dict[str, Any] = {"IfNoneMatch": "*"} if native else {}
+        algorithm = self._part_algorithm()
+        if (
+            isinstance(stream, FileStream)
+            and algorithm == OWN_ALGORITHM
+            and stream.size - stream.tell() > self.threshold
+        ):
+            # A local file, parts checksummed by the plugin: each part's thread reads its own part
+            # from the file (rlm.storage.filestream), nothing read ahead on this one. Only with
+            # the plugin's own part checksum, which the store verifies against the bytes it gets:
+            # the file is read once for it and again for sending.
+            upload = self._multipart(key, algorithm)
+            return upload.run(stream.regions(self.part_size), cond)
         # Read the threshold, then one part more: EOF there means a single PUT. Reading whole
         # parts (not threshold + 1 bytes) keeps every later part aligned, so part bodies are the
         # stream's own read results, never re-sliced or concatenated copies.
@@ -284,7 +297,10 @@ class S3Backend(StorageBackend):
                 **self._put_extra(),
             )
             return ObjectInfo(key, len(first), str(resp.get("ETag", "")).strip('"') or None)
-        upload = MultipartUpload(
+        return self._multipart(key, algorithm).run(split_parts(first, second, stream, self.part_size), cond)
+
+    def _multipart(self, key: str, algorithm: dict[str, Any]) -> MultipartUpload:
+        return MultipartUpload(
             self._client,
             self.bucket,
             key,
@@ -296,10 +312,9 @@ class S3Backend(StorageBackend):
             # As s3transfer does: with request checksums on, declare a checksum for the upload, so
             # every part carries one and the object gets a composite checksum from the parts';
             # without it the store builds a full-object one by re-reading the object.
-            self._part_algorithm(),
+            algorithm,
             self._put_extra(),
         )
-        return upload.run(split_parts(first, second, stream, self.part_size), cond)
 
     def _part_algorithm(self) -> dict[str, Any]:
         """The multipart upload's ``ChecksumAlgorithm``: none with request checksums off; CRC32C

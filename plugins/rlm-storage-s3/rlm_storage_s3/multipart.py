@@ -24,6 +24,7 @@ import crc32c
 
 from rlm.errors import StorageError
 from rlm.storage.api import ObjectInfo
+from rlm.storage.filestream import FileRegion
 from rlm.storage.redaction import scrub
 from rlm.storage.retry import RetryPolicy
 from rlm_storage_s3.errors import code_of, status_of
@@ -42,7 +43,7 @@ Caller = Callable[..., Any]
 OWN_ALGORITHM = {"ChecksumAlgorithm": "CRC32C"}
 
 
-def part_checksum(body: bytes) -> dict[str, str]:
+def part_checksum(body: bytes | FileRegion) -> dict[str, str]:
     """The ``ChecksumCRC32C`` header of one part body (hardware CRC-32C, ~20 GB/s).
 
     Sent with the part, the store verifies the part against it, and botocore, finding a checksum
@@ -50,7 +51,8 @@ def part_checksum(body: bytes) -> dict[str, str]:
     per byte; BENCHMARKS.md "Copy throughput", #35). Only on plain-HTTP endpoints, where botocore
     signs every payload with SHA-256 anyway: over HTTPS botocore streams its CRC32 in a trailer and
     signs no payload, which a checksum header set by the caller would turn back on (S3SigV4Auth)."""
-    return {"ChecksumCRC32C": base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")}
+    crc = body.checksum() if isinstance(body, FileRegion) else crc32c.crc32c(body)
+    return {"ChecksumCRC32C": base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")}
 
 
 @dataclass
@@ -75,8 +77,11 @@ class MultipartUpload:
             return self.call(op, self.key, fn, **kwargs)
         return self.policy.call(self.call, op, self.key, fn, **kwargs)
 
-    def run(self, parts: Iterator[bytes], cond: dict[str, Any]) -> ObjectInfo:
-        """Upload ``parts`` in order as one object; ``cond`` = ``{"IfNoneMatch": "*"}`` or ``{}``."""
+    def run(self, parts: Iterator[bytes | FileRegion], cond: dict[str, Any]) -> ObjectInfo:
+        """Upload ``parts`` in order as one object; ``cond`` = ``{"IfNoneMatch": "*"}`` or ``{}``.
+
+        A part is a body in memory or a :class:`~rlm.storage.filestream.FileRegion`, which the
+        part's thread reads from the file itself (only with the plugin's own part checksum)."""
         self.upload_id = self._step(
             "create_multipart_upload",
             self.client.create_multipart_upload,
@@ -98,7 +103,9 @@ class MultipartUpload:
             raise
         return ObjectInfo(self.key, total, str(resp.get("ETag", "")).strip('"') or None)
 
-    def _send_parts(self, parts: Iterator[bytes], futures: list[concurrent.futures.Future[Any]]) -> int:
+    def _send_parts(
+        self, parts: Iterator[bytes | FileRegion], futures: list[concurrent.futures.Future[Any]]
+    ) -> int:
         """Submit every part (at most ``max_concurrency + 1`` in flight, so memory stays bounded
         at that many part bodies); return the object's size in bytes."""
         inflight: set[concurrent.futures.Future[dict[str, Any]]] = set()
@@ -108,7 +115,7 @@ class MultipartUpload:
                 raise StorageError(
                     f"s3: put s3://{self.bucket}/{self.full}: more than {MAX_PARTS} parts; raise part_size"
                 )
-            total += len(body)
+            total += body.size if isinstance(body, FileRegion) else len(body)
             fut = self.pool.submit(self._upload_part, number, body)
             futures.append(fut)
             inflight.add(fut)
@@ -119,13 +126,21 @@ class MultipartUpload:
                 inflight -= done
         return total
 
-    def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+    def _upload_part(self, number: int, body: bytes | FileRegion) -> dict[str, Any]:
         checksum = part_checksum(body) if self.algo == OWN_ALGORITHM else {}
+        if isinstance(body, FileRegion) and not checksum:
+            raise ValueError("s3: a file region is sent only with the plugin's own part checksum")
 
         def send(**kwargs: Any) -> Any:
-            # A fresh view per attempt, so a retry sends the part from byte 0; views, not the bytes
-            # (which botocore would copy piece by piece): rlm_storage_s3.parts.BodyView.
-            return self.client.upload_part(Body=BodyView(body), **kwargs)
+            # A fresh body per attempt, so a retry sends the part from byte 0; views, not the bytes
+            # (which botocore would copy piece by piece): rlm_storage_s3.parts.BodyView. A file
+            # region is read from the file again, in small chunks (rlm.storage.filestream).
+            fresh = (
+                FileRegion(body.file, body.start, body.end)
+                if isinstance(body, FileRegion)
+                else BodyView(body)
+            )
+            return self.client.upload_part(Body=fresh, **kwargs)
 
         r = self._step(
             "upload_part",

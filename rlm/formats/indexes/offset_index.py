@@ -145,6 +145,11 @@ class OffsetIndex(IndexView[OffsetPosition]):
                     offset=self.base_offset + rel[n],
                 )
 
+    def columns(self) -> tuple[array[int], array[int]]:
+        """The entries as two arrays (not to be modified): offsets relative to ``base_offset``,
+        and byte positions."""
+        return self._relative, self._positions
+
     def _at(self, n: int) -> OffsetPosition:
         return OffsetPosition(self.base_offset + self._relative[n], self._positions[n])
 

@@ -112,8 +112,17 @@ def check_offset_index(index: OffsetIndex, batches: Sequence[RecordBatch]) -> No
     """Raise :class:`CorruptIndexError` (``position`` = byte of the bad entry in the index file)
     unless every entry ``(O, P)`` has ``P`` = the start of a batch ``b`` in ``batches`` and
     ``b.last_offset <= O <= the segment's last offset``."""
-    by_position = {b.position: b for b in batches}
     last = _segment_last_offset(index.base_offset, batches)
+    # The common case, every entry fine, without an entry object per entry (a 128 MiB segment has
+    # ~8 000): 2-3x faster on the copy path, which checks every segment's index (#35).
+    last_at = {b.position: b.last_offset for b in batches}.get
+    base = index.base_offset
+    if all(
+        (batch_last := last_at(position)) is not None and batch_last <= base + relative <= last
+        for relative, position in zip(*index.columns(), strict=True)
+    ):
+        return
+    by_position = {b.position: b for b in batches}
     for n, entry in enumerate(index):
         batch = by_position.get(entry.position)
         if batch is None:

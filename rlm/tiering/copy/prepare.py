@@ -146,8 +146,14 @@ def checksum_segment(log_path: Path) -> ChecksummedSegment:
         if size == 0:
             raise _empty(log_path, version)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            batches: list[RecordBatch] = []
+            add = batches.append
             try:
-                batches = list(iter_batches(buf, verify_crc=True))
+                # A Python loop, not list(): the C walk yields the GIL at the interpreter's switch
+                # interval (5 ms) instead of holding it for the whole segment (~25 ms per 128 MiB,
+                # 130 ms cold) while the upload's part threads wait for it (#35).
+                for batch in iter_batches(buf, verify_crc=True):
+                    add(batch)
             except FormatError as err:
                 raise _corrupt(err, log_path, version) from err
             valid = batches[-1].position + batches[-1].size if batches else 0

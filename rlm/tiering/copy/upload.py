@@ -1,7 +1,8 @@
 """Uploads of one copy attempt's objects (step 3 of :mod:`rlm.tiering.copy.copier`): through the shared
-token bucket, each object's CRC-32C computed as it is streamed. Transient store errors are retried
-by the store itself (the retry layer where it was opened, docs/storage.md), which rewinds the
-stream to byte 0 before each retry."""
+token bucket, each object's CRC-32C that of the bytes sent (a file goes up as a
+:class:`~rlm.storage.filestream.FileStream`, which the s3 store reads by parts on its part threads).
+Transient store errors are retried by the store itself (the retry layer where it was opened,
+docs/storage.md), which rewinds the stream to byte 0 before each retry, or re-sends one part."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import BinaryIO, cast
 import crc32c
 
 from rlm.errors import UploadAbandoned
-from rlm.tiering.local import PartitionContext, ThrottledReader, crash_point
+from rlm.storage.filestream import FileStream
+from rlm.tiering.local import PartitionContext, crash_point
 from rlm.tiering.store import StoredObject
 
 __all__ = ["COMPANION_THREADS", "upload_bytes", "upload_file", "upload_together"]
@@ -33,52 +35,42 @@ def upload_file(
 ) -> StoredObject:
     """Upload through the shared token bucket (the store's retry layer resends from byte 0).
 
-    The CRC-32C is computed over the file's bytes as they are streamed to the store, so the file
-    is normally read once. Bytes read again (a retry rewinds the stream) are
-    not counted twice; only if the store read the stream out of order is the file read again.
-    ``cancel`` set stops the upload at its next read with :class:`UploadAbandoned` (the store
-    aborts a multipart upload then).
+    The file goes to the store as a :class:`~rlm.storage.filestream.FileStream`: a store that
+    uploads parts in parallel (s3) reads each part from the file on the part's own thread, any
+    other reads it as a stream. Every byte read for an attempt pays the bucket first and counts in
+    ``copy_bytes``; the CRC-32C returned is that of the bytes the store was sent (from the parts'
+    checksums, or computed as the stream was read), so the file is normally read once for it. A
+    file shorter than when the upload started fails it with StorageError, nothing published.
+    ``cancel`` set, or shutdown, stops the upload at its next chunk with :class:`UploadAbandoned`
+    (the store aborts a multipart upload then). Parts' threads call in at once: the accounting is
+    locked.
     """
     shared = ctx.shared
-    size = path.stat().st_size
-    crc = 0
-    covered = 0  # the CRC covers bytes [0, covered) of the file
-    in_order = True
+    lock = threading.Lock()
     sent = 0
-    half_reached = False
+    half = -1  # bytes at which crash_point("mid_upload") fires; -1 = not watched or fired
 
-    def on_bytes(n: int) -> None:
-        nonlocal sent, half_reached
+    def on_chunk(n: int) -> None:
+        nonlocal sent, half
+        if shared.stop.is_set():
+            raise UploadAbandoned("upload abandoned: shutting down")
         if cancel is not None and cancel.is_set():
             raise UploadAbandoned("upload cancelled: its segment failed the checksum walk")
-        sent += n
+        shared.bucket.take(n)
         ctx.series(shared.metrics.copy_bytes).inc(n)
-        if watch_half and not half_reached and sent >= size // 2:
-            half_reached = True
+        with lock:
+            sent += n
+            crossed = 0 <= half <= sent
+            if crossed:
+                half = -1
+        if crossed:
             crash_point("mid_upload")
 
-    with path.open("rb") as fh:
-
-        def on_data(data: bytes | memoryview) -> None:
-            nonlocal crc, covered, in_order
-            end = fh.tell()
-            start = end - len(data)
-            if start > covered:
-                in_order = False  # a gap: someone seeked forward
-            elif end > covered:
-                crc = crc32c.crc32c(memoryview(data)[covered - start :], crc)
-                covered = end
-
-        stream = cast(
-            BinaryIO, ThrottledReader(fh, shared.bucket, on_bytes=on_bytes, on_data=on_data, stop=shared.stop)
-        )
-        shared.backend.put(key, stream)
-        if not in_order or covered != size:
-            fh.seek(0)
-            crc = 0
-            while chunk := fh.read(1 << 20):
-                crc = crc32c.crc32c(chunk, crc)
-    return StoredObject(key, size, crc)
+    with FileStream(path, on_chunk=on_chunk) as stream:
+        if watch_half:
+            half = stream.size // 2
+        shared.backend.put(key, cast(BinaryIO, stream))
+        return StoredObject(key, stream.size, stream.crc32c())
 
 
 def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
