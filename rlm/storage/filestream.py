@@ -31,7 +31,7 @@ import crc32c as _crc32c
 
 from rlm.errors import StorageError
 
-__all__ = ["CHUNK", "FileRegion", "FileStream", "crc32c_combine"]
+__all__ = ["CHUNK", "FileRegion", "FileStream", "SeekableBody", "crc32c_combine"]
 
 #: Bytes read from the file at once by a region: small enough to stay in L2 between the passes
 #: of one request (checksum, SigV4 payload hash, send) with 8 part threads on 2 cores. Client CPU
@@ -87,7 +87,32 @@ def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
     return _multmodp(_x8nmodp(len2), crc1) ^ crc2
 
 
-class FileStream(io.RawIOBase):
+class SeekableBody:
+    """What a request body must answer besides ``read`` (botocore, and the retry layer rewinding
+    it to byte 0): readable, seekable, where it is. ``size`` bytes; the position ``_pos`` may
+    lie past the end (a read there returns nothing)."""
+
+    size: int
+    _pos: int
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+
+class FileStream(SeekableBody, io.RawIOBase):
     """The first ``size`` bytes of the file ``path`` (its size when opened), read with ``pread``.
 
     ``on_chunk(n)`` is called before each read of ``n`` bytes for the upload (sequential reads, and
@@ -139,22 +164,6 @@ class FileStream(io.RawIOBase):
             self._on_chunk(n)
 
     # -- the stream -----------------------------------------------------------------------------
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
 
     def read(self, size: int | None = -1) -> bytes:
         n = self.size - self._pos if size is None or size < 0 else min(size, self.size - self._pos)
@@ -214,7 +223,7 @@ class FileStream(io.RawIOBase):
         return crc
 
 
-class FileRegion:
+class FileRegion(SeekableBody):
     """Bytes ``[start, end)`` of a :class:`FileStream` as a seekable, read-only request body.
 
     Reads are views of one :data:`CHUNK`-sized ``pread`` result at a time (immutable ``bytes``, so
@@ -239,22 +248,6 @@ class FileRegion:
             crc = _crc32c.crc32c(self.file.pread(n, at), crc)
         self.file._record(self.start, self.end, crc)
         return crc
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
 
     def read(self, size: int | None = -1) -> bytes | memoryview:
         """Up to ``size`` bytes (to the end when negative); a short read only at a chunk's end."""

@@ -4,16 +4,16 @@ ETag, and :class:`BodyView`, a request body that botocore reads without copying.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from rlm.storage.api import read_fully
+from rlm.storage.filestream import SeekableBody
 
 __all__ = ["BodyView", "multipart_etag", "read_exact", "split_parts"]
 
 
-class BodyView:
+class BodyView(SeekableBody):
     """A seekable, read-only request body over ``data`` whose reads are views, not copies.
 
     botocore wraps a ``bytes`` body in :class:`io.BytesIO`, and every read of that copies: the
@@ -25,6 +25,7 @@ class BodyView:
 
     def __init__(self, data: bytes | bytearray | memoryview) -> None:
         self._view = memoryview(data).cast("B")
+        self.size = len(self._view)
         self._pos = 0
 
     def read(self, size: int | None = -1) -> memoryview:
@@ -32,22 +33,6 @@ class BodyView:
         end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
         start, self._pos = self._pos, max(self._pos, end)
         return self._view[start : self._pos]
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
 
 
 def multipart_etag(parts: list[dict[str, Any]]) -> str:
