@@ -20,6 +20,7 @@ from rlm.logdir.discovery import (
     LogDirCheckpoints,
     TopicPartition,
     offset_checkpoint_entries,
+    read_checkpoints,
 )
 
 __all__ = ["CheckpointCache"]
@@ -64,7 +65,7 @@ class CheckpointCache:
         #: log dir → (time.time_ns() until which a hint is served without a stat, the checkpoints)
         self._recent: dict[Path, tuple[int, LogDirCheckpoints]] = {}
         #: checkpoint file → (its content when last parsed, the entries parsed from it)
-        self._parsed: dict[str, tuple[bytes, dict[TopicPartition, int]]] = {}
+        self._parsed: dict[Path, tuple[bytes, dict[TopicPartition, int]]] = {}
 
     def _paths(self, log_dir: Path) -> tuple[str, ...]:
         files = self._files.get(log_dir)
@@ -87,8 +88,8 @@ class CheckpointCache:
 
     def get(self, log_dir: Path, *, hint: bool = False) -> LogDirCheckpoints:
         """The checkpoints of ``log_dir`` as they are now: one ``stat`` per file on a hit, a parse
-        otherwise (``hint``: see the class). Raises what
-        :func:`~rlm.logdir.discovery.read_checkpoints` raises for an unreadable file (not cached)."""
+        otherwise (``hint``: see the class). Raises what :func:`read_checkpoints` raises for an
+        unreadable file (not cached)."""
         if hint:
             recent = self._recent.get(log_dir)
             if recent is not None and time.time_ns() < recent[0]:
@@ -113,7 +114,7 @@ class CheckpointCache:
             if found is not None:
                 return found
             started_ns = time.time_ns()
-            checkpoints = LogDirCheckpoints(*(self._entries(f) for f in self._paths(log_dir)))
+            checkpoints = read_checkpoints(log_dir, entries=self._entries)
             if self._signature(log_dir) == sig:
                 newest = max((s[2] for s in sig if s is not None), default=0)
                 until = 0 if settled(sig, started_ns) else newest + SETTLE_NS
@@ -123,19 +124,14 @@ class CheckpointCache:
                     self._cache[log_dir] = (sig, checkpoints, until)
         return checkpoints
 
-    def _entries(self, file: str) -> dict[TopicPartition, int]:
+    def _entries(self, data: bytes, path: Path) -> dict[TopicPartition, int]:
         """One file's entries; parsed again only when its content differs from the last parse's
         (the same bytes parse to the same entries, whatever the signature: no racy case)."""
-        try:
-            with open(file, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            return {}
-        known = self._parsed.get(file)
+        known = self._parsed.get(path)
         if known is not None and known[0] == data:
             return known[1]
-        entries = offset_checkpoint_entries(data, Path(file))
+        entries = offset_checkpoint_entries(data, path)
         if len(self._parsed) >= 3 * _MAX_LOG_DIRS:
             self._parsed.clear()
-        self._parsed[file] = (data, entries)
+        self._parsed[path] = (data, entries)
         return entries

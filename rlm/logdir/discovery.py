@@ -43,6 +43,7 @@ __all__ = [
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "EligibilityPolicy",
+    "EntriesParser",
     "LogDirCheckpoints",
     "PartitionDir",
     "PartitionState",
@@ -383,14 +384,6 @@ def active_segment(segments: Sequence[SegmentFiles]) -> SegmentFiles | None:
     return max(segments, key=lambda s: s.base_offset, default=None)
 
 
-def _read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    return offset_checkpoint_entries(data, path)
-
-
 def offset_checkpoint_entries(data: bytes, path: Path) -> dict[TopicPartition, int]:
     """The entries of an offset checkpoint's content ``data`` (read from ``path``, named in errors)."""
     text = data.decode("utf-8")
@@ -402,16 +395,33 @@ def offset_checkpoint_entries(data: bytes, path: Path) -> dict[TopicPartition, i
         raise exc.in_file(path) from exc
 
 
-def read_checkpoints(log_dir: Path | str) -> LogDirCheckpoints:
-    """Parse the high-watermark, recovery-point and log-start-offset checkpoints of one log dir.
+#: Parses one offset checkpoint file's content: ``(data, path) -> {(topic, partition): offset}``.
+EntriesParser = Callable[[bytes, Path], dict[TopicPartition, int]]
+
+
+def _read_offset_checkpoint(
+    path: Path, entries: EntriesParser = offset_checkpoint_entries
+) -> dict[TopicPartition, int]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    return entries(data, path)
+
+
+def read_checkpoints(
+    log_dir: Path | str, *, entries: EntriesParser = offset_checkpoint_entries
+) -> LogDirCheckpoints:
+    """Parse the high-watermark, recovery-point and log-start-offset checkpoints of one log dir;
+    ``entries`` parses each file's content (a cache passes one that remembers the last parse).
 
     Raises :class:`rlm.errors.CheckpointError` naming the file when one is malformed.
     """
     root = Path(log_dir)
     return LogDirCheckpoints(
-        high_watermarks=_read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT),
-        recovery_points=_read_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT),
-        log_start_offsets=_read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT),
+        high_watermarks=_read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT, entries),
+        recovery_points=_read_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT, entries),
+        log_start_offsets=_read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT, entries),
     )
 
 
