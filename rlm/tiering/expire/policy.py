@@ -144,9 +144,10 @@ class TopicPolicyResolver:
             (None, frozenset()),
             {},
         )
-        #: topic → the policy the last classify resolved: an equal one is handed out again, so what
-        #: compares policies per partition (the metrics' publish, the idle fingerprint's policy_key)
-        #: finds the same object instead of comparing every field
+        #: topic → the policy last handed out: a new resolution equal to it hands it out again, so
+        #: what compares policies per partition (the metrics' publish, the idle fingerprint's
+        #: policy_key) finds the same object across images instead of comparing every field.
+        #: Kept to the topics of the last :meth:`classify` (deleted topics are forgotten).
         self._last: dict[str, TopicPolicy] = {}
 
     def refreshed_image(self) -> MetadataImage | None:
@@ -191,17 +192,15 @@ class TopicPolicyResolver:
         policies: dict[tuple[str, int], TopicPolicy] = {}
         tiered: list[PartitionDir] = []
         excluded: list[tuple[PartitionDir, TopicPolicy]] = []
-        last = self._last
         for part in parts:
             if part.topic not in by_topic:
-                pol = self.policy(part.topic)
-                by_topic[part.topic] = last[part.topic] if last.get(part.topic) == pol else pol
+                by_topic[part.topic] = self.policy(part.topic)
             pol = policies[(part.topic, part.partition)] = by_topic[part.topic]
             if pol.tiered:
                 tiered.append(part)
             else:
                 excluded.append((part, pol))
-        self._last = by_topic  # the topics of this discovery only
+        self._last = dict(by_topic)  # the topics of this discovery only
         return tiered, excluded, policies
 
     def _override(self, topic: str) -> TopicOverride | None:
@@ -226,7 +225,8 @@ class TopicPolicyResolver:
     def policy(self, topic: str) -> TopicPolicy:
         """``topic``'s policy as the settings, the metadata image and the cleaned topics now
         say. Memoized until :meth:`refresh` brings another image (a poll that changes anything
-        returns a new one: rlm/logdir/kraft.py) or other cleaned topics."""
+        returns a new one: rlm/logdir/kraft.py) or other cleaned topics; a resolution equal to
+        the policy last handed out hands that object out again."""
         image, cleaned = self.image, self.cleaned
         (seen_image, seen_cleaned), memo = self._memo
         if seen_image is not image or seen_cleaned != cleaned:
@@ -234,7 +234,13 @@ class TopicPolicyResolver:
             self._memo = ((image, cleaned), memo)
         found = memo.get(topic)
         if found is None:
-            found = memo[topic] = self._resolve(topic)
+            found = self._resolve(topic)
+            last = self._last.get(topic)
+            if last == found:
+                found = last
+            else:
+                self._last[topic] = found
+            memo[topic] = found
         return found
 
     def _resolve(self, topic: str) -> TopicPolicy:
