@@ -44,6 +44,7 @@ from rlm.tiering.read import TieredReaders
 
 with atheris.instrument_imports(include=["rlm"]):
     from rlm.kafka.api import KafkaApi
+    from rlm.kafka.idle_watch import Owing
     from rlm.kafka.protocol import SERVED
     from rlm.kafka.server import KafkaListener, _Conn, _Waiting
     from rlm.testing.kafka_wire import fetch_request
@@ -113,7 +114,7 @@ def check(listener: KafkaListener, data: bytes) -> None:
     if not data:
         return
     state, frame = data[0], data[1:]
-    conn = _Conn("fuzz:1", "127.0.0.1", 9092, ("fuzz", "k"), authenticated=bool(state & 1))
+    conn = _Conn("fuzz:1", "127.0.0.1", 9092, ("fuzz", "k"), Owing(None), authenticated=bool(state & 1))
     conn.raw_token_next = bool(state & 2)
     try:
         out = listener._step(conn, frame)

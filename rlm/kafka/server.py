@@ -28,7 +28,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -111,6 +111,7 @@ class _Conn:
     host: str  # the address the client reached: what Metadata advertises
     port: int
     key: tuple[str, str]  # who reads, for read-ahead (docs/read-path.md)
+    owing: Owing  # what the idle watch sees of it (rlm/kafka/idle_watch.py)
     authenticated: bool
     handshake: bool = False  # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
     raw_token_next: bool = False
@@ -118,7 +119,6 @@ class _Conn:
     auth_failed: bool = False  # why it is closed, for the metric
     user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
     relay: RelaySession | None = None  # its upstream connections for relayed group requests
-    owing: Owing = field(default_factory=lambda: Owing(None))  # for the idle watch
 
 
 class KafkaListener:
@@ -229,6 +229,7 @@ class KafkaListener:
             local[0],
             int(local[1]),
             (str(peer[0]), f"kafka:{peer[1]}"),
+            Owing(asyncio.current_task()),
             authenticated=self._users is None,
         )
         if len(self._writers) >= self.settings.max_connections:
@@ -241,7 +242,6 @@ class KafkaListener:
             writer.close()
             return
         self._writers.add(writer)
-        conn.owing = Owing(asyncio.current_task())
         self._idle.add(conn.owing)
         self.metrics.connections.inc()
         reason = ""
