@@ -122,13 +122,17 @@ def test_parts_read_on_their_threads_retried_part_resends_its_bytes_throttle_bou
     client.close()
 
 
-def test_cancel_mid_upload_abandons_it(tmp_path: Path, s3_target: S3Target, proxy: FaultProxy) -> None:
+@pytest.mark.parametrize(("by", "says"), [("cancel", "cancelled"), ("shutdown", "shutting down")])
+def test_cancel_or_shutdown_mid_upload_abandons_it(
+    tmp_path: Path, s3_target: S3Target, proxy: FaultProxy, by: str, says: str
+) -> None:
     ctx, client = _context(tmp_path, s3_target, proxy)
     path, _ = _file(tmp_path)
     cancel = threading.Event()
-    ctx.shared.bucket = bucket = FakeBucket(RATE, on_sleep=cancel.set)  # set once parts are under way
+    event = cancel if by == "cancel" else ctx.shared.stop
+    ctx.shared.bucket = bucket = FakeBucket(RATE, on_sleep=event.set)  # set once parts are under way
 
-    with pytest.raises(UploadAbandoned, match="cancelled"):
+    with pytest.raises(UploadAbandoned, match=says):
         upload_file(ctx, "cancelled.log", path, cancel=cancel)
 
     assert 0 < bucket.taken < SIZE

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import threading
 
 import pytest
 
-from rlm.errors import UploadAbandoned
-from rlm.storage.memory import MemoryBackend
-from rlm.tiering.local.throttle import ThrottledReader, TokenBucket
+from rlm.tiering.local.throttle import TokenBucket
 
 
 class FakeTime:
@@ -90,17 +87,3 @@ def test_rate_is_honoured_across_concurrent_threads() -> None:
     # at least (n*700 - burst) / rate seconds.
     for n, when in enumerate(sorted(done), start=1):
         assert n * 700 <= 1_000 + 10_000 * (when - 1000.0) + 1e-6
-
-
-def test_throttled_reader_meters_an_upload_and_can_be_abandoned() -> None:
-    bucket, t = _bucket(1 << 20, burst=64 << 10)
-    data = bytes(range(256)) * 8192  # 2 MiB
-    seen = []
-    reader = ThrottledReader(io.BytesIO(data), bucket, on_bytes=seen.append)
-    MemoryBackend().put("k", reader)  # type: ignore[arg-type]
-    assert sum(seen) == len(data)
-    assert t.now - 1000.0 >= (len(data) - (64 << 10)) / (1 << 20) - 1e-6
-    stop = threading.Event()
-    stop.set()
-    with pytest.raises(UploadAbandoned):
-        ThrottledReader(io.BytesIO(data), bucket, stop=stop).read(10)

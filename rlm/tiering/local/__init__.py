@@ -34,7 +34,7 @@ from rlm.tiering.local.state import (
     state_root_of,
 )
 from rlm.tiering.local.statefiles import loads_or_none
-from rlm.tiering.local.throttle import ThrottledReader, TokenBucket
+from rlm.tiering.local.throttle import TokenBucket
 
 __all__ = [
     "PIN_FILE",
@@ -52,7 +52,6 @@ __all__ = [
     "RemoteView",
     "SharedResources",
     "SightPin",
-    "ThrottledReader",
     "TieringHistory",
     "TieringMetrics",
     "TokenBucket",
