@@ -150,13 +150,25 @@ class FileStream(SeekableBody, io.RawIOBase):
         while len(data) < n:  # a regular file reads short only at its end: keep asking to be sure
             more = os.pread(self._fd, n - len(data), offset + len(data))
             if not more:
-                raise StorageError(
-                    f"the file shrank to {offset + len(data)} bytes while it was uploaded "
-                    f"(it had {self.size}); nothing of it is published",
-                    file=self.path,
-                )
+                raise self._shrank(offset + len(data))
             data += more
         return data
+
+    def _pread_into(self, view: memoryview, offset: int) -> None:
+        """Fill ``view`` from ``offset`` (within ``size``); StorageError if the file is shorter now."""
+        got = 0
+        while got < len(view):
+            n = os.preadv(self._fd, [view[got:]], offset + got)
+            if not n:
+                raise self._shrank(offset + got)
+            got += n
+
+    def _shrank(self, at: int) -> StorageError:
+        return StorageError(
+            f"the file shrank to {at} bytes while it was uploaded (it had {self.size}); "
+            "nothing of it is published",
+            file=self.path,
+        )
 
     def paid(self, n: int) -> None:
         """Account ``n`` bytes about to be read for the upload (``on_chunk``)."""
@@ -171,16 +183,26 @@ class FileStream(SeekableBody, io.RawIOBase):
             return b""
         self.paid(n)
         data = self.pread(n, self._pos)
-        start, self._pos = self._pos, self._pos + n
-        if start <= self._covered < self._pos:  # in order (a rewind re-reads covered bytes)
-            self._crc = _crc32c.crc32c(memoryview(data)[self._covered - start :], self._crc)
-            self._covered = self._pos
+        self._advance(memoryview(data))
         return data
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        """As :meth:`read`, into ``buffer`` (no copy of the bytes but the kernel's)."""
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.size - self._pos)
+        if n <= 0:
+            return 0
+        self.paid(n)
+        self._pread_into(view[:n], self._pos)
+        self._advance(view[:n])
+        return n
+
+    def _advance(self, data: memoryview) -> None:
+        """Move past ``data``, just read at the position, extending the sequential CRC."""
+        start, self._pos = self._pos, self._pos + len(data)
+        if start <= self._covered < self._pos:  # in order (a rewind re-reads covered bytes)
+            self._crc = _crc32c.crc32c(data[self._covered - start :], self._crc)
+            self._covered = self._pos
 
     def close(self) -> None:
         if not self.closed:

@@ -3,7 +3,9 @@
 Options: ``root`` (required; a relative path is resolved against the current working directory when
 the backend is built, and normalised — the backend's options and its pickled copies carry the
 absolute path, so Spark executors in other directories use the same store: docs/spark-cluster.md),
-``create`` (make ``root`` if missing, default true), ``fsync`` (default true).
+``create`` (make ``root`` if missing, default true), ``fsync`` (default true), ``direct_io`` (default
+true: objects of 1 MiB or more are written with ``O_DIRECT``, past the page cache —
+:mod:`rlm.storage.direct_write` says why; a file system refusing it is written to buffered).
 
 Durability and atomicity: every upload is written to ``<root>/.rlm-tmp/<random>``, flushed and
 fsync'ed, then published with ``os.replace`` (overwrite) or ``os.link`` (create-only-if-absent: the
@@ -20,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping
@@ -37,12 +38,12 @@ from rlm.storage.api import (
     page_from_sorted,
     validate_key,
 )
+from rlm.storage.direct_write import copy_to_fd
 from rlm.storage.options import Option
 
 __all__ = ["TMP_DIR", "LocalBackend"]
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
-_CHUNK = 1 << 20
 
 
 def _fsync_dir(path: Path) -> None:
@@ -61,6 +62,7 @@ class LocalBackend(StorageBackend):
         Option("root", "str", required=True, help="the directory holding the objects"),
         Option("create", "bool", default=True),
         Option("fsync", "bool", default=True),
+        Option("direct_io", "bool", default=True, help="write objects of 1 MiB or more past the page cache"),
     )
 
     @classmethod
@@ -129,11 +131,13 @@ class LocalBackend(StorageBackend):
         final = self._path(key)
         tmp = self.root / TMP_DIR / uuid.uuid4().hex
         try:
-            with open(tmp, "xb") as f:
-                shutil.copyfileobj(stream, f, _CHUNK)
-                f.flush()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                copy_to_fd(stream, fd, direct=self.options["direct_io"])
                 if self.options["fsync"]:
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             for _attempt in range(10):  # a concurrent delete may prune the parent dir meanwhile
                 self._makedirs(final.parent)
                 try:

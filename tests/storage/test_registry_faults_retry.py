@@ -45,7 +45,7 @@ def test_unknown_backend_lists_installed_and_hints_install() -> None:
 
 
 def test_config_errors_name_key_and_allowed() -> None:
-    with pytest.raises(ConfigError, match=r"unknown option.*'rot'.*allowed: create, fsync, root"):
+    with pytest.raises(ConfigError, match=r"unknown option.*'rot'.*allowed: create, direct_io, fsync, root"):
         create_backend("local", {"rot": "/x"})
     with pytest.raises(ConfigError, match=r"remote\.options\.root is required"):
         create_backend("local", {})
