@@ -1,0 +1,106 @@
+"""Reads that must not wait (rlm/nowait.py; the Kafka listener answers such Fetches on its event
+loop, docs/kafka-listener.md §8): inside ``without_waiting`` every step that would wait — a store
+read, a read ahead still in flight, reads a fetch would start in parallel, the broker's log start,
+a segment's records on disk — raises ``BlockingIOError`` before it starts or changes anything, and
+the same read outside (as the pool thread that goes on with it) answers what it always did. Real
+tiered logs (LogWriter), requests counted by rlm.testing.counting; no timing is asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm.nowait import may_wait, waiting_allowed, without_waiting
+from tests.tiering.test_broker_log_start import Cluster, _tiered
+from tests.tiering.test_readahead import Catchup, _rid
+
+
+def test_may_wait_raises_only_inside_without_waiting() -> None:
+    may_wait("a store read")  # outside: nothing
+    assert waiting_allowed()
+    with without_waiting():
+        assert not waiting_allowed()
+        with pytest.raises(BlockingIOError, match="a store read"):
+            may_wait("a store read")
+        with without_waiting():
+            pass
+        assert not waiting_allowed()  # a nested scope restores what was
+    assert waiting_allowed()
+
+
+@pytest.mark.parametrize("max_bytes", [900, 6_000])  # one entry; several, read in parallel
+def test_a_cold_remote_fetch_stops_before_any_store_read_then_answers_from_the_cache(
+    tmp_path: Path, max_bytes: int
+) -> None:
+    t = Catchup(tmp_path)
+    readers = t.readers()
+    start = readers.reader("orders", 0).offsets().remote_log_start_offset
+    assert start is not None
+    t.backend.ranges.clear()
+    with without_waiting(), pytest.raises(BlockingIOError):
+        readers.reader("orders", 0).fetch(start, max_bytes, reader_key="c")
+    readers.resources.ahead.close()  # any read it had started in parallel has been issued by now
+    assert not t.backend.ranges  # nothing was asked of the store
+    first = readers.reader("orders", 0).fetch(start, max_bytes, reader_key="c")
+    assert first.batches and t.backend.ranges
+    with without_waiting():  # now cached: answered without waiting, the same bytes
+        again = readers.reader("orders", 0).fetch(start, max_bytes)
+    assert bytes(again.data) == bytes(first.data)
+
+
+def test_a_range_read_ahead_in_flight_is_not_waited_for_and_stays_in_the_window(tmp_path: Path) -> None:
+    t = Catchup(tmp_path, gate=True)  # the read-ahead threads' reads are held until the gate opens
+    assert t.gate is not None
+    readers = t.readers()
+    ahead, rid = readers.resources.ahead, _rid("r")
+    offset = readers.reader("orders", 0).offsets().remote_log_start_offset
+    assert offset is not None
+    for _ in range(2):  # sequential from the second: its next entries are read ahead (held)
+        offset = readers.reader("orders", 0).fetch(offset, 1_000, reader_key="r").next_offset
+        assert offset is not None
+    window = ahead._readers[rid].window  # which ranges it holds, in chain order
+    stopped = None
+    for _ in range(200):  # one batch at a time through what landed (a fetch's rest, kept)
+        held, before = ahead.reader_bytes(rid), list(window)
+        try:
+            with without_waiting():
+                got = readers.reader("orders", 0).fetch(offset, 1, reader_key="r")
+        except BlockingIOError as err:
+            stopped = str(err)
+            break
+        assert got.next_offset is not None
+        offset = got.next_offset
+    assert stopped is not None and "in flight" in stopped, stopped
+    in_flight = [k for k in before if not ahead.landed(rid, k)]
+    assert in_flight and [k for k in window if k in in_flight] == in_flight  # still there, to be taken
+    taken = [k for k in before if k not in window]  # landed ranges the stopped read took: now cached
+    assert all(k in readers.resources.cache for k in taken)
+    t.gate.opened.set()
+    ahead.settle(60)
+    with without_waiting():
+        got = readers.reader("orders", 0).fetch(offset, 1, reader_key="r")
+    assert ahead.reader_bytes(rid) < held
+    assert got.batches and bytes(got.data) == bytes(readers.reader("orders", 0).fetch(offset, 1).data)
+
+
+def test_a_local_segment_is_not_read_without_waiting(tmp_path: Path) -> None:
+    t = Catchup(tmp_path)
+    readers = t.readers()
+    with without_waiting(), pytest.raises(BlockingIOError, match="on disk"):
+        readers.reader("orders", 0).fetch(t.local_start, 1_000)
+    assert readers.reader("orders", 0).fetch(t.local_start, 1_000).tier == "local"
+
+
+def test_the_broker_is_not_asked_without_waiting_and_a_fresh_answer_is_used(tmp_path: Path) -> None:
+    cluster = Cluster({("t", 0): 0})
+    readers, _bases = _tiered(tmp_path, cluster, max_age_ms=60_000)
+    query = readers.log_start_query()
+    with without_waiting(), pytest.raises(BlockingIOError, match="log start"):
+        readers.reader("t", 0, query).fetch(0, 1_000)
+    assert cluster.asked == []
+    readers.reader("t", 0, query).fetch(0, 1_000)
+    assert cluster.asked == [[("t", 0)]]
+    with without_waiting():  # answered within the max age: nothing to wait for
+        readers.reader("t", 0, readers.log_start_query()).offsets()
+    assert cluster.asked == [[("t", 0)]]
