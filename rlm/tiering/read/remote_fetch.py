@@ -61,10 +61,7 @@ class EntrySource:
         pending = self._pending.pop(key, None)
         if data is not None:
             self.res.cache.put(key, data, "sequential")  # low priority: only free space
-        elif pending is not None:
-            if not pending.done():
-                self._pending[key] = pending  # still this fetch's, for whoever goes on with it
-                may_wait("a range this fetch is reading")
+        elif pending is not None:  # none without waiting: load_together() stopped before any
             self.res.cache.note_miss(admission)
             data = pending.result()  # its error is this fetch's
             self.res.cache.put(key, data, admission)
