@@ -110,3 +110,20 @@ def test_the_broker_is_not_asked_without_waiting_and_a_fresh_answer_is_used(tmp_
     with without_waiting():  # answered within the max age: nothing to wait for
         readers.reader("t", 0, readers.log_start_query()).offsets()
     assert cluster.asked == [[("t", 0)]]
+
+
+def test_the_stores_sets_are_not_built_without_waiting(tmp_path: Path) -> None:
+    t = Catchup(tmp_path)
+    for f in t.part.iterdir():  # the local remote index lost: the store's sets answer instead
+        if f.suffix in (".remotelogindex", ".remoteoffsetindex", ".remotetimeindex"):
+            f.unlink()
+    readers = t.readers()
+    start = readers.reader("orders", 0).offsets().remote_log_start_offset
+    assert start is not None
+    t.backend.ranges.clear()
+    with without_waiting(), pytest.raises(BlockingIOError, match="index sets"):
+        readers.reader("orders", 0).fetch(start, 1)
+    assert not t.backend.ranges
+    first = readers.reader("orders", 0).fetch(start, 1)  # builds them (kept for the partition)
+    with without_waiting():
+        assert bytes(readers.reader("orders", 0).fetch(start, 1).data) == bytes(first.data)
