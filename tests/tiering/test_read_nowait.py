@@ -1,9 +1,11 @@
 """Reads that must not wait (rlm/nowait.py; the Kafka listener answers such Fetches on its event
 loop, docs/kafka-listener.md §8): inside ``without_waiting`` every step that would wait — a store
 read, a read ahead still in flight, reads a fetch would start in parallel, the broker's log start,
-a segment's records on disk — raises ``BlockingIOError`` before it starts or changes anything, and
-the same read outside (as the pool thread that goes on with it) answers what it always did. Real
-tiered logs (LogWriter), requests counted by rlm.testing.counting; no timing is asserted."""
+a segment's records on disk, the store's sets when the local remote index is lost, tiered
+transaction data — raises ``BlockingIOError`` before that step starts (nothing asked of the store,
+a range in flight left in the read-ahead window), and the same read outside (as the pool thread
+that goes on with it) answers what it always did. Real tiered logs (LogWriter), requests counted
+by rlm.testing.counting; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from rlm.nowait import may_wait, waiting_allowed, without_waiting
+from rlm.storage.local import LocalBackend
+from rlm.tiering.read.readers import TieredReaders
 from tests.tiering.test_broker_log_start import Cluster, _tiered
+from tests.tiering.test_lso import layout
 from tests.tiering.test_readahead import Catchup, _rid
 
 
@@ -127,3 +132,24 @@ def test_the_stores_sets_are_not_built_without_waiting(tmp_path: Path) -> None:
     first = readers.reader("orders", 0).fetch(start, 1)  # builds them (kept for the partition)
     with without_waiting():
         assert bytes(readers.reader("orders", 0).fetch(start, 1).data) == bytes(first.data)
+
+
+def test_tiered_transaction_data_is_not_read_without_waiting(tmp_path: Path) -> None:
+    # no recorded open transactions: the last stable offset scans the tiered segments' batches
+    scan = layout(tmp_path / "scan", 1, True, snapshots=False, recorded=False)
+    readers = TieredReaders(scan.settings, LocalBackend(root=str(scan.store)))
+    with without_waiting(), pytest.raises(BlockingIOError, match="control batches"):
+        readers.reader("txn", 0).visibility().last_stable_offset()
+    lso = readers.reader("txn", 0).visibility().last_stable_offset()
+    assert lso == scan.oracle.last_stable_offset
+    # a read_committed answer's aborted transactions: the tiered segments' transaction indexes
+    indexed = layout(tmp_path / "indexed", 1, False, snapshots=False)
+    readers = TieredReaders(indexed.settings, LocalBackend(root=str(indexed.store)))
+    vis = readers.reader("txn", 0).visibility()
+    end = vis.end("read_committed")
+    with without_waiting(), pytest.raises(BlockingIOError, match="transaction index"):
+        vis.aborted(0, end)
+    found = vis.aborted(0, end).entries
+    assert found
+    with without_waiting():  # kept once read (immutable bytes)
+        assert readers.reader("txn", 0).visibility().aborted(0, end).entries == found
