@@ -41,6 +41,7 @@ from typing import Any, Literal
 from rlm.cluster.kafka_admin import admin_client_config, close_quietly
 from rlm.config.brokers import ClusterSettings
 from rlm.errors import ConfigError
+from rlm.nowait import may_wait
 
 __all__ = [
     "RETRY_S",
@@ -117,6 +118,7 @@ class BrokerOffsets:
         found = self._fresh(key, since)
         if found is not None or self._clock() < self._down_until:
             return found.offset if found is not None else None
+        may_wait(f"the broker's {self.what}")  # asking it (or another thread asking) takes a while
         with self._lock:
             found = self._fresh(key, since)
             if found is None and self._clock() >= self._down_until:

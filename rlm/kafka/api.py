@@ -296,14 +296,27 @@ class KafkaApi:
         return plan_fetch(req, version, self.sessions, self.topic_ids)
 
     def read_fetch(
-        self, plan: FetchPlan, max_bytes: int, reader_key: Hashable, *, fetch_max_bytes: int = FETCH_MAX_BYTES
+        self,
+        plan: FetchPlan,
+        max_bytes: int,
+        reader_key: Hashable,
+        *,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
+        sofar: FetchRead | None = None,
     ) -> FetchRead:
         """One pass over the plan (docs/kafka-listener.md §5.1): the response bound is
         min(request ``max_bytes``, ``fetch_max_bytes``) record bytes, read in whole batches, the
-        first partition with records excepted by one batch (KIP-74)."""
+        first partition with records excepted by one batch (KIP-74). ``sofar``: a pass begun
+        (:meth:`begin_read`), gone on with from the first partition it did not answer."""
+        sofar = sofar or self.begin_read(plan)
+        budget = min(max_bytes, fetch_max_bytes)
+        return read_plan(self.readers, plan, budget, reader_key, sofar.query, sofar.results)
+
+    def begin_read(self, plan: FetchPlan) -> FetchRead:
+        """A pass over the plan with no partition read yet (:meth:`read_fetch` fills it)."""
         # one question to the broker about log starts for every partition that needs it (docs/visibility.md)
         query = self.readers.log_start_query([(w.name, w.partition) for w in plan.wanted if w.name])
-        return read_plan(self.readers, plan, min(max_bytes, fetch_max_bytes), reader_key, query)
+        return FetchRead([], 0, False, query)
 
     def render_fetch(self, plan: FetchPlan, read: FetchRead) -> Any:
         """The body of the answer that goes out (once per request: it updates the session)."""

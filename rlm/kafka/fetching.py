@@ -131,19 +131,22 @@ def read_plan(
     budget: int,
     reader_key: Hashable,
     query: LogStartQuery | None,
+    results: list[FetchedPartition] | None = None,
 ) -> FetchRead:
     """One pass over the plan's partitions, as Kafka's ``ReplicaManager.readFromLog``: ``budget``
     record bytes in all; each partition gets at most its ``max_bytes`` and what is left, in whole
     batches — except that the first partition with records gets one whole batch however large
-    ("minOneMessage", KIP-74). A later partition whose next batch does not fit answers offsets only."""
-    total, errors, results = 0, False, []
-    for w in plan.wanted:
+    ("minOneMessage", KIP-74). A later partition whose next batch does not fit answers offsets only.
+    ``results``: the partitions read so far, appended to as each is read — a pass that stopped
+    (:func:`rlm.nowait.may_wait`) goes on from the first partition it did not answer."""
+    results = [] if results is None else results
+    total = sum(len(got.records) for got in results)
+    for w in plan.wanted[len(results) :]:
         limit = min(w.ask.max_bytes, budget - total)
         got = _read_one(readers, w, plan.committed, limit, total > 0, reader_key, query)
         total += len(got.records)
-        errors = errors or got.error != Codes.NONE
         results.append(got)
-    return FetchRead(results, total, errors, query)
+    return FetchRead(results, total, any(got.error != Codes.NONE for got in results), query)
 
 
 def _read_one(

@@ -49,6 +49,13 @@ class KafkaMetrics:
             "Incremental fetch sessions opened by a full Fetch (docs/kafka-listener.md §5.2)",
             registry=registry,
         )
+        self.fetch_on_loop = Counter(
+            "rlm_kafka_fetch_on_loop",
+            "Fetches tried on the listener's event loop, by outcome: answered there (the read "
+            "needed nothing that waits), handed (a pool thread went on with the read)",
+            ["outcome"],
+            registry=registry,
+        )
         self.closed = Counter(
             "rlm_kafka_connections_closed",
             "Kafka listener connections closed by the "

@@ -28,7 +28,6 @@ import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -57,6 +56,11 @@ from rlm.kafka.protocol import (
     unsupported_api_versions,
 )
 from rlm.kafka.sasl import PlainUsers
+from rlm.kafka.steps import Conn as _Conn
+from rlm.kafka.steps import Relay as _Relay
+from rlm.kafka.steps import Rest as _Rest
+from rlm.kafka.steps import Waiting as _Waiting
+from rlm.nowait import without_waiting
 
 __all__ = ["PRE_AUTH_MAX_BYTES", "KafkaListener", "split_listen"]
 
@@ -82,43 +86,6 @@ def _tls(settings: KafkaSettings) -> ssl.SSLContext | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     return server_context(settings.tls_cert, settings.tls_key, section="kafka")
-
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """A Fetch read once without ``min_bytes`` of records: its plan (the session context, made
-    once per request) and the read so far."""
-
-    req: RequestFrame
-    plan: FetchPlan
-    read: FetchRead
-
-
-@dataclass(frozen=True, slots=True)
-class _Relay:
-    """A group request for the cluster's coordinator: relayed on the event loop (it may be held
-    for minutes), never in the pool (rlm/kafka/coordinator.py)."""
-
-    req: RequestFrame
-    frame: bytes
-
-
-@dataclass(slots=True)
-class _Conn:
-    """One client connection's state."""
-
-    peer: str
-    host: str  # the address the client reached: what Metadata advertises
-    port: int
-    key: tuple[str, str]  # who reads, for read-ahead (docs/read-path.md)
-    owing: Owing  # what the idle watch sees of it (rlm/kafka/idle_watch.py)
-    authenticated: bool
-    handshake: bool = False  # SaslHandshake done: SaslAuthenticate (or a v0 raw token) may follow
-    raw_token_next: bool = False
-    close_after: bool = False
-    auth_failed: bool = False  # why it is closed, for the metric
-    user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
-    relay: RelaySession | None = None  # its upstream connections for relayed group requests
 
 
 class KafkaListener:
@@ -326,11 +293,19 @@ class KafkaListener:
                     conn.owing.since = None
 
     async def _answer(self, conn: _Conn, frame: bytes) -> Frame:
-        """The framed response. Decoding, the handler and encoding run in the thread pool, never
-        on the event loop; only a Fetch that waits for ``min_bytes`` comes back here to wait."""
+        """The framed response. Decoding, the handler and encoding run in the thread pool — but a
+        Fetch whose read needs nothing that waits, answered here (rlm/kafka/on_loop.py); only a
+        Fetch that waits for ``min_bytes`` comes back here to wait."""
         assert self._loop is not None
         began = self._loop.time()
-        step = await self._loop.run_in_executor(self._pool, self._step, conn, frame)
+        here = self._on_loop(conn, frame)
+        step: Frame | _Waiting | _Relay
+        if here is None:
+            step = await self._loop.run_in_executor(self._pool, self._step, conn, frame)
+        elif isinstance(here, _Rest):
+            step = await self._loop.run_in_executor(self._pool, here.run)
+        else:
+            step = here
         if isinstance(step, _Waiting):
             return await self._wait(conn, step, began)
         if isinstance(step, _Relay):
@@ -364,14 +339,39 @@ class KafkaListener:
             return _Relay(parse_request(frame, self._served()), frame)
         req = parse_request(frame, self._served())
         if key == _FETCH:
-            plan = self.api.plan_fetch(req.body, req.version)
-            read = self._fetch_pass(conn, req, plan)
-            if not self._fetch_done(req, read):
-                return _Waiting(req, plan, read)
-            body = self._rendered(plan, read)
-        else:
-            body = self._dispatch(conn, req)
-        return self._encode(req, body)
+            return self._fetch_step(conn, req, self.api.plan_fetch(req.body, req.version))
+        return self._encode(req, self._dispatch(conn, req))
+
+    def _on_loop(self, conn: _Conn, frame: bytes) -> Frame | _Waiting | _Rest | None:
+        """On the event loop: a Fetch answered (or to wait for) when its read waits for nothing
+        (rlm/nowait.py), else what is left of it (:class:`_Rest`); None: not a Fetch to try here,
+        the pool answers it whole (:meth:`_step`)."""
+        if not conn.authenticated or conn.raw_token_next or peek_header(frame)[0] != _FETCH:
+            return None
+        if not conn.on_loop.due():
+            return None
+        req = parse_request(frame, self._served())
+        plan = self.api.plan_fetch(req.body, req.version)
+        sofar = self.api.begin_read(plan)
+        try:
+            with without_waiting():
+                step = self._fetch_step(conn, req, plan, sofar)
+        except BlockingIOError:  # the read stopped before the step that waits
+            conn.on_loop.waited()
+            self.metrics.fetch_on_loop.labels(outcome="handed").inc()
+            return _Rest(functools.partial(self._fetch_step, conn, req, plan, sofar))
+        conn.on_loop.answered()
+        self.metrics.fetch_on_loop.labels(outcome="answered").inc()
+        return step
+
+    def _fetch_step(
+        self, conn: _Conn, req: RequestFrame, plan: FetchPlan, sofar: FetchRead | None = None
+    ) -> Frame | _Waiting:
+        """A planned Fetch's read (going on with ``sofar``), then its answer or the wait."""
+        read = self._fetch_pass(conn, req, plan, sofar)
+        if not self._fetch_done(req, read):
+            return _Waiting(req, plan, read)
+        return self._render(req, plan, read)
 
     def _encode(self, req: RequestFrame, body: Any) -> Frame:
         self._observe(req, body)
@@ -410,10 +410,11 @@ class KafkaListener:
 
     # -- Fetch: answer at once, or wait for min_bytes -----------------------------------------
 
-    def _fetch_pass(self, conn: _Conn, req: RequestFrame, plan: FetchPlan) -> FetchRead:
-        return self.api.read_fetch(
-            plan, req.body.max_bytes, conn.key, fetch_max_bytes=self.settings.fetch_max_bytes
-        )
+    def _fetch_pass(
+        self, conn: _Conn, req: RequestFrame, plan: FetchPlan, sofar: FetchRead | None = None
+    ) -> FetchRead:
+        max_bytes, limit = req.body.max_bytes, self.settings.fetch_max_bytes
+        return self.api.read_fetch(plan, max_bytes, conn.key, fetch_max_bytes=limit, sofar=sofar)
 
     def _fetch_done(self, req: RequestFrame, read: FetchRead) -> bool:
         """Whether to answer now: ``min_bytes`` of records, a partition failed, or no wait."""

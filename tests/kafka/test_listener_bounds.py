@@ -66,13 +66,14 @@ def listen(tmp_path: Path) -> Iterator[Listen]:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every record read (``PartitionReader.fetch``) appends its offset here."""
+    """Every record read (``PartitionReader.fetch`` that returned) appends its offset here."""
     seen: list[int] = []
     real = PartitionReader.fetch
 
     def counted(self: PartitionReader, offset: int, *args: Any, **kwargs: Any) -> Any:
-        seen.append(offset)
-        return real(self, offset, *args, **kwargs)
+        got = real(self, offset, *args, **kwargs)
+        seen.append(offset)  # once read: one tried on the event loop that stopped read nothing
+        return got
 
     monkeypatch.setattr(PartitionReader, "fetch", counted)
     return seen
@@ -152,7 +153,9 @@ def test_decoding_and_encoding_run_in_the_thread_pool(
     listen: Listen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fails before #31: frames were decoded and responses encoded on the event loop's thread.
-    (A Fetch answer is encoded by ``encode_fetch_response``: its records go out as read.)"""
+    (A Fetch answer is encoded by ``encode_fetch_response``: its records go out as read.) A Fetch
+    is decoded on the loop, where it is tried (rlm/kafka/on_loop.py); this one reads a segment's
+    records on disk, so its read goes on in the pool, which encodes its answer."""
     threads: list[str] = []
     for name in ("parse_request", "encode_response", "encode_fetch_response"):
         real = getattr(kafka_server, name)
@@ -165,7 +168,8 @@ def test_decoding_and_encoding_run_in_the_thread_pool(
     listener = listen()
     call(listener.port, ApiVersionsRequest(), 3, ApiVersionsResponse)
     call(listener.port, fetch_request([("w", 0, 0)]), 12, FetchResponse)
-    assert len(threads) == 4 and all(t.startswith("rlm-kafka_") for t in threads), threads
+    assert len(threads) == 4 and threads[2] == "rlm-kafka", threads  # the Fetch's decoding
+    assert all(t.startswith("rlm-kafka_") for t in threads[:2] + threads[3:]), threads
 
 
 def test_a_client_that_does_not_read_has_its_next_request_left_unread(

@@ -30,6 +30,7 @@ from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.formats.records import RecordBatch
 from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_names, list_segments
 from rlm.logdir.index_sets import SetView
+from rlm.nowait import may_wait
 from rlm.tiering.local import Progress, gap_at
 from rlm.tiering.read.answers import FetchResult, LocalLocation, Located, LookupResult, Tier
 from rlm.tiering.read.cache import RangeBytes
@@ -230,6 +231,7 @@ class PartitionReader:
     def _local_offset(
         self, segments: Sequence[SegmentFiles], offset: int, ranges: PartitionOffsets, timestamp: bool = True
     ) -> LookupResult | None:
+        may_wait("a segment's records on disk")  # its index and batches, then a fetch's bytes
         hit = local_offset(segments, offset, timestamp)
         return None if hit is None else self._found(ranges, hit)
 

@@ -32,6 +32,7 @@ from rlm.formats.transactions import (
     resolve_first,
     summarize,
 )
+from rlm.nowait import may_wait
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.txn_sources import FACTS, TxnSource
 from rlm.tiering.store import StoreProtection, open_at_local, open_at_remote
@@ -74,6 +75,7 @@ class PartitionTxns:
 
     def _with_bytes(self, src: TxnSource, use: Callable[[Buffer], Any]) -> Any:
         if src.tier == "local":
+            may_wait("a segment's records on disk")
             with open(src.location, "rb") as fh:
                 if fh.seek(0, 2) == 0:
                     return use(b"")
@@ -82,6 +84,7 @@ class PartitionTxns:
         if self.backend is None:
             raise RlmError("a remote transaction source needs a backend")
         backend = self.backend
+        may_wait("a tiered segment's control batches")
         data = backend.read(src.location)
         if src.manifest is not None:  # stored compressed/encrypted: entry by entry
             data = self.protection.open_log(backend, src.manifest, data)
@@ -132,6 +135,7 @@ class PartitionTxns:
                     raw = Path(index_key).read_bytes()
                 else:
                     assert self.backend is not None
+                    may_wait("a tiered transaction index")
                     raw = self.backend.read(index_key)
                     if src.manifest is not None:
                         raw = self.protection.open_object(src.manifest, index_key, raw)

@@ -139,6 +139,14 @@ class ReadAhead:
         self._m.prefetch_hits.inc()
         return data
 
+    def landed(self, rid: Hashable, key: RangeKey) -> bool:
+        """False while the range ``rid`` has read ahead under ``key`` is still in flight (then
+        :meth:`take` would wait for it); True when it landed or is not in the window."""
+        with self._lock:
+            st = self._readers.get(rid)
+            ahead = None if st is None else st.window.get(key)
+        return ahead is None or ahead.future.done()
+
     def keep(self, rid: Hashable, key: RangeKey, data: RangeBytes) -> None:
         """A range the fetch read but did not use up: held at the window's front for the next
         fetch, within the bounds (else the next fetch reads it from the cache or the store)."""

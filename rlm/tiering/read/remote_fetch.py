@@ -22,6 +22,7 @@ from rlm.errors import FormatError
 from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.formats.records import RecordBatch, iter_batches
 from rlm.logdir.index_sets import SetView
+from rlm.nowait import may_wait, waiting_allowed
 from rlm.tiering.read.cache import Admission, RangeBytes, RangeKey
 from rlm.tiering.read.readahead import ReaderResources
 from rlm.tiering.read.remote_sets import chain_from
@@ -54,16 +55,18 @@ class EntrySource:
         if got is not None:
             return got[0], got[1]
         admission: Admission = "sequential" if self.sequential else "lookup"
+        if self.rid is not None and not self.res.ahead.landed(self.rid, key):
+            may_wait("a range read ahead, still in flight")  # before take() drops it from the window
         data = self.res.ahead.take(self.rid, key) if self.rid is not None else None
         pending = self._pending.pop(key, None)
         if data is not None:
             self.res.cache.put(key, data, "sequential")  # low priority: only free space
-        elif pending is not None:
+        elif pending is not None:  # none without waiting: load_together() stopped before any
             self.res.cache.note_miss(admission)
             data = pending.result()  # its error is this fetch's
             self.res.cache.put(key, data, admission)
         else:
-            data = self.res.cache.get_or_load(key, lambda: self.res.read(key), admission)
+            data = self._cached_or_read(key, admission)
         stored = data
         # compressed/encrypted: rlm/tiering/store/store_protection.py, docs/protection.md
         if entry.entry.transformed:
@@ -75,6 +78,16 @@ class EntrySource:
             raise err.in_file(f"{entry.entry.rdi}", base_position=where) from err
         self._memo[key] = (data, batches, stored)
         return data, batches
+
+    def _cached_or_read(self, key: RangeKey, admission: Admission) -> RangeBytes:
+        """From the cache, else one store read (admitted)."""
+        # without waiting, a range not cached goes on in a thread, which counts the miss once
+        data = self.res.cache.get(key, admission) if waiting_allowed() or key in self.res.cache else None
+        if data is None:
+            may_wait("a store read")
+            data = self.res.load(key)
+            self.res.cache.put(key, data, admission)
+        return data
 
     def _settle_pending(self, end: int) -> None:
         """This fetch's parallel reads it did not use: a sequential reader's window takes them,
@@ -100,15 +113,20 @@ class EntrySource:
         neither read, read ahead nor cached (one GET each; the fetch waits for them in turn)."""
         if not (self.res.read_ahead and self.res.ahead.enabled):
             return
-        for entry in entries:
-            key = self.res.key_of(entry)
-            if (
+        keys = [self.res.key_of(entry) for entry in entries]
+        wanted = [
+            key
+            for key in keys
+            if not (
                 key in self._memo
                 or key in self._pending
                 or key in self.res.cache
                 or (self.rid is not None and self.res.ahead.holds(self.rid, key))
-            ):
-                continue
+            )
+        ]
+        if wanted:
+            may_wait("store reads")  # before any starts: whoever goes on with the fetch starts them
+        for key in wanted:
             self._pending[key] = self.res.ahead.load_soon(key)
 
     def finish(

@@ -24,6 +24,7 @@ from rlm.errors import RlmError
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import PartitionDir
 from rlm.logdir.index_sets import SetView, views_of_entries
+from rlm.nowait import may_wait
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import lineage_in
 from rlm.tiering.local import Progress, view_of
@@ -125,6 +126,7 @@ class StoreSets:
         )
         if gap in self._gaps:
             return True
+        may_wait("a listing of the store's manifests")
         bases = [base for base, _key in remote.manifest_keys(remote.list_manifests_prefix())]
         if any(a.last_offset < base < base_b for base in bases):
             return False
@@ -144,6 +146,7 @@ class StoreSets:
                 self._views.move_to_end(key)
                 return hit
             building = self._building.setdefault(key, threading.Lock())
+        may_wait("the store's index sets")
         with building:  # concurrent readers of one partition build its sets once
             with self._lock:
                 hit = self._views.get(key)
