@@ -28,6 +28,10 @@ Semantics every backend guarantees (checked by :mod:`rlm.testing.backend_suite`)
     * A backend reports transient errors and never retries on its own (nor lets its SDK retry):
       retries are applied once, where the store is opened (:mod:`rlm.storage.retry`), under the
       policy the backend declares in :meth:`StorageBackend.retry_options`.
+    * Every request (``put``, ``upload_file``, ``read``, ``head``, ``list_page``, ``delete``) first
+      calls :func:`rlm.nowait.may_wait`: where waiting is refused (the Kafka listener's event loop,
+      docs/kafka-listener.md §8) it raises :class:`BlockingIOError` before anything is sent, so no
+      code path can make the loop wait on the store, whichever reader forgot its own check.
 
 Construction
     ``Backend.from_options(mapping)`` validates the ``[remote.options]`` table (unknown keys are
@@ -45,6 +49,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self, cast
 
+from rlm.nowait import may_wait
 from rlm.storage.filestream import FileStream
 from rlm.storage.options import Option, parse_options, redact
 
@@ -269,6 +274,7 @@ class StorageBackend(ABC):
         With ``if_absent=True`` raise :class:`~rlm.errors.ObjectExistsError` if ``key`` exists
         (atomic iff ``capabilities.conditional_create``). Returns the stored object's info.
         """
+        may_wait("a store request")
         return self._put(validate_key(key), as_stream(data), if_absent)
 
     def upload_file(self, key: str, path: str | os.PathLike[str], *, if_absent: bool = False) -> ObjectInfo:
@@ -276,12 +282,14 @@ class StorageBackend(ABC):
         file is sent as a :class:`~rlm.storage.filestream.FileStream` (a backend uploading parts
         may read it by regions; a file shrinking meanwhile fails the upload)."""
         validate_key(key)
+        may_wait("a store request")
         with FileStream(path) as f:
             return self._put(key, cast(BinaryIO, f), if_absent)
 
     def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         """Return bytes ``[start, end)`` of ``key`` (half-open, clipped to the object's size)."""
         check_range(start, end)
+        may_wait("a store request")
         return self._read(validate_key(key), start, end)
 
     def read_at_most(self, key: str, limit: int, *, what: str = "the object") -> bytes:
@@ -297,6 +305,7 @@ class StorageBackend(ABC):
 
     def head(self, key: str) -> ObjectInfo:
         """Return the object's info or raise :class:`~rlm.errors.ObjectNotFoundError`."""
+        may_wait("a store request")
         return self._head(validate_key(key))
 
     def exists(self, key: str) -> bool:
@@ -320,6 +329,7 @@ class StorageBackend(ABC):
         validate_prefix(prefix)
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+        may_wait("a store request")
         return self._list_page(prefix, token, limit)
 
     def list(self, prefix: str = "", *, page_size: int = MAX_LIST_LIMIT) -> Iterator[ObjectInfo]:
@@ -334,6 +344,7 @@ class StorageBackend(ABC):
 
     def delete(self, key: str) -> None:
         """Delete ``key``; a missing key is not an error (idempotent)."""
+        may_wait("a store request")
         self._delete(validate_key(key))
 
     def delete_many(self, keys: Iterable[str]) -> None:
