@@ -14,6 +14,11 @@ Order is what makes it crash-safe:
    segment's entries object, then the **manifest last** with "create only if absent" — the commit;
 4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
 
+Steps 1–3 up to the uploads are :func:`stage_segment` (:func:`start_staging` for a segment whose
+upload overlaps the commit of the one before it: a pipelined copy, at most two attempts open),
+the manifest and step 4 :func:`commit_staged`; a pipelined attempt whose predecessor did not
+commit is discarded by :func:`drop_staged` (docs/architecture.md §3 "Pipelined copies").
+
 A crash anywhere converges on restart (:mod:`rlm.tiering.converge.recovery`). Crash points
 (:mod:`rlm.tiering.local.crash`) mark each step for the crash tests.
 
@@ -45,7 +50,15 @@ from rlm.tiering.copy.upload import upload_file
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.store import SegmentManifest, StoredObject, object_keys
 
-__all__ = ["CopyResult", "copy_segment"]
+__all__ = [
+    "CopyResult",
+    "StagedCopy",
+    "commit_staged",
+    "copy_segment",
+    "drop_staged",
+    "stage_segment",
+    "start_staging",
+]
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +180,14 @@ def _journal_start(ctx: PartitionContext, base: int, attempt: str) -> None:
 
 
 def _upload(
-    ctx: PartitionContext, prep: PreparedSegment, log_upload: Callable[[], StoredObject] | None = None
+    ctx: PartitionContext,
+    prep: PreparedSegment,
+    log_upload: Callable[[], StoredObject] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects under its attempt-unique keys (steps 3–5 of
     docs/architecture.md §3); COPY_STARTED is journaled already. ``log_upload``: the ``.log``'s
-    upload, already running (:func:`_copy_overlapped`)."""
+    upload, already running (:func:`_copy_overlapped`); ``cancel`` set stops the ``.log``'s."""
     # The segment's base (its file name) for a whole segment, not its first batch's: they differ
     # after compaction, and keys, journal, retention and GC all name a segment by this base. A
     # partial copy is named by its first batch (docs/cluster-copy.md).
@@ -188,16 +204,28 @@ def _upload(
         functools.partial(data_key, ctx, base, attempt),
         prep.checksummed.crc32c,
         log_upload,
+        cancel,
     )
 
 
-def _finish(
-    ctx: PartitionContext, segment: SegmentFiles, prep: PreparedSegment, uploaded: Uploaded, started: float
-) -> CopyResult:
-    """Commit the uploaded attempt (the manifest), then record it locally (steps 4–6)."""
-    shared, base, attempt = ctx.shared, prep.base_offset, prep.attempt
+@dataclass(frozen=True, slots=True)
+class StagedCopy:
+    """An attempt whose objects are all stored and whose manifest is not written yet (steps 1–5
+    done, COPY_STARTED open): :func:`commit_staged` commits it, :func:`drop_staged` discards it.
+    ``started``: ``time.monotonic()`` when its copy began."""
+
+    segment: SegmentFiles
+    prep: PreparedSegment
+    uploaded: Uploaded
+    started: float
+
+
+def _finish(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
+    """Commit the uploaded attempt (the manifest), then record it locally (steps 6–8)."""
+    shared, prep, uploaded = ctx.shared, staged.prep, staged.uploaded
+    base, attempt = prep.base_offset, prep.attempt
     crash_point("after_data")
-    manifest = _manifest_of(ctx, segment, prep, uploaded)
+    manifest = _manifest_of(ctx, staged.segment, prep, uploaded)
     manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
     shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
     crash_point("after_manifest")
@@ -207,8 +235,18 @@ def _finish(
     ctx.journal.append("COPY_FINISHED", base, attempt)
     ctx.in_flight.discard(attempt)
     ctx.series(shared.metrics.copy_requests).inc()
-    ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
+    ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - staged.started)
     return CopyResult(manifest, entries, already_committed)
+
+
+def commit_staged(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
+    """Commit ``staged`` (steps 6–8) and drop its pin, whether the commit succeeds or raises (a
+    failed commit leaves its attempt open: recovery resolves it by the store, as after a crash)."""
+    try:
+        return _finish(ctx, staged)
+    finally:
+        ctx.in_flight.discard(staged.prep.attempt)
+        staged.prep.discard()
 
 
 def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
@@ -227,7 +265,7 @@ def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
 
 def _copy_overlapped(
     ctx: PartitionContext, pin: PinnedSegment, started: float, on_started: Callable[[], object] | None
-) -> CopyResult | None:
+) -> StagedCopy:
     """Copy a pinned whole plaintext segment whose checksum walk was not done ahead: its ``.log``
     uploads (on a helper thread) while this thread CRC-verifies it, so the walk and the upload
     read the file at the same time instead of one after the other.
@@ -260,7 +298,7 @@ def _copy_overlapped(
             _drop_attempt(ctx, base, attempt)
             raise
         uploaded = _upload(ctx, prep, log_up.result)
-    return _finish(ctx, pin.segment, prep, uploaded, started)
+    return StagedCopy(pin.segment, prep, uploaded, started)
 
 
 def copy_segment(
@@ -270,29 +308,43 @@ def copy_segment(
     from_offset: int | None = None,
     on_started: Callable[[], object] | None = None,
 ) -> CopyResult | None:
-    """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
-    it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
+    """Copy one rolled segment: :func:`stage_segment`, then :func:`commit_staged`; None when it
+    holds no batch to copy."""
+    staged = stage_segment(ctx, segment, prepared, from_offset, on_started)
+    return None if staged is None else commit_staged(ctx, staged)
+
+
+def stage_segment(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prepared: PreparedSegment | None = None,
+    from_offset: int | None = None,
+    on_started: Callable[[], object] | None = None,
+) -> StagedCopy | None:
+    """Steps 1–5 of one rolled segment's copy (from ``from_offset`` on, see
+    :func:`prepare_segment`), on this thread: its objects stored, its manifest not written; None
+    when it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
     docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
-    consumed (its pin dropped) either way. Without it the segment is pinned here and, for a whole
-    plaintext segment, checksummed while its ``.log`` uploads (:func:`_copy_overlapped`).
-    ``on_started`` is called once the segment is pinned and its upload is starting: the caller
-    may then prepare the next one (its pin comes after this one's, and its checksum walk, which
-    holds the GIL, does not delay this copy's journal and first requests). Raises
-    :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case the
-    attempt leaves nothing a reader can see and recovery/GC clean up after it.
+    consumed either way (its pin dropped on failure, else by the commit). Without it the segment
+    is pinned here and, for a whole plaintext segment, checksummed while its ``.log`` uploads
+    (:func:`_copy_overlapped`). ``on_started`` is called once the segment is pinned and its upload
+    is starting: the caller may then prepare the next one (its pin comes after this one's, and its
+    checksum walk, which holds the GIL, does not delay this copy's journal and first requests).
+    Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case
+    the attempt leaves nothing a reader can see and recovery/GC clean up after it.
     """
     started = time.monotonic()
     if prepared is None:
         pin = pin_segment(ctx, segment, from_offset)
         try:
             if pin.source_position is None and not ctx.shared.protection.writes_protected:
-                try:
+                try:  # its pin dir becomes the staged copy's, dropped by its commit
                     return _copy_overlapped(ctx, pin, started, on_started)
-                finally:
+                except BaseException:
                     ctx.in_flight.discard(pin.attempt)
-                    pin.discard()
+                    raise
             prepared = verify_pinned(ctx, pin)
         except BaseException:
             pin.discard()  # idempotent: the overlapped copy may have dropped it already
@@ -300,11 +352,48 @@ def copy_segment(
     prep = prepared
     try:
         if not prep.checksummed.batches:
+            prep.discard()
             return None
         _journal_start(ctx, prep.base_offset, prep.attempt)
         if on_started is not None:
             on_started()
-        return _finish(ctx, segment, prep, _upload(ctx, prep), started)
+        return StagedCopy(segment, prep, _upload(ctx, prep), started)
+    except BaseException:
+        ctx.in_flight.discard(prep.attempt)
+        prep.discard()
+        raise
+
+
+def start_staging(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prep: PreparedSegment,
+    pool: concurrent.futures.Executor,
+    cancel: threading.Event,
+) -> concurrent.futures.Future[StagedCopy]:
+    """Steps 4–5 of a prepared segment (with batches) whose upload is to overlap the commit of
+    the one before it (a pipelined copy, docs/architecture.md §3): COPY_STARTED journaled on this
+    thread (the journal's one writer), its objects uploaded on ``pool``. At most this attempt and
+    the one before it are open (``Journal.quiescent``); it is committed only after that one is.
+    ``cancel`` set stops its ``.log``'s upload; :func:`drop_staged` then discards it."""
+    started = time.monotonic()
+    _journal_start(ctx, prep.base_offset, prep.attempt)
+    return pool.submit(lambda: StagedCopy(segment, prep, _upload(ctx, prep, cancel=cancel), started))
+
+
+def drop_staged(
+    ctx: PartitionContext,
+    prep: PreparedSegment,
+    upload: concurrent.futures.Future[StagedCopy],
+    cancel: threading.Event,
+) -> None:
+    """Discard a pipelined attempt that must not commit (the one before it did not): cancel and
+    wait for its upload, delete what it stored and journal it aborted (:func:`_drop_attempt`:
+    left open for recovery when the store refuses), drop its pin. Never raises but for a bug."""
+    cancel.set()
+    concurrent.futures.wait([upload])
+    try:
+        _drop_attempt(ctx, prep.base_offset, prep.attempt)
     finally:
         ctx.in_flight.discard(prep.attempt)
         prep.discard()

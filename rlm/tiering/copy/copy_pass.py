@@ -1,6 +1,7 @@
 """The copy step of a pass (docs/architecture.md §2, step 4): which eligible segments are not yet
 tiered (:func:`pending_segments`), and copying them oldest first (:func:`copy_pending`) with the
-next one pinned and checksummed on a helper thread while the current one uploads.
+next one pinned and checksummed on a helper thread while the current one uploads, and uploading
+while the current one commits (pipelined: committed only after it).
 
 A quarantined segment stops the partition's copies (tiering past it would leave a gap); a segment
 the log store deleted first is skipped and counted; leadership moving away stops after the
@@ -15,18 +16,19 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from rlm.errors import PinRoomExhausted, RlmError, SegmentQuarantined, SegmentVanished
 from rlm.logdir.discovery import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
 from rlm.tiering.converge import note_committed
-from rlm.tiering.copy.copier import copy_segment
+from rlm.tiering.copy.copier import StagedCopy, commit_staged, drop_staged, stage_segment, start_staging
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.quarantine import quarantine
 from rlm.tiering.copy.sight import drop, pinned_only, release_tiered
 from rlm.tiering.copy.watchdog import CopyWatchdog
-from rlm.tiering.local import PartitionContext, Progress
+from rlm.tiering.local import PartitionContext, Progress, crash_point
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,18 @@ def publish_lag(ctx: PartitionContext, pending: list[PendingSegment]) -> int:
     return len(pending)
 
 
+@dataclasses.dataclass(slots=True)
+class _Next:
+    """The next segment's copy while the one before it commits (a pipelined copy): journaled, its
+    objects uploading on the uploader thread; ``done`` holds its watchdog timer."""
+
+    index: int
+    prep: PreparedSegment
+    upload: concurrent.futures.Future[StagedCopy]
+    cancel: threading.Event
+    done: contextlib.ExitStack
+
+
 def copy_pending(
     ctx: PartitionContext,
     tally: CopyTally,
@@ -136,45 +150,118 @@ def copy_pending(
     watchdog: CopyWatchdog,
 ) -> None:
     """Copy ``pending`` oldest first until done, stopped (shutdown), a quarantine, or
-    ``still_leads`` says this node no longer leads the partition."""
+    ``still_leads`` says this node no longer leads the partition.
+
+    The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
+    current one uploads: the checksum walk overlaps the network instead of adding to it. It is
+    started once the current copy has pinned its segment (pins are taken oldest first) and begun
+    uploading (``on_started``). A segment with nothing done ahead (the first) is checksummed while
+    its own .log uploads. Once a segment's objects are stored, the next one's upload starts
+    before the segment commits (pipelined, docs/architecture.md §3 "Pipelined copies"), so the
+    store is not idle during the commit (manifest, local index, journal fsyncs): a segment is
+    committed only after the one before it, and discarded when that one's commit fails."""
     _note_gap(ctx, pending)
-    # The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
-    # current one uploads: the checksum walk overlaps the network instead of adding to it. It is
-    # started once the current copy has pinned its segment (pins are taken oldest first) and
-    # begun uploading (copy_segment's on_started). A segment with nothing done ahead (the first)
-    # is checksummed while its own .log uploads.
-    preparer = (
-        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-prepare")
-        if len(pending) > 1
-        else None
-    )
-    ahead: concurrent.futures.Future[PreparedSegment] | None = None
-
-    def prepare_next(index: int) -> None:
-        nonlocal ahead
-        if preparer is not None and index + 1 < len(pending):
-            nxt = pending[index + 1]
-            ahead = preparer.submit(prepare_segment, ctx, nxt.segment, nxt.from_offset)
-
+    run = _CopyRun(ctx, tally, pending, still_leads, watchdog)
     try:
-        for index, (seg, _next_base, from_offset) in enumerate(pending):
-            # A quarantined segment stops its partition: tiering past it would leave a gap.
-            if ctx.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
-                break
-            if index > 0 and not still_leads(ctx):
-                break  # leadership moved: the new leader continues from what is committed
-            current, ahead = ahead, None
-            if not _copy_one(
-                ctx, tally, seg, current, from_offset, watchdog, functools.partial(prepare_next, index)
-            ):
-                break
-            publish_lag(ctx, pending[index + 1 :])
+        run.run()
     finally:
-        if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
+        run.close()
+
+
+class _CopyRun:
+    """The state of one :func:`copy_pending`: the helper threads, the segment prepared ahead and
+    the pipelined next copy."""
+
+    def __init__(
+        self,
+        ctx: PartitionContext,
+        tally: CopyTally,
+        pending: list[PendingSegment],
+        still_leads: Callable[[PartitionContext], bool],
+        watchdog: CopyWatchdog,
+    ) -> None:
+        self.ctx, self.tally, self.pending = ctx, tally, pending
+        self.still_leads, self.watchdog = still_leads, watchdog
+        many = len(pending) > 1
+        pool = concurrent.futures.ThreadPoolExecutor
+        self.preparer = pool(1, thread_name_prefix="rlm-prepare") if many else None
+        self.uploader = pool(1, thread_name_prefix="rlm-copy-next") if many else None
+        self.ahead: concurrent.futures.Future[PreparedSegment] | None = None
+        self.nxt: _Next | None = None
+
+    def prepare_next(self, index: int) -> None:
+        if self.preparer is not None and index + 1 < len(self.pending):
+            p = self.pending[index + 1]
+            self.ahead = self.preparer.submit(prepare_segment, self.ctx, p.segment, p.from_offset)
+
+    def may_copy(self, index: int) -> bool:
+        # A quarantined segment stops its partition: tiering past it would leave a gap.
+        if self.ctx.shared.stop.is_set() or self.pending[index].segment.base_offset in self.ctx.quarantined:
+            return False
+        return index == 0 or self.still_leads(self.ctx)  # leadership moved: the new leader continues
+
+    def run(self) -> None:
+        ctx, pending = self.ctx, self.pending
+        for index, p in enumerate(pending):
+            with contextlib.ExitStack() as done:
+                if self.nxt is not None:
+                    done.push(self.nxt.done)
+                    staged: StagedCopy | bool = _wait_staged(ctx, self.tally, p.segment, self.nxt.upload)
+                    self.nxt = None
+                elif not self.may_copy(index):
+                    break
+                else:
+                    current, self.ahead = self.ahead, None
+                    done.enter_context(self.watchdog.watch(ctx, p.segment))
+                    on_started = functools.partial(self.prepare_next, index)
+                    staged = _stage_one(ctx, self.tally, p.segment, current, p.from_offset, on_started)
+                if isinstance(staged, bool):
+                    if staged:
+                        continue  # skipped (vanished before it was pinned)
+                    break
+                try:
+                    self.nxt = self.start_next(index)
+                except BaseException:  # the pass fails: this attempt stays open, for recovery
+                    ctx.in_flight.discard(staged.prep.attempt)
+                    staged.prep.discard()
+                    raise
+                _commit_one(ctx, self.tally, staged)
+                if self.nxt is not None:  # after the commit: its checksum walk holds the GIL at times
+                    self.prepare_next(self.nxt.index)
+            publish_lag(ctx, pending[index + 1 :])
+
+    def start_next(self, index: int) -> _Next | None:
+        """Journal the next segment's attempt and start its upload (:func:`start_staging`) when
+        it may be copied and was prepared ahead without a fault; None: the sequential path."""
+        ahead, nxt = self.ahead, index + 1
+        if self.uploader is None or nxt >= len(self.pending) or ahead is None or not self.may_copy(nxt):
+            return None
+        if ahead.exception() is not None or not ahead.result().checksummed.batches:
+            return None  # the sequential path reports it
+        prep, self.ahead = ahead.result(), None
+        done, cancel, seg = contextlib.ExitStack(), threading.Event(), self.pending[nxt].segment
+        try:
+            done.enter_context(self.watchdog.watch(self.ctx, seg))
+            upload = start_staging(self.ctx, seg, prep, self.uploader, cancel)
+        except BaseException:  # not journaled, or left open for recovery by the failed pass
+            self.ctx.in_flight.discard(prep.attempt)
+            prep.discard()
+            done.close()
+            raise
+        crash_point("after_next_start")
+        return _Next(nxt, prep, upload, cancel, done)
+
+    def close(self) -> None:
+        """Discard what was started or prepared and not committed; stop the helper threads."""
+        if self.nxt is not None:  # a failed commit or record before it: never committed after a gap
+            drop_staged(self.ctx, self.nxt.prep, self.nxt.upload, self.nxt.cancel)
+            self.nxt.done.close()
+        if self.ahead is not None:  # prepared but not copied: drop its pin (never journaled)
             with contextlib.suppress(Exception):
-                ahead.result().discard()
-        if preparer is not None:
-            preparer.shutdown(wait=True)
+                self.ahead.result().discard()
+        for pool in (self.uploader, self.preparer):
+            if pool is not None:
+                pool.shutdown(wait=True)
 
 
 def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:
@@ -191,50 +278,76 @@ def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:
         ctx.series(ctx.shared.metrics.skipped_deleted).inc()
 
 
-def _copy_one(
+def _stage_one(
     ctx: PartitionContext,
     tally: CopyTally,
     seg: SegmentFiles,
     prepared: concurrent.futures.Future[PreparedSegment] | None,
     from_offset: int,
-    watchdog: CopyWatchdog,
-    on_started: Callable[[], object] | None = None,
-) -> bool:
-    """Copy one segment from ``from_offset`` and record it in the partition's progress; False
-    when it was quarantined (the partition's pass stops there). ``on_started``: see
-    :func:`copy_segment`."""
-    m = ctx.shared.metrics
+    on_started: Callable[[], object],
+) -> StagedCopy | bool:
+    """Stage one segment from ``from_offset`` on this thread (:func:`stage_segment`); True when
+    there is nothing to commit and the pass goes on (the segment vanished first, or holds no
+    batch), False when the partition's pass stops here (quarantined, no pin room)."""
     try:
-        with watchdog.watch(ctx, seg):
-            copied = copy_segment(
-                ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_started
-            )
-    except SegmentVanished as err:
+        staged = stage_segment(
+            ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_started
+        )
+    except Exception as err:
+        return _failed(ctx, tally, seg, err)
+    return True if staged is None else staged
+
+
+def _wait_staged(
+    ctx: PartitionContext, tally: CopyTally, seg: SegmentFiles, upload: concurrent.futures.Future[StagedCopy]
+) -> StagedCopy | bool:
+    """A pipelined segment's staged copy, once its upload is done (its failure as in
+    :func:`_stage_one`: the attempt stays open, for recovery)."""
+    try:
+        return upload.result()
+    except Exception as err:
+        return _failed(ctx, tally, seg, err)
+
+
+def _commit_one(ctx: PartitionContext, tally: CopyTally, staged: StagedCopy) -> None:
+    """Commit ``staged`` and record it in the partition's progress; a failure raises (the pass
+    fails, recovery resolves the attempt; the caller discards a pipelined next one)."""
+    try:
+        copied = commit_staged(ctx, staged)
+    except Exception as err:
+        _failed(ctx, tally, staged.segment, err)
+        raise  # _failed raises for every error a commit can raise
+    ctx.manifests.append(copied.manifest)
+    note_committed(ctx, copied.manifest)
+    ctx.progress.highest_tiered_offset = copied.manifest.last_offset
+    if ctx.progress.remote_log_start_offset < 0:
+        ctx.progress.remote_log_start_offset = copied.manifest.base_offset
+    ctx.save_progress()
+    release_tiered(ctx)  # its sight pin: the segment is remote now
+    tally.copied.append(copied.manifest.base_offset)
+    tally.copied_bytes += copied.manifest.size_bytes
+
+
+def _failed(ctx: PartitionContext, tally: CopyTally, seg: SegmentFiles, err: Exception) -> bool:
+    """What a failed copy of ``seg`` means for the pass: True to go on (it vanished first), False
+    to stop (no pin room: the next pass tries again; quarantined); any other error is counted and
+    raised (as :class:`RlmError`)."""
+    m = ctx.shared.metrics
+    if isinstance(err, SegmentVanished):
         log.warning("%s", err)
         ctx.series(m.skipped_deleted).inc()
         return True
-    except PinRoomExhausted as err:  # the next pass tries again (rlm.tiering.local.pin_ledger)
+    if isinstance(err, PinRoomExhausted):  # the next pass tries again (rlm.tiering.local.pin_ledger)
         log.info("%s", err)
         return False
-    except SegmentQuarantined as err:
+    if isinstance(err, SegmentQuarantined):
         quarantine(ctx, seg, err)
         drop(ctx, seg.base_offset)
         ctx.series(m.copy_errors).inc()
         tally.error = f"quarantined: {err}"
         return False
-    except (RlmError, OSError) as err:
+    if isinstance(err, (RlmError, OSError)):
         ctx.series(m.copy_errors).inc()
         if not isinstance(err, RlmError):  # an OS error no layer translated (a store miss is both)
             raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
-        raise
-    if copied is not None:
-        ctx.manifests.append(copied.manifest)
-        note_committed(ctx, copied.manifest)
-        ctx.progress.highest_tiered_offset = copied.manifest.last_offset
-        if ctx.progress.remote_log_start_offset < 0:
-            ctx.progress.remote_log_start_offset = copied.manifest.base_offset
-        ctx.save_progress()
-        release_tiered(ctx)  # its sight pin: the segment is remote now
-        tally.copied.append(copied.manifest.base_offset)
-        tally.copied_bytes += copied.manifest.size_bytes
-    return True
+    raise err

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import mmap
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,28 +143,28 @@ def upload_attempt(
     key: Callable[[str], str],
     plain_crc32c: int,
     log_upload: Callable[[], StoredObject] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects (the ``.log`` on this thread, its companions and the entries
     object beside it: :func:`upload_together`) under the shared upload slots; raise
     :class:`StorageError` when the ``.log`` changed meanwhile.
 
     ``log_upload`` (plaintext only) is the result of a ``.log`` upload the caller already started,
-    under an upload slot it holds: the companions go beside it and this waits for it."""
+    under an upload slot it holds: the companions go beside it and this waits for it. ``cancel``
+    set stops the ``.log``'s upload (:func:`~rlm.tiering.copy.upload.upload_file`)."""
     protection = ctx.shared.protection
-    log_path = pinned[object_keys.LOG]
+    log_path, log_key, entries_key = (
+        pinned[object_keys.LOG],
+        key(object_keys.LOG),
+        key(object_keys.SEGMENT_ENTRIES),
+    )
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
     if txn_path is not None:
         files.append((key(object_keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
         blob = b"".join(e.encode() for e in entries)
         objects = _upload_objects(
-            ctx,
-            (key(object_keys.LOG), log_path),
-            files,
-            key(object_keys.SEGMENT_ENTRIES),
-            blob,
-            None,
-            log_upload,
+            ctx, (log_key, log_path), files, entries_key, blob, None, log_upload, cancel
         )
         _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
@@ -184,9 +185,7 @@ def upload_attempt(
     )
     _check(sealed.plain_crc32c, plain_crc32c, log_path, base)
     blob = b"".join(e.encode() for e in sealed.entries)
-    objects = _upload_objects(
-        ctx, (key(object_keys.LOG), sealed.path), files, key(object_keys.SEGMENT_ENTRIES), blob, data_key
-    )
+    objects = _upload_objects(ctx, (log_key, sealed.path), files, entries_key, blob, data_key, cancel=cancel)
     _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
     return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
 
@@ -199,6 +198,7 @@ def _upload_objects(
     entries_blob: bytes,
     data_key: bytes | None,
     log_upload: Callable[[], StoredObject] | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, StoredObject]:
     """The stored ``.log`` (key, file) on this thread and the companion ``files`` (key, manifest
     name, file) and entries object beside it (:func:`upload_together`), under one upload slot;
@@ -221,7 +221,7 @@ def _upload_objects(
         return {LOG_OBJECT: stored_log, **more}
     with ctx.shared.upload_slots:
         stored_log, more = upload_together(
-            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True), rest
+            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True, cancel=cancel), rest
         )
     return {LOG_OBJECT: stored_log, **more}
 

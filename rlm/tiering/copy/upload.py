@@ -41,9 +41,10 @@ def upload_file(
     ``copy_bytes``; the CRC-32C returned is that of the bytes the store was sent (from the parts'
     checksums, or computed as the stream was read), so the file is normally read once for it. A
     file shorter than when the upload started fails it with StorageError, nothing published.
-    ``cancel`` set, or shutdown, stops the upload at its next chunk with :class:`UploadAbandoned`
-    (the store aborts a multipart upload then). Parts' threads call in at once: the accounting is
-    locked.
+    ``cancel`` set (its segment failed the checksum walk, or the segment before it in a pipelined
+    copy failed its commit), or shutdown, stops the upload at its next chunk with
+    :class:`UploadAbandoned` (the store aborts a multipart upload then). Parts' threads call in
+    at once: the accounting is locked.
     """
     shared = ctx.shared
     lock = threading.Lock()
@@ -55,7 +56,7 @@ def upload_file(
         if shared.stop.is_set():
             raise UploadAbandoned("upload abandoned: shutting down")
         if cancel is not None and cancel.is_set():
-            raise UploadAbandoned("upload cancelled: its segment failed the checksum walk")
+            raise UploadAbandoned("upload cancelled: its attempt will not be committed")
         shared.bucket.take(n)
         ctx.series(shared.metrics.copy_bytes).inc(n)
         with lock:
