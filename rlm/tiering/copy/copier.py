@@ -33,7 +33,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.copy.prepare import PinnedSegment, PreparedSegment, data_key, pin_segment, verify_pinned
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
-from rlm.tiering.copy.upload import upload_file
+from rlm.tiering.copy.upload import UploadControl, upload_file
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.store import SegmentManifest, StoredObject, object_keys
 
@@ -61,6 +60,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: How long a pipelined copy's start waits for the next ``.log``'s first requests (seconds): its
+#: upload may wait for a slot other partitions hold, and the commit must not wait long for it.
+SENDING_WAIT_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +186,11 @@ def _upload(
     ctx: PartitionContext,
     prep: PreparedSegment,
     log_upload: Callable[[], StoredObject] | None = None,
-    cancel: threading.Event | None = None,
+    control: UploadControl | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects under its attempt-unique keys (steps 3–5 of
     docs/architecture.md §3); COPY_STARTED is journaled already. ``log_upload``: the ``.log``'s
-    upload, already running (:func:`_copy_overlapped`); ``cancel`` set stops the ``.log``'s."""
+    upload, already running (:func:`_copy_overlapped`); ``control``: signals to and from the ``.log``'s."""
     # The segment's base (its file name) for a whole segment, not its first batch's: they differ
     # after compaction, and keys, journal, retention and GC all name a segment by this base. A
     # partial copy is named by its first batch (docs/cluster-copy.md).
@@ -204,7 +207,7 @@ def _upload(
         functools.partial(data_key, ctx, base, attempt),
         prep.checksummed.crc32c,
         log_upload,
-        cancel,
+        control,
     )
 
 
@@ -274,7 +277,7 @@ def _copy_overlapped(
     (an attempt key nothing names) and raises, before any manifest — the segment is quarantined
     as when it was checked first. The companions and entries object follow the walk."""
     base, attempt = pin.segment.base_offset, pin.attempt
-    cancel = threading.Event()
+    control = UploadControl()
     _journal_start(ctx, base, attempt)
     with (
         ctx.shared.upload_slots,
@@ -286,14 +289,14 @@ def _copy_overlapped(
             data_key(ctx, base, attempt, object_keys.LOG),
             pin.pinned[object_keys.LOG],
             watch_half=True,
-            cancel=cancel,
+            control=control,
         )
         try:
-            if on_started is not None:
-                on_started()
             prep = verify_pinned(ctx, pin)
+            if on_started is not None:  # after the walk: two walks at once starved the part threads
+                on_started()
         except BaseException:
-            cancel.set()
+            control.cancel.set()
             concurrent.futures.wait([log_up])
             _drop_attempt(ctx, base, attempt)
             raise
@@ -330,8 +333,9 @@ def stage_segment(
     consumed either way (its pin dropped on failure, else by the commit). Without it the segment
     is pinned here and, for a whole plaintext segment, checksummed while its ``.log`` uploads
     (:func:`_copy_overlapped`). ``on_started`` is called once the segment is pinned and its upload
-    is starting: the caller may then prepare the next one (its pin comes after this one's, and its
-    checksum walk, which holds the GIL, does not delay this copy's journal and first requests).
+    is starting (in the overlapped copy, once its checksum walk is done): the caller may then
+    prepare the next one (its pin comes after this one's, and its checksum walk, which holds the
+    GIL, does not delay this copy's journal and first requests).
     Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case
     the attempt leaves nothing a reader can see and recovery/GC clean up after it.
     """
@@ -369,28 +373,33 @@ def start_staging(
     segment: SegmentFiles,
     prep: PreparedSegment,
     pool: concurrent.futures.Executor,
-    cancel: threading.Event,
+    control: UploadControl,
 ) -> concurrent.futures.Future[StagedCopy]:
     """Steps 4–5 of a prepared segment (with batches) whose upload is to overlap the commit of
     the one before it (a pipelined copy, docs/architecture.md §3): COPY_STARTED journaled on this
     thread (the journal's one writer), its objects uploaded on ``pool``. At most this attempt and
     the one before it are open (``Journal.quiescent``); it is committed only after that one is.
-    ``cancel`` set stops its ``.log``'s upload; :func:`drop_staged` then discards it."""
+    Returns once its ``.log``'s requests are under way (``control.sending``), or after
+    :data:`SENDING_WAIT_S`: the commit that follows would otherwise hold the GIL while the upload
+    starts. ``control.cancel`` set stops the upload; :func:`drop_staged` then discards it."""
     started = time.monotonic()
     _journal_start(ctx, prep.base_offset, prep.attempt)
-    return pool.submit(lambda: StagedCopy(segment, prep, _upload(ctx, prep, cancel=cancel), started))
+    upload = pool.submit(lambda: StagedCopy(segment, prep, _upload(ctx, prep, control=control), started))
+    upload.add_done_callback(lambda _: control.sending.set())
+    control.sending.wait(SENDING_WAIT_S)
+    return upload
 
 
 def drop_staged(
     ctx: PartitionContext,
     prep: PreparedSegment,
     upload: concurrent.futures.Future[StagedCopy],
-    cancel: threading.Event,
+    control: UploadControl,
 ) -> None:
     """Discard a pipelined attempt that must not commit (the one before it did not): cancel and
     wait for its upload, delete what it stored and journal it aborted (:func:`_drop_attempt`:
     left open for recovery when the store refuses), drop its pin. Never raises but for a bug."""
-    cancel.set()
+    control.cancel.set()
     concurrent.futures.wait([upload])
     try:
         _drop_attempt(ctx, prep.base_offset, prep.attempt)

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -27,6 +26,7 @@ from rlm.tiering.copy.copier import StagedCopy, commit_staged, drop_staged, stag
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.quarantine import quarantine
 from rlm.tiering.copy.sight import drop, pinned_only, release_tiered
+from rlm.tiering.copy.upload import UploadControl
 from rlm.tiering.copy.watchdog import CopyWatchdog
 from rlm.tiering.local import PartitionContext, Progress, crash_point
 
@@ -137,7 +137,7 @@ class _Next:
     index: int
     prep: PreparedSegment
     upload: concurrent.futures.Future[StagedCopy]
-    cancel: threading.Event
+    control: UploadControl
     done: contextlib.ExitStack
 
 
@@ -239,22 +239,22 @@ class _CopyRun:
         if ahead.exception() is not None or not ahead.result().checksummed.batches:
             return None  # the sequential path reports it
         prep, self.ahead = ahead.result(), None
-        done, cancel, seg = contextlib.ExitStack(), threading.Event(), self.pending[nxt].segment
+        done, control, seg = contextlib.ExitStack(), UploadControl(), self.pending[nxt].segment
         try:
             done.enter_context(self.watchdog.watch(self.ctx, seg))
-            upload = start_staging(self.ctx, seg, prep, self.uploader, cancel)
+            upload = start_staging(self.ctx, seg, prep, self.uploader, control)
         except BaseException:  # not journaled, or left open for recovery by the failed pass
             self.ctx.in_flight.discard(prep.attempt)
             prep.discard()
             done.close()
             raise
         crash_point("after_next_start")
-        return _Next(nxt, prep, upload, cancel, done)
+        return _Next(nxt, prep, upload, control, done)
 
     def close(self) -> None:
         """Discard what was started or prepared and not committed; stop the helper threads."""
         if self.nxt is not None:  # a failed commit or record before it: never committed after a gap
-            drop_staged(self.ctx, self.nxt.prep, self.nxt.upload, self.nxt.cancel)
+            drop_staged(self.ctx, self.nxt.prep, self.nxt.upload, self.nxt.control)
             self.nxt.done.close()
         if self.ahead is not None:  # prepared but not copied: drop its pin (never journaled)
             with contextlib.suppress(Exception):
