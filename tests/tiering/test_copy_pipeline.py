@@ -5,7 +5,9 @@ when that one's commit fails the next is discarded (objects deleted, journaled a
 crash with both open — the next one wholly uploaded — recovers to a store holding no orphan and
 no gap. ``Journal.quiescent`` (what a restart trusts) sees either open attempt.
 
-Real local store, real log files; the crash is a real SIGKILL of a subprocess."""
+On S3 (SeaweedFS) the next attempt starts as soon as the last part of the one before it was
+submitted, so its parts follow the tail of those in flight. Real local and S3 stores, real log
+files; the crash is a real SIGKILL of a subprocess."""
 
 from __future__ import annotations
 
@@ -21,17 +23,23 @@ from typing import BinaryIO
 
 import pytest
 
+from rlm.config import load_settings
 from rlm.errors import StorageError
+from rlm.formats.records import RecordSpec
 from rlm.logdir.discovery import list_segments
-from rlm.storage.api import ObjectInfo
+from rlm.logdir.writer import LogWriter
+from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
+from rlm.storage.registry import create_backend, open_backend
+from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.configs import write_config
 from rlm.testing.daemon import rlm_cli
 from rlm.testing.store_check import assert_manifests_complete, check_store
 from rlm.tiering.local.journal import MAX_OPEN, TAIL_BYTES, EventType, Journal
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
-from tests.tiering.test_broker_files import TOPIC, _settings, _write
+from tests.s3servers import S3Target
+from tests.tiering.test_broker_files import T0, TOPIC, _settings, _write
 
 #: Bound on the ordering wait below: without pipelining it never ends, and the test fails.
 WAIT_S = 30.0
@@ -230,3 +238,58 @@ def test_quiescent_agrees_with_the_whole_journal_over_pipelined_histories(tmp_pa
                 _append(path, "DELETE_FINISHED", base, f"d{base}")
             assert len(open_) <= MAX_OPEN
             assert journal.quiescent() is (not journal.open_attempts()) is (not open_), history
+
+
+class _HeldLog(WrappingBackend):
+    """The s3 store; the ``.log`` put of the second segment (the first one copied pipelined)
+    returns only once the third segment's ``.log`` put has begun: its attempt must start while
+    the second's parts are still in flight (once the last was submitted), not after they are
+    stored."""
+
+    def __init__(self, inner: StorageBackend) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+        self.logs: list[str] = []
+        self.third_started = threading.Event()
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        if not key.endswith("/segment.log"):
+            return super()._put(key, stream, if_absent)
+        with self.lock:
+            self.logs.append(key)
+            nth = len(self.logs)
+        if nth == 3:
+            self.third_started.set()
+        info = super()._put(key, stream, if_absent)
+        if nth == 2:
+            assert self.third_started.wait(WAIT_S), "the next segment did not start during the upload"
+        return info
+
+
+@pytest.mark.s3
+def test_on_s3_the_next_segment_starts_while_the_last_parts_upload(
+    tmp_path: Path, s3_target: S3Target
+) -> None:
+    logs = tmp_path / "logs"
+    with LogWriter(logs, TOPIC, 0, segment_bytes=11 << 20, clock=lambda: T0) as w:
+        for i in range(3 * 176 + 1):  # three rolled segments of 3 parts each, and an active one
+            w.append([RecordSpec(T0 + i, b"k", random.Random(i).randbytes(64 << 10))])
+    segments = list_segments(logs / f"{TOPIC}-0")[:-1]
+    assert len(segments) == 3
+    options = s3_target.options(part_size="5MiB", max_concurrency=2)
+    cfg = write_config(tmp_path / "c.toml", [logs], backend="s3", options=options)
+    backend = _HeldLog(open_backend("s3", options))
+    manager = RemoteLogManager(load_settings(cfg), backend, metrics=TieringMetrics())
+
+    [result] = manager.run_once(gc=False)
+    assert result.error is None and result.copied == [s.base_offset for s in segments]
+    events = [(e.type, e.base_offset) for e in _journal(logs).events()]
+    # The third started before the second was stored, so before it committed; committed in order.
+    assert events.index(("COPY_STARTED", segments[2].base_offset)) < events.index(
+        ("COPY_FINISHED", segments[1].base_offset)
+    )
+    check = check_store([logs], create_backend("s3", options), deep=True)
+    assert not check.unreferenced
+    [pc] = check.partitions.values()
+    assert [m["base_offset"] for m in pc.manifests] == [s.base_offset for s in segments]
+    backend.close()

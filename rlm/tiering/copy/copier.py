@@ -375,8 +375,8 @@ def start_staging(
     pool: concurrent.futures.Executor,
     control: UploadControl,
 ) -> concurrent.futures.Future[StagedCopy]:
-    """Steps 4–5 of a prepared segment (with batches) whose upload is to overlap the commit of
-    the one before it (a pipelined copy, docs/architecture.md §3): COPY_STARTED journaled on this
+    """Steps 4–5 of a prepared segment (with batches) whose upload is to overlap the tail of the
+    one before it and its commit (a pipelined copy, docs/architecture.md §3): COPY_STARTED journaled on this
     thread (the journal's one writer), its objects uploaded on ``pool``. At most this attempt and
     the one before it are open (``Journal.quiescent``); it is committed only after that one is.
     Returns once its ``.log``'s requests are under way (``control.sending``), or after
@@ -385,9 +385,15 @@ def start_staging(
     started = time.monotonic()
     _journal_start(ctx, prep.base_offset, prep.attempt)
     upload = pool.submit(lambda: StagedCopy(segment, prep, _upload(ctx, prep, control=control), started))
-    upload.add_done_callback(lambda _: control.sending.set())
+    upload.add_done_callback(lambda _: _over(control))
     control.sending.wait(SENDING_WAIT_S)
     return upload
+
+
+def _over(control: UploadControl) -> None:
+    """An upload that ended (or failed) before its signals: release whoever waits on them."""
+    control.sending.set()
+    control.dispatched.set()
 
 
 def drop_staged(

@@ -11,6 +11,7 @@ later still reports it. Offsets are Kafka's; sizes bytes.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -156,10 +157,11 @@ def copy_pending(
     current one uploads: the checksum walk overlaps the network instead of adding to it. It is
     started once the current copy has pinned its segment (pins are taken oldest first) and begun
     uploading (``on_started``). A segment with nothing done ahead (the first) is checksummed while
-    its own .log uploads. Once a segment's objects are stored, the next one's upload starts
-    before the segment commits (pipelined, docs/architecture.md §3 "Pipelined copies"), so the
-    store is not idle during the commit (manifest, local index, journal fsyncs): a segment is
-    committed only after the one before it, and discarded when that one's commit fails."""
+    its own .log uploads. Once a segment's last part is submitted (or its objects are stored), the
+    next one's upload starts, before the segment commits (pipelined, docs/architecture.md §3
+    "Pipelined copies"), so the store is idle neither during the upload's tail nor during the
+    commit (manifest, local index, journal fsyncs): a segment is committed only after the one
+    before it, and discarded when that one's upload or commit fails."""
     _note_gap(ctx, pending)
     run = _CopyRun(ctx, tally, pending, still_leads, watchdog)
     try:
@@ -170,7 +172,8 @@ def copy_pending(
 
 class _CopyRun:
     """The state of one :func:`copy_pending`: the helper threads, the segment prepared ahead and
-    the pipelined next copy."""
+    the pipelined copies started ahead (at most two: the one committing next, and the one after
+    it, started once the first's last part was submitted)."""
 
     def __init__(
         self,
@@ -185,9 +188,9 @@ class _CopyRun:
         many = len(pending) > 1
         pool = concurrent.futures.ThreadPoolExecutor
         self.preparer = pool(1, thread_name_prefix="rlm-prepare") if many else None
-        self.uploader = pool(1, thread_name_prefix="rlm-copy-next") if many else None
+        self.uploader = pool(2, thread_name_prefix="rlm-copy-next") if many else None
         self.ahead: concurrent.futures.Future[PreparedSegment] | None = None
-        self.nxt: _Next | None = None
+        self.started: collections.deque[_Next] = collections.deque()
 
     def prepare_next(self, index: int) -> None:
         if self.preparer is not None and index + 1 < len(self.pending):
@@ -204,10 +207,13 @@ class _CopyRun:
         ctx, pending = self.ctx, self.pending
         for index, p in enumerate(pending):
             with contextlib.ExitStack() as done:
-                if self.nxt is not None:
-                    done.push(self.nxt.done)
-                    staged: StagedCopy | bool = _wait_staged(ctx, self.tally, p.segment, self.nxt.upload)
-                    self.nxt = None
+                if self.started:  # started ahead: start the next once its parts are all submitted
+                    cur = self.started[0]
+                    done.push(cur.done)
+                    cur.control.dispatched.wait()  # or its upload is over
+                    self.start_next(index)
+                    staged: StagedCopy | bool = _wait_staged(ctx, self.tally, p.segment, cur.upload)
+                    self.started.popleft()
                 elif not self.may_copy(index):
                     break
                 else:
@@ -215,29 +221,34 @@ class _CopyRun:
                     done.enter_context(self.watchdog.watch(ctx, p.segment))
                     on_started = functools.partial(self.prepare_next, index)
                     staged = _stage_one(ctx, self.tally, p.segment, current, p.from_offset, on_started)
+                    if not isinstance(staged, bool):
+                        self._start_after(staged, index)
                 if isinstance(staged, bool):
                     if staged:
                         continue  # skipped (vanished before it was pinned)
                     break
-                try:
-                    self.nxt = self.start_next(index)
-                except BaseException:  # the pass fails: this attempt stays open, for recovery
-                    ctx.in_flight.discard(staged.prep.attempt)
-                    staged.prep.discard()
-                    raise
                 _commit_one(ctx, self.tally, staged)
-                if self.nxt is not None:  # after the commit: its checksum walk holds the GIL at times
-                    self.prepare_next(self.nxt.index)
+                if self.started:  # after the commit: its checksum walk holds the GIL at times
+                    self.prepare_next(self.started[-1].index)
             publish_lag(ctx, pending[index + 1 :])
 
-    def start_next(self, index: int) -> _Next | None:
+    def _start_after(self, staged: StagedCopy, index: int) -> None:
+        """:meth:`start_next` once ``staged`` (uploaded on this thread) is stored."""
+        try:
+            self.start_next(index)
+        except BaseException:  # the pass fails: this attempt stays open, for recovery
+            self.ctx.in_flight.discard(staged.prep.attempt)
+            staged.prep.discard()
+            raise
+
+    def start_next(self, index: int) -> None:
         """Journal the next segment's attempt and start its upload (:func:`start_staging`) when
-        it may be copied and was prepared ahead without a fault; None: the sequential path."""
+        it may be copied and was prepared ahead without a fault; else the sequential path copies it."""
         ahead, nxt = self.ahead, index + 1
         if self.uploader is None or nxt >= len(self.pending) or ahead is None or not self.may_copy(nxt):
-            return None
+            return
         if ahead.exception() is not None or not ahead.result().checksummed.batches:
-            return None  # the sequential path reports it
+            return  # the sequential path reports it
         prep, self.ahead = ahead.result(), None
         done, control, seg = contextlib.ExitStack(), UploadControl(), self.pending[nxt].segment
         try:
@@ -248,14 +259,15 @@ class _CopyRun:
             prep.discard()
             done.close()
             raise
+        self.started.append(_Next(nxt, prep, upload, control, done))
         crash_point("after_next_start")
-        return _Next(nxt, prep, upload, control, done)
 
     def close(self) -> None:
         """Discard what was started or prepared and not committed; stop the helper threads."""
-        if self.nxt is not None:  # a failed commit or record before it: never committed after a gap
-            drop_staged(self.ctx, self.nxt.prep, self.nxt.upload, self.nxt.control)
-            self.nxt.done.close()
+        while self.started:  # a failure before their commit: never committed after a gap
+            nxt = self.started.popleft()
+            drop_staged(self.ctx, nxt.prep, nxt.upload, nxt.control)
+            nxt.done.close()
         if self.ahead is not None:  # prepared but not copied: drop its pin (never journaled)
             with contextlib.suppress(Exception):
                 self.ahead.result().discard()

@@ -31,10 +31,12 @@ class UploadControl:
     """Between a ``.log``'s upload (:func:`upload_file`) and the thread that started it:
     ``cancel`` set stops the upload at its next chunk (its segment failed the checksum walk, or
     the segment before it in a pipelined copy failed its commit); ``sending`` is set when its
-    first chunk is read, i.e. its requests are under way."""
+    first chunk is read, i.e. its requests are under way; ``dispatched`` when a store uploading
+    parts in parallel has submitted its last part (``FileStream.regions``)."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
     sending: threading.Event = field(default_factory=threading.Event)
+    dispatched: threading.Event = field(default_factory=threading.Event)
 
 
 def upload_file(
@@ -80,7 +82,8 @@ def upload_file(
         if crossed:
             crash_point("mid_upload")
 
-    with FileStream(path, on_chunk=on_chunk) as stream:
+    dispatched = control.dispatched.set if control is not None else None
+    with FileStream(path, on_chunk=on_chunk, on_dispatched=dispatched) as stream:
         if watch_half:
             half = stream.size // 2
         shared.backend.put(key, cast(BinaryIO, stream))
