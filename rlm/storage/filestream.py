@@ -116,13 +116,19 @@ class FileStream(SeekableBody, io.RawIOBase):
     """The first ``size`` bytes of the file ``path`` (its size when opened), read with ``pread``.
 
     ``on_chunk(n)`` is called before each read of ``n`` bytes for the upload (sequential reads, and
-    a region's :meth:`FileRegion.checksum`): throttle, metrics, cancellation (it may raise). A read
+    a region's :meth:`FileRegion.checksum`): throttle, metrics, cancellation (it may raise).
+    ``on_dispatched()`` is called once :meth:`regions` has handed out its last region (a store
+    uploading parts in parallel has submitted every part: what is left is their tail). A read
     finding the file shorter than ``size`` raises :class:`~rlm.errors.StorageError`. Thread-safe
     for regions read on different threads; the stream itself is read by one thread at a time.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, on_chunk: Callable[[int], None] | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_chunk: Callable[[int], None] | None = None,
+        on_dispatched: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self.path = Path(path)
@@ -133,6 +139,7 @@ class FileStream(SeekableBody, io.RawIOBase):
             os.close(self._fd)
             raise
         self._on_chunk = on_chunk
+        self._on_dispatched = on_dispatched
         self._pos = 0
         self._crc = 0  # sequential reads: the CRC-32C of [0, _covered)
         self._covered = 0
@@ -220,6 +227,8 @@ class FileStream(SeekableBody, io.RawIOBase):
             yield FileRegion(self, start, end)
             start = end
         self._pos = max(self._pos, self.size)
+        if self._on_dispatched is not None:
+            self._on_dispatched()
 
     def _record(self, start: int, end: int, crc: int) -> None:
         with self._lock:

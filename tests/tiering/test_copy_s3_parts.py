@@ -22,7 +22,7 @@ from rlm.storage.registry import open_backend
 from rlm.testing.backend_suite import payload
 from rlm.testing.configs import write_config
 from rlm.testing.faultproxy import FaultProxy
-from rlm.tiering.copy.upload import upload_file
+from rlm.tiering.copy.upload import UploadControl, upload_file
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.throttle import TokenBucket
@@ -128,14 +128,14 @@ def test_cancel_or_shutdown_mid_upload_abandons_it(
 ) -> None:
     ctx, client = _context(tmp_path, s3_target, proxy)
     path, _ = _file(tmp_path)
-    cancel = threading.Event()
-    event = cancel if by == "cancel" else ctx.shared.stop
+    control = UploadControl()
+    event = control.cancel if by == "cancel" else ctx.shared.stop
     ctx.shared.bucket = bucket = FakeBucket(RATE, on_sleep=event.set)  # set once parts are under way
 
     with pytest.raises(UploadAbandoned, match=says):
-        upload_file(ctx, "cancelled.log", path, cancel=cancel)
+        upload_file(ctx, "cancelled.log", path, control=control)
 
-    assert 0 < bucket.taken < SIZE
+    assert 0 < bucket.taken < SIZE and control.sending.is_set()
     assert _left_behind(client, s3_target, "cancelled.log") == []  # aborted, nothing published
     client.close()
 

@@ -70,10 +70,13 @@ def test_crash_point_converges(tmp_path: Path, point: str) -> None:
 
 
 # The points where a real S3 server's behaviour matters (a multipart upload cut short, objects
-# without a manifest, a manifest without its local index, a deleted manifest): the same rounds on
+# without a manifest, two attempts open with one uploading, a manifest without its local index,
+# a deleted manifest): the same rounds on
 # the session's SeaweedFS, through real `rlm run` subprocesses.
 @pytest.mark.s3
-@pytest.mark.parametrize("point", ["mid_upload", "after_data", "after_manifest", "after_delete_manifest"])
+@pytest.mark.parametrize(
+    "point", ["mid_upload", "after_data", "after_next_start", "after_manifest", "after_delete_manifest"]
+)
 def test_crash_point_converges_on_s3(tmp_path: Path, point: str, s3_target: S3Target) -> None:
     _crash_and_converge(tmp_path, point, *_setup(tmp_path, point, s3_target))
 

@@ -14,6 +14,11 @@ Order is what makes it crash-safe:
    segment's entries object, then the **manifest last** with "create only if absent" — the commit;
 4. append the entries to the local active index set (fsynced), journal COPY_FINISHED, unpin.
 
+Steps 1–3 up to the uploads are :func:`stage_segment` (:func:`start_staging` for a segment whose
+upload overlaps the commit of the one before it: a pipelined copy, at most two attempts open),
+the manifest and step 4 :func:`commit_staged`; a pipelined attempt whose predecessor did not
+commit is discarded by :func:`drop_staged` (docs/architecture.md §3 "Pipelined copies").
+
 A crash anywhere converges on restart (:mod:`rlm.tiering.converge.recovery`). Crash points
 (:mod:`rlm.tiering.local.crash`) mark each step for the crash tests.
 
@@ -28,7 +33,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,13 +45,25 @@ from rlm.logdir.discovery import SegmentFiles
 from rlm.tiering.copy.prepare import PinnedSegment, PreparedSegment, data_key, pin_segment, verify_pinned
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
-from rlm.tiering.copy.upload import upload_file
+from rlm.tiering.copy.upload import UploadControl, upload_file
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.store import SegmentManifest, StoredObject, object_keys
 
-__all__ = ["CopyResult", "copy_segment"]
+__all__ = [
+    "CopyResult",
+    "StagedCopy",
+    "commit_staged",
+    "copy_segment",
+    "drop_staged",
+    "stage_segment",
+    "start_staging",
+]
 
 log = logging.getLogger(__name__)
+
+#: How long a pipelined copy's start waits for the next ``.log``'s first requests (seconds): its
+#: upload may wait for a slot other partitions hold, and the commit must not wait long for it.
+SENDING_WAIT_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +183,14 @@ def _journal_start(ctx: PartitionContext, base: int, attempt: str) -> None:
 
 
 def _upload(
-    ctx: PartitionContext, prep: PreparedSegment, log_upload: Callable[[], StoredObject] | None = None
+    ctx: PartitionContext,
+    prep: PreparedSegment,
+    log_upload: Callable[[], StoredObject] | None = None,
+    control: UploadControl | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects under its attempt-unique keys (steps 3–5 of
     docs/architecture.md §3); COPY_STARTED is journaled already. ``log_upload``: the ``.log``'s
-    upload, already running (:func:`_copy_overlapped`)."""
+    upload, already running (:func:`_copy_overlapped`); ``control``: signals to and from the ``.log``'s."""
     # The segment's base (its file name) for a whole segment, not its first batch's: they differ
     # after compaction, and keys, journal, retention and GC all name a segment by this base. A
     # partial copy is named by its first batch (docs/cluster-copy.md).
@@ -188,16 +207,28 @@ def _upload(
         functools.partial(data_key, ctx, base, attempt),
         prep.checksummed.crc32c,
         log_upload,
+        control,
     )
 
 
-def _finish(
-    ctx: PartitionContext, segment: SegmentFiles, prep: PreparedSegment, uploaded: Uploaded, started: float
-) -> CopyResult:
-    """Commit the uploaded attempt (the manifest), then record it locally (steps 4–6)."""
-    shared, base, attempt = ctx.shared, prep.base_offset, prep.attempt
+@dataclass(frozen=True, slots=True)
+class StagedCopy:
+    """An attempt whose objects are all stored and whose manifest is not written yet (steps 1–5
+    done, COPY_STARTED open): :func:`commit_staged` commits it, :func:`drop_staged` discards it.
+    ``started``: ``time.monotonic()`` when its copy began."""
+
+    segment: SegmentFiles
+    prep: PreparedSegment
+    uploaded: Uploaded
+    started: float
+
+
+def _finish(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
+    """Commit the uploaded attempt (the manifest), then record it locally (steps 6–8)."""
+    shared, prep, uploaded = ctx.shared, staged.prep, staged.uploaded
+    base, attempt = prep.base_offset, prep.attempt
     crash_point("after_data")
-    manifest = _manifest_of(ctx, segment, prep, uploaded)
+    manifest = _manifest_of(ctx, staged.segment, prep, uploaded)
     manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
     shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
     crash_point("after_manifest")
@@ -207,8 +238,18 @@ def _finish(
     ctx.journal.append("COPY_FINISHED", base, attempt)
     ctx.in_flight.discard(attempt)
     ctx.series(shared.metrics.copy_requests).inc()
-    ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - started)
+    ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - staged.started)
     return CopyResult(manifest, entries, already_committed)
+
+
+def commit_staged(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
+    """Commit ``staged`` (steps 6–8) and drop its pin, whether the commit succeeds or raises (a
+    failed commit leaves its attempt open: recovery resolves it by the store, as after a crash)."""
+    try:
+        return _finish(ctx, staged)
+    finally:
+        ctx.in_flight.discard(staged.prep.attempt)
+        staged.prep.discard()
 
 
 def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
@@ -227,7 +268,7 @@ def _drop_attempt(ctx: PartitionContext, base: int, attempt: str) -> None:
 
 def _copy_overlapped(
     ctx: PartitionContext, pin: PinnedSegment, started: float, on_started: Callable[[], object] | None
-) -> CopyResult | None:
+) -> StagedCopy:
     """Copy a pinned whole plaintext segment whose checksum walk was not done ahead: its ``.log``
     uploads (on a helper thread) while this thread CRC-verifies it, so the walk and the upload
     read the file at the same time instead of one after the other.
@@ -236,7 +277,7 @@ def _copy_overlapped(
     (an attempt key nothing names) and raises, before any manifest — the segment is quarantined
     as when it was checked first. The companions and entries object follow the walk."""
     base, attempt = pin.segment.base_offset, pin.attempt
-    cancel = threading.Event()
+    control = UploadControl()
     _journal_start(ctx, base, attempt)
     with (
         ctx.shared.upload_slots,
@@ -248,19 +289,19 @@ def _copy_overlapped(
             data_key(ctx, base, attempt, object_keys.LOG),
             pin.pinned[object_keys.LOG],
             watch_half=True,
-            cancel=cancel,
+            control=control,
         )
         try:
-            if on_started is not None:
-                on_started()
             prep = verify_pinned(ctx, pin)
+            if on_started is not None:  # after the walk: two walks at once starved the part threads
+                on_started()
         except BaseException:
-            cancel.set()
+            control.cancel.set()
             concurrent.futures.wait([log_up])
             _drop_attempt(ctx, base, attempt)
             raise
         uploaded = _upload(ctx, prep, log_up.result)
-    return _finish(ctx, pin.segment, prep, uploaded, started)
+    return StagedCopy(pin.segment, prep, uploaded, started)
 
 
 def copy_segment(
@@ -270,29 +311,44 @@ def copy_segment(
     from_offset: int | None = None,
     on_started: Callable[[], object] | None = None,
 ) -> CopyResult | None:
-    """Copy one rolled segment (from ``from_offset`` on, see :func:`prepare_segment`); None when
-    it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
+    """Copy one rolled segment: :func:`stage_segment`, then :func:`commit_staged`; None when it
+    holds no batch to copy."""
+    staged = stage_segment(ctx, segment, prepared, from_offset, on_started)
+    return None if staged is None else commit_staged(ctx, staged)
+
+
+def stage_segment(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prepared: PreparedSegment | None = None,
+    from_offset: int | None = None,
+    on_started: Callable[[], object] | None = None,
+) -> StagedCopy | None:
+    """Steps 1–5 of one rolled segment's copy (from ``from_offset`` on, see
+    :func:`prepare_segment`), on this thread: its objects stored, its manifest not written; None
+    when it holds no batch to copy (an empty .log is quarantined by the checksum walk instead,
     docs/broker-files.md, so this is defensive).
 
     ``prepared`` is the segment's :func:`prepare_segment` result when it was done ahead; it is
-    consumed (its pin dropped) either way. Without it the segment is pinned here and, for a whole
-    plaintext segment, checksummed while its ``.log`` uploads (:func:`_copy_overlapped`).
-    ``on_started`` is called once the segment is pinned and its upload is starting: the caller
-    may then prepare the next one (its pin comes after this one's, and its checksum walk, which
-    holds the GIL, does not delay this copy's journal and first requests). Raises
-    :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case the
-    attempt leaves nothing a reader can see and recovery/GC clean up after it.
+    consumed either way (its pin dropped on failure, else by the commit). Without it the segment
+    is pinned here and, for a whole plaintext segment, checksummed while its ``.log`` uploads
+    (:func:`_copy_overlapped`). ``on_started`` is called once the segment is pinned and its upload
+    is starting (in the overlapped copy, once its checksum walk is done): the caller may then
+    prepare the next one (its pin comes after this one's, and its checksum walk, which holds the
+    GIL, does not delay this copy's journal and first requests).
+    Raises :class:`SegmentVanished`, :class:`SegmentQuarantined` or a storage error; in every case
+    the attempt leaves nothing a reader can see and recovery/GC clean up after it.
     """
     started = time.monotonic()
     if prepared is None:
         pin = pin_segment(ctx, segment, from_offset)
         try:
             if pin.source_position is None and not ctx.shared.protection.writes_protected:
-                try:
+                try:  # its pin dir becomes the staged copy's, dropped by its commit
                     return _copy_overlapped(ctx, pin, started, on_started)
-                finally:
+                except BaseException:
                     ctx.in_flight.discard(pin.attempt)
-                    pin.discard()
+                    raise
             prepared = verify_pinned(ctx, pin)
         except BaseException:
             pin.discard()  # idempotent: the overlapped copy may have dropped it already
@@ -300,11 +356,59 @@ def copy_segment(
     prep = prepared
     try:
         if not prep.checksummed.batches:
+            prep.discard()
             return None
         _journal_start(ctx, prep.base_offset, prep.attempt)
         if on_started is not None:
             on_started()
-        return _finish(ctx, segment, prep, _upload(ctx, prep), started)
+        return StagedCopy(segment, prep, _upload(ctx, prep), started)
+    except BaseException:
+        ctx.in_flight.discard(prep.attempt)
+        prep.discard()
+        raise
+
+
+def start_staging(
+    ctx: PartitionContext,
+    segment: SegmentFiles,
+    prep: PreparedSegment,
+    pool: concurrent.futures.Executor,
+    control: UploadControl,
+) -> concurrent.futures.Future[StagedCopy]:
+    """Steps 4–5 of a prepared segment (with batches) whose upload is to overlap the tail of the
+    one before it and its commit (a pipelined copy, docs/architecture.md §3): COPY_STARTED journaled on this
+    thread (the journal's one writer), its objects uploaded on ``pool``. At most this attempt and
+    the one before it are open (``Journal.quiescent``); it is committed only after that one is.
+    Returns once its ``.log``'s requests are under way (``control.sending``), or after
+    :data:`SENDING_WAIT_S`: the commit that follows would otherwise hold the GIL while the upload
+    starts. ``control.cancel`` set stops the upload; :func:`drop_staged` then discards it."""
+    started = time.monotonic()
+    _journal_start(ctx, prep.base_offset, prep.attempt)
+    upload = pool.submit(lambda: StagedCopy(segment, prep, _upload(ctx, prep, control=control), started))
+    upload.add_done_callback(lambda _: _over(control))
+    control.sending.wait(SENDING_WAIT_S)
+    return upload
+
+
+def _over(control: UploadControl) -> None:
+    """An upload that ended (or failed) before its signals: release whoever waits on them."""
+    control.sending.set()
+    control.dispatched.set()
+
+
+def drop_staged(
+    ctx: PartitionContext,
+    prep: PreparedSegment,
+    upload: concurrent.futures.Future[StagedCopy],
+    control: UploadControl,
+) -> None:
+    """Discard a pipelined attempt that must not commit (the one before it did not): cancel and
+    wait for its upload, delete what it stored and journal it aborted (:func:`_drop_attempt`:
+    left open for recovery when the store refuses), drop its pin. Never raises but for a bug."""
+    control.cancel.set()
+    concurrent.futures.wait([upload])
+    try:
+        _drop_attempt(ctx, prep.base_offset, prep.attempt)
     finally:
         ctx.in_flight.discard(prep.attempt)
         prep.discard()

@@ -1,6 +1,7 @@
 """The copy step of a pass (docs/architecture.md §2, step 4): which eligible segments are not yet
 tiered (:func:`pending_segments`), and copying them oldest first (:func:`copy_pending`) with the
-next one pinned and checksummed on a helper thread while the current one uploads.
+next one pinned and checksummed on a helper thread while the current one uploads, and uploading
+while the current one commits (pipelined: committed only after it).
 
 A quarantined segment stops the partition's copies (tiering past it would leave a gap); a segment
 the log store deleted first is skipped and counted; leadership moving away stops after the
@@ -10,6 +11,7 @@ later still reports it. Offsets are Kafka's; sizes bytes.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -21,12 +23,13 @@ from typing import NamedTuple, Protocol
 from rlm.errors import PinRoomExhausted, RlmError, SegmentQuarantined, SegmentVanished
 from rlm.logdir.discovery import EligibilityPolicy, PartitionState, SegmentFiles, eligible_segments
 from rlm.tiering.converge import note_committed
-from rlm.tiering.copy.copier import copy_segment
+from rlm.tiering.copy.copier import StagedCopy, commit_staged, drop_staged, stage_segment, start_staging
 from rlm.tiering.copy.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.copy.quarantine import quarantine
 from rlm.tiering.copy.sight import drop, pinned_only, release_tiered
+from rlm.tiering.copy.upload import UploadControl
 from rlm.tiering.copy.watchdog import CopyWatchdog
-from rlm.tiering.local import PartitionContext, Progress
+from rlm.tiering.local import PartitionContext, Progress, crash_point
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,18 @@ def publish_lag(ctx: PartitionContext, pending: list[PendingSegment]) -> int:
     return len(pending)
 
 
+@dataclasses.dataclass(slots=True)
+class _Next:
+    """The next segment's copy while the one before it commits (a pipelined copy): journaled, its
+    objects uploading on the uploader thread; ``done`` holds its watchdog timer."""
+
+    index: int
+    prep: PreparedSegment
+    upload: concurrent.futures.Future[StagedCopy]
+    control: UploadControl
+    done: contextlib.ExitStack
+
+
 def copy_pending(
     ctx: PartitionContext,
     tally: CopyTally,
@@ -136,45 +151,129 @@ def copy_pending(
     watchdog: CopyWatchdog,
 ) -> None:
     """Copy ``pending`` oldest first until done, stopped (shutdown), a quarantine, or
-    ``still_leads`` says this node no longer leads the partition."""
+    ``still_leads`` says this node no longer leads the partition.
+
+    The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
+    current one uploads: the checksum walk overlaps the network instead of adding to it. It is
+    started once the current copy has pinned its segment (pins are taken oldest first) and begun
+    uploading (``on_started``). A segment with nothing done ahead (the first) is checksummed while
+    its own .log uploads. Once a segment's last part is submitted (or its objects are stored), the
+    next one's upload starts, before the segment commits (pipelined, docs/architecture.md §3
+    "Pipelined copies"), so the store is idle neither during the upload's tail nor during the
+    commit (manifest, local index, journal fsyncs): a segment is committed only after the one
+    before it, and discarded when that one's upload or commit fails."""
     _note_gap(ctx, pending)
-    # The next segment is pinned and checksummed (CRC-verified) on a helper thread while the
-    # current one uploads: the checksum walk overlaps the network instead of adding to it. It is
-    # started once the current copy has pinned its segment (pins are taken oldest first) and
-    # begun uploading (copy_segment's on_started). A segment with nothing done ahead (the first)
-    # is checksummed while its own .log uploads.
-    preparer = (
-        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlm-prepare")
-        if len(pending) > 1
-        else None
-    )
-    ahead: concurrent.futures.Future[PreparedSegment] | None = None
-
-    def prepare_next(index: int) -> None:
-        nonlocal ahead
-        if preparer is not None and index + 1 < len(pending):
-            nxt = pending[index + 1]
-            ahead = preparer.submit(prepare_segment, ctx, nxt.segment, nxt.from_offset)
-
+    run = _CopyRun(ctx, tally, pending, still_leads, watchdog)
     try:
-        for index, (seg, _next_base, from_offset) in enumerate(pending):
-            # A quarantined segment stops its partition: tiering past it would leave a gap.
-            if ctx.shared.stop.is_set() or seg.base_offset in ctx.quarantined:
-                break
-            if index > 0 and not still_leads(ctx):
-                break  # leadership moved: the new leader continues from what is committed
-            current, ahead = ahead, None
-            if not _copy_one(
-                ctx, tally, seg, current, from_offset, watchdog, functools.partial(prepare_next, index)
-            ):
-                break
-            publish_lag(ctx, pending[index + 1 :])
+        run.run()
     finally:
-        if ahead is not None:  # prepared but not copied: drop its pin (never journaled)
+        run.close()
+
+
+class _CopyRun:
+    """The state of one :func:`copy_pending`: the helper threads, the segment prepared ahead and
+    the pipelined copies started ahead (at most two: the one committing next, and the one after
+    it, started once the first's last part was submitted)."""
+
+    def __init__(
+        self,
+        ctx: PartitionContext,
+        tally: CopyTally,
+        pending: list[PendingSegment],
+        still_leads: Callable[[PartitionContext], bool],
+        watchdog: CopyWatchdog,
+    ) -> None:
+        self.ctx, self.tally, self.pending = ctx, tally, pending
+        self.still_leads, self.watchdog = still_leads, watchdog
+        many = len(pending) > 1
+        pool = concurrent.futures.ThreadPoolExecutor
+        self.preparer = pool(1, thread_name_prefix="rlm-prepare") if many else None
+        self.uploader = pool(2, thread_name_prefix="rlm-copy-next") if many else None
+        self.ahead: concurrent.futures.Future[PreparedSegment] | None = None
+        self.started: collections.deque[_Next] = collections.deque()
+
+    def prepare_next(self, index: int) -> None:
+        if self.preparer is not None and index + 1 < len(self.pending):
+            p = self.pending[index + 1]
+            self.ahead = self.preparer.submit(prepare_segment, self.ctx, p.segment, p.from_offset)
+
+    def may_copy(self, index: int) -> bool:
+        # A quarantined segment stops its partition: tiering past it would leave a gap.
+        if self.ctx.shared.stop.is_set() or self.pending[index].segment.base_offset in self.ctx.quarantined:
+            return False
+        return index == 0 or self.still_leads(self.ctx)  # leadership moved: the new leader continues
+
+    def run(self) -> None:
+        ctx, pending = self.ctx, self.pending
+        for index, p in enumerate(pending):
+            with contextlib.ExitStack() as done:
+                if self.started:  # started ahead: start the next once its parts are all submitted
+                    cur = self.started[0]
+                    done.push(cur.done)
+                    cur.control.dispatched.wait()  # or its upload is over
+                    self.start_next(index)
+                    staged: StagedCopy | bool = _wait_staged(ctx, self.tally, p.segment, cur.upload)
+                    self.started.popleft()
+                elif not self.may_copy(index):
+                    break
+                else:
+                    current, self.ahead = self.ahead, None
+                    done.enter_context(self.watchdog.watch(ctx, p.segment))
+                    on_started = functools.partial(self.prepare_next, index)
+                    staged = _stage_one(ctx, self.tally, p.segment, current, p.from_offset, on_started)
+                    if not isinstance(staged, bool):
+                        self._start_after(staged, index)
+                if isinstance(staged, bool):
+                    if staged:
+                        continue  # skipped (vanished before it was pinned)
+                    break
+                _commit_one(ctx, self.tally, staged)
+                if self.started:  # after the commit: its checksum walk holds the GIL at times
+                    self.prepare_next(self.started[-1].index)
+            publish_lag(ctx, pending[index + 1 :])
+
+    def _start_after(self, staged: StagedCopy, index: int) -> None:
+        """:meth:`start_next` once ``staged`` (uploaded on this thread) is stored."""
+        try:
+            self.start_next(index)
+        except BaseException:  # the pass fails: this attempt stays open, for recovery
+            self.ctx.in_flight.discard(staged.prep.attempt)
+            staged.prep.discard()
+            raise
+
+    def start_next(self, index: int) -> None:
+        """Journal the next segment's attempt and start its upload (:func:`start_staging`) when
+        it may be copied and was prepared ahead without a fault; else the sequential path copies it."""
+        ahead, nxt = self.ahead, index + 1
+        if self.uploader is None or nxt >= len(self.pending) or ahead is None or not self.may_copy(nxt):
+            return
+        if ahead.exception() is not None or not ahead.result().checksummed.batches:
+            return  # the sequential path reports it
+        prep, self.ahead = ahead.result(), None
+        done, control, seg = contextlib.ExitStack(), UploadControl(), self.pending[nxt].segment
+        try:
+            done.enter_context(self.watchdog.watch(self.ctx, seg))
+            upload = start_staging(self.ctx, seg, prep, self.uploader, control)
+        except BaseException:  # not journaled, or left open for recovery by the failed pass
+            self.ctx.in_flight.discard(prep.attempt)
+            prep.discard()
+            done.close()
+            raise
+        self.started.append(_Next(nxt, prep, upload, control, done))
+        crash_point("after_next_start")
+
+    def close(self) -> None:
+        """Discard what was started or prepared and not committed; stop the helper threads."""
+        while self.started:  # a failure before their commit: never committed after a gap
+            nxt = self.started.popleft()
+            drop_staged(self.ctx, nxt.prep, nxt.upload, nxt.control)
+            nxt.done.close()
+        if self.ahead is not None:  # prepared but not copied: drop its pin (never journaled)
             with contextlib.suppress(Exception):
-                ahead.result().discard()
-        if preparer is not None:
-            preparer.shutdown(wait=True)
+                self.ahead.result().discard()
+        for pool in (self.uploader, self.preparer):
+            if pool is not None:
+                pool.shutdown(wait=True)
 
 
 def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:
@@ -191,50 +290,76 @@ def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:
         ctx.series(ctx.shared.metrics.skipped_deleted).inc()
 
 
-def _copy_one(
+def _stage_one(
     ctx: PartitionContext,
     tally: CopyTally,
     seg: SegmentFiles,
     prepared: concurrent.futures.Future[PreparedSegment] | None,
     from_offset: int,
-    watchdog: CopyWatchdog,
-    on_started: Callable[[], object] | None = None,
-) -> bool:
-    """Copy one segment from ``from_offset`` and record it in the partition's progress; False
-    when it was quarantined (the partition's pass stops there). ``on_started``: see
-    :func:`copy_segment`."""
-    m = ctx.shared.metrics
+    on_started: Callable[[], object],
+) -> StagedCopy | bool:
+    """Stage one segment from ``from_offset`` on this thread (:func:`stage_segment`); True when
+    there is nothing to commit and the pass goes on (the segment vanished first, or holds no
+    batch), False when the partition's pass stops here (quarantined, no pin room)."""
     try:
-        with watchdog.watch(ctx, seg):
-            copied = copy_segment(
-                ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_started
-            )
-    except SegmentVanished as err:
+        staged = stage_segment(
+            ctx, seg, prepared.result() if prepared is not None else None, from_offset, on_started
+        )
+    except Exception as err:
+        return _failed(ctx, tally, seg, err)
+    return True if staged is None else staged
+
+
+def _wait_staged(
+    ctx: PartitionContext, tally: CopyTally, seg: SegmentFiles, upload: concurrent.futures.Future[StagedCopy]
+) -> StagedCopy | bool:
+    """A pipelined segment's staged copy, once its upload is done (its failure as in
+    :func:`_stage_one`: the attempt stays open, for recovery)."""
+    try:
+        return upload.result()
+    except Exception as err:
+        return _failed(ctx, tally, seg, err)
+
+
+def _commit_one(ctx: PartitionContext, tally: CopyTally, staged: StagedCopy) -> None:
+    """Commit ``staged`` and record it in the partition's progress; a failure raises (the pass
+    fails, recovery resolves the attempt; the caller discards a pipelined next one)."""
+    try:
+        copied = commit_staged(ctx, staged)
+    except Exception as err:
+        _failed(ctx, tally, staged.segment, err)
+        raise  # _failed raises for every error a commit can raise
+    ctx.manifests.append(copied.manifest)
+    note_committed(ctx, copied.manifest)
+    ctx.progress.highest_tiered_offset = copied.manifest.last_offset
+    if ctx.progress.remote_log_start_offset < 0:
+        ctx.progress.remote_log_start_offset = copied.manifest.base_offset
+    ctx.save_progress()
+    release_tiered(ctx)  # its sight pin: the segment is remote now
+    tally.copied.append(copied.manifest.base_offset)
+    tally.copied_bytes += copied.manifest.size_bytes
+
+
+def _failed(ctx: PartitionContext, tally: CopyTally, seg: SegmentFiles, err: Exception) -> bool:
+    """What a failed copy of ``seg`` means for the pass: True to go on (it vanished first), False
+    to stop (no pin room: the next pass tries again; quarantined); any other error is counted and
+    raised (as :class:`RlmError`)."""
+    m = ctx.shared.metrics
+    if isinstance(err, SegmentVanished):
         log.warning("%s", err)
         ctx.series(m.skipped_deleted).inc()
         return True
-    except PinRoomExhausted as err:  # the next pass tries again (rlm.tiering.local.pin_ledger)
+    if isinstance(err, PinRoomExhausted):  # the next pass tries again (rlm.tiering.local.pin_ledger)
         log.info("%s", err)
         return False
-    except SegmentQuarantined as err:
+    if isinstance(err, SegmentQuarantined):
         quarantine(ctx, seg, err)
         drop(ctx, seg.base_offset)
         ctx.series(m.copy_errors).inc()
         tally.error = f"quarantined: {err}"
         return False
-    except (RlmError, OSError) as err:
+    if isinstance(err, (RlmError, OSError)):
         ctx.series(m.copy_errors).inc()
         if not isinstance(err, RlmError):  # an OS error no layer translated (a store miss is both)
             raise RlmError(f"copy failed: {err}", file=seg.log, offset=seg.base_offset) from err
-        raise
-    if copied is not None:
-        ctx.manifests.append(copied.manifest)
-        note_committed(ctx, copied.manifest)
-        ctx.progress.highest_tiered_offset = copied.manifest.last_offset
-        if ctx.progress.remote_log_start_offset < 0:
-            ctx.progress.remote_log_start_offset = copied.manifest.base_offset
-        ctx.save_progress()
-        release_tiered(ctx)  # its sight pin: the segment is remote now
-        tally.copied.append(copied.manifest.base_offset)
-        tally.copied_bytes += copied.manifest.size_bytes
-    return True
+    raise err

@@ -32,7 +32,7 @@ from rlm.formats.indexes.remote_index import (
 )
 from rlm.formats.records import RecordBatch
 from rlm.formats.sealed import EntryBinding, compressible, seal_entry, seal_object
-from rlm.tiering.copy.upload import upload_bytes, upload_file, upload_together
+from rlm.tiering.copy.upload import UploadControl, upload_bytes, upload_file, upload_together
 from rlm.tiering.local import PartitionContext
 from rlm.tiering.store import (
     ENTRIES_OBJECT,
@@ -142,28 +142,28 @@ def upload_attempt(
     key: Callable[[str], str],
     plain_crc32c: int,
     log_upload: Callable[[], StoredObject] | None = None,
+    control: UploadControl | None = None,
 ) -> Uploaded:
     """Upload the attempt's objects (the ``.log`` on this thread, its companions and the entries
     object beside it: :func:`upload_together`) under the shared upload slots; raise
     :class:`StorageError` when the ``.log`` changed meanwhile.
 
     ``log_upload`` (plaintext only) is the result of a ``.log`` upload the caller already started,
-    under an upload slot it holds: the companions go beside it and this waits for it."""
+    under an upload slot it holds: the companions go beside it and this waits for it. ``control``
+    signals to and from the ``.log``'s upload (:class:`~rlm.tiering.copy.upload.UploadControl`)."""
     protection = ctx.shared.protection
-    log_path = pinned[object_keys.LOG]
+    log_path, log_key, entries_key = (
+        pinned[object_keys.LOG],
+        key(object_keys.LOG),
+        key(object_keys.SEGMENT_ENTRIES),
+    )
     files = [(key(role), name, pinned[role]) for role, name in _COMPANIONS if role in pinned]
     if txn_path is not None:
         files.append((key(object_keys.TXN_INDEX), TXN_INDEX_OBJECT, txn_path))
     if not protection.writes_protected:
         blob = b"".join(e.encode() for e in entries)
         objects = _upload_objects(
-            ctx,
-            (key(object_keys.LOG), log_path),
-            files,
-            key(object_keys.SEGMENT_ENTRIES),
-            blob,
-            None,
-            log_upload,
+            ctx, (log_key, log_path), files, entries_key, blob, None, log_upload, control
         )
         _check(objects[LOG_OBJECT].crc32c, plain_crc32c, log_path, base)
         return Uploaded(objects, entries, None)
@@ -185,7 +185,7 @@ def upload_attempt(
     _check(sealed.plain_crc32c, plain_crc32c, log_path, base)
     blob = b"".join(e.encode() for e in sealed.entries)
     objects = _upload_objects(
-        ctx, (key(object_keys.LOG), sealed.path), files, key(object_keys.SEGMENT_ENTRIES), blob, data_key
+        ctx, (log_key, sealed.path), files, entries_key, blob, data_key, control=control
     )
     _check(objects[LOG_OBJECT].crc32c, sealed.crc32c, sealed.path, base)
     return Uploaded(objects, sealed.entries, Protection(protection.compression.codec, plain_crc32c, wrapped))
@@ -199,6 +199,7 @@ def _upload_objects(
     entries_blob: bytes,
     data_key: bytes | None,
     log_upload: Callable[[], StoredObject] | None = None,
+    control: UploadControl | None = None,
 ) -> dict[str, StoredObject]:
     """The stored ``.log`` (key, file) on this thread and the companion ``files`` (key, manifest
     name, file) and entries object beside it (:func:`upload_together`), under one upload slot;
@@ -221,7 +222,7 @@ def _upload_objects(
         return {LOG_OBJECT: stored_log, **more}
     with ctx.shared.upload_slots:
         stored_log, more = upload_together(
-            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True), rest
+            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True, control=control), rest
         )
     return {LOG_OBJECT: stored_log, **more}
 

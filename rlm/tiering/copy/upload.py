@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -19,10 +20,23 @@ from rlm.storage.filestream import FileStream
 from rlm.tiering.local import PartitionContext, crash_point
 from rlm.tiering.store import StoredObject
 
-__all__ = ["COMPANION_THREADS", "upload_bytes", "upload_file", "upload_together"]
+__all__ = ["COMPANION_THREADS", "UploadControl", "upload_bytes", "upload_file", "upload_together"]
 
 #: Companion objects of one segment uploaded at once beside its ``.log``.
 COMPANION_THREADS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class UploadControl:
+    """Between a ``.log``'s upload (:func:`upload_file`) and the thread that started it:
+    ``cancel`` set stops the upload at its next chunk (its segment failed the checksum walk, or
+    the segment before it in a pipelined copy failed its commit); ``sending`` is set when its
+    first chunk is read, i.e. its requests are under way; ``dispatched`` when a store uploading
+    parts in parallel has submitted its last part (``FileStream.regions``)."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    sending: threading.Event = field(default_factory=threading.Event)
+    dispatched: threading.Event = field(default_factory=threading.Event)
 
 
 def upload_file(
@@ -31,7 +45,7 @@ def upload_file(
     path: Path,
     *,
     watch_half: bool = False,
-    cancel: threading.Event | None = None,
+    control: UploadControl | None = None,
 ) -> StoredObject:
     """Upload through the shared token bucket (the store's retry layer resends from byte 0).
 
@@ -41,9 +55,9 @@ def upload_file(
     ``copy_bytes``; the CRC-32C returned is that of the bytes the store was sent (from the parts'
     checksums, or computed as the stream was read), so the file is normally read once for it. A
     file shorter than when the upload started fails it with StorageError, nothing published.
-    ``cancel`` set, or shutdown, stops the upload at its next chunk with :class:`UploadAbandoned`
-    (the store aborts a multipart upload then). Parts' threads call in at once: the accounting is
-    locked.
+    ``control.cancel`` set (:class:`UploadControl`), or shutdown, stops the upload at its next
+    chunk with :class:`UploadAbandoned` (the store aborts a multipart upload then). Parts' threads call in
+    at once: the accounting is locked.
     """
     shared = ctx.shared
     lock = threading.Lock()
@@ -54,8 +68,10 @@ def upload_file(
         nonlocal sent, half
         if shared.stop.is_set():
             raise UploadAbandoned("upload abandoned: shutting down")
-        if cancel is not None and cancel.is_set():
-            raise UploadAbandoned("upload cancelled: its segment failed the checksum walk")
+        if control is not None:
+            control.sending.set()
+            if control.cancel.is_set():
+                raise UploadAbandoned("upload cancelled: its attempt will not be committed")
         shared.bucket.take(n)
         ctx.series(shared.metrics.copy_bytes).inc(n)
         with lock:
@@ -66,7 +82,8 @@ def upload_file(
         if crossed:
             crash_point("mid_upload")
 
-    with FileStream(path, on_chunk=on_chunk) as stream:
+    dispatched = control.dispatched.set if control is not None else None
+    with FileStream(path, on_chunk=on_chunk, on_dispatched=dispatched) as stream:
         if watch_half:
             half = stream.size // 2
         shared.backend.put(key, cast(BinaryIO, stream))

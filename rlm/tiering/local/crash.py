@@ -27,6 +27,8 @@ POINTS = (
     "after_journal_start",  # COPY_STARTED durable, nothing uploaded
     "mid_upload",  # the .log upload is half sent
     "after_data",  # data + entries uploaded, no manifest
+    "after_next_start",  # pipelined: the next segment's COPY_STARTED durable and its upload
+    # running, this one's manifest not written, its own upload done or draining (two attempts open)
     "after_manifest",  # committed remotely, local index not yet appended
     "mid_local_append",  # part of the segment's entries appended locally
     "before_fsync",  # local index bytes written, not yet fsynced

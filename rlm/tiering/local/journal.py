@@ -23,7 +23,7 @@ from typing import Any, Literal, cast, get_args
 from rlm.fsutil import atomic_write, fsync_dir
 from rlm.tiering.local.statefiles import int_field, loads_or_none
 
-__all__ = ["COMPACT_BYTES", "TAIL_BYTES", "EventType", "Journal", "JournalEvent"]
+__all__ = ["COMPACT_BYTES", "MAX_OPEN", "TAIL_BYTES", "EventType", "Journal", "JournalEvent"]
 
 EventType = Literal[
     "COPY_STARTED",
@@ -40,7 +40,10 @@ _ENDS = {
     "DELETE_STARTED": ("DELETE_FINISHED",),
     "LOG_START_STARTED": ("LOG_START_FINISHED",),
 }
+_START_OF = {end: start for start, ends in _ENDS.items() for end in ends}
 COMPACT_BYTES = 1 << 20
+#: Attempts of one partition open at once at most: a pipelined copy's two (docs/architecture.md §3).
+MAX_OPEN = 2
 #: The tail :meth:`Journal.quiescent` reads (several events; one is ~100 bytes).
 TAIL_BYTES = 4096
 
@@ -67,7 +70,8 @@ def _event(doc: Any) -> JournalEvent | None:
 
 
 class Journal:
-    """The journal file of one partition; not thread-safe (one writer per partition)."""
+    """The journal file of one partition; not thread-safe (one writer per partition: a pass's
+    own thread, also for the pipelined copy whose upload runs on another)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -98,11 +102,14 @@ class Journal:
         return list(open_.values())
 
     def quiescent(self) -> bool:
-        """True when no attempt is open, from the journal's tail: one partition's attempts are
-        sequential — a pass ends each attempt before starting the next, and recovery ends every
-        open one before a pass starts again — so an open attempt is always the last event
-        started. Reads the last :data:`TAIL_BYTES` (the whole journal only when no complete
-        event is there), so a restart's cost does not grow with the journal."""
+        """True when no attempt is open, from the journal's tail. At most :data:`MAX_OPEN`
+        attempts of a partition are open at once, and an open one is always among the last
+        :data:`MAX_OPEN` started: a pass starts a copy only when every attempt but the one
+        started last has ended (a pipelined copy uploads the next segment while the one before
+        it commits, docs/architecture.md §3), and recovery ends every open one before a pass
+        starts again. Reads the last :data:`TAIL_BYTES` (the whole journal only when the last
+        :data:`MAX_OPEN` starts are not all there), so a restart's cost does not grow with the
+        journal."""
         try:
             with self.path.open("rb") as fh:
                 size = fh.seek(0, os.SEEK_END)
@@ -113,11 +120,21 @@ class Journal:
         lines = tail.splitlines()
         if size > TAIL_BYTES:
             lines = lines[1:]  # the first line may be cut
+        ended: set[tuple[str, int, str]] = set()
+        starts = 0
         for line in reversed(lines):
             event = _event(loads_or_none(line))
-            if event is not None:
-                return event.type not in _ENDS
-        return not self.open_attempts()
+            if event is None:
+                continue
+            if event.type not in _ENDS:
+                ended.add((_START_OF[event.type], event.base_offset, event.attempt_id))
+                continue
+            if (event.type, event.base_offset, event.attempt_id) not in ended:
+                return False
+            starts += 1
+            if starts == MAX_OPEN:
+                return True
+        return size <= TAIL_BYTES or not self.open_attempts()
 
     def append(self, type_: EventType, base_offset: int, attempt_id: str) -> None:
         line = (
