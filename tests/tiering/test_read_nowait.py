@@ -139,7 +139,7 @@ def test_tiered_transaction_data_is_not_read_without_waiting(tmp_path: Path) -> 
     scan = layout(tmp_path / "scan", 1, True, snapshots=False, recorded=False)
     readers = TieredReaders(scan.settings, LocalBackend(root=str(scan.store)))
     # the first wait is the segment's manifest, read from the store (the storage API's own check)
-    with without_waiting(), pytest.raises(BlockingIOError, match="a store request|control batches"):
+    with without_waiting(), pytest.raises(BlockingIOError, match=r"a store request|control batches"):
         readers.reader("txn", 0).visibility().last_stable_offset()
     lso = readers.reader("txn", 0).visibility().last_stable_offset()
     assert lso == scan.oracle.last_stable_offset
