@@ -170,27 +170,29 @@ def copy_pending(
         run.close()
 
 
+@dataclasses.dataclass(slots=True)
 class _CopyRun:
-    """The state of one :func:`copy_pending`: the helper threads, the segment prepared ahead and
-    the pipelined copies started ahead (at most two: the one committing next, and the one after
-    it, started once the first's last part was submitted)."""
+    """The state of one :func:`copy_pending` (its arguments): the helper threads, the segment
+    prepared ahead and the pipelined copies started ahead (at most two: the one committing next,
+    and the one after it, started once the first's last part was submitted)."""
 
-    def __init__(
-        self,
-        ctx: PartitionContext,
-        tally: CopyTally,
-        pending: list[PendingSegment],
-        still_leads: Callable[[PartitionContext], bool],
-        watchdog: CopyWatchdog,
-    ) -> None:
-        self.ctx, self.tally, self.pending = ctx, tally, pending
-        self.still_leads, self.watchdog = still_leads, watchdog
-        many = len(pending) > 1
+    ctx: PartitionContext
+    tally: CopyTally
+    pending: list[PendingSegment]
+    still_leads: Callable[[PartitionContext], bool]
+    watchdog: CopyWatchdog
+    preparer: concurrent.futures.ThreadPoolExecutor | None = dataclasses.field(init=False)
+    uploader: concurrent.futures.ThreadPoolExecutor | None = dataclasses.field(init=False)
+    ahead: concurrent.futures.Future[PreparedSegment] | None = dataclasses.field(init=False)
+    started: collections.deque[_Next] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        many = len(self.pending) > 1
         pool = concurrent.futures.ThreadPoolExecutor
         self.preparer = pool(1, thread_name_prefix="rlm-prepare") if many else None
         self.uploader = pool(2, thread_name_prefix="rlm-copy-next") if many else None
-        self.ahead: concurrent.futures.Future[PreparedSegment] | None = None
-        self.started: collections.deque[_Next] = collections.deque()
+        self.ahead = None
+        self.started = collections.deque()
 
     def prepare_next(self, index: int) -> None:
         if self.preparer is not None and index + 1 < len(self.pending):
