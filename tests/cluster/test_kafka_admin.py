@@ -101,6 +101,15 @@ def test_built_by_the_factory_and_topic_errors() -> None:
         source.close()
 
 
+# kafka-python 3's network layer can drop, unclosed, the socket of a connection whose broker
+# vanished mid-session (here: the fake broker stops after answering; a transport's close waits for
+# its unflushed writes, kafka/net/transport.py). The socket is the library's and garbage-collected
+# at a moment of the GC's choosing: one fresh-clone run in about six failed on it. Only this test's
+# lost connection (loopback, no peer left) is ignored; rlm closes its client (close_quietly).
+@pytest.mark.filterwarnings(
+    r"ignore:unclosed <socket\.socket fd=\d+, family=2, type=1, proto=6, "
+    r"laddr=\('127\.0\.0\.1', \d+\)>$:ResourceWarning"
+)
 def test_unreachable_is_unknown_then_recovers() -> None:
     clock = Clock()
     port = free_port()
