@@ -81,13 +81,10 @@ class EntrySource:
 
     def _cached_or_read(self, key: RangeKey, admission: Admission) -> RangeBytes:
         """From the cache, else one store read (admitted)."""
-        # without waiting, a range not cached goes on in a thread, which counts the miss once
-        data = self.res.cache.get(key, admission) if waiting_allowed() or key in self.res.cache else None
-        if data is None:
+        if not waiting_allowed() and key not in self.res.cache:
+            # stop before get() counts the miss: the thread that goes on with the fetch counts it
             may_wait("a store read")
-            data = self.res.load(key)
-            self.res.cache.put(key, data, admission)
-        return data
+        return self.res.cache.get_or_load(key, lambda: self.res.read(key), admission)
 
     def _settle_pending(self, end: int) -> None:
         """This fetch's parallel reads it did not use: a sequential reader's window takes them,
