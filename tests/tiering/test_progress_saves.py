@@ -17,7 +17,7 @@ from rlm.tiering.copy import copy_pass
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.local.state import Progress
 from rlm.tiering.manager import RemoteLogManager
-from tests.tiering.test_broker_files import TOPIC, _settings, _write
+from tests.tiering.test_broker_files import TOPIC, _manager, _settings, _write
 from tests.tiering.test_copy_pipeline import FAILING, _HeldCommit
 
 
@@ -54,7 +54,7 @@ def test_a_run_within_the_interval_saves_once_when_it_ends(
     assert len(lasts) > 3
     monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", 3600.0)
     saved = _saved_highest(monkeypatch)
-    manager = RemoteLogManager(_settings(logs, store), LocalBackend(root=str(store)), metrics=TieringMetrics())
+    manager = _manager(logs, store)
 
     [result] = manager.run_once(gc=False)
     assert result.error is None and len(result.copied) == len(lasts)
@@ -79,7 +79,7 @@ def test_a_run_saves_at_most_once_per_interval_while_it_commits(
     lasts = _lasts(logs)
     monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", 0.0)  # due at every commit
     saved = _saved_highest(monkeypatch)
-    manager = RemoteLogManager(_settings(logs, store), LocalBackend(root=str(store)), metrics=TieringMetrics())
+    manager = _manager(logs, store)
 
     [result] = manager.run_once(gc=False)
     assert result.error is None
