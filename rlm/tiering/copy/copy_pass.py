@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -32,6 +33,15 @@ from rlm.tiering.copy.watchdog import CopyWatchdog
 from rlm.tiering.local import PartitionContext, Progress, crash_point
 
 log = logging.getLogger(__name__)
+
+#: How long a copy run may go without saving the partition's progress, in seconds (it is always
+#: saved when the run ends, however it ends). Each commit fsyncs the store's manifest, the local
+#: index and the journal; ``progress.json`` and the manifest snapshot only let a restart skip the
+#: store (docs/remote-state.md "What a restart reads"). Saving them at every commit cost two file
+#: creations and fsyncs per segment, and the snapshot holds every manifest of the partition, so a
+#: save per commit was O(segments) each time. A restart that finds them behind the index recovers
+#: from the store, as a crash in the middle of a run needs anyway: an attempt is open then.
+PROGRESS_SAVE_INTERVAL_S = 1.0
 
 __all__ = ["CopyTally", "PendingSegment", "committed", "copy_pending", "pending_segments", "publish_lag"]
 
@@ -185,6 +195,8 @@ class _CopyRun:
     uploader: concurrent.futures.ThreadPoolExecutor | None = dataclasses.field(init=False)
     ahead: concurrent.futures.Future[PreparedSegment] | None = dataclasses.field(init=False)
     started: collections.deque[_Next] = dataclasses.field(init=False)
+    unsaved: bool = dataclasses.field(init=False)  # a commit since the progress was last saved
+    saved_at: float = dataclasses.field(init=False)  # time.monotonic() of that save (or the start)
 
     def __post_init__(self) -> None:
         many = len(self.pending) > 1
@@ -193,6 +205,7 @@ class _CopyRun:
         self.uploader = pool(2, thread_name_prefix="rlm-copy-next") if many else None
         self.ahead = None
         self.started = collections.deque()
+        self.unsaved, self.saved_at = False, time.monotonic()
 
     def prepare_next(self, index: int) -> None:
         if self.preparer is not None and index + 1 < len(self.pending):
@@ -230,6 +243,10 @@ class _CopyRun:
                         continue  # skipped (vanished before it was pinned)
                     break
                 _commit_one(ctx, self.tally, staged)
+                self.unsaved = True
+                crash_point("after_journal_finish")
+                if time.monotonic() - self.saved_at >= PROGRESS_SAVE_INTERVAL_S:
+                    self.save_progress()
                 if self.started:  # after the commit: its checksum walk holds the GIL at times
                     self.prepare_next(self.started[-1].index)
             publish_lag(ctx, pending[index + 1 :])
@@ -264,8 +281,13 @@ class _CopyRun:
         self.started.append(_Next(nxt, prep, upload, control, done))
         crash_point("after_next_start")
 
+    def save_progress(self) -> None:
+        self.ctx.save_progress()
+        self.unsaved, self.saved_at = False, time.monotonic()
+
     def close(self) -> None:
-        """Discard what was started or prepared and not committed; stop the helper threads."""
+        """Discard what was started or prepared and not committed; stop the helper threads; save
+        the progress of what was committed (:data:`PROGRESS_SAVE_INTERVAL_S`)."""
         while self.started:  # a failure before their commit: never committed after a gap
             nxt = self.started.popleft()
             drop_staged(self.ctx, nxt.prep, nxt.upload, nxt.control)
@@ -276,6 +298,8 @@ class _CopyRun:
         for pool in (self.uploader, self.preparer):
             if pool is not None:
                 pool.shutdown(wait=True)
+        if self.unsaved:
+            self.save_progress()
 
 
 def _note_gap(ctx: PartitionContext, pending: list[PendingSegment]) -> None:
@@ -324,8 +348,9 @@ def _wait_staged(
 
 
 def _commit_one(ctx: PartitionContext, tally: CopyTally, staged: StagedCopy) -> None:
-    """Commit ``staged`` and record it in the partition's progress; a failure raises (the pass
-    fails, recovery resolves the attempt; the caller discards a pipelined next one)."""
+    """Commit ``staged`` and record it in the partition's progress in memory (the caller saves
+    it); a failure raises (the pass fails, recovery resolves the attempt; the caller discards a
+    pipelined next one)."""
     try:
         copied = commit_staged(ctx, staged)
     except Exception as err:
@@ -336,7 +361,6 @@ def _commit_one(ctx: PartitionContext, tally: CopyTally, staged: StagedCopy) -> 
     ctx.progress.highest_tiered_offset = copied.manifest.last_offset
     if ctx.progress.remote_log_start_offset < 0:
         ctx.progress.remote_log_start_offset = copied.manifest.base_offset
-    ctx.save_progress()
     release_tiered(ctx)  # its sight pin: the segment is remote now
     tally.copied.append(copied.manifest.base_offset)
     tally.copied_bytes += copied.manifest.size_bytes

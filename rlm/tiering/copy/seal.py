@@ -218,11 +218,13 @@ def _upload_objects(
     rest = {name: functools.partial(put_file, object_key, path) for object_key, name, path in files}
     rest[ENTRIES_OBJECT] = functools.partial(put, entries_key, entries_blob)
     if log_upload is not None:
-        stored_log, more = upload_together(log_upload, rest)
+        stored_log, more = upload_together(ctx.shared.companions, log_upload, rest)
         return {LOG_OBJECT: stored_log, **more}
     with ctx.shared.upload_slots:
         stored_log, more = upload_together(
-            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True, control=control), rest
+            ctx.shared.companions,
+            functools.partial(upload_file, ctx, log[0], log[1], watch_half=True, control=control),
+            rest,
         )
     return {LOG_OBJECT: stored_log, **more}
 

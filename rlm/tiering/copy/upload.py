@@ -96,10 +96,13 @@ def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
 
 
 def upload_together(
-    first: Callable[[], StoredObject], rest: Mapping[str, Callable[[], StoredObject]]
+    pool: concurrent.futures.Executor,
+    first: Callable[[], StoredObject],
+    rest: Mapping[str, Callable[[], StoredObject]],
 ) -> tuple[StoredObject, dict[str, StoredObject]]:
     """Run ``first`` (the ``.log``) on this thread while ``rest`` (its companions, by manifest
-    name) upload on up to :data:`COMPANION_THREADS` threads.
+    name) upload on ``pool`` (the process's companion threads, ``SharedResources.companions``:
+    :data:`COMPANION_THREADS` per concurrent upload).
 
     Each companion is small but costs the store a round trip of its own — on HDFS a file create
     and close, 0.1–0.5 s on a quiet cluster — so one after another they, not the bytes, were most
@@ -109,14 +112,13 @@ def upload_together(
     """
     if not rest:
         return first(), {}
-    with concurrent.futures.ThreadPoolExecutor(
-        min(len(rest), COMPANION_THREADS), thread_name_prefix="rlm-upload"
-    ) as pool:
-        futures = {name: pool.submit(upload) for name, upload in rest.items()}
-        try:
-            head = first()
-        except BaseException:
-            for future in futures.values():
-                future.cancel()
-            raise
-        return head, {name: future.result() for name, future in futures.items()}
+    futures = {name: pool.submit(upload) for name, upload in rest.items()}
+    try:
+        head = first()
+    except BaseException:
+        for future in futures.values():
+            future.cancel()
+        raise
+    finally:
+        concurrent.futures.wait(futures.values())  # none outlives its attempt
+    return head, {name: future.result() for name, future in futures.items()}

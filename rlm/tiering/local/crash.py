@@ -33,6 +33,7 @@ POINTS = (
     "mid_local_append",  # part of the segment's entries appended locally
     "before_fsync",  # local index bytes written, not yet fsynced
     "before_journal_finish",  # local index durable, COPY_FINISHED not written
+    "after_journal_finish",  # COPY_FINISHED durable, the run's progress.json not saved yet
     "after_delete_manifest",  # retention: manifest deleted, data still there
 )
 

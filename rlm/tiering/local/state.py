@@ -12,6 +12,7 @@ deleted; and with the identity they belong to, so readers can refuse a stale one
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 from collections.abc import Callable
@@ -204,6 +205,12 @@ class SharedResources:
     #: Where a leader's copy asks the broker's live high watermark when the checkpoint's holds a
     #: rolled segment back (rlm.cluster.log_starts; ``[cluster] bootstrap_servers``); None: never.
     high_watermarks: BrokerHighWatermarks | None = None
+    #: The threads a segment's companion objects upload on beside its ``.log``
+    #: (rlm.tiering.copy.upload.upload_together), kept for the process: a pool per segment started
+    #: and ended ~5 threads for every segment copied. Its idle threads end with it.
+    companions: concurrent.futures.Executor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rlm-upload")
+    )
 
 
 @dataclass(frozen=True, slots=True)
