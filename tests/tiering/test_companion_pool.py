@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,17 @@ def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
 
 def _stored(name: str) -> StoredObject:
     return StoredObject(name, 1, 0)
+
+
+def _slow(finished: threading.Event) -> Callable[[], StoredObject]:
+    """A companion upload that takes :data:`SLOW_S`, then sets ``finished``."""
+
+    def upload() -> StoredObject:
+        time.sleep(SLOW_S)
+        finished.set()
+        return _stored("slow")
+
+    return upload
 
 
 def test_companion_threads_are_kept_across_segments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,17 +68,12 @@ def test_a_failed_log_upload_returns_only_once_its_companions_ended(
 ) -> None:
     finished = threading.Event()
 
-    def slow() -> StoredObject:
-        time.sleep(SLOW_S)
-        finished.set()
-        return _stored("slow")
-
     def failing_log() -> StoredObject:
         time.sleep(0.05)  # the companion is running by now: it cannot be cancelled
         raise StorageError("log upload failed (test)")
 
     with pytest.raises(StorageError, match="log upload failed"):
-        upload_together(pool, failing_log, {"slow": slow})
+        upload_together(pool, failing_log, {"slow": _slow(finished)})
     assert finished.is_set()
 
 
@@ -76,16 +82,11 @@ def test_a_failed_companion_is_raised_once_the_others_ended(
 ) -> None:
     finished = threading.Event()
 
-    def slow() -> StoredObject:
-        time.sleep(SLOW_S)
-        finished.set()
-        return _stored("slow")
-
     def failing() -> StoredObject:
         raise StorageError("companion failed (test)")
 
     with pytest.raises(StorageError, match="companion failed"):
-        upload_together(pool, lambda: _stored("log"), {"failing": failing, "slow": slow})
+        upload_together(pool, lambda: _stored("log"), {"failing": failing, "slow": _slow(finished)})
     assert finished.is_set()
 
 

@@ -34,10 +34,16 @@ def _saved_highest(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return saved
 
 
-def _lasts(logs: Path) -> list[int]:
-    """The last offset of each rolled segment (the next one's base - 1)."""
+def _written(
+    tmp_path: Path, seed: int, interval_s: float, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path, list[int]]:
+    """A log dir of several rolled segments, an empty store, the save interval set to ``interval_s``;
+    (log dir, store, the last offset of each rolled segment: the next one's base - 1)."""
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    _write(logs, TOPIC, 0, seed=seed)
+    monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", interval_s)
     bases = [s.base_offset for s in list_segments(logs / f"{TOPIC}-0")]
-    return [b - 1 for b in bases[1:]]
+    return logs, store, [b - 1 for b in bases[1:]]
 
 
 def _progress(logs: Path) -> Progress:
@@ -48,11 +54,8 @@ def _progress(logs: Path) -> Progress:
 def test_a_run_within_the_interval_saves_once_when_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs, store = tmp_path / "logs", tmp_path / "store"
-    _write(logs, TOPIC, 0, seed=31)
-    lasts = _lasts(logs)
+    logs, store, lasts = _written(tmp_path, 31, 3600.0, monkeypatch)
     assert len(lasts) > 3
-    monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", 3600.0)
     saved = _saved_highest(monkeypatch)
     manager = _manager(logs, store)
 
@@ -74,10 +77,7 @@ def test_a_run_within_the_interval_saves_once_when_it_ends(
 def test_a_run_saves_at_most_once_per_interval_while_it_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs, store = tmp_path / "logs", tmp_path / "store"
-    _write(logs, TOPIC, 0, seed=32)
-    lasts = _lasts(logs)
-    monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", 0.0)  # due at every commit
+    logs, store, lasts = _written(tmp_path, 32, 0.0, monkeypatch)  # a save due at every commit
     saved = _saved_highest(monkeypatch)
     manager = _manager(logs, store)
 
@@ -87,10 +87,7 @@ def test_a_run_saves_at_most_once_per_interval_while_it_commits(
 
 
 def test_a_failed_run_saves_what_it_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logs, store = tmp_path / "logs", tmp_path / "store"
-    _write(logs, TOPIC, 0, seed=33)
-    lasts = _lasts(logs)
-    monkeypatch.setattr(copy_pass, "PROGRESS_SAVE_INTERVAL_S", 3600.0)
+    logs, store, lasts = _written(tmp_path, 33, 3600.0, monkeypatch)
     manager = RemoteLogManager(_settings(logs, store), _HeldCommit(str(store)), metrics=TieringMetrics())
 
     [result] = manager.run_once(gc=False)
