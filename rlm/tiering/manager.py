@@ -9,7 +9,6 @@ schedules passes; ``rlm run --once`` runs one pass over everything.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -45,7 +44,6 @@ from rlm.tiering.converge import (
     rebuild_local_index,
 )
 from rlm.tiering.copy import (
-    COMPANION_THREADS,
     CopyWatchdog,
     PendingSegment,
     copy_pending,
@@ -136,9 +134,6 @@ class RemoteLogManager:
             index_interval_bytes=settings.log.index_interval_bytes,
             protection=StoreProtection.from_settings(settings.remote),  # docs/protection.md
             high_watermarks=high_watermarks_of(settings.cluster),  # docs/operations.md
-            companions=concurrent.futures.ThreadPoolExecutor(
-                COMPANION_THREADS * t.max_concurrent_uploads, thread_name_prefix="rlm-upload"
-            ),
         )
         self.shared.pins = PinLedger(  # pins on sight and their bound (docs/operations.md)
             t.max_pinned_bytes,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import StorageError
-from rlm.tiering.copy import COMPANION_THREADS
 from rlm.tiering.copy.upload import upload_together
+from rlm.tiering.local import COMPANION_THREADS
 from rlm.tiering.store import StoredObject
 from tests.tiering.test_broker_files import TOPIC, _manager, _write
 

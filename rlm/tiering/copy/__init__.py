@@ -14,11 +14,9 @@ from rlm.tiering.copy.copy_pass import PendingSegment, copy_pending, pending_seg
 from rlm.tiering.copy.prepare import checksum_segment
 from rlm.tiering.copy.quarantine import reexamine_quarantine
 from rlm.tiering.copy.sight import hold, hold_unloaded
-from rlm.tiering.copy.upload import COMPANION_THREADS
 from rlm.tiering.copy.watchdog import CopyWatchdog
 
 __all__ = [
-    "COMPANION_THREADS",
     "CopyWatchdog",
     "PendingSegment",
     "checksum_segment",

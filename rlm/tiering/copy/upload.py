@@ -20,10 +20,7 @@ from rlm.storage.filestream import FileStream
 from rlm.tiering.local import PartitionContext, crash_point
 from rlm.tiering.store import StoredObject
 
-__all__ = ["COMPANION_THREADS", "UploadControl", "upload_bytes", "upload_file", "upload_together"]
-
-#: Companion objects of one segment uploaded at once beside its ``.log``.
-COMPANION_THREADS = 4
+__all__ = ["UploadControl", "upload_bytes", "upload_file", "upload_together"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +99,7 @@ def upload_together(
 ) -> tuple[StoredObject, dict[str, StoredObject]]:
     """Run ``first`` (the ``.log``) on this thread while ``rest`` (its companions, by manifest
     name) upload on ``pool`` (the process's companion threads, ``SharedResources.companions``:
-    :data:`COMPANION_THREADS` per concurrent upload).
+    :data:`~rlm.tiering.local.COMPANION_THREADS` per concurrent upload).
 
     Each companion is small but costs the store a round trip of its own — on HDFS a file create
     and close, 0.1–0.5 s on a quiet cluster — so one after another they, not the bytes, were most

@@ -23,6 +23,7 @@ from rlm.tiering.local.pin_files import PIN_FILE, SightPin, linked_files
 from rlm.tiering.local.pin_ledger import PinClaim, PinLedger
 from rlm.tiering.local.remote_root import RemoteView, of_context, remote_view, view_of
 from rlm.tiering.local.state import (
+    COMPANION_THREADS,
     PROGRESS_FILE,
     PartitionContext,
     PendingManifests,
@@ -37,6 +38,7 @@ from rlm.tiering.local.statefiles import loads_or_none
 from rlm.tiering.local.throttle import TokenBucket
 
 __all__ = [
+    "COMPANION_THREADS",
     "PIN_FILE",
     "PROGRESS_FILE",
     "Gap",

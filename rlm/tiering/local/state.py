@@ -39,6 +39,10 @@ from rlm.tiering.local.statefiles import int_field, loads_or_none, str_field
 from rlm.tiering.local.throttle import TokenBucket
 from rlm.tiering.store import SegmentManifest, StoreProtection, StoreView, object_keys
 
+#: Companion objects of one segment (indexes, snapshot, leader epochs, entries) uploaded at once
+#: beside its ``.log`` (rlm.tiering.copy.upload.upload_together).
+COMPANION_THREADS = 4
+
 __all__ = [
     "PROGRESS_FILE",
     "PartitionContext",
@@ -206,11 +210,15 @@ class SharedResources:
     #: rolled segment back (rlm.cluster.log_starts; ``[cluster] bootstrap_servers``); None: never.
     high_watermarks: BrokerHighWatermarks | None = None
     #: The threads a segment's companion objects upload on beside its ``.log``
-    #: (rlm.tiering.copy.upload.upload_together), kept for the process: a pool per segment started
-    #: and ended ~5 threads for every segment copied. Its idle threads end with it.
-    companions: concurrent.futures.Executor = field(
-        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rlm-upload")
-    )
+    #: (rlm.tiering.copy.upload.upload_together): :data:`COMPANION_THREADS` per concurrent upload,
+    #: kept for the process (a pool per segment started and ended ~5 threads for every segment
+    #: copied). Its idle threads end with it.
+    companions: concurrent.futures.Executor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.companions = concurrent.futures.ThreadPoolExecutor(
+            COMPANION_THREADS * self.settings.max_concurrent_uploads, thread_name_prefix="rlm-upload"
+        )
 
 
 @dataclass(frozen=True, slots=True)
