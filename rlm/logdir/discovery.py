@@ -34,6 +34,7 @@ from rlm.formats import naming
 from rlm.formats.checkpoint import parse_offset_checkpoint
 from rlm.formats.partition_metadata import MAX_FILE_BYTES, parse_partition_metadata
 from rlm.fsutil import FileMemo, Signature, settled, stat_signature
+from rlm.logdir.segment_layout import layout_of
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
@@ -286,41 +287,6 @@ def _known_partition_dir(
     return part
 
 
-def _base_offset_of(name: str) -> int | None:
-    try:
-        return naming.parse_base_offset(name)
-    except (RlmError, ValueError):
-        return None
-
-
-def _files_by_suffix(directory: Path, names: list[str], skip: SkipCallback) -> dict[str, dict[int, str]]:
-    """The segment files among ``names``: suffix → base offset → file name. Other files (KRaft
-    ``.checkpoint`` snapshots, ``partition.metadata``, remote index files, transient names) are
-    left out; a segment-suffixed name without a base offset is reported through ``skip``."""
-    by_suffix: dict[str, dict[int, str]] = {
-        naming.LOG: {},
-        naming.INDEX: {},
-        naming.TIME_INDEX: {},
-        naming.TXN_INDEX: {},
-        naming.SNAPSHOT: {},
-    }
-    for name in names:
-        if naming.is_transient(name):
-            continue
-        _, dot, suffix = name.partition(".")
-        if not dot:
-            continue
-        group = by_suffix.get("." + suffix)
-        if group is None:
-            continue  # .checkpoint snapshots, partition.metadata, remote index files, ...
-        base = _base_offset_of(name)
-        if base is None:
-            skip(directory / name, "file name does not start with a base offset")
-            continue
-        group[base] = name
-    return by_suffix
-
-
 def list_names(partition: PartitionDir | Path, *, on_skip: SkipCallback | None = None) -> list[str]:
     """The names in one partition directory (one listing); a directory that vanished lists
     nothing, reported through ``on_skip``. What :func:`list_segments` and the remote-index sets
@@ -351,29 +317,25 @@ def list_segments(
     directory = partition.path if isinstance(partition, PartitionDir) else Path(partition)
     if names is None:
         names = list_names(directory, on_skip=skip)
-    by_suffix = _files_by_suffix(directory, names, skip)
-
-    def companion(suffix: str, base: int) -> Path | None:
-        name = by_suffix[suffix].get(base)
-        return directory / name if name is not None else None
-
+    layout = layout_of(directory, names)
+    for path in layout.unnamed:
+        skip(path, "file name does not start with a base offset")
     segments: list[SegmentFiles] = []
-    for base in sorted(by_suffix[naming.LOG]):
-        log_path = directory / by_suffix[naming.LOG][base]
+    for paths in layout.segments:
         try:
-            size = log_path.stat().st_size
+            size = os.stat(paths.log).st_size
         except FileNotFoundError:
-            skip(log_path, "segment vanished during the listing (renamed to .deleted by the log store?)")
+            skip(paths.log, "segment vanished during the listing (renamed to .deleted by the log store?)")
             continue
         segments.append(
             SegmentFiles(
-                base_offset=base,
-                log=log_path,
+                base_offset=paths.base_offset,
+                log=paths.log,
                 size=size,
-                index=companion(naming.INDEX, base),
-                time_index=companion(naming.TIME_INDEX, base),
-                txn_index=companion(naming.TXN_INDEX, base),
-                snapshot=companion(naming.SNAPSHOT, base),
+                index=paths.index,
+                time_index=paths.time_index,
+                txn_index=paths.txn_index,
+                snapshot=paths.snapshot,
             )
         )
     return segments
