@@ -56,6 +56,13 @@ class KafkaMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.list_offsets_on_loop = Counter(
+            "rlm_kafka_list_offsets_on_loop",
+            "ListOffsets tried on the listener's event loop, by outcome: answered there (no "
+            "partition needed a step that waits), handed (a pool thread answered it whole)",
+            ["outcome"],
+            registry=registry,
+        )
         self.closed = Counter(
             "rlm_kafka_connections_closed",
             "Kafka listener connections closed by the "

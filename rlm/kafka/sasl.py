@@ -9,13 +9,21 @@ changes, so a password can be rotated without a restart. A PLAIN token is
 from __future__ import annotations
 
 import hmac
+import logging
 from pathlib import Path
+from typing import Any
+
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from rlm.config.secret_files import check_secret_file
 from rlm.errors import ConfigError
 from rlm.fsutil import FileMemo
+from rlm.kafka.protocol import Codes
+from rlm.kafka.steps import Conn
 
-__all__ = ["PlainUsers", "parse_users"]
+__all__ = ["PlainUsers", "authenticate", "handshake", "parse_users"]
+
+log = logging.getLogger(__name__)
 
 
 def parse_users(path: Path) -> dict[str, bytes]:
@@ -63,3 +71,35 @@ class PlainUsers:
         expected = users.get(user, b"\x00" * max(1, len(given)))
         ok = hmac.compare_digest(expected, given)
         return user if ok and user in users else None
+
+
+def handshake(users: PlainUsers | None, conn: Conn, body: Any, version: int) -> Any:
+    """SaslHandshake: PLAIN only, and only on a listener with users; v0 means the next frame is
+    the bare token (no SaslAuthenticate)."""
+    if users is None:
+        return SaslHandshakeResponse(error_code=Codes.ILLEGAL_SASL_STATE, mechanisms=[])
+    if body.mechanism != "PLAIN":
+        return SaslHandshakeResponse(error_code=Codes.UNSUPPORTED_SASL_MECHANISM, mechanisms=["PLAIN"])
+    conn.handshake = True
+    conn.raw_token_next = version == 0
+    return SaslHandshakeResponse(error_code=Codes.NONE, mechanisms=["PLAIN"])
+
+
+def authenticate(users: PlainUsers | None, conn: Conn, body: Any) -> Any:
+    """SaslAuthenticate after a PLAIN handshake; a failure is answered, then the connection closed."""
+
+    def answer(code: int, message: str | None) -> Any:
+        return SaslAuthenticateResponse(
+            error_code=code, error_message=message, auth_bytes=b"", session_lifetime_ms=0
+        )
+
+    if users is None or not conn.handshake or conn.authenticated:
+        conn.close_after = True
+        return answer(Codes.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN handshake")
+    user = users.authenticate(bytes(body.auth_bytes))
+    if user is None:
+        conn.close_after = conn.auth_failed = True  # as Kafka: answered, then the connection closed
+        log.info("kafka: %s: SASL/PLAIN authentication failed", conn.peer)
+        return answer(Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password")
+    conn.authenticated, conn.user = True, user
+    return answer(Codes.NONE, None)

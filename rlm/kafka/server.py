@@ -30,8 +30,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
-
 from rlm.config.brokers import KafkaSettings
 from rlm.config.tls import server_context
 from rlm.errors import KafkaProtocolError, RlmError
@@ -44,7 +42,6 @@ from rlm.kafka.protocol import (
     API_VERSIONS_KEY,
     SERVED,
     Api,
-    Codes,
     Frame,
     RequestFrame,
     api_versions_body,
@@ -55,7 +52,7 @@ from rlm.kafka.protocol import (
     peek_header,
     unsupported_api_versions,
 )
-from rlm.kafka.sasl import PlainUsers
+from rlm.kafka.sasl import PlainUsers, authenticate, handshake
 from rlm.kafka.steps import Conn as _Conn
 from rlm.kafka.steps import Relay as _Relay
 from rlm.kafka.steps import Rest as _Rest
@@ -340,15 +337,18 @@ class KafkaListener:
         req = parse_request(frame, self._served())
         if key == _FETCH:
             return self._fetch_step(conn, req, self.api.plan_fetch(req.body, req.version))
-        return self._encode(req, self._dispatch(conn, req))
+        return self._handled(conn, req)
 
     def _on_loop(self, conn: _Conn, frame: bytes) -> Frame | _Waiting | _Rest | None:
         """On the event loop: a Fetch answered (or to wait for) when its read waits for nothing
         (rlm/nowait.py), else what is left of it (:class:`_Rest`); None: not a Fetch to try here,
         the pool answers it whole (:meth:`_step`)."""
-        if not conn.authenticated or conn.raw_token_next or peek_header(frame)[0] != _FETCH:
+        if not conn.authenticated or conn.raw_token_next:
             return None
-        if not conn.on_loop.due():
+        key = peek_header(frame)[0]
+        if key == _LIST_OFFSETS and conn.offsets_on_loop.due():
+            return self._offsets_on_loop(conn, frame)
+        if key != _FETCH or not conn.on_loop.due():
             return None
         req = parse_request(frame, self._served())
         plan = self.api.plan_fetch(req.body, req.version)
@@ -363,6 +363,26 @@ class KafkaListener:
         conn.on_loop.answered()
         self.metrics.fetch_on_loop.labels(outcome="answered").inc()
         return step
+
+    def _offsets_on_loop(self, conn: _Conn, frame: bytes) -> Frame | _Rest:
+        """On the event loop: a ListOffsets answered whole when none of its partitions needs a
+        step that waits (the latest, earliest and tiered offsets come from the listing,
+        checkpoints and progress), else answered whole by a pool thread (a timestamp looked up in
+        the store, a question to the broker about a log start that is not fresh)."""
+        req = parse_request(frame, self._served())
+        try:
+            with without_waiting():
+                body = self._dispatch(conn, req)
+        except BlockingIOError:
+            conn.offsets_on_loop.waited()
+            self.metrics.list_offsets_on_loop.labels(outcome="handed").inc()
+            return _Rest(functools.partial(self._handled, conn, req))
+        conn.offsets_on_loop.answered()
+        self.metrics.list_offsets_on_loop.labels(outcome="answered").inc()
+        return self._encode(req, body)
+
+    def _handled(self, conn: _Conn, req: RequestFrame) -> Frame:
+        return self._encode(req, self._dispatch(conn, req))
 
     def _fetch_step(
         self, conn: _Conn, req: RequestFrame, plan: FetchPlan, sofar: FetchRead | None = None
@@ -395,9 +415,9 @@ class KafkaListener:
     def _dispatch(self, conn: _Conn, req: RequestFrame) -> Any:
         key, version = req.api.key, req.version
         if key == _SASL_HANDSHAKE:
-            return self._handshake(conn, req)
+            return handshake(self._users, conn, req.body, req.version)
         if key == _SASL_AUTHENTICATE:
-            return self._authenticate(conn, req)
+            return authenticate(self._users, conn, req.body)
         if key == _METADATA:
             return self.api.metadata(req.body, version, conn.host, conn.port)
         if key == _DELETE_RECORDS:
@@ -452,33 +472,3 @@ class KafkaListener:
             if read.errors or read.record_bytes >= req.body.min_bytes:
                 break
         return await loop.run_in_executor(pool, self._render, req, plan, read)
-
-    # -- SASL/PLAIN ---------------------------------------------------------------------------
-
-    def _handshake(self, conn: _Conn, req: RequestFrame) -> Any:
-        if self._users is None:
-            return SaslHandshakeResponse(error_code=Codes.ILLEGAL_SASL_STATE, mechanisms=[])
-        if req.body.mechanism != "PLAIN":
-            return SaslHandshakeResponse(error_code=Codes.UNSUPPORTED_SASL_MECHANISM, mechanisms=["PLAIN"])
-        conn.handshake = True
-        conn.raw_token_next = req.version == 0
-        return SaslHandshakeResponse(error_code=Codes.NONE, mechanisms=["PLAIN"])
-
-    def _authenticate(self, conn: _Conn, req: RequestFrame) -> Any:
-        def answer(code: int, message: str | None) -> Any:
-            return SaslAuthenticateResponse(
-                error_code=code, error_message=message, auth_bytes=b"", session_lifetime_ms=0
-            )
-
-        if self._users is None or not conn.handshake or conn.authenticated:
-            conn.close_after = True
-            return answer(Codes.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN handshake")
-        user = self._users.authenticate(bytes(req.body.auth_bytes))
-        if user is None:
-            conn.close_after = conn.auth_failed = True  # as Kafka: answered, then the connection closed
-            log.info("kafka: %s: SASL/PLAIN authentication failed", conn.peer)
-            return answer(
-                Codes.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password"
-            )
-        conn.authenticated, conn.user = True, user
-        return answer(Codes.NONE, None)

@@ -28,7 +28,8 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Rest:
-    """What is left of a Fetch begun on the event loop whose read would wait: for the pool."""
+    """What is left of a Fetch (or a ListOffsets) begun on the event loop whose read would wait:
+    for the pool."""
 
     run: Callable[[], Frame | Waiting]
 
@@ -59,3 +60,4 @@ class Conn:
     user: str | None = None  # who SASL authenticated; None: nobody (DeleteRecords is refused)
     relay: RelaySession | None = None  # its upstream connections for relayed group requests
     on_loop: LoopTries = field(default_factory=LoopTries)  # its Fetches tried on the event loop
+    offsets_on_loop: LoopTries = field(default_factory=LoopTries)  # its ListOffsets, likewise

@@ -3,7 +3,8 @@ in process over two tiered partitions whose older segments are only in the store
 read would wait (nothing cached) is handed to the pool, which goes on with it; one whose ranges are
 cached is answered on the loop; a Fetch of two partitions, the first cached and the second not,
 keeps the first's read and reads only the second in the pool. Answers on either path carry the
-same bytes. No timing is asserted."""
+same bytes. ListOffsets likewise: the latest, earliest and tiered offsets on the loop, a timestamp
+in the store's data in the pool, with the answers of an in-process read. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from prometheus_client import CollectorRegistry
 
 from rlm.config import load_settings
 from rlm.kafka.api import KafkaApi
 from rlm.kafka.metrics import KafkaMetrics
+from rlm.kafka.reads import list_offset
 from rlm.kafka.server import KafkaListener
 from rlm.storage.local import LocalBackend
 from rlm.testing.kafka_wire import fetch_request
@@ -41,12 +43,29 @@ class Served:
         for partition in (0, 1):
             delete_local_segments(logs / f"t-{partition}", keep_last=1)
         self.readers = TieredReaders(settings, LocalBackend(root=str(store)))
+        self.fresh = lambda: TieredReaders(settings, LocalBackend(root=str(store)))  # caches of its own
         self.registry = CollectorRegistry()
         metrics = KafkaMetrics(self.registry)
         self.listener = KafkaListener(KafkaApi(self.readers), settings.kafka, metrics=metrics).start()
 
-    def on_loop(self, outcome: str) -> float:
-        return self.registry.get_sample_value("rlm_kafka_fetch_on_loop_total", {"outcome": outcome}) or 0.0
+    def on_loop(self, outcome: str, api: str = "fetch") -> float:
+        name = f"rlm_kafka_{api}_on_loop_total"
+        return self.registry.get_sample_value(name, {"outcome": outcome}) or 0.0
+
+    def list_offsets(self, sock: Any, timestamps: list[int]) -> list[tuple[int, int, int]]:
+        """(error, offset, leader epoch) of ``t-0`` at each timestamp, in one ListOffsets v9."""
+        t = ListOffsetsRequest.ListOffsetsTopic
+        parts = [
+            t.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=ts)
+            for ts in timestamps
+        ]
+        req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[t(name="t", partitions=parts)])
+        got = call(self.listener.port, req, 9, ListOffsetsResponse, sock=sock)
+        return [(p.error_code, p.offset, p.leader_epoch) for p in got.topics[0].partitions]
+
+    def expected(self, timestamp: int) -> tuple[int, int, int]:
+        got = list_offset(self.readers, "t", 0, timestamp, False, 9)
+        return (got.error, got.offset, got.leader_epoch)
 
     def fetch(self, sock: Any, parts: list[tuple[str, int, int]]) -> list[bytes]:
         req = fetch_request(parts, max_bytes=1 << 20, partition_max_bytes=2_000)
@@ -110,3 +129,33 @@ def test_a_fetch_handed_over_keeps_the_partitions_read_on_the_loop(
     assert reads.count((0, 0)) == 1 and reads.count((1, 0)) == 1  # t-0's read on the loop was kept
     (t1,) = fetch([("t", 1, 0)])
     assert both == [t0, t1] and t0 and t1
+
+
+def test_list_offsets_of_the_special_offsets_are_answered_on_the_loop(served: Served) -> None:
+    specials = [-1, -2, -4, -5]
+    sock = connect(served.listener.port)
+    try:
+        got = served.list_offsets(sock, specials)
+        again = served.list_offsets(sock, specials)
+    finally:
+        sock.close()
+    assert (served.on_loop("answered", "list_offsets"), served.on_loop("handed", "list_offsets")) == (2, 0)
+    assert got == again == [served.expected(ts) for ts in specials]
+    assert got[1][1] == 0 and got[3][1] > 0  # the earliest offset, and something tiered
+
+
+def test_a_list_offsets_that_looks_in_the_store_is_answered_whole_in_the_pool(served: Served) -> None:
+    other = served.fresh()  # not the listener's: its caches stay cold
+    try:
+        first = other.reader("t", 0).lookup_offset(0).batch
+    finally:
+        other.close()
+    assert first is not None
+    asked = [-1, first.max_timestamp]  # the second: a timestamp lookup in the store's first segment
+    sock = connect(served.listener.port)
+    try:
+        got = served.list_offsets(sock, asked)
+    finally:
+        sock.close()
+    assert (served.on_loop("answered", "list_offsets"), served.on_loop("handed", "list_offsets")) == (0, 1)
+    assert got == [served.expected(ts) for ts in asked] and got[1][0] == 0 and got[1][1] >= 0
