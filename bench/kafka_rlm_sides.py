@@ -2,7 +2,7 @@
 
 * **rlm side** (A): a plain KRaft broker (rlm/testing/kafka_cluster.py) and an ``rlm run`` beside it
   (rlm/testing/sidecar.py: a ``local`` store, its Kafka listener, ``task_interval_ms`` = the bench's
-  task interval).
+  task interval, ``gc_grace_ms`` at its default: GC every 15 minutes, not on every pass as in tests).
 * **Kafka side** (B): the same broker with Kafka's own tiered storage (KIP-405) on:
   :data:`KAFKA_TIERED` — ``LocalTieredStorage`` (the kafka-storage test-jar, ``make kafka-tiered``)
   writing into a folder, the topic-based remote log metadata manager on the broker's PLAINTEXT
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.benchlib import process_cpu_seconds
+from rlm.config import TieringSettings
 from rlm.testing.kafka_cluster import KAFKA_VERSION, KafkaCluster, kafka_libs, wait_until
 from rlm.testing.sidecar import run_sidecar, segment_bases
 
@@ -169,7 +170,9 @@ def sides(work: Path, task_interval_ms: int, broker: dict[str, object]) -> Itera
         stack.callback(native.close)
         plain.start()
         native.start()
-        tiering = {"task_interval_ms": task_interval_ms}
+        # gc_grace_ms at rlm's default (1 h: GC every 15 min), as Kafka's RLM runs at its defaults;
+        # the tests' config writer sets 0, which runs GC of abandoned attempts on every pass
+        tiering = {"task_interval_ms": task_interval_ms, "gc_grace_ms": TieringSettings().gc_grace_ms}
         # bootstrap_servers: a leader asks the broker's high watermark when the checkpoint's holds a
         # rolled segment back (docs/operations.md "The high watermark"), as Kafka's RLM reads it in memory
         # log_start_max_age_ms = -1: the readers' check of the broker's log start (one ListOffsets per
