@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
@@ -76,6 +77,9 @@ __all__ = [
 #: Top-level key components starting with this are reserved for backend internals.
 RESERVED_PREFIX = ".rlm-"
 MAX_KEY_BYTES = 1024
+# A backslash or a control character (below 32, or DEL): one regex search, not a Python loop over
+# the key's characters (every put, get and read validates its key).
+_REFUSED_CHAR = re.compile(r"[\x00-\x1f\x7f\\]")
 MAX_LIST_LIMIT = 1000
 
 Data = bytes | bytearray | memoryview | BinaryIO
@@ -127,7 +131,7 @@ def validate_key(key: str) -> str:
         raise ValueError(f"invalid object key {key!r}: must be a non-empty string")
     if len(key.encode("utf-8")) > MAX_KEY_BYTES:
         raise ValueError(f"invalid object key {key[:60]!r}...: longer than {MAX_KEY_BYTES} bytes")
-    if "\\" in key or any(ord(c) < 32 or ord(c) == 127 for c in key):
+    if _REFUSED_CHAR.search(key):
         raise ValueError(f"invalid object key {key!r}: backslash or control character")
     parts = key.split("/")
     if any(p in ("", ".", "..") for p in parts):
