@@ -217,28 +217,49 @@ def _fits(builder: RemoteIndexSetBuilder, entry: RemoteLogIndexEntry) -> bool:
 
 class SetCache:
     """Parsed sets keyed by their gate's (path, inode, size, mtime): a set that changed is parsed
-    again. At most ``max_sets`` views (least recently used first out)."""
+    again. At most ``max_sets`` views (least recently used first out), and the gates' bases of at
+    most ``max_sets`` directory listings (each exact listing: a new name is a new listing)."""
 
     def __init__(self, max_sets: int = 256) -> None:
         self._views: OrderedDict[tuple[str, int, int, int], SetView | None] = OrderedDict()
+        self._gates: dict[tuple[str, ...], list[int]] = {}
         self._lock = threading.Lock()
         self.max_sets = max_sets
 
     def sets(self, directory: Path, names: Iterable[str] | None = None) -> list[SetView]:
         """Every set of the partition ``directory`` with an indexed entry, oldest first
         (``names``: its listing, as :func:`find_sets`)."""
-        found = find_sets(directory, names)
-        views = [self.get(directory, b) for b in sorted(found) if naming.REMOTE_OFFSET_INDEX in found[b]]
+        root = os.fspath(directory)
+        views = [self.get(directory, b, root) for b in self._gated(directory, names)]
         return [v for v in views if v is not None]
 
-    def get(self, directory: Path, base: int) -> SetView | None:
-        path = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
+    def _gated(self, directory: Path, names: Iterable[str] | None) -> list[int]:
+        """The bases of the sets ``names`` list a gate of, in offset order (:func:`find_sets`,
+        remembered per exact listing: a Fetch lists the directory, and it rarely changes)."""
+        if names is None:
+            return _gated(find_sets(directory))
+        listing = tuple(names)
+        found = self._gates.get(listing)
+        if found is None:
+            found = _gated(find_sets(directory, listing))
+            with self._lock:
+                if len(self._gates) >= self.max_sets:
+                    self._gates.clear()  # a bound, not an LRU
+                self._gates[listing] = found
+        return found
+
+    def get(self, directory: Path, base: int, root: str | None = None) -> SetView | None:
+        """The set at ``base`` (``root``: ``directory`` as a string, when the caller has it)."""
+        path = os.path.join(
+            os.fspath(directory) if root is None else root,
+            naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX),
+        )
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             return None
         # The inode tells a set published again (renamed into place) from the one it replaced.
-        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             if key in self._views:
                 self._views.move_to_end(key)
@@ -249,3 +270,7 @@ class SetCache:
             while len(self._views) > self.max_sets:
                 self._views.popitem(last=False)
         return view
+
+
+def _gated(found: dict[int, set[str]]) -> list[int]:
+    return sorted(base for base, suffixes in found.items() if naming.REMOTE_OFFSET_INDEX in suffixes)
