@@ -63,7 +63,7 @@ from kafka.protocol.sasl import (
 )
 
 from rlm.errors import KafkaProtocolError
-from rlm.formats.varint import encode_uvarint
+from rlm.formats.varint import decode_uvarint, encode_uvarint
 
 __all__ = [
     "API_VERSIONS",
@@ -81,6 +81,7 @@ __all__ = [
 ]
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
+_INT16 = struct.Struct(">h")
 #: Besides arrays, the kinds a -1 length makes null (a UUID has no null: all zeros decodes as None).
 _NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 
@@ -213,7 +214,8 @@ def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> Request
             f"api_key {key} version {version} is not served (versions {api.min_version}-{api.max_version})"
         )
     try:
-        body = api.request.decode(frame, version=version, header=True)
+        client_id, start = _client_id(frame, api.request.flexible_version_q(version))
+        body = api.request.decode(memoryview(frame)[start:], version=version)
     except Exception as err:  # the library raises struct/Index/Value/Unicode errors on garbage
         raise KafkaProtocolError(
             f"api_key {key} version {version}: the request does not decode: {type(err).__name__}: {err}"
@@ -221,7 +223,32 @@ def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> Request
     null = _null_field(api.request._struct, body, version)
     if null is not None:
         raise KafkaProtocolError(f"api_key {key} version {version}: non-nullable field {null} is null")
-    return RequestFrame(api, version, correlation_id, body.header.client_id, body)
+    return RequestFrame(api, version, correlation_id, client_id, body)
+
+
+def _client_id(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """A request header's client id and the position its body starts at: Kafka's RequestHeader
+    v1 (``flexible``: v2, then tagged fields, which no API served reads). Decoded here, as the
+    library reads it (a negative length is null, the string is strict UTF-8), because its header
+    decoding — the frame copied into a BytesIO, then a field walk not compiled as bodies' are —
+    was half of parsing a Fetch request. Raises on bytes that do not decode (the caller names them);
+    the decoded body then has no ``header``: only this client id is ever read of it."""
+    pos = _HEAD.size
+    (length,) = _INT16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if length >= 0:
+        if pos + length > len(frame):
+            raise ValueError("Buffer underrun decoding string")
+        client_id = str(frame[pos : pos + length], "utf-8")
+        pos += length
+    if flexible:
+        count, pos = decode_uvarint(frame, pos, kind="tagged field count")
+        for _ in range(count):
+            _tag, pos = decode_uvarint(frame, pos, kind="tag")
+            size, pos = decode_uvarint(frame, pos, kind="tagged field size")
+            pos += size
+    return client_id, pos
 
 
 def _null_field(struct: Any, value: Any, version: int) -> str | None:
