@@ -19,14 +19,14 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlm.errors import RlmError
 from rlm.formats import naming
 from rlm.formats.indexes.offset_index import INT32_MAX, OffsetIndex
 from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
-from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder
+from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder, find_entry_for_offset
 from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Buffer
 
@@ -114,22 +114,50 @@ def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
     return out
 
 
+#: Decoded entries a :class:`SetView` keeps (then it starts over: a bound, not an LRU).
+_DECODED_PER_VIEW = 1024
+
+
 @dataclass
 class SetView:
     """One set as a lookup reads it: both derived indexes and the entries' bytes, with the first
-    and last entry decoded (None for a set with no whole entry yet)."""
+    and last entry decoded (None for a set with no whole entry yet).
+
+    Its bytes never change (a set that changed is read into a new view), so the entries decoded
+    from them are kept, up to :data:`_DECODED_PER_VIEW`: consecutive Fetches of a partition find
+    and walk the same few entries, each decode a CRC check and several objects."""
 
     base_offset: int
     offsets: OffsetIndex
     times: TimeIndex
-    log_index: bytes | mmap.mmap
+    log_index: bytes  # immutable: what it decodes to is kept
     first: DecodedEntry | None
     last: DecodedEntry | None
+    _decoded: dict[int, DecodedEntry] = field(default_factory=dict, repr=False, compare=False)
+
+    def entry_at(self, position: int) -> DecodedEntry:
+        """The entry starting at byte ``position`` of :attr:`log_index` (:func:`decode_entry`:
+        raises for bytes that are no entry, which are not kept)."""
+        found = self._decoded.get(position)
+        if found is None:
+            found = decode_entry(self.log_index, position)
+            if len(self._decoded) >= _DECODED_PER_VIEW:
+                self._decoded.clear()
+            self._decoded[position] = found  # racing threads store equal entries
+        return found
+
+    def _decode(self, buf: Buffer, position: int) -> DecodedEntry:
+        assert buf is self.log_index
+        return self.entry_at(position)
+
+    def find_entry(self, offset: int) -> DecodedEntry | None:
+        """:func:`find_entry_for_offset` in this set, decoding through :meth:`entry_at`."""
+        return find_entry_for_offset(self.offsets, self.log_index, offset, self._decode)
 
     def entry_after(self, entry: DecodedEntry) -> DecodedEntry | None:
         if entry.end_position >= len(self.log_index):
             return None
-        return decode_entry(self.log_index, entry.end_position)
+        return self.entry_at(entry.end_position)
 
     def entries_from(self, entry: DecodedEntry) -> Iterator[DecodedEntry]:
         current: DecodedEntry | None = entry

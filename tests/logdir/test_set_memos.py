@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rlm.formats import naming
+from rlm.formats.indexes.remote_index import iter_entries
+from rlm.formats.indexes.remote_index_derived import find_entry_for_offset
+from rlm.logdir import index_sets
 from rlm.logdir.discovery import list_names, partition_dir
 from rlm.logdir.index_sets import SetCache
 from rlm.storage.local import LocalBackend
@@ -63,3 +68,18 @@ def test_local_sets_found_whole_are_checked_again_when_the_sets_or_the_claim_cha
     # Views read again (new objects, say after the cache dropped them): checked again, still whole.
     again = SetCache().sets(part.path)
     assert sets.served(part, whole, again) is again
+
+
+def test_entries_a_view_keeps_are_the_entries_its_bytes_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs, _ = _tiered(tmp_path)
+    monkeypatch.setattr(index_sets, "_DECODED_PER_VIEW", 2)  # so the walk starts over several times
+    for view in SetCache().sets(logs / "t-0"):
+        assert view.first is not None and view.last is not None
+        strict = list(iter_entries(view.log_index))
+        for _ in range(2):  # decoded, then kept (or decoded again once over the bound)
+            assert list(view.entries_from(view.first)) == strict
+            for offset in range(view.first.entry.first_offset - 1, view.last.entry.last_offset + 2):
+                assert view.find_entry(offset) == find_entry_for_offset(view.offsets, view.log_index, offset)
+        assert len(view._decoded) <= 2
