@@ -82,6 +82,7 @@ __all__ = [
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
 _INT16 = struct.Struct(">h")
+_RESPONSE_HEAD = struct.Struct(">ii")  # a response frame's size, then its header's correlation id
 #: Besides arrays, the kinds a -1 length makes null (a UUID has no null: all zeros decodes as None).
 _NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 
@@ -301,9 +302,17 @@ def _checks(struct: Any, version: int) -> list[tuple[str, bool, Any, bool]]:
 def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes | bytearray:
     """The framed response: size, header (flexible as the version says), body, in one buffer
     (record bytes copied into it; a Fetch answer goes out by :func:`encode_fetch_response`)."""
-    body.API_VERSION = version  # before the header: the setter would write it into a request header
-    body.with_header(correlation_id=correlation_id)
-    out: bytearray = body.encode(header=True, framed=True)
+    body.API_VERSION = version
+    encoded = body.encode()
+    # Kafka's ResponseHeader v0 (the correlation id), v1 from the API's first flexible version on
+    # (then no tagged fields: one 0 byte) — except ApiVersions' (always v0, KIP-511). Written here:
+    # the library encodes a header by walking its schema uncompiled, a fifth of a Fetch answer's
+    # encoding.
+    tagged = api.key != API_VERSIONS_KEY and api.response.flexible_version_q(version)
+    head = _RESPONSE_HEAD.size + (1 if tagged else 0)
+    out = bytearray(head + len(encoded))
+    _RESPONSE_HEAD.pack_into(out, 0, len(out) - 4, correlation_id)  # tagged: out[8] stays 0
+    out[head:] = encoded
     return out
 
 

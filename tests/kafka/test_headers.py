@@ -1,7 +1,8 @@
 """The listener decodes a request's header itself (rlm/kafka/protocol.py ``_client_id``): the
 client id and the body it finds are the library's for every header shape a client sends —
 null, empty and non-ASCII client ids, flexible headers with tagged fields — and a header that does
-not decode is refused, as the library refuses it."""
+not decode is refused, as the library refuses it. It writes a response's header itself too
+(``encode_response``): the frames are the library's byte for byte."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from rlm.errors import KafkaProtocolError
 from rlm.formats.varint import encode_uvarint
-from rlm.kafka.protocol import SERVED, parse_request
+from rlm.kafka.protocol import SERVED, encode_response, parse_request
 from rlm.testing.kafka_wire import fetch_request
 
 
@@ -72,3 +73,16 @@ def test_a_header_that_does_not_decode_is_refused(cut: Any) -> None:
     frame = _frame(fetch_request([("t", 0, 5)]), 12, "rlmxx", [])
     with pytest.raises(KafkaProtocolError, match="does not decode"):
         parse_request(cut(frame))
+
+
+@pytest.mark.parametrize("api", SERVED.values(), ids=lambda a: a.name)
+def test_responses_are_framed_as_the_library_frames_them(api: Any) -> None:
+    """The response header too is written by the listener (``encode_response``): byte for byte the
+    library's, for every API and version served — ApiVersions' header is v0 even when flexible."""
+    for version in range(api.min_version, api.max_version + 1):
+        expected = api.response()
+        expected.API_VERSION = version
+        expected.with_header(correlation_id=-7)
+        assert bytes(encode_response(api, version, -7, api.response())) == bytes(
+            expected.encode(header=True, framed=True)
+        ), version
