@@ -5,6 +5,7 @@ seen by the next request."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from rlm.errors import PartitionNotFoundError
 from rlm.storage.local import LocalBackend
+from rlm.tiering.converge.identity import DIR_MARKER, read_dir_token
 from rlm.tiering.read.readers import TieredReaders
 from tests.logdir.test_discovery import ID_A, ID_B, _write_topic_id
 from tests.lookup.helpers import settings_for, write_generated
@@ -36,3 +38,18 @@ def test_each_request_sees_the_partition_directory_as_it_is_now(tmp_path: Path) 
     shutil.rmtree(part)
     with pytest.raises(PartitionNotFoundError):
         readers.reader("t", 0)
+
+
+def test_the_directory_token_is_the_marker_as_it_is_now(tmp_path: Path) -> None:
+    """served_progress asks every Fetch for the directory's token (its marker's path is kept)."""
+    part = tmp_path / "t-0"
+    part.mkdir()
+    assert read_dir_token(part) is None
+    old = time.time_ns() - 10**9  # settled: kept under its signature
+    for n, token in enumerate(["aaaa", "bbbb"]):
+        (part / DIR_MARKER).write_text(token)
+        os.utime(part / DIR_MARKER, ns=(old + n, old + n))
+        assert read_dir_token(part) == read_dir_token(part) == token
+        shutil.rmtree(part)  # the directory deleted and created again: a new marker
+        part.mkdir()
+    assert read_dir_token(part) is None
