@@ -63,7 +63,7 @@ from kafka.protocol.sasl import (
 )
 
 from rlm.errors import KafkaProtocolError
-from rlm.formats.varint import encode_uvarint
+from rlm.formats.varint import decode_uvarint, encode_uvarint
 
 __all__ = [
     "API_VERSIONS",
@@ -81,6 +81,8 @@ __all__ = [
 ]
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: the first 8 bytes of a header
+_INT16 = struct.Struct(">h")
+_RESPONSE_HEAD = struct.Struct(">ii")  # a response frame's size, then its header's correlation id
 #: Besides arrays, the kinds a -1 length makes null (a UUID has no null: all zeros decodes as None).
 _NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 
@@ -213,7 +215,8 @@ def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> Request
             f"api_key {key} version {version} is not served (versions {api.min_version}-{api.max_version})"
         )
     try:
-        body = api.request.decode(frame, version=version, header=True)
+        client_id, start = _client_id(frame, api.request.flexible_version_q(version))
+        body = api.request.decode(memoryview(frame)[start:], version=version)
     except Exception as err:  # the library raises struct/Index/Value/Unicode errors on garbage
         raise KafkaProtocolError(
             f"api_key {key} version {version}: the request does not decode: {type(err).__name__}: {err}"
@@ -221,7 +224,32 @@ def parse_request(frame: bytes, served: dict[int, Api] | None = None) -> Request
     null = _null_field(api.request._struct, body, version)
     if null is not None:
         raise KafkaProtocolError(f"api_key {key} version {version}: non-nullable field {null} is null")
-    return RequestFrame(api, version, correlation_id, body.header.client_id, body)
+    return RequestFrame(api, version, correlation_id, client_id, body)
+
+
+def _client_id(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """A request header's client id and the position its body starts at: Kafka's RequestHeader
+    v1 (``flexible``: v2, then tagged fields, which no API served reads). Decoded here, as the
+    library reads it (a negative length is null, the string is strict UTF-8), because its header
+    decoding — the frame copied into a BytesIO, then a field walk not compiled as bodies' are —
+    was half of parsing a Fetch request. Raises on bytes that do not decode (the caller names them);
+    the decoded body then has no ``header``: only this client id is ever read of it."""
+    pos = _HEAD.size
+    (length,) = _INT16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if length >= 0:
+        if pos + length > len(frame):
+            raise ValueError("Buffer underrun decoding string")
+        client_id = str(frame[pos : pos + length], "utf-8")
+        pos += length
+    if flexible:
+        count, pos = decode_uvarint(frame, pos, kind="tagged field count")
+        for _ in range(count):
+            _tag, pos = decode_uvarint(frame, pos, kind="tag")
+            size, pos = decode_uvarint(frame, pos, kind="tagged field size")
+            pos += size
+    return client_id, pos
 
 
 def _null_field(struct: Any, value: Any, version: int) -> str | None:
@@ -230,32 +258,61 @@ def _null_field(struct: Any, value: Any, version: int) -> str | None:
     kafka-python decodes a -1 length as None whatever the schema; Kafka's broker refuses the
     request instead ("non-nullable field … was serialized as null"), and so does the listener:
     handlers may rely on every non-nullable field being there (a fuzzing finding, docs/fuzzing.md)."""
-    for name, field in struct.fields.items():
-        if not field.for_version_q(version) or field.tagged_field_q(version):
-            continue
+    for name, refused, inner, array in _checks(struct, version):
         got = getattr(value, name, None)
         if got is None:
-            # only length-prefixed kinds encode null (-1); a zero UUID also decodes as None
-            kind = str(field._json.get("type", ""))
-            if (kind.startswith("[]") or kind in _NULLABLE_KINDS) and not field.nullable_for_version_q(
-                version
-            ):
-                return str(name)
+            if refused:
+                return name
             continue
-        inner = field.array_of if field.is_struct_array() else field if field.is_struct() else None
-        for item in (got if field.is_struct_array() else [got]) if inner is not None else ():
+        for item in (got if array else [got]) if inner is not None else ():
             found = _null_field(inner, item, version)
             if found is not None:
                 return f"{name}.{found}"
     return None
 
 
+#: Per (schema struct, version): what :func:`_null_field` checks of each field the version has —
+#: ``(name, a null is refused, the inner struct or None, an array of them)``. The schema's answers,
+#: asked once: walking them per request was a tenth of a Fetch's parse. Bounded by the schemas and
+#: versions served (versions are checked before a body is decoded); the struct is kept so its id
+#: is never another's.
+_CHECKS: dict[tuple[int, int], tuple[Any, list[tuple[str, bool, Any, bool]]]] = {}
+
+
+def _checks(struct: Any, version: int) -> list[tuple[str, bool, Any, bool]]:
+    hit = _CHECKS.get((id(struct), version))
+    if hit is not None and hit[0] is struct:
+        return hit[1]
+    out: list[tuple[str, bool, Any, bool]] = []
+    for name, field in struct.fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        # only length-prefixed kinds encode null (-1); a zero UUID also decodes as None
+        kind = str(field._json.get("type", ""))
+        refused = (kind.startswith("[]") or kind in _NULLABLE_KINDS) and not field.nullable_for_version_q(
+            version
+        )
+        array = bool(field.is_struct_array())
+        inner = field.array_of if array else field if field.is_struct() else None
+        out.append((str(name), bool(refused), inner, array))
+    _CHECKS[(id(struct), version)] = (struct, out)  # the same list whoever wrote it first
+    return out
+
+
 def encode_response(api: Api, version: int, correlation_id: int, body: Any) -> bytes | bytearray:
     """The framed response: size, header (flexible as the version says), body, in one buffer
     (record bytes copied into it; a Fetch answer goes out by :func:`encode_fetch_response`)."""
-    body.API_VERSION = version  # before the header: the setter would write it into a request header
-    body.with_header(correlation_id=correlation_id)
-    out: bytearray = body.encode(header=True, framed=True)
+    body.API_VERSION = version
+    encoded = body.encode()
+    # Kafka's ResponseHeader v0 (the correlation id), v1 from the API's first flexible version on
+    # (then no tagged fields: one 0 byte) — except ApiVersions' (always v0, KIP-511). Written here:
+    # the library encodes a header by walking its schema uncompiled, a fifth of a Fetch answer's
+    # encoding.
+    tagged = api.key != API_VERSIONS_KEY and api.response.flexible_version_q(version)
+    head = _RESPONSE_HEAD.size + (1 if tagged else 0)
+    out = bytearray(head + len(encoded))
+    _RESPONSE_HEAD.pack_into(out, 0, len(out) - 4, correlation_id)  # tagged: out[8] stays 0
+    out[head:] = encoded
     return out
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "cleaned_partitions",
     "discover_partitions",
     "eligible_segments",
+    "known_partition_dir",
     "list_segments",
     "offset_checkpoint_entries",
     "partition_dir",
@@ -271,19 +272,33 @@ def _known_partition_dir(
     known: dict[str, tuple[Signature, PartitionDir]],
     seen: dict[str, tuple[Signature, PartitionDir]],
 ) -> PartitionDir:
-    """:func:`partition_dir` of a listed entry; the last discovery's when its ``partition.metadata``
-    kept the signature it was read with (kept only when the file had settled before that read:
-    :func:`~rlm.fsutil.settled`). A re-created topic's directory holds a new file: another one."""
-    meta = os.path.join(entry.path, PARTITION_METADATA)
+    """:func:`known_partition_dir` of a listed entry."""
+    return known_partition_dir(log_dir, parsed, entry.path, known, seen)
+
+
+def known_partition_dir(
+    log_dir: Path | str,
+    parsed: TopicPartition,
+    path: str,
+    known: dict[str, tuple[Signature, PartitionDir]],
+    seen: dict[str, tuple[Signature, PartitionDir]],
+) -> PartitionDir:
+    """:func:`partition_dir` of the existing directory ``path`` (``log_dir`` / name); the one
+    ``known`` has for it when its ``partition.metadata`` kept the signature it was read with (kept,
+    in ``seen``, only when the file had settled before that read: :func:`~rlm.fsutil.settled`).
+    A re-created topic's directory holds a new file: another one. For a daemon's discovery of every
+    partition every task interval, and the readers' lookup of a partition on every request."""
+    name = os.path.basename(path)
+    meta = os.path.join(path, PARTITION_METADATA)
     started_ns = time.time_ns()
     sig = stat_signature(meta)
-    hit = known.get(entry.name)
+    hit = known.get(name)
     if hit is not None and hit[0] == sig:
-        seen[entry.name] = hit
+        seen[name] = hit
         return hit[1]
-    part = partition_dir(log_dir, parsed[0], parsed[1], log_dir / entry.name)
+    part = partition_dir(Path(log_dir), parsed[0], parsed[1], Path(path))
     if part.identity_error is None and settled((sig,), started_ns) and stat_signature(meta) == sig:
-        seen[entry.name] = (sig, part)
+        seen[name] = (sig, part)
     return part
 
 

@@ -19,14 +19,14 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlm.errors import RlmError
 from rlm.formats import naming
 from rlm.formats.indexes.offset_index import INT32_MAX, OffsetIndex
 from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, scan_entries
-from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder
+from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder, find_entry_for_offset
 from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Buffer
 
@@ -114,22 +114,50 @@ def read_local_entries(directory: Path) -> list[RemoteLogIndexEntry]:
     return out
 
 
+#: Decoded entries a :class:`SetView` keeps (then it starts over: a bound, not an LRU).
+_DECODED_PER_VIEW = 1024
+
+
 @dataclass
 class SetView:
     """One set as a lookup reads it: both derived indexes and the entries' bytes, with the first
-    and last entry decoded (None for a set with no whole entry yet)."""
+    and last entry decoded (None for a set with no whole entry yet).
+
+    Its bytes never change (a set that changed is read into a new view), so the entries decoded
+    from them are kept, up to :data:`_DECODED_PER_VIEW`: consecutive Fetches of a partition find
+    and walk the same few entries, each decode a CRC check and several objects."""
 
     base_offset: int
     offsets: OffsetIndex
     times: TimeIndex
-    log_index: bytes | mmap.mmap
+    log_index: bytes  # immutable: what it decodes to is kept
     first: DecodedEntry | None
     last: DecodedEntry | None
+    _decoded: dict[int, DecodedEntry] = field(default_factory=dict, repr=False, compare=False)
+
+    def entry_at(self, position: int) -> DecodedEntry:
+        """The entry starting at byte ``position`` of :attr:`log_index` (:func:`decode_entry`:
+        raises for bytes that are no entry, which are not kept)."""
+        found = self._decoded.get(position)
+        if found is None:
+            found = decode_entry(self.log_index, position)
+            if len(self._decoded) >= _DECODED_PER_VIEW:
+                self._decoded.clear()
+            self._decoded[position] = found  # racing threads store equal entries
+        return found
+
+    def _decode(self, buf: Buffer, position: int) -> DecodedEntry:
+        assert buf is self.log_index
+        return self.entry_at(position)
+
+    def find_entry(self, offset: int) -> DecodedEntry | None:
+        """:func:`find_entry_for_offset` in this set, decoding through :meth:`entry_at`."""
+        return find_entry_for_offset(self.offsets, self.log_index, offset, self._decode)
 
     def entry_after(self, entry: DecodedEntry) -> DecodedEntry | None:
         if entry.end_position >= len(self.log_index):
             return None
-        return decode_entry(self.log_index, entry.end_position)
+        return self.entry_at(entry.end_position)
 
     def entries_from(self, entry: DecodedEntry) -> Iterator[DecodedEntry]:
         current: DecodedEntry | None = entry
@@ -217,28 +245,49 @@ def _fits(builder: RemoteIndexSetBuilder, entry: RemoteLogIndexEntry) -> bool:
 
 class SetCache:
     """Parsed sets keyed by their gate's (path, inode, size, mtime): a set that changed is parsed
-    again. At most ``max_sets`` views (least recently used first out)."""
+    again. At most ``max_sets`` views (least recently used first out), and the gates' bases of at
+    most ``max_sets`` directory listings (each exact listing: a new name is a new listing)."""
 
     def __init__(self, max_sets: int = 256) -> None:
         self._views: OrderedDict[tuple[str, int, int, int], SetView | None] = OrderedDict()
+        self._gates: dict[tuple[str, ...], list[int]] = {}
         self._lock = threading.Lock()
         self.max_sets = max_sets
 
     def sets(self, directory: Path, names: Iterable[str] | None = None) -> list[SetView]:
         """Every set of the partition ``directory`` with an indexed entry, oldest first
         (``names``: its listing, as :func:`find_sets`)."""
-        found = find_sets(directory, names)
-        views = [self.get(directory, b) for b in sorted(found) if naming.REMOTE_OFFSET_INDEX in found[b]]
+        root = os.fspath(directory)
+        views = [self.get(directory, b, root) for b in self._gated(directory, names)]
         return [v for v in views if v is not None]
 
-    def get(self, directory: Path, base: int) -> SetView | None:
-        path = directory / naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX)
+    def _gated(self, directory: Path, names: Iterable[str] | None) -> list[int]:
+        """The bases of the sets ``names`` list a gate of, in offset order (:func:`find_sets`,
+        remembered per exact listing: a Fetch lists the directory, and it rarely changes)."""
+        if names is None:
+            return _gated(find_sets(directory))
+        listing = tuple(names)
+        found = self._gates.get(listing)
+        if found is None:
+            found = _gated(find_sets(directory, listing))
+            with self._lock:
+                if len(self._gates) >= self.max_sets:
+                    self._gates.clear()  # a bound, not an LRU
+                self._gates[listing] = found
+        return found
+
+    def get(self, directory: Path, base: int, root: str | None = None) -> SetView | None:
+        """The set at ``base`` (``root``: ``directory`` as a string, when the caller has it)."""
+        path = os.path.join(
+            os.fspath(directory) if root is None else root,
+            naming.segment_file_name(base, naming.REMOTE_OFFSET_INDEX),
+        )
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             return None
         # The inode tells a set published again (renamed into place) from the one it replaced.
-        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             if key in self._views:
                 self._views.move_to_end(key)
@@ -249,3 +298,7 @@ class SetCache:
             while len(self._views) > self.max_sets:
                 self._views.popitem(last=False)
         return view
+
+
+def _gated(found: dict[int, set[str]]) -> list[int]:
+    return sorted(base for base, suffixes in found.items() if naming.REMOTE_OFFSET_INDEX in suffixes)

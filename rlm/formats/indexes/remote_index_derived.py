@@ -9,7 +9,7 @@ base offset.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rlm.errors import (
@@ -20,8 +20,12 @@ from rlm.formats.indexes.offset_index import INT32_MAX, Buffer, OffsetIndex, Off
 from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, decode_entry, iter_entries
 from rlm.formats.indexes.time_index import TimeIndex, TimeIndexBuilder
 
+#: Decodes the entry at a position of a ``.remotelogindex`` (:func:`decode_entry`'s signature).
+EntryDecoder = Callable[[Buffer, int], DecodedEntry]
+
 __all__ = [
     "AppendedEntry",
+    "EntryDecoder",
     "RemoteIndexSetBuilder",
     "derive_remote_indexes",
     "find_entry_for_offset",
@@ -145,8 +149,10 @@ def derive_remote_indexes(log_index: Buffer, base_offset: int) -> tuple[bytes, b
     return remote_offset_index_entries(decoded, base_offset), remote_time_index_entries(decoded, base_offset)
 
 
-def _entry_at(log_index: Buffer, position: int, expected_first_offset: int | None) -> DecodedEntry:
-    decoded = decode_entry(log_index, position)
+def _entry_at(
+    log_index: Buffer, position: int, expected_first_offset: int | None, decode: EntryDecoder = decode_entry
+) -> DecodedEntry:
+    decoded = decode(log_index, position)
     if expected_first_offset is not None and decoded.entry.first_offset != expected_first_offset:
         raise CorruptIndexError(
             f".remoteoffsetindex points at an entry with first offset {decoded.entry.first_offset}, "
@@ -158,26 +164,27 @@ def _entry_at(log_index: Buffer, position: int, expected_first_offset: int | Non
 
 
 def find_entry_for_offset(
-    offset_index: OffsetIndex, log_index: Buffer, target_offset: int
+    offset_index: OffsetIndex, log_index: Buffer, target_offset: int, decode: EntryDecoder = decode_entry
 ) -> DecodedEntry | None:
     """The first entry whose ``last_offset >= target_offset`` (docs/formats.md §5.2), or None past the set.
 
     That is the entry containing the offset, or — when it lies in a compaction gap or before the
     set — the next entry, whose first offset is the next existing one. O(log n): a floor lookup in
-    the ``.remoteoffsetindex``, then at most two entries decoded (CRC-verified).
+    the ``.remoteoffsetindex``, then at most two entries decoded (CRC-verified) by ``decode``
+    (:func:`decode_entry`, or a caller's memo of it).
     """
     if not offset_index or len(memoryview(log_index)) == 0:
         return None
     floor = offset_index.lookup(target_offset)
     # Below the first entry, lookup answers (base, 0): position 0 is the first entry anyway.
     expected = floor.offset if target_offset >= offset_index[0].offset else offset_index[0].offset
-    decoded = _entry_at(log_index, floor.position, expected)
+    decoded = _entry_at(log_index, floor.position, expected, decode)
     if decoded.entry.last_offset >= target_offset:
         return decoded
     if decoded.end_position >= len(memoryview(log_index)):
         return None
     # The floor entry ends before the target, so the next entry starts after it (a gap): it is the answer.
-    return decode_entry(log_index, decoded.end_position)
+    return decode(log_index, decoded.end_position)
 
 
 def find_entry_for_timestamp(

@@ -154,9 +154,20 @@ def _token_in(marker: Path) -> str | None:
 _TOKENS: FileMemo[str | None] = FileMemo(_token_in)
 
 
+#: Partition directory → its marker's path, built (and hashed: the memo's key) once rather than per
+#: Fetch. A function of the name only; at most this many (then it starts over).
+_MARKERS: dict[Path, Path] = {}
+_MAX_MARKERS = 65_536
+
+
 def read_dir_token(path: Path) -> str | None:
     """The token rlm left in the partition directory ``path`` (None: none, or unreadable)."""
-    return _TOKENS.get(path / DIR_MARKER)
+    marker = _MARKERS.get(path)
+    if marker is None:
+        if len(_MARKERS) >= _MAX_MARKERS:
+            _MARKERS.clear()
+        marker = _MARKERS[path] = path / DIR_MARKER
+    return _TOKENS.get(marker)
 
 
 def mark_dir(ctx: PartitionContext) -> None:

@@ -9,9 +9,9 @@ live manager when one runs in the same process, else from what the daemon persis
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from rlm.cluster.log_starts import BrokerLogStarts, LogStartQuery
 from rlm.config import Settings
@@ -19,9 +19,9 @@ from rlm.config.brokers import asks_log_starts
 from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
 from rlm.formats.checkpoint import EpochEntry
 from rlm.formats.naming import is_served_topic, validate_topic
-from rlm.fsutil import FileMemo
+from rlm.fsutil import FileMemo, Signature
 from rlm.logdir.checkpoint_cache import CheckpointCache
-from rlm.logdir.discovery import PartitionDir, discover_partitions, partition_dir
+from rlm.logdir.discovery import PartitionDir, discover_partitions, known_partition_dir
 from rlm.storage.api import StorageBackend
 from rlm.tiering.converge import persisted_progress
 from rlm.tiering.expire import TopicPolicyResolver
@@ -35,6 +35,9 @@ from rlm.tiering.store import StoreProtection
 __all__ = ["OffsetForTime", "ProgressSource", "TieredReaders", "check_partition_number", "check_topic_name"]
 
 ProgressSource = Callable[[PartitionDir], Progress]
+
+#: Partition directories a reader service remembers per log dir (then it starts over).
+_MAX_KNOWN_DIRS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class TieredReaders:
         # Asked on every request: read again only when the file changed (docs/read-path.md).
         self._progress_files = FileMemo(Progress.load)
         self._epochs = LeaderEpochs(settings.tiering)
+        # log dir -> partition dir name -> (partition.metadata signature, the PartitionDir read with it)
+        self._dirs: dict[str, dict[str, tuple[Signature, PartitionDir]]] = {}
 
     def close(self) -> None:
         """Stop the connection to the cluster, if one was opened (the read-ahead threads are daemons)."""
@@ -151,12 +156,20 @@ class TieredReaders:
         check_partition_number(partition)
         if not self.serves(topic):
             raise PartitionNotFoundError(f"partition {topic}-{partition} is not served (an internal topic)")
+        name = f"{topic}-{partition}"
         for log_dir in self.settings.log.dirs:
-            path = Path(log_dir) / f"{topic}-{partition}"
-            if path.is_dir():
-                # partition.metadata is parsed again only when it changed (logdir.read_topic_id)
-                return self._reader(partition_dir(Path(log_dir), topic, partition, path), query)
+            path = os.path.join(log_dir, name)
+            if os.path.isdir(path):
+                return self._reader(self._partition_dir(os.fspath(log_dir), (topic, partition), path), query)
         raise PartitionNotFoundError(f"partition {topic}-{partition} is not in log.dirs")
+
+    def _partition_dir(self, log_dir: str, parsed: tuple[str, int], path: str) -> PartitionDir:
+        """The partition's directory, the same while its ``partition.metadata`` is unchanged (one
+        ``stat``: no Paths built, no file read per request; logdir.known_partition_dir)."""
+        known = self._dirs.get(log_dir)
+        if known is None or len(known) >= _MAX_KNOWN_DIRS:
+            known = self._dirs[log_dir] = {}  # a bound, not an LRU
+        return known_partition_dir(log_dir, parsed, path, known, known)
 
     def offsets_for_times(
         self, timestamp: int, topics: Sequence[str] | None = None, minus_ms: int = 0

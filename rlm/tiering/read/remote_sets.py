@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from rlm.formats.indexes.remote_index import DecodedEntry
-from rlm.formats.indexes.remote_index_derived import find_entry_for_offset
 from rlm.formats.records import Buffer, RecordBatch
 from rlm.logdir.index_sets import SetView
 from rlm.tiering.read.max_timestamp import batches_max_timestamp
@@ -22,7 +21,7 @@ def chain_from(views: Sequence[SetView], offset: int) -> Iterator[DecodedEntry]:
     for view in views:
         if view.last is None or view.last.entry.last_offset < floor:
             continue
-        begin = find_entry_for_offset(view.offsets, view.log_index, floor) or view.first
+        begin = view.find_entry(floor) or view.first
         if begin is None:
             continue
         for entry in view.entries_from(begin):

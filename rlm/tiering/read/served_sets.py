@@ -17,6 +17,7 @@ import copy
 import itertools
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -39,6 +40,12 @@ Claim = tuple[int, int]
 
 #: Legit gaps between two local sets remembered (a bound, not an LRU).
 _MAX_GAPS = 4096
+
+#: Partitions whose local sets were last found whole, remembered (a bound, not an LRU).
+_MAX_WHOLE = 4096
+
+#: Which claim of which partition's root: ``(partition directory, key id, claim)``.
+_WholeKey = tuple[str, str | None, Claim]
 
 
 def claim_of(progress: Progress) -> Claim | None:
@@ -63,6 +70,8 @@ class StoreSets:
         self._views: OrderedDict[tuple[str, str | None, Claim], list[SetView]] = OrderedDict()
         self._building: dict[tuple[str, str | None, Claim], threading.Lock] = {}
         self._gaps: set[tuple[str, str | None, int, int]] = set()
+        # the local sets last found whole per claim: weak, so a set the SetCache dropped is not kept
+        self._whole: dict[_WholeKey, tuple[weakref.ref[SetView], ...]] = {}
         self._lock = threading.Lock()
 
     def served(self, part: PartitionDir, progress: Progress, local: list[SetView]) -> list[SetView]:
@@ -71,9 +80,18 @@ class StoreSets:
         root = view_of(part, progress)
         if claim is None or not root.servable:
             return local
+        whole_key = (str(part.path), root.key_id, claim)
+        if _same_views(self._whole.get(whole_key), local):
+            return local  # the very views found whole for this claim (a catch-up's every Fetch)
         remote = RemoteState(self.backend, part.topic, part.partition, root.key_id, self.protection)
         why = self._shortfall(remote, local, claim)
-        return local if why is None else self._from_store(remote, part, claim, why)
+        if why is not None:
+            return self._from_store(remote, part, claim, why)
+        with self._lock:
+            if len(self._whole) >= _MAX_WHOLE:
+                self._whole.clear()
+            self._whole[whole_key] = tuple(weakref.ref(view) for view in local)
+        return local
 
     # -- is the local index whole? --------------------------------------------------------------
 
@@ -171,6 +189,17 @@ class StoreSets:
                     self._views.popitem(last=False)
                 self._building.pop(key, None)
         return views
+
+
+def _same_views(known: tuple[weakref.ref[SetView], ...] | None, views: Sequence[SetView]) -> bool:
+    """Whether ``views`` are the very (unchanged: a changed set is a new view) objects ``known``
+    refers to. :meth:`StoreSets._shortfall` depends only on them, the claim and the root — and on
+    the store only through gaps it remembers for good — so their verdict stands."""
+    return (
+        known is not None
+        and len(known) == len(views)
+        and all(ref() is view for ref, view in zip(known, views, strict=True))
+    )
 
 
 def _chain_entries(remote: RemoteState, chain: Chain) -> list[RemoteLogIndexEntry]:
