@@ -34,6 +34,13 @@ from tests.tiering.helpers import REPO
 
 #: Small intervals so leadership moves and syncs are seen within a second or two.
 TASK_INTERVAL_MS = 200
+#: GC's grace for attempts no manifest names. Not the tests' usual 0: under ``leadership =
+#: "kraft"`` a sidecar that lost leadership still commits the segment in flight (docs/cluster.md),
+#: and only the grace keeps the new leader's GC from deleting that attempt's objects between its
+#: listing of the manifests and the old leader's commit — with 0 it did (a manifest naming deleted
+#: objects, every sidecar then failing to read them). Longer than any copy here, short enough for
+#: the final "store clean" check.
+GC_GRACE_MS = 5_000
 
 
 class RawStore:
@@ -150,6 +157,7 @@ class ClusterRig:
             cluster=cluster,
             task_interval_ms=TASK_INTERVAL_MS,
             index_entry_bytes=1024,
+            gc_grace_ms=GC_GRACE_MS,
         )
 
     def start_all(self) -> None:
