@@ -341,8 +341,9 @@ class KafkaListener:
 
     def _on_loop(self, conn: _Conn, frame: bytes) -> Frame | _Waiting | _Rest | None:
         """On the event loop: a Fetch answered (or to wait for) when its read waits for nothing
-        (rlm/nowait.py), else what is left of it (:class:`_Rest`); None: not a Fetch to try here,
-        the pool answers it whole (:meth:`_step`)."""
+        (rlm/nowait.py), else what is left of it (:class:`_Rest`); a ListOffsets likewise, whole
+        (:meth:`_offsets_on_loop`); None: not one to try here, the pool answers it whole
+        (:meth:`_step`)."""
         if not conn.authenticated or conn.raw_token_next:
             return None
         key = peek_header(frame)[0]
