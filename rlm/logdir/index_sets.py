@@ -29,6 +29,7 @@ from rlm.formats.indexes.remote_index import DecodedEntry, RemoteLogIndexEntry, 
 from rlm.formats.indexes.remote_index_derived import RemoteIndexSetBuilder, find_entry_for_offset
 from rlm.formats.indexes.time_index import TimeIndex
 from rlm.formats.records import Buffer
+from rlm.logdir.segment_layout import layout_of
 
 __all__ = [
     "SET_SUFFIXES",
@@ -247,12 +248,10 @@ def _fits(builder: RemoteIndexSetBuilder, entry: RemoteLogIndexEntry) -> bool:
 
 class SetCache:
     """Parsed sets keyed by their gate's (path, inode, size, mtime): a set that changed is parsed
-    again. At most ``max_sets`` views (least recently used first out), and the gates' bases of at
-    most ``max_sets`` directory listings (each exact listing: a new name is a new listing)."""
+    again. At most ``max_sets`` views (least recently used first out)."""
 
     def __init__(self, max_sets: int = 256) -> None:
         self._views: OrderedDict[tuple[str, int, int, int], SetView | None] = OrderedDict()
-        self._gates: dict[tuple[str, ...], list[int]] = {}
         self._lock = threading.Lock()
         self.max_sets = max_sets
 
@@ -263,20 +262,13 @@ class SetCache:
         views = [self.get(directory, b, root) for b in self._gated(directory, names)]
         return [v for v in views if v is not None]
 
-    def _gated(self, directory: Path, names: Iterable[str] | None) -> list[int]:
-        """The bases of the sets ``names`` list a gate of, in offset order (:func:`find_sets`,
-        remembered per exact listing: a Fetch lists the directory, and it rarely changes)."""
+    def _gated(self, directory: Path, names: Iterable[str] | None) -> Iterable[int]:
+        """The bases of the sets ``names`` list a gate of, in offset order: from the listing's
+        layout, kept per exact listing with its segments (rlm/logdir/segment_layout.py)."""
         if names is None:
-            return _gated(find_sets(directory))
-        listing = tuple(names)
-        found = self._gates.get(listing)
-        if found is None:
-            found = _gated(find_sets(directory, listing))
-            with self._lock:
-                if len(self._gates) >= self.max_sets:
-                    self._gates.clear()  # a bound, not an LRU
-                self._gates[listing] = found
-        return found
+            found = find_sets(directory)
+            return sorted(b for b, suffixes in found.items() if naming.REMOTE_OFFSET_INDEX in suffixes)
+        return layout_of(directory, list(names)).set_gates
 
     def get(self, directory: Path, base: int, root: str | None = None) -> SetView | None:
         """The set at ``base`` (``root``: ``directory`` as a string, when the caller has it)."""
@@ -300,7 +292,3 @@ class SetCache:
             while len(self._views) > self.max_sets:
                 self._views.popitem(last=False)
         return view
-
-
-def _gated(found: dict[int, set[str]]) -> list[int]:
-    return sorted(base for base, suffixes in found.items() if naming.REMOTE_OFFSET_INDEX in suffixes)

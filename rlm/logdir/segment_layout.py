@@ -1,5 +1,5 @@
-"""Which of a partition directory's names are which segment's files (docs/formats.md §2), kept per
-listing.
+"""Which of a partition directory's names are which segment's files, and which name a local
+remote-index set's gate (docs/formats.md §2, §5), kept per listing.
 
 :func:`~rlm.logdir.discovery.list_segments` runs on every ListOffsets and Fetch (the visibility
 authority answers from it) and on every copy pass. Turning a listing into ``Path`` objects — five
@@ -10,8 +10,13 @@ directory and its names in the order listed. Any other listing, one name more or
 names in another order, is a miss and is laid out anew. Nothing is trusted from a timestamp, and
 the sizes are not kept: the caller ``stat``-s each ``.log`` every time.
 
-Bound: layouts of at most :data:`MAX_SEGMENTS_KEPT` segments in all (~2 KiB each), least recently
-used dropped first; a listing of more segments than that is laid out and not kept.
+The local remote-index sets (rlm/logdir/index_sets.py) are found from the same listing on every
+Fetch: the bases whose gate (``.remoteoffsetindex``) is listed are part of the layout too, so one
+memo serves both.
+
+Bound: layouts of at most :data:`MAX_SEGMENTS_KEPT` segments in all (~2 KiB each; a listing of none
+counts as one), least recently used dropped first; a listing of more segments than that is laid out
+and not kept.
 """
 
 from __future__ import annotations
@@ -46,11 +51,18 @@ class SegmentPaths:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A listing's segments in base-offset order, and its segment-suffixed names that start with
-    no base offset (reported by the caller on every listing, kept or not)."""
+    """A listing's segments in base-offset order, its segment-suffixed names that start with no
+    base offset (reported by the caller on every listing, kept or not), and the bases of the local
+    remote-index sets whose gate it lists, ascending."""
 
     segments: tuple[SegmentPaths, ...]
     unnamed: tuple[Path, ...]
+    set_gates: tuple[int, ...]
+
+    @property
+    def weight(self) -> int:
+        """What it counts against :data:`MAX_SEGMENTS_KEPT`."""
+        return max(1, len(self.segments))
 
 
 _kept: OrderedDict[tuple[str, tuple[str, ...]], Layout] = OrderedDict()
@@ -69,16 +81,15 @@ def layout_of(directory: Path, names: list[str]) -> Layout:
             _kept.move_to_end(key)
             return hit
     layout = _lay_out(directory, names)
-    size = len(layout.segments)
-    if size > MAX_SEGMENTS_KEPT:
+    if layout.weight > MAX_SEGMENTS_KEPT:
         return layout
     with _lock:
         if key not in _kept:
             _kept[key] = layout
-            _kept_segments += size
+            _kept_segments += layout.weight
             while _kept_segments > MAX_SEGMENTS_KEPT:
                 _, dropped = _kept.popitem(last=False)
-                _kept_segments -= len(dropped.segments)
+                _kept_segments -= dropped.weight
     return layout
 
 
@@ -87,8 +98,14 @@ def _lay_out(directory: Path, names: list[str]) -> Layout:
     ``.checkpoint`` snapshots, ``partition.metadata``, remote index files) are left out."""
     by_suffix: dict[str, dict[int, str]] = {suffix: {} for suffix in _SUFFIXES}
     unnamed: list[Path] = []
+    gates: list[int] = []
     for name in names:
         if naming.is_transient(name):
+            continue
+        if name.endswith(naming.REMOTE_OFFSET_INDEX):  # a set's gate: its name's base, if any
+            gate = _base_offset_of(name)
+            if gate is not None:
+                gates.append(gate)
             continue
         _, dot, suffix = name.partition(".")
         if not dot:
@@ -117,7 +134,7 @@ def _lay_out(directory: Path, names: list[str]) -> Layout:
         )
         for base in sorted(by_suffix[naming.LOG])
     )
-    return Layout(segments, tuple(unnamed))
+    return Layout(segments, tuple(unnamed), tuple(sorted(gates)))
 
 
 def _base_offset_of(name: str) -> int | None:

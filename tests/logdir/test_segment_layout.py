@@ -101,3 +101,26 @@ def test_the_kept_layouts_are_bounded_by_segments(tmp_path: Path, monkeypatch: p
         _segment(big, base)
     segment_layout.layout_of(big, os.listdir(big))
     assert all(key[0] != str(big) for key in segment_layout._kept)  # more than the bound: not kept
+
+
+def test_the_layout_names_the_set_gates_of_its_listing(part: Path) -> None:
+    for base in (0, 100):
+        (part / segment_file_name(base, ".remotelogindex")).write_bytes(b"")
+    (part / segment_file_name(100, ".remoteoffsetindex")).write_bytes(b"")
+    (part / "junk.remoteoffsetindex").write_bytes(b"")  # no base offset: no set
+    assert segment_layout.layout_of(part, os.listdir(part)).set_gates == (100,)
+    (part / segment_file_name(0, ".remoteoffsetindex")).write_bytes(b"")
+    assert segment_layout.layout_of(part, os.listdir(part)).set_gates == (0, 100)
+
+
+def test_a_listing_of_no_segment_counts_against_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(segment_layout, "MAX_SEGMENTS_KEPT", 3)
+    monkeypatch.setattr(segment_layout, "_kept", type(segment_layout._kept)())
+    monkeypatch.setattr(segment_layout, "_kept_segments", 0)
+    for i in range(10):
+        d = tmp_path / f"e-{i}"
+        d.mkdir()
+        segment_layout.layout_of(d, [])
+    assert len(segment_layout._kept) == 3
