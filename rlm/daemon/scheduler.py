@@ -236,7 +236,9 @@ def tune_gc() -> None:
     is frozen out of every collection, and the youngest generation is collected every 20 000 net
     allocations instead of 700. Measured at 4 000 partitions: a restart's first pass spent ~0.3 s of
     its ~1.7 s in 720 collections, ~0.1 s with this. rlm's own objects rarely form cycles, so
-    the larger young generation delays little memory."""
+    the larger young generation delays little memory; a cycle that would hold a store read's bytes
+    is cut where it forms (rlm/tiering/read/readahead.py), since the collector's count of objects
+    does not see how many bytes wait for it."""
     gc.freeze()
     gc.set_threshold(20_000, 20, 10)
 

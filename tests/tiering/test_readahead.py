@@ -6,9 +6,11 @@ the log, and ``verify`` still catching a corrupt remote batch. No timing is asse
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +201,31 @@ def test_read_ahead_crosses_objects_and_no_range_is_read_twice(tmp_path: Path, m
     assert max(e - s for _o, s, e in t.backend.ranges if e is not None) > entry[2] - entry[1]
     assert t.metric("rlm_remote_prefetch_hits_total") >= len(fetched) - 3
     assert t.metric("rlm_remote_prefetch_wasted_bytes_total") == 0
+
+
+def test_read_ahead_leaves_no_garbage_cycle_holding_store_bytes(tmp_path: Path) -> None:
+    """A GET's bytes must go when the last range using them does, not when the cyclic collector
+    next runs: the daemon runs it rarely (tune_gc), and a catch-up's GETs waiting for it held
+    ~480 MiB and made every store read fault in fresh pages (BENCHMARKS.md, #35)."""
+    t = Catchup(tmp_path)
+    readers = t.readers()
+    gc.collect()
+    gc.disable()
+    try:
+        t.scan(readers, "catchup", 4_000)
+        assert t.metric("rlm_remote_prefetch_requests_total") > 3
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        holding = [
+            o
+            for o in gc.garbage
+            if isinstance(o, Future) and o.done() and not o.cancelled() and o.exception() is None
+        ]
+        assert holding == [], f"{len(holding)} finished reads freed only by the cyclic collector"
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 def test_read_ahead_stays_within_its_bounds(tmp_path: Path) -> None:
