@@ -188,7 +188,8 @@ class TieringSettings:
         268_435_456,
         v.integer(0),
         "Byte-bounded LRU of remote ranges read by lookups and fetches; ranges of sequential readers "
-        "are admitted with low priority (evicted first, never evicting lookups' ranges; "
+        "are admitted with low priority (evicted first, at most a quarter of it, never evicting lookups' "
+        "ranges; "
         "docs/read-path.md).",
     )
     read_ahead_bytes: int = key(

@@ -50,3 +50,22 @@ def test_read_ahead_slices_are_copied_before_the_main_segment_keeps_them() -> No
     promoted = cache.get(_key(0), "lookup")  # a lookup wants it: into the main segment, copied
     assert isinstance(promoted, bytes) and promoted == whole[:MIB]
     assert cache.bytes_held == 2 * MIB
+
+
+def test_a_catch_up_keeps_at_most_its_share_of_an_empty_cache() -> None:
+    """A catch-up reads each range once: it keeps its last ranges, a quarter of the bound, for a
+    reader close behind it, not the whole free cache (every page of which would be new memory)."""
+    cache = RemoteRangeCache(8 * MIB)
+    for i in range(20):
+        cache.put(_key(i), b"s" * MIB, "sequential")
+    kept = [i for i in range(20) if cache.get(_key(i), "sequential") is not None]
+    assert kept == [18, 19] and cache.bytes_held == 2 * MIB
+    assert cache.get(_key(19), "lookup") is not None  # promoted: the scan segment has room again
+    for i in range(20, 23):
+        cache.put(_key(i), b"s" * MIB, "sequential")
+    kept = [i for i in range(23) if cache.get(_key(i), "sequential") is not None]
+    assert kept == [19, 21, 22] and cache.bytes_held == 3 * MIB
+    for i in range(100, 106):  # lookups still use the whole bound
+        cache.put(_key(i), b"h" * MIB, "lookup")
+    assert all(cache.get(_key(i)) is not None for i in range(100, 106))
+    assert cache.bytes_held <= 8 * MIB

@@ -7,7 +7,8 @@ hide behind a small count. A range larger than the whole cache is returned but n
 Admission has two classes (docs/read-path.md): ``lookup`` ranges (point lookups, random fetches)
 live in the main LRU segment; ``sequential`` ranges (what a catch-up reader read or had read
 ahead) live in a low-priority segment that is evicted first, so a catch-up scan only ever uses free
-space and evicts its own ranges, never another reader's hot entries. A ``lookup`` hit on a
+space and evicts its own ranges, never another reader's hot entries, and holds at most
+:data:`SCAN_SHARE` of the bound. A ``lookup`` hit on a
 sequential range promotes it to the main segment; a ``sequential`` admission of a range the main
 segment holds (a catch-up passing a hot entry) leaves it there. Thread-safe; loads of the same range by
 concurrent callers are not coalesced (both fetch). Loads (the reads that reach the store) are
@@ -29,6 +30,12 @@ RangeKey = tuple[str, int, int]
 Admission = Literal["lookup", "sequential"]
 #: A range's bytes: read-ahead hands out zero-copy slices of one larger GET (docs/read-path.md).
 RangeBytes = bytes | memoryview
+#: The scan segment's part of the bound at most: a catch-up reads each range once, and what it
+#: keeps serves only a reader close behind it (a retried fetch, a second consumer in step), which
+#: a quarter covers. Filling the whole cache instead put every page of a first catch-up's first
+#: 256 MiB in new memory, which a VM whose freed pages go back to its host faults in at ~20 µs a
+#: page: most of that catch-up's CPU (BENCHMARKS.md, #35).
+SCAN_SHARE = 0.25
 
 
 def owned(data: RangeBytes) -> RangeBytes:
@@ -45,6 +52,7 @@ class RemoteRangeCache:
         self._main: OrderedDict[RangeKey, RangeBytes] = OrderedDict()
         self._scan: OrderedDict[RangeKey, RangeBytes] = OrderedDict()  # evicted first
         self._bytes = 0
+        self._scan_bytes = 0  # of _bytes, in the scan segment
         self._lock = threading.Lock()
         self.registry = registry or CollectorRegistry()
         self._declare_cache_metrics(self.registry)
@@ -132,6 +140,7 @@ class RemoteRangeCache:
                 data = self._scan.get(key)
                 if data is not None and admission == "lookup":  # wanted by a lookup: promote
                     del self._scan[key]
+                    self._scan_bytes -= len(data)
                     self._main[key] = promoted = owned(data)
                     self._bytes += len(promoted) - len(data)
                     data = promoted
@@ -156,14 +165,26 @@ class RemoteRangeCache:
             keep_main = admission == "lookup" or key in self._main
             if keep_main:
                 data = owned(data)
-            for segment in (self._main, self._scan):
-                old = segment.pop(key, None)
-                if old is not None:
-                    self._bytes -= len(old)
-            (self._main if keep_main else self._scan)[key] = data
+            old = self._main.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+            old = self._scan.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+                self._scan_bytes -= len(old)
+            if keep_main:
+                self._main[key] = data
+            else:
+                self._scan[key] = data
+                self._scan_bytes += len(data)
             self._bytes += len(data)
-            while self._bytes > self.max_bytes:
-                _, evicted = (self._scan or self._main).popitem(last=False)
+            scan_max = int(self.max_bytes * SCAN_SHARE)
+            while self._bytes > self.max_bytes or self._scan_bytes > scan_max:
+                if self._scan:
+                    _, evicted = self._scan.popitem(last=False)
+                    self._scan_bytes -= len(evicted)
+                else:
+                    _, evicted = self._main.popitem(last=False)
                 self._bytes -= len(evicted)
                 self.evictions.inc()
             self.size.set(self._bytes)
