@@ -72,11 +72,13 @@ def run(config_path: Path, once: bool, log_format: str, quiet: bool) -> None:
 def _daemon(settings: Settings, manager: RemoteLogManager) -> None:
     """The scheduler plus the HTTP API, until SIGTERM/SIGINT."""
     from rlm.cli.wiring import build_api
+    from rlm.daemon.allocator import tune_allocator
     from rlm.daemon.scheduler import TieringDaemon, tune_gc
     from rlm.http.server import ApiServer
     from rlm.http.tls import serving_context
 
     tls = serving_context(settings.server)  # a bad cert/key: one line, before anything starts
+    tune_allocator()  # before the first store read: its buffers' memory serves the next ones
     daemon = TieringDaemon(manager)
     daemon.handle_signals()  # before the API answers: a SIGTERM from then on is a clean stop
     parts = build_api(settings, manager)
