@@ -4,8 +4,9 @@ Options: ``root`` (required; a relative path is resolved against the current wor
 the backend is built, and normalised — the backend's options and its pickled copies carry the
 absolute path, so Spark executors in other directories use the same store: docs/spark-cluster.md),
 ``create`` (make ``root`` if missing, default true), ``fsync`` (default true), ``direct_io`` (default
-true: objects of 1 MiB or more are written with ``O_DIRECT``, past the page cache —
-:mod:`rlm.storage.direct_write` says why; a file system refusing it is written to buffered).
+true: objects of 1 MiB or more are written, and ranges of 1 MiB or more read, with ``O_DIRECT``,
+past the page cache — :mod:`rlm.storage.direct_write` and :mod:`rlm.storage.direct_read` say why;
+a file system refusing it is written to and read buffered).
 
 Durability and atomicity: every upload is written to ``<root>/.rlm-tmp/<random>``, flushed and
 fsync'ed, then published with ``os.replace`` (overwrite) or ``os.link`` (create-only-if-absent: the
@@ -38,6 +39,7 @@ from rlm.storage.api import (
     page_from_sorted,
     validate_key,
 )
+from rlm.storage.direct_read import MIN_BYTES, read_direct
 from rlm.storage.direct_write import copy_to_fd
 from rlm.storage.options import Option
 
@@ -62,7 +64,12 @@ class LocalBackend(StorageBackend):
         Option("root", "str", required=True, help="the directory holding the objects"),
         Option("create", "bool", default=True),
         Option("fsync", "bool", default=True),
-        Option("direct_io", "bool", default=True, help="write objects of 1 MiB or more past the page cache"),
+        Option(
+            "direct_io",
+            "bool",
+            default=True,
+            help="write objects and read ranges of 1 MiB or more past the page cache",
+        ),
     )
 
     @classmethod
@@ -187,6 +194,10 @@ class LocalBackend(StorageBackend):
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         try:
+            if self.options["direct_io"] and end is not None and end - start >= MIN_BYTES:
+                data = read_direct(self._path(key), start, end)
+                if data is not None:
+                    return data
             with open(self._path(key), "rb") as f:
                 if end is None:
                     f.seek(start)

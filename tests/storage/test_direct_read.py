@@ -1,0 +1,94 @@
+"""rlm.storage.direct_read and the local backend's reads with ``direct_io``: exact bytes for ranges
+around every alignment edge and past the end, large ranges read without filling the page cache
+(``mincore`` on a real file), small ones buffered, and a file system refusing ``O_DIRECT`` read
+buffered with the same bytes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm.storage import direct_read
+from rlm.storage.direct_read import ALIGN, MIN_BYTES, read_direct
+from rlm.storage.local import LocalBackend
+from tests.storage.test_direct_write import _refuses_direct, _resident_pages
+
+MIB = 1 << 20
+DATA = random.Random(35).randbytes(3 * MIB + 777)
+RANGES = [
+    (0, MIB),
+    (1, MIB + 1),
+    (ALIGN - 1, 2 * MIB + 3),
+    (ALIGN, 2 * MIB),
+    (5, len(DATA)),
+    (MIB + 9, len(DATA) + 5000),  # past the end: clipped
+    (len(DATA) - 3, len(DATA) + MIB),
+    (len(DATA), len(DATA) + MIB),  # at the end: nothing
+]
+
+
+@pytest.mark.parametrize(("start", "end"), RANGES)
+def test_every_range_reads_exactly(tmp_path: Path, start: int, end: int) -> None:
+    path = tmp_path / "object"
+    path.write_bytes(DATA)
+    if _refuses_direct(tmp_path):
+        pytest.fail(f"{tmp_path} refuses O_DIRECT: these tests need a file system that takes it")
+    assert read_direct(path, start, end) == DATA[start:end]
+
+
+def _backend(root: Path, **options: Any) -> LocalBackend:
+    return LocalBackend(root=str(root), **options)
+
+
+def test_large_ranges_are_read_past_the_page_cache_small_ones_are_not(tmp_path: Path) -> None:
+    backend = _backend(tmp_path / "store")
+    backend.put("seg/0.log", DATA)  # written direct: nothing of it in the page cache
+    path = tmp_path / "store" / "seg" / "0.log"
+    assert _resident_pages(path) == 0
+    assert backend.read("seg/0.log", 7, 2 * MIB + 7) == DATA[7 : 2 * MIB + 7]
+    assert _resident_pages(path) == 0
+    assert backend.read("seg/0.log", 0, MIN_BYTES - 1) == DATA[: MIN_BYTES - 1]
+    assert _resident_pages(path) > 0  # a small range is read buffered and stays cached
+    off = _backend(tmp_path / "store", direct_io=False)
+    assert off.read("seg/0.log", 3 * ALIGN, len(DATA)) == DATA[3 * ALIGN :]
+    assert _resident_pages(path) >= (len(DATA) - 3 * ALIGN) // ALIGN  # direct_io = false: buffered
+
+
+@pytest.mark.parametrize("where", ["open", "read"])
+def test_a_refused_direct_read_is_read_buffered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    backend = _backend(tmp_path / "store")
+    backend.put("seg/0.log", DATA)
+    real_open, real_preadv = os.open, os.preadv
+    refused: list[str] = []
+
+    def open_(path: Any, flags: int, *args: Any) -> int:
+        if where == "open" and flags & os.O_DIRECT:
+            refused.append(where)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+
+    def preadv(fd: int, buffers: Any, offset: int) -> int:
+        if where == "read":
+            refused.append(where)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_read.os, "open", open_)
+    monkeypatch.setattr(direct_read.os, "preadv", preadv)
+    assert read_direct(tmp_path / "store" / "seg" / "0.log", 0, 2 * MIB) is None
+    assert backend.read("seg/0.log", 11, 3 * MIB) == DATA[11 : 3 * MIB]
+    assert refused == [where, where]
+
+
+def test_a_missing_object_is_not_found(tmp_path: Path) -> None:
+    from rlm.errors import ObjectNotFoundError
+
+    with pytest.raises(ObjectNotFoundError):
+        _backend(tmp_path / "store").read("seg/none.log", 0, 2 * MIB)
