@@ -9,10 +9,10 @@ against ~0.1 when the same bytes were read again). With ``O_DIRECT`` the device 
 into the reader's buffer — memory the process reuses (:mod:`rlm.daemon.allocator`) — and the cold
 bytes do not evict the broker's hot pages, as with the writes.
 
-``O_DIRECT`` wants the file offset, the length and the memory aligned (:data:`ALIGN` bytes covers
-the common 512-byte and 4 KiB devices): the aligned superset of ``[start, end)`` is read into an
-aligned view of a larger ``bytearray`` and the range copied out of it (a ``bytes``, as every
-store read returns; the copy costs a fraction of what it saves). A file system that refuses
+``O_DIRECT`` wants the file offset, the length and the memory aligned (to direct_write's
+``ALIGN``): the aligned superset of ``[start, end)`` is read into an aligned view of a larger
+``bytearray`` and the range copied out of it (a ``bytes``, as every store read returns; the copy
+costs a fraction of what it saves). A file system that refuses
 ``O_DIRECT`` (at ``open`` or at the first read, ``EINVAL``) gets ``None``: the caller reads
 buffered. Ranges under :data:`MIN_BYTES` (manifests, index entries, small objects) are not worth it:
 read buffered, they stay in the page cache for the next reader.
@@ -24,18 +24,17 @@ import ctypes
 import errno
 import os
 
-__all__ = ["ALIGN", "MIN_BYTES", "read_direct"]
+from rlm.storage.direct_write import ALIGN, BUFFER, DIRECT_FLAG
 
-#: Alignment of direct reads' offsets, lengths and memory (bytes).
-ALIGN = 4096
-#: Ranges of at least this many bytes are read direct.
-MIN_BYTES = 1 << 20
+__all__ = ["MIN_BYTES", "read_direct"]
 
-_DIRECT = getattr(os, "O_DIRECT", 0)  # 0 where the platform has none: never direct
+#: Ranges of at least this many bytes are read direct: the size from which objects are written
+#: direct too.
+MIN_BYTES = BUFFER
 
 
 def _aligned(size: int) -> memoryview:
-    """A writable view of ``size`` bytes whose memory starts at a multiple of :data:`ALIGN`."""
+    """A writable view of ``size`` bytes whose memory starts at a multiple of ``ALIGN``."""
     buf = bytearray(size + ALIGN)
     address = ctypes.addressof(ctypes.c_char.from_buffer(buf))  # the export ends with the temporary
     skip = -address % ALIGN
@@ -46,10 +45,10 @@ def read_direct(path: str | os.PathLike[str], start: int, end: int) -> bytes | N
     """Bytes ``[start, end)`` of the file (clipped to its size), read with ``O_DIRECT``; None when
     the platform or the file system does not take it (the caller then reads buffered). Raises
     :class:`OSError` as ``open``/``read`` do (a missing file: :class:`FileNotFoundError`)."""
-    if not _DIRECT:
+    if not DIRECT_FLAG:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _DIRECT)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | DIRECT_FLAG)
     except OSError as e:
         if e.errno == errno.EINVAL:
             return None

@@ -28,14 +28,15 @@ import os
 import threading
 from typing import BinaryIO
 
-__all__ = ["ALIGN", "BUFFER", "copy_to_fd"]
+__all__ = ["ALIGN", "BUFFER", "DIRECT_FLAG", "copy_to_fd"]
 
 #: Alignment of direct writes' offsets and lengths, and of the buffer (bytes).
 ALIGN = 4096
 #: Bytes read from the stream per write (one page-aligned buffer per thread, reused).
 BUFFER = 1 << 20
 
-_DIRECT = getattr(os, "O_DIRECT", 0)  # 0 where the platform has none: always buffered
+#: ``os.O_DIRECT``; 0 where the platform has none: always buffered (reads too: direct_read.py).
+DIRECT_FLAG = getattr(os, "O_DIRECT", 0)
 _buffers = threading.local()
 
 
@@ -72,7 +73,7 @@ def _write_all(fd: int, data: memoryview, direct: bool) -> bool:
         except OSError as e:
             if not direct or e.errno != errno.EINVAL:
                 raise
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_DIRECT)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~DIRECT_FLAG)
             direct = False
             continue
         data = data[n:]
@@ -80,10 +81,10 @@ def _write_all(fd: int, data: memoryview, direct: bool) -> bool:
 
 
 def _go_direct(fd: int) -> bool:
-    if not _DIRECT:
+    if not DIRECT_FLAG:
         return False
     try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | _DIRECT)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | DIRECT_FLAG)
     except OSError:
         return False
     return True

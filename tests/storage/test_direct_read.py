@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from rlm.storage import direct_read
-from rlm.storage.direct_read import ALIGN, MIN_BYTES, read_direct
+from rlm.storage.direct_read import MIN_BYTES, read_direct
+from rlm.storage.direct_write import ALIGN
 from rlm.storage.local import LocalBackend
 from tests.storage.test_direct_write import _refuses_direct, _resident_pages
 
