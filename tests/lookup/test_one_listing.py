@@ -1,6 +1,7 @@
 """One request, one listing of the partition directory (issue #32, docs/visibility.md): the segments,
 the remote-index sets and the bounds a read applies all come from the same listing — a Kafka Fetch
-under either isolation level, every ListOffsets, and the HTTP/CLI lookups and fetches.
+under either isolation level, every ListOffsets, and the HTTP/CLI lookups and fetches. Once the
+directory has settled, later requests list it no more until it changes (rlm/logdir/listing_cache.py).
 
 The partition is transactional with a transaction left open in its tiered segments and one local
 segment left (as tests/tiering/test_lso.py builds them), so read_committed answers need the
@@ -12,6 +13,7 @@ has a topic id, as every partition of a KRaft broker: a partition without ``part
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 
 from rlm.config import settings_from_mapping
 from rlm.formats.partition_metadata import format_partition_metadata
+from rlm.fsutil import SETTLE_NS
 from rlm.kafka import reads
 from rlm.kafka.protocol import Codes
 from rlm.logdir.discovery import PARTITION_METADATA
@@ -135,3 +138,26 @@ def test_an_http_fetch_and_lookup_list_the_directory_once(
     assert start is not None
     assert listings.of(lambda: txn.fetch(readers.reader("txn", 0), start, 1 << 20, isolation)) == 1
     assert listings.of(lambda: readers.reader("txn", 0).lookup_offset(start)) == 1
+
+
+def test_a_settled_directory_is_not_listed_again_until_it_changes(lay: Layout, listings: Listings) -> None:
+    then = time.time_ns() - 2 * SETTLE_NS
+    os.utime(lay.part, ns=(then, then))
+    readers = _readers(lay)
+    start = readers.reader("txn", 0).visibility().offsets.log_start_offset
+    assert start is not None
+
+    def fetch() -> Any:
+        return reads.fetch_partition(readers, "txn", 0, start, 1 << 20, True, "k")
+
+    first: list[Any] = []
+    assert listings.of(lambda: first.append(fetch())) == 0  # listed by the visibility above
+    again: list[Any] = []
+    assert listings.of(lambda: again.append(fetch())) == 0
+    assert again[0].records == first[0].records and first[0].error == Codes.NONE
+    marker = lay.part / "00000000000999999999.log.deleted"  # a change of the entries: listed again
+    marker.write_bytes(b"")
+    try:
+        assert listings.of(fetch) == 1
+    finally:
+        marker.unlink()

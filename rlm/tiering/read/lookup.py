@@ -28,7 +28,7 @@ from rlm.cluster.log_starts import LogStartQuery
 from rlm.errors import InvalidArgumentError, OffsetInGapError, OffsetOutOfRangeError
 from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.formats.records import RecordBatch
-from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_names, list_segments
+from rlm.logdir.discovery import PartitionDir, SegmentFiles, list_segments
 from rlm.logdir.index_sets import SetView
 from rlm.nowait import may_wait
 from rlm.tiering.local import Progress, gap_at
@@ -129,8 +129,7 @@ class PartitionReader:
         offsets (:meth:`offsets`, ``at`` as there) and, when asked, the transactions of the
         same listing."""
         if segments is None:
-            self._names = list_names(self.part)
-            segments = list_segments(self.part, names=self._names)
+            self._names, segments = self.res.listings.get(self.part.path)
         return Visibility(self.offsets(segments, at=at), segments, functools.partial(self._txns, segments))
 
     def _txns(self, segments: Sequence[SegmentFiles], offsets: PartitionOffsets) -> PartitionTxns:

@@ -22,6 +22,7 @@ from rlm.formats.indexes.remote_index import DecodedEntry
 from rlm.logdir.checkpoint_cache import CheckpointCache
 from rlm.logdir.discovery import EligibilityPolicy
 from rlm.logdir.index_sets import SetCache
+from rlm.logdir.listing_cache import ListingCache
 from rlm.storage.api import StorageBackend
 from rlm.tiering.read.cache import Admission, RangeBytes, RangeKey, RemoteRangeCache
 from rlm.tiering.read.served_sets import StoreSets
@@ -351,6 +352,8 @@ class ReaderResources:
     #: The log dirs' parsed checkpoints, re-read only when a file changed (the daemon shares its
     #: manager's): a lookup would otherwise parse every partition's entries to find its own.
     checkpoints: CheckpointCache = field(default_factory=CheckpointCache)
+    #: The partition directories' listings, listed again only when a directory changed.
+    listings: ListingCache = field(default_factory=ListingCache)
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)
