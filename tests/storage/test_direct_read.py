@@ -1,7 +1,7 @@
 """rlm.storage.direct_read and the local backend's reads with ``direct_io``: exact bytes for ranges
 around every alignment edge and past the end, large ranges read without filling the page cache
-(``mincore`` on a real file), small ones buffered, and a file system refusing ``O_DIRECT`` read
-buffered with the same bytes."""
+(``mincore`` on a real file), small ones buffered, a file system refusing ``O_DIRECT`` read
+buffered with the same bytes, and the aligned buffers reused within their bound."""
 
 from __future__ import annotations
 
@@ -93,3 +93,28 @@ def test_a_missing_object_is_not_found(tmp_path: Path) -> None:
 
     with pytest.raises(ObjectNotFoundError):
         _backend(tmp_path / "store").read("seg/none.log", 0, 2 * MIB)
+
+
+def test_buffers_are_reused_within_their_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.write_bytes(DATA)
+    large.write_bytes(random.Random(36).randbytes(direct_read.KEEP_BYTES + 3 * ALIGN))
+    monkeypatch.setattr(direct_read, "_kept", [])
+    maps: list[int] = []
+    real_mmap = direct_read.mmap.mmap
+
+    def counted(*args: Any) -> Any:
+        maps.append(args[1])
+        return real_mmap(*args)
+
+    monkeypatch.setattr(direct_read.mmap, "mmap", counted)
+    for start, end in RANGES:  # one buffer serves them all, each read exact (no earlier bytes)
+        assert read_direct(small, start, end) == DATA[start:end]
+    assert len(maps) == 1 and len(direct_read._kept) == 1
+    big = large.read_bytes()
+    assert read_direct(large, 5, len(big)) == big[5:]  # larger than KEEP_BYTES: mapped, not kept
+    assert len(maps) == 2 and [len(b) for b in direct_read._kept] == [direct_read.KEEP_BYTES]
+    with direct_read._aligned(MIB) as a, direct_read._aligned(MIB) as b, direct_read._aligned(MIB) as c:
+        assert len({id(a.obj), id(b.obj), id(c.obj)}) == 3  # concurrent reads: a buffer each
+    assert len(direct_read._kept) == direct_read.KEPT
+    assert all(not b.closed for b in direct_read._kept)
