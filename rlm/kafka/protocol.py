@@ -352,7 +352,8 @@ def encode_fetch_response(api: Api, version: int, correlation_id: int, body: Any
             for q, kept in held:
                 q.records = kept
             return encode_response(api, version, correlation_id, body)
-        parts += [out[cursor : at - len(head)], _records_length(version, len(records)), records]
+        # the fields before the records and their length go out as one small part: one send
+        parts += [bytes(out[cursor : at - len(head)]) + _records_length(version, len(records)), records]
         cursor = at + len(mark)
     parts.append(out[cursor:])
     size = sum(len(part) for part in parts) - 4

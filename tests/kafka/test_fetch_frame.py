@@ -66,6 +66,14 @@ def test_the_records_go_out_as_read() -> None:
             assert any(part is records for part in frame), "copied into the frame"
 
 
+def test_each_records_length_goes_out_with_the_fields_before_it() -> None:
+    frame = encode_fetch_response(FETCH, 12, 7, _body(RECORDS))
+    assert isinstance(frame, tuple)
+    filled = [r for r in RECORDS if len(r)]
+    assert len(frame) == 2 * len(filled) + 1  # fields + length, records, ..., the fields after
+    assert list(frame[1::2]) == filled
+
+
 def test_an_answer_without_records_is_one_buffer() -> None:
     frame = encode_fetch_response(FETCH, 12, 7, _body([b"", b""]))
     assert frame == encode_response(FETCH, 12, 7, _body([b"", b""]))
