@@ -14,9 +14,9 @@ bytes do not evict the broker's hot pages, as with the writes.
 range copied out of it (a ``bytes``, as every store read returns; the copy costs a fraction of
 what it saves). Buffers are reused: :data:`KEPT` mappings of :data:`KEEP_BYTES` each are kept
 between reads, so a read costs no zero-fill of fresh memory (3 % of a catch-up's CPU) and no new
-pages; a larger read, or one beyond :data:`KEPT` at once, maps a buffer of its own. A file system that refuses
-``O_DIRECT`` (at ``open`` or at the first read, ``EINVAL``) gets ``None``: the caller reads
-buffered. Ranges under :data:`MIN_BYTES` (manifests, index entries, small objects) are not worth it:
+pages; a larger read, or one beyond :data:`KEPT` at once, maps a buffer of its own. A file system
+that refuses ``O_DIRECT`` (at ``open`` or at the first read, ``EINVAL``) gets ``None``: the caller
+reads buffered. Ranges under :data:`MIN_BYTES` (manifests, index entries, small objects) are not worth it:
 read buffered, they stay in the page cache for the next reader.
 """
 
