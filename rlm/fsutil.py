@@ -55,7 +55,8 @@ class FileMemo(Generic[T]):
     """``parse(path)`` of small files, parsed again only when a file's signature changed.
 
     For files read on every request (a partition's ``partition.metadata``, the daemon's
-    ``progress.json``). A missing file is parsed every time (that is cheap and it may appear); a
+    ``progress.json``), and for a directory's listing (its signature moves with its entries:
+    rlm/logdir/listing_cache.py). A missing file is parsed every time (that is cheap and it may appear); a
     parse that raises is not remembered. At most ``max_entries`` files (then it starts over: a
     bound, not an LRU). Values are shared: ``T`` should be immutable, or callers copy.
     """

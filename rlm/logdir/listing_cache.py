@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from rlm.fsutil import Signature, settled, stat_signature
-from rlm.logdir.discovery import SegmentFiles, SkipCallback, list_names, list_segments
+from rlm.fsutil import FileMemo
+from rlm.logdir.discovery import SegmentFiles, list_names, list_segments
 
 __all__ = ["Listing", "ListingCache"]
 
@@ -33,42 +31,32 @@ class Listing(NamedTuple):
 
 class ListingCache:
     """Partition directories' listings, each kept while the directory's ``stat`` signature
-    (inode, size, mtime in ns) is unchanged.
+    (inode, size, mtime in ns) is unchanged: a :class:`~rlm.fsutil.FileMemo` of the directory.
 
     A directory's mtime moves with every entry created, removed or renamed in it — a roll, a
     retention or compaction rename, a truncation's deletions, rlm's own index files — and with
     nothing else. So on a hit only the last segment, the one the broker appends to, is
     ``stat``-ed again for its size: every other segment's ``.log`` changes size only together with
     a change of the entries (Kafka truncates a rolled segment only after deleting the segments
-    above it, which makes it the last). As for every signature here, a listing is kept only when
-    the directory had settled (:func:`~rlm.fsutil.settled`) before it was listed: a change in the
-    same timestamp tick cannot hide behind an unchanged mtime. At most ``max_entries``
-    directories are kept (then it starts over: a bound, not an LRU). Thread-safe.
+    above it, which makes it the last). As for every signature the memo trusts, a listing is kept
+    only when the directory had settled (:func:`~rlm.fsutil.settled`) before it was listed: a
+    change in the same timestamp tick cannot hide behind an unchanged mtime. At most
+    ``max_entries`` directories are kept (then it starts over). Thread-safe.
     """
 
     def __init__(self, max_entries: int = 65_536) -> None:
-        self._max = max_entries
-        self._lock = threading.Lock()
-        self._kept: dict[Path, tuple[Signature, Listing]] = {}
+        self._memo: FileMemo[Listing] = FileMemo(_listing, max_entries)
 
-    def get(self, directory: Path, *, on_skip: SkipCallback | None = None) -> Listing:
-        """The listing of ``directory`` as it is now (``on_skip`` as
-        :func:`~rlm.logdir.discovery.list_segments`, told only when it lists)."""
-        sig = stat_signature(directory)
-        hit = self._kept.get(directory)
-        if sig is not None and hit is not None and hit[0] == sig:
-            current = _with_active_size(hit[1])
-            if current is not None:
-                return current
-        started_ns = time.time_ns()
-        names = list_names(directory, on_skip=on_skip)
-        listing = Listing(names, list_segments(directory, on_skip=on_skip, names=names))
-        if sig is not None and settled((sig,), started_ns) and stat_signature(directory) == sig:
-            with self._lock:
-                if len(self._kept) >= self._max:
-                    self._kept.clear()
-                self._kept[directory] = (sig, listing)
-        return listing
+    def get(self, directory: Path) -> Listing:
+        """The listing of ``directory`` as it is now."""
+        current = _with_active_size(self._memo.get(directory))
+        return current if current is not None else _listing(directory)
+
+
+def _listing(directory: Path) -> Listing:
+    """One listing: the names, and the segments derived from them."""
+    names = list_names(directory)
+    return Listing(names, list_segments(directory, names=names))
 
 
 def _with_active_size(kept: Listing) -> Listing | None:
