@@ -117,12 +117,16 @@ class Capabilities:
     multipart: large uploads are split into parts (S3 multipart).
     consistent_listing: a completed ``put``/``delete`` is reflected by the next ``list``.
     atomic_publish: readers never observe a partially written object (true for all shipped backends).
+    local_io: a request is a call into this machine's kernel or memory, not a network round trip
+    (``local``, ``memory``). A small object then costs less put on the caller's thread than handed
+    to another one: the copy puts a segment's companions one after another (#35).
     """
 
     conditional_create: bool
     multipart: bool = False
     consistent_listing: bool = True
     atomic_publish: bool = True
+    local_io: bool = False
 
 
 def validate_key(key: str) -> str:

@@ -26,6 +26,7 @@ deterministic for a given seed and call order (concurrent callers interleave dra
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 import threading
 import time
@@ -120,7 +121,9 @@ class FaultyBackend(WrappingBackend):
     def capabilities(self) -> Capabilities:
         caps = self.inner.capabilities
         if self.options["list_lag_ops"] > 0:
-            caps = Capabilities(caps.conditional_create, caps.multipart, False, caps.atomic_publish)
+            caps = dataclasses.replace(caps, consistent_listing=False)
+        if self.options["latency_ms"] > 0 or self.options["latency_jitter_ms"] > 0:
+            caps = dataclasses.replace(caps, local_io=False)  # it plays a store across a network
         return caps
 
     # -- fault machinery ------------------------------------------------------------------------

@@ -108,7 +108,7 @@ class LocalBackend(StorageBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(conditional_create=True, multipart=False)
+        return Capabilities(conditional_create=True, multipart=False, local_io=True)
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))

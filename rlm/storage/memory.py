@@ -50,7 +50,7 @@ class MemoryBackend(StorageBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(conditional_create=True, multipart=False)
+        return Capabilities(conditional_create=True, multipart=False, local_io=True)
 
     def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
         data = stream.read()

@@ -93,22 +93,27 @@ def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
 
 
 def upload_together(
-    pool: concurrent.futures.Executor,
+    pool: concurrent.futures.Executor | None,
     first: Callable[[], StoredObject],
     rest: Mapping[str, Callable[[], StoredObject]],
 ) -> tuple[StoredObject, dict[str, StoredObject]]:
     """Run ``first`` (the ``.log``) on this thread while ``rest`` (its companions, by manifest
     name) upload on ``pool`` (the process's companion threads, ``SharedResources.companions``:
-    :data:`~rlm.tiering.local.COMPANION_THREADS` per concurrent upload).
+    :data:`~rlm.tiering.local.COMPANION_THREADS` per concurrent upload); with no ``pool``, ``rest``
+    after ``first`` on this thread.
 
     Each companion is small but costs the store a round trip of its own — on HDFS a file create
     and close, 0.1–0.5 s on a quiet cluster — so one after another they, not the bytes, were most
-    of a small segment's copy (BENCHMARKS.md "HDFS copy and read"). Order does not matter: nothing
-    is visible before the manifest, written after all of them. Every upload has finished or been
-    cancelled when this returns or raises; the first error raised is the one propagated.
+    of a small segment's copy (BENCHMARKS.md "HDFS copy and read"). On a store without round trips
+    (``Capabilities.local_io``) a put is a file create and two fsyncs, and handing it to another
+    thread cost more CPU than the put: a copy beside a broker used a sixth less CPU without the
+    pool (#35). Order does not matter: nothing is visible before the manifest, written after all
+    of them. Every upload has finished or been cancelled when this returns or raises; the first
+    error raised is the one propagated.
     """
-    if not rest:
-        return first(), {}
+    if pool is None or not rest:
+        head = first()
+        return head, {name: upload() for name, upload in rest.items()}
     futures = {name: pool.submit(upload) for name, upload in rest.items()}
     try:
         head = first()

@@ -212,12 +212,17 @@ class SharedResources:
     #: The threads a segment's companion objects upload on beside its ``.log``
     #: (rlm.tiering.copy.upload.upload_together): :data:`COMPANION_THREADS` per concurrent upload,
     #: kept for the process (a pool per segment started and ended ~5 threads for every segment
-    #: copied). Its idle threads end with it.
-    companions: concurrent.futures.Executor = field(init=False)
+    #: copied). Its idle threads end with it. None for a store without round trips
+    #: (``Capabilities.local_io``): the companions go on the ``.log``'s thread after it.
+    companions: concurrent.futures.Executor | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.companions = concurrent.futures.ThreadPoolExecutor(
-            COMPANION_THREADS * self.settings.max_concurrent_uploads, thread_name_prefix="rlm-upload"
+        self.companions = (
+            None
+            if self.backend.capabilities.local_io
+            else concurrent.futures.ThreadPoolExecutor(
+                COMPANION_THREADS * self.settings.max_concurrent_uploads, thread_name_prefix="rlm-upload"
+            )
         )
 
 
