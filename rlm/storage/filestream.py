@@ -27,9 +27,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import crc32c as _crc32c
-
 from rlm.errors import StorageError
+from rlm.formats.records.scan import crc32c as _crc32c_of
 
 __all__ = ["CHUNK", "FileRegion", "FileStream", "SeekableBody", "crc32c_combine"]
 
@@ -208,7 +207,7 @@ class FileStream(SeekableBody, io.RawIOBase):
         """Move past ``data``, just read at the position, extending the sequential CRC."""
         start, self._pos = self._pos, self._pos + len(data)
         if start <= self._covered < self._pos:  # in order (a rewind re-reads covered bytes)
-            self._crc = _crc32c.crc32c(data[self._covered - start :], self._crc)
+            self._crc = _crc32c_of(data[self._covered - start :], self._crc)
             self._covered = self._pos
 
     def close(self) -> None:
@@ -250,7 +249,7 @@ class FileStream(SeekableBody, io.RawIOBase):
             return self._crc
         crc = 0
         for at in range(0, self.size, CHUNK):
-            crc = _crc32c.crc32c(self.pread(CHUNK, at), crc)
+            crc = _crc32c_of(self.pread(CHUNK, at), crc)
         return crc
 
 
@@ -276,7 +275,7 @@ class FileRegion(SeekableBody):
         for at in range(self.start, self.end, CHUNK):
             n = min(CHUNK, self.end - at)
             self.file.paid(n)
-            crc = _crc32c.crc32c(self.file.pread(n, at), crc)
+            crc = _crc32c_of(self.file.pread(n, at), crc)
         self.file._record(self.start, self.end, crc)
         return crc
 

@@ -304,3 +304,16 @@ def test_forced_python_and_a_bad_choice() -> None:
     assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "python", "")
     out = _python("import rlm.formats.records", RLM_SCAN="fast")
     assert out.returncode != 0 and "RLM_SCAN: expected python or native, got 'fast'" in out.stderr
+
+
+def test_scan_crc32c_is_the_packages_natively_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rlm.formats.records.scan.crc32c: a whole segment's and an upload's CRC; from CRC_NOGIL_BYTES
+    # (64 KiB) the compiled one runs without the GIL
+    data = os.urandom((1 << 20) + 4321)
+    for n in (0, 1, 65535, 65536, 65537, len(data)):
+        want = crc32c.crc32c(data[:n])
+        assert scan.crc32c(data[:n]) == want, n
+        assert scan.crc32c(memoryview(data)[n // 3 : n], scan.crc32c(data[: n // 3])) == want, n
+    monkeypatch.setattr(scan, "_native", None)  # where the extension is not built
+    assert scan.crc32c(data) == crc32c.crc32c(data)
+    assert scan.crc32c(data[7:], scan.crc32c(data[:7])) == crc32c.crc32c(data)

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-import crc32c
-
 from rlm.errors import (
     CorruptIndexError,
     FormatError,
@@ -33,6 +31,7 @@ from rlm.errors import (
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.records import RecordBatch, iter_batches
+from rlm.formats.records.scan import crc32c as crc32c_of
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.logdir.indexcheck import (
     FileVersion,
@@ -165,7 +164,7 @@ def checksum_segment(log_path: Path) -> ChecksummedSegment:
                     position=valid,
                     version=version,
                 )
-            checksum = crc32c.crc32c(buf)
+            checksum = crc32c_of(buf)
     return ChecksummedSegment(batches, size, checksum)
 
 
