@@ -23,7 +23,6 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
-from rlm.tiering.converge.sync import refresh
 from rlm.tiering.idle import IDLE_GC_MS
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
@@ -303,16 +302,3 @@ def test_the_daemon_sweep_hands_only_partitions_that_are_not_idle_to_its_pass_th
         assert passes == [f"{TOPIC}-0"]
     finally:
         daemon.passes.shutdown()
-
-
-def test_a_listing_after_its_own_commits_reads_no_manifest_back(tmp_path: Path) -> None:
-    """The commit keeps the stamp (size, ETag, time) the store answered the manifest's create with;
-    a local store's listing reports the same, so the listing that follows reads none of them."""
-    mgr, counting, _clock = _manager(tmp_path, node=1, leader=1)
-    assert _pass(mgr, counting)[0] is False  # copies
-    ctx = next(mgr.contexts())
-    assert len(ctx.store.manifests) > 2
-    reads = counting.calls["read"]
-    assert refresh(ctx) == 0
-    assert counting.calls["read"] == reads
-    assert all(stamp[0] >= 0 for stamp, _manifest in ctx.store.manifests.values())

@@ -291,17 +291,13 @@ def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple
     return tuple(done)
 
 
-def note_committed(
-    ctx: PartitionContext, manifest: SegmentManifest, stored: ObjectInfo | None = None
-) -> None:
+def note_committed(ctx: PartitionContext, manifest: SegmentManifest) -> None:
     """This node committed ``manifest`` (or found it already committed) and indexed all of it:
-    extend the view's chain and what the local index holds. ``stored``: the manifest object as the
-    store answered its create; without it (or where a listing reports the object otherwise, as S3's
-    adds a time the create's answer lacks) the next listing reads the manifest once to learn its
-    stamp."""
+    extend the view's chain and what the local index holds (the next listing reads the manifest once
+    to learn its stamp)."""
     view = ctx.store
     key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
-    view.manifests[key] = (_stamp(stored) if stored is not None else (-1, None, None), manifest)
+    view.manifests[key] = ((-1, None, None), manifest)
     first = max(manifest.base_offset, view.chain.highest + 1)
     link = Link(manifest, first, manifest.last_offset)
     view.chain = Chain((*view.chain.links, link))
