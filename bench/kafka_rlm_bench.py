@@ -45,6 +45,7 @@ Figures are medians over the rounds (min–max beside them); ratios are rlm / Ka
 
     .venv/bin/python bench/kafka_rlm_bench.py --record            # 400 MB, 2 rounds, to BENCHMARKS.md
     .venv/bin/python bench/kafka_rlm_bench.py --mb 40 --rounds 1   # a quick look
+    .venv/bin/python bench/kafka_rlm_bench.py --store-fsync off    # rlm at LocalTieredStorage's durability
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> Figures:
     broker = {"replica.high.watermark.checkpoint.interval.ms": args.hw_checkpoint_ms}
     with (
         tempfile.TemporaryDirectory(prefix="kafka-rlm-bench-") as tmp,
-        sides(Path(tmp), args.task_interval_ms, broker) as (a, b),
+        sides(Path(tmp), args.task_interval_ms, broker, store_fsync=args.store_fsync == "on") as (a, b),
     ):
         for r in range(args.rounds):
             order = [a, b] if r % 2 == 0 else [b, a]
@@ -209,6 +210,13 @@ def main() -> None:
     ap.add_argument("--task-interval-ms", type=int, default=1000, help="both sides' tiering pass interval")
     ap.add_argument("--hw-checkpoint-ms", type=int, default=5000, help="both brokers' HW checkpoint interval")
     ap.add_argument("--fetch-mib", type=int, default=1, help="both clients' max.partition.fetch.bytes")
+    ap.add_argument(
+        "--store-fsync",
+        choices=("on", "off"),
+        default="on",
+        help="rlm's local store option fsync (default on; off: the durability of LocalTieredStorage, "
+        "which copies with Files.copy and never forces a file or directory)",
+    )
     ap.add_argument("--record", action="store_true", help="append the results to BENCHMARKS.md")
     args = ap.parse_args()
     args.records = args.mb * 1_000_000 // RECORD
@@ -257,7 +265,9 @@ def _report(out: Figures, args: argparse.Namespace, load: float) -> str:
         f"- machine: {machine()}; 1-minute load average at the start: {load:.2f}",
         f"- command: `{command_line()}`",
         f"- both sides: task interval {args.task_interval_ms} ms, HW checkpoint every "
-        f"{args.hw_checkpoint_ms} ms, clients' max.partition.fetch.bytes {args.fetch_mib} MiB",
+        f"{args.hw_checkpoint_ms} ms, clients' max.partition.fetch.bytes {args.fetch_mib} MiB; rlm's "
+        f"local store fsync {args.store_fsync}"
+        + ("" if args.store_fsync == "on" else " (LocalTieredStorage's durability: it never forces)"),
         "",
         "| figure | rlm (plain broker + rlm run) | Kafka (broker + RLM) | rlm / Kafka |",
         "|---|---|---|---|",

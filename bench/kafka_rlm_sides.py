@@ -157,8 +157,12 @@ class Side:
 
 
 @contextmanager
-def sides(work: Path, task_interval_ms: int, broker: dict[str, object]) -> Iterator[tuple[Side, Side]]:
-    """Both sides started (B's broker on :func:`tiered_libs`); stopped at the end."""
+def sides(
+    work: Path, task_interval_ms: int, broker: dict[str, object], *, store_fsync: bool = True
+) -> Iterator[tuple[Side, Side]]:
+    """Both sides started (B's broker on :func:`tiered_libs`); stopped at the end. ``store_fsync``:
+    rlm's ``local`` store option ``fsync`` (False: no more durable than LocalTieredStorage, whose
+    ``Files.copy`` never forces a file or directory)."""
     libs = tiered_libs(work)
     with ExitStack() as stack:
         plain = KafkaCluster(work / "a", broker_config=broker)
@@ -179,7 +183,14 @@ def sides(work: Path, task_interval_ms: int, broker: dict[str, object]) -> Itera
         # read, docs/visibility.md) stays off, as in the runs before bootstrap_servers was set here
         cluster = {"bootstrap_servers": [plain.bootstrap], "log_start_max_age_ms": -1}
         rlm = stack.enter_context(
-            run_sidecar(plain.nodes[0], work / "a-remote", work / "a-rlm", tiering=tiering, cluster=cluster)
+            run_sidecar(
+                plain.nodes[0],
+                work / "a-remote",
+                work / "a-rlm",
+                tiering=tiering,
+                cluster=cluster,
+                options={"root": str(work / "a-remote"), "fsync": store_fsync},
+            )
         )
         a_pids = [plain.nodes[0].proc.pid, rlm.daemon.proc.pid]  # type: ignore[union-attr]
         b_pids = [native.nodes[0].proc.pid]  # type: ignore[union-attr]
