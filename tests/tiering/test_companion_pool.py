@@ -1,5 +1,5 @@
 """A segment's companion objects upload on the process's companion threads
-(``SharedResources.companions``) beside its ``.log`` (``upload_together``): threads are kept
+(``SharedResources.companion_pool``) beside its ``.log`` (``upload_together``): threads are kept
 across segments instead of a pool started and ended per segment, and no companion upload
 outlives the call — it returns or raises only once every one has finished or was cancelled.
 A store without round trips (``Capabilities.local_io``: ``local``, ``memory``) has no pool: the
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import StorageError
+from rlm.storage.api import Capabilities
 from rlm.storage.faults import FaultyBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
@@ -90,8 +91,8 @@ def test_a_local_store_puts_companions_on_the_copy_thread(
     backend = LocalBackend(root=str(store))
     assert backend.capabilities.local_io and MemoryBackend().capabilities.local_io
     manager = RemoteLogManager(_settings(logs, store), backend, metrics=TieringMetrics())
-    assert manager.shared.companions is None
     [result] = manager.run_once(gc=False)
+    assert manager.shared.companion_pool() is None
     assert result.error is None and len(result.copied) > 4
     assert not [n for n in started if n.startswith("rlm-upload")]
     data = [info.key.rsplit("/", 1) for info in backend.list("") if "/data/" in info.key]
@@ -163,3 +164,29 @@ def test_every_object_is_returned_by_name(pool: concurrent.futures.ThreadPoolExe
     head, more = upload_together(pool, lambda: _stored("log"), rest)
     assert head.key == "log"
     assert {name: o.key for name, o in more.items()} == {name: name for name in rest}
+
+
+def test_the_pool_is_decided_at_the_first_upload_not_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An s3 store's capabilities probe it (two conditional PUTs): a process that copies nothing
+    # must not pay them, and a store that is down must not keep `rlm run` from starting.
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    _write(logs, TOPIC, 0, seed=41)
+    asked: list[int] = []
+    real = LocalBackend.capabilities
+
+    def capabilities(self: LocalBackend) -> Capabilities:
+        asked.append(1)
+        return real.fget(self)  # type: ignore[attr-defined,no-any-return]
+
+    monkeypatch.setattr(LocalBackend, "capabilities", property(capabilities))
+    backend = LocalBackend(root=str(store))
+    manager = RemoteLogManager(_settings(logs, store), backend, metrics=TieringMetrics())
+    assert asked == []
+    [result] = manager.run_once(gc=False)
+    assert result.error is None and result.copied
+    assert asked  # asked by the copy
+    before = len(asked)
+    assert manager.shared.companion_pool() is None and manager.shared.companion_pool() is None
+    assert len(asked) == before  # decided once

@@ -218,11 +218,11 @@ def _upload_objects(
     rest = {name: functools.partial(put_file, object_key, path) for object_key, name, path in files}
     rest[ENTRIES_OBJECT] = functools.partial(put, entries_key, entries_blob)
     if log_upload is not None:
-        stored_log, more = upload_together(ctx.shared.companions, log_upload, rest)
+        stored_log, more = upload_together(ctx.shared.companion_pool(), log_upload, rest)
         return {LOG_OBJECT: stored_log, **more}
     with ctx.shared.upload_slots:
         stored_log, more = upload_together(
-            ctx.shared.companions,
+            ctx.shared.companion_pool(),
             functools.partial(upload_file, ctx, log[0], log[1], watch_half=True, control=control),
             rest,
         )

@@ -98,7 +98,7 @@ def upload_together(
     rest: Mapping[str, Callable[[], StoredObject]],
 ) -> tuple[StoredObject, dict[str, StoredObject]]:
     """Run ``first`` (the ``.log``) on this thread while ``rest`` (its companions, by manifest
-    name) upload on ``pool`` (the process's companion threads, ``SharedResources.companions``:
+    name) upload on ``pool`` (the process's companion threads, ``SharedResources.companion_pool``:
     :data:`~rlm.tiering.local.COMPANION_THREADS` per concurrent upload); with no ``pool``, ``rest``
     after ``first`` on this thread.
 

@@ -209,21 +209,29 @@ class SharedResources:
     #: Where a leader's copy asks the broker's live high watermark when the checkpoint's holds a
     #: rolled segment back (rlm.cluster.log_starts; ``[cluster] bootstrap_servers``); None: never.
     high_watermarks: BrokerHighWatermarks | None = None
-    #: The threads a segment's companion objects upload on beside its ``.log``
-    #: (rlm.tiering.copy.upload.upload_together): :data:`COMPANION_THREADS` per concurrent upload,
-    #: kept for the process (a pool per segment started and ended ~5 threads for every segment
-    #: copied). Its idle threads end with it. None for a store without round trips
-    #: (``Capabilities.local_io``): the companions go on the ``.log``'s thread after it.
-    companions: concurrent.futures.Executor | None = field(init=False)
+    _companions: concurrent.futures.Executor | None = field(init=False, default=None)
+    _companions_decided: bool = field(init=False, default=False)
+    _companions_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
-        self.companions = (
-            None
-            if self.backend.capabilities.local_io
-            else concurrent.futures.ThreadPoolExecutor(
-                COMPANION_THREADS * self.settings.max_concurrent_uploads, thread_name_prefix="rlm-upload"
-            )
-        )
+    def companion_pool(self) -> concurrent.futures.Executor | None:
+        """The threads a segment's companion objects upload on beside its ``.log``
+        (rlm.tiering.copy.upload.upload_together): :data:`COMPANION_THREADS` per concurrent upload,
+        kept for the process (a pool per segment started and ended ~5 threads for every segment
+        copied); its idle threads end with it. None for a store without round trips
+        (``Capabilities.local_io``): the companions go on the ``.log``'s thread after it.
+
+        Decided at the first upload, not when the resources are made: an ``s3`` store's
+        capabilities probe the store (two conditional PUTs), which a process that copies nothing
+        must not pay, and which must not stop ``rlm run`` from starting while the store is down."""
+        with self._companions_lock:
+            if not self._companions_decided:
+                if not self.backend.capabilities.local_io:
+                    threads = COMPANION_THREADS * self.settings.max_concurrent_uploads
+                    self._companions = concurrent.futures.ThreadPoolExecutor(
+                        threads, thread_name_prefix="rlm-upload"
+                    )
+                self._companions_decided = True
+            return self._companions
 
 
 @dataclass(frozen=True, slots=True)
