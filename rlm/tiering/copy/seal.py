@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
-
 from rlm.errors import StorageError
 from rlm.formats.indexes.remote_index import (
     REMOTE_LOG_INDEX_MAGIC,
@@ -31,6 +29,7 @@ from rlm.formats.indexes.remote_index import (
     RemoteLogIndexEntry,
 )
 from rlm.formats.records import RecordBatch
+from rlm.formats.records.scan import crc32c as crc32c_of
 from rlm.formats.sealed import EntryBinding, compressible, seal_entry, seal_object
 from rlm.tiering.copy.upload import UploadControl, upload_bytes, upload_file, upload_together
 from rlm.tiering.local import PartitionContext
@@ -102,7 +101,7 @@ def _seal_log(
                 attrs.append(batches[b].attributes)
                 b += 1
             plain = buf[start:end]  # a copy: a view would pin the map open past its close
-            plain_crc = crc32c.crc32c(plain, plain_crc)
+            plain_crc = crc32c_of(plain, plain_crc)
             stored, transform = seal_entry(
                 plain,
                 compress_level=level if compressible(attrs) else None,
@@ -113,7 +112,7 @@ def _seal_log(
                 stored_position=position,
             )
             out.write(stored)
-            stored_crc = crc32c.crc32c(stored, stored_crc)
+            stored_crc = crc32c_of(stored, stored_crc)
             out_entries.append(
                 RemoteLogIndexEntry(
                     e.first_offset,

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
-import crc32c
-
 from rlm.errors import UploadAbandoned
+from rlm.formats.records.scan import crc32c as crc32c_of
 from rlm.storage.filestream import FileStream
 from rlm.tiering.local import PartitionContext, crash_point
 from rlm.tiering.store import StoredObject
@@ -89,7 +88,7 @@ def upload_file(
 
 def upload_bytes(ctx: PartitionContext, key: str, data: bytes) -> StoredObject:
     ctx.shared.backend.put(key, data)
-    return StoredObject(key, len(data), crc32c.crc32c(data))
+    return StoredObject(key, len(data), crc32c_of(data))
 
 
 def upload_together(
