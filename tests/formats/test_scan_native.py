@@ -186,6 +186,49 @@ def test_crc32c_long_inputs() -> None:
             assert _scan.crc32c(data[:n], 0, path) == crc32c.crc32c(data[:n]), (path, n)
 
 
+# -- a segment's CRC from its verified batches (scan.batches_crc32c) ---------------------------
+
+
+def _verified(data: bytes) -> list[RecordBatch]:
+    return list(iter_batches(data, verify_crc=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 70), min_size=1, max_size=12), st.sampled_from(list(Compression)))
+def test_batches_crc32c_is_the_crc_of_their_bytes(counts: list[int], codec: Compression) -> None:
+    data = b"".join(_segment(n, codec, base=1000 * i) for i, n in enumerate(counts))
+    batches = _verified(data)
+    assert scan.batches_crc32c(data, batches) == crc32c.crc32c(data)
+    if NATIVE_ACTIVE:  # combined from the headers, not read again
+        assert _scan.batches_crc32c(data, batches) == crc32c.crc32c(data)
+    tail = batches[len(batches) // 2 :]
+    assert scan.batches_crc32c(data, tail) == crc32c.crc32c(data[tail[0].position :])
+
+
+def test_batches_crc32c_of_every_real_and_seed_segment() -> None:
+    # Broker-written segments (../shared/fixtures), v0/v1 message sets (CRC-32 over other bytes:
+    # every byte read instead), control batches, KRaft snapshots: always the CRC of the bytes.
+    for name, data in SEEDS.items():
+        batches = _verified(data)
+        if not batches:
+            continue
+        end = batches[-1].position + batches[-1].size
+        assert scan.batches_crc32c(data, batches) == crc32c.crc32c(data[:end]), name
+        legacy = any(b.magic < 2 for b in batches)
+        assert (_scan.batches_crc32c(data, batches) is None) is legacy, name
+
+
+def test_batches_crc32c_refuses_what_it_cannot_combine() -> None:
+    data = _segment(6)
+    batches = _verified(data)
+    assert _scan.batches_crc32c(data, [batches[0], batches[2]]) is None  # not contiguous
+    assert _scan.batches_crc32c(data[: batches[-1].position + 30], batches) is None  # past the buffer
+    assert _scan.batches_crc32c(data, []) is None
+    assert scan.batches_crc32c(data, []) == 0
+    with pytest.raises(TypeError):
+        _scan.batches_crc32c(data, tuple(batches))  # type: ignore[arg-type]
+
+
 def test_portable_build_table_path(tmp_path: Path) -> None:
     # What a non-x86 build compiles (RLM_SCAN_PORTABLE: no intrinsics): built here, then held to
     # the crc32c package and to the reference walk like the real extension.

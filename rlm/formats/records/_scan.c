@@ -355,11 +355,64 @@ static PyObject *py_crc32c(PyObject *mod, PyObject *args, PyObject *kw)
     return PyLong_FromUnsignedLong(~r);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * batches_crc32c(buf, batches): the CRC-32C of buf from the first batch's position to the end of
+ * the last, from batches a walk with verify_crc=True returned over buf (rlm.formats.records.scan
+ * batches_crc32c): each v2 batch's stored CRC covers its bytes from CRC_START_V2 on and was
+ * checked against them, so only the 21 bytes before it are read, and the CRCs combined. None
+ * when a batch is not v2, not contiguous with the one before, or outside buf: the caller then
+ * reads every byte. A segment of 8 MiB in 1 MiB batches: 8 headers instead of 8 MiB (#35).
+ */
+static int batch_field(PyObject *o, int f, long long *out)
+{
+    PyObject *v = *(PyObject **)((char *)o + field_offset[f]);
+    if (v == NULL || !PyLong_Check(v))
+        return 0;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && !(*out == -1 && PyErr_Occurred());
+}
+
+static PyObject *py_batches_crc32c(PyObject *mod, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *list;
+    if (batch_type == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "rlm.formats.records._scan.bind() was not called");
+    if (!PyArg_ParseTuple(args, "y*O!:batches_crc32c", &view, &PyList_Type, &list))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    uint32_t crc = 0;
+    long long next = -1;
+    int ok = PyList_GET_SIZE(list) > 0;
+    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(list); i++) {
+        PyObject *o = PyList_GET_ITEM(list, i);
+        long long pos, size, magic, stored;
+        ok = PyObject_TypeCheck(o, batch_type) && batch_field(o, F_POSITION, &pos) && batch_field(o, F_SIZE, &size)
+             && batch_field(o, F_MAGIC, &magic) && batch_field(o, F_CRC, &stored) && magic == 2
+             && *(PyObject **)((char *)o + field_offset[F_CRC_VALID]) == Py_True && (next < 0 || pos == next)
+             && pos >= 0 && size >= V2_HEADER_SIZE && size <= (long long)view.len - pos;
+        if (ok) {
+            crc = crc32c(crc, buf + pos, CRC_START_V2);
+            crc = crc32c_combine(crc, (uint32_t)stored, (uint64_t)(size - CRC_START_V2));
+            next = pos + size;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!ok)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
     {"bind", scan_bind, METH_VARARGS,
      "bind(RecordBatch, codecs_by_id, timestamp_types_by_bit, slow_step): wire the scanner to rlm's types."},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, crc=0, path='auto') -> int: CRC-32C of data, continuing from crc."},
+    {"batches_crc32c", py_batches_crc32c, METH_VARARGS,
+     "batches_crc32c(buf, batches) -> int | None: CRC-32C of the verified v2 batches' bytes."},
     {NULL, NULL, 0, NULL},
 };
 

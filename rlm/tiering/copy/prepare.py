@@ -31,7 +31,7 @@ from rlm.errors import (
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry, build_entries
 from rlm.formats.indexes.segment_index import rebuild_indexes
 from rlm.formats.records import RecordBatch, iter_batches
-from rlm.formats.records.scan import crc32c as crc32c_of
+from rlm.formats.records.scan import batches_crc32c
 from rlm.logdir.discovery import LEADER_EPOCH_CHECKPOINT, SegmentFiles
 from rlm.logdir.indexcheck import (
     FileVersion,
@@ -164,7 +164,7 @@ def checksum_segment(log_path: Path) -> ChecksummedSegment:
                     position=valid,
                     version=version,
                 )
-            checksum = crc32c_of(buf)
+            checksum = batches_crc32c(buf, batches)  # the batches start at 0 and end at size
     return ChecksummedSegment(batches, size, checksum)
 
 
