@@ -288,6 +288,8 @@ def test_the_bound_stops_new_pins_reports_once_and_is_never_exceeded(
     assert [r.getMessage() for r in caplog.records if "back under" in r.getMessage()] != []
     assert registry.get_sample_value("rlm_pin_bound_reached", label) == 0
     assert registry.get_sample_value("rlm_pinned_bytes", label) == 0
+    assert registry.get_sample_value("rlm_pinned_segments", label) == 0  # counted down as released
+    assert manager.shared.pins.summary()[0]["pinned_segments"] == 0
     writer.close()
 
 

@@ -65,10 +65,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _LogDir:
-    """One log dir's account: held inodes → [bytes, references]."""
+    """One log dir's account: held inodes → [bytes, references]; its sight pins, counted."""
 
     inodes: dict[Inode, list[int]] = field(default_factory=dict)
     total: int = 0
+    pins: int = 0  # kept here, not counted over every partition's pins on each change (#35)
     over_bound: int = 0  # copy claims taken past the bound (at most one)
     refused_by: dict[Path, tuple[int, int]] = field(default_factory=dict)  # state dir → (base, since ms)
 
@@ -149,8 +150,15 @@ class PinLedger:
         return self._dirs.setdefault(log_dir, _LogDir())
 
     def _register(self, pin: SightPin) -> None:
-        self._add(self._dirs.setdefault(pin.log_dir, _LogDir()), pin.files)
-        self._pins.setdefault(pin.state_dir, {})[pin.base_offset] = pin
+        replaced = self._pins.setdefault(pin.state_dir, {}).get(pin.base_offset)
+        if replaced is not None:  # counted once: the new pin's files stand for it
+            old = self._dirs.setdefault(replaced.log_dir, _LogDir())
+            self._remove(old, replaced.files)
+            old.pins -= 1
+        d = self._dirs.setdefault(pin.log_dir, _LogDir())
+        self._add(d, pin.files)
+        d.pins += 1
+        self._pins[pin.state_dir][pin.base_offset] = pin
 
     def _add(self, d: _LogDir, files: Mapping[Inode, int]) -> None:
         for inode, size in files.items():
@@ -213,7 +221,9 @@ class PinLedger:
             self._load()
             registered = self._pins.get(pin.state_dir, {}).pop(pin.base_offset, None)
             if registered is not None:
-                self._remove(self._dir(registered.log_dir), registered.files)
+                d = self._dir(registered.log_dir)
+                self._remove(d, registered.files)
+                d.pins -= 1
             shutil.rmtree(pin.path, ignore_errors=True)
             self._publish(pin.log_dir)
 
@@ -353,7 +363,8 @@ class PinLedger:
         m.pin_bound_reached.labels(log_dir=label).set(1 if d.refused_by else 0)
 
     def _count(self, log_dir: Path) -> int:
-        return sum(1 for pins in self._pins.values() for p in pins.values() if p.log_dir == log_dir)
+        d = self._dirs.get(log_dir)
+        return d.pins if d is not None else 0
 
     def summary(self) -> list[dict[str, Any]]:
         """Per configured log dir: pinned bytes and segments, the bound, whether it is reached
