@@ -80,6 +80,7 @@ MAX_KEY_BYTES = 1024
 # A backslash or a control character (below 32, or DEL): one regex search, not a Python loop over
 # the key's characters (every put, get and read validates its key).
 _REFUSED_CHAR = re.compile(r"[\x00-\x1f\x7f\\]")
+_REFUSED_PARTS = frozenset(("", ".", ".."))
 MAX_LIST_LIMIT = 1000
 
 Data = bytes | bytearray | memoryview | BinaryIO
@@ -138,7 +139,7 @@ def validate_key(key: str) -> str:
     if _REFUSED_CHAR.search(key):
         raise ValueError(f"invalid object key {key!r}: backslash or control character")
     parts = key.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if not _REFUSED_PARTS.isdisjoint(parts):  # every layer of a put checks its key: kept cheap
         raise ValueError(f"invalid object key {key!r}: empty, '.' or '..' path component")
     if parts[0].startswith(RESERVED_PREFIX):
         raise ValueError(f"invalid object key {key!r}: {RESERVED_PREFIX!r}* is reserved")

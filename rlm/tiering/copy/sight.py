@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlm.errors import RlmError, SegmentVanished
-from rlm.fsutil import atomic_write
+from rlm.fsutil import fsync_dir, write_durable
 from rlm.logdir.discovery import SegmentFiles, list_segments
 from rlm.tiering.copy import prepare
 from rlm.tiering.local import PIN_FILE, PartitionContext, Progress, SightPin, linked_files
@@ -109,7 +109,10 @@ def _pin_one(ctx: PartitionContext, seg: SegmentFiles, next_base: int) -> bool:
         linked_files(staged),
     )
     try:
-        atomic_write(staged / PIN_FILE, pin.to_json())  # fsyncs the dir: the links are durable too
+        # staged is published whole by admit's rename: pin.json needs no rename of its own, and
+        # the fsync of staged makes its links and pin.json durable before that rename
+        write_durable(staged / PIN_FILE, pin.to_json())
+        fsync_dir(staged)
         if ledger.admit(pin, staged):  # the exact check, on the linked inodes
             return True
     except BaseException:
