@@ -47,6 +47,7 @@ def build_api(
         policies=manager.policies,
         protection=manager.shared.protection,
         checkpoints=manager.checkpoints,
+        high_watermarks=manager.shared.high_watermarks,
     )
     deleter = functools.partial(delete_records, manager)
     history = TieringHistory(manager.shared.metrics, interval_s=history_interval_s)  # the page's chart

@@ -25,7 +25,10 @@ deletion for rlm.
 read_uncommitted). The broker writes it to ``replication-offset-checkpoint`` only every
 ``replica.high.watermark.checkpoint.interval.ms`` (5 s by default), so a segment rolled just now
 waits that long for the file to say it is committed; a leader's copy asks instead
-(rlm/tiering/copy/copy_pass.py). :class:`BrokerOffsets` is the machinery both share.
+(rlm/tiering/copy/copy_pass.py). What the copy was told, readers use too until the broker
+rewrites the file (:meth:`BrokerHighWatermarks.recent`, no request of their own): a consumer then
+sees what was just tiered, not only what the checkpoint said up to 5 s before. :class:`BrokerOffsets` is the
+machinery both share.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class _Answer:
     offset: int | None  # None: the broker would not tell (the files decide)
     asked_at: float  # clock() when the request was sent
     retry_at: float  # a None answer stands until then
+    asked_ns: int = 0  # time.time_ns() when the request was sent: compared with a file's mtime
 
 
 class BrokerOffsets:
@@ -136,7 +140,7 @@ class BrokerOffsets:
         return got if got.offset is None and self._clock() < got.retry_at else None
 
     def _ask(self, keys: list[Key]) -> None:
-        sent = self._clock()
+        sent, sent_ns = self._clock(), time.time_ns()
         self.requests += 1
         try:
             offsets = self._list(keys)
@@ -157,7 +161,7 @@ class BrokerOffsets:
             )
             self.error = None
         for key in keys:
-            self._answers[key] = _Answer(offsets.get(key), sent, sent + RETRY_S)
+            self._answers[key] = _Answer(offsets.get(key), sent, sent + RETRY_S, sent_ns)
 
     def _failed(self, keys: list[Key], sent: float, err: Exception) -> None:
         self.failures += 1
@@ -246,6 +250,15 @@ class BrokerHighWatermarks(BrokerOffsets):
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """Asked now; None when the broker cannot tell (the checkpoint decides)."""
         return self.offset((topic, partition), self.now())
+
+    def recent(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(high watermark, ``time.time_ns()`` when asked) of the broker's last answer for the
+        partition, None without one. Never asks: readers compare it with the checkpoint file's
+        mtime, and use it only while it is the newer (docs/visibility.md)."""
+        got = self._answers.get((topic, partition))
+        if got is None or got.offset is None:
+            return None
+        return got.offset, got.asked_ns
 
 
 def high_watermarks_of(cluster: ClusterSettings) -> BrokerHighWatermarks | None:

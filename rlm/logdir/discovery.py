@@ -141,6 +141,10 @@ class PartitionState:
     high_watermark: int | None = None
     log_start_offset: int | None = None
     recovery_point: int | None = None
+    #: ``replication-offset-checkpoint``'s mtime (ns since the epoch; 0 = no file) when it was read:
+    #: a high watermark the broker answered later is newer (rlm/tiering/read/visibility.py). Not
+    #: part of the state's value: two reads of the same offsets are the same state.
+    high_watermark_written_ns: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +157,7 @@ class LogDirCheckpoints:
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
     recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
     log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks_written_ns: int = field(default=0, compare=False)  # the file's mtime when read (0: none)
 
     def state_for(self, topic: str, partition: int) -> PartitionState:
         """The :class:`PartitionState` of one partition (fields ``None`` when not recorded)."""
@@ -161,6 +166,7 @@ class LogDirCheckpoints:
             high_watermark=self.high_watermarks.get(key),
             log_start_offset=self.log_start_offsets.get(key),
             recovery_point=self.recovery_points.get(key),
+            high_watermark_written_ns=self.high_watermarks_written_ns,
         )
 
 
@@ -395,10 +401,16 @@ def read_checkpoints(
     Raises :class:`rlm.errors.CheckpointError` naming the file when one is malformed.
     """
     root = Path(log_dir)
+    hw_file = root / REPLICATION_OFFSET_CHECKPOINT
+    try:  # before the read: a file replaced meanwhile then looks older than its content (harmless)
+        written_ns = os.stat(hw_file).st_mtime_ns
+    except FileNotFoundError:
+        written_ns = 0
     return LogDirCheckpoints(
-        high_watermarks=_read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT, entries),
+        high_watermarks=_read_offset_checkpoint(hw_file, entries),
         recovery_points=_read_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT, entries),
         log_start_offsets=_read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT, entries),
+        high_watermarks_written_ns=written_ns,
     )
 
 

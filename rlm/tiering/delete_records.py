@@ -38,7 +38,13 @@ from rlm.tiering.expire import apply_retention
 from rlm.tiering.idle import forget_mark
 from rlm.tiering.local import PartitionContext, crash_point, of_context
 from rlm.tiering.manager import PASS_LOCK_WAIT_S, RemoteLogManager
-from rlm.tiering.read import PartitionOffsets, check_partition_number, check_topic_name, partition_offsets
+from rlm.tiering.read import (
+    PartitionOffsets,
+    check_partition_number,
+    check_topic_name,
+    partition_offsets,
+    told_high_watermark,
+)
 from rlm.tiering.resume import load_state
 
 __all__ = ["TO_HIGH_WATERMARK", "DeletedRecords", "delete_records", "raise_log_start"]
@@ -105,6 +111,7 @@ def _offsets(manager: RemoteLogManager, ctx: PartitionContext) -> PartitionOffse
         ctx.progress,
         checkpoints=manager.checkpoints.get(ctx.part.log_dir),
         policy=manager.settings.log.eligibility,
+        broker_hw=told_high_watermark(ctx),
     )
 
 

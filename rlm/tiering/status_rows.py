@@ -14,7 +14,7 @@ from rlm.tiering.copy import PendingSegment
 from rlm.tiering.expire import TopicPolicy, TopicPolicyResolver, deadline_fields, estimate
 from rlm.tiering.local import PROGRESS_FILE, PartitionContext, Progress, SharedResources, state_dir
 from rlm.tiering.policy_report import excluded_row
-from rlm.tiering.read import partition_offsets
+from rlm.tiering.read import partition_offsets, told_high_watermark
 from rlm.tiering.roles import Roles
 from rlm.tiering.status import partition_row
 
@@ -66,6 +66,7 @@ def tiered_row(m: StatusSource, ctx: PartitionContext, progress: Progress) -> di
         segments,
         m.checkpoints.get(ctx.part.log_dir),
         m.settings.log.eligibility,
+        broker_hw=told_high_watermark(ctx),
     )
     try:
         pending, waiting_error = m.pending(ctx, segments, progress), None

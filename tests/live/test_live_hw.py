@@ -1,8 +1,9 @@
 """A leader asks the broker's high watermark when the checkpoint holds a rolled segment back
 (docs/operations.md "The high watermark"), against a live broker that writes
 ``replication-offset-checkpoint`` only every 10 minutes: rlm tiers a segment that rolled just now
-while the file still says its records are not committed — and without ``[cluster]
-bootstrap_servers`` it waits for the file, as before."""
+while the file still says its records are not committed, and serves it (docs/visibility.md: the
+broker's answer is the visible end until the broker writes the file again) — and without
+``[cluster] bootstrap_servers`` it waits for the file, as before."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from rlm.testing.kafka_cluster import KafkaCluster, wait_until
 from rlm.testing.sidecar import run_sidecar, segment_bases
 from tests.live.cluster_helpers import MiB, send
-from tests.live.helpers import checkpointed_high_watermark, partition_row
+from tests.live.helpers import broker_end, checkpointed_high_watermark, partition_row
 
 pytestmark = [pytest.mark.kafka_live, pytest.mark.integration]
 
@@ -58,6 +59,11 @@ def test_a_segment_rolled_just_now_is_tiered_before_the_checkpoint_says_it_is_co
                 what="every rolled segment tiered",
             )
             assert checkpointed_high_watermark(node.log_dir, topic, 0) <= rolled_end  # the file lags
+            # What was tiered on the broker's word is served too: rlm's listener answers a consumer's
+            # ListOffsets latest with that high watermark, never past the broker's own.
+            seen, broker_hw = broker_end(rlm.kafka_bootstrap, topic, 0), broker_end(kafka.bootstrap, topic, 0)
+            assert rolled_end < seen <= broker_hw
+            assert partition_row(rlm.url, topic, 0)["high_watermark_source"] == "broker"
         else:
             time.sleep(5)  # five passes
             assert partition_row(rlm.url, topic, 0)["highest_tiered_offset"] < rolled_end

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.cli.wiring import build_api
 from rlm.cluster.log_starts import BrokerHighWatermarks, BrokerLogStarts
 from rlm.config import load_settings
 from rlm.formats.records import RecordSpec
@@ -21,6 +22,7 @@ from rlm.logdir.writer import LogWriter
 from rlm.storage.local import LocalBackend
 from rlm.testing.configs import write_config
 from rlm.tiering.manager import RemoteLogManager
+from rlm.tiering.read import LATEST_TIERED
 from rlm.tiering.read.readers import TieredReaders
 
 TOPIC = "hw"
@@ -127,4 +129,54 @@ def test_with_the_log_start_check_a_read_at_a_lagging_checkpoints_end_is_out_of_
     assert starts.asked == [(TOPIC, 0)]  # a waiting Fetch's re-checks take its read's answer
     ranges = readers.reader(TOPIC, 0).offsets(at=writer.log_end_offset)
     assert ranges.log_start_offset == 0 and len(starts.asked) == 1  # at the log's end: not asked
+    writer.close()
+
+
+def _readers(mgr: RemoteLogManager, tmp_path: Path, *, told: bool) -> TieredReaders:
+    """The daemon's readers (rlm/cli/wiring.py): with ``told``, the manager's broker answers too."""
+    return TieredReaders(
+        mgr.settings,
+        LocalBackend(root=str(tmp_path / "store")),
+        progress=mgr.live_progress,
+        checkpoints=mgr.checkpoints,
+        high_watermarks=mgr.shared.high_watermarks if told else None,
+    )
+
+
+def test_readers_see_what_the_broker_said_until_it_writes_its_checkpoint(tmp_path: Path) -> None:
+    """The copy tiered past the checkpoint on the broker's word: readers, status and -5 answer up to
+    that high watermark too, not the file's older one, until the broker writes the file again;
+    from then on the file decides, also when it says less (an unclean election meanwhile)."""
+    mgr, writer = _setup(tmp_path)
+    file_hw, end = writer.segment_base_offsets[1], writer.log_end_offset
+    _asking(mgr, _Broker(end))
+    assert _tiered(mgr) == end - 1
+    told = build_api(mgr.settings, mgr).readers  # the daemon's, as rlm/cli/wiring.py wires them
+    files_only = _readers(mgr, tmp_path, told=False)
+    ranges = told.reader(TOPIC, 0).offsets()
+    assert (ranges.visible_end_offset, ranges.high_watermark_source) == (end, "broker")
+    assert told.reader(TOPIC, 0).visibility().special_offset(LATEST_TIERED) == end - 1
+    assert partition_marks(told, TOPIC, 0, 0, None) == (0, end)  # a Fetch answer's (log start, HW)
+    got = fetch_partition(told, TOPIC, 0, file_hw, 1 << 20, False, "c", None)
+    assert got.error == Codes.NONE and got.records  # past the file's high watermark: served
+    plain = files_only.reader(TOPIC, 0).offsets()
+    assert (plain.visible_end_offset, plain.high_watermark_source) == (file_hw, "checkpoint")
+    (row,) = mgr.status(observe=False)
+    assert (row["visible_end_offset"], row["high_watermark_source"]) == (end, "broker")
+
+    time.sleep(0.01)  # the broker writes its checkpoint after the answer: the file decides again
+    writer.high_watermark = end - 3  # lower: the answer is not used once the file is newer
+    writer.write_checkpoints()
+    ranges = told.reader(TOPIC, 0).offsets()
+    assert (ranges.visible_end_offset, ranges.high_watermark_source) == (end - 3, "checkpoint")
+    writer.close()
+
+
+def test_a_brokers_word_above_the_local_log_is_not_this_logs(tmp_path: Path) -> None:
+    mgr, writer = _setup(tmp_path)
+    file_hw, end = writer.segment_base_offsets[1], writer.log_end_offset
+    _asking(mgr, _Broker(end + 100))  # the topic deleted and created again: another log's answer
+    assert _tiered(mgr) == end - 1  # the copy takes a rolled segment below it: committed either way
+    ranges = _readers(mgr, tmp_path, told=True).reader(TOPIC, 0).offsets()
+    assert (ranges.visible_end_offset, ranges.high_watermark_source) == (file_hw, "checkpoint")
     writer.close()

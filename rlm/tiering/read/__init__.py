@@ -32,6 +32,7 @@ from rlm.tiering.read.visibility import (
     chain_visibility,
     note_delete_records,
     partition_offsets,
+    told_high_watermark,
 )
 
 __all__ = [
@@ -58,4 +59,5 @@ __all__ = [
     "note_delete_records",
     "partition_offsets",
     "plan_sources",
+    "told_high_watermark",
 ]

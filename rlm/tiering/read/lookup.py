@@ -108,7 +108,11 @@ class PartitionReader:
         neither visible by the files nor held by the local log past their visible end
         (:meth:`PartitionOffsets.asks_broker`: a consumer waiting at the log's end costs no request)."""
         checkpoints = self.res.checkpoints.get(self.part.log_dir)
-        ranges = partition_offsets(self.part, self.progress, segments, checkpoints, self.res.eligibility)
+        told = self.res.broker_hw
+        hw = told(self.part.topic, self.part.partition) if told is not None else None
+        ranges = partition_offsets(
+            self.part, self.progress, segments, checkpoints, self.res.eligibility, broker_hw=hw
+        )
         if self.log_starts is None or (at is not None and not ranges.asks_broker(at)):
             return ranges
         if self._asked is None:
@@ -119,7 +123,7 @@ class PartitionReader:
         # Listed again, after the answer: the broker raises its log start before it renames the
         # segments its retention deletes, so an older listing could make that look like DeleteRecords.
         return partition_offsets(
-            self.part, self.progress, list_segments(self.part), checkpoints, self.res.eligibility, start
+            self.part, self.progress, list_segments(self.part), checkpoints, self.res.eligibility, start, hw
         )
 
     def visibility(

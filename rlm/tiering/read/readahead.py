@@ -354,6 +354,10 @@ class ReaderResources:
     checkpoints: CheckpointCache = field(default_factory=CheckpointCache)
     #: The partition directories' listings, listed again only when a directory changed.
     listings: ListingCache = field(default_factory=ListingCache)
+    #: (topic, partition) → (high watermark, ns when asked) the broker last answered the manager's
+    #: copy (rlm.cluster.log_starts.BrokerHighWatermarks.recent; the daemon's), else None: a
+    #: visible end newer than the checkpoint's (docs/visibility.md). None: the files alone.
+    broker_hw: Callable[[str, int], tuple[int, int] | None] | None = None
 
     def __post_init__(self) -> None:
         self.ahead = ReadAhead(self.load, self.limits, self.cache)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rlm.cluster.log_starts import BrokerLogStarts, LogStartQuery
+from rlm.cluster.log_starts import BrokerHighWatermarks, BrokerLogStarts, LogStartQuery
 from rlm.config import Settings
 from rlm.config.brokers import asks_log_starts
 from rlm.errors import InvalidArgumentError, LogDirError, PartitionNotFoundError
@@ -76,13 +76,16 @@ class TieredReaders:
         protection: StoreProtection | None = None,
         checkpoints: CheckpointCache | None = None,
         log_starts: BrokerLogStarts | None = None,
+        high_watermarks: BrokerHighWatermarks | None = None,
     ) -> None:
         """``policies``: the daemon passes its manager's resolver (kept fresh by the passes), so one
         process reads the metadata log once; a one-shot command gets its own. ``protection``: the
         daemon passes its manager's (one key ring per process); else built from the settings.
         ``checkpoints``: the daemon passes its manager's cache of parsed log-dir checkpoints.
         ``log_starts``: where readers ask the broker's live log start; by default built from
-        ``[cluster]`` when it names brokers (docs/visibility.md "Before the checkpoint reaches disk")."""
+        ``[cluster]`` when it names brokers (docs/visibility.md "Before the checkpoint reaches disk").
+        ``high_watermarks``: the daemon passes its manager's, whose recent answers to the copy
+        readers use as a newer visible end (never asking themselves)."""
         self.settings = settings
         self.resources = ReaderResources(
             backend,
@@ -91,6 +94,7 @@ class TieredReaders:
             limits=ReadAheadLimits.from_settings(settings.tiering),
             protection=protection or StoreProtection.from_settings(settings.remote),
             checkpoints=checkpoints or CheckpointCache(),
+            broker_hw=high_watermarks.recent if high_watermarks is not None else None,
         )
         if log_starts is None and asks_log_starts(settings.cluster):
             log_starts = BrokerLogStarts(settings.cluster)

@@ -7,7 +7,10 @@ offset or a ListOffsets special answer.
 Every read surface serves only offsets in ``[log_start_offset, visible_end_offset)``:
 
 * **visible end** — the high watermark from ``replication-offset-checkpoint`` when the log dir
-  records one (source ``"checkpoint"``). Without one, what is assumed depends on
+  records one (source ``"checkpoint"``), or the broker's own newer answer: the high watermark a
+  leader's copy asked the broker for after the file was last written, when higher than the
+  file's and within the local log (source ``"broker"``, rlm/cluster/log_starts.py; it stands
+  until the broker writes the file again). Without either, what is assumed depends on
   ``log.eligibility``: ``"rolled"`` declares rolled segments committed, so the end of the last
   rolled segment (= the active segment's base offset, or past the highest tiered offset if that is
   higher) is visible (``"rolled-segments"``); ``"high-watermark"`` serves only what was provably
@@ -75,7 +78,7 @@ Isolation = Literal["read_uncommitted", "read_committed"]
 #: validated per use like any CheckpointCache, so a broker's rewrite is seen at once.
 _SHARED_CHECKPOINTS = CheckpointCache()
 
-HighWatermarkSource = Literal["checkpoint", "rolled-segments", "tiered", "diverged"]
+HighWatermarkSource = Literal["checkpoint", "broker", "rolled-segments", "tiered", "diverged"]
 
 
 class Extent(Protocol):
@@ -261,12 +264,21 @@ def visible_end(
     highest_tiered: int,
     policy: EligibilityPolicy,
     log_end: int | None = None,
+    broker_hw: tuple[int, int] | None = None,
 ) -> tuple[int | None, HighWatermarkSource]:
     """The exclusive end of what may be served and where it comes from (module doc). ``log_end``:
-    the local log's end offset; a checkpointed high watermark above it is another log's (a high
-    watermark never passes its log's end) and is treated as absent."""
+    the local log's end offset; a high watermark above it is another log's (a high watermark
+    never passes its log's end) and is treated as absent. ``broker_hw``: (high watermark,
+    ``time.time_ns()`` when asked) of the broker's last answer to the copy, used when asked after
+    the checkpoint file was written and higher than its value."""
     hw = state.high_watermark
-    if hw is not None and (log_end is None or hw <= log_end or hw <= _snapshot_end(segments)):
+    if hw is not None and not (log_end is None or hw <= log_end or hw <= _snapshot_end(segments)):
+        hw = None
+    if broker_hw is not None and log_end is not None:
+        told, asked_ns = broker_hw
+        if asked_ns > state.high_watermark_written_ns and told <= log_end and (hw is None or told > hw):
+            return told, "broker"
+    if hw is not None:
         return hw, "checkpoint"
     tiered_end = highest_tiered + 1 if highest_tiered >= 0 else None
     if policy == "rolled":
@@ -276,6 +288,13 @@ def visible_end(
     return tiered_end, "tiered"
 
 
+def told_high_watermark(ctx: PartitionContext) -> tuple[int, int] | None:
+    """The high watermark the broker recently answered this daemon's copy of ``ctx`` (module doc),
+    for the daemon's own answers (status, DeleteRecords) to match its readers'; None: not asked."""
+    told = ctx.shared.high_watermarks
+    return told.recent(ctx.topic, ctx.partition) if told is not None else None
+
+
 def partition_offsets(
     part: PartitionDir,
     progress: Extent,
@@ -283,10 +302,12 @@ def partition_offsets(
     checkpoints: LogDirCheckpoints | None = None,
     policy: EligibilityPolicy = "high-watermark",
     broker_log_start: int | None = None,
+    broker_hw: tuple[int, int] | None = None,
 ) -> PartitionOffsets:
     """Where each tier starts and ends now (local from the log dir, remote from ``progress``)
     and the visible range (module doc); ``policy`` is ``log.eligibility``; ``broker_log_start``:
-    the broker's live log start, asked before ``segments`` were listed (:func:`broker_delete_point`).
+    the broker's live log start, asked before ``segments`` were listed (:func:`broker_delete_point`);
+    ``broker_hw``: the high watermark the broker recently answered a leader's copy (:func:`visible_end`).
 
     ``checkpoints``: the log dir's, as the caller's cache has them; without, a cache shared by the
     process serves them (each checkpoint file lists every partition of the log dir, so parsing it
@@ -313,7 +334,7 @@ def partition_offsets(
     starts = [o for o in (remote_start, local_start) if o is not None]
     log_start = min(starts) if starts else None
     log_end = log_end_offset(segments)
-    end, source = visible_end(state, segments, highest, policy, log_end)
+    end, source = visible_end(state, segments, highest, policy, log_end, broker_hw)
     if 0 <= progress.local_diverged_from < (end if end is not None else -1):
         # this replica's log left the lineage there: an unclean election threw the rest away
         end, source = progress.local_diverged_from, "diverged"
@@ -459,5 +480,6 @@ __all__ = [
     "delete_records_point",
     "invisible_reason",
     "partition_offsets",
+    "told_high_watermark",
     "visible_end",
 ]
