@@ -406,11 +406,23 @@ static PyObject *py_batches_crc32c(PyObject *mod, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* crc32c_combine(crc1, crc2, len2): rlm.formats.records.scan.crc32c_combine where the extension is built. */
+static PyObject *py_crc32c_combine(PyObject *mod, PyObject *args)
+{
+    unsigned int crc1, crc2;
+    unsigned long long len2;
+    if (!PyArg_ParseTuple(args, "IIK:crc32c_combine", &crc1, &crc2, &len2))
+        return NULL;
+    return PyLong_FromUnsignedLong(crc32c_combine(crc1, crc2, len2));
+}
+
 static PyMethodDef methods[] = {
     {"bind", scan_bind, METH_VARARGS,
      "bind(RecordBatch, codecs_by_id, timestamp_types_by_bit, slow_step): wire the scanner to rlm's types."},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, crc=0, path='auto') -> int: CRC-32C of data, continuing from crc."},
+    {"crc32c_combine", py_crc32c_combine, METH_VARARGS,
+     "crc32c_combine(crc1, crc2, len2) -> int: CRC-32C of A + B from CRC(A), CRC(B), len(B)."},
     {"batches_crc32c", py_batches_crc32c, METH_VARARGS,
      "batches_crc32c(buf, batches) -> int | None: CRC-32C of the verified v2 batches' bytes."},
     {NULL, NULL, 0, NULL},

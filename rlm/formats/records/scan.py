@@ -44,7 +44,7 @@ from rlm.formats.records.types import (
     _make_batch,
 )
 
-__all__ = ["SCAN_IMPL", "batches_crc32c", "crc32c", "iter_batches", "valid_bytes"]
+__all__ = ["SCAN_IMPL", "batches_crc32c", "crc32c", "crc32c_combine", "iter_batches", "valid_bytes"]
 
 # --------------------------------------------------------------------------------------------
 
@@ -273,6 +273,59 @@ def crc32c(data: Buffer, crc: int = 0) -> int:
     if _native is not None:
         return int(_native.crc32c(data, crc))
     return _crc32c_fn(data, crc)
+
+
+# The combine for callers holding two CRCs (the parts of an upload, rlm.storage.filestream), in
+# Python where the extension is not built.
+_POLY = 0x82F63B78  # CRC-32C (Castagnoli), bit-reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a * b modulo the CRC polynomial (bit-reflected: x^0 is bit 31), as zlib's multmodp."""
+    m, p = 1 << 31, 0
+    while True:
+        if a & m:
+            p ^= b
+            if a & (m - 1) == 0:
+                return p
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+def _x2n_table() -> list[int]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))
+    return table
+
+
+_X2N = _x2n_table()  # x^(2^k) modulo the polynomial
+_SHIFTS: dict[int, int] = {}  # len2 -> x^(8 * len2): one per part size, computed once
+
+
+def _x8nmodp(n: int) -> int:
+    """x^(8n) modulo the polynomial (the operator shifting a CRC over ``n`` zero bytes)."""
+    shift = _SHIFTS.get(n)
+    if shift is None:
+        p, k, left = 1 << 31, 3, n
+        while left:
+            if left & 1:
+                p = _multmodp(_X2N[k & 31], p)
+            left >>= 1
+            k += 1
+        shift = _SHIFTS.setdefault(n, p) if len(_SHIFTS) < 64 else p
+    return shift
+
+
+def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32C of ``A + B`` from ``crc1`` = CRC-32C(A), ``crc2`` = CRC-32C(B) and ``len2`` =
+    len(B) in bytes (zlib's ``crc32_combine``, for the Castagnoli polynomial): the compiled
+    scanner's where it is built (the one :func:`batches_crc32c` uses), else this module's."""
+    if len2 <= 0:
+        return crc1
+    if _native is not None:
+        return int(_native.crc32c_combine(crc1, crc2, len2))
+    return _multmodp(_x8nmodp(len2), crc1) ^ crc2
 
 
 def batches_crc32c(buf: Buffer, batches: list[RecordBatch]) -> int:
