@@ -12,7 +12,9 @@ its high watermark does: docs/operations.md "The high watermark"; the readers' p
 the broker's log start stays off, ``log_start_max_age_ms = -1``, as before). Every round produces the same
 records into each broker (a confluent-kafka producer, acks=all, 16 KiB values from a fixed seed,
 one partition, ``--segment-mib`` segments, ``--mb`` MB per topic), the sides' order alternating by
-round, and measures:
+round (before each live phase both sides settle: ``sync``, then their processes quiet, at most
+``--settle-s``, so the side measured second does not run beside the first one's writeback), and
+measures:
 
 * **Live tiering** (topic tiered from creation): the time from the producer's last ack until every
   segment rolled by then is tiered — each side's ListOffsets v9 ``-5`` (KIP-1005 latest tiered: the
@@ -62,7 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record
+from bench.benchlib import command_line, machine, process_cpu_seconds, record
 from bench.kafka_rlm_sides import LATEST_TIERED, READERS, RECORD, MiB, Offsets, Side, payloads, produce, sides
 from rlm.testing.kafka_cluster import wait_until
 from rlm.testing.sidecar import segment_bases
@@ -106,6 +108,27 @@ def _known(side: Side, topic: str) -> None:
 def _last_rolled(side: Side, topic: str) -> int:
     """The last offset before the active segment: what "everything rolled is tiered" must reach."""
     return segment_bases(side.log_dir / f"{topic}-0")[-1] - 1
+
+
+def settle(both: list[Side], args: argparse.Namespace, out: Figures) -> None:
+    """Before a side's live phase: the file system's dirty pages written (``sync``), then until the
+    processes of both sides together used under ``--settle-cores`` of a core in each of two 0.5 s
+    windows — the side before done with its own work, which on this 2-core host would otherwise
+    run beside the next side's measurement — at most ``--settle-s`` seconds (0: no wait). Kafka's
+    deferred deletions (a retained segment's files go ``file.delete.delay.ms``, 60 s, after its
+    retention) are not waited for: a few unlinks, charged to the broker that makes them."""
+    if args.settle_s <= 0:
+        return
+    t0 = time.monotonic()
+    os.sync()
+    pids = [pid for side in both for pid in side.pids]
+    quiet = 0
+    while quiet < 2 and time.monotonic() - t0 < args.settle_s:
+        cpu0 = sum(process_cpu_seconds(pid) for pid in pids)
+        time.sleep(0.5)
+        used = (sum(process_cpu_seconds(pid) for pid in pids) - cpu0) / 0.5
+        quiet = quiet + 1 if used < args.settle_cores else 0
+    out["settle s"].append(time.monotonic() - t0)
 
 
 def live(side: Side, topic: str, args: argparse.Namespace, out: Figures) -> None:
@@ -195,6 +218,7 @@ def run(args: argparse.Namespace) -> Figures:
         for r in range(args.rounds):
             order = [a, b] if r % 2 == 0 else [b, a]
             for side in order:
+                settle(order, args, out)
                 live(side, f"live-{r}", args, out)
             for side in order:
                 drain(side, f"backlog-{r}", args, out)
@@ -216,6 +240,15 @@ def main() -> None:
         default="on",
         help="rlm's local store option fsync (default on; off: the durability of LocalTieredStorage, "
         "which copies with Files.copy and never forces a file or directory)",
+    )
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=30,
+        help="before each live phase, wait at most this long for both sides to go quiet (0: no wait)",
+    )
+    ap.add_argument(
+        "--settle-cores", type=float, default=0.15, help="quiet: both sides' processes under this CPU share"
     )
     ap.add_argument("--record", action="store_true", help="append the results to BENCHMARKS.md")
     args = ap.parse_args()
@@ -285,7 +318,20 @@ def _report(out: Figures, args: argparse.Namespace, load: float) -> str:
         for client in READERS
         if out.get(f"broker disk:{client} MB/s")
     ]
+    pairs = list(zip(out.get("rlm:live cpu s", []), out.get("kafka:live cpu s", []), strict=True))
+    ratios = [(i, r / k) for i, (r, k) in enumerate(pairs) if k]
+    by_round = ", ".join(f"{x:.2f}" + ("" if i % 2 else "*") for i, x in ratios)
+    if ratios:  # each round's sides ran minutes apart on the same host: the paired figure
+        by_round += f" (median {statistics.median(x for _, x in ratios):.2f})"
+    settled = out.get("settle s")
     lines += [
+        "",
+        f"CPU produce + tier, rlm / Kafka by round (* rlm's side went first): {by_round}"
+        + (
+            f"; both sides settled before each live phase (`--settle-s`): {_cell(settled, '{:.1f}', 1.0)} s."
+            if settled
+            else "; no settling before the live phases."
+        ),
         "",
         "Each reader's ceiling here, MB/s — the same records from the plain broker's own disk "
         "(the backlog topic, never cut; page cache warm): " + ", ".join(ceiling) + ".",
