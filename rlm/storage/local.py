@@ -14,15 +14,24 @@ link fails atomically when the key exists), after which the parent directory is 
 therefore see the whole object or none of it, and a crash leaves at most a stray temporary file
 (never a visible truncated object). ``.rlm-tmp`` is hidden from listings.
 
+Listings: a prefix that ends inside a name at the root (``topic-0=``: every topic-id root of a
+partition) is found by bisecting the root's entries, listed again only when the root changed (its
+``stat`` signature, trusted once settled: :func:`~rlm.fsutil.settled`) or the listing is older
+than :data:`ROOT_LISTING_MAX_AGE_S` (a share's client may cache a directory's attributes). A GC
+over P partitions lists each partition's roots: scanning the root for each was O(P²), 80 CPU s
+at 10 000 partitions (BENCHMARKS.md "Idle beside a live Kafka broker").
+
 Limitation of a file system: a key cannot be both an object and a "directory" of other keys
 (``a`` and ``a/b``); such a put raises :class:`~rlm.errors.StorageError`.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import os
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
+from rlm.fsutil import Signature, settled, stat_signature
 from rlm.storage.api import (
     RESERVED_PREFIX,
     Capabilities,
@@ -43,9 +53,14 @@ from rlm.storage.direct_read import MIN_BYTES, read_direct
 from rlm.storage.direct_write import copy_to_fd
 from rlm.storage.options import Option
 
-__all__ = ["TMP_DIR", "LocalBackend"]
+__all__ = ["ROOT_LISTING_MAX_AGE_S", "TMP_DIR", "LocalBackend"]
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
+
+#: How long one listing of the store's root answers root-level prefixes while the root's ``stat``
+#: signature stays the same (s): on a local file system the signature alone decides; on a share
+#: whose client caches directory attributes, this bounds how stale a listing can be.
+ROOT_LISTING_MAX_AGE_S = 1.0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -86,6 +101,8 @@ class LocalBackend(StorageBackend):
         # against another working directory (docs/spark-cluster.md).
         super().__init__(**self.portable_options(options))
         self.root = Path(self.options["root"])
+        # (root's signature, monotonic time listed, its entries' keys in key order): replaced whole
+        self._root_listing: tuple[Signature, float, list[str]] | None = None
         if self.root.exists() and not self.root.is_dir():
             raise StorageError(f"local: root {str(self.root)!r} is not a directory")
         try:
@@ -255,12 +272,57 @@ class LocalBackend(StorageBackend):
                     continue  # deleted while listing
                 yield ObjectInfo(key, st.st_size, None, st.st_mtime)
 
+    def _walk_root(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        """:meth:`_walk` of the root for a ``prefix`` without ``/``: its entries from
+        :meth:`_root_keys`, those starting with ``prefix`` found by bisection."""
+        keys = self._root_keys()
+        for key in keys[bisect.bisect_left(keys, prefix) :]:
+            if not key.startswith(prefix):
+                break
+            if key.endswith("/"):
+                if start_after is not None and key <= start_after and not start_after.startswith(key):
+                    continue
+                yield from self._walk(self.root / key[:-1], key, prefix, start_after)
+                continue
+            if start_after is not None and key <= start_after:
+                continue
+            try:
+                st = os.stat(self.root / key, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # deleted since the root was listed
+            yield ObjectInfo(key, st.st_size, None, st.st_mtime)
+
+    def _root_keys(self) -> list[str]:
+        """The root's entries but the reserved ones, as keys in key order (a directory's ends in
+        ``/``): the last listing while the root's signature is the one it was listed at, it had
+        settled then, and it is younger than :data:`ROOT_LISTING_MAX_AGE_S`; else listed now."""
+        sig = stat_signature(self.root)
+        now = time.monotonic()
+        kept = self._root_listing
+        if kept is not None and sig is not None and kept[0] == sig and now - kept[1] < ROOT_LISTING_MAX_AGE_S:
+            return kept[2]
+        started_ns = time.time_ns()
+        with os.scandir(self.root) as entries:
+            keys = sorted(
+                e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
+                for e in entries
+                if not e.name.startswith(RESERVED_PREFIX)
+            )
+        if sig is not None and settled((sig,), started_ns) and stat_signature(self.root) == sig:
+            self._root_listing = (sig, now, keys)
+        return keys
+
     def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
         # Start at the deepest directory that contains every key with this prefix.
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        found = (
+            self._walk_root(prefix, start_after)
+            if prefix and not base
+            else self._walk(self.root.joinpath(*base.split("/")), base, prefix, start_after)
+        )
         try:
             out: list[ObjectInfo] = []
-            for info in self._walk(self.root.joinpath(*base.split("/")), base, prefix, start_after):
+            for info in found:
                 out.append(info)
                 if len(out) > limit:
                     break
