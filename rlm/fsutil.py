@@ -58,26 +58,36 @@ class FileMemo(Generic[T]):
     ``progress.json``), and for a directory's listing (its signature moves with its entries:
     rlm/logdir/listing_cache.py). A missing file is parsed every time (that is cheap and it may appear); a
     parse that raises is not remembered. At most ``max_entries`` files (then it starts over: a
-    bound, not an LRU). Values are shared: ``T`` should be immutable, or callers copy.
+    bound, not an LRU). ``max_age_s``: a value is also parsed again once this old (seconds), for a
+    file whose signature a client may cache (a directory on a network share). Values are shared:
+    ``T`` should be immutable, or callers copy.
     """
 
-    def __init__(self, parse: Callable[[Path], T], max_entries: int = 65_536) -> None:
-        self._parse, self._max = parse, max_entries
+    def __init__(
+        self, parse: Callable[[Path], T], max_entries: int = 65_536, max_age_s: float | None = None
+    ) -> None:
+        self._parse, self._max, self._max_age_s = parse, max_entries, max_age_s
         self._lock = threading.Lock()
-        self._memo: dict[Path, tuple[Signature, T]] = {}
+        self._memo: dict[Path, tuple[Signature, float, T]] = {}  # signature, monotonic time parsed
 
     def get(self, path: Path) -> T:
         sig = stat_signature(path)
         hit = self._memo.get(path)
-        if sig is not None and hit is not None and hit[0] == sig:
-            return hit[1]
+        now = time.monotonic()
+        if (
+            sig is not None
+            and hit is not None
+            and hit[0] == sig
+            and (self._max_age_s is None or now - hit[1] < self._max_age_s)
+        ):
+            return hit[2]
         started_ns = time.time_ns()
         value = self._parse(path)
         if sig is not None and stat_signature(path) == sig and settled((sig,), started_ns):
             with self._lock:
                 if len(self._memo) >= self._max:
                     self._memo.clear()
-                self._memo[path] = (sig, value)
+                self._memo[path] = (sig, now, value)
         return value
 
 

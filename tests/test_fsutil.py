@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from rlm.fsutil import SETTLE_NS, FileMemo
 
 
@@ -53,3 +55,23 @@ def test_a_missing_file_is_parsed_every_time(tmp_path: Path) -> None:
     assert memo.get(f) == b"<missing>" and memo.get(f) == b"<missing>" and len(calls) == 2
     f.write_bytes(b"here")
     assert memo.get(f) == b"here"
+
+
+def test_a_value_past_its_max_age_is_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_age_s``: for a directory on a share whose client caches its attributes, the
+    signature alone is not trusted for longer."""
+    import rlm.fsutil as fsutil
+
+    calls: list[Path] = []
+    f = tmp_path / "root"
+    f.write_bytes(b"one")
+    _age(f)
+    memo = FileMemo(lambda p: (calls.append(p), p.read_bytes())[1], max_age_s=1.0)
+    clock = [100.0]
+    monkeypatch.setattr(fsutil.time, "monotonic", lambda: clock[0])
+    assert memo.get(f) == b"one" and memo.get(f) == b"one" and len(calls) == 1
+    clock[0] += 0.99
+    assert memo.get(f) == b"one" and len(calls) == 1
+    clock[0] += 0.01
+    assert memo.get(f) == b"one" and len(calls) == 2  # re-parsed, and kept again from now
+    assert memo.get(f) == b"one" and len(calls) == 2

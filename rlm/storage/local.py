@@ -15,9 +15,9 @@ therefore see the whole object or none of it, and a crash leaves at most a stray
 (never a visible truncated object). ``.rlm-tmp`` is hidden from listings.
 
 Listings: a prefix that ends inside a name at the root (``topic-0=``: every topic-id root of a
-partition) is found by bisecting the root's entries, listed again only when the root changed (its
-``stat`` signature, trusted once settled: :func:`~rlm.fsutil.settled`) or the listing is older
-than :data:`ROOT_LISTING_MAX_AGE_S` (a share's client may cache a directory's attributes). A GC
+partition) is found by bisecting the root's entries, listed again only when the root changed (a
+:class:`~rlm.fsutil.FileMemo` of the root) or the listing is older than
+:data:`ROOT_LISTING_MAX_AGE_S` (a share's client may cache a directory's attributes). A GC
 over P partitions lists each partition's roots: scanning the root for each was O(P²), 80 CPU s
 at 10 000 partitions (BENCHMARKS.md "Idle beside a live Kafka broker").
 
@@ -31,7 +31,6 @@ import bisect
 import contextlib
 import errno
 import os
-import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from rlm.errors import ObjectExistsError, ObjectNotFoundError, StorageError, TransientStorageError
-from rlm.fsutil import Signature, settled, stat_signature
+from rlm.fsutil import FileMemo
 from rlm.storage.api import (
     RESERVED_PREFIX,
     Capabilities,
@@ -61,6 +60,18 @@ TMP_DIR = RESERVED_PREFIX + "tmp"
 #: signature stays the same (s): on a local file system the signature alone decides; on a share
 #: whose client caches directory attributes, this bounds how stale a listing can be.
 ROOT_LISTING_MAX_AGE_S = 1.0
+
+
+def _sorted_keys(directory: Path, dir_key: str) -> list[str]:
+    """The keys of ``directory``'s entries (``dir_key`` + name, a directory's ending in ``/``) in
+    key order — sorting by that string gives global key order; the reserved ones hidden at the
+    root (``dir_key`` empty)."""
+    with os.scandir(directory) as entries:
+        return sorted(
+            dir_key + e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
+            for e in entries
+            if dir_key or not e.name.startswith(RESERVED_PREFIX)
+        )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -101,8 +112,9 @@ class LocalBackend(StorageBackend):
         # against another working directory (docs/spark-cluster.md).
         super().__init__(**self.portable_options(options))
         self.root = Path(self.options["root"])
-        # (root's signature, monotonic time listed, its entries' keys in key order): replaced whole
-        self._root_listing: tuple[Signature, float, list[str]] | None = None
+        self._root_keys: FileMemo[list[str]] = FileMemo(
+            lambda root: _sorted_keys(root, ""), max_entries=1, max_age_s=ROOT_LISTING_MAX_AGE_S
+        )
         if self.root.exists() and not self.root.is_dir():
             raise StorageError(f"local: root {str(self.root)!r} is not a directory")
         try:
@@ -241,85 +253,49 @@ class LocalBackend(StorageBackend):
         return ObjectInfo(key, st.st_size, None, st.st_mtime)
 
     def _walk(
-        self, directory: Path, dir_key: str, prefix: str, start_after: str | None
+        self,
+        directory: Path,
+        dir_key: str,
+        prefix: str,
+        start_after: str | None,
+        keys: list[str] | None = None,
     ) -> Iterator[ObjectInfo]:
-        """Yield objects under ``directory`` in key order, pruning subtrees outside the range."""
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        # A directory's keys all start with "name/": sorting by that string gives global key order.
-        sortable = []
-        for e in entries:
-            if not dir_key and e.name.startswith(RESERVED_PREFIX):
-                continue
-            is_dir = e.is_dir(follow_symlinks=False)
-            sortable.append((dir_key + e.name + ("/" if is_dir else ""), is_dir, e))
-        sortable.sort(key=lambda t: t[0])
-        for key, is_dir, e in sortable:
-            if is_dir:
+        """Yield objects under ``directory`` in key order, pruning subtrees outside the range;
+        ``keys``: its entries' keys when already known (:func:`_sorted_keys`), else listed here."""
+        if keys is None:
+            try:
+                keys = _sorted_keys(directory, dir_key)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+        for key in keys:
+            if key.endswith("/"):
                 if not (key.startswith(prefix) or prefix.startswith(key)):
                     continue
                 if start_after is not None and key <= start_after and not start_after.startswith(key):
                     continue
-                yield from self._walk(Path(e.path), key, prefix, start_after)
+                yield from self._walk(directory / key[len(dir_key) : -1], key, prefix, start_after)
             else:
                 if not key.startswith(prefix) or (start_after is not None and key <= start_after):
                     continue
                 try:
-                    st = e.stat(follow_symlinks=False)
+                    st = os.stat(directory / key[len(dir_key) :], follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted while listing
                 yield ObjectInfo(key, st.st_size, None, st.st_mtime)
 
-    def _walk_root(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
-        """:meth:`_walk` of the root for a ``prefix`` without ``/``: its entries from
-        :meth:`_root_keys`, those starting with ``prefix`` found by bisection."""
-        keys = self._root_keys()
-        for key in keys[bisect.bisect_left(keys, prefix) :]:
-            if not key.startswith(prefix):
-                break
-            if key.endswith("/"):
-                if start_after is not None and key <= start_after and not start_after.startswith(key):
-                    continue
-                yield from self._walk(self.root / key[:-1], key, prefix, start_after)
-                continue
-            if start_after is not None and key <= start_after:
-                continue
-            try:
-                st = os.stat(self.root / key, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # deleted since the root was listed
-            yield ObjectInfo(key, st.st_size, None, st.st_mtime)
-
-    def _root_keys(self) -> list[str]:
-        """The root's entries but the reserved ones, as keys in key order (a directory's ends in
-        ``/``): the last listing while the root's signature is the one it was listed at, it had
-        settled then, and it is younger than :data:`ROOT_LISTING_MAX_AGE_S`; else listed now."""
-        sig = stat_signature(self.root)
-        now = time.monotonic()
-        kept = self._root_listing
-        if kept is not None and sig is not None and kept[0] == sig and now - kept[1] < ROOT_LISTING_MAX_AGE_S:
-            return kept[2]
-        started_ns = time.time_ns()
-        with os.scandir(self.root) as entries:
-            keys = sorted(
-                e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
-                for e in entries
-                if not e.name.startswith(RESERVED_PREFIX)
-            )
-        if sig is not None and settled((sig,), started_ns) and stat_signature(self.root) == sig:
-            self._root_listing = (sig, now, keys)
-        return keys
-
     def _list_page(self, prefix: str, start_after: str | None, limit: int) -> ListPage:
         # Start at the deepest directory that contains every key with this prefix.
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
-        found = (
-            self._walk_root(prefix, start_after)
-            if prefix and not base
-            else self._walk(self.root.joinpath(*base.split("/")), base, prefix, start_after)
-        )
+        keys = None
+        if prefix and not base:  # inside a root entry's name: those entries, from the kept listing
+            try:
+                kept = self._root_keys.get(self.root)
+            except OSError as e:
+                raise self._oserror("list", prefix, e) from e
+            first = bisect.bisect_left(kept, prefix)  # from there, the keys with the prefix come first
+            past = bisect.bisect_left(kept, True, first, key=lambda k: not k.startswith(prefix))
+            keys = kept[first:past]
+        found = self._walk(self.root.joinpath(*base.split("/")), base, prefix, start_after, keys)
         try:
             out: list[ObjectInfo] = []
             for info in found:

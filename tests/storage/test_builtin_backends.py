@@ -143,15 +143,14 @@ def test_local_relative_root_resolves_against_cwd(tmp_path: Path, monkeypatch: p
 
 def test_local_root_prefix_listing_sees_every_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A prefix ending inside a root entry's name (every topic-id root of a partition) is answered
-    from a kept listing of the root: it must still see roots added or removed since, and the
-    listing is kept only while the root's signature holds — here the root is made to look
-    settled, so a stale kept listing would show."""
-    import rlm.storage.local as local
+    from a kept listing of the root: it must still see roots added or removed since. The root is
+    made to look settled at once, so a listing kept past a change would show."""
+    import rlm.fsutil as fsutil
 
     b = LocalBackend(root=str(tmp_path))
     for key in ("t-1=a/m/0", "t-10=b/m/0", "t-2=c/m/0", "t-1=file"):
         b.put(key, b"x")
-    monkeypatch.setattr(local, "settled", lambda sigs, started_ns: True)
+    monkeypatch.setattr(fsutil, "settled", lambda sigs, started_ns: True)
 
     def keys(prefix: str, start_after: str | None = None) -> list[str]:
         return [o.key for o in b.list_page(prefix, token=start_after, limit=100).objects]
@@ -168,22 +167,24 @@ def test_local_root_prefix_listing_sees_every_change(tmp_path: Path, monkeypatch
     assert [o.key for o in b.list("")][:1] == ["t-10=b/m/0"]  # the whole store is walked as before
 
 
-def test_local_root_listing_is_relisted_after_its_max_age(
+def test_local_root_listing_is_kept_at_most_its_max_age(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A root whose signature looks unchanged (a share's client caching attributes) is listed
-    again once the kept listing is older than ROOT_LISTING_MAX_AGE_S."""
-    import rlm.storage.local as local
+    again once the kept listing is ROOT_LISTING_MAX_AGE_S old."""
+    import rlm.fsutil as fsutil
+    from rlm.storage.local import ROOT_LISTING_MAX_AGE_S
 
     b = LocalBackend(root=str(tmp_path))
     b.put("t-1=a/x", b"x")
-    monkeypatch.setattr(local, "settled", lambda sigs, started_ns: True)
+    monkeypatch.setattr(fsutil, "settled", lambda sigs, started_ns: True)
+    clock = [100.0]
+    monkeypatch.setattr(fsutil.time, "monotonic", lambda: clock[0])
     assert [o.key for o in b.list("t-1=")] == ["t-1=a/x"]
-    frozen = local.stat_signature(tmp_path)
-    monkeypatch.setattr(local, "stat_signature", lambda path: frozen)  # the signature never moves
+    frozen = fsutil.stat_signature(tmp_path)
+    monkeypatch.setattr(fsutil, "stat_signature", lambda path: frozen)  # the signature never moves
     (tmp_path / "t-1=b").mkdir()
     (tmp_path / "t-1=b" / "y").write_bytes(b"y")
     assert [o.key for o in b.list("t-1=")] == ["t-1=a/x"]  # within the age: the kept listing
-    clock = local.time.monotonic() + local.ROOT_LISTING_MAX_AGE_S
-    monkeypatch.setattr(local.time, "monotonic", lambda: clock)
+    clock[0] += ROOT_LISTING_MAX_AGE_S
     assert [o.key for o in b.list("t-1=")] == ["t-1=a/x", "t-1=b/y"]
