@@ -6,6 +6,7 @@ buffered with the same bytes, and the aligned buffers reused within their bound.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import random
 from pathlib import Path
@@ -118,3 +119,28 @@ def test_buffers_are_reused_within_their_bound(tmp_path: Path, monkeypatch: pyte
         assert len({id(a.obj), id(b.obj), id(c.obj)}) == 3  # concurrent reads: a buffer each
     assert len(direct_read._kept) == direct_read.KEPT
     assert all(not b.closed for b in direct_read._kept)
+
+
+@pytest.mark.parametrize("interpreter_api", [True, False])
+def test_copy_out_is_the_slice_and_leaves_the_buffer_free(
+    monkeypatch: pytest.MonkeyPatch, interpreter_api: bool
+) -> None:
+    """The copy out of the read's buffer (made without the GIL where CPython's C API is there,
+    else as ``bytes``): the exact slice, a ``bytes`` of its own, and no export of the mapping left
+    behind (a mapping with views cannot be closed or reused)."""
+    if not interpreter_api:
+        monkeypatch.setattr(direct_read, "_BYTES_API", None)
+    buf = mmap.mmap(-1, 2 * MIB)
+    buf[: len(DATA[: 2 * MIB])] = DATA[: 2 * MIB]
+    view = memoryview(buf)
+    for lo, hi in [(0, 2 * MIB), (1, MIB + 3), (ALIGN - 1, ALIGN + 1), (7, 7), (2 * MIB, 2 * MIB)]:
+        got = direct_read.copy_out(view, lo, hi)
+        assert type(got) is bytes and got == DATA[lo:hi]
+    copied = direct_read.copy_out(view, 0, 16)
+    buf[:16] = bytes(16)  # the buffer is reused by the next read: the copy must not change
+    assert copied == DATA[:16]
+    for lo, hi in [(-1, 5), (5, 4), (0, 2 * MIB + 1)]:
+        with pytest.raises(ValueError, match="not within"):
+            direct_read.copy_out(view, lo, hi)
+    view.release()
+    buf.close()  # BufferError if a copy had left an export of it
