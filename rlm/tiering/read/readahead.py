@@ -81,6 +81,11 @@ class ReadAhead:
         self._pool: ThreadPoolExecutor | None = None
         self._sweeper: threading.Thread | None = None
         self._closed = threading.Event()
+        # Read when scraped, not set on every reservation (several per Fetch, each a lock and
+        # checks in the client library); weak, so the registry does not keep this one alive.
+        me = weakref.ref(self)
+        cache.prefetch_bytes.set_function(lambda: _gauge(me, lambda ahead: ahead._bytes))
+        cache.prefetch_readers.set_function(lambda: _gauge(me, lambda ahead: len(ahead._readers)))
 
     @property
     def enabled(self) -> bool:
@@ -106,7 +111,6 @@ class ReadAhead:
             st = self._readers.get(rid)
             if st is None:
                 st = self._readers[rid] = _Reader(now)
-                self._m.prefetch_readers.set(len(self._readers))
                 self._start_sweeper()
             if st.next_offset is not None and st.next_offset == offset:
                 st.streak += 1
@@ -222,12 +226,10 @@ class ReadAhead:
         st.window[key] = ahead
         st.bytes += ahead.size
         self._bytes += ahead.size
-        self._m.prefetch_bytes.set(self._bytes)
 
     def _release(self, st: _Reader, ahead: _Ahead) -> None:
         st.bytes -= ahead.size
         self._bytes -= ahead.size
-        self._m.prefetch_bytes.set(self._bytes)
 
     def _clear(self, st: _Reader) -> list[_Ahead]:
         dropped = list(st.window.values())
@@ -239,7 +241,6 @@ class ReadAhead:
     def _expire(self, now: float, dropped: list[_Ahead]) -> None:
         for rid in [r for r, st in self._readers.items() if now - st.seen >= self.limits.idle_s]:
             dropped += self._clear(self._readers.pop(rid))
-        self._m.prefetch_readers.set(len(self._readers))
 
     def keep_in_window(self, rid: Hashable, key: RangeKey, size: int, future: Future[RangeBytes]) -> bool:
         """A read a fetch started but did not need after all: into ``rid``'s window (after what
@@ -334,6 +335,12 @@ class ReadAhead:
 
         self._sweeper = threading.Thread(target=run, name="rlm-read-ahead-sweep", daemon=True)
         self._sweeper.start()
+
+
+def _gauge(ref: weakref.ReferenceType[ReadAhead], value: Callable[[ReadAhead], int]) -> float:
+    """A read-ahead's gauge at a scrape: ``value`` of it, 0 once it is gone."""
+    ahead = ref()
+    return 0.0 if ahead is None else float(value(ahead))
 
 
 @dataclass
