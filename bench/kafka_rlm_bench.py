@@ -116,11 +116,16 @@ def settle(both: list[Side], args: argparse.Namespace, out: Figures) -> None:
     windows — the side before done with its own work, which on this 2-core host would otherwise
     run beside the next side's measurement — at most ``--settle-s`` seconds (0: no wait). Kafka's
     deferred deletions (a retained segment's files go ``file.delete.delay.ms``, 60 s, after its
-    retention) are not waited for: a few unlinks, charged to the broker that makes them."""
+    retention) are not waited for: a few unlinks, charged to the broker that makes them.
+    ``--drop-caches`` (root only): after the ``sync``, the clean page cache is dropped too, so no
+    side's live phase reclaims the pages the other side's writes left (Kafka's side writes its log
+    and ``LocalTieredStorage``'s copies through the page cache, rlm's store writes past it)."""
     if args.settle_s <= 0:
         return
     t0 = time.monotonic()
     os.sync()
+    if args.drop_caches:
+        Path("/proc/sys/vm/drop_caches").write_text("1")
     pids = [pid for side in both for pid in side.pids]
     quiet = 0
     while quiet < 2 and time.monotonic() - t0 < args.settle_s:
@@ -250,6 +255,11 @@ def main() -> None:
     ap.add_argument(
         "--settle-cores", type=float, default=0.15, help="quiet: both sides' processes under this CPU share"
     )
+    ap.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="settling also drops the clean page cache (/proc/sys/vm/drop_caches; root only)",
+    )
     ap.add_argument("--record", action="store_true", help="append the results to BENCHMARKS.md")
     args = ap.parse_args()
     args.records = args.mb * 1_000_000 // RECORD
@@ -328,7 +338,9 @@ def _report(out: Figures, args: argparse.Namespace, load: float) -> str:
         "",
         f"CPU produce + tier, rlm / Kafka by round (* rlm's side went first): {by_round}"
         + (
-            f"; both sides settled before each live phase (`--settle-s`): {_cell(settled, '{:.1f}', 1.0)} s."
+            "; both sides settled before each live phase (`--settle-s`"
+            + (", page cache dropped" if args.drop_caches else "")
+            + f"): {_cell(settled, '{:.1f}', 1.0)} s."
             if settled
             else "; no settling before the live phases."
         ),
