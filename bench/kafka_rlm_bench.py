@@ -75,6 +75,10 @@ SECTION = "## Beside Kafka's own tiered storage (LocalTieredStorage)"
 Figures = dict[str, list[float]]  # "<side>:<figure>" -> one value per round
 
 
+#: Where ``--drop-caches`` writes (proc(5): 1 frees the clean page cache).
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
 def _wait_tiered(side: Side, topic: str, target: int, timeout: float = 300) -> float:
     """Until the side's latest tiered offset reaches ``target``: that monotonic time."""
     wire = Offsets(side.read_bootstrap)
@@ -125,7 +129,7 @@ def settle(both: list[Side], args: argparse.Namespace, out: Figures) -> None:
     t0 = time.monotonic()
     os.sync()
     if args.drop_caches:
-        Path("/proc/sys/vm/drop_caches").write_text("1")
+        Path(DROP_CACHES).write_text("1")  # 1: the clean page cache only
     pids = [pid for side in both for pid in side.pids]
     quiet = 0
     while quiet < 2 and time.monotonic() - t0 < args.settle_s:
@@ -262,6 +266,8 @@ def main() -> None:
     )
     ap.add_argument("--record", action="store_true", help="append the results to BENCHMARKS.md")
     args = ap.parse_args()
+    if args.drop_caches and not os.access(DROP_CACHES, os.W_OK):
+        ap.error(f"--drop-caches needs write access to {DROP_CACHES} (root)")
     args.records = args.mb * 1_000_000 // RECORD
     args.values = payloads()
     load = os.getloadavg()[0]
