@@ -84,7 +84,7 @@ class ReadAhead:
         # Read when scraped, not set on every reservation (several per Fetch, each a lock and
         # checks in the client library); weak, so the registry does not keep this one alive.
         me = weakref.ref(self)
-        cache.prefetch_bytes.set_function(lambda: _gauge(me, lambda ahead: ahead._bytes))
+        cache.prefetch_bytes.set_function(lambda: _gauge(me, lambda ahead: ahead.bytes_reserved))
         cache.prefetch_readers.set_function(lambda: _gauge(me, lambda ahead: len(ahead._readers)))
 
     @property
