@@ -7,6 +7,7 @@ its replica moves — within one pass of the leader's next commit."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -302,3 +303,23 @@ def test_the_daemon_sweep_hands_only_partitions_that_are_not_idle_to_its_pass_th
         assert passes == [f"{TOPIC}-0"]
     finally:
         daemon.passes.shutdown()
+
+
+def test_a_leader_does_not_read_back_the_manifests_it_committed(tmp_path: Path) -> None:
+    """The next pass's listing shows the leader's own manifests under the stamp the store's put
+    answered (``local``: size and mtime, as its listing): nothing of them is read back."""
+    writer = LogWriter(tmp_path / "logs", TOPIC, 0, segment_bytes=4096)
+    try:
+        _produce(writer)
+        leader, counting, _ = _manager(tmp_path, node=1, leader=1)
+        assert _pass(leader, counting)[0] is False
+        committed = {k for k in _keys(tmp_path) if k.endswith(".json") and "/manifests/0" in k}
+        assert committed
+        _produce(writer)  # more rolled segments: the next pass lists the store and copies them
+        reads = collections.Counter(counting.ranges)
+        assert _pass(leader, counting)[0] is False
+        read_back = {key for (key, _s, _e), n in counting.ranges.items() if n > reads[(key, _s, _e)]}
+        assert not read_back & committed
+        assert {k for k in _keys(tmp_path) if "/manifests/0" in k} > committed  # it did copy
+    finally:
+        writer.close()

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from prometheus_client import generate_latest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
+from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
 from rlm.storage.metering import MeteringBackend, RequestMeter, attributed
 from rlm.storage.registry import create_backend
 from rlm.storage.spread import open_spread
+from rlm.storage.wrapper import WrappingBackend
 from rlm.testing.configs import write_config
 from rlm.testing.counting import CountingBackend
 from rlm.testing.faultproxy import FaultProxy
@@ -121,16 +124,34 @@ def test_bytes_and_attribution() -> None:
     assert keyed.row("t", 3)["put"] == 1 and keyed.row("t", 3)["bytes_received"] == 5
 
 
-def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(tmp_path: Path) -> None:
-    """A manifest this node uploaded is in its snapshot without a stamp (a PUT answers none): the
-    first GC after a restart reads it to learn one. With ``save_stamps`` (``rlm run --once`` and the
-    daemon, which own the state dir) the stamps go into the snapshot, so the next process's GC
-    lists and reads no manifest again (docs/operations.md "GC")."""
+class _StamplessPuts(WrappingBackend):
+    """A ``local`` store whose creates answer the size only, as an S3 PUT answers no mtime."""
+
+    def __init__(self, inner: StorageBackend) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def _put(self, key: str, stream: BinaryIO, if_absent: bool) -> ObjectInfo:
+        info = super()._put(key, stream, if_absent)
+        return ObjectInfo(info.key, info.size)
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(
+    tmp_path: Path, answered: bool
+) -> None:
+    """A manifest this node uploaded is in its snapshot under the stamp its create was answered.
+    When that is not what a listing shows (an S3 PUT answers no mtime), the first GC after a
+    restart reads it to learn one; with ``save_stamps`` (``rlm run --once`` and the daemon, which
+    own the state dir) the stamps go into the snapshot, so the next process's GC lists and reads no
+    manifest again. A ``local`` store answers its listing's stamp: no GC reads one
+    (docs/operations.md "GC")."""
     logs = tmp_path / "logs"
     generate_log_dir(logs, [(TOPIC, 2)], seed=3, records=300, segment_bytes=8 * 1024)
     cfg = write_config(tmp_path / "c.toml", [logs], root=tmp_path / "store")
     settings = load_settings(cfg)
-    copied = RemoteLogManager(settings, LocalBackend(root=str(tmp_path / "store"))).run_once(gc=False)
+    store: StorageBackend = LocalBackend(root=str(tmp_path / "store"))
+    copied = RemoteLogManager(settings, store if answered else _StamplessPuts(store)).run_once(gc=False)
     assert sum(len(r.copied) for r in copied) > 2
 
     def gc_in_a_new_process(save_stamps: bool) -> set[str]:
@@ -143,6 +164,9 @@ def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(tmp_pa
 
     every = {i.key for i in LocalBackend(root=str(tmp_path / "store")).list("") if "/manifests/" in i.key}
     assert len(every) > 2
+    if answered:
+        assert gc_in_a_new_process(save_stamps=False) == set()
+        return
     assert gc_in_a_new_process(save_stamps=False) == every  # `rlm gc` beside a daemon: saves nothing
     assert gc_in_a_new_process(save_stamps=True) == every  # learns the stamps, saves them
     assert gc_in_a_new_process(save_stamps=True) == set()

@@ -291,13 +291,18 @@ def _uncommit(ctx: PartitionContext, remote: RemoteState, chain: Chain) -> tuple
     return tuple(done)
 
 
-def note_committed(ctx: PartitionContext, manifest: SegmentManifest) -> None:
+def note_committed(
+    ctx: PartitionContext, manifest: SegmentManifest, stored: ObjectInfo | None = None
+) -> None:
     """This node committed ``manifest`` (or found it already committed) and indexed all of it:
-    extend the view's chain and what the local index holds (the next listing reads the manifest once
-    to learn its stamp)."""
+    extend the view's chain and what the local index holds. ``stored``: the manifest object as the
+    store acknowledged the create; when a listing shows it with the same stamp (a store whose put
+    answers what its listing does: ``local``) it is not read back, else the next listing reads it
+    once to learn its stamp."""
     view = ctx.store
     key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
-    view.manifests[key] = ((-1, None, None), manifest)
+    stamp = _stamp(stored) if stored is not None and stored.key == key else (-1, None, None)
+    view.manifests[key] = (stamp, manifest)
     first = max(manifest.base_offset, view.chain.highest + 1)
     link = Link(manifest, first, manifest.last_offset)
     view.chain = Chain((*view.chain.links, link))

@@ -42,6 +42,7 @@ from rlm.errors import FormatError, ObjectExistsError, StorageError
 from rlm.formats.checkpoint import parse_leader_epoch_checkpoint
 from rlm.formats.indexes.remote_index import RemoteLogIndexEntry
 from rlm.logdir.discovery import SegmentFiles
+from rlm.storage.api import ObjectInfo
 from rlm.tiering.copy.prepare import PinnedSegment, PreparedSegment, data_key, pin_segment, verify_pinned
 from rlm.tiering.copy.seal import Uploaded, upload_attempt
 from rlm.tiering.copy.txn_capture import state_before_copy
@@ -71,6 +72,9 @@ class CopyResult:
     manifest: SegmentManifest
     entries: list[RemoteLogIndexEntry]
     already_committed: bool  # an earlier attempt had committed this segment: its manifest is kept
+    #: the manifest as the store acknowledged this attempt's create (None: already committed), so
+    #: the next listing knows it without reading it back (rlm.tiering.converge.sync.note_committed)
+    stored: ObjectInfo | None = None
 
 
 def _leader_epochs(path: Path | None, first: int, last: int) -> tuple[tuple[int, int], ...]:
@@ -102,8 +106,9 @@ def _commit(
     manifest: SegmentManifest,
     objects: dict[str, StoredObject],
     entries: list[RemoteLogIndexEntry],
-) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], bool]:
-    """Create the manifest only if absent (the commit); ``(manifest, entries, already_committed)``.
+) -> tuple[SegmentManifest, list[RemoteLogIndexEntry], ObjectInfo | None]:
+    """Create the manifest only if absent (the commit); ``(manifest, entries, stored)``: ``stored``
+    the created object's info, None when an earlier attempt had committed the segment.
 
     When another attempt (e.g. the sidecar of another replica) committed the same bytes first, its
     manifest is kept and this attempt's objects deleted; a different segment at that base is a
@@ -114,8 +119,8 @@ def _commit(
     manifest = shared.protection.seal_manifest(manifest, manifest_key)
     try:
         # A retried create that finds its own lost-ack manifest succeeds (rlm.storage.retry).
-        shared.backend.put(manifest_key, manifest.to_json(), if_absent=True)
-        return manifest, entries, False
+        stored = shared.backend.put(manifest_key, manifest.to_json(), if_absent=True)
+        return manifest, entries, stored
     except ObjectExistsError:
         remote = of_context(ctx)
         existing = remote.read_manifest(manifest_key)
@@ -137,7 +142,7 @@ def _commit(
         manifest.attempt_id,
         sum(o.size for o in objects.values()),
     )
-    return existing, remote.segment_entries(existing), True
+    return existing, remote.segment_entries(existing), None
 
 
 def _manifest_of(
@@ -229,7 +234,7 @@ def _finish(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
     base, attempt = prep.base_offset, prep.attempt
     crash_point("after_data")
     manifest = _manifest_of(ctx, staged.segment, prep, uploaded)
-    manifest, entries, already_committed = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
+    manifest, entries, stored = _commit(ctx, manifest, uploaded.objects, uploaded.entries)
     shared.protection.remember(manifest)  # the daemon's readers open it without a manifest GET
     crash_point("after_manifest")
 
@@ -239,7 +244,7 @@ def _finish(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:
     ctx.in_flight.discard(attempt)
     ctx.series(shared.metrics.copy_requests).inc()
     ctx.series(shared.metrics.copy_seconds).observe(time.monotonic() - staged.started)
-    return CopyResult(manifest, entries, already_committed)
+    return CopyResult(manifest, entries, stored is None, stored)
 
 
 def commit_staged(ctx: PartitionContext, staged: StagedCopy) -> CopyResult:

@@ -357,7 +357,7 @@ def _commit_one(ctx: PartitionContext, tally: CopyTally, staged: StagedCopy) -> 
         _failed(ctx, tally, staged.segment, err)
         raise  # _failed raises for every error a commit can raise
     ctx.manifests.append(copied.manifest)
-    note_committed(ctx, copied.manifest)
+    note_committed(ctx, copied.manifest, copied.stored)
     ctx.progress.highest_tiered_offset = copied.manifest.last_offset
     if ctx.progress.remote_log_start_offset < 0:
         ctx.progress.remote_log_start_offset = copied.manifest.base_offset
