@@ -78,7 +78,8 @@ def counted() -> Iterator[collections.Counter[str]]:
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kw: Any) -> Any:
             op = {"replace": "rename"}.get(name, name)
-            if name == "open" and args[1] & os.O_CREAT and not os.path.lexists(args[0]):
+            flags = args[1] if len(args) > 1 else kw.get("flags", 0)
+            if name == "open" and flags & os.O_CREAT and "dir_fd" not in kw and not os.path.lexists(args[0]):
                 op = "create"  # a new inode (an append to an existing file is an open)
             with lock:
                 seen[op] += 1
@@ -87,7 +88,8 @@ def counted() -> Iterator[collections.Counter[str]]:
         return call
 
     def py_open(file: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
-        new = any(c in mode for c in "wxa") and not os.path.lexists(file)
+        named = isinstance(file, str | bytes | os.PathLike)  # not a descriptor (os.fdopen)
+        new = named and any(c in mode for c in "wxa") and not os.path.lexists(file)
         with lock:
             seen["create" if new else "open"] += 1
         return saved_open(file, mode, *args, **kw)
