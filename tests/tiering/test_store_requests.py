@@ -13,6 +13,8 @@ from prometheus_client import generate_latest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
+from rlm.formats.records import RecordSpec
+from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
 from rlm.storage.memory import MemoryBackend
@@ -125,7 +127,8 @@ def test_bytes_and_attribution() -> None:
 
 
 class _StamplessPuts(WrappingBackend):
-    """A ``local`` store whose creates answer the size only, as an S3 PUT answers no mtime."""
+    """A ``local`` store whose creates answer the size only: neither an ETag nor the mtime its
+    listing shows."""
 
     def __init__(self, inner: StorageBackend) -> None:
         super().__init__()
@@ -141,8 +144,8 @@ def test_gc_after_a_restart_reads_each_manifest_once_not_once_per_process(
     tmp_path: Path, answered: bool
 ) -> None:
     """A manifest this node uploaded is in its snapshot under the stamp its create was answered.
-    When that is not what a listing shows (an S3 PUT answers no mtime), the first GC after a
-    restart reads it to learn one; with ``save_stamps`` (``rlm run --once`` and the daemon, which
+    When that is not what a listing shows (a create answered with the size only), the first GC
+    after a restart reads it to learn one; with ``save_stamps`` (``rlm run --once`` and the daemon, which
     own the state dir) the stamps go into the snapshot, so the next process's GC lists and reads no
     manifest again. A ``local`` store answers its listing's stamp: no GC reads one
     (docs/operations.md "GC")."""
@@ -192,3 +195,51 @@ def test_gc_lists_a_partition_with_a_topic_id_three_times(tmp_path: Path) -> Non
     counting.calls.clear()
     manager.collect_garbage()
     assert counting.calls["list"] == 3, counting.calls
+
+
+@pytest.mark.s3
+@pytest.mark.integration
+def test_a_leader_on_s3_reads_back_no_manifest_it_committed(tmp_path: Path, s3_target: S3Target) -> None:
+    """An S3 PUT answers the ETag a listing shows: a cluster leader's next pass lists its manifests
+    and reads none of those it committed, nor does the first GC of the next process."""
+    writer = LogWriter(tmp_path / "logs", TOPIC, 0, segment_bytes=4096)
+    try:
+
+        def produce() -> None:
+            for b in range(30):
+                writer.append([RecordSpec(1_700_000_000_000 + b, b"k", bytes(200)) for _ in range(3)])
+            writer.roll()
+            writer.high_watermark = writer.log_end_offset
+            writer.write_checkpoints()
+
+        produce()
+        options = s3_target.options(conditional_create="native")
+        cluster = {"node_id": 1, "leadership": "static", "leaders": {f"{TOPIC}-0": 1}}
+        cfg = write_config(
+            tmp_path / "c.toml", [tmp_path / "logs"], backend="s3", options=options, cluster=cluster
+        )
+
+        def manager() -> tuple[RemoteLogManager, CountingBackend]:
+            counting = CountingBackend(create_backend("s3", options))
+            return RemoteLogManager(load_settings(cfg), counting, metrics=TieringMetrics()), counting
+
+        def manifests_read(counting: CountingBackend) -> set[str]:
+            return {key for key, _s, _e in counting.ranges if "/manifests/0" in key}
+
+        leader, counting = manager()
+        (first,) = leader.run_once(gc=False)
+        assert first.error is None and first.copied
+        produce()  # more rolled segments: the next pass lists the manifests and copies
+        counting.ranges.clear()
+        (second,) = leader.run_once(gc=False)
+        assert second.error is None and second.copied
+        assert manifests_read(counting) == set()
+
+        again, counting = manager()  # a restart: its first pass and GC list, and read no manifest
+        again.run_once(gc=False)
+        assert manifests_read(counting) == set()
+        counting.ranges.clear()
+        again.collect_garbage(save_stamps=False)
+        assert counting.calls["list"] > 0 and manifests_read(counting) == set()
+    finally:
+        writer.close()

@@ -75,7 +75,9 @@ T = TypeVar("T")
 
 
 def _stamp(info: ObjectInfo) -> Stamp:
-    return info.size, info.etag, info.last_modified
+    """Which version of an object a listing shows: its size and ETag where the store gives one (on
+    S3 a hash of the content, answered alike by a create and a listing), else its size and mtime."""
+    return (info.size, info.etag, None) if info.etag else (info.size, None, info.last_modified)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +298,9 @@ def note_committed(
 ) -> None:
     """This node committed ``manifest`` (or found it already committed) and indexed all of it:
     extend the view's chain and what the local index holds. ``stored``: the manifest object as the
-    store acknowledged the create; when a listing shows it with the same stamp (a store whose put
-    answers what its listing does: ``local``) it is not read back, else the next listing reads it
-    once to learn its stamp."""
+    store acknowledged the create; a listing that shows it under the same stamp (:func:`_stamp`: the
+    ETag an S3 PUT answers, the mtime a ``local`` put does) does not read it back, else the next
+    listing reads it once to learn its stamp."""
     view = ctx.store
     key = object_keys.manifest_key(ctx.topic, ctx.partition, manifest.base_offset, ctx.key_id)
     stamp = _stamp(stored) if stored is not None and stored.key == key else (-1, None, None)

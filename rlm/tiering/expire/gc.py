@@ -31,8 +31,9 @@ def find_orphans(
     A partition this process recovered lists its manifests into its store view: a manifest is
     read only when the listing shows a stamp the view (or the restart's snapshot) does not know, so
     a GC run lists the attempts and the manifests, not a read of every manifest. A manifest this node
-    uploaded is in the snapshot without a stamp (a PUT answers none), so the first GC after a
-    restart reads those; ``save_stamps`` (the caller owns the state dir) then saves the stamps it
+    uploaded is in the snapshot under the stamp its create was answered; where a listing shows
+    another (a store whose create answers neither ETag nor the listing's mtime) the first GC after a
+    restart reads it; ``save_stamps`` (the caller owns the state dir) then saves the stamps it
     learned into the snapshot, and the next process's GC reads none of them again."""
     read = 0
 
