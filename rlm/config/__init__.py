@@ -239,8 +239,9 @@ class TieringSettings:
         v.boolean,
         "At start, take a partition's state from its local files (progress, journal, remote index, "
         "manifest snapshot) when they are whole and agree, without a store request; `false` "
-        "recovers every partition from the store (lists and reads every manifest). Ignored in "
-        "cluster mode, which always syncs from the store.",
+        "recovers every partition from the store (lists its manifests and reads each one whose "
+        "stamp — size and ETag, or size and mtime where the store gives no ETag — the manifest "
+        "snapshot does not hold). Ignored in cluster mode, which always syncs from the store.",
     )
 
 

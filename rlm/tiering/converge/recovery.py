@@ -98,14 +98,16 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
     journal's clean-up: no adoption decision, no retired markers, no marker or uncommit.
     ``forget_tiered`` (``rlm rebuild-index``): the saved progress counts for nothing but its
     DeleteRecords point; the file keeps it until the recovered progress replaces it, so readers
-    meanwhile still claim what was tiered and answer it from the store (docs/read-path.md)."""
+    meanwhile still claim what was tiered and answer it from the store (docs/read-path.md); no
+    manifest is taken from the snapshot, every one is read from the store."""
     resolve_root(ctx, decide=leader)
     ctx.old_incarnations = find_old_incarnations(ctx, mark=leader)
     if leader and not ctx.shared.cluster:  # what a trusted restart reuses (resume.py)
         remember_identity(ctx)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
-    _seed_view(ctx)
+    if not forget_tiered:  # rebuild-index reads every manifest from the store (and verifies it)
+        _seed_view(ctx)
     # Recovery changes the store (journal attempts finished or aborted) before it saves progress:
     # until it does, no restart may trust the local state (resume.py) — it writes a new manifest snapshot.
     ctx.manifest_snapshot_path.unlink(missing_ok=True)
@@ -158,6 +160,9 @@ def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     ctx.family.open()
     ctx.family.delete_all()
     ctx.recovered = False
+    # From the store alone: nothing this process or its snapshot holds stands in for a manifest
+    # (a manifest this node committed keeps its create's stamp and would not be read again).
+    ctx.store.manifests, ctx.store.markers = {}, {}
     recover(ctx, leader=leader, forget_tiered=True)
     return sum(m.index_entries for m in ctx.manifests)
 
