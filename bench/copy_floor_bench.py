@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchlib import command_line, machine, record
+from bench.benchlib import command_line, machine, print_table, record
 from bench.kafka_rlm_sides import RECORD, MiB, payloads, produce
 from rlm.config import load_settings
 from rlm.storage.direct_write import copy_to_fd
@@ -61,6 +61,8 @@ CALLS = ("create", "open", "fsync", "mkdir", "link", "rename", "unlink", "rmdir"
 
 
 def cpu_s() -> float:
+    """This process's CPU seconds, every thread, to the microsecond (``getrusage``: a create's cost
+    is tens of µs, below the clock ticks of /proc's ``process_cpu_seconds``)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -216,9 +218,8 @@ def main() -> None:
         f"| CPU per fsync, µs | {statistics.median(fsyncs) * 1e6:.0f} |",
         f"| the copy's new inodes (files, directories) and fsyncs × their unit cost, CPU s | {fs:.3f} |",
     ]
-    table = "\n".join(rows)
+    table = print_table(rows)
     counts = ", ".join(f"{op} {per[op]:.1f}" for op in CALLS)
-    print(table)
     print(f"file-system calls of the copy per segment ({segments} segments): {counts}")
     if args.record:
         entry = (

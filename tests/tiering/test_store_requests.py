@@ -13,7 +13,6 @@ from prometheus_client import generate_latest
 
 from rlm.cli.generate import generate_log_dir
 from rlm.config import load_settings
-from rlm.formats.records import RecordSpec
 from rlm.logdir.writer import LogWriter
 from rlm.storage.api import ObjectInfo, StorageBackend
 from rlm.storage.local import LocalBackend
@@ -28,6 +27,7 @@ from rlm.testing.faultproxy import FaultProxy
 from rlm.tiering.local.metrics import TieringMetrics
 from rlm.tiering.manager import RemoteLogManager
 from tests.s3servers import S3Target
+from tests.tiering.helpers import append_rolled
 
 TOPIC = "econ"
 
@@ -204,15 +204,7 @@ def test_a_leader_on_s3_reads_back_no_manifest_it_committed(tmp_path: Path, s3_t
     and reads none of those it committed, nor does the first GC of the next process."""
     writer = LogWriter(tmp_path / "logs", TOPIC, 0, segment_bytes=4096)
     try:
-
-        def produce() -> None:
-            for b in range(30):
-                writer.append([RecordSpec(1_700_000_000_000 + b, b"k", bytes(200)) for _ in range(3)])
-            writer.roll()
-            writer.high_watermark = writer.log_end_offset
-            writer.write_checkpoints()
-
-        produce()
+        ts = append_rolled([writer], 3, 1_700_000_000_000, 200)
         options = s3_target.options(conditional_create="native")
         cluster = {"node_id": 1, "leadership": "static", "leaders": {f"{TOPIC}-0": 1}}
         cfg = write_config(
@@ -229,7 +221,7 @@ def test_a_leader_on_s3_reads_back_no_manifest_it_committed(tmp_path: Path, s3_t
         leader, counting = manager()
         (first,) = leader.run_once(gc=False)
         assert first.error is None and first.copied
-        produce()  # more rolled segments: the next pass lists the manifests and copies
+        append_rolled([writer], 3, ts, 200)  # more rolled segments: the next pass lists and copies
         counting.ranges.clear()
         (second,) = leader.run_once(gc=False)
         assert second.error is None and second.copied

@@ -106,7 +106,9 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
         remember_identity(ctx)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
-    if not forget_tiered:  # rebuild-index reads every manifest from the store (and verifies it)
+    if forget_tiered:  # rebuild-index: every manifest read from the store (and verified), none
+        ctx.store.manifests, ctx.store.markers = {}, {}  # taken from this process or its snapshot
+    else:
         _seed_view(ctx)
     # Recovery changes the store (journal attempts finished or aborted) before it saves progress:
     # until it does, no restart may trust the local state (resume.py) — it writes a new manifest snapshot.
@@ -160,9 +162,6 @@ def rebuild_local_index(ctx: PartitionContext, *, leader: bool) -> int:
     ctx.family.open()
     ctx.family.delete_all()
     ctx.recovered = False
-    # From the store alone: nothing this process or its snapshot holds stands in for a manifest
-    # (a manifest this node committed keeps its create's stamp and would not be read again).
-    ctx.store.manifests, ctx.store.markers = {}, {}
     recover(ctx, leader=leader, forget_tiered=True)
     return sum(m.index_entries for m in ctx.manifests)
 
