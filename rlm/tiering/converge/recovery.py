@@ -76,11 +76,16 @@ def _resolve_journal(ctx: PartitionContext, committed: dict[int, SegmentManifest
             ctx.journal.append("DELETE_FINISHED", ev.base_offset, ev.attempt_id)
 
 
-def _seed_view(ctx: PartitionContext) -> None:
+def _start_view(ctx: PartitionContext, *, from_store_alone: bool) -> None:
     """A process that read nothing of the store yet starts from the manifest snapshot's rows whose
     listing stamp is known: the listing then reads only the manifests it does not describe (one
     LIST and no GET when nothing changed; docs/remote-state.md). Never trusted beyond the listing:
-    a key it does not show, or shows with another stamp, is dropped or read again."""
+    a key it does not show, or shows with another stamp, is dropped or read again.
+    ``from_store_alone`` (rebuild-index): the view starts empty, so every manifest is read from the
+    store and verified, none taken from this process or its snapshot."""
+    if from_store_alone:
+        ctx.store.manifests, ctx.store.markers = {}, {}
+        return
     if ctx.store.manifests:
         return
     try:
@@ -106,10 +111,7 @@ def recover(ctx: PartitionContext, *, leader: bool = True, forget_tiered: bool =
         remember_identity(ctx)
     ctx.family.open()
     ctx.store.held = None  # what the local index holds is checked against its files again
-    if forget_tiered:  # rebuild-index: every manifest read from the store (and verified), none
-        ctx.store.manifests, ctx.store.markers = {}, {}  # taken from this process or its snapshot
-    else:
-        _seed_view(ctx)
+    _start_view(ctx, from_store_alone=forget_tiered)
     # Recovery changes the store (journal attempts finished or aborted) before it saves progress:
     # until it does, no restart may trust the local state (resume.py) — it writes a new manifest snapshot.
     ctx.manifest_snapshot_path.unlink(missing_ok=True)
